@@ -1,0 +1,77 @@
+"""Typed errors. Library code raises these; only the CLI prints them and exits.
+
+Exit codes (documented in README.md, "Exit codes"):
+  0 ok, 1 unexpected, 2 usage or invalid spec, 3 not found,
+  4 conflict (illegal transition, job locked), 5 cloud error, 6 auth/config.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_CONFLICT = 4
+EXIT_CLOUD = 5
+EXIT_CONFIG = 6
+
+
+class TpujobError(Exception):
+    """Base of every error the CLI turns into `error: <message>` and an exit code."""
+
+    exit_code = EXIT_UNEXPECTED
+
+    def __init__(self, message: str):
+        # One line: the CLI prints it as is, so newlines would break the contract.
+        super().__init__(" ".join(str(message).split()))
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class UsageError(TpujobError):
+    exit_code = EXIT_USAGE
+
+
+class SpecError(UsageError):
+    """The job spec is invalid. `field` names the offending key path, `line` the YAML line."""
+
+    def __init__(self, message: str, field: str | None = None, line: int | None = None):
+        where = ""
+        if field:
+            where = f"{field}"
+            if line is not None:
+                where += f" (line {line})"
+            where += ": "
+        super().__init__(where + message)
+        self.field = field
+        self.line = line
+
+
+class NotFoundError(TpujobError):
+    exit_code = EXIT_NOT_FOUND
+
+
+class ConflictError(TpujobError):
+    exit_code = EXIT_CONFLICT
+
+
+class IllegalTransition(ConflictError):
+    pass
+
+
+class JobLocked(ConflictError):
+    pass
+
+
+class CloudError(TpujobError):
+    exit_code = EXIT_CLOUD
+
+
+class StockoutError(CloudError):
+    """The zone has no capacity for the accelerator; reconcile falls back to the next entry."""
+
+
+class ConfigError(TpujobError):
+    exit_code = EXIT_CONFIG
