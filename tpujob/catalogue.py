@@ -1,0 +1,117 @@
+"""The TPU catalogue: what an accelerator name means. Data, not code.
+
+Sources (checked 2026-11):
+- Chips, cores, hosts, peak bf16 FLOP/s and HBM per chip: Google's system-architecture pages
+  https://cloud.google.com/tpu/docs/v2, /v3, /v4, /v5e, /v5p, /v6e ("Peak compute per chip
+  (bf16)": v2 45 TFLOPs (180 per 4-chip board), v3 123, v4 275, v5e 197, v5p 459, v6e 918;
+  HBM per chip: v2 16 GiB, v3 32 GiB, v4 32 GiB, v5e 16 GB, v5p 95 GB, v6e 32 GB).
+- Accelerator-type sizes: the "Configurations" tables of the same pages (v4-N and v5p-N count
+  TensorCores, two per chip, four chips per host; v5litepod-N and v6e-N count chips, a single
+  host up to 8 chips, 4 chips per host beyond).
+- Runtime versions: https://cloud.google.com/tpu/docs/runtimes.
+- Disk types: https://cloud.google.com/tpu/docs/attach-durable-block-storage (v4: pd-standard,
+  pd-balanced; v5e/v5p: pd-balanced; v6e: hyperdisk-ml).
+- On-demand price per chip-hour (USD, us-central regions): https://cloud.google.com/tpu/pricing.
+  Spot prices vary by region and week; they are left out (None) rather than guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tpujob.errors import SpecError
+
+
+@dataclass(frozen=True)
+class Generation:
+    name: str  # the accelerator-type prefix, e.g. "v5litepod"
+    alias: str  # what people call it, e.g. "v5e"
+    counts: str  # what the -N suffix counts: "cores" or "chips"
+    cores_per_chip: int
+    chips_per_host: int
+    single_host_max_chips: int  # v5e/v6e fit up to 8 chips on one host
+    sizes: tuple[int, ...]  # every N for which NAME-N exists
+    runtime_version: str
+    disk_types: tuple[str, ...]
+    peak_bf16_flops_per_chip: float
+    hbm_gib_per_chip: float
+    on_demand_usd_per_chip_hour: float | None
+    spot_usd_per_chip_hour: float | None = None
+
+    @property
+    def default_disk_type(self) -> str:
+        return self.disk_types[0]
+
+
+_V5P_SIZES = (8, 16, 32, 64) + tuple(range(128, 12288 + 1, 128))
+
+GENERATIONS: dict[str, Generation] = {
+    g.name: g
+    for g in (
+        Generation("v2", "v2", "cores", 2, 4, 4, (8, 32, 128, 256, 512),
+                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 45e12, 16, 1.125),
+        Generation("v3", "v3", "cores", 2, 4, 4, (8, 32, 64, 128, 256, 512, 1024, 2048),
+                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 123e12, 32, 2.00),
+        Generation("v4", "v4", "cores", 2, 4, 4,
+                   (8, 16, 32, 64, 128, 256, 384, 512, 1024, 1536, 2048, 3072, 4096),
+                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 275e12, 32, 3.22),
+        Generation("v5litepod", "v5e", "chips", 1, 4, 8, (1, 4, 8, 16, 32, 64, 128, 256),
+                   "v2-alpha-tpuv5-lite", ("pd-balanced",), 197e12, 16, 1.20),
+        Generation("v5p", "v5p", "cores", 2, 4, 4, _V5P_SIZES,
+                   "v2-alpha-tpuv5", ("pd-balanced",), 459e12, 95, 4.20),
+        Generation("v6e", "v6e", "chips", 1, 4, 8, (1, 4, 8, 16, 32, 64, 128, 256),
+                   "v2-alpha-tpuv6e", ("hyperdisk-ml",), 918e12, 32, 2.70),
+    )
+}
+
+_ALIASES = {"v5e": "v5litepod", "v5lite": "v5litepod"}
+_NAME = re.compile(r"^(?P<gen>[a-z0-9]+?)-(?P<n>\d+)$")
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str  # canonical accelerator type, e.g. "v4-16"
+    generation: Generation
+    chips: int
+    hosts: int
+
+    @property
+    def cores(self) -> int:
+        return self.chips * self.generation.cores_per_chip
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+    @property
+    def chips_per_host(self) -> int:
+        return self.chips // self.hosts
+
+    def hourly_cost(self, spot: bool) -> float | None:
+        price = (self.generation.spot_usd_per_chip_hour if spot
+                 else self.generation.on_demand_usd_per_chip_hour)
+        return None if price is None else round(price * self.chips, 2)
+
+
+def accelerator(name: str) -> Accelerator:
+    """Parse an accelerator type (`v4-16`, `v5litepod-8`, `v5e-8`) or raise SpecError."""
+    match = _NAME.match(str(name).strip().lower())
+    if not match:
+        raise SpecError(f"{name!r} is not an accelerator type like v4-8 or v5litepod-16")
+    gen_name = _ALIASES.get(match["gen"], match["gen"])
+    gen = GENERATIONS.get(gen_name)
+    if gen is None:
+        known = ", ".join(sorted(GENERATIONS))
+        raise SpecError(f"unknown TPU generation {match['gen']!r} (known: {known})")
+    n = int(match["n"])
+    if n not in gen.sizes:
+        near = sorted(gen.sizes, key=lambda s: abs(s - n))[:2]
+        hint = " or ".join(f"{gen.name}-{s}" for s in sorted(near))
+        raise SpecError(f"{gen.name}-{n} does not exist (nearest: {hint})")
+    chips = n // gen.cores_per_chip if gen.counts == "cores" else n
+    if chips <= gen.single_host_max_chips:
+        hosts = 1
+    else:
+        hosts = chips // gen.chips_per_host
+    return Accelerator(f"{gen.name}-{n}", gen, chips, hosts)
