@@ -1,0 +1,99 @@
+"""Settings: $TPUJOB_HOME/config.yaml, overridden by TPUJOB_* environment variables.
+
+Kept free of heavy imports: every command, `list` included, reads it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from tpujob.errors import ConfigError, UsageError
+
+CLOUDS = ("local", "gcp")
+LOCAL_PROJECT = "tpujob-local"
+
+
+def home() -> Path:
+    return Path(os.environ.get("TPUJOB_HOME") or Path.home() / ".tpujob").expanduser()
+
+
+@dataclass(frozen=True)
+class Settings:
+    cloud: str = "local"  # the emulator until a user says gcp
+    project: str = ""
+    zone: str = ""
+    ssh_user: str = "tpujob"
+    db_url: str = ""
+
+    @property
+    def home(self) -> Path:
+        return home()
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{self.home / 'tpujob.db'}"
+
+    @property
+    def effective_project(self) -> str:
+        return self.project or (LOCAL_PROJECT if self.cloud == "local" else "")
+
+
+KEYS = tuple(f.name for f in fields(Settings))
+
+
+def config_path() -> Path:
+    return home() / "config.yaml"
+
+
+def _read_file() -> dict:
+    path = config_path()
+    if not path.exists():
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings")
+    unknown = sorted(set(data) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting {unknown[0]!r} (known: {', '.join(KEYS)})")
+    return {k: str(v) for k, v in data.items() if v is not None}
+
+
+def load() -> Settings:
+    values = _read_file()
+    for key in KEYS:
+        env = os.environ.get(f"TPUJOB_{key.upper()}")
+        if env:
+            values[key] = env
+    settings = Settings(**values)
+    if settings.cloud not in CLOUDS:
+        raise ConfigError(f"cloud must be one of {', '.join(CLOUDS)}, not {settings.cloud!r}")
+    return settings
+
+
+def set_value(key: str, value: str) -> Settings:
+    """Write one setting to config.yaml (validated first: nothing is written on bad input)."""
+    if key not in KEYS:
+        raise UsageError(f"unknown setting {key!r} (known: {', '.join(KEYS)})")
+    if key == "cloud" and value not in CLOUDS:
+        raise UsageError(f"cloud must be one of {', '.join(CLOUDS)}, not {value!r}")
+    import yaml
+
+    data = _read_file()
+    data[key] = value
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=True))
+    tmp.replace(path)
+    return load()
+
+
+def as_dict(settings: Settings) -> dict:
+    return asdict(settings)

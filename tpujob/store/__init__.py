@@ -1,0 +1,1 @@
+"""The persistent job store. Import `tpujob.store.repository` for the Store itself."""

@@ -1,0 +1,51 @@
+"""The engine: SQLite (WAL, immediate write transactions) by default, any SQLAlchemy URL too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+
+from tpujob.errors import ConfigError
+from tpujob.store.migrations import migrate
+
+_engines: dict[str, Engine] = {}
+
+
+def _sqlite_engine(url: str) -> Engine:
+    path = url.split("sqlite:///", 1)[1] if url.startswith("sqlite:///") else ""
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        # Let SQLAlchemy's "begin" below issue BEGIN itself (the pysqlite recipe), so every
+        # write transaction takes the write lock up front: two writers then queue on the
+        # busy timeout instead of failing to upgrade a read lock ("database is locked").
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def engine_for(url: str) -> Engine:
+    """The migrated engine for `url`, created once per process."""
+    engine = _engines.get(url)
+    if engine is None:
+        try:
+            engine = _sqlite_engine(url) if url.startswith("sqlite") else create_engine(url, pool_pre_ping=True)
+        except Exception as exc:  # bad URL or missing driver: a configuration problem
+            raise ConfigError(f"cannot open store {url!r}: {exc}") from exc
+        migrate(engine)
+        _engines[url] = engine
+    return engine

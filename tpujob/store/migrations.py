@@ -1,0 +1,120 @@
+"""Versioned schema migrations, run on open, each in its own transaction with its bookkeeping.
+
+A migration is frozen once released: it defines the tables as they were at that version
+(SQLAlchemy Core, portable to any SQLAlchemy URL), never by importing today's models.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from sqlalchemy import (
+    Boolean, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text, inspect,
+)
+from sqlalchemy.engine import Connection, Engine
+
+MIGRATION_TABLE = "tpujob_migration"
+
+
+def _v1_initial(conn: Connection) -> None:
+    md = MetaData()
+    Table(
+        "job", md,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("name", String, nullable=False, index=True),
+        Column("state", String, nullable=False, index=True),
+        Column("end_reason", String),
+        Column("spec_yaml", Text, nullable=False),
+        Column("spec_json", Text, nullable=False),
+        Column("accelerator", String, nullable=False),
+        Column("zone", String, nullable=False),
+        Column("project", String, nullable=False),
+        Column("cloud", String, nullable=False),
+        Column("attempt", Integer, nullable=False, default=0),
+        Column("preemptions", Integer, nullable=False, default=0),
+        Column("failures", Integer, nullable=False, default=0),
+        Column("nan_restarts", Integer, nullable=False, default=0),
+        Column("keep_slice", Boolean, nullable=False, default=False),
+        Column("host0_ip", String),
+        Column("created_at", Float, nullable=False),
+        Column("updated_at", Float, nullable=False),
+        Column("ended_at", Float),
+        Column("observed_at", Float),
+        Column("lease_owner", String),
+        Column("lease_expires", Float),
+    )
+    Table(
+        "attempt", md,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("job_id", Integer, ForeignKey("job.id"), nullable=False, index=True),
+        Column("number", Integer, nullable=False),
+        Column("slice_name", String, nullable=False),
+        Column("zone", String, nullable=False),
+        Column("accelerator", String, nullable=False),
+        Column("queued", Boolean, nullable=False),
+        Column("started_at", Float, nullable=False),
+        Column("ended_at", Float),
+        Column("end_reason", String),
+        Column("last_step", Integer),
+    )
+    Table(
+        "event", md,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("job_id", Integer, ForeignKey("job.id"), nullable=False, index=True),
+        Column("at", Float, nullable=False),
+        Column("kind", String, nullable=False),
+        Column("message", Text, nullable=False),
+        Column("from_state", String),
+        Column("to_state", String),
+    )
+    md.create_all(conn)
+
+
+# (version, name, function). Append only.
+MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
+    (1, "initial: job, attempt, event", _v1_initial),
+]
+
+_bookkeeping = MetaData()
+_migration = Table(
+    MIGRATION_TABLE, _bookkeeping,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("name", String, nullable=False),
+    Column("applied_at", Float, nullable=False),
+)
+
+
+def applied_versions(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(MIGRATION_TABLE):
+            return []
+        return [row[0] for row in conn.execute(_migration.select().order_by(_migration.c.version))]
+
+
+def migrate(engine: Engine) -> list[int]:
+    """Apply every migration not applied yet; return the versions applied now.
+
+    Each migration and its bookkeeping row commit together, so a crash leaves the schema at a
+    known version. Two processes opening a fresh store at once: the loser's insert of the same
+    version fails its transaction, and it re-reads what is applied.
+    """
+    with engine.begin() as conn:
+        _bookkeeping.create_all(conn)
+    done = set(applied_versions(engine))
+    applied = []
+    for version, name, apply in MIGRATIONS:
+        if version in done:
+            continue
+        try:
+            with engine.begin() as conn:
+                if conn.execute(_migration.select().where(_migration.c.version == version)).first():
+                    continue
+                apply(conn)
+                conn.execute(_migration.insert().values(version=version, name=name, applied_at=time.time()))
+        except Exception:
+            if version in set(applied_versions(engine)):
+                continue  # another process applied it first
+            raise
+        applied.append(version)
+    return applied

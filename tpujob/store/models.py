@@ -1,0 +1,56 @@
+"""SQLModel tables. The schema itself is owned by migrations.py; a test keeps the two equal."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlmodel import Field, SQLModel
+
+
+class Job(SQLModel, table=True):
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(index=True)
+    state: str = Field(index=True)
+    end_reason: Optional[str] = None
+    spec_yaml: str  # the spec as submitted, for the record and for `show`
+    spec_json: str  # the resolved spec every later attempt is made from
+    accelerator: str
+    zone: str
+    project: str
+    cloud: str  # "local" (the emulator) or "gcp"
+    attempt: int = 0  # number of the current attempt; 0 before the first slice
+    preemptions: int = 0
+    failures: int = 0
+    nan_restarts: int = 0
+    keep_slice: bool = False
+    host0_ip: Optional[str] = None
+    created_at: float
+    updated_at: float
+    ended_at: Optional[float] = None
+    observed_at: Optional[float] = None  # when a sweep last looked at this job's slice
+    lease_owner: Optional[str] = None
+    lease_expires: Optional[float] = None
+
+
+class Attempt(SQLModel, table=True):
+    id: Optional[int] = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="job.id", index=True)
+    number: int
+    slice_name: str
+    zone: str
+    accelerator: str
+    queued: bool
+    started_at: float
+    ended_at: Optional[float] = None
+    end_reason: Optional[str] = None
+    last_step: Optional[int] = None
+
+
+class Event(SQLModel, table=True):
+    id: Optional[int] = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="job.id", index=True)
+    at: float
+    kind: str
+    message: str
+    from_state: Optional[str] = None
+    to_state: Optional[str] = None

@@ -1,0 +1,196 @@
+"""The store's operations. Every state change is a compare-and-set with its event row in the
+same transaction; the per-job lease makes one actor (sweep, watch, user command) act at a time."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Optional
+
+from sqlalchemy import and_, delete, or_, update
+from sqlmodel import Session, col, select
+
+from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
+from tpujob.store.models import Attempt, Event, Job
+from tpujob.store.states import ENDED, EndReason, State, is_legal
+
+
+def format_job_id(job_id: int) -> str:
+    return f"{job_id:06d}"
+
+
+def slice_name(job_id: int, attempt: int) -> str:
+    """Derived, never random: a retried create of the same attempt finds and adopts its slice."""
+    return f"tpujob-{format_job_id(job_id)}-{attempt}"
+
+
+class Store:
+    def __init__(self, engine):
+        self.engine = engine
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def add_job(self, *, name: str, spec_yaml: str, spec_json: str, accelerator: str, zone: str,
+                project: str, cloud: str, keep_slice: bool = False) -> Job:
+        now = time.time()
+        with Session(self.engine) as session:
+            job = Job(name=name, state=State.PENDING.value, spec_yaml=spec_yaml, spec_json=spec_json,
+                      accelerator=accelerator, zone=zone, project=project, cloud=cloud,
+                      keep_slice=keep_slice, created_at=now, updated_at=now)
+            session.add(job)
+            session.flush()
+            session.add(Event(job_id=job.id, at=now, kind="created", to_state=State.PENDING.value,
+                              message=f"job {name!r} recorded ({accelerator} in {zone}, cloud {cloud})"))
+            session.commit()
+            session.refresh(job)
+            return job
+
+    def get(self, job_id: int) -> Job:
+        with Session(self.engine) as session:
+            job = session.get(Job, job_id)
+            if job is None:
+                raise NotFoundError(f"no job {format_job_id(job_id)}")
+            return job
+
+    def find(self, ref: str) -> Job:
+        """A job by id (`42`, `000042`) or by name (the newest job of that name)."""
+        ref = str(ref).strip()
+        if ref.isdigit():
+            return self.get(int(ref))
+        with Session(self.engine) as session:
+            job = session.exec(select(Job).where(Job.name == ref).order_by(col(Job.id).desc())).first()
+        if job is None:
+            raise NotFoundError(f"no job with id or name {ref!r}")
+        return job
+
+    def list_jobs(self, include_ended: bool = False, states: Optional[Iterable[State]] = None) -> list[Job]:
+        query = select(Job).order_by(col(Job.id))
+        if states is not None:
+            query = query.where(col(Job.state).in_([s.value for s in states]))
+        elif not include_ended:
+            query = query.where(col(Job.state).not_in([s.value for s in ENDED]))
+        with Session(self.engine) as session:
+            return list(session.exec(query))
+
+    def transition(self, job_id: int, src: State, dst: State, message: str, *,
+                   end_reason: Optional[EndReason] = None, owner: Optional[str] = None,
+                   **fields) -> Job:
+        """Move a job from `src` to `dst` if, and only if, it is still in `src` (and, with
+        `owner`, still leased to it). Raises IllegalTransition otherwise; nothing changes."""
+        if not is_legal(src, dst):
+            raise IllegalTransition(f"job {format_job_id(job_id)}: {src.value} -> {dst.value} is not allowed")
+        if dst == State.FAILED and end_reason is None:
+            raise ValueError("a FAILED job needs an end_reason")
+        now = time.time()
+        values = dict(fields, state=dst.value, updated_at=now,
+                      end_reason=end_reason.value if end_reason else None)
+        if dst in ENDED:
+            values["ended_at"] = now
+        elif src in ENDED:
+            values["ended_at"] = None
+        where = [Job.id == job_id, Job.state == src.value]
+        if owner is not None:
+            where += [Job.lease_owner == owner, col(Job.lease_expires) > now]
+        with Session(self.engine) as session:
+            result = session.exec(update(Job).where(and_(*where)).values(**values))
+            if result.rowcount != 1:
+                session.rollback()
+                current = session.get(Job, job_id)
+                if current is None:
+                    raise NotFoundError(f"no job {format_job_id(job_id)}")
+                if owner is not None and current.state == src.value:
+                    raise JobLocked(f"job {format_job_id(job_id)} is no longer leased to {owner}")
+                raise IllegalTransition(
+                    f"job {format_job_id(job_id)} is {current.state}, not {src.value}: "
+                    f"cannot move it to {dst.value}")
+            text = message if end_reason is None else f"{message} ({end_reason.value})"
+            session.add(Event(job_id=job_id, at=now, kind="state", from_state=src.value,
+                              to_state=dst.value, message=text))
+            session.commit()
+            return session.get(Job, job_id)
+
+    def update(self, job_id: int, **fields) -> None:
+        """Plain field updates (counters, host ip, observed_at) that are not state changes."""
+        with Session(self.engine) as session:
+            session.exec(update(Job).where(Job.id == job_id).values(**fields))
+            session.commit()
+
+    def add_event(self, job_id: int, kind: str, message: str) -> None:
+        with Session(self.engine) as session:
+            session.add(Event(job_id=job_id, at=time.time(), kind=kind, message=message))
+            session.commit()
+
+    def remove(self, job_id: int) -> None:
+        """Forget a job entirely (`clean`): its events and attempts go with it."""
+        with Session(self.engine) as session:
+            session.exec(delete(Event).where(Event.job_id == job_id))
+            session.exec(delete(Attempt).where(Attempt.job_id == job_id))
+            session.exec(delete(Job).where(Job.id == job_id))
+            session.commit()
+
+    # -- lease --------------------------------------------------------------------------------
+    def acquire_lease(self, job_id: int, owner: str, ttl_seconds: float) -> None:
+        """Take (or renew) the job's lease; JobLocked when another live actor holds it."""
+        now = time.time()
+        free = or_(col(Job.lease_owner).is_(None), col(Job.lease_expires) <= now, Job.lease_owner == owner)
+        with Session(self.engine) as session:
+            result = session.exec(update(Job).where(and_(Job.id == job_id, free))
+                                  .values(lease_owner=owner, lease_expires=now + ttl_seconds))
+            session.commit()
+            if result.rowcount == 1:
+                return
+            holder = session.get(Job, job_id)
+        if holder is None:
+            raise NotFoundError(f"no job {format_job_id(job_id)}")
+        left = max(0.0, (holder.lease_expires or now) - now)
+        raise JobLocked(f"job {format_job_id(job_id)} is locked by {holder.lease_owner} "
+                        f"for {left:.0f} s more")
+
+    def release_lease(self, job_id: int, owner: str) -> None:
+        with Session(self.engine) as session:
+            session.exec(update(Job).where(and_(Job.id == job_id, Job.lease_owner == owner))
+                         .values(lease_owner=None, lease_expires=None))
+            session.commit()
+
+    # -- attempts and events ------------------------------------------------------------------
+    def start_attempt(self, job_id: int, *, zone: str, accelerator: str, queued: bool) -> Attempt:
+        """Open the next attempt and make it the job's current one, atomically."""
+        now = time.time()
+        with Session(self.engine) as session:
+            job = session.get(Job, job_id)
+            if job is None:
+                raise NotFoundError(f"no job {format_job_id(job_id)}")
+            number = job.attempt + 1
+            result = session.exec(update(Job).where(and_(Job.id == job_id, Job.attempt == job.attempt))
+                                  .values(attempt=number, zone=zone, accelerator=accelerator, updated_at=now))
+            if result.rowcount != 1:
+                session.rollback()
+                raise IllegalTransition(f"job {format_job_id(job_id)}: attempt changed concurrently")
+            attempt = Attempt(job_id=job_id, number=number, slice_name=slice_name(job_id, number),
+                              zone=zone, accelerator=accelerator, queued=queued, started_at=now)
+            session.add(attempt)
+            session.add(Event(job_id=job_id, at=now, kind="attempt",
+                              message=f"attempt {number}: slice {attempt.slice_name} ({accelerator} in {zone})"))
+            session.commit()
+            session.refresh(attempt)
+            return attempt
+
+    def end_attempt(self, job_id: int, number: int, reason: str, last_step: Optional[int] = None) -> None:
+        with Session(self.engine) as session:
+            session.exec(update(Attempt)
+                         .where(and_(Attempt.job_id == job_id, Attempt.number == number,
+                                     col(Attempt.ended_at).is_(None)))
+                         .values(ended_at=time.time(), end_reason=reason, last_step=last_step))
+            session.commit()
+
+    def attempts(self, job_id: int) -> list[Attempt]:
+        with Session(self.engine) as session:
+            return list(session.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))))
+
+    def events(self, job_id: int) -> list[Event]:
+        with Session(self.engine) as session:
+            return list(session.exec(select(Event).where(Event.job_id == job_id).order_by(col(Event.id))))
+
+
+def open_store(url: str) -> Store:
+    from tpujob.store.db import engine_for
+
+    return Store(engine_for(url))

@@ -1,0 +1,53 @@
+"""Job states and the one table of legal transitions. Pure data: no database import."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class State(str, Enum):
+    PENDING = "PENDING"  # recorded, nothing spent yet
+    PROVISIONING = "PROVISIONING"  # slice (or queued resource) requested, not READY yet
+    SETTING_UP = "SETTING_UP"  # slice READY: disks, buckets, sync, setup on every host
+    RUNNING = "RUNNING"  # the program runs on every host
+    RECOVERING = "RECOVERING"  # the attempt ended (preempted, NaN, retryable failure): next one coming
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"  # always with an end_reason
+    CANCELLED = "CANCELLED"  # stopped by the user, slice kept; `resume` starts it again
+    DELETED = "DELETED"  # cloud resources gone; the record stays until `clean`
+
+
+class EndReason(str, Enum):
+    USER_ERROR = "user_error"
+    SETUP_FAILED = "setup_failed"
+    NO_CAPACITY = "no_capacity"
+    PREEMPTION_BUDGET = "preemption_budget"
+    NAN_BUDGET = "nan_budget"
+    INTERNAL = "internal"
+
+
+_ACTIVE_EXITS = {State.FAILED, State.CANCELLED, State.DELETED}
+
+# Every legal move. A move not listed here raises IllegalTransition (exit 4).
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.PENDING: frozenset({State.PROVISIONING, *_ACTIVE_EXITS}),
+    State.PROVISIONING: frozenset({State.SETTING_UP, State.RECOVERING, *_ACTIVE_EXITS}),
+    State.SETTING_UP: frozenset({State.RUNNING, State.RECOVERING, *_ACTIVE_EXITS}),
+    State.RUNNING: frozenset({State.SUCCEEDED, State.RECOVERING, *_ACTIVE_EXITS}),
+    # A new attempt: a new slice (PROVISIONING) or, when the old slice is healthy, set it up again.
+    State.RECOVERING: frozenset({State.PROVISIONING, State.SETTING_UP, *_ACTIVE_EXITS}),
+    # A successful run is never re-run: the only way out is deleting its resources.
+    State.SUCCEEDED: frozenset({State.DELETED}),
+    # `resume` starts a new attempt of a failed or cancelled job.
+    State.FAILED: frozenset({State.RECOVERING, State.DELETED}),
+    State.CANCELLED: frozenset({State.RECOVERING, State.DELETED}),
+    State.DELETED: frozenset(),
+}
+
+# States a sweep never touches, and in which the job holds no running program.
+ENDED: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.DELETED})
+ACTIVE: frozenset[State] = frozenset(set(State) - ENDED)
+
+
+def is_legal(src: State, dst: State) -> bool:
+    return dst in TRANSITIONS[src]
