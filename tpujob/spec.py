@@ -1,0 +1,370 @@
+"""The job spec: YAML -> a typed, validated model, resolved against the TPU catalogue.
+
+Every refusal is one SpecError naming the field (and its YAML line), raised before anything is
+written or spent.
+"""
+
+from __future__ import annotations
+
+import difflib
+import posixpath
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tpujob.catalogue import Accelerator, accelerator
+from tpujob.errors import SpecError
+
+JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # GCE disk/snapshot names
+BUCKET_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ZONE_NAME = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+PROVISIONING = ("spot", "on-demand", "preemptible")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Fallback(_Model):
+    accelerator: Optional[str] = None
+    zone: Optional[str] = None
+
+
+class TpuSpec(_Model):
+    accelerator: str
+    zone: Optional[str] = None
+    project: Optional[str] = None
+    runtime_version: Optional[str] = None
+    provisioning: Literal["spot", "on-demand", "preemptible"] = "spot"
+    queued: bool = True
+    fallback: list[Fallback] = Field(default_factory=list)
+
+
+class DiskSpec(_Model):
+    name: str
+    source_disk: Optional[str] = None  # snapshot this master now, then clone
+    snapshot: Optional[str] = None  # clone from this snapshot
+    mode: Literal["read-only", "read-write"] = "read-only"
+    mount: str
+    type: Optional[str] = None
+    size_gb: Optional[int] = Field(default=None, gt=0, le=65536)
+    keep: bool = False
+
+
+class BucketSpec(_Model):
+    bucket: str
+    mount: str
+    read_only: bool = False
+    # gcsfuse's default; 0 for checkpoint directories that must be strongly consistent.
+    metadata_ttl_secs: int = Field(default=60, ge=-1)
+    only_dir: Optional[str] = None
+
+
+class RunSpec(_Model):
+    command: Optional[str] = None
+    runtime: Optional[dict[str, Any]] = None
+    workdir: Optional[str] = None
+
+
+class RequeuePolicy(_Model):
+    max_preemptions: int = Field(default=20, ge=0)
+    max_failures: int = Field(default=0, ge=0)
+    max_nan: int = Field(default=3, ge=0)
+    backoff_seconds: float = Field(default=30.0, ge=0, le=86400)
+
+
+class JobSpec(_Model):
+    name: str
+    tpu: TpuSpec
+    disks: list[DiskSpec] = Field(default_factory=list)
+    buckets: list[BucketSpec] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: list[str] = Field(default_factory=list)
+    setup: Optional[str] = None
+    sync: Optional[str] = None
+    run: RunSpec
+    run_dir: Optional[str] = None
+    requeue: RequeuePolicy = Field(default_factory=RequeuePolicy)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _scalars_as_strings(cls, value):
+        # YAML reads `STEPS: 100` as an int; environment values are strings.
+        if isinstance(value, dict):
+            return {k: (str(v).lower() if isinstance(v, bool) else str(v))
+                    if isinstance(v, (int, float, bool)) else v for k, v in value.items()}
+        return value
+
+
+class ResolvedSpec(BaseModel):
+    """The spec with every default decided: what `validate` prints and the store keeps."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spec: JobSpec
+    accelerator: str
+    generation: str
+    hosts: int
+    chips: int
+    cores: int
+    zone: str
+    project: str
+    runtime_version: str
+    disk_types: dict[str, str]
+    cost_per_hour_usd: Optional[float]
+    sync_path: Optional[str]
+
+    def to_json_dict(self) -> dict:
+        data = self.model_dump(mode="json")
+        return data
+
+
+# --- parsing ----------------------------------------------------------------------------------
+
+def _line_index(node, path=(), out=None) -> dict[tuple, int]:
+    """Map each key path of a composed YAML document to its 1-based line."""
+    out = {} if out is None else out
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            child = path + (key.value,)
+            out[child] = key.start_mark.line + 1
+            _line_index(value, child, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[path + (i,)] = item.start_mark.line + 1
+            _line_index(item, path + (i,), out)
+    return out
+
+
+def _dotted(path: tuple) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _model_at(path: tuple) -> type[BaseModel] | None:
+    model: Any = JobSpec
+    for part in path:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return None
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ())
+        inner = next((a for a in (annotation, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if inner is None:
+            for a in args:
+                for b in getattr(a, "__args__", ()):
+                    if isinstance(b, type) and issubclass(b, BaseModel):
+                        inner = b
+        model = inner
+    return model
+
+
+def _first_error(exc: ValidationError, lines: dict[tuple, int]) -> SpecError:
+    errors = exc.errors()
+    # An unknown key usually explains a "missing" one next to it (a typo): report it first.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        known = list(parent.model_fields) if parent else []
+        guess = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"; did you mean {guess[0]!r}?" if guess else (f" (known: {', '.join(known)})" if known else "")
+        message = f"unknown key{hint}"
+    elif kind == "missing":
+        message = "required key is missing"
+    else:
+        message = err["msg"][0].lower() + err["msg"][1:]
+        if "input" in err and not isinstance(err["input"], (dict, list)):
+            message += f" (got {err['input']!r})"
+    line = lines.get(loc) or lines.get(loc[:-1])
+    return SpecError(message, field=_dotted(loc), line=line)
+
+
+def parse(text: str, source: str = "<spec>") -> tuple[JobSpec, dict[tuple, int]]:
+    """Parse YAML text into a JobSpec (structure and types only; see `resolve` for the rules)."""
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise SpecError(f"{source}: invalid YAML{where}: {problem}") from exc
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a job spec is a YAML mapping with at least name, tpu and run")
+    lines = _line_index(node)
+    try:
+        return JobSpec.model_validate(data), lines
+    except ValidationError as exc:
+        raise _first_error(exc, lines) from None
+
+
+# --- the rules that need the catalogue and the settings -----------------------------------------
+
+def _fail(message: str, path: tuple, lines: dict[tuple, int]) -> SpecError:
+    return SpecError(message, field=_dotted(path), line=lines.get(path))
+
+
+def _check_mount(path: str, where: tuple, seen: dict[str, tuple], lines) -> None:
+    if not path.startswith("/"):
+        raise _fail(f"mount path must be absolute, not {path!r}", where, lines)
+    norm = posixpath.normpath(path)
+    if norm == "/" or ".." in path.split("/"):
+        raise _fail(f"mount path {path!r} is not a usable directory", where, lines)
+    if norm in seen:
+        raise _fail(f"mount path {norm!r} is already used by {_dotted(seen[norm])}", where, lines)
+    seen[norm] = where
+
+
+def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str) -> dict[str, str]:
+    types = {}
+    gen = acc.generation
+    for i, disk in enumerate(spec.disks):
+        base = ("disks", i)
+        disk_type = disk.type or gen.default_disk_type
+        if disk_type not in gen.disk_types:
+            raise _fail(f"disk type {disk_type!r} is not allowed on {gen.alias} ({where}); "
+                        f"use {' or '.join(gen.disk_types)}", base + ("type",), lines)
+        if disk.mode == "read-write" and acc.multi_host:
+            raise _fail(f"a read-write disk cannot be attached to {acc.name} ({acc.hosts} hosts, {where}): "
+                        "multi-host slices attach disks read-only; clone it (snapshot + clone) and "
+                        "mount the clone read-only", base + ("mode",), lines)
+        types[disk.name] = disk_type
+    return types
+
+
+def _hourly_cost(acc: Accelerator, provisioning: str) -> float | None:
+    """The spot price where the catalogue knows it, else the on-demand list price (an upper bound)."""
+    spot = acc.hourly_cost(spot=True) if provisioning != "on-demand" else None
+    return spot if spot is not None else acc.hourly_cost(spot=False)
+
+
+def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zone: str = "",
+            default_project: str = "", base_dir: Path | None = None) -> ResolvedSpec:
+    lines = lines or {}
+    if not JOB_NAME.match(spec.name):
+        raise _fail(f"{spec.name!r} is not a job name: lowercase letters, digits and hyphens, "
+                    "starting with a letter, at most 40 characters", ("name",), lines)
+    try:
+        acc = accelerator(spec.tpu.accelerator)
+    except SpecError as exc:
+        raise _fail(str(exc), ("tpu", "accelerator"), lines) from None
+    zone = spec.tpu.zone or default_zone
+    if not zone:
+        raise _fail("no zone: set tpu.zone in the spec or `tpujob config set zone ZONE`",
+                    ("tpu", "zone"), lines)
+    if not ZONE_NAME.match(zone):
+        raise _fail(f"{zone!r} is not a zone like us-central2-b", ("tpu", "zone"), lines)
+    project = spec.tpu.project or default_project
+    if not project:
+        raise _fail("no project: set tpu.project or `tpujob config set project ID`", ("tpu", "project"), lines)
+    if spec.tpu.queued and spec.tpu.provisioning == "preemptible":
+        raise _fail("queued resources take spot or on-demand, not legacy preemptible VMs "
+                    "(use provisioning: spot, or queued: false)", ("tpu", "provisioning"), lines)
+
+    seen_mounts: dict[str, tuple] = {}
+    seen_disks: set[str] = set()
+    for i, disk in enumerate(spec.disks):
+        base = ("disks", i)
+        for key in ("name", "source_disk", "snapshot"):
+            value = getattr(disk, key)
+            if value is not None and not RESOURCE_NAME.match(value):
+                raise _fail(f"{value!r} is not a valid disk or snapshot name", base + (key,), lines)
+        if disk.name in seen_disks:
+            raise _fail(f"disk {disk.name!r} is listed twice", base + ("name",), lines)
+        seen_disks.add(disk.name)
+        if disk.source_disk and disk.snapshot:
+            raise _fail("give source_disk or snapshot, not both", base, lines)
+        if disk.mode == "read-write" and (disk.source_disk or disk.snapshot):
+            raise _fail("a clone (source_disk/snapshot) is attached read-only; a read-write disk is "
+                        "the master itself", base + ("mode",), lines)
+        if disk.source_disk == disk.name:
+            raise _fail("the clone needs a name of its own, not its source disk's", base + ("name",), lines)
+        _check_mount(disk.mount, base + ("mount",), seen_mounts, lines)
+    disk_types = _check_disks(spec, acc, lines, acc.name)
+
+    for i, bucket in enumerate(spec.buckets):
+        base = ("buckets", i)
+        if bucket.bucket.startswith("gs://"):
+            raise _fail("give the bucket name without gs://", base + ("bucket",), lines)
+        if not BUCKET_NAME.match(bucket.bucket) or ".." in bucket.bucket:
+            raise _fail(f"{bucket.bucket!r} is not a valid bucket name", base + ("bucket",), lines)
+        _check_mount(bucket.mount, base + ("mount",), seen_mounts, lines)
+
+    for key in spec.env:
+        if not ENV_NAME.match(key):
+            raise _fail(f"{key!r} is not an environment variable name", ("env", key), lines)
+        if key.startswith("TPUJOB_"):
+            raise _fail(f"{key!r}: TPUJOB_* variables are set by tpujob itself", ("env", key), lines)
+    for i, name in enumerate(spec.secrets):
+        if not ENV_NAME.match(name):
+            raise _fail(f"{name!r} is not an environment variable name", ("secrets", i), lines)
+        if name in spec.env:
+            raise _fail(f"{name!r} is both in env and in secrets", ("secrets", i), lines)
+
+    if (spec.run.command is None) == (spec.run.runtime is None):
+        raise _fail("give exactly one of run.command and run.runtime", ("run",), lines)
+    if spec.run.command is not None and not spec.run.command.strip():
+        raise _fail("run.command is empty", ("run", "command"), lines)
+    if spec.run.workdir is not None and not spec.run.workdir.strip():
+        raise _fail("run.workdir is empty", ("run", "workdir"), lines)
+
+    if spec.run_dir is not None:
+        match = re.match(r"^gs://([^/]+)(/.*)?$", spec.run_dir)
+        if not match or not BUCKET_NAME.match(match.group(1)):
+            raise _fail(f"run_dir must be a gs://BUCKET/PATH location, not {spec.run_dir!r}", ("run_dir",), lines)
+
+    sync_path = None
+    if spec.sync is not None:
+        path = Path(spec.sync).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        if not path.is_dir():
+            raise _fail(f"sync directory {spec.sync!r} does not exist", ("sync",), lines)
+        sync_path = str(path.resolve())
+
+    for i, entry in enumerate(spec.tpu.fallback):
+        base = ("tpu", "fallback", i)
+        if entry.accelerator is None and entry.zone is None:
+            raise _fail("a fallback names an accelerator, a zone or both", base, lines)
+        if entry.zone is not None and not ZONE_NAME.match(entry.zone):
+            raise _fail(f"{entry.zone!r} is not a zone like us-central2-b", base + ("zone",), lines)
+        if entry.accelerator is not None:
+            try:
+                alt = accelerator(entry.accelerator)
+            except SpecError as exc:
+                raise _fail(str(exc), base + ("accelerator",), lines) from None
+            _check_disks(spec, alt, lines, f"fallback {alt.name}")
+
+    return ResolvedSpec(
+        spec=spec, accelerator=acc.name, generation=acc.generation.alias, hosts=acc.hosts,
+        chips=acc.chips, cores=acc.cores, zone=zone, project=project,
+        runtime_version=spec.tpu.runtime_version or acc.generation.runtime_version,
+        disk_types=disk_types, cost_per_hour_usd=_hourly_cost(acc, spec.tpu.provisioning),
+        sync_path=sync_path,
+    )
+
+
+def load(path: str | Path, *, default_zone: str = "", default_project: str = "") -> tuple[ResolvedSpec, str]:
+    """Read, parse and resolve a spec file. Returns the resolved spec and the text as submitted."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+    spec, lines = parse(text, source=str(path))
+    resolved = resolve(spec, lines, default_zone=default_zone, default_project=default_project,
+                       base_dir=path.resolve().parent)
+    return resolved, text
