@@ -1,0 +1,1 @@
+"""The typer CLI: each command parses, calls one service function, renders."""

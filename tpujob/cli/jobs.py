@@ -1,0 +1,148 @@
+"""Job commands: validate, create, list, show, cancel, delete, clean."""
+
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+
+import typer
+
+from tpujob.cli import render
+
+
+def _ctx():
+    from tpujob.service.context import Context
+
+    return Context.load()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def validate(spec: str = typer.Argument(..., help="Job spec (YAML)."),
+                 json_out: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON.")):
+        """Check a job spec and print what it resolves to (hosts, chips, disks, cost)."""
+        from tpujob.service import jobs
+
+        resolved = jobs.validate(_ctx(), spec)
+        if json_out:
+            render.print_json(resolved.to_json_dict())
+            return
+        _print_resolved(resolved)
+
+    @app.command()
+    def create(spec: str = typer.Argument(..., help="Job spec (YAML)."),
+               dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; record nothing."),
+               keep_slice: bool = typer.Option(False, "--keep-slice", help="Keep the slice after success."),
+               json_out: bool = typer.Option(False, "--json")):
+        """Record a job and start it."""
+        from tpujob.service import jobs
+
+        ctx = _ctx()
+        if dry_run:
+            resolved = jobs.validate(ctx, spec)
+            steps = jobs.plan(resolved)
+            if json_out:
+                render.print_json([{"action": s.action, "resource": s.resource, "detail": s.detail} for s in steps])
+                return
+            typer.echo(f"cloud: {ctx.settings.cloud} (dry run: nothing recorded, nothing created)")
+            for i, step in enumerate(steps, 1):
+                typer.echo(f"{i:2}. {step.action:<22} {step.resource:<28} {step.detail}")
+            return
+        job, _ = jobs.create(ctx, spec, keep_slice=keep_slice)
+        if json_out:
+            render.print_json(render.job_dict(job))
+            return
+        typer.echo(f"cloud: {ctx.settings.cloud}")
+        typer.echo(f"job {render.job_dict(job)['id']} ({job.name}) {job.state}")
+
+    @app.command("list")
+    def list_(all_: bool = typer.Option(False, "--all", "-a", help="Include ended jobs."),
+              json_out: bool = typer.Option(False, "--json")):
+        """List jobs (active ones unless --all)."""
+        from tpujob.service import jobs
+
+        rows = jobs.list_jobs(_ctx(), include_ended=all_)
+        if json_out:
+            render.print_json([render.job_dict(j) for j in rows])
+            return
+        now = time.time()
+        headers = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "HOST0", "AGE"]
+        body = [[render.job_dict(j)["id"], j.name, j.accelerator, j.zone,
+                 j.state + (f" ({j.end_reason})" if j.end_reason else ""), j.attempt, j.preemptions,
+                 j.host0_ip or "-", render.age(j.created_at, now)] for j in rows]
+        typer.echo(render.table(headers, body))
+
+    @app.command()
+    def show(job: str = typer.Argument(..., help="Job id or name."),
+             json_out: bool = typer.Option(False, "--json")):
+        """Show a job: its state, attempts and events."""
+        from tpujob.service import jobs
+
+        detail = jobs.show(_ctx(), job)
+        data = render.job_dict(detail.job)
+        data["attempts"] = [render.attempt_dict(a) for a in detail.attempts]
+        data["events"] = [render.event_dict(e) for e in detail.events]
+        if json_out:
+            render.print_json(data)
+            return
+        for key in ("id", "name", "state", "end_reason", "accelerator", "zone", "project", "cloud",
+                    "attempt", "preemptions", "failures", "nan_restarts", "host0_ip", "created_at"):
+            if data[key] is not None:
+                typer.echo(f"{key + ':':<14}{data[key]}")
+        if detail.attempts:
+            typer.echo("\nattempts:")
+            typer.echo(render.table(["#", "SLICE", "ACCELERATOR", "ZONE", "STARTED", "ENDED", "REASON", "STEP"],
+                                    [[a["number"], a["slice_name"], a["accelerator"], a["zone"], a["started_at"],
+                                      a["ended_at"] or "-", a["end_reason"] or "-",
+                                      "-" if a["last_step"] is None else a["last_step"]]
+                                     for a in data["attempts"]]))
+        typer.echo("\nevents:")
+        for e in data["events"]:
+            typer.echo(f"  {e['at']}  {e['kind']:<8} {e['message']}")
+
+    @app.command()
+    def cancel(jobs_: List[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
+        """Stop a job's program on every host; the slice is kept (`resume` starts it again)."""
+        from tpujob.service import jobs
+
+        ctx = _ctx()
+        for ref in jobs_:
+            job = jobs.cancel(ctx, ref)
+            typer.echo(f"job {render.job_dict(job)['id']} {job.state}")
+
+    @app.command()
+    def delete(jobs_: List[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
+        """Stop a job and delete its slice and queued resource; the record stays."""
+        from tpujob.service import jobs
+
+        ctx = _ctx()
+        for ref in jobs_:
+            job = jobs.delete(ctx, ref)
+            typer.echo(f"job {render.job_dict(job)['id']} {job.state}")
+
+    @app.command()
+    def clean(jobs_: List[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
+        """Delete a job, remove its logs, then forget its record."""
+        from tpujob.service import jobs
+
+        ctx = _ctx()
+        for ref in jobs_:
+            job_id = jobs.clean(ctx, ref)
+            typer.echo(f"job {job_id:06d} cleaned")
+
+
+def _print_resolved(r) -> None:
+    cost = "unknown" if r.cost_per_hour_usd is None else f"${r.cost_per_hour_usd:.2f}/h (on-demand list price)"
+    lines = [
+        ("name", r.spec.name), ("accelerator", f"{r.accelerator} ({r.generation})"),
+        ("hosts", r.hosts), ("chips", r.chips), ("zone", r.zone), ("project", r.project),
+        ("runtime", r.runtime_version),
+        ("provisioning", f"{r.spec.tpu.provisioning}{', queued' if r.spec.tpu.queued else ''}"),
+        ("cost", cost),
+    ]
+    for name, kind in r.disk_types.items():
+        lines.append(("disk", f"{name} ({kind})"))
+    for b in r.spec.buckets:
+        lines.append(("bucket", f"{b.bucket} at {b.mount}"))
+    typer.echo("\n".join(f"{k + ':':<14}{v}" for k, v in lines))
+    typer.echo("spec is valid")

@@ -1,0 +1,82 @@
+"""Entry point: builds the app, maps typed errors to `error: <one line>` and exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from tpujob.errors import EXIT_UNEXPECTED, EXIT_USAGE, TpujobError
+
+app = typer.Typer(
+    name="tpujob",
+    help="Run training jobs on preemptible Cloud TPU slices and keep them running.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
+def _options(debug: bool = typer.Option(False, "--debug", help="Show tracebacks.")):
+    """Run training jobs on preemptible Cloud TPU slices and keep them running."""
+
+
+def _register_all() -> None:
+    from tpujob.cli import config, jobs
+
+    for module in (jobs, config):
+        module.register(app)
+    # Commands of parts that land separately register themselves when present.
+    import importlib
+
+    for name in ("emulator", "lint", "data"):
+        try:
+            module = importlib.import_module(f"tpujob.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"tpujob.cli.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+_register_all()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or bool(os.environ.get("TPUJOB_DEBUG"))
+    try:
+        code = app(args=argv, prog_name="tpujob", standalone_mode=False)
+        return code if isinstance(code, int) else 0
+    except TpujobError as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        typer.echo(f"error: {exc.message}", err=True)
+        return exc.exit_code
+    except typer.Abort:
+        typer.echo("error: aborted", err=True)
+        return EXIT_UNEXPECTED
+    except typer.TyperException as exc:  # typer's usage errors: bad option, missing argument
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        return getattr(exc, "exit_code", None) or EXIT_USAGE
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted", err=True)
+        return 130
+    except Exception as exc:  # a bug: say so in one line; --debug shows where
+        if debug:
+            raise
+        typer.echo(f"error: unexpected {exc.__class__.__name__}: {exc} (run with --debug for the traceback)", err=True)
+        return EXIT_UNEXPECTED
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

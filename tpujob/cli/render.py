@@ -1,0 +1,60 @@
+"""Rendering of jobs for people (tables) and for programs (--json)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+import typer
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def age(ts: float | None, now: float | None = None) -> str:
+    if ts is None:
+        return "-"
+    secs = max(0, int((now or time.time()) - ts))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
+def job_dict(job) -> dict:
+    from tpujob.store.repository import format_job_id
+
+    return {
+        "id": format_job_id(job.id), "name": job.name, "state": job.state, "end_reason": job.end_reason,
+        "accelerator": job.accelerator, "zone": job.zone, "project": job.project, "cloud": job.cloud,
+        "attempt": job.attempt, "preemptions": job.preemptions, "failures": job.failures,
+        "nan_restarts": job.nan_restarts, "host0_ip": job.host0_ip,
+        "created_at": iso(job.created_at), "updated_at": iso(job.updated_at), "ended_at": iso(job.ended_at),
+        "observed_at": iso(job.observed_at),
+    }
+
+
+def attempt_dict(a) -> dict:
+    return {"number": a.number, "slice_name": a.slice_name, "zone": a.zone, "accelerator": a.accelerator,
+            "queued": a.queued, "started_at": iso(a.started_at), "ended_at": iso(a.ended_at),
+            "end_reason": a.end_reason, "last_step": a.last_step}
+
+
+def event_dict(e) -> dict:
+    return {"at": iso(e.at), "kind": e.kind, "from_state": e.from_state, "to_state": e.to_state,
+            "message": e.message}
+
+
+def print_json(data) -> None:
+    typer.echo(json.dumps(data, indent=2))
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(str(c))) for w, c in zip(widths, row)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)

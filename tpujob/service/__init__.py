@@ -1,0 +1,1 @@
+"""Use cases. Each CLI command calls exactly one function here."""

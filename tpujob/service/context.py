@@ -1,0 +1,52 @@
+"""What every use case needs: the settings, the store, an identity for leases."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from functools import cached_property
+
+from tpujob import settings as settings_mod
+from tpujob.errors import JobLocked
+from tpujob.settings import Settings
+
+
+@dataclass
+class Context:
+    settings: Settings
+
+    @classmethod
+    def load(cls) -> "Context":
+        return cls(settings_mod.load())
+
+    @cached_property
+    def store(self):
+        from tpujob.store.repository import open_store
+
+        return open_store(self.settings.database_url)
+
+    @cached_property
+    def actor(self) -> str:
+        """Who holds a lease: unique per process, readable in `show`."""
+        return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+    @contextlib.contextmanager
+    def lease(self, job_id: int, ttl_seconds: float = 120.0, wait_seconds: float = 10.0):
+        """Hold the job's lease for the block; waits briefly for another actor to finish."""
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                self.store.acquire_lease(job_id, self.actor, ttl_seconds)
+                break
+            except JobLocked:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+        try:
+            yield self.actor
+        finally:
+            self.store.release_lease(job_id, self.actor)
