@@ -1,0 +1,131 @@
+"""decide() as a table: (state, observation, policy) -> actions. Every legal move it makes is
+checked against the transition table, and every row of the table that a sweep drives is reached."""
+
+import pytest
+
+from tpujob.reconcile.decide import (
+    ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostStatus, JobView, MarkUnhealthy,
+    Move, Observation, Policy, Program, SetUp, SlicePhase, StartAttempt, StopProgram, decide,
+)
+from tpujob.store.states import EndReason, State, TRANSITIONS
+
+P = Policy(max_preemptions=2, max_failures=1, max_nan=1, backoff_seconds=10)
+RUN = HostStatus(Program.RUNNING)
+OK = HostStatus(Program.EXITED, 0)
+BAD = HostStatus(Program.EXITED, 3)
+NAN = HostStatus(Program.EXITED, P.nan_exit_code)
+SIGTERMED = HostStatus(Program.EXITED, P.preempted_exit_code)
+GONE = HostStatus(Program.UNREACHABLE)
+
+
+def job(state, **kw):
+    base = dict(attempt=1, preemptions=0, failures=0, nan_restarts=0, hosts=2, in_state_seconds=5.0)
+    base.update(kw)
+    return JobView(state=state, **base)
+
+
+def obs(phase, *hosts, step=None):
+    return Observation(slice=phase, hosts=tuple(hosts), last_step=step)
+
+
+CASES = [
+    # id, job, observation, expected actions
+    ("pending starts", job(State.PENDING, attempt=0), obs(SlicePhase.ABSENT), [StartAttempt()]),
+    ("provisioning waits", job(State.PROVISIONING), obs(SlicePhase.WAITING), []),
+    ("provisioning creating", job(State.PROVISIONING), obs(SlicePhase.PROVISIONING), []),
+    ("ready -> setting up", job(State.PROVISIONING), obs(SlicePhase.READY),
+     [Move(State.SETTING_UP, "slice READY"), SetUp()]),
+    ("absent slice re-created", job(State.PROVISIONING), obs(SlicePhase.ABSENT), [CreateSlice()]),
+    ("lost while provisioning", job(State.PROVISIONING), obs(SlicePhase.LOST),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "slice lost while provisioning; preemption 1 of 2 allowed")]),
+    ("stockout with fallback", job(State.PROVISIONING, fallbacks_left=1), obs(SlicePhase.STOCKOUT),
+     [EndAttempt("no_capacity"), DeleteSlice(), Move(State.RECOVERING, "zone stocked out; trying the next fallback"),
+      StartAttempt(next_placement=True)]),
+    ("stockout without fallback", job(State.PROVISIONING), obs(SlicePhase.STOCKOUT),
+     [EndAttempt("no_capacity"), DeleteSlice(),
+      Move(State.FAILED, "zone stocked out; no fallback left", EndReason.NO_CAPACITY)]),
+    ("queue timeout without fallback keeps its place", job(State.PROVISIONING, in_state_seconds=1e6),
+     obs(SlicePhase.WAITING), []),
+    ("setting up runs setup", job(State.SETTING_UP), obs(SlicePhase.READY), [SetUp()]),
+    ("setup timeout, retry", job(State.SETTING_UP, in_state_seconds=1e6), obs(SlicePhase.READY),
+     [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
+      Move(State.RECOVERING, "setup still running after 16667 min; retry 1 of 1")]),
+    ("setup timeout, budget spent", job(State.SETTING_UP, in_state_seconds=1e6, failures=1), obs(SlicePhase.READY),
+     [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
+      Move(State.FAILED, "setup still running after 16667 min", EndReason.SETUP_FAILED), DeleteSlice()]),
+    ("lost during setup", job(State.SETTING_UP, preemptions=2), obs(SlicePhase.LOST),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.FAILED, "slice lost during setup; preemption budget of 2 spent", EndReason.PREEMPTION_BUDGET)]),
+    ("running healthy", job(State.RUNNING), obs(SlicePhase.READY, RUN, RUN), []),
+    ("running, one host done", job(State.RUNNING), obs(SlicePhase.READY, OK, RUN), []),
+    ("succeeded", job(State.RUNNING), obs(SlicePhase.READY, OK, OK),
+     [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host"), DeleteSlice()]),
+    ("succeeded, slice kept", job(State.RUNNING, keep_slice=True), obs(SlicePhase.READY, OK, OK),
+     [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host")]),
+    ("failure retried", job(State.RUNNING), obs(SlicePhase.READY, BAD, RUN),
+     [StopProgram(), EndAttempt("failed"), Count("failures"), Move(State.RECOVERING, "program exited 3; retry 1 of 1")]),
+    ("failure, budget spent", job(State.RUNNING, failures=1), obs(SlicePhase.READY, BAD, OK),
+     [StopProgram(), EndAttempt("failed"), Count("failures"),
+      Move(State.FAILED, "program exited 3", EndReason.USER_ERROR), DeleteSlice()]),
+    ("nan -> new hardware", job(State.RUNNING), obs(SlicePhase.READY, NAN, RUN),
+     [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts"),
+      Move(State.RECOVERING, "NaN loss: slice suspect, moving to new hardware")]),
+    ("nan budget spent", job(State.RUNNING, nan_restarts=1), obs(SlicePhase.READY, NAN, NAN),
+     [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts"),
+      Move(State.FAILED, "NaN loss; NaN budget of 1 spent", EndReason.NAN_BUDGET)]),
+    ("preempted while running", job(State.RUNNING), obs(SlicePhase.LOST),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "slice preempted; preemption 1 of 2 allowed")]),
+    ("sigterm exit counts as preemption", job(State.RUNNING), obs(SlicePhase.READY, SIGTERMED, RUN),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed")]),
+    ("host blip: mark, don't act", job(State.RUNNING), obs(SlicePhase.READY, GONE, RUN), [MarkUnhealthy()]),
+    ("host blip within grace", job(State.RUNNING, unhealthy_seconds=30), obs(SlicePhase.READY, GONE, RUN), []),
+    ("host lost past grace", job(State.RUNNING, unhealthy_seconds=600), obs(SlicePhase.READY, GONE, RUN),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "hosts unreachable or program missing for 600 s; preemption 1 of 2 allowed")]),
+    ("recovered from blip", job(State.RUNNING, unhealthy_seconds=30), obs(SlicePhase.READY, RUN, RUN),
+     [ClearUnhealthy()]),
+    ("recovering backs off", job(State.RECOVERING, in_state_seconds=1), obs(SlicePhase.ABSENT), []),
+    ("recovering starts a new attempt", job(State.RECOVERING, in_state_seconds=60), obs(SlicePhase.ABSENT),
+     [StartAttempt()]),
+    ("recovering deletes a leftover slice first", job(State.RECOVERING, in_state_seconds=60), obs(SlicePhase.LOST),
+     [DeleteSlice(), StartAttempt()]),
+    ("recovering reuses a healthy slice after a failure", job(State.RECOVERING, in_state_seconds=60, reuse_slice=True),
+     obs(SlicePhase.READY), [Move(State.SETTING_UP, "re-running on the same slice"), SetUp()]),
+]
+
+
+@pytest.mark.parametrize("name,view,observation,expected", CASES, ids=[c[0] for c in CASES])
+def test_decide(name, view, observation, expected):
+    assert decide(view, observation, P) == expected
+
+
+@pytest.mark.parametrize("state", [State.SUCCEEDED, State.FAILED, State.CANCELLED, State.DELETED])
+def test_ended_jobs_are_never_touched(state):
+    for phase in SlicePhase:
+        assert decide(job(state), obs(phase, OK, BAD), P) == []
+
+
+def test_every_move_is_legal_and_every_swept_transition_is_reached():
+    reached = set()
+    for _, view, observation, expected in CASES:
+        state = view.state
+        for action in expected:
+            if isinstance(action, Move):
+                assert action.to in TRANSITIONS[state], (state, action.to)
+                reached.add((state, action.to))
+                state = action.to
+            elif isinstance(action, StartAttempt):
+                reached.add((state, State.PROVISIONING))  # act opens the attempt and moves on
+                state = State.PROVISIONING
+            elif isinstance(action, SetUp):
+                reached.add((state, State.RUNNING))  # act launches, then moves to RUNNING
+    # Moves made by users (cancel, delete, resume) are covered by the store and CLI tests.
+    user_moves = {(s, d) for s, dsts in TRANSITIONS.items() for d in dsts
+                  if d in (State.CANCELLED, State.DELETED) or s in (State.FAILED, State.CANCELLED)}
+    # A create the cloud refuses for good (not capacity) fails the job from where it stood: act's path.
+    act_moves = {(State.PENDING, State.FAILED), (State.RECOVERING, State.FAILED)}
+    missing = {(s, d) for s, dsts in TRANSITIONS.items() for d in dsts} - user_moves - act_moves - reached
+    assert missing == set()
