@@ -1,0 +1,80 @@
+"""Shared fixtures: every test gets its own TPUJOB_HOME, and a runner for the real CLI entry point."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Settings a developer's shell may carry; a test must never see them (nor touch ~/.tpujob).
+_SETTING_VARS = ("TPUJOB_CLOUD", "TPUJOB_PROJECT", "TPUJOB_ZONE", "TPUJOB_SSH_USER", "TPUJOB_DB_URL",
+                 "TPUJOB_DEBUG")
+
+
+@pytest.fixture(autouse=True)
+def tpujob_home(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "tpujob-home"
+    monkeypatch.setenv("TPUJOB_HOME", str(home))
+    for name in _SETTING_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def error_line(self) -> str:
+        """The single `error: ...` line the CLI promises on failure (asserted to be alone)."""
+        lines = self.err.strip().splitlines()
+        assert len(lines) == 1, f"expected one error line, got: {self.err!r}"
+        assert lines[0].startswith("error: "), lines[0]
+        return lines[0]
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run `tpujob ARGS...` in-process through `tpujob.cli.main.main` and capture its output."""
+    from tpujob.cli.main import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    """Write a spec's YAML text to a file and return its path."""
+    counter = iter(range(10_000))
+
+    def write(text: str, name: str | None = None) -> Path:
+        path = tmp_path / (name or f"spec{next(counter)}.yaml")
+        path.write_text(text)
+        return path
+
+    return write
+
+
+def job_rows(home: Path) -> int:
+    """How many jobs the store under `home` holds; 0 when no database was even created."""
+    db = home / "tpujob.db"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        has_table = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='job'").fetchone()
+        return conn.execute("SELECT count(*) FROM job").fetchone()[0] if has_table else 0
+
+
+@pytest.fixture
+def stored_jobs(tpujob_home):
+    """Callable: the number of job rows in this test's store (0 when no database exists)."""
+    return lambda: job_rows(tpujob_home)

@@ -1,0 +1,97 @@
+"""The TPU catalogue: accelerator names -> chips and hosts, and the per-generation rules."""
+
+import pytest
+
+from tpujob.catalogue import GENERATIONS, accelerator
+from tpujob.errors import EXIT_USAGE, SpecError
+
+
+@pytest.mark.parametrize("name, chips, hosts", [
+    ("v2-8", 4, 1),
+    ("v3-32", 16, 4),
+    ("v4-8", 4, 1),
+    ("v4-16", 8, 2),
+    ("v4-128", 64, 16),
+    ("v5p-8", 4, 1),
+    ("v5p-128", 64, 16),
+    ("v5litepod-1", 1, 1),
+    ("v5litepod-8", 8, 1),
+    ("v5litepod-16", 16, 4),
+    ("v6e-8", 8, 1),
+    ("v6e-256", 256, 64),
+])
+def test_chips_and_hosts(name, chips, hosts):
+    acc = accelerator(name)
+    assert (acc.name, acc.chips, acc.hosts) == (name, chips, hosts)
+    assert acc.multi_host == (hosts > 1)
+
+
+def test_core_counting_generations_have_two_cores_per_chip():
+    acc = accelerator("v4-16")
+    assert acc.cores == 16
+    assert acc.chips_per_host == 4
+
+
+def test_v5e_alias_names_the_v5litepod_type():
+    assert accelerator("v5e-16").name == "v5litepod-16"
+    assert accelerator(" V4-8 ").name == "v4-8"
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("v4-12", "v4-12 does not exist"),
+    ("v5litepod-3", "v5litepod-3 does not exist"),
+    ("v6e-12", "does not exist"),
+    ("v7-8", "unknown TPU generation"),
+    ("tpu", "not an accelerator type"),
+    ("v4", "not an accelerator type"),
+])
+def test_refused_names(name, fragment):
+    with pytest.raises(SpecError) as info:
+        accelerator(name)
+    assert fragment in str(info.value)
+    assert info.value.exit_code == EXIT_USAGE
+
+
+def test_nearest_sizes_are_suggested():
+    with pytest.raises(SpecError, match=r"nearest: v4-8 or v4-16"):
+        accelerator("v4-12")
+
+
+@pytest.mark.parametrize("gen", sorted(GENERATIONS))
+def test_every_size_splits_evenly_into_hosts(gen):
+    g = GENERATIONS[gen]
+    for n in g.sizes:
+        acc = accelerator(f"{gen}-{n}")
+        assert acc.chips * acc.generation.cores_per_chip == (n if g.counts == "cores" else n * g.cores_per_chip)
+        assert acc.chips == acc.hosts * acc.chips_per_host, acc.name
+        if acc.multi_host:
+            assert acc.chips_per_host == g.chips_per_host, acc.name
+        else:
+            assert acc.chips <= g.single_host_max_chips, acc.name
+
+
+@pytest.mark.parametrize("gen, runtime, disks", [
+    ("v4", "tpu-ubuntu2204-base", {"pd-balanced", "pd-standard"}),
+    ("v5litepod", "v2-alpha-tpuv5-lite", {"pd-balanced"}),
+    ("v5p", "v2-alpha-tpuv5", {"pd-balanced"}),
+    ("v6e", "v2-alpha-tpuv6e", {"hyperdisk-ml"}),
+])
+def test_runtime_versions_and_disk_types(gen, runtime, disks):
+    g = GENERATIONS[gen]
+    assert g.runtime_version == runtime
+    assert set(g.disk_types) == disks
+    assert g.default_disk_type in disks
+
+
+def test_every_generation_has_peaks_and_memory():
+    for g in GENERATIONS.values():
+        assert g.peak_bf16_flops_per_chip > 1e12, g.name
+        assert g.hbm_gib_per_chip > 0, g.name
+
+
+def test_hourly_cost_is_the_chip_price_times_chips():
+    acc = accelerator("v4-16")
+    assert acc.hourly_cost(spot=False) == pytest.approx(acc.generation.on_demand_usd_per_chip_hour * 8, abs=0.01)
+    # Spot prices are not guessed: an unknown one stays unknown rather than becoming 0.
+    spot = acc.generation.spot_usd_per_chip_hour
+    assert acc.hourly_cost(spot=True) == (None if spot is None else pytest.approx(spot * 8, abs=0.01))
