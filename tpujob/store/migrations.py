@@ -71,9 +71,21 @@ def _v1_initial(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _v2_reconcile_columns(conn: Connection) -> None:
+    # state_since: when the current state was entered (timeouts and backoff are measured from it);
+    # unhealthy_since: first sweep that saw a READY slice with hosts unreachable (grace period);
+    # placement: index into [primary, *tpu.fallback] of the current attempt's zone/accelerator.
+    for ddl in ("ALTER TABLE job ADD COLUMN state_since FLOAT",
+                "ALTER TABLE job ADD COLUMN unhealthy_since FLOAT",
+                "ALTER TABLE job ADD COLUMN placement INTEGER NOT NULL DEFAULT 0"):
+        conn.exec_driver_sql(ddl)
+    conn.exec_driver_sql("UPDATE job SET state_since = updated_at")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
+    (2, "job: state_since, unhealthy_since, placement", _v2_reconcile_columns),
 ]
 
 _bookkeeping = MetaData()

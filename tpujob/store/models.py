@@ -30,6 +30,9 @@ class Job(SQLModel, table=True):
     observed_at: Optional[float] = None  # when a sweep last looked at this job's slice
     lease_owner: Optional[str] = None
     lease_expires: Optional[float] = None
+    state_since: Optional[float] = None
+    unhealthy_since: Optional[float] = None
+    placement: int = 0
 
 
 class Attempt(SQLModel, table=True):

@@ -34,7 +34,7 @@ class Store:
         with Session(self.engine) as session:
             job = Job(name=name, state=State.PENDING.value, spec_yaml=spec_yaml, spec_json=spec_json,
                       accelerator=accelerator, zone=zone, project=project, cloud=cloud,
-                      keep_slice=keep_slice, created_at=now, updated_at=now)
+                      keep_slice=keep_slice, created_at=now, updated_at=now, state_since=now)
             session.add(job)
             session.flush()
             session.add(Event(job_id=job.id, at=now, kind="created", to_state=State.PENDING.value,
@@ -80,7 +80,7 @@ class Store:
         if dst == State.FAILED and end_reason is None:
             raise ValueError("a FAILED job needs an end_reason")
         now = time.time()
-        values = dict(fields, state=dst.value, updated_at=now,
+        values = dict(fields, state=dst.value, updated_at=now, state_since=now,
                       end_reason=end_reason.value if end_reason else None)
         if dst in ENDED:
             values["ended_at"] = now
