@@ -1,0 +1,153 @@
+"""The contract between the orchestrator and a host program: environment in, files and exit code out.
+
+Pure (no jax): the orchestrator imports this module to read what the runtime left behind. A user's
+own training command may follow the same contract; docs/runtime.md documents it for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Exit codes. 75-79 sit between the shell's own codes (126, 127, 128+signal) and the small codes
+# that Python and typical scripts use (1, 2); 75 is sysexits' EX_TEMPFAIL ("try again later").
+EXIT_SUCCESS = 0
+EXIT_ERROR = 1  # unexpected error: a bug, a crash, an unreadable data directory
+EXIT_PREEMPTED = 75  # SIGTERM received; a checkpoint of the current step was written: requeue
+EXIT_NAN = 76  # non-finite loss or grad norm; nothing written from the bad state: new hardware
+EXIT_INIT_CHECK = 77  # parameters do not match what the initializer promises; refused before step 1
+EXIT_CONFIG = 78  # invalid runtime config (sysexits' EX_CONFIG); retrying cannot help
+EXIT_RECOMPILE = 79  # the train step recompiled after step 1 and strict_shapes is on
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_SUCCESS: "succeeded: all steps done, final checkpoint written",
+    EXIT_ERROR: "failed: unexpected error (see status.json message and the host log)",
+    EXIT_PREEMPTED: "preempted: SIGTERM, checkpoint written at the next step boundary; resume",
+    EXIT_NAN: "nan: non-finite loss or grad norm; resume from the last good checkpoint elsewhere",
+    EXIT_INIT_CHECK: "failed: initialisation check refused the parameters before step 1",
+    EXIT_CONFIG: "failed: invalid runtime config",
+    EXIT_RECOMPILE: "failed: train step recompiled and strict_shapes is on",
+}
+
+# Exits after which re-running the same attempt's program can make progress.
+RESUMABLE_EXIT_CODES = frozenset({EXIT_PREEMPTED, EXIT_NAN})
+
+# States written to status.json, one per way the program ends.
+STATE_SUCCEEDED = "succeeded"
+STATE_FAILED = "failed"
+STATE_PREEMPTED = "preempted"
+STATE_NAN = "nan"
+STATES = (STATE_SUCCEEDED, STATE_FAILED, STATE_PREEMPTED, STATE_NAN)
+
+# Environment the orchestrator sets on every host.
+ENV_JOB_ID = "TPUJOB_JOB_ID"
+ENV_ATTEMPT = "TPUJOB_ATTEMPT"
+ENV_HOST_INDEX = "TPUJOB_HOST_INDEX"
+ENV_NUM_HOSTS = "TPUJOB_NUM_HOSTS"
+ENV_COORDINATOR = "TPUJOB_COORDINATOR"  # host 0 "ip:port"
+ENV_RUN_DIR = "TPUJOB_RUN_DIR"  # shared directory (a gcsfuse mount in production)
+
+# Files under the run dir (written by host 0 only, except checkpoints which all hosts write).
+HEARTBEAT_FILE = "heartbeat"
+STATUS_FILE = "status.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINT_DIR = "checkpoints"
+
+# The heartbeat is rewritten at least this often while the program lives.
+HEARTBEAT_MAX_INTERVAL_S = 30
+
+
+@dataclass(frozen=True)
+class Status:
+    """What status.json says about how the program ended."""
+
+    state: str
+    step: int
+    message: str
+    compiles: int = 0
+    exit_code: int | None = None
+    resumed_from: int | None = None
+    time: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    time: float
+    step: int
+    phase: str
+
+
+def status_path(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / STATUS_FILE
+
+
+def read_status(run_dir: str | os.PathLike) -> Status | None:
+    """The status the program left in `run_dir`, or None if it has not exited (or never ran).
+
+    Raises ValueError when the file exists but is not a status (a truncated write, a foreign file).
+    """
+    path = status_path(run_dir)
+    try:
+        raw = path.read_text()
+    except FileNotFoundError:
+        return None
+    return parse_status(raw)
+
+
+def parse_status(raw: str) -> Status:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"status.json is not JSON: {e}") from None
+    if not isinstance(data, dict) or data.get("state") not in STATES:
+        raise ValueError(f"status.json has no valid state (one of {', '.join(STATES)})")
+    known = {"state", "step", "message", "compiles", "exit_code", "resumed_from", "time"}
+    return Status(
+        state=data["state"],
+        step=int(data.get("step", 0)),
+        message=str(data.get("message", "")),
+        compiles=int(data.get("compiles", 0)),
+        exit_code=data.get("exit_code"),
+        resumed_from=data.get("resumed_from"),
+        time=data.get("time"),
+        extra={k: v for k, v in data.items() if k not in known},
+    )
+
+
+def read_heartbeat(run_dir: str | os.PathLike) -> Heartbeat | None:
+    """The last heartbeat, or None if there is none yet. Raises ValueError on a malformed file."""
+    try:
+        raw = (Path(run_dir) / HEARTBEAT_FILE).read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(raw)
+        return Heartbeat(time=float(data["time"]), step=int(data["step"]), phase=str(data["phase"]))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"heartbeat is malformed: {e}") from None
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write then rename, so a reader never sees half a file (gcsfuse uploads on close)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def write_status(run_dir: str | os.PathLike, status: Status) -> None:
+    data: dict[str, Any] = {
+        **status.extra,
+        "state": status.state,
+        "step": status.step,
+        "message": status.message,
+        "compiles": status.compiles,
+        "exit_code": status.exit_code,
+        "resumed_from": status.resumed_from,
+        "time": status.time if status.time is not None else time.time(),
+    }
+    write_json_atomic(status_path(run_dir), data)

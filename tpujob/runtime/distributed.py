@@ -1,0 +1,78 @@
+"""Start-up: who am I, where do I write, and joining the other hosts (jax.distributed)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from . import contract
+from .config import ConfigError
+
+
+@dataclass(frozen=True)
+class HostEnv:
+    job_id: str
+    attempt: int
+    host_index: int
+    num_hosts: int
+    coordinator: str | None
+    run_dir: Path
+    hosts_given: bool  # False: the platform may know better (TPU VM metadata)
+
+
+def read_env(env: Mapping[str, str]) -> HostEnv:
+    """The contract's environment; only TPUJOB_RUN_DIR is required for a single host."""
+
+    def integer(name: str, default: int) -> int:
+        raw = env.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"must be an integer, got {raw!r}", key=name) from None
+
+    run_dir = env.get(contract.ENV_RUN_DIR)
+    if not run_dir:
+        raise ConfigError("is not set (the directory for status, metrics, checkpoints)",
+                          key=contract.ENV_RUN_DIR)
+    num_hosts = integer(contract.ENV_NUM_HOSTS, 1)
+    host_index = integer(contract.ENV_HOST_INDEX, 0)
+    coordinator = env.get(contract.ENV_COORDINATOR) or None
+    if num_hosts < 1 or not 0 <= host_index < num_hosts:
+        raise ConfigError(f"host index {host_index} is outside 0..{num_hosts - 1}",
+                          key=contract.ENV_HOST_INDEX)
+    if num_hosts > 1 and not coordinator:
+        raise ConfigError("is required with more than one host", key=contract.ENV_COORDINATOR)
+    return HostEnv(
+        job_id=env.get(contract.ENV_JOB_ID, "local"),
+        attempt=integer(contract.ENV_ATTEMPT, 0),
+        host_index=host_index,
+        num_hosts=num_hosts,
+        coordinator=coordinator,
+        run_dir=Path(run_dir),
+        hosts_given=bool(env.get(contract.ENV_NUM_HOSTS)),
+    )
+
+
+def _on_tpu_vm() -> bool:
+    # Decided without touching jax: initialize() must run before any backend is created.
+    return os.path.exists("/dev/accel0") or bool(os.path.isdir("/dev/vfio") and os.listdir("/dev/vfio"))
+
+
+def initialize(host: HostEnv, timeout_s: int) -> None:
+    """Join the slice. A peer that never comes makes jax abort the process after `timeout_s`
+    (SIGABRT, not an exception): the orchestrator sees a signal exit and re-creates the slice."""
+    import jax
+
+    if host.num_hosts > 1:
+        jax.distributed.initialize(
+            coordinator_address=host.coordinator,
+            num_processes=host.num_hosts,
+            process_id=host.host_index,
+            initialization_timeout=timeout_s,
+        )
+    elif not host.hosts_given and _on_tpu_vm():
+        jax.distributed.initialize(initialization_timeout=timeout_s)  # TPU metadata auto-detection

@@ -1,0 +1,232 @@
+"""The train loop: restore or initialise, check, step, log, checkpoint, stop cleanly.
+
+Every host runs the same control flow: each decision (log, save, stop, NaN) derives from the step
+number or from metrics that the train step reduced over all hosts, so the hosts always enter
+collective operations (a checkpoint save) together.
+
+Metrics of step s are fetched after step s+1 is dispatched, so the host never idles the devices
+waiting for a scalar; before any checkpoint the pending metrics are checked first, so a
+non-finite state is never saved.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import contract, initcheck, model, peaks, train
+from .checkpoint import Checkpointer
+from .config import ConfigError, RuntimeConfig
+from .data import Batches
+from .distributed import HostEnv
+from .metrics import Heartbeat, MetricsLog
+
+log = logging.getLogger("tpujob.runtime")
+
+
+class InitCheckError(RuntimeError):
+    def __init__(self, table: str, bad: list[str]):
+        super().__init__(f"initialisation check failed for {', '.join(bad)}")
+        self.table = table
+        self.bad = bad
+
+
+@dataclass
+class Outcome:
+    state: str
+    step: int
+    message: str
+    exit_code: int
+    compiles: int = 0
+    resumed_from: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Preemption:
+    """SIGTERM sets a flag; the loop acts on it at a step boundary (Cloud TPU allows minutes)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+
+
+def _generation(cfg: RuntimeConfig) -> str | None:
+    if cfg.accelerator != "auto":
+        return peaks.generation(cfg.accelerator)
+    return peaks.generation_from_device_kind(jax.devices()[0].device_kind)
+
+
+class Trainer:
+    def __init__(self, cfg: RuntimeConfig, host: HostEnv):
+        self.cfg, self.host = cfg, host
+        self.mesh = train.make_mesh()
+        self.n_devices = self.mesh.devices.size
+        if cfg.batch_size % self.n_devices:
+            raise ConfigError(f"{cfg.batch_size} is not a multiple of the {self.n_devices} devices",
+                              key="batch_size")
+        gen = _generation(cfg)
+        self.peak = peaks.peak_flops(gen)
+        misaligned = model.misaligned_dims(cfg.model, peaks.mxu_multiple(gen))
+        if misaligned:
+            log.warning("dims not multiples of %d pad the MXU: %s",
+                        peaks.mxu_multiple(gen), ", ".join(misaligned))
+        self.is_main = jax.process_index() == 0
+        run_dir = host.run_dir
+        info = {"job_id": host.job_id, "attempt": host.attempt, "host": host.host_index}
+        self.heartbeat = Heartbeat(run_dir, cfg.heartbeat_every_s, self.is_main, info)
+        self.metrics = MetricsLog(run_dir, self.is_main)
+        ckpt_dir = cfg.checkpoint_dir or str((run_dir / contract.CHECKPOINT_DIR).absolute())
+        self.ckpt = Checkpointer(ckpt_dir, cfg.keep, cfg.async_checkpoint)
+        self.compiler = train.StepCompiler(cfg, self.mesh)
+        self.batches = Batches(cfg.data, cfg.seed, cfg.batch_size, cfg.seq_len, cfg.model.vocab_size)
+        self.sharding = train.batch_sharding(self.mesh)
+        rows = self.sharding.addressable_devices_indices_map((cfg.batch_size, 1))
+        self.row_lo = min(idx[0].start or 0 for idx in rows.values())
+        self.row_hi = max(idx[0].stop or cfg.batch_size for idx in rows.values())
+        self.flops_per_token = model.flops_per_token(cfg.model, cfg.seq_len)
+        self.resumed_from: int | None = None
+        self.loop_seconds = 0.0
+
+    # -- start -------------------------------------------------------------------------------
+
+    def start_state(self) -> dict:
+        latest = self.ckpt.latest_step()
+        if latest is not None:
+            self.heartbeat.update(step=latest, phase="restoring")
+            log.info("restoring checkpoint at step %d", latest)
+            self.resumed_from = latest
+            return self.ckpt.restore(latest, train.abstract_state(self.cfg, self.mesh))
+        self.heartbeat.update(phase="initialising")
+        state = train.init_state(self.cfg, self.mesh)
+        if self.cfg.init_check:
+            rows = initcheck.check_init(state["params"], model.init_rules(self.cfg.model))
+            bad = [r.name for r in rows if r.problem]
+            if bad:
+                raise InitCheckError(initcheck.format_table(rows), bad)
+        return state
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _device_batch(self, step: int, seq_len: int) -> jax.Array:
+        local = self.batches.rows(step, self.row_lo, self.row_hi, seq_len)
+        shape = (self.cfg.batch_size, seq_len + 1)
+        return jax.make_array_from_process_local_data(self.sharding, local, shape)
+
+    def _stop_flags(self, requested: bool) -> jax.Array:
+        local = np.full(len(self.mesh.local_devices), int(requested), np.int32)
+        return jax.make_array_from_process_local_data(self.sharding, local, (self.n_devices,))
+
+    def _record(self, step: int, m: dict, window: tuple[float, int]) -> None:
+        seconds, steps = window
+        step_time = seconds / steps if steps else float("nan")
+        tokens_per_s = self.cfg.batch_size * self.cfg.seq_len / step_time if steps else None
+        mfu = None
+        if tokens_per_s and self.peak:
+            mfu = self.flops_per_token * tokens_per_s / (self.peak * self.n_devices)
+        self.metrics.write({
+            "step": step, "time": time.time(), "loss": m["loss"], "lr": m["lr"],
+            "grad_norm": m["grad_norm"], "step_time_s": step_time if steps else None,
+            "tokens_per_s": tokens_per_s, "mfu": mfu, "compiles": self.compiler.compiles,
+        })
+
+    def run(self) -> Outcome:
+        cfg = self.cfg
+        preemption = _Preemption()
+        self.heartbeat.start()
+        try:
+            state = self.start_state()
+            step = int(jax.device_get(state["step"]))
+            return self._loop(state, step, preemption)
+        finally:
+            preemption.restore()
+            self.heartbeat.update(phase="exiting")
+            self.heartbeat.stop()
+            self.metrics.close()
+            self.ckpt.close()
+
+    def _loop(self, state: dict, step: int, preemption: _Preemption) -> Outcome:
+        cfg = self.cfg
+        pending: tuple[int, dict] | None = None
+        stop_at: int | None = None
+        window_start, window_steps, first = time.perf_counter(), 0, True
+        loop_start = time.perf_counter()
+        last_saved = self.resumed_from
+
+        def consume() -> Outcome | None:
+            nonlocal pending, stop_at, window_start, window_steps, first
+            s, m_dev = pending
+            pending = None
+            m = {k: float(v) for k, v in jax.device_get(m_dev).items()}
+            if not (math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"])):
+                return self._outcome(contract.STATE_NAN, s, contract.EXIT_NAN,
+                                     f"non-finite loss {m['loss']} / grad norm {m['grad_norm']} "
+                                     f"at step {s}; last good checkpoint {last_saved}")
+            if m["stop"] and stop_at is None:
+                stop_at = step  # the newest dispatched step: the same on every host
+            now = time.perf_counter()
+            if first:  # the first step carries the compile: keep it out of throughput
+                first, window_start = False, now
+            else:
+                window_steps += 1
+            if s % cfg.log_every == 0 or s == cfg.steps or stop_at is not None:
+                self._record(s, m, (now - window_start, window_steps))
+                window_start, window_steps = now, 0
+            return None
+
+        while step < cfg.steps:
+            s = step + 1
+            if cfg.inject_sigterm_at_step == s:
+                os.kill(os.getpid(), signal.SIGTERM)
+            if cfg.inject_sigkill_at_step == s:
+                os.kill(os.getpid(), signal.SIGKILL)
+            seq_len = cfg.seq_len // 2 if cfg.inject_shape_change_at_step == s else cfg.seq_len
+            tokens = self._device_batch(step, seq_len)
+            before = self.compiler.compiles
+            state, m_dev = self.compiler(state, tokens, self._stop_flags(preemption.requested))
+            if self.compiler.compiles > before and before > 0:
+                log.warning("train step recompiled at step %d (compiles: %d): batch %s",
+                            s, self.compiler.compiles, tokens.shape)
+            step = s
+            self.heartbeat.update(step=s - 1, phase="training")
+            if pending is not None and (bad := consume()) is not None:
+                return bad
+            pending = (s, m_dev)
+            save = s % cfg.checkpoint_every == 0 or s == cfg.steps or stop_at is not None
+            if save:
+                if (bad := consume()) is not None:
+                    return bad
+                self.heartbeat.update(step=s, phase="checkpointing")
+                if not bool(train.all_finite(state["params"])):
+                    return self._outcome(contract.STATE_NAN, s, contract.EXIT_NAN,
+                                         f"non-finite parameters at step {s}; not saved")
+                self.ckpt.save(s, state)
+                last_saved = s
+            self.heartbeat.update(step=s, phase="training")
+            if stop_at is not None:
+                self.ckpt.wait()
+                self.loop_seconds = time.perf_counter() - loop_start
+                return self._outcome(contract.STATE_PREEMPTED, s, contract.EXIT_PREEMPTED,
+                                     f"SIGTERM: checkpoint written at step {s}")
+        self.ckpt.wait()
+        self.loop_seconds = time.perf_counter() - loop_start
+        return self._outcome(contract.STATE_SUCCEEDED, step, contract.EXIT_SUCCESS,
+                             f"trained {step} steps")
+
+    def _outcome(self, state: str, step: int, code: int, message: str) -> Outcome:
+        return Outcome(state, step, message, code, self.compiler.compiles, self.resumed_from,
+                       extra={"checkpoint_seconds": round(self.ckpt.seconds, 3),
+                              "compile_seconds": round(self.compiler.compile_seconds, 3)})

@@ -1,0 +1,99 @@
+"""`python -m tpujob.runtime CONFIG.yaml`: read the contract's environment, train, report, exit.
+
+Every way out writes status.json (host 0) and exits with a code from contract.EXIT_CODES.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from . import contract
+from .config import ConfigError, load_config
+from .data import DataError
+from .distributed import HostEnv, initialize, read_env
+
+log = logging.getLogger("tpujob.runtime")
+
+
+def _setup_compilation_cache(run_dir: Path) -> None:
+    # A re-queued attempt skips the (minutes-long on TPU) compile; an explicit
+    # JAX_COMPILATION_CACHE_DIR in the environment wins.
+    import jax
+
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        jax.config.update("jax_compilation_cache_dir", str(run_dir / "compile_cache"))
+
+
+def _status(host: HostEnv | None, is_main: bool, st: contract.Status) -> None:
+    if host is None or not is_main:
+        return
+    try:
+        contract.write_status(host.run_dir, st)
+    except OSError as e:
+        log.error("cannot write %s: %s", contract.STATUS_FILE, e)
+
+
+def main(argv: list[str]) -> int:
+    host_tag = os.environ.get(contract.ENV_HOST_INDEX, "0")
+    # Orbax and absl log every save at INFO: keep theirs at WARNING, ours at INFO.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format=f"%(asctime)s host{host_tag} %(levelname)s %(message)s")
+    log.setLevel(logging.INFO)
+    if len(argv) != 1:
+        print("usage: python -m tpujob.runtime CONFIG.yaml", file=sys.stderr)
+        return contract.EXIT_CONFIG
+    host: HostEnv | None = None
+    is_main = os.environ.get(contract.ENV_HOST_INDEX, "0") == "0"
+    try:
+        host = read_env(os.environ)
+        host.run_dir.mkdir(parents=True, exist_ok=True)
+        cfg = load_config(argv[0])
+    except ConfigError as e:
+        log.error("config: %s", e)
+        if host is not None:
+            _status(host, is_main, contract.Status(contract.STATE_FAILED, 0, str(e),
+                                                  exit_code=contract.EXIT_CONFIG))
+        return contract.EXIT_CONFIG
+
+    initialize(host, cfg.distributed_timeout_s)
+    _setup_compilation_cache(host.run_dir)
+    from .loop import InitCheckError, Trainer
+    from .train import RecompileError
+
+    trainer = None
+    try:
+        trainer = Trainer(cfg, host)
+        outcome = trainer.run()
+    except (ConfigError, DataError) as e:
+        log.error("config: %s", e)
+        _status(host, is_main, contract.Status(contract.STATE_FAILED, 0, str(e),
+                                              exit_code=contract.EXIT_CONFIG))
+        return contract.EXIT_CONFIG
+    except InitCheckError as e:
+        log.error("%s; refused before step 1:\n%s", e, e.table)
+        _status(host, is_main, contract.Status(
+            contract.STATE_FAILED, 0, str(e), exit_code=contract.EXIT_INIT_CHECK,
+            extra={"init_check": e.table}))
+        return contract.EXIT_INIT_CHECK
+    except RecompileError as e:
+        log.error("%s", e)
+        compiles = trainer.compiler.compiles if trainer else 0
+        _status(host, is_main, contract.Status(contract.STATE_FAILED, 0, str(e),
+                                              compiles=compiles, exit_code=contract.EXIT_RECOMPILE))
+        return contract.EXIT_RECOMPILE
+    except Exception as e:  # noqa: BLE001 - the orchestrator needs a status whatever broke
+        log.error("unexpected error:\n%s", traceback.format_exc())
+        _status(host, is_main, contract.Status(contract.STATE_FAILED, 0,
+                                              f"{type(e).__name__}: {e}",
+                                              exit_code=contract.EXIT_ERROR))
+        return contract.EXIT_ERROR
+
+    log.info("%s at step %d: %s", outcome.state, outcome.step, outcome.message)
+    _status(host, trainer.is_main, contract.Status(
+        outcome.state, outcome.step, outcome.message, compiles=outcome.compiles,
+        exit_code=outcome.exit_code, resumed_from=outcome.resumed_from, extra=outcome.extra))
+    return outcome.exit_code

@@ -1,0 +1,170 @@
+"""Mesh, FSDP shardings, optimizer, and the train step: jitted once, state donated.
+
+One 1-D mesh axis ("fsdp") over every device of every host: the batch is split along it, and each
+parameter (and its Adam moments) is split along its largest dimension that divides evenly, so
+memory per device falls with the slice size. XLA inserts the all-gathers and reduce-scatters.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from .config import RuntimeConfig
+from .model import DECAYED, init_params, loss_fn
+
+AXIS = "fsdp"
+
+
+class RecompileError(RuntimeError):
+    pass
+
+
+def make_mesh() -> Mesh:
+    return Mesh(np.array(jax.devices()), (AXIS,))
+
+
+def param_spec(shape: tuple[int, ...], n: int) -> P:
+    """Shard the largest dim divisible by n (skipping a stacked-layer axis); replicate if none."""
+    if n == 1 or not shape:
+        return P()
+    dims = range(1 if len(shape) == 3 else 0, len(shape))
+    candidates = [d for d in dims if shape[d] % n == 0]
+    if not candidates:
+        return P()
+    best = max(candidates, key=lambda d: shape[d])
+    return P(*[AXIS if d == best else None for d in range(len(shape))])
+
+
+def make_schedule(cfg: RuntimeConfig) -> optax.Schedule:
+    o = cfg.optimizer
+    warmup = min(o.warmup_steps, cfg.decay_steps)
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=o.lr, warmup_steps=warmup,
+        decay_steps=max(cfg.decay_steps, warmup + 1), end_value=o.lr * o.min_lr_ratio,
+    )
+
+
+def make_optimizer(cfg: RuntimeConfig) -> optax.GradientTransformation:
+    o = cfg.optimizer
+
+    def decay_mask(params):
+        return {k: decay_mask(v) if isinstance(v, dict) else k in DECAYED for k, v in params.items()}
+
+    return optax.chain(
+        optax.clip_by_global_norm(o.grad_clip),
+        optax.adamw(make_schedule(cfg), b1=o.beta1, b2=o.beta2, weight_decay=o.weight_decay,
+                    mask=decay_mask),
+    )
+
+
+def init_state_fn(cfg: RuntimeConfig) -> Callable[[jax.Array], dict]:
+    tx = make_optimizer(cfg)
+
+    def init(key):
+        params = init_params(cfg.model, cfg.seq_len, key, bad=cfg.inject_bad_init)
+        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt": tx.init(params)}
+
+    return init
+
+
+def state_shardings(cfg: RuntimeConfig, mesh: Mesh) -> Any:
+    shapes = jax.eval_shape(init_state_fn(cfg), jax.random.key(0))
+    n = mesh.devices.size
+    return jax.tree.map(lambda s: NamedSharding(mesh, param_spec(s.shape, n)), shapes)
+
+
+def abstract_state(cfg: RuntimeConfig, mesh: Mesh) -> Any:
+    """Shapes, dtypes and shardings of the state: the target a checkpoint is restored into."""
+    shapes = jax.eval_shape(init_state_fn(cfg), jax.random.key(0))
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                        shapes, state_shardings(cfg, mesh))
+
+
+def init_state(cfg: RuntimeConfig, mesh: Mesh) -> dict:
+    init = jax.jit(init_state_fn(cfg), out_shardings=state_shardings(cfg, mesh))
+    return init(jax.random.key(cfg.seed))
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P(AXIS))
+
+
+def train_step_fn(cfg: RuntimeConfig) -> Callable:
+    """(state, tokens (B, T+1), stop flags (n_devices,)) -> (state, metrics)."""
+    tx = make_optimizer(cfg)
+    schedule = make_schedule(cfg)
+
+    def step(state, tokens, stop):
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        poison = jnp.float32(1.0)
+        if cfg.inject_nan_at_step is not None:
+            # The drill multiplies the loss, so the gradients (and then the params) go bad too.
+            poison = jnp.where(state["step"] + 1 == cfg.inject_nan_at_step, jnp.nan, 1.0)
+
+        def loss_of(params):
+            return loss_fn(cfg.model, params, inputs, targets) * poison
+
+        loss, grads = jax.value_and_grad(loss_of)(state["params"])
+        updates, opt = tx.update(grads, state["opt"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        metrics = {
+            "loss": loss,
+            "grad_norm": optax.global_norm(grads),
+            "lr": schedule(state["step"]),
+            # Any host's SIGTERM, seen by every host at the same step: they checkpoint together.
+            "stop": jnp.max(stop),
+        }
+        return {"step": state["step"] + 1, "params": params, "opt": opt}, metrics
+
+    return step
+
+
+class StepCompiler:
+    """Compiles the train step ahead of time per input signature, and counts the compiles.
+
+    The first compile is expected; any later one means a shape or dtype changed mid-run, which
+    stalls a TPU for minutes each time: reported always, refused under strict_shapes.
+    """
+
+    def __init__(self, cfg: RuntimeConfig, mesh: Mesh):
+        repl = NamedSharding(mesh, P())
+        shardings = state_shardings(cfg, mesh)
+        self._jit = jax.jit(
+            train_step_fn(cfg),
+            in_shardings=(shardings, batch_sharding(mesh), batch_sharding(mesh)),
+            out_shardings=(shardings, repl),
+            donate_argnums=0,
+        )
+        self.strict = cfg.strict_shapes
+        self.compiled: dict[tuple, Any] = {}
+        self.compiles = 0
+        self.compile_seconds = 0.0
+
+    def __call__(self, state: dict, tokens: jax.Array, stop: jax.Array) -> tuple[dict, dict]:
+        sig = (tokens.shape, str(tokens.dtype), stop.shape)
+        fn = self.compiled.get(sig)
+        if fn is None:
+            if self.compiled and self.strict:
+                first = next(iter(self.compiled))
+                raise RecompileError(
+                    f"train step would recompile: batch {first[0]} -> {sig[0]} (strict_shapes)")
+            t0 = time.perf_counter()
+            fn = self._jit.lower(state, tokens, stop).compile()
+            self.compile_seconds += time.perf_counter() - t0
+            self.compiled[sig] = fn
+            self.compiles += 1
+        return fn(state, tokens, stop)
+
+
+@jax.jit
+def all_finite(tree: Any) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.all(jnp.stack(leaves))
