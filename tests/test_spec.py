@@ -501,15 +501,11 @@ def test_spec_error_carries_field_and_line():
     assert (info.value.field, info.value.line, info.value.exit_code) == ("tpu.accelerator", 3, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: pydantic's lax mode turns `true` into 1 for int fields (spec.py, "
-                                       "RequeuePolicy); `max_preemptions: true` should be refused")
 def test_a_boolean_is_not_a_budget():
     with pytest.raises(SpecError, match="requeue.max_preemptions"):
         _resolve(VALID + "requeue: {max_preemptions: true}\n")
 
 
-@pytest.mark.xfail(strict=True, reason="gap: PyYAML keeps the last of two equal keys silently (spec.py parse); "
-                                       "a duplicated key should be refused with its line")
 def test_a_duplicated_key_is_refused():
-    with pytest.raises(SpecError, match=r"name \(line 4\)"):
+    with pytest.raises(SpecError, match=r"name \(line 7\): key given twice"):
         _resolve(VALID + "name: other\n")

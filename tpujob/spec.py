@@ -27,7 +27,8 @@ PROVISIONING = ("spot", "on-demand", "preemptible")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: YAML's `true` is not the number 1, nor `"5"` a count.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Fallback(_Model):
@@ -132,6 +133,9 @@ def _line_index(node, path=(), out=None) -> dict[tuple, int]:
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             child = path + (key.value,)
+            if child in out:
+                # PyYAML keeps the last of two equal keys silently; a spec must not.
+                raise SpecError("key given twice", field=_dotted(child), line=key.start_mark.line + 1)
             out[child] = key.start_mark.line + 1
             _line_index(value, child, out)
     elif isinstance(node, yaml.SequenceNode):
