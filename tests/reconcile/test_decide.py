@@ -93,7 +93,10 @@ CASES = [
     ("recovering deletes a leftover slice first", job(State.RECOVERING, in_state_seconds=60), obs(SlicePhase.LOST),
      [DeleteSlice(), StartAttempt()]),
     ("recovering reuses a healthy slice after a failure", job(State.RECOVERING, in_state_seconds=60, reuse_slice=True),
-     obs(SlicePhase.READY), [Move(State.SETTING_UP, "re-running on the same slice"), SetUp()]),
+     obs(SlicePhase.READY), [StartAttempt(reuse_slice=True), SetUp()]),
+    ("setup script failed", job(State.SETTING_UP), Observation(SlicePhase.READY, setup_error="host 1: exit 2"),
+     [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
+      Move(State.RECOVERING, "setup failed: host 1: exit 2; retry 1 of 1")]),
 ]
 
 
@@ -117,9 +120,10 @@ def test_every_move_is_legal_and_every_swept_transition_is_reached():
                 assert action.to in TRANSITIONS[state], (state, action.to)
                 reached.add((state, action.to))
                 state = action.to
-            elif isinstance(action, StartAttempt):
-                reached.add((state, State.PROVISIONING))  # act opens the attempt and moves on
-                state = State.PROVISIONING
+            elif isinstance(action, StartAttempt):  # act opens the attempt and moves on
+                state_to = State.SETTING_UP if action.reuse_slice else State.PROVISIONING
+                reached.add((state, state_to))
+                state = state_to
             elif isinstance(action, SetUp):
                 reached.add((state, State.RUNNING))  # act launches, then moves to RUNNING
     # Moves made by users (cancel, delete, resume) are covered by the store and CLI tests.

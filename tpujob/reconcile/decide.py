@@ -40,6 +40,7 @@ class Observation:
     slice: SlicePhase
     hosts: tuple[HostStatus, ...] = ()  # observed only when the slice is READY and a program was launched
     last_step: Optional[int] = None  # from the runtime's status/heartbeat, when known
+    setup_error: Optional[str] = None  # the setup script failed on a host (not a connection error)
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,10 @@ class Action:
 
 @dataclass(frozen=True)
 class StartAttempt(Action):
-    """Open attempt N+1 and create its slice (name derived from job id + N+1)."""
+    """Open attempt N+1: create its slice (name derived from job id + N+1) and move to
+    PROVISIONING, or, with reuse_slice, keep the current healthy slice and move to SETTING_UP."""
     next_placement: bool = False  # move on to the next fallback zone/accelerator first
+    reuse_slice: bool = False
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,8 @@ def _setting_up(job, obs, policy):
         return _lost(job, policy, "slice lost during setup")
     if obs.slice != SlicePhase.READY:
         return []
+    if obs.setup_error is not None:
+        return _failed(job, policy, "setup_failed", f"setup failed: {obs.setup_error}", EndReason.SETUP_FAILED)
     if job.in_state_seconds > policy.setup_timeout(job.hosts):
         return _failed(job, policy, "setup_failed", f"setup still running after "
                        f"{job.in_state_seconds / 60:.0f} min", EndReason.SETUP_FAILED)
@@ -241,7 +246,7 @@ def _recovering(job, obs, policy):
     if job.in_state_seconds < policy.backoff_seconds:
         return []
     if job.reuse_slice and obs.slice == SlicePhase.READY:
-        return [Move(State.SETTING_UP, "re-running on the same slice"), SetUp()]
+        return [StartAttempt(reuse_slice=True), SetUp()]
     actions: list[Action] = []
     if obs.slice not in (SlicePhase.ABSENT,):
         actions.append(DeleteSlice())

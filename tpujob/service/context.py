@@ -50,3 +50,25 @@ class Context:
             yield self.actor
         finally:
             self.store.release_lease(job_id, self.actor)
+
+
+def make_cloud(settings: Settings):
+    """The Cloud for the configured target: Google (ADC), or the local emulator (started if needed)."""
+    if settings.cloud == "gcp":
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        from tpujob.cloud.gcp import GcpCloud
+        from tpujob.errors import ConfigError
+
+        try:
+            credentials, _ = google.auth.default()
+        except DefaultCredentialsError as exc:
+            raise ConfigError("no Google credentials: run `gcloud auth application-default login` "
+                              "or set GOOGLE_APPLICATION_CREDENTIALS") from exc
+        return GcpCloud(credentials=credentials)
+    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.emulator import process
+
+    info = process.ensure_running()
+    return GcpCloud.for_emulator(info["tpu_endpoint"])

@@ -151,8 +151,10 @@ class Store:
             session.commit()
 
     # -- attempts and events ------------------------------------------------------------------
-    def start_attempt(self, job_id: int, *, zone: str, accelerator: str, queued: bool) -> Attempt:
-        """Open the next attempt and make it the job's current one, atomically."""
+    def start_attempt(self, job_id: int, *, zone: str, accelerator: str, queued: bool,
+                      reuse_slice: Optional[str] = None) -> Attempt:
+        """Open the next attempt and make it the job's current one, atomically. Its slice is
+        named after it, unless `reuse_slice` names a healthy slice of an earlier attempt."""
         now = time.time()
         with Session(self.engine) as session:
             job = session.get(Job, job_id)
@@ -164,7 +166,7 @@ class Store:
             if result.rowcount != 1:
                 session.rollback()
                 raise IllegalTransition(f"job {format_job_id(job_id)}: attempt changed concurrently")
-            attempt = Attempt(job_id=job_id, number=number, slice_name=slice_name(job_id, number),
+            attempt = Attempt(job_id=job_id, number=number, slice_name=reuse_slice or slice_name(job_id, number),
                               zone=zone, accelerator=accelerator, queued=queued, started_at=now)
             session.add(attempt)
             session.add(Event(job_id=job_id, at=now, kind="attempt",
@@ -184,6 +186,11 @@ class Store:
     def attempts(self, job_id: int) -> list[Attempt]:
         with Session(self.engine) as session:
             return list(session.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))))
+
+    def current_attempt(self, job_id: int) -> Optional[Attempt]:
+        with Session(self.engine) as session:
+            return session.exec(select(Attempt).where(Attempt.job_id == job_id)
+                                .order_by(col(Attempt.number).desc())).first()
 
     def events(self, job_id: int) -> list[Event]:
         with Session(self.engine) as session:
