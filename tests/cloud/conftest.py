@@ -1,0 +1,20 @@
+"""The cloud layer against the emulator, started in this process on a free port."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpujob.emulator.server import EmulatorServer
+
+@pytest.fixture
+def server(tmp_path):
+    with EmulatorServer(tmp_path / "emulator", provisioning_delay=0.0, storage=False) as srv:
+        yield srv
+
+
+@pytest.fixture
+def cloud(server):
+    from tpujob.cloud.gcp import GcpCloud
+
+    return GcpCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05,
+                                 poll_interval=0.01)

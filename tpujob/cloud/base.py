@@ -1,0 +1,142 @@
+"""The cloud as the orchestrator sees it: slices, their phases, and the Cloud protocol.
+
+Nothing here imports a client library, so the reconcile and the CLI can use these types
+without paying for google-cloud imports. A slice is one TPU node, created either directly or
+through a queued resource of the same name.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+
+class SlicePhase(str, enum.Enum):
+    """What the orchestrator needs to know about a slice, whatever the API's states say."""
+
+    QUEUED = "QUEUED"  # a queued resource waiting for capacity
+    PROVISIONING = "PROVISIONING"  # capacity found, hosts coming up
+    READY = "READY"  # every host is up: set up and run
+    PREEMPTED = "PREEMPTED"  # the hardware was taken back: delete and re-create
+    FAILED = "FAILED"  # the cloud gave up on it: delete and re-create or fall back
+    DELETING = "DELETING"
+    GONE = "GONE"  # neither a node nor a queued resource exists
+
+    @property
+    def terminal(self) -> bool:
+        return self in (SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.GONE)
+
+
+# The one table from Cloud TPU v2 states to phases (Node.State and QueuedResourceState.State
+# in google/cloud/tpu_v2/types/cloud_tpu.py). TERMINATED is maintenance or end of life: the
+# same remedy as a preemption. UNKNOWN is "unknown state after a failed repair".
+NODE_PHASES: dict[str, SlicePhase] = {
+    "CREATING": SlicePhase.PROVISIONING,
+    "READY": SlicePhase.READY,
+    "RESTARTING": SlicePhase.PROVISIONING,
+    "REIMAGING": SlicePhase.PROVISIONING,
+    "REPAIRING": SlicePhase.PROVISIONING,
+    "STARTING": SlicePhase.PROVISIONING,
+    "UNHIDING": SlicePhase.PROVISIONING,
+    "DELETING": SlicePhase.DELETING,
+    "STOPPING": SlicePhase.FAILED,
+    "STOPPED": SlicePhase.FAILED,
+    "HIDING": SlicePhase.FAILED,
+    "HIDDEN": SlicePhase.FAILED,
+    "PREEMPTED": SlicePhase.PREEMPTED,
+    "TERMINATED": SlicePhase.PREEMPTED,
+    "UNKNOWN": SlicePhase.FAILED,
+    "STATE_UNSPECIFIED": SlicePhase.PROVISIONING,
+}
+# ACTIVE defers to the node's own state. SUSPENDING/SUSPENDED: the service (or a user) deleted
+# the resources, which for spot capacity means a preemption.
+QUEUED_RESOURCE_PHASES: dict[str, SlicePhase | None] = {
+    "CREATING": SlicePhase.QUEUED,
+    "ACCEPTED": SlicePhase.QUEUED,
+    "WAITING_FOR_RESOURCES": SlicePhase.QUEUED,
+    "PROVISIONING": SlicePhase.PROVISIONING,
+    "ACTIVE": None,
+    "FAILED": SlicePhase.FAILED,
+    "DELETING": SlicePhase.DELETING,
+    "SUSPENDING": SlicePhase.PREEMPTED,
+    "SUSPENDED": SlicePhase.PREEMPTED,
+    "STATE_UNSPECIFIED": SlicePhase.QUEUED,
+}
+
+
+def slice_phase(node_state: str | None, queued_resource_state: str | None) -> SlicePhase:
+    """The phase of a slice from its node's state and its queued resource's state (None: absent)."""
+    if queued_resource_state is not None:
+        phase = QUEUED_RESOURCE_PHASES.get(queued_resource_state, SlicePhase.FAILED)
+        if phase is not None:
+            return phase
+        if node_state is None:  # ACTIVE but its node was deleted under it
+            return SlicePhase.FAILED
+    if node_state is None:
+        return SlicePhase.GONE
+    return NODE_PHASES.get(node_state, SlicePhase.FAILED)
+
+
+@dataclass(frozen=True)
+class Host:
+    index: int
+    ip: str  # internal address (on the emulator: the host's own loopback address)
+    external_ip: str | None = None
+
+
+@dataclass(frozen=True)
+class DataDisk:
+    source: str  # projects/P/zones/Z/disks/NAME
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class SliceRequest:
+    project: str
+    zone: str
+    name: str  # node id; the queued resource, if any, has the same id
+    accelerator_type: str
+    runtime_version: str
+    provisioning: str = "spot"  # "spot", "on-demand" or "preemptible"
+    queued: bool = False  # through a queued resource (keeps a place in the queue)
+    valid_until_seconds: int | None = None  # queued only: give up waiting after this long
+    labels: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    ssh_keys: tuple[str, ...] = ()  # "USER:ssh-ed25519 AAAA... comment" lines
+    data_disks: tuple[DataDisk, ...] = ()
+
+
+@dataclass(frozen=True)
+class Slice:
+    name: str
+    zone: str
+    phase: SlicePhase
+    node_state: str | None = None  # the API's own states, for `show` and events
+    queued_resource_state: str | None = None
+    accelerator_type: str | None = None
+    hosts: tuple[Host, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    detail: str = ""  # why it failed or what it waits for, when the API says
+
+
+class Cloud(Protocol):
+    """Slices on a TPU cloud. Implemented by tpujob.cloud.gcp.GcpCloud (Google or the emulator).
+
+    Errors: StockoutError when a zone has no capacity, NotFoundError for a missing resource on
+    get, CloudError for everything else; deletes of missing resources succeed.
+    """
+
+    api_calls: int  # every HTTP request made, retries and operation polls included
+
+    def create_node(self, request: SliceRequest, timeout: float = ...) -> Slice: ...
+    def create_queued_resource(self, request: SliceRequest, timeout: float = ...) -> Slice: ...
+    def get_slice(self, project: str, zone: str, name: str) -> Slice: ...
+    def list_slices(self, project: str, zone: str) -> dict[str, Slice]: ...
+    def delete_node(self, project: str, zone: str, name: str, timeout: float = ...) -> None: ...
+    def delete_queued_resource(self, project: str, zone: str, name: str,
+                               timeout: float = ...) -> None: ...
+    def delete_slice(self, project: str, zone: str, name: str, timeout: float = ...) -> None: ...
+    def wait_for_slice(self, project: str, zone: str, name: str, timeout: float,
+                       on_change: Callable[[Slice], None] | None = None) -> Slice: ...
+    def host_keys(self, project: str, zone: str, name: str) -> dict[int, list[str]]: ...

@@ -1,0 +1,295 @@
+"""The Cloud protocol over Google's official TPU client (google.cloud.tpu_v2, REST transport).
+
+The same code talks to Google (Application Default Credentials) and to the local emulator
+(anonymous credentials, an `http://127.0.0.1:PORT` endpoint). Import this module lazily: it
+pulls in google-cloud-tpu.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Callable
+
+from google.api_core import exceptions as gexc
+from google.api_core import retry as gretry
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import tpu_v2
+from google.protobuf import duration_pb2
+
+from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, slice_phase
+from tpujob.errors import CloudError, ConflictError, NotFoundError, StockoutError, UsageError
+
+# Google's stockout wordings: "There is no more capacity in the zone ...", "Insufficient
+# reserved capacity", "... does not have enough resources available to fulfill the request".
+_STOCKOUT = re.compile(r"no more capacity|insufficient .*capacity|not have enough resources|"
+                       r"stockout", re.IGNORECASE)
+_TRANSIENT = (gexc.TooManyRequests, gexc.InternalServerError, gexc.BadGateway,
+              gexc.ServiceUnavailable, gexc.GatewayTimeout)
+
+
+def _is_stockout(err: Exception) -> bool:
+    return isinstance(err, gexc.ResourceExhausted) and bool(_STOCKOUT.search(str(err)))
+
+
+def _retryable(err: Exception) -> bool:
+    return isinstance(err, _TRANSIENT) and not _is_stockout(err)
+
+
+class GcpCloud:
+    """Cloud TPU slices through tpu_v2.TpuClient. `api_calls` counts every request sent."""
+
+    def __init__(self, endpoint: str | None = None, credentials: Any = None,
+                 retry_initial: float = 1.0, retry_maximum: float = 30.0,
+                 retry_deadline: float = 300.0, poll_interval: float = 2.0):
+        options = {"api_endpoint": endpoint} if endpoint else None
+        self._client = tpu_v2.TpuClient(transport="rest", credentials=credentials,
+                                        client_options=options)
+        self._retry = gretry.Retry(predicate=_retryable, initial=retry_initial,
+                                   maximum=retry_maximum, multiplier=2.0, timeout=retry_deadline)
+        self.poll_interval = poll_interval
+        self.api_calls = 0
+
+    @classmethod
+    def for_emulator(cls, endpoint: str, **kwargs: Any) -> GcpCloud:
+        kwargs.setdefault("retry_initial", 0.05)
+        kwargs.setdefault("retry_maximum", 0.5)
+        kwargs.setdefault("poll_interval", 0.05)
+        return cls(endpoint=endpoint, credentials=AnonymousCredentials(), **kwargs)
+
+    # ---- create -----------------------------------------------------------------------------
+
+    def create_node(self, request: SliceRequest, timeout: float = 1800.0) -> Slice:
+        """Create the node directly and wait for its operation (READY, or StockoutError)."""
+        node = self._node(request)
+        what = f"creating node {request.name}"
+        op = self._call(what, self._client.create_node, parent=_parent(request),
+                        node_id=request.name, node=node)
+        self._wait(op, what, timeout)
+        return self.get_slice(request.project, request.zone, request.name)
+
+    def create_queued_resource(self, request: SliceRequest, timeout: float = 300.0) -> Slice:
+        """Queue the request (the operation ends once queued); poll wait_for_slice for READY."""
+        if request.provisioning == "preemptible":
+            raise UsageError("preemptible TPUs cannot be queued; use spot or on-demand")
+        qr = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[
+            tpu_v2.QueuedResource.Tpu.NodeSpec(parent=_parent(request), node_id=request.name,
+                                               node=self._node(request))]))
+        if request.provisioning == "spot":
+            qr.spot = tpu_v2.QueuedResource.Spot()
+        if request.valid_until_seconds:
+            qr.queueing_policy = tpu_v2.QueuedResource.QueueingPolicy(
+                valid_until_duration=duration_pb2.Duration(seconds=request.valid_until_seconds))
+        what = f"queueing {request.name}"
+        op = self._call(what, self._client.create_queued_resource, parent=_parent(request),
+                        queued_resource_id=request.name, queued_resource=qr)
+        self._wait(op, what, timeout)
+        return self.get_slice(request.project, request.zone, request.name)
+
+    def _node(self, request: SliceRequest) -> tpu_v2.Node:
+        metadata = dict(request.metadata)
+        if request.ssh_keys:
+            metadata["ssh-keys"] = "\n".join(filter(None, [metadata.get("ssh-keys"),
+                                                           *request.ssh_keys]))
+        node = tpu_v2.Node(
+            accelerator_type=request.accelerator_type, runtime_version=request.runtime_version,
+            labels=request.labels, metadata=metadata,
+            data_disks=[tpu_v2.AttachedDisk(
+                source_disk=d.source,
+                mode=(tpu_v2.AttachedDisk.DiskMode.READ_ONLY if d.read_only
+                      else tpu_v2.AttachedDisk.DiskMode.READ_WRITE))
+                for d in request.data_disks])
+        # Queued resources take spot through their own tier (set by the caller), not here.
+        if request.provisioning == "spot" and not request.queued:
+            node.scheduling_config = tpu_v2.SchedulingConfig(spot=True)
+        elif request.provisioning == "preemptible":
+            node.scheduling_config = tpu_v2.SchedulingConfig(preemptible=True)
+        elif request.provisioning not in ("spot", "on-demand"):
+            raise UsageError(f"unknown provisioning {request.provisioning!r}: "
+                             "use spot, on-demand or preemptible")
+        return node
+
+    # ---- read -------------------------------------------------------------------------------
+
+    def get_node(self, project: str, zone: str, name: str) -> Slice:
+        node = self._call(f"getting node {name}", self._client.get_node,
+                          name=f"{_loc(project, zone)}/nodes/{name}")
+        return _slice(name, zone, node, None)
+
+    def list_nodes(self, project: str, zone: str) -> list[Slice]:
+        nodes = self._call(f"listing nodes in {zone}", _all, self._client.list_nodes,
+                           parent=_loc(project, zone))
+        return [_slice(_short(n.name), zone, n, None) for n in nodes]
+
+    def get_queued_resource(self, project: str, zone: str, name: str) -> Slice:
+        qr = self._call(f"getting queued resource {name}", self._client.get_queued_resource,
+                        name=f"{_loc(project, zone)}/queuedResources/{name}")
+        return _slice(name, zone, None, qr)
+
+    def list_queued_resources(self, project: str, zone: str) -> list[Slice]:
+        qrs = self._call(f"listing queued resources in {zone}", _all,
+                         self._client.list_queued_resources, parent=_loc(project, zone))
+        return [_slice(_short(q.name), zone, None, q) for q in qrs]
+
+    def get_slice(self, project: str, zone: str, name: str) -> Slice:
+        """The slice's node and queued resource together; phase GONE when neither exists."""
+        loc = _loc(project, zone)
+        node = self._get_or_none(f"getting node {name}", self._client.get_node,
+                                 f"{loc}/nodes/{name}")
+        qr = self._get_or_none(f"getting queued resource {name}", self._client.get_queued_resource,
+                               f"{loc}/queuedResources/{name}")
+        return _slice(name, zone, node, qr)
+
+    def list_slices(self, project: str, zone: str) -> dict[str, Slice]:
+        """Every slice in the zone from one nodes list and one queued-resources list."""
+        loc = _loc(project, zone)
+        nodes = {_short(n.name): n for n in self._call(
+            f"listing nodes in {zone}", _all, self._client.list_nodes, parent=loc)}
+        qrs = {_short(q.name): q for q in self._call(
+            f"listing queued resources in {zone}", _all, self._client.list_queued_resources,
+            parent=loc)}
+        return {name: _slice(name, zone, nodes.get(name), qrs.get(name))
+                for name in sorted(nodes.keys() | qrs.keys())}
+
+    def wait_for_slice(self, project: str, zone: str, name: str, timeout: float,
+                       on_change: Callable[[Slice], None] | None = None) -> Slice:
+        """Poll until READY or a terminal phase; CloudError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            current = self.get_slice(project, zone, name)
+            if on_change and (last is None or (current.phase, current.node_state,
+                                               current.queued_resource_state) != last):
+                on_change(current)
+            last = (current.phase, current.node_state, current.queued_resource_state)
+            if current.phase is SlicePhase.READY or current.phase.terminal:
+                return current
+            if time.monotonic() > deadline:
+                raise CloudError(f"slice {name} still {current.phase.value} after {timeout:g} s")
+            time.sleep(self.poll_interval)
+
+    def host_keys(self, project: str, zone: str, name: str) -> dict[int, list[str]]:
+        """Each worker's SSH host keys ("TYPE BASE64" lines) from the `hostkeys` guest attributes."""
+        answer = self._call(f"reading host keys of {name}", self._client.get_guest_attributes,
+                            request={"name": f"{_loc(project, zone)}/nodes/{name}",
+                                     "query_path": "hostkeys/"})
+        return {index: [f"{item.key} {item.value}" for item in attrs.query_value.items
+                        if item.namespace == "hostkeys"]
+                for index, attrs in enumerate(answer.guest_attributes)}
+
+    # ---- delete -----------------------------------------------------------------------------
+
+    def delete_node(self, project: str, zone: str, name: str, timeout: float = 600.0) -> None:
+        what = f"deleting node {name}"
+        try:
+            op = self._call(what, self._client.delete_node,
+                            name=f"{_loc(project, zone)}/nodes/{name}")
+        except NotFoundError:
+            return
+        self._wait(op, what, timeout)
+
+    def delete_queued_resource(self, project: str, zone: str, name: str,
+                               timeout: float = 600.0) -> None:
+        """Delete the queued resource and, with it, its node (force)."""
+        what = f"deleting queued resource {name}"
+        request = tpu_v2.DeleteQueuedResourceRequest(
+            name=f"{_loc(project, zone)}/queuedResources/{name}", force=True)
+        try:
+            op = self._call(what, self._client.delete_queued_resource, request=request)
+        except NotFoundError:
+            return
+        self._wait(op, what, timeout)
+
+    def delete_slice(self, project: str, zone: str, name: str, timeout: float = 600.0) -> None:
+        """Delete whatever the slice has: the queued resource (and its node), or the node."""
+        self.delete_queued_resource(project, zone, name, timeout)
+        self.delete_node(project, zone, name, timeout)
+
+    # ---- plumbing ---------------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        def attempt() -> Any:
+            self.api_calls += 1
+            return fn(*args, **kwargs)
+
+        try:
+            return self._retry(attempt)()
+        except gexc.GoogleAPICallError as err:
+            raise _error(what, err) from err
+        except gexc.RetryError as err:
+            raise CloudError(f"{what}: gave up after retries: {_message(err.cause)}") from err
+
+    def _get_or_none(self, what: str, fn: Callable, name: str) -> Any:
+        try:
+            return self._call(what, fn, name=name)
+        except NotFoundError:
+            return None
+
+    def _wait(self, op: Any, what: str, timeout: float) -> None:
+        """Poll the long-running operation until done; its error becomes a typed error."""
+        name = op.operation.name
+        deadline = time.monotonic() + timeout
+        delay = min(self.poll_interval, 0.01)
+        while True:
+            current = self._call(what, self._client.get_operation, request={"name": name})
+            if current.done:
+                break
+            if time.monotonic() > deadline:
+                raise CloudError(f"{what}: operation {name} not done after {timeout:g} s")
+            time.sleep(delay)
+            delay = min(delay * 2, self.poll_interval)
+        if current.HasField("error"):
+            err = gexc.from_grpc_status(current.error.code, current.error.message)
+            raise _error(what, err)
+
+
+def _all(list_fn: Callable, parent: str) -> list:
+    """Every item over every page, inside one retried call (pages follow lazily)."""
+    return list(list_fn(parent=parent))
+
+
+def _error(what: str, err: gexc.GoogleAPICallError) -> Exception:
+    message = f"{what}: {_message(err)}"
+    if _is_stockout(err):
+        return StockoutError(message)
+    if isinstance(err, gexc.NotFound):
+        return NotFoundError(message)
+    if isinstance(err, (gexc.AlreadyExists, gexc.Conflict)):
+        return ConflictError(message)
+    return CloudError(message)
+
+
+def _message(err: Exception | None) -> str:
+    if isinstance(err, gexc.GoogleAPICallError):
+        return f"{type(err).__name__}: {err.message}"
+    return str(err)
+
+
+def _loc(project: str, zone: str) -> str:
+    return f"projects/{project}/locations/{zone}"
+
+
+def _parent(request: SliceRequest) -> str:
+    return _loc(request.project, request.zone)
+
+
+def _short(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:
+    node_state = node.state.name if node is not None else None
+    qr_state = qr.state.state.name if qr is not None else None
+    hosts = tuple(Host(i, e.ip_address, e.access_config.external_ip or None)
+                  for i, e in enumerate(node.network_endpoints)) if node is not None else ()
+    detail = ""
+    if node is not None and node.health_description:
+        detail = node.health_description
+    if qr is not None and qr.state.failed_data.error.message:
+        detail = qr.state.failed_data.error.message
+    accelerator = node.accelerator_type if node is not None else (
+        qr.tpu.node_spec[0].node.accelerator_type if qr is not None and qr.tpu.node_spec else None)
+    return Slice(name=name, zone=zone, phase=slice_phase(node_state, qr_state),
+                 node_state=node_state, queued_resource_state=qr_state,
+                 accelerator_type=accelerator, hosts=hosts,
+                 labels=dict(node.labels) if node is not None else {}, detail=detail)

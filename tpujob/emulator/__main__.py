@@ -1,0 +1,76 @@
+"""`python -m tpujob.emulator`: serve the local TPU cloud in the foreground until SIGTERM.
+
+`tpujob emulator start` runs this in the background; it writes endpoints.json in --state-dir
+once it serves and removes it on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import pathlib
+import signal
+import threading
+
+from tpujob.emulator.server import DEFAULT_PROJECT, EmulatorServer
+from tpujob.emulator.process import ENDPOINTS_FILE
+
+log = logging.getLogger("tpujob.emulator")
+
+
+def _machines_factory(enabled: bool):
+    if not enabled:
+        return None
+    try:
+        from tpujob.emulator.machines import SliceMachines
+    except ModuleNotFoundError as err:
+        if err.name != "tpujob.emulator.machines":
+            raise
+        log.warning("tpujob.emulator.machines is not installed: hosts have addresses only")
+        return None
+    return SliceMachines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tpujob.emulator", description=__doc__)
+    parser.add_argument("--state-dir", type=pathlib.Path, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--project", default=DEFAULT_PROJECT)
+    parser.add_argument("--provisioning-delay", type=float, default=0.2)
+    parser.add_argument("--ssh-port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--no-hosts", action="store_true",
+                        help="no SSH hosts: nodes get addresses only (API tests)")
+    parser.add_argument("--no-storage", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    server = EmulatorServer(args.state_dir, host=args.host, port=args.port, project=args.project,
+                            provisioning_delay=args.provisioning_delay, ssh_port=args.ssh_port,
+                            machines_factory=_machines_factory(not args.no_hosts),
+                            storage=not args.no_storage)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    info = server.start()
+    endpoints = args.state_dir / ENDPOINTS_FILE
+    tmp = endpoints.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info, indent=2))
+    os.replace(tmp, endpoints)  # readers never see half a file
+    log.info("serving %s", json.dumps(info))
+    stopping.wait()
+    log.info("stopping")
+    try:
+        server.stop()
+    finally:
+        try:
+            if json.loads(endpoints.read_text()).get("pid") == os.getpid():
+                endpoints.unlink()
+        except (OSError, ValueError):  # already removed by `tpujob emulator stop`
+            pass
+
+
+if __name__ == "__main__":
+    main()

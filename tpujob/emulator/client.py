@@ -1,0 +1,62 @@
+"""A small client for the emulator's own endpoints (`/emulator/v1/...`): status and faults.
+
+Standard library only, so the CLI's fault commands stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from tpujob.errors import CloudError, ConflictError, NotFoundError, UsageError
+
+
+class EmulatorClient:
+    def __init__(self, url: str, timeout: float = 10.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def status(self) -> dict:
+        return self._request("GET", "status")
+
+    def preempt(self, node: str) -> dict:
+        return self._request("POST", "preempt", {"node": node})
+
+    def stockout(self, zone: str, accelerator_type: str | None = None, clear: bool = False) -> dict:
+        return self._request("POST", "stockout",
+                             {"zone": zone, "acceleratorType": accelerator_type, "clear": clear})
+
+    def set_faults(self, api_error_rate: float | None = None,
+                   provisioning_delay: float | None = None) -> dict:
+        return self._request("POST", "faults", {"apiErrorRate": api_error_rate,
+                                                "provisioningDelay": provisioning_delay})
+
+    def kill_host(self, node: str, index: int) -> None:
+        self._request("POST", "kill-host", {"node": node, "index": index})
+
+    def hosts(self, node: str) -> list[dict]:
+        """Each host of the node: index, ip, sshPort, hostKey, root (its filesystem, or null)."""
+        query = urllib.parse.urlencode({"node": node})
+        return self._request("GET", f"hosts?{query}")["hosts"]
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{self.url}/emulator/v1/{path}", data=data,
+                                         method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            try:
+                message = json.loads(err.read())["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = f"HTTP {err.code}"
+            kind = {400: UsageError, 404: NotFoundError, 409: ConflictError}.get(err.code,
+                                                                                 CloudError)
+            raise kind(f"emulator: {message}") from err
+        except (urllib.error.URLError, OSError) as err:
+            raise CloudError(f"emulator at {self.url} is not reachable: {err}") from err

@@ -1,0 +1,265 @@
+"""The SSH server of one emulated TPU host (paramiko server mode).
+
+One listener thread per host; each connection is a paramiko Transport (its own thread). Exec
+requests are answered at once and the command runs on another thread, inside the host's mount
+namespace (`nsenter -t HOLDER -m`), with its stdio pumped to the channel; the exit status is
+sent before the channel closes. `sftp` is paramiko's SFTPServer over the host's filesystem
+view; `shell` with a pty gives `tpujob ssh` an interactive bash.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pty
+import socket
+import subprocess
+import sys
+import threading
+
+import paramiko
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from tpujob.emulator.host_sftp import RootedSftp
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 32768
+
+
+def new_host_key() -> paramiko.PKey:
+    """A fresh Ed25519 host key (paramiko 5 cannot generate Ed25519 itself)."""
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption()).decode()
+    import io
+    return paramiko.Ed25519Key(file_obj=io.StringIO(pem))
+
+
+def parse_authorized_keys(lines: list[str]) -> set[tuple[str | None, str, str]]:
+    """(user or None, key type, base64) per line; lines may carry GCE's "USER:" prefix."""
+    keys = set()
+    for line in lines:
+        line = line.strip()
+        user = None
+        head = line.split(None, 1)[0] if line else ""
+        if ":" in head:   # "USER:ssh-ed25519 AAAA..." (key types never contain ':')
+            user, line = line.split(":", 1)
+        parts = line.split()
+        if len(parts) >= 2:
+            keys.add((user, parts[0], parts[1]))
+    return keys
+
+
+class HostSshServer:
+    """Listens on (ip, port); every connection runs commands on the host's namespace."""
+
+    def __init__(self, ip: str, port: int, host_key: paramiko.PKey, authorized: set,
+                 holder_pid: int, label: str):
+        self.ip, self.port, self.label = ip, port, label
+        self.host_key = host_key
+        self.authorized = authorized
+        self.holder_pid = holder_pid
+        self._sock: socket.socket | None = None
+        self._transports: set[paramiko.Transport] = set()
+        self._procs: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def start(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.ip, self.port))
+        except OSError:
+            sock.close()
+            raise
+        sock.listen(64)
+        self._sock = sock
+        threading.Thread(target=self._accept_loop, name=f"ssh-{self.label}", daemon=True).start()
+
+    def close(self) -> None:
+        """SSH stops answering: the listener and every open connection are closed."""
+        with self._lock:
+            self._closed = True
+            transports = list(self._transports)
+        if self._sock:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)   # wakes the blocked accept() on Linux
+            except OSError:
+                pass
+            self._sock.close()
+        for t in transports:
+            t.close()
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    return
+            try:
+                transport = paramiko.Transport(conn)
+                transport.add_server_key(self.host_key)
+                transport.set_subsystem_handler("sftp", paramiko.SFTPServer, RootedSftp,
+                                                root=f"/proc/{self.holder_pid}/root")
+                with self._lock:
+                    self._transports.add(transport)
+                # With an event, start_server returns at once: one slow client can't stall
+                # the listener.
+                transport.start_server(event=threading.Event(), server=_Session(self))
+            except Exception:   # a broken handshake only loses that connection
+                log.debug("%s: connection failed", self.label, exc_info=True)
+                conn.close()
+
+    def forget(self, transport: paramiko.Transport) -> None:
+        with self._lock:
+            self._transports.discard(transport)
+
+    def spawn(self, argv: list[str], env: dict, home: str, **popen) -> subprocess.Popen:
+        """Start `argv` inside the host's mount namespace, in `home`."""
+        full = ["nsenter", "-t", str(self.holder_pid), "-m", f"--wdns={home}", "--"] + argv
+        return subprocess.Popen(full, env=env, start_new_session=True, **popen)
+
+
+class _Session(paramiko.ServerInterface):
+    """Authentication and channel requests of one connection."""
+
+    def __init__(self, server: HostSshServer):
+        self.server = server
+        self.user = "root"
+        self.env: dict[str, str] = {}
+        self.pty_size: tuple[int, int] | None = None
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        name, b64 = key.get_name(), key.get_base64()
+        for user, kind, data in self.server.authorized:
+            if kind == name and data == b64 and user in (None, username):
+                self.user = username
+                return paramiko.AUTH_SUCCESSFUL
+        return paramiko.AUTH_FAILED
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        if kind == "session":
+            return paramiko.OPEN_SUCCEEDED
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_env_request(self, channel, name: bytes, value: bytes) -> bool:
+        self.env[_text(name)] = _text(value)
+        return True
+
+    def check_channel_pty_request(self, channel, term, width, height, pw, ph, modes) -> bool:
+        self.pty_size = (height, width)
+        self.env["TERM"] = _text(term)
+        return True
+
+    def check_channel_exec_request(self, channel, command: bytes) -> bool:
+        threading.Thread(target=self._run, args=(channel, ["bash", "-c", _text(command)]),
+                         daemon=True).start()
+        return True
+
+    def check_channel_shell_request(self, channel) -> bool:
+        threading.Thread(target=self._shell, args=(channel,), daemon=True).start()
+        return True
+
+    def _environment(self) -> tuple[dict, str]:
+        home = "/root" if self.user == "root" else f"/home/{self.user}"
+        # The home directory exists from the first login on, as on a VM whose guest agent
+        # creates the user named in `ssh-keys`.
+        os.makedirs(f"/proc/{self.server.holder_pid}/root{home}", exist_ok=True)
+        # The interpreter running the emulator comes first on PATH, as python3 with the
+        # project's packages does on a prepared TPU VM image.
+        path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get(
+            "PATH", "/usr/local/bin:/usr/bin:/bin")
+        env = {"HOME": home, "USER": self.user, "LOGNAME": self.user, "PATH": path,
+               "SHELL": "/bin/bash", "LANG": "C.UTF-8"}
+        env.update(self.env)
+        return env, home
+
+    def _run(self, channel: paramiko.Channel, argv: list[str]) -> None:
+        proc = None
+        try:
+            env, home = self._environment()
+            proc = self.server.spawn(argv, env, home, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            pumps = [threading.Thread(target=_pump_out, args=(proc.stdout, channel.sendall)),
+                     threading.Thread(target=_pump_out,
+                                      args=(proc.stderr, channel.sendall_stderr))]
+            for t in pumps:
+                t.start()
+            threading.Thread(target=_pump_in, args=(channel, proc.stdin), daemon=True).start()
+            rc = proc.wait()
+            for t in pumps:
+                t.join()
+            _finish(channel, 128 - rc if rc < 0 else rc)
+        except Exception:
+            log.debug("%s: exec failed", self.server.label, exc_info=True)
+            _finish(channel, 255)
+            if proc and proc.poll() is None:
+                proc.kill()
+
+    def _shell(self, channel: paramiko.Channel) -> None:
+        env, home = self._environment()
+        env.setdefault("TERM", "xterm")
+        leader, follower = pty.openpty()
+        if self.pty_size:
+            import fcntl
+            import struct
+            import termios
+            fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", *self.pty_size, 0, 0))
+        try:
+            proc = self.server.spawn(["bash", "-i"], env, home, stdin=follower, stdout=follower,
+                                     stderr=follower)
+        finally:
+            os.close(follower)
+        out = os.fdopen(leader, "rb", buffering=0)
+        threading.Thread(target=_pump_in, args=(channel, os.fdopen(os.dup(leader), "wb", 0)),
+                         daemon=True).start()
+        _pump_out(out, channel.sendall)   # ends with EIO once the shell exits
+        rc = proc.wait()
+        _finish(channel, 128 - rc if rc < 0 else rc)
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _pump_out(stream, send) -> None:
+    try:
+        while chunk := stream.read1(_CHUNK) if hasattr(stream, "read1") else stream.read(_CHUNK):
+            send(chunk)
+    except OSError:   # client gone, or the pty closed
+        pass
+    finally:
+        stream.close()
+
+
+def _pump_in(channel: paramiko.Channel, stdin) -> None:
+    try:
+        while data := channel.recv(_CHUNK):
+            stdin.write(data)
+            stdin.flush()
+    except (OSError, ValueError):   # the command exited without reading everything
+        pass
+    finally:
+        try:
+            stdin.close()
+        except OSError:
+            pass
+
+
+def _finish(channel: paramiko.Channel, status: int) -> None:
+    try:
+        channel.send_exit_status(status)
+        channel.shutdown_write()
+        channel.close()
+    except Exception:   # the connection is already gone (host killed, client left)
+        pass

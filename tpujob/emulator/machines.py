@@ -1,0 +1,229 @@
+"""The emulated TPU VMs of one node: real processes, real SSH, a filesystem view of their own.
+
+Each host is a Linux mount namespace (`unshare --mount`) in which the per-host directories
+`host_root(i)/{mnt,tmp,home,root}` are bind-mounted over `/mnt`, `/tmp`, `/home` and `/root`,
+kept alive by one tiny holder process (`sleep infinity`). Commands arriving over the host's SSH
+server (one listener thread per host, see host_ssh.py) run inside it with `nsenter -m`, so the
+same host scripts run unchanged here and on a real TPU VM.
+
+A host's processes are exactly the processes whose mount namespace is the host's: that follows
+programs that detach with setsid/nohup, without cgroups or pid files, so preempt, kill_host and
+stop leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+from tpujob.emulator.host_ssh import HostSshServer, new_host_key, parse_authorized_keys
+
+log = logging.getLogger(__name__)
+
+# The directories a host owns; the rest of the filesystem (/usr, the venv, ...) is shared, like
+# the image every VM of a slice boots from.
+HOST_DIRS = ("mnt", "home", "root", "tmp")
+
+_HOLDER_SCRIPT = 'while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done; echo ready; ' \
+                 'exec sleep infinity'
+
+
+@dataclass(frozen=True)
+class HostEndpoint:
+    index: int
+    ip: str            # unique loopback address, e.g. 127.17.3.1
+    ssh_port: int      # the port its SSH server listens on
+    host_key: str      # OpenSSH public host key line, "ssh-ed25519 AAAA..."
+
+
+def host_ip(ip_block: int, index: int) -> str:
+    return f"127.{16 + ip_block // 250}.{ip_block % 250}.{index + 1}"
+
+
+class _Host:
+    """One emulated VM: its namespace holder, its mount namespace id, its SSH server."""
+
+    def __init__(self, index: int, root: pathlib.Path, ip: str):
+        self.index = index
+        self.root = root
+        self.ip = ip
+        self.holder: subprocess.Popen | None = None
+        self.ns: tuple[int, int] | None = None   # (st_dev, st_ino) of the mount namespace
+        self.server: HostSshServer | None = None
+        self.alive = False
+
+    def spawn_holder(self) -> None:
+        for name in HOST_DIRS:
+            (self.root / name).mkdir(parents=True, exist_ok=True)
+        (self.root / "tmp").chmod(0o1777)
+        (self.root / "root").chmod(0o700)
+        args = []
+        for name in self._mount_order():
+            args += [str(self.root / name), f"/{name}"]
+        self.holder = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "--",
+             "bash", "-c", _HOLDER_SCRIPT, "tpujob-host"] + args,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True)
+
+    def _mount_order(self) -> list[str]:
+        # A bind source is resolved when it is mounted: if this host's root lies under one of
+        # the targets (e.g. $TPUJOB_HOME under /root or a test dir under /tmp), that target is
+        # mounted last, so the other sources are still reachable at their usual paths.
+        real = self.root.resolve()
+        covering = [n for n in HOST_DIRS if real.is_relative_to(f"/{n}")]
+        return [n for n in HOST_DIRS if n not in covering] + covering
+
+    def await_holder(self) -> None:
+        assert self.holder and self.holder.stdout
+        line = self.holder.stdout.readline()
+        if line.strip() != b"ready":
+            self.holder.wait(timeout=5)
+            err = self.holder.stderr.read().decode(errors="replace").strip() if self.holder.stderr \
+                else ""
+            raise RuntimeError(f"host {self.index}: namespace set-up failed: {err}")
+        self.holder.stdout.close()
+        self.holder.stderr.close()
+        st = os.stat(f"/proc/{self.holder.pid}/ns/mnt")
+        self.ns = (st.st_dev, st.st_ino)
+        self.alive = True
+
+
+class SliceMachines:
+    """The hosts of one emulated TPU node: started when the node is being created."""
+
+    def __init__(self, root: pathlib.Path, node_id: str, num_hosts: int,
+                 authorized_keys: list[str], ip_block: int, ssh_port: int):
+        if not 1 <= ip_block <= 65000:
+            raise ValueError(f"ip_block {ip_block} is outside 1..65000")
+        if not 1 <= num_hosts <= 254:
+            raise ValueError(f"num_hosts {num_hosts} is outside 1..254")
+        self.root = pathlib.Path(root)
+        self.node_id = node_id
+        self.ssh_port = ssh_port
+        self._keys = parse_authorized_keys(authorized_keys)
+        self._hosts = [_Host(i, self.root / f"host-{i}", host_ip(ip_block, i))
+                       for i in range(num_hosts)]
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    def host_root(self, index: int) -> pathlib.Path:
+        """Where host `index`'s own /mnt, /home, /root and /tmp live, seen from outside."""
+        return self._hosts[index].root
+
+    def host_pids(self, index: int) -> list[int]:
+        """The processes running on host `index` now (its namespace holder included)."""
+        host = self._hosts[index]
+        return _pids_by_namespace({host.ns}).get(host.ns, []) if host.ns else []
+
+    def start(self) -> list[HostEndpoint]:
+        """Hosts up, SSH answering. Raises if any host cannot start; call stop() then."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for host in self._hosts:   # all holders first: their start-ups overlap
+            host.spawn_holder()
+        endpoints = []
+        for host in self._hosts:
+            host.await_holder()
+            key = new_host_key()
+            host.server = HostSshServer(
+                ip=host.ip, port=self.ssh_port, host_key=key, authorized=self._keys,
+                holder_pid=host.holder.pid, label=f"{self.node_id}/{host.index}")
+            host.server.start()
+            endpoints.append(HostEndpoint(host.index, host.ip, self.ssh_port,
+                                          f"{key.get_name()} {key.get_base64()}"))
+        return endpoints
+
+    def preempt(self, grace_seconds: float) -> None:
+        """SSH stops answering; every process on every host gets SIGTERM, then SIGKILL after
+        the grace period. Blocks until the hosts are dead (at most about grace_seconds)."""
+        hosts = self._take_down(list(range(len(self._hosts))))
+        namespaces = {h.ns for h in hosts}
+        _signal_all(namespaces, signal.SIGTERM)
+        deadline = time.monotonic() + grace_seconds
+        while time.monotonic() < deadline and _pids_by_namespace(namespaces):
+            if self._stopping.wait(0.05):
+                break
+        _kill_all(namespaces)
+        self._reap(hosts)
+
+    def kill_host(self, index: int) -> None:
+        """That host dies at once: processes killed, SSH gone."""
+        hosts = self._take_down([index])
+        _kill_all({h.ns for h in hosts})
+        self._reap(hosts)
+
+    def stop(self) -> None:
+        """Node deleted: every process killed, SSH servers closed, directories removed."""
+        self._stopping.set()
+        hosts = self._take_down(list(range(len(self._hosts))))
+        _kill_all({h.ns for h in hosts})
+        self._reap(hosts)
+        for host in self._hosts:   # holders of hosts that never finished starting
+            if host.holder and host.holder.poll() is None:
+                host.holder.kill()
+                host.holder.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _take_down(self, indices: list[int]) -> list[_Host]:
+        """Close the SSH servers of live hosts among `indices`; returns those hosts."""
+        with self._lock:
+            hosts = [self._hosts[i] for i in indices if self._hosts[i].alive]
+            for host in hosts:
+                host.alive = False
+        for host in hosts:
+            if host.server:
+                host.server.close()
+        return hosts
+
+    @staticmethod
+    def _reap(hosts: list[_Host]) -> None:
+        for host in hosts:
+            if host.holder:
+                host.holder.wait()
+
+
+def _pids_by_namespace(namespaces: set) -> dict[tuple[int, int], list[int]]:
+    """Live processes grouped by mount namespace, for the namespaces asked about."""
+    found: dict[tuple[int, int], list[int]] = {}
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            st = os.stat(f"/proc/{entry.name}/ns/mnt")
+        except OSError:   # gone, or a zombie (its namespace links are unreadable)
+            continue
+        ns = (st.st_dev, st.st_ino)
+        if ns in namespaces:
+            found.setdefault(ns, []).append(int(entry.name))
+    return found
+
+
+def _signal_all(namespaces: set, sig: int) -> int:
+    sent = 0
+    for pids in _pids_by_namespace(namespaces).values():
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                sent += 1
+            except ProcessLookupError:
+                pass
+    return sent
+
+
+def _kill_all(namespaces: set) -> None:
+    # A process may fork while we scan: repeat until a scan finds nobody.
+    namespaces = {ns for ns in namespaces if ns}
+    deadline = time.monotonic() + 10
+    while namespaces and _signal_all(namespaces, signal.SIGKILL):
+        if time.monotonic() > deadline:
+            log.warning("processes keep appearing in %s", namespaces)
+            return
+        time.sleep(0.01)

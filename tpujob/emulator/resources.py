@@ -1,0 +1,588 @@
+"""The emulated Cloud TPU v2 resources (nodes, queued resources, operations) and their life cycles.
+
+Resources are kept as the API's own JSON (camelCase, enum names) so the server returns them as
+they are. Every change happens under one lock; time-based transitions run on one worker thread
+per resource, waiting on a condition so that deletes, stockout changes and shutdown wake them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import logging
+import pathlib
+import random
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from tpujob.catalogue import accelerator
+from tpujob.errors import SpecError
+
+log = logging.getLogger(__name__)
+
+TPU_RUNTIME_PORT = 8470  # what Google publishes in networkEndpoints[].port
+RESOURCE_EXHAUSTED = 8  # google.rpc.Code, used in failed operations
+ABORTED = 10
+INTERNAL = 13
+HTTP_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
+               429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
+_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+class ApiError(Exception):
+    """An error the server answers as `{"error": {"code", "message", "status"}}`."""
+
+    def __init__(self, code: int, message: str, status: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status or HTTP_STATUS.get(code, "UNKNOWN")
+
+    def body(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message, "status": self.status}}
+
+
+class Machines(Protocol):
+    """What the server needs of tpujob.emulator.machines.SliceMachines (see its contract)."""
+
+    def start(self) -> list: ...
+    def preempt(self, grace_seconds: float) -> None: ...
+    def kill_host(self, index: int) -> None: ...
+    def stop(self) -> None: ...
+    def host_root(self, index: int) -> pathlib.Path: ...
+
+
+MachinesFactory = Callable[..., Machines]
+
+
+@dataclass(frozen=True)
+class VirtualHost:
+    """A host when host machines are switched off: an address, no SSH server, no host key."""
+
+    index: int
+    ip: str
+    ssh_port: int
+    host_key: str = ""
+
+
+def host_ip(ip_block: int, index: int) -> str:
+    return f"127.{16 + ip_block // 250}.{ip_block % 250}.{index + 1}"
+
+
+def stockout_message(zone: str) -> str:
+    # The wording Google's TPU API uses in the failed create operation (error code 8).
+    return (f'There is no more capacity in the zone "{zone}"; you can try in another zone where '
+            "Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions)")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _duration_seconds(value: str | None) -> float | None:
+    return float(value.rstrip("s")) if value else None
+
+
+@dataclass
+class _Node:
+    parent: str
+    node_id: str
+    body: dict
+    hosts: list = field(default_factory=list)
+    machines: Machines | None = None
+    ip_block: int = 0
+    deleting: bool = False
+    gone: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.parent}/nodes/{self.node_id}"
+
+    @property
+    def zone(self) -> str:
+        return self.parent.rsplit("/", 1)[1]
+
+
+@dataclass
+class _QueuedResource:
+    parent: str
+    qr_id: str
+    body: dict
+    created: float
+    deleting: bool = False
+    gone: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.parent}/queuedResources/{self.qr_id}"
+
+    @property
+    def zone(self) -> str:
+        return self.parent.rsplit("/", 1)[1]
+
+    def set_state(self, state: str, initiator: str | None = None) -> None:
+        self.body["state"] = {"state": state}
+        if initiator:
+            self.body["state"]["stateInitiator"] = initiator
+
+
+class Emulator:
+    """The whole emulated TPU API state. Methods raise ApiError; the server turns it into JSON."""
+
+    def __init__(self, root: pathlib.Path, provisioning_delay: float = 0.2, ssh_port: int = 22,
+                 machines_factory: MachinesFactory | None = None, preempt_grace: float = 5.0):
+        self.root = pathlib.Path(root)
+        self.provisioning_delay = provisioning_delay
+        self.api_error_rate = 0.0
+        self.ssh_port = ssh_port
+        self.preempt_grace = preempt_grace
+        self._factory = machines_factory
+        self._nodes: dict[str, _Node] = {}
+        self._qrs: dict[str, _QueuedResource] = {}
+        self._ops: dict[str, dict] = {}
+        self._stockouts: set[tuple[str, str | None]] = set()
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._closing = False
+        self._ids = itertools.count(1)
+        self._threads: list[threading.Thread] = []
+
+    # ---- the TPU API ------------------------------------------------------------------------
+
+    def create_node(self, parent: str, node_id: str, body: dict) -> dict:
+        node = self._new_node(parent, node_id, body, queued_resource=None)
+        op = self._new_op(parent, "create", node.name)
+        self._spawn(self._provision_node, node, op)
+        return op
+
+    def get_node(self, name: str) -> dict:
+        with self._lock:
+            return _copy(self._node(name).body)
+
+    def list_nodes(self, parent: str) -> list[dict]:
+        with self._lock:
+            return [_copy(n.body) for n in self._nodes.values() if n.parent == parent]
+
+    def delete_node(self, name: str) -> dict:
+        with self._lock:
+            node = self._node(name)
+            op = self._new_op(node.parent, "delete", name)
+            self._start_node_delete(node)
+            self._spawn(self._finish_when_gone, node, op)
+            return op
+
+    def guest_attributes(self, name: str, query_path: str, worker_ids: list[str]) -> dict:
+        namespace, _, key = query_path.strip("/").partition("/")
+        with self._lock:
+            node = self._node(name)
+            hosts = [h for h in node.hosts if not worker_ids or str(h.index) in worker_ids]
+        answer = []
+        for host in hosts:
+            items = []
+            if host.host_key:
+                key_type, key_b64 = host.host_key.split()[:2]
+                entry = {"namespace": "hostkeys", "key": key_type, "value": key_b64}
+                if namespace in ("", "hostkeys") and key in ("", key_type):
+                    items.append(entry)
+            answer.append({"queryPath": query_path, "queryValue": {"items": items}})
+        return {"guestAttributes": answer}
+
+    def create_queued_resource(self, parent: str, qr_id: str, body: dict) -> dict:
+        _check_id(qr_id, "queuedResourceId")
+        specs = body.get("tpu", {}).get("nodeSpec", [])
+        if len(specs) != 1 or not specs[0].get("nodeId"):
+            raise ApiError(400, "tpu.nodeSpec must hold exactly one node with a nodeId "
+                                "(multislice requests are not emulated)")
+        if "node" not in specs[0]:
+            raise ApiError(400, "tpu.nodeSpec[0].node is required")
+        _accelerator_hosts(specs[0]["node"])
+        with self._lock:
+            name = f"{parent}/queuedResources/{qr_id}"
+            if name in self._qrs:
+                raise ApiError(409, f"Resource '{name}' already exists")
+            for key in ("name", "state", "createTime"):
+                body.pop(key, None)
+            body.update(name=name, createTime=_now())
+            qr = _QueuedResource(parent, qr_id, body, created=time.monotonic())
+            qr.set_state("ACCEPTED")
+            self._qrs[name] = qr
+            op = self._new_op(parent, "create", name)
+            # Google finishes the create operation once the request is queued, not once served.
+            self._finish_op(op, response=("QueuedResource", _copy(qr.body)))
+        self._spawn(self._serve_queued_resource, qr)
+        return op
+
+    def get_queued_resource(self, name: str) -> dict:
+        with self._lock:
+            return _copy(self._qr(name).body)
+
+    def list_queued_resources(self, parent: str) -> list[dict]:
+        with self._lock:
+            return [_copy(q.body) for q in self._qrs.values() if q.parent == parent]
+
+    def delete_queued_resource(self, name: str, force: bool) -> dict:
+        with self._lock:
+            qr = self._qr(name)
+            node = self._nodes.get(self._node_name_of(qr))
+            state = qr.body["state"]["state"]
+            if node and not force and state not in ("ACCEPTED", "WAITING_FOR_RESOURCES",
+                                                    "FAILED", "SUSPENDED"):
+                raise ApiError(400, f"Queued resource '{name}' has nodes; delete them first or "
+                                    "set force=true", status="FAILED_PRECONDITION")
+            op = self._new_op(qr.parent, "delete", name)
+            if not qr.deleting:
+                qr.deleting = True
+                qr.set_state("DELETING")
+                if node:
+                    self._start_node_delete(node)
+                self._spawn(self._remove_queued_resource, qr, node)
+            self._spawn(self._finish_when_gone, qr, op)
+            return op
+
+    def get_operation(self, name: str) -> dict:
+        with self._lock:
+            if name not in self._ops:
+                raise ApiError(404, f"Operation '{name}' was not found")
+            return _copy(self._ops[name])
+
+    # ---- faults -----------------------------------------------------------------------------
+
+    def inject_api_error(self) -> ApiError | None:
+        if self.api_error_rate and random.random() < self.api_error_rate:
+            if random.random() < 0.5:
+                return ApiError(429, "Quota exceeded for quota metric 'Requests' (emulated)")
+            return ApiError(503, "The service is currently unavailable (emulated)")
+        return None
+
+    def set_faults(self, api_error_rate: float | None, provisioning_delay: float | None) -> None:
+        with self._lock:
+            if api_error_rate is not None:
+                if not 0 <= api_error_rate <= 1:
+                    raise ApiError(400, "apiErrorRate must be between 0 and 1")
+                self.api_error_rate = api_error_rate
+            if provisioning_delay is not None:
+                if provisioning_delay < 0:
+                    raise ApiError(400, "provisioningDelay must not be negative")
+                self.provisioning_delay = provisioning_delay
+
+    def stockout(self, zone: str, accelerator_type: str | None, clear: bool) -> None:
+        with self._lock:
+            if clear:
+                self._stockouts.discard((zone, accelerator_type))
+            else:
+                self._stockouts.add((zone, accelerator_type))
+            self._changed.notify_all()
+
+    def faults(self) -> dict:
+        with self._lock:
+            return {"apiErrorRate": self.api_error_rate,
+                    "provisioningDelay": self.provisioning_delay,
+                    "stockouts": [{"zone": z, "acceleratorType": a}
+                                  for z, a in sorted(self._stockouts, key=str)]}
+
+    def preempt(self, node_ref: str) -> dict:
+        with self._lock:
+            node = self.find_node(node_ref)
+            if node.body["state"] != "READY":
+                raise ApiError(400, f"node {node.node_id} is {node.body['state']}, not READY",
+                               status="FAILED_PRECONDITION")
+            node.body["state"] = "PREEMPTED"
+            node.body.pop("health", None)
+            qr = self._qrs.get(node.body.get("queuedResource", ""))
+            if qr and not qr.deleting:
+                qr.set_state("SUSPENDED", initiator="SERVICE")
+            machines = node.machines
+            self._changed.notify_all()
+            body = _copy(node.body)
+        if machines:
+            self._spawn(machines.preempt, self.preempt_grace)
+        return body
+
+    def kill_host(self, node_ref: str, index: int) -> None:
+        with self._lock:
+            node = self.find_node(node_ref)
+            if not 0 <= index < len(node.hosts):
+                raise ApiError(400, f"node {node.node_id} has no host {index}")
+            machines = node.machines
+        if machines:
+            machines.kill_host(index)
+
+    def hosts(self, node_ref: str) -> list[dict]:
+        """Each host's address, SSH port and (with machines on) filesystem root, for tests."""
+        with self._lock:
+            node = self.find_node(node_ref)
+            hosts, machines = list(node.hosts), node.machines
+        return [{"index": h.index, "ip": h.ip, "sshPort": h.ssh_port, "hostKey": h.host_key,
+                 "root": str(machines.host_root(h.index)) if machines else None} for h in hosts]
+
+    def find_node(self, ref: str) -> _Node:
+        """A node by full name or by bare node id (unique across zones)."""
+        with self._lock:
+            if ref in self._nodes:
+                return self._nodes[ref]
+            matches = [n for n in self._nodes.values() if n.node_id == ref]
+            if not matches:
+                raise ApiError(404, f"no node named {ref}")
+            if len(matches) > 1:
+                raise ApiError(409, f"several nodes are named {ref}; give the full name",
+                               status="ABORTED")
+            return matches[0]
+
+    def close(self) -> None:
+        """Stop every worker and every host machine (the emulator is going away)."""
+        with self._lock:
+            self._closing = True
+            self._changed.notify_all()
+            machines = [n.machines for n in self._nodes.values() if n.machines]
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout=5)
+        for m in machines:
+            m.stop()
+
+    # ---- life cycles (worker threads) --------------------------------------------------------
+
+    def _provision_node(self, node: _Node, op: dict) -> None:
+        if not self._sleep(self.provisioning_delay, node):
+            with self._lock:
+                return self._finish_op(op, error=_deleted(node))
+        with self._lock:
+            accel = node.body.get("acceleratorType")
+            if self._stocked_out(node.zone, accel):
+                del self._nodes[node.name]
+                node.gone = True
+                node.hosts = []
+                self._finish_op(op, error=(RESOURCE_EXHAUSTED, stockout_message(node.zone)))
+                return
+        failure = self._bring_up(node)
+        with self._lock:
+            if failure:
+                self._finish_op(op, error=failure)
+            else:
+                self._finish_op(op, response=("Node", _copy(node.body)))
+
+    def _serve_queued_resource(self, qr: _QueuedResource) -> None:
+        if not self._sleep(self.provisioning_delay, qr):
+            return
+        with self._lock:
+            qr.set_state("WAITING_FOR_RESOURCES")
+            spec = qr.body["tpu"]["nodeSpec"][0]
+            accel = spec["node"].get("acceleratorType")
+            valid = _duration_seconds(qr.body.get("queueingPolicy", {}).get("validUntilDuration"))
+            while self._stocked_out(qr.zone, accel):
+                if qr.deleting or self._closing:
+                    return
+                if valid is not None and time.monotonic() - qr.created > valid:
+                    qr.set_state("FAILED", initiator="SERVICE")
+                    return
+                self._changed.wait(0.2)
+        if not self._sleep(self.provisioning_delay, qr):
+            return
+        with self._lock:
+            try:
+                node = self._new_node(spec.get("parent") or qr.parent, spec["nodeId"],
+                                      _copy(spec["node"]), queued_resource=qr.name)
+            except ApiError as err:
+                qr.set_state("FAILED", initiator="SERVICE")
+                qr.body["state"]["failedData"] = {"error": {"code": 6, "message": err.message}}
+                return
+            qr.set_state("PROVISIONING")
+        if not self._bring_up(node):
+            with self._lock:
+                if not qr.deleting and node.body["state"] == "READY":
+                    qr.set_state("ACTIVE")
+
+    def _bring_up(self, node: _Node) -> tuple[int, str] | None:
+        """Start the node's hosts, then READY after the provisioning delay; else why not."""
+        hosts_count = _accelerator_hosts(node.body)
+        keys = _authorized_keys(node.body.get("metadata", {}))
+        machines = None
+        if self._factory:
+            try:
+                machines = self._factory(
+                    root=self.root / "hosts" / node.node_id, node_id=node.node_id,
+                    num_hosts=hosts_count, authorized_keys=keys, ip_block=node.ip_block,
+                    ssh_port=self.ssh_port)
+                hosts = machines.start()
+            except Exception as err:  # the node shows the failure, as a broken TPU VM would
+                log.exception("starting the hosts of %s failed", node.name)
+                if machines:
+                    machines.stop()
+                with self._lock:
+                    node.body.update(state="UNKNOWN", healthDescription=f"hosts failed: {err}")
+                return (INTERNAL, f"starting the hosts of {node.node_id} failed: {err}")
+        else:
+            hosts = [VirtualHost(i, host_ip(node.ip_block, i), self.ssh_port)
+                     for i in range(hosts_count)]
+        with self._lock:
+            node.machines, node.hosts = machines, hosts
+            node.body["networkEndpoints"] = [
+                {"ipAddress": h.ip, "port": TPU_RUNTIME_PORT, "accessConfig": {"externalIp": h.ip}}
+                for h in hosts]
+        if not self._sleep(self.provisioning_delay, node):
+            return _deleted(node)
+        with self._lock:
+            if node.deleting or self._closing:
+                return _deleted(node)
+            node.body["state"] = "READY"
+            node.body["health"] = "HEALTHY"
+            self._changed.notify_all()
+        return None
+
+    def _start_node_delete(self, node: _Node) -> None:
+        if node.deleting:
+            return
+        node.deleting = True
+        node.body["state"] = "DELETING"
+        self._changed.notify_all()
+        self._spawn(self._remove_node, node)
+
+    def _remove_node(self, node: _Node) -> None:
+        self._sleep(self.provisioning_delay, None)
+        with self._lock:
+            machines, node.machines = node.machines, None
+        if machines:
+            machines.stop()
+        with self._lock:
+            self._nodes.pop(node.name, None)
+            node.gone = True
+            node.hosts = []
+            qr = self._qrs.get(node.body.get("queuedResource", ""))
+            if qr and not qr.deleting and qr.body["state"]["state"] in ("ACTIVE", "PROVISIONING"):
+                qr.set_state("SUSPENDED", initiator="USER")
+            self._changed.notify_all()
+
+    def _remove_queued_resource(self, qr: _QueuedResource, node: _Node | None) -> None:
+        with self._lock:
+            while node is not None and not node.gone and not self._closing:
+                self._changed.wait(0.2)
+        self._sleep(self.provisioning_delay, None)
+        with self._lock:
+            self._qrs.pop(qr.name, None)
+            qr.gone = True
+            self._changed.notify_all()
+
+    def _finish_when_gone(self, resource: _Node | _QueuedResource, op: dict) -> None:
+        with self._lock:
+            while not resource.gone and not self._closing:
+                self._changed.wait(0.2)
+            if resource.gone:
+                self._finish_op(op, response=("Empty", None))
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _new_node(self, parent: str, node_id: str, body: dict, queued_resource: str | None
+                  ) -> _Node:
+        _check_id(node_id, "nodeId")
+        _accelerator_hosts(body)
+        if not body.get("runtimeVersion"):
+            raise ApiError(400, "runtimeVersion is required")
+        with self._lock:
+            name = f"{parent}/nodes/{node_id}"
+            if name in self._nodes:
+                raise ApiError(409, f"Resource '{name}' already exists")
+            for key in ("name", "state", "networkEndpoints", "health", "createTime", "id"):
+                body.pop(key, None)
+            body.update(name=name, state="CREATING", createTime=_now(), apiVersion="V2",
+                        id=str(random.randrange(1, 2**62)))
+            if queued_resource:
+                body["queuedResource"] = queued_resource
+            used = {n.ip_block for n in self._nodes.values()}
+            block = next(b for b in range(1, 65001) if b not in used)
+            node = _Node(parent, node_id, body, ip_block=block)
+            self._nodes[name] = node
+            return node
+
+    def _node(self, name: str) -> _Node:
+        if name not in self._nodes:
+            raise ApiError(404, f"Resource '{name}' was not found")
+        return self._nodes[name]
+
+    def _qr(self, name: str) -> _QueuedResource:
+        if name not in self._qrs:
+            raise ApiError(404, f"Resource '{name}' was not found")
+        return self._qrs[name]
+
+    def _node_name_of(self, qr: _QueuedResource) -> str:
+        spec = qr.body["tpu"]["nodeSpec"][0]
+        return f"{spec.get('parent') or qr.parent}/nodes/{spec['nodeId']}"
+
+    def _stocked_out(self, zone: str, accelerator_type: str | None) -> bool:
+        return (zone, None) in self._stockouts or (zone, accelerator_type) in self._stockouts
+
+    def _new_op(self, parent: str, verb: str, target: str) -> dict:
+        name = f"{parent}/operations/operation-{next(self._ids)}-{uuid.uuid4().hex[:12]}"
+        op = {"name": name, "done": False,
+              "metadata": {"@type": "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata",
+                           "createTime": _now(), "target": target, "verb": verb,
+                           "apiVersion": "v2"}}
+        self._ops[name] = op
+        return _copy(op)
+
+    def _finish_op(self, op: dict, response: tuple[str, Any] | None = None,
+                   error: tuple[int, str] | None = None) -> None:
+        stored = self._ops[op["name"]]
+        stored["done"] = True
+        stored["metadata"]["endTime"] = _now()
+        if error:
+            stored["error"] = {"code": error[0], "message": error[1]}
+        else:
+            kind, body = response
+            package = "google.protobuf" if kind == "Empty" else "google.cloud.tpu.v2"
+            stored["response"] = {"@type": f"type.googleapis.com/{package}.{kind}", **(body or {})}
+
+    def _sleep(self, seconds: float, resource: _Node | _QueuedResource | None) -> bool:
+        """Wait, waking early on delete or shutdown; False when the resource should stop."""
+        deadline = time.monotonic() + seconds
+        with self._lock:
+            while True:
+                if self._closing or (resource is not None and resource.deleting):
+                    return False
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return True
+                self._changed.wait(left)
+
+    def _spawn(self, target: Callable, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+
+def _deleted(node: _Node) -> tuple[int, str]:
+    return (ABORTED, f"node {node.node_id} was deleted while being created")
+
+
+def _copy(body: dict) -> dict:
+    return json.loads(json.dumps(body))
+
+
+def _check_id(value: str, what: str) -> None:
+    if not value or len(value) > 63 or not _ID.match(value):
+        raise ApiError(400, f"{what} {value!r} must match {_ID.pattern} (at most 63 characters)")
+
+
+def _accelerator_hosts(node_body: dict) -> int:
+    name = node_body.get("acceleratorType")
+    if not name:
+        raise ApiError(400, "acceleratorType is required (acceleratorConfig is not emulated)")
+    try:
+        return accelerator(name).hosts
+    except SpecError as err:
+        raise ApiError(400, f"acceleratorType {name!r}: {err}") from err
+
+
+def _authorized_keys(metadata: dict) -> list[str]:
+    """The OpenSSH key lines of `ssh-keys` metadata ("USER:KEY" per line, as on GCE)."""
+    keys = []
+    for line in metadata.get("ssh-keys", "").splitlines():
+        user, sep, key = line.strip().partition(":")
+        if sep and key.strip():
+            keys.append(key.strip())
+    return keys

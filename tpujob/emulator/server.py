@@ -1,0 +1,262 @@
+"""The emulator's HTTP server: the Cloud TPU v2 REST subset, the fault endpoints, Cloud Storage.
+
+TPU API paths are Google's (`/v2/projects/P/locations/Z/nodes...`, see
+google/cloud/tpu_v2/services/tpu/transports/rest_base.py). The fault and status endpoints live
+under `/emulator/v1/`. Cloud Storage is gcp-storage-emulator's server on its own port.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import socket
+import threading
+from typing import Any
+
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map, Rule
+from werkzeug.serving import make_server
+from werkzeug.wrappers import Request, Response
+
+from tpujob.emulator.resources import ApiError, Emulator, MachinesFactory
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROJECT = "tpujob-local"
+_LOC = "/v2/projects/<project>/locations/<zone>"
+
+_ROUTES = Map([
+    Rule(f"{_LOC}/nodes", methods=["POST"], endpoint="create_node"),
+    Rule(f"{_LOC}/nodes", methods=["GET"], endpoint="list_nodes"),
+    Rule(f"{_LOC}/nodes/<rid>:getGuestAttributes", methods=["POST"], endpoint="guest_attributes"),
+    Rule(f"{_LOC}/nodes/<rid>", methods=["GET"], endpoint="get_node"),
+    Rule(f"{_LOC}/nodes/<rid>", methods=["DELETE"], endpoint="delete_node"),
+    Rule(f"{_LOC}/queuedResources", methods=["POST"], endpoint="create_qr"),
+    Rule(f"{_LOC}/queuedResources", methods=["GET"], endpoint="list_qrs"),
+    Rule(f"{_LOC}/queuedResources/<rid>", methods=["GET"], endpoint="get_qr"),
+    Rule(f"{_LOC}/queuedResources/<rid>", methods=["DELETE"], endpoint="delete_qr"),
+    Rule(f"{_LOC}/operations/<rid>", methods=["GET"], endpoint="get_operation"),
+    Rule("/emulator/v1/status", methods=["GET"], endpoint="status"),
+    Rule("/emulator/v1/faults", methods=["GET", "POST"], endpoint="faults"),
+    Rule("/emulator/v1/stockout", methods=["POST"], endpoint="stockout"),
+    Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
+    Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
+    Rule("/emulator/v1/hosts", methods=["GET"], endpoint="hosts"),
+], strict_slashes=False)
+
+
+class TpuApp:
+    """The WSGI application over one Emulator."""
+
+    def __init__(self, emulator: Emulator, info: dict[str, Any]):
+        self.emulator = emulator
+        self.info = info  # what /emulator/v1/status answers: endpoints, project, ssh port
+
+    def __call__(self, environ, start_response):
+        request = Request(environ)
+        try:
+            endpoint, args = _ROUTES.bind_to_environ(environ).match()
+            if request.path.startswith("/v2/"):  # faults hit the TPU API, never the fault switches
+                injected = self.emulator.inject_api_error()
+                if injected:
+                    raise injected
+            body = getattr(self, "_" + endpoint)(request, **args)
+            response = _json(200, body)
+        except ApiError as err:
+            response = _json(err.code, err.body())
+        except HTTPException as err:
+            response = _json(err.code or 500, ApiError(err.code or 500, err.description or "",
+                                                       status=err.name.upper()).body())
+        return response(environ, start_response)
+
+    # ---- TPU API ----------------------------------------------------------------------------
+
+    def _create_node(self, request: Request, project: str, zone: str) -> dict:
+        node_id = request.args.get("nodeId", "")
+        return self.emulator.create_node(_parent(project, zone), node_id, _node_body(request))
+
+    def _list_nodes(self, request: Request, project: str, zone: str) -> dict:
+        return {"nodes": self.emulator.list_nodes(_parent(project, zone))}
+
+    def _get_node(self, request: Request, project: str, zone: str, rid: str) -> dict:
+        return self.emulator.get_node(f"{_parent(project, zone)}/nodes/{rid}")
+
+    def _delete_node(self, request: Request, project: str, zone: str, rid: str) -> dict:
+        return self.emulator.delete_node(f"{_parent(project, zone)}/nodes/{rid}")
+
+    def _guest_attributes(self, request: Request, project: str, zone: str, rid: str) -> dict:
+        body = _read_json(request)
+        return self.emulator.guest_attributes(f"{_parent(project, zone)}/nodes/{rid}",
+                                              body.get("queryPath", ""), body.get("workerIds", []))
+
+    def _create_qr(self, request: Request, project: str, zone: str) -> dict:
+        from google.cloud import tpu_v2  # parses integer or named enums alike
+
+        qr_id = request.args.get("queuedResourceId", "")
+        body = _normalise(tpu_v2.QueuedResource, _read_json(request))
+        return self.emulator.create_queued_resource(_parent(project, zone), qr_id, body)
+
+    def _list_qrs(self, request: Request, project: str, zone: str) -> dict:
+        return {"queuedResources": self.emulator.list_queued_resources(_parent(project, zone))}
+
+    def _get_qr(self, request: Request, project: str, zone: str, rid: str) -> dict:
+        return self.emulator.get_queued_resource(f"{_parent(project, zone)}/queuedResources/{rid}")
+
+    def _delete_qr(self, request: Request, project: str, zone: str, rid: str) -> dict:
+        force = request.args.get("force", "false").lower() in ("true", "1")
+        return self.emulator.delete_queued_resource(
+            f"{_parent(project, zone)}/queuedResources/{rid}", force=force)
+
+    def _get_operation(self, request: Request, project: str, zone: str, rid: str) -> dict:
+        return self.emulator.get_operation(f"{_parent(project, zone)}/operations/{rid}")
+
+    # ---- emulator endpoints -----------------------------------------------------------------
+
+    def _status(self, request: Request) -> dict:
+        return {**self.info, "faults": self.emulator.faults()}
+
+    def _faults(self, request: Request) -> dict:
+        if request.method == "POST":
+            body = _read_json(request)
+            self.emulator.set_faults(_number(body, "apiErrorRate"),
+                                     _number(body, "provisioningDelay"))
+        return self.emulator.faults()
+
+    def _stockout(self, request: Request) -> dict:
+        body = _read_json(request)
+        if not body.get("zone"):
+            raise ApiError(400, "zone is required")
+        self.emulator.stockout(body["zone"], body.get("acceleratorType") or None,
+                               bool(body.get("clear")))
+        return self.emulator.faults()
+
+    def _preempt(self, request: Request) -> dict:
+        return self.emulator.preempt(_required(_read_json(request), "node"))
+
+    def _kill_host(self, request: Request) -> dict:
+        body = _read_json(request)
+        index = body.get("index")
+        if not isinstance(index, int):
+            raise ApiError(400, "index must be an integer")
+        self.emulator.kill_host(_required(body, "node"), index)
+        return {}
+
+    def _hosts(self, request: Request) -> dict:
+        return {"hosts": self.emulator.hosts(_required(request.args, "node"))}
+
+
+class EmulatorServer:
+    """The emulator in this process: TPU API + faults on one port, Cloud Storage on another.
+
+    Used by `python -m tpujob.emulator` (the background process) and by tests in-process.
+    """
+
+    def __init__(self, state_dir: pathlib.Path, host: str = "127.0.0.1", port: int = 0,
+                 project: str = DEFAULT_PROJECT, provisioning_delay: float = 0.2,
+                 ssh_port: int = 0, machines_factory: MachinesFactory | None = None,
+                 storage: bool = True, preempt_grace: float = 5.0):
+        self.state_dir = pathlib.Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.emulator = Emulator(self.state_dir, provisioning_delay=provisioning_delay,
+                                 ssh_port=ssh_port or free_port(host),
+                                 machines_factory=machines_factory, preempt_grace=preempt_grace)
+        self._app = TpuApp(self.emulator, {})
+        self._http = make_server(host, port, self._app, threaded=True)
+        url = f"http://{host}:{self._http.server_port}"
+        self._storage = None
+        storage_url = None
+        if storage:
+            from gcp_storage_emulator.server import create_server
+
+            storage_port = free_port(host)
+            self._storage = create_server(host, storage_port, in_memory=False,
+                                          data_dir=str(self.state_dir / "storage"))
+            storage_url = f"http://{host}:{storage_port}"
+        self.info = {"tpu_endpoint": url, "compute_endpoint": url, "storage_endpoint": storage_url,
+                     "project": project, "ssh_port": self.emulator.ssh_port, "pid": os.getpid()}
+        self._app.info = self.info
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return self.info["tpu_endpoint"]
+
+    def start(self) -> dict:
+        if self._storage:
+            self._storage.start()
+        self._thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+        self._thread.start()
+        return self.info
+
+    def stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        if self._storage:
+            self._storage.stop()
+        self.emulator.close()
+
+    def __enter__(self) -> EmulatorServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _parent(project: str, zone: str) -> str:
+    return f"projects/{project}/locations/{zone}"
+
+
+def _json(code: int, body: Any) -> Response:
+    return Response(json.dumps(body), status=code, mimetype="application/json")
+
+
+def _read_json(request: Request) -> dict:
+    if not request.get_data():
+        return {}
+    try:
+        body = json.loads(request.get_data())
+    except ValueError as err:
+        raise ApiError(400, f"invalid JSON body: {err}") from err
+    if not isinstance(body, dict):
+        raise ApiError(400, "the JSON body must be an object")
+    return body
+
+
+def _normalise(message_type: Any, body: dict) -> dict:
+    """The body as the API would store it: enum names, known fields only, camelCase."""
+    try:
+        message = message_type.from_json(json.dumps(body), ignore_unknown_fields=True)
+    except Exception as err:  # protobuf's json_format raises ParseError with the field's name
+        raise ApiError(400, f"invalid {message_type.__name__}: {err}") from err
+    return json.loads(message_type.to_json(message, use_integers_for_enums=False,
+                                           always_print_fields_with_no_presence=False))
+
+
+def _node_body(request: Request) -> dict:
+    from google.cloud import tpu_v2
+
+    return _normalise(tpu_v2.Node, _read_json(request))
+
+
+def _number(body: dict, key: str) -> float | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, (int, float)):
+        raise ApiError(400, f"{key} must be a number")
+    return value
+
+
+def _required(body: Any, key: str) -> str:
+    value = body.get(key)
+    if not value:
+        raise ApiError(400, f"{key} is required")
+    return str(value)
