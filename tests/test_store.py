@@ -1,0 +1,347 @@
+"""The store: every legal and illegal transition, compare-and-set under concurrent writers,
+leases and their expiry, attempts and events."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections import deque
+
+import pytest
+
+from tpujob.errors import EXIT_CONFLICT, EXIT_NOT_FOUND, IllegalTransition, JobLocked, NotFoundError
+from tpujob.store.repository import Store, format_job_id, open_store, slice_name
+from tpujob.store.states import ACTIVE, ENDED, TRANSITIONS, EndReason, State
+
+PAIRS = [(src, dst) for src in State for dst in State]
+LEGAL = [(s, d) for s, d in PAIRS if d in TRANSITIONS[s]]
+ILLEGAL = [(s, d) for s, d in PAIRS if d not in TRANSITIONS[s]]
+
+
+def _url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Store:
+    """One store for the module (opening and migrating one per test costs more than the test);
+    every test works on jobs of its own."""
+    return open_store(_url(tmp_path_factory.mktemp("store")))
+
+
+@pytest.fixture
+def fresh_store(tmp_path) -> Store:
+    return open_store(_url(tmp_path))
+
+
+def _add(store: Store, name: str = "demo"):
+    return store.add_job(name=name, spec_yaml="name: demo\n", spec_json="{}", accelerator="v4-8",
+                         zone="us-central2-b", project="p", cloud="local")
+
+
+def _path_to(target: State) -> list[State]:
+    """The shortest chain of legal moves from PENDING to `target` (breadth-first)."""
+    previous = {State.PENDING: None}
+    queue = deque([State.PENDING])
+    while queue:
+        state = queue.popleft()
+        for nxt in sorted(TRANSITIONS[state], key=lambda s: s.value):
+            if nxt not in previous:
+                previous[nxt] = state
+                queue.append(nxt)
+    assert target in previous, f"{target} cannot be reached from PENDING"
+    chain = [target]
+    while previous[chain[-1]] is not None:
+        chain.append(previous[chain[-1]])
+    return chain[::-1]
+
+
+def _move(store: Store, job_id: int, src: State, dst: State, **kwargs):
+    reason = EndReason.INTERNAL if dst == State.FAILED else None
+    return store.transition(job_id, src, dst, f"{src.value} -> {dst.value}", end_reason=reason, **kwargs)
+
+
+def _job_in(store: Store, state: State) -> int:
+    job_id = _add(store).id
+    chain = _path_to(state)
+    for src, dst in zip(chain, chain[1:]):
+        _move(store, job_id, src, dst)
+    assert store.get(job_id).state == state.value
+    return job_id
+
+
+def _snapshot(store: Store, job_id: int):
+    job = store.get(job_id)
+    events = [(e.id, e.kind, e.from_state, e.to_state, e.message) for e in store.events(job_id)]
+    return job.state, job.end_reason, job.updated_at, events
+
+
+def test_the_table_names_exactly_the_issue_states():
+    assert [s.value for s in State] == ["PENDING", "PROVISIONING", "SETTING_UP", "RUNNING", "RECOVERING",
+                                        "SUCCEEDED", "FAILED", "CANCELLED", "DELETED"]
+    assert set(TRANSITIONS) == set(State)
+    assert {r.value for r in EndReason} == {"user_error", "setup_failed", "no_capacity", "preemption_budget",
+                                            "nan_budget", "internal"}
+    assert ENDED | ACTIVE == set(State) and not ENDED & ACTIVE
+
+
+def test_a_successful_job_is_never_re_run():
+    assert TRANSITIONS[State.SUCCEEDED] == {State.DELETED}
+    assert TRANSITIONS[State.DELETED] == frozenset()
+
+
+@pytest.mark.parametrize("src, dst", LEGAL, ids=[f"{s.value}->{d.value}" for s, d in LEGAL])
+def test_legal_transition(store, src, dst):
+    job_id = _job_in(store, src)
+    before = store.events(job_id)
+    job = _move(store, job_id, src, dst)
+    assert job.state == dst.value
+    assert store.get(job_id).state == dst.value
+    after = store.events(job_id)
+    assert len(after) == len(before) + 1
+    event = after[-1]
+    assert (event.kind, event.from_state, event.to_state) == ("state", src.value, dst.value)
+    if dst == State.FAILED:
+        assert job.end_reason == "internal" and "(internal)" in event.message
+    else:
+        assert job.end_reason is None
+    assert (job.ended_at is not None) == (dst in ENDED)
+
+
+@pytest.mark.parametrize("src, dst", ILLEGAL, ids=[f"{s.value}->{d.value}" for s, d in ILLEGAL])
+def test_illegal_transition(store, src, dst):
+    job_id = _job_in(store, src)
+    before = _snapshot(store, job_id)
+    with pytest.raises(IllegalTransition) as info:
+        _move(store, job_id, src, dst)
+    assert info.value.exit_code == EXIT_CONFLICT
+    assert f"{src.value} -> {dst.value}" in info.value.message
+    assert _snapshot(store, job_id) == before
+
+
+def test_compare_and_set_refuses_a_stale_source_state(store):
+    job_id = _job_in(store, State.RUNNING)
+    before = _snapshot(store, job_id)
+    # PENDING -> PROVISIONING is legal in the table, but the job is no longer PENDING.
+    with pytest.raises(IllegalTransition, match="is RUNNING, not PENDING"):
+        _move(store, job_id, State.PENDING, State.PROVISIONING)
+    assert _snapshot(store, job_id) == before
+
+
+def test_failed_needs_a_reason_and_keeps_it(store):
+    job_id = _job_in(store, State.RUNNING)
+    before = _snapshot(store, job_id)
+    with pytest.raises(ValueError):
+        store.transition(job_id, State.RUNNING, State.FAILED, "boom")
+    assert _snapshot(store, job_id) == before
+    job = store.transition(job_id, State.RUNNING, State.FAILED, "budget spent",
+                           end_reason=EndReason.PREEMPTION_BUDGET)
+    assert (job.state, job.end_reason) == ("FAILED", "preemption_budget")
+    assert job.ended_at is not None
+
+
+def test_resuming_a_failed_job_clears_its_end(store):
+    job_id = _job_in(store, State.FAILED)
+    job = _move(store, job_id, State.FAILED, State.RECOVERING)
+    assert (job.end_reason, job.ended_at) == (None, None)
+
+
+def test_transition_of_a_missing_job(store):
+    with pytest.raises(NotFoundError) as info:
+        _move(store, 999999, State.PENDING, State.PROVISIONING)
+    assert info.value.exit_code == EXIT_NOT_FOUND
+
+
+# --- leases -------------------------------------------------------------------------------------
+
+def test_a_second_owner_is_locked_out(store):
+    job_id = _add(store).id
+    store.acquire_lease(job_id, "sweep-a", ttl_seconds=60)
+    with pytest.raises(JobLocked) as info:
+        store.acquire_lease(job_id, "sweep-b", ttl_seconds=60)
+    assert info.value.exit_code == EXIT_CONFLICT
+    assert "sweep-a" in info.value.message
+    store.acquire_lease(job_id, "sweep-a", ttl_seconds=60)  # the holder renews
+    assert store.get(job_id).lease_owner == "sweep-a"
+
+
+def test_an_expired_lease_can_be_taken(store):
+    job_id = _add(store).id
+    store.acquire_lease(job_id, "crashed", ttl_seconds=0.2)
+    with pytest.raises(JobLocked):
+        store.acquire_lease(job_id, "sweep-b", ttl_seconds=60)
+    time.sleep(0.3)
+    store.acquire_lease(job_id, "sweep-b", ttl_seconds=60)
+    job = store.get(job_id)
+    assert job.lease_owner == "sweep-b" and job.lease_expires > time.time() + 50
+
+
+def test_release_frees_the_lease_for_its_owner_only(store):
+    job_id = _add(store).id
+    store.acquire_lease(job_id, "a", ttl_seconds=60)
+    store.release_lease(job_id, "b")
+    with pytest.raises(JobLocked):
+        store.acquire_lease(job_id, "b", ttl_seconds=60)
+    store.release_lease(job_id, "a")
+    store.acquire_lease(job_id, "b", ttl_seconds=60)
+
+
+def test_lease_of_a_missing_job(store):
+    with pytest.raises(NotFoundError):
+        store.acquire_lease(999999, "a", ttl_seconds=60)
+
+
+def test_a_transition_under_a_lease_needs_the_live_lease(store):
+    job_id = _add(store).id
+    store.acquire_lease(job_id, "a", ttl_seconds=0.2)
+    before = _snapshot(store, job_id)
+    with pytest.raises(JobLocked):
+        _move(store, job_id, State.PENDING, State.PROVISIONING, owner="b")
+    assert _snapshot(store, job_id) == before
+    time.sleep(0.3)
+    with pytest.raises(JobLocked, match="no longer leased to a"):
+        _move(store, job_id, State.PENDING, State.PROVISIONING, owner="a")
+    assert _snapshot(store, job_id) == before
+    store.acquire_lease(job_id, "a", ttl_seconds=60)
+    assert _move(store, job_id, State.PENDING, State.PROVISIONING, owner="a").state == "PROVISIONING"
+
+
+def test_context_lease_waits_then_gives_up(tmp_path, monkeypatch):
+    from tpujob.service.context import Context
+    from tpujob.settings import Settings
+
+    monkeypatch.setenv("TPUJOB_DB_URL", _url(tmp_path))
+    ctx = Context(Settings(db_url=_url(tmp_path)))
+    job_id = _add(ctx.store).id
+    ctx.store.acquire_lease(job_id, "someone-else", ttl_seconds=60)
+    start = time.monotonic()
+    with pytest.raises(JobLocked):
+        with ctx.lease(job_id, wait_seconds=0.3):
+            pass
+    assert 0.25 <= time.monotonic() - start < 5
+    ctx.store.release_lease(job_id, "someone-else")
+    with ctx.lease(job_id) as owner:
+        assert ctx.store.get(job_id).lease_owner == owner == ctx.actor
+    assert ctx.store.get(job_id).lease_owner is None
+
+
+# --- compare-and-set under concurrent writers (processes on one SQLite file) --------------------
+
+CHAIN = [State.PENDING, State.PROVISIONING, State.SETTING_UP, State.RUNNING, State.RECOVERING,
+         State.PROVISIONING]
+
+
+def _racer(url: str, name: str, job_ids: list[int], barrier, results) -> None:
+    """Race the other process through CHAIN for every job; report what this one won."""
+    store = open_store(url)
+    won, lease_won, errors = [], [], []
+    for job_id in job_ids:
+        for src, dst in zip(CHAIN, CHAIN[1:]):
+            barrier.wait()
+            try:
+                store.transition(job_id, src, dst, f"{name}: {src.value} -> {dst.value}")
+                won.append((job_id, dst.value))
+            except IllegalTransition:
+                pass
+            except Exception as exc:  # "database is locked" and friends: the test reports them
+                errors.append(f"{type(exc).__name__}: {exc}")
+        barrier.wait()
+        try:
+            store.acquire_lease(job_id, name, ttl_seconds=60)
+            lease_won.append(job_id)
+        except JobLocked:
+            pass
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    results.put((name, won, lease_won, errors))
+
+
+def test_concurrent_writers_one_winner_per_race(tmp_path):
+    url = _url(tmp_path)
+    store = open_store(url)
+    job_ids = [_add(store, f"job-{i}").id for i in range(15)]
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2, timeout=60)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_racer, args=(url, name, job_ids, barrier, results)) for name in ("w1", "w2")]
+    for p in procs:
+        p.start()
+    reports = [results.get(timeout=90) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    errors = [e for _, _, _, errs in reports for e in errs]
+    assert errors == []
+    wins = sorted(w for _, won, _, _ in reports for w in won)
+    expected = sorted((j, dst.value) for j in job_ids for dst in CHAIN[1:])
+    assert wins == expected  # every step of every job won exactly once
+    leases = sorted(j for _, _, lease_won, _ in reports for j in lease_won)
+    assert leases == job_ids
+    # Both writers really raced: each won some steps.
+    assert all(won for _, won, _, _ in reports)
+    for job_id in job_ids:
+        assert store.get(job_id).state == CHAIN[-1].value
+        events = store.events(job_id)
+        assert [e.kind for e in events] == ["created"] + ["state"] * (len(CHAIN) - 1)
+        assert [e.to_state for e in events[1:]] == [s.value for s in CHAIN[1:]]
+
+
+# --- attempts, events, lookup -------------------------------------------------------------------
+
+def test_ids_and_slice_names_are_short_and_derived():
+    assert format_job_id(42) == "000042"
+    assert slice_name(42, 3) == "tpujob-000042-3"
+    assert slice_name(42, 3) == slice_name(42, 3)
+
+
+def test_attempts_are_numbered_and_recorded(store):
+    job_id = _add(store).id
+    first = store.start_attempt(job_id, zone="us-central2-b", accelerator="v4-8", queued=True)
+    store.end_attempt(job_id, 1, "preempted", last_step=120)
+    second = store.start_attempt(job_id, zone="us-central2-a", accelerator="v4-8", queued=True)
+    assert (first.number, second.number) == (1, 2)
+    assert second.slice_name == slice_name(job_id, 2)
+    job = store.get(job_id)
+    assert (job.attempt, job.zone) == (2, "us-central2-a")
+    attempts = store.attempts(job_id)
+    assert [(a.number, a.end_reason, a.last_step) for a in attempts] == [(1, "preempted", 120), (2, None, None)]
+    assert attempts[0].ended_at is not None
+    assert [e.kind for e in store.events(job_id)] == ["created", "attempt", "attempt"]
+
+
+def test_end_attempt_is_idempotent(store):
+    job_id = _add(store).id
+    store.start_attempt(job_id, zone="us-central2-b", accelerator="v4-8", queued=False)
+    store.end_attempt(job_id, 1, "preempted", last_step=5)
+    store.end_attempt(job_id, 1, "internal", last_step=9)
+    assert (store.attempts(job_id)[0].end_reason, store.attempts(job_id)[0].last_step) == ("preempted", 5)
+
+
+def test_find_by_id_or_newest_name(store):
+    a = _add(store, "train")
+    b = _add(store, "train")
+    assert store.find(str(a.id)).id == a.id
+    assert store.find(format_job_id(a.id)).id == a.id
+    assert store.find("train").id == b.id
+    with pytest.raises(NotFoundError):
+        store.find("nope")
+    with pytest.raises(NotFoundError):
+        store.find("999999")
+
+
+def test_list_hides_ended_jobs_unless_asked(fresh_store):
+    live = _add(fresh_store, "live").id
+    done = _job_in(fresh_store, State.SUCCEEDED)
+    assert [j.id for j in fresh_store.list_jobs()] == [live]
+    assert [j.id for j in fresh_store.list_jobs(include_ended=True)] == [live, done]
+    assert [j.id for j in fresh_store.list_jobs(states=[State.SUCCEEDED])] == [done]
+
+
+def test_remove_forgets_job_attempts_and_events(store):
+    job_id = _add(store).id
+    store.start_attempt(job_id, zone="us-central2-b", accelerator="v4-8", queued=True)
+    store.add_event(job_id, "note", "hello")
+    store.remove(job_id)
+    with pytest.raises(NotFoundError):
+        store.get(job_id)
+    assert store.attempts(job_id) == [] and store.events(job_id) == []
