@@ -9,9 +9,11 @@ view; `shell` with a pty gives `tpujob ssh` an interactive bash.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import pty
+import re
 import socket
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from tpujob.emulator.host_sftp import RootedSftp
 log = logging.getLogger(__name__)
 
 _CHUNK = 32768
+_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 
 
 def new_host_key() -> paramiko.PKey:
@@ -33,7 +36,6 @@ def new_host_key() -> paramiko.PKey:
     pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
         serialization.NoEncryption()).decode()
-    import io
     return paramiko.Ed25519Key(file_obj=io.StringIO(pem))
 
 
@@ -63,7 +65,6 @@ class HostSshServer:
         self.holder_pid = holder_pid
         self._sock: socket.socket | None = None
         self._transports: set[paramiko.Transport] = set()
-        self._procs: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._closed = False
 
@@ -109,6 +110,7 @@ class HostSshServer:
                 transport.set_subsystem_handler("sftp", paramiko.SFTPServer, RootedSftp,
                                                 root=f"/proc/{self.holder_pid}/root")
                 with self._lock:
+                    self._transports = {t for t in self._transports if t.is_active()}
                     self._transports.add(transport)
                 # With an event, start_server returns at once: one slow client can't stall
                 # the listener.
@@ -116,10 +118,6 @@ class HostSshServer:
             except Exception:   # a broken handshake only loses that connection
                 log.debug("%s: connection failed", self.label, exc_info=True)
                 conn.close()
-
-    def forget(self, transport: paramiko.Transport) -> None:
-        with self._lock:
-            self._transports.discard(transport)
 
     def spawn(self, argv: list[str], env: dict, home: str, **popen) -> subprocess.Popen:
         """Start `argv` inside the host's mount namespace, in `home`."""
@@ -136,14 +134,23 @@ class _Session(paramiko.ServerInterface):
         self.env: dict[str, str] = {}
         self.pty_size: tuple[int, int] | None = None
 
+    @property
+    def home(self) -> str:
+        return "/root" if self.user == "root" else f"/home/{self.user}"
+
     def get_allowed_auths(self, username: str) -> str:
         return "publickey"
 
     def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
         name, b64 = key.get_name(), key.get_base64()
+        if not _USER.fullmatch(username):
+            return paramiko.AUTH_FAILED
         for user, kind, data in self.server.authorized:
             if kind == name and data == b64 and user in (None, username):
                 self.user = username
+                # The home exists from the first login on, as on a VM whose guest agent
+                # creates the users named in `ssh-keys`.
+                os.makedirs(f"/proc/{self.server.holder_pid}/root{self.home}", exist_ok=True)
                 return paramiko.AUTH_SUCCESSFUL
         return paramiko.AUTH_FAILED
 
@@ -171,10 +178,7 @@ class _Session(paramiko.ServerInterface):
         return True
 
     def _environment(self) -> tuple[dict, str]:
-        home = "/root" if self.user == "root" else f"/home/{self.user}"
-        # The home directory exists from the first login on, as on a VM whose guest agent
-        # creates the user named in `ssh-keys`.
-        os.makedirs(f"/proc/{self.server.holder_pid}/root{home}", exist_ok=True)
+        home = self.home
         # The interpreter running the emulator comes first on PATH, as python3 with the
         # project's packages does on a prepared TPU VM image.
         path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get(

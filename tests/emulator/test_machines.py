@@ -1,0 +1,155 @@
+"""Emulated TPU hosts: own filesystem view, SSH with key checks, processes that die when told."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import random
+import time
+
+import paramiko
+import pytest
+
+from tpujob.emulator.machines import SliceMachines, host_ip
+from tpujob.hosts.keys import load_key, public_key_line
+
+PORT = 2222
+
+
+@pytest.fixture
+def client_key(tmp_path):
+    return load_key(tmp_path / "client"), public_key_line(tmp_path / "client")
+
+
+@pytest.fixture
+def make_machines(tmp_path, client_key):
+    started = []
+
+    def make(num_hosts: int, keys: list[str] | None = None) -> tuple[SliceMachines, list]:
+        # A random block keeps parallel test workers on distinct addresses.
+        block = random.randint(1000, 65000)
+        m = SliceMachines(tmp_path / f"node-{block}", f"node-{block}", num_hosts,
+                          keys if keys is not None else [client_key[1]], block, PORT)
+        started.append(m)
+        return m, m.start()
+
+    yield make
+    for m in started:
+        m.stop()
+
+
+def test_host_addresses_follow_the_contract():
+    assert host_ip(7, 0) == "127.16.7.1"
+    assert host_ip(253, 3) == "127.17.3.4"
+
+
+def connect(ep, pkey, host_key: str | None = None, user: str = "tpujob") -> paramiko.SSHClient:
+    kind, b64 = (host_key or ep.host_key).split()[:2]
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.get_host_keys().add(f"[{ep.ip}]:{ep.ssh_port}", kind,
+                               paramiko.PKey.from_type_string(kind, base64.b64decode(b64)))
+    client.connect(ep.ip, ep.ssh_port, username=user, pkey=pkey, look_for_keys=False,
+                   allow_agent=False, timeout=5, banner_timeout=5, auth_timeout=5)
+    return client
+
+
+def run(client: paramiko.SSHClient, command: str) -> tuple[int, str]:
+    _, out, err = client.exec_command(command, timeout=10)
+    text = out.read().decode() + err.read().decode()
+    return out.channel.recv_exit_status(), text
+
+
+def test_each_host_has_its_own_mnt_home_and_tmp(make_machines, client_key):
+    m, eps = make_machines(2)
+    assert eps[1].ip == eps[0].ip[:-1] + "2" and eps[0].ip.startswith("127.")
+    c0, c1 = connect(eps[0], client_key[0]), connect(eps[1], client_key[0])
+    assert run(c0, "echo zero > /mnt/f; echo home > ~/h; echo t > /tmp/t; pwd") == (0, "/home/tpujob\n")
+    code, out = run(c1, "ls /mnt /tmp ~")
+    assert code == 0 and "f" not in out.split() and "h" not in out.split() and "t" not in out.split()
+    assert (m.host_root(0) / "mnt" / "f").read_text() == "zero\n"
+    assert (m.host_root(0) / "home" / "tpujob" / "h").read_text() == "home\n"
+    assert (m.host_root(0) / "tmp" / "t").exists()
+    assert not (m.host_root(1) / "mnt" / "f").exists()
+    assert run(c1, "echo out; echo err >&2; exit 7") == (7, "out\nerr\n")
+
+
+def test_sftp_uploads_land_on_that_host(make_machines, client_key):
+    m, eps = make_machines(1)
+    sftp = connect(eps[0], client_key[0]).open_sftp()
+    sftp.putfo(io.BytesIO(b"payload"), "code.tar")
+    sftp.putfo(io.BytesIO(b"m"), "/mnt/m")
+    assert (m.host_root(0) / "home" / "tpujob" / "code.tar").read_bytes() == b"payload"
+    assert (m.host_root(0) / "mnt" / "m").read_bytes() == b"m"
+    assert sorted(sftp.listdir("/mnt")) == ["m"]
+
+
+def test_only_the_authorized_key_gets_in(make_machines, client_key, tmp_path):
+    _, eps = make_machines(1)
+    stranger = load_key(tmp_path / "stranger")
+    with pytest.raises(paramiko.AuthenticationException):
+        connect(eps[0], stranger)
+
+
+def test_user_prefixed_keys_bind_the_user(make_machines, client_key):
+    _, eps = make_machines(1, keys=[f"alice:{client_key[1]}"])
+    assert run(connect(eps[0], client_key[0], user="alice"), "echo $HOME")[1] == "/home/alice\n"
+    with pytest.raises(paramiko.AuthenticationException):
+        connect(eps[0], client_key[0], user="bob")
+
+
+def test_client_verifying_another_host_key_is_refused(make_machines, client_key):
+    _, eps = make_machines(2)
+    with pytest.raises(paramiko.BadHostKeyException):
+        connect(eps[0], client_key[0], host_key=eps[1].host_key)
+
+
+def test_detached_program_survives_the_session_and_preempt_kills_it(make_machines, client_key):
+    m, eps = make_machines(2)
+    for ep in eps:
+        c = connect(ep, client_key[0])
+        run(c, "setsid bash -c 'trap \"echo term > /mnt/got-term; exit 0\" TERM; "
+               "while :; do sleep 0.05; done' > /dev/null 2>&1 < /dev/null & echo $! > /mnt/pid")
+        c.close()
+    time.sleep(0.3)
+    pid = int((m.host_root(0) / "mnt" / "pid").read_text())
+    assert pid in m.host_pids(0)
+    m.preempt(grace_seconds=3)
+    assert m.host_pids(0) == [] and m.host_pids(1) == []
+    assert (m.host_root(0) / "mnt" / "got-term").read_text() == "term\n"   # SIGTERM came first
+    with pytest.raises((OSError, paramiko.SSHException)):
+        connect(eps[0], client_key[0])
+
+
+def test_preempt_kills_after_the_grace_period(make_machines, client_key):
+    m, eps = make_machines(1)
+    run(connect(eps[0], client_key[0]),
+        "setsid bash -c 'trap \"\" TERM; while :; do sleep 0.05; done' >/dev/null 2>&1 </dev/null &")
+    start = time.monotonic()
+    m.preempt(grace_seconds=0.5)
+    assert 0.4 < time.monotonic() - start < 3
+    assert m.host_pids(0) == []
+
+
+def test_kill_host_takes_one_host_down_at_once(make_machines, client_key):
+    m, eps = make_machines(2)
+    for ep in eps:
+        run(connect(ep, client_key[0]), "setsid sleep 60 >/dev/null 2>&1 </dev/null &")
+    m.kill_host(1)
+    assert m.host_pids(1) == []
+    assert m.host_pids(0)   # its namespace holder and the sleep
+    with pytest.raises((OSError, paramiko.SSHException)):
+        connect(eps[1], client_key[0])
+    assert run(connect(eps[0], client_key[0]), "echo up") == (0, "up\n")
+
+
+def test_stop_leaves_no_process_and_no_directory(tmp_path, client_key):
+    m = SliceMachines(tmp_path / "n", "n", 3, [client_key[1]], random.randint(1000, 65000), PORT)
+    eps = m.start()
+    run(connect(eps[2], client_key[0]), "setsid sleep 60 >/dev/null 2>&1 </dev/null &")
+    pids = m.host_pids(2)
+    m.stop()
+    assert not (tmp_path / "n").exists()
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}/ns/mnt")

@@ -1,0 +1,1 @@
+"""Commands on every host of a slice, in parallel, over SSH (paramiko)."""
