@@ -1,0 +1,166 @@
+"""Migrations from a blank database: tables, bookkeeping, idempotent re-open, one transaction
+per migration, and the SQLModel models kept equal to the migrated schema."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+from sqlalchemy import Boolean, Float, Integer, String, create_engine, inspect, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.types import TypeDecorator
+
+from tpujob.store import db, migrations
+from tpujob.store.migrations import MIGRATION_TABLE, MIGRATIONS, applied_versions, migrate
+from tpujob.store.models import Attempt, Event, Job
+
+LATEST = MIGRATIONS[-1][0]
+
+
+def _url(tmp_path, name="blank.db") -> str:
+    return f"sqlite:///{tmp_path / name}"
+
+
+def _tables(engine) -> set[str]:
+    return set(inspect(engine).get_table_names())
+
+
+def _migration_rows(engine) -> list[tuple]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(f"SELECT version, name FROM {MIGRATION_TABLE} ORDER BY version"))]
+
+
+def test_versions_are_append_only_and_contiguous():
+    assert [v for v, _, _ in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+    assert all(name for _, name, _ in MIGRATIONS)
+
+
+def test_migrate_from_blank(tmp_path):
+    engine = create_engine(_url(tmp_path))
+    assert _tables(engine) == set()
+    assert applied_versions(engine) == []
+    assert migrate(engine) == [v for v, _, _ in MIGRATIONS]
+    assert _tables(engine) == {"job", "attempt", "event", MIGRATION_TABLE}
+    assert applied_versions(engine) == list(range(1, LATEST + 1))
+    assert _migration_rows(engine) == [(v, n) for v, n, _ in MIGRATIONS]
+
+
+def test_reopen_is_a_no_op(tmp_path):
+    engine = create_engine(_url(tmp_path))
+    migrate(engine)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO job (name, state, spec_yaml, spec_json, accelerator, zone, project, "
+                          "cloud, attempt, preemptions, failures, nan_restarts, keep_slice, created_at, "
+                          "updated_at) VALUES ('kept', 'PENDING', '', '{}', 'v4-8', 'z', 'p', 'local', "
+                          "0, 0, 0, 0, 0, 1, 1)"))
+    rows = _migration_rows(engine)
+    assert migrate(engine) == []
+    assert migrate(create_engine(_url(tmp_path))) == []
+    assert _migration_rows(engine) == rows
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT name FROM job")).scalars().all() == ["kept"]
+
+
+def test_engine_for_opens_a_migrated_wal_store(tmp_path):
+    url = _url(tmp_path, "sub/dir/tpujob.db")
+    engine = db.engine_for(url)
+    assert db.engine_for(url) is engine
+    assert (tmp_path / "sub/dir/tpujob.db").exists()
+    assert applied_versions(engine) == list(range(1, LATEST + 1))
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_a_failing_migration_leaves_nothing_behind(tmp_path, monkeypatch):
+    # The store's own engine: it opens every transaction itself, so SQLite's DDL is transactional
+    # (a bare pysqlite engine would autocommit each CREATE).
+    engine = db.engine_for(_url(tmp_path))
+
+    def broken(conn):
+        conn.execute(text("CREATE TABLE half_done (x INTEGER)"))
+        conn.execute(text("ALTER TABLE job ADD COLUMN half_column INTEGER"))
+        raise RuntimeError("crash in the middle of a migration")
+
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS + [(LATEST + 1, "broken", broken)])
+    with pytest.raises(RuntimeError):
+        migrate(engine)
+    assert "half_done" not in _tables(engine)
+    assert "half_column" not in {c["name"] for c in inspect(engine).get_columns("job")}
+    assert applied_versions(engine) == list(range(1, LATEST + 1))
+
+    def fixed(conn):
+        conn.execute(text("CREATE TABLE half_done (x INTEGER)"))
+
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS + [(LATEST + 1, "fixed", fixed)])
+    assert migrate(engine) == [LATEST + 1]
+    assert "half_done" in _tables(engine)
+
+
+def test_a_bad_store_url_is_a_config_error():
+    from tpujob.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        db.engine_for("nosuchdialect://x/y")
+    assert info.value.exit_code == 6
+
+
+def _kind(sql_type) -> str:
+    """The storage kind of a column type (VARCHAR, TEXT and SQLModel's AutoString are all text)."""
+    if isinstance(sql_type, TypeDecorator):
+        sql_type = sql_type.impl_instance
+    for base, kind in ((Boolean, "bool"), (Integer, "int"), (Float, "float"), (String, "text")):
+        if isinstance(sql_type, base):
+            return kind
+    raise AssertionError(f"unexpected column type {sql_type!r}")
+
+
+@pytest.mark.parametrize("model", [Job, Attempt, Event], ids=lambda m: m.__tablename__)
+def test_models_equal_the_migrated_tables(tmp_path, model):
+    engine = create_engine(_url(tmp_path))
+    migrate(engine)
+    insp = inspect(engine)
+    table = model.__table__
+    migrated = {c["name"]: c for c in insp.get_columns(table.name)}
+    assert set(migrated) == set(table.columns.keys())
+    for column in table.columns:
+        found = migrated[column.name]
+        assert found["nullable"] == column.nullable, column.name
+        assert bool(found["primary_key"]) == column.primary_key, column.name
+        assert _kind(found["type"]) == _kind(column.type), column.name
+    indexed = {tuple(ix["column_names"]) for ix in insp.get_indexes(table.name)}
+    assert indexed == {(c.name,) for c in table.columns if c.index}
+    fks = {(fk["constrained_columns"][0], fk["referred_table"], fk["referred_columns"][0])
+           for fk in insp.get_foreign_keys(table.name)}
+    assert fks == {(fk.parent.name, fk.column.table.name, fk.column.name) for fk in table.foreign_keys}
+
+
+def _open(url: str, barrier, results) -> None:
+    barrier.wait()
+    try:
+        db.engine_for(url)
+        results.put("ok")
+    except Exception as exc:
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_a_blank_store_at_once(tmp_path):
+    url = _url(tmp_path)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(3, timeout=60)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_open, args=(url, barrier, results)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=90) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    assert outcomes == ["ok"] * 3
+    assert _migration_rows(create_engine(url)) == [(v, n) for v, n, _ in MIGRATIONS]
+
+
+def test_a_foreign_key_is_enforced(tmp_path):
+    engine = db.engine_for(_url(tmp_path))
+    with pytest.raises(IntegrityError, match="FOREIGN KEY"):
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO event (job_id, at, kind, message) VALUES (12345, 1, 'x', 'y')"))
