@@ -1,0 +1,2 @@
+def broken(:  # expect: TPU000
+    pass

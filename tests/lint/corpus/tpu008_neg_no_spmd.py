@@ -1,0 +1,7 @@
+import torch
+import torch_xla
+
+
+def update(cache, idx, value):
+    cache[idx] = value
+    return cache

@@ -1,0 +1,15 @@
+import flax.linen as nn
+from flax import nnx
+
+HIDDEN = 1000
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Dense(HIDDEN)(x)  # expect: TPU012
+        x = nn.Dense(features=3 * 100)(x)  # expect: TPU012
+        return nn.Dense(1024)(x)
+
+
+layer = nnx.Linear(768, 3000, rngs=nnx.Rngs(0))  # expect: TPU012

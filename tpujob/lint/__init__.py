@@ -1,0 +1,84 @@
+"""Static checks for XLA/TPU pitfalls in PyTorch and JAX training code (`tpujob lint`).
+
+    findings = lint_paths(["train.py", "model/"], deps=["diffusers"], accelerator="v6e-8")
+    print(render_text(findings))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from tpujob.errors import UsageError
+from tpujob.lint.checker import check_source
+from tpujob.lint.files import package_dir, python_files
+from tpujob.lint.jax_rules import mxu_width
+from tpujob.lint.rules import ERROR, RULES, WARNING, Finding, Rule
+
+__all__ = ["ERROR", "RULES", "WARNING", "Finding", "Rule", "errors", "lint_paths",
+           "lint_sync_dir", "render_json", "render_text"]
+
+DEPS_RULES = frozenset(r.id for r in RULES.values() if r.deps)
+
+
+def lint_paths(paths: Iterable[str | Path], deps: Iterable[str] = (),
+               accelerator: str | None = None) -> list[Finding]:
+    """Lint files and directories (every rule), then installed packages (rules marked deps).
+
+    Directories are walked for *.py, skipping hidden directories, virtual environments and
+    what their top-level .gitignore excludes. `accelerator` (e.g. "v6e-8") sets the MXU width.
+    Raises UsageError for a missing path or package, SpecError for an unknown accelerator.
+    """
+    mxu = 128
+    if accelerator:
+        from tpujob.catalogue import accelerator as parse_accelerator
+
+        mxu = mxu_width(parse_accelerator(accelerator).generation.alias)
+    targets: list[tuple[Path, frozenset[str]]] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise UsageError(f"{raw}: no such file or directory")
+        targets.extend((f, frozenset(RULES)) for f in python_files(path))
+    for name in deps:
+        targets.extend((f, DEPS_RULES) for f in python_files(package_dir(name)))
+    findings: list[Finding] = []
+    seen: set[Path] = set()
+    for file, rules in targets:
+        key = file.resolve()
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            source = file.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"{file}: cannot read ({exc.strerror})") from exc
+        findings.extend(check_source(source, str(file), rules, mxu))
+    return findings
+
+
+def lint_sync_dir(path: str | Path, accelerator: str | None = None) -> list[Finding]:
+    """What `create` runs on a job's local sync directory before anything is spent."""
+    return lint_paths([path], accelerator=accelerator)
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings that fail the run (exit 1, or block `create --strict`)."""
+    return [f for f in findings if f.severity == ERROR]
+
+
+def render_text(findings: list[Finding]) -> str:
+    """`file:line:col RULE message (fix: ...)` lines, then a count."""
+    lines = [f"{f.path}:{f.line}:{f.col} {f.rule} {f.message} (fix: {f.fix})" for f in findings]
+    n_errors = len(errors(findings))
+    n_warnings = len(findings) - n_errors
+    lines.append(f"{n_errors} error{'s' * (n_errors != 1)}, "
+                 f"{n_warnings} warning{'s' * (n_warnings != 1)}")
+    return "\n".join(lines)
+
+
+def render_json(findings: list[Finding]) -> str:
+    n_errors = len(errors(findings))
+    return json.dumps({"findings": [f.to_dict() for f in findings], "errors": n_errors,
+                       "warnings": len(findings) - n_errors}, indent=2)

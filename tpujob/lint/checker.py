@@ -1,0 +1,56 @@
+"""Check one file: parse, run every rule group, drop what `# tpujob: ignore[RULE]` silences."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+import warnings
+from collections.abc import Collection
+
+from tpujob.lint import jax_rules, torch_rules
+from tpujob.lint.module import Module
+from tpujob.lint.rules import Finding, finding
+
+IGNORE = re.compile(r"#\s*tpujob:\s*ignore\[([A-Za-z0-9_,\s]+)\]")
+
+
+def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 128
+                 ) -> list[Finding]:
+    """Findings for one file's source, sorted by position."""
+    try:
+        with warnings.catch_warnings():
+            # Invalid escape sequences in other people's code are not our findings.
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError) as exc:
+        if "TPU000" not in rules:
+            return []
+        line = getattr(exc, "lineno", None) or 1
+        col = getattr(exc, "offset", None) or 1
+        detail = getattr(exc, "msg", None) or str(exc)
+        return [finding("TPU000", path, line, col, detail=detail)]
+    mod = Module(tree, path, rules, mxu)
+    torch_rules.check(mod)
+    jax_rules.check(mod)
+    found = sorted(set(mod.findings), key=lambda f: (f.line, f.col, f.rule))
+    if found and b"tpujob:" in source:
+        ignored = ignored_lines(source)
+        found = [f for f in found if f.rule not in ignored.get(f.line, ())]
+    return found
+
+
+def ignored_lines(source: bytes) -> dict[int, set[str]]:
+    """Line -> rule ids silenced there by a `# tpujob: ignore[TPU003,TPU006]` comment."""
+    ignored: dict[int, set[str]] = {}
+    try:
+        for token in tokenize.tokenize(io.BytesIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                match = IGNORE.search(token.string)
+                if match:
+                    rules = {r.strip().upper() for r in match.group(1).split(",") if r.strip()}
+                    ignored.setdefault(token.start[0], set()).update(rules)
+    except (tokenize.TokenError, SyntaxError):
+        pass  # the file parsed with ast, so this only trims a malformed tail; keep what we have
+    return ignored

@@ -1,0 +1,193 @@
+"""Training loops in PyTorch code: a graph that is never cut (TPU005), host syncs (TPU006).
+
+A training loop is a `for`/`while` whose body calls `.backward()` or an optimizer `.step()`,
+directly or through a function of the same module (`train_step(batch)`, `self.step(...)`).
+Syncs are looked for in the body minus nested functions and minus the branches of an `if`:
+`if step % 100 == 0: print(loss.item())` is the usual, acceptable, logging pattern.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from tpujob.lint.module import Module, source_of
+from tpujob.lint.names import call_name, walk_local
+
+XLA_SYNCS = {"torch_xla.core.xla_model.mark_step", "torch_xla.step", "torch_xla.sync",
+             "torch_xla.core.xla_model.optimizer_step"}
+DEVICE_LOADERS = {"torch_xla.distributed.parallel_loader.MpDeviceLoader",
+                  "torch_xla.distributed.parallel_loader.ParallelLoader"}
+HOST_SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
+HOST_SYNC_CALLS = {"print", "float", "int", "bool"}
+TRAINING_CALLS = {"backward", "step", "optimizer_step"}
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+@dataclass
+class Flags:
+    backward: bool = False
+    step: bool = False
+    sync: bool = False
+
+    def merge(self, other: Flags) -> None:
+        self.backward |= other.backward
+        self.step |= other.step
+        self.sync |= other.sync
+
+
+class _Loops:
+    def __init__(self, mod: Module, xla: bool):
+        self.mod = mod
+        self.xla = xla
+        self.functions = {n.name: n for n in mod.of_type(ast.FunctionDef, ast.AsyncFunctionDef)}
+        self.summaries: dict[str, Flags] = {}
+        self.loaders = self._device_loader_names()
+
+    def _device_loader_names(self) -> set[str]:
+        """Names bound to an MpDeviceLoader/ParallelLoader: iterating one cuts the graph."""
+        found: set[str] = set()
+        for node in self.mod.of_type(ast.Assign):
+            if self._makes_loader(node.value):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        found.add(target.id)
+                    elif isinstance(target, ast.Attribute):
+                        found.add(target.attr)
+        return found
+
+    def _makes_loader(self, node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and (self.mod.names.resolve(n.func) in DEVICE_LOADERS
+                                                or call_name(n) == "per_device_loader")
+                   for n in ast.walk(node))
+
+    def flags_of(self, nodes, stack: tuple[str, ...] = ()) -> Flags:
+        flags = Flags()
+        for node in nodes:
+            if not isinstance(node, ast.Call):
+                continue
+            qual = self.mod.names.resolve(node.func)
+            name = call_name(node)
+            if qual in XLA_SYNCS:
+                flags.sync = True
+                flags.step |= name == "optimizer_step"
+            elif name == "backward" and isinstance(node.func, ast.Attribute):
+                flags.backward = True
+            elif name == "step" and isinstance(node.func, ast.Attribute):
+                flags.step = True
+            callee = self._local_callee(node)
+            if callee and callee not in stack:
+                flags.merge(self.summary(callee, stack))
+        return flags
+
+    def _local_callee(self, call: ast.Call) -> str | None:
+        func = call.func
+        if isinstance(func, ast.Name) and func.id in self.functions:
+            return func.id
+        if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and func.value.id == "self" and func.attr in self.functions):
+            return func.attr
+        return None
+
+    def summary(self, name: str, stack: tuple[str, ...] = ()) -> Flags:
+        if name not in self.summaries:
+            self.summaries[name] = self.flags_of(walk_local(self.functions[name]), stack + (name,))
+        return self.summaries[name]
+
+    def iterates_loader(self, loop: ast.AST, params: set[str]) -> bool:
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return False
+        if self._makes_loader(loop.iter):
+            return True
+        used = {n.id for n in ast.walk(loop.iter) if isinstance(n, ast.Name)}
+        used |= {n.attr for n in ast.walk(loop.iter) if isinstance(n, ast.Attribute)}
+        # A loader handed in as a parameter is, in a module that builds device loaders, one.
+        return bool(used & self.loaders or (self.loaders and used & params))
+
+    def is_training(self, loop: ast.AST) -> bool:
+        direct = self.flags_of(_walk_direct(loop))
+        return direct.backward or direct.step
+
+    def check_scope(self, scope: ast.AST) -> None:
+        params = set()
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = {a.arg for a in scope.args.posonlyargs + scope.args.args
+                      + scope.args.kwonlyargs}
+        loops = [n for n in self.mod.of_type(*LOOPS) if self.mod.scope_of[n] is scope]
+        flags = {id(loop): self.flags_of(walk_local(loop)) for loop in loops}
+        for loop in loops:
+            if self.iterates_loader(loop, params):
+                flags[id(loop)].sync = True
+        for loop in loops:
+            f = flags[id(loop)]
+            if self.xla and f.backward and f.step and not f.sync and not any(
+                    flags[id(inner)].backward and flags[id(inner)].step
+                    for inner in walk_local(loop) if inner is not loop and isinstance(inner, LOOPS)):
+                self.mod.emit("TPU005", loop, "no xm.mark_step() in this loop")
+            if self.is_training(loop):
+                self._host_syncs(loop)
+
+    def _host_syncs(self, loop: ast.AST) -> None:
+        tensors = _tensor_names(loop)
+        todo: list[tuple[ast.AST, bool]] = [(child, False) for child in ast.iter_child_nodes(loop)]
+        while todo:
+            node, guarded = todo.pop()
+            if isinstance(node, DEFS) or (isinstance(node, LOOPS) and self.is_training(node)):
+                continue
+            if isinstance(node, ast.If):
+                todo.append((node.test, guarded))
+                todo.extend((child, True) for child in node.body + node.orelse)
+                continue
+            if not guarded and isinstance(node, ast.Call):
+                what = _host_sync(node, tensors)
+                if what:
+                    self.mod.emit("TPU006", node, what)
+                    continue  # one finding per expression: print(loss.item()) is one sync
+            todo.extend((child, guarded) for child in ast.iter_child_nodes(node))
+
+
+def _walk_direct(loop: ast.AST):
+    """The loop's body without nested loops and nested definitions."""
+    todo = list(ast.iter_child_nodes(loop))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, DEFS + LOOPS):
+            continue
+        yield node
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _tensor_names(loop: ast.AST) -> set[str]:
+    """Names that hold tensors: what `.backward()` is called on, and what is computed from it."""
+    nodes = list(walk_local(loop))
+    names = {n.func.value.id for n in nodes if isinstance(n, ast.Call)
+             and call_name(n) == "backward" and isinstance(n.func, ast.Attribute)
+             and isinstance(n.func.value, ast.Name)}
+    for _ in range(2):
+        for node in nodes:
+            if isinstance(node, (ast.Assign, ast.AugAssign)) and node.value is not None and any(
+                    isinstance(n, ast.Name) and n.id in names for n in ast.walk(node.value)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def _host_sync(call: ast.Call, tensors: set[str]) -> str:
+    name = call_name(call)
+    if isinstance(call.func, ast.Attribute) and name in HOST_SYNC_METHODS and not call.args:
+        return f"{source_of(call)}"
+    if isinstance(call.func, ast.Name) and name in HOST_SYNC_CALLS:
+        for sub in ast.walk(call):
+            if isinstance(sub, ast.Name) and sub.id in tensors:
+                return f"{name}() of tensor {sub.id!r}"
+    return ""
+
+
+def check_loops(mod: Module, xla: bool) -> None:
+    # Without a backward or step call anywhere there is no training loop to look at.
+    if not any(call_name(n) in TRAINING_CALLS for n in mod.of_type(ast.Call)):
+        return
+    loops = _Loops(mod, xla)
+    for scope in [mod.tree] + mod.of_type(ast.FunctionDef, ast.AsyncFunctionDef):
+        loops.check_scope(scope)

@@ -1,0 +1,246 @@
+"""Rules for PyTorch code bound for TPUs through torch_xla (TPU001-TPU009).
+
+"torch_xla code" is a module that imports torch_xla: the rules about CUDA, checkpointing,
+DDP, mark_step and nn.init only apply there, so ordinary CUDA code is left alone. SDPA is
+flagged in any module (it is usually called from a model file that never imports torch_xla).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from tpujob.lint.module import Module, source_of
+from tpujob.lint.names import call_name
+from tpujob.lint.torch_loops import check_loops
+
+SDPA = {"torch.nn.functional.scaled_dot_product_attention",
+        "torch._C._nn.scaled_dot_product_attention"}
+TORCH_CHECKPOINT = {"torch.utils.checkpoint.checkpoint",
+                    "torch.utils.checkpoint.checkpoint_sequential"}
+DDP = {"torch.nn.parallel.DistributedDataParallel",
+       "torch.nn.parallel.distributed.DistributedDataParallel"}
+# Deterministic initialisers give the right values anywhere; only random ones are suspect.
+CONSTANT_INITS = {"zeros_", "ones_", "constant_", "eye_", "dirac_", "calculate_gain"}
+DYNAMIC_FUNCS = {"nonzero", "unique", "unique_consecutive", "masked_select", "argwhere"}
+MASK_CALLS = {"bool", "isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_and",
+              "logical_or", "logical_not", "logical_xor", "eq", "ne", "gt", "lt", "ge", "le"}
+VALUE_CALLS = {"item", "sum", "max", "min", "argmax", "argmin", "count_nonzero"}
+SPMD_MODULES = ("torch_xla.distributed.spmd", "torch_xla.experimental.xla_sharding")
+CONTAINER_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter"}
+
+
+def check(mod: Module) -> None:
+    names = mod.names
+    xla = names.imports("torch_xla")
+    if not (xla or names.imports("torch")):
+        return
+    _references(mod, xla)
+    if mod.enabled("TPU005", "TPU006"):
+        check_loops(mod, xla)
+    if mod.enabled("TPU007"):
+        _dynamic_shapes(mod)
+    if mod.enabled("TPU008") and _uses_spmd(mod):
+        _index_assignments(mod)
+
+
+def _is_cuda(node: ast.AST | None) -> bool:
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and (node.value == "cuda" or node.value.startswith("cuda:")))
+
+
+def _references(mod: Module, xla: bool) -> None:
+    resolve = mod.names.resolve
+    for node in mod.nodes:
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            qual = resolve(node)
+            if qual in SDPA:
+                symbol = mod.symbol_at(node.lineno)
+                where = f" in {symbol}" if symbol else ""
+                mod.emit("TPU002", node, source_of(node) + where, fix=_sdpa_fix(mod, node))
+            elif xla and qual in TORCH_CHECKPOINT:
+                mod.emit("TPU001", node, source_of(node))
+        elif isinstance(node, ast.Call):
+            qual = resolve(node.func)
+            name = call_name(node)
+            if xla:
+                _xla_call(mod, node, qual, name)
+            if ((qual and qual.startswith("torch.") and qual.rsplit(".", 1)[1] in DYNAMIC_FUNCS)
+                    or (qual is None and isinstance(node.func, ast.Attribute)
+                        and name in DYNAMIC_FUNCS)):
+                mod.emit("TPU007", node, f"{source_of(node.func)}()")
+            elif qual == "torch.where" and len(node.args) == 1 and not node.keywords:
+                mod.emit("TPU007", node, "torch.where(cond) with one argument")
+
+
+def _xla_call(mod: Module, node: ast.Call, qual: str | None, name: str) -> None:
+    if qual in DDP:
+        mod.emit("TPU004", node, source_of(node.func))
+    elif (qual and qual.startswith("torch.nn.init.")
+          and qual.rsplit(".", 1)[1] not in CONSTANT_INITS):
+        mod.emit("TPU009", node, source_of(node.func))
+    elif name == "cuda" and isinstance(node.func, ast.Attribute):
+        mod.emit("TPU003", node, f"{source_of(node.func)}()")
+    elif qual == "torch.device" and node.args and _is_cuda(node.args[0]):
+        mod.emit("TPU003", node, source_of(node))
+    elif name == "to" and node.args and _is_cuda(node.args[0]):
+        mod.emit("TPU003", node, source_of(node))
+    elif any(k.arg == "device" and _is_cuda(k.value) for k in node.keywords):
+        mod.emit("TPU003", node, f'{source_of(node.func)}(device="cuda")')
+
+
+def _sdpa_fix(mod: Module, node: ast.AST) -> str:
+    """For SDPA inside a class, name the class to patch (e.g. diffusers' AttnProcessor2_0)."""
+    cls = mod.symbol_at(node.lineno, classes_only=True).rsplit(".", 1)[-1]
+    if not cls:
+        return ""
+    return (f"patch {cls}: subclass it (or register a replacement processor) with explicit "
+            f"attention: softmax(q @ k.transpose(-2, -1) * scale + mask) @ v")
+
+
+def _dynamic_shapes(mod: Module) -> None:
+    resolve, scope_of = mod.names.resolve, mod.scope_of
+    assigns: dict[ast.AST, list[ast.Assign]] = {}
+    for node in mod.of_type(ast.Assign):
+        assigns.setdefault(scope_of[node], []).append(node)
+    scopes: dict[ast.AST, tuple[set[str], set[str]]] = {}
+    for node in mod.of_type(ast.Subscript):
+        if not isinstance(node.ctx, ast.Load):
+            continue
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        bounds = [b for p in parts if isinstance(p, ast.Slice) for b in (p.lower, p.upper, p.step)
+                  if b is not None and not isinstance(b, ast.Constant)]
+        maybe_masks = [p for p in parts if isinstance(p, (ast.Compare, ast.UnaryOp, ast.BinOp,
+                                                          ast.Name, ast.Call))]
+        if not (bounds or maybe_masks):
+            continue
+        scope = scope_of[node]
+        if scope not in scopes:
+            scopes[scope] = _scope_names(assigns.get(scope, []), resolve)
+        masks, values = scopes[scope]
+        if any(_is_mask(p, masks, resolve) for p in maybe_masks):
+            mod.emit("TPU007", node, f"boolean-mask indexing {source_of(node)}")
+        elif any(_from_values(b, values) for b in bounds):
+            mod.emit("TPU007", node, f"slice length from tensor values {source_of(node)}")
+    collates = _collate_functions(mod)
+    if collates:
+        calls = mod.of_type(ast.Call)
+        padded = {scope_of[c] for c in calls if "pad" in call_name(c).lower()}
+        for call in calls:
+            scope = scope_of[call]
+            if scope in collates and scope not in padded and resolve(call.func) == "torch.stack":
+                mod.emit("TPU007", call, "torch.stack of variable-length tensors in a collate "
+                         "function",
+                         fix="pad every sample to a fixed length (and return a mask) before "
+                             "torch.stack")
+
+
+def _scope_names(assigns: list[ast.Assign], resolve) -> tuple[set[str], set[str]]:
+    """Names bound in one function to masks (`m = x > 0`) and to tensor-derived ints."""
+    masks: set[str] = set()
+    values: set[str] = set()
+    facts = []
+    for node in assigns:
+        targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        if targets:
+            facts.append((node.value, targets, _from_values(node.value, set()),
+                          {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}))
+    for _ in range(2):  # one round of propagation: m = x > 0; m2 = m & n
+        for value, targets, from_values, refs in facts:
+            if _is_mask(value, masks, resolve):
+                masks.update(targets)
+            if from_values or refs & values:
+                values.update(targets)
+    return masks, values
+
+
+def _is_mask(node: ast.expr, masks: set[str], resolve) -> bool:
+    if isinstance(node, ast.Compare):
+        return not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
+        return _is_mask(node.operand, masks, resolve)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return _is_mask(node.left, masks, resolve) or _is_mask(node.right, masks, resolve)
+    if isinstance(node, ast.Name):
+        return node.id in masks
+    if isinstance(node, ast.Call) and call_name(node) in MASK_CALLS:
+        qual = resolve(node.func)
+        return qual is None or qual.startswith("torch.")
+    return False
+
+
+def _from_values(node: ast.expr, values: set[str]) -> bool:
+    """True when an int comes from tensor contents (`x.sum()`, `n.item()`), not from shapes."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and sub.id in values:
+            return True
+        if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in VALUE_CALLS):
+            return True
+    return False
+
+
+def _collate_functions(mod: Module) -> set[ast.AST]:
+    """Functions named *collat*, methods of classes named *collat*, and `collate_fn=` targets."""
+    passed = {k.value.id for n in mod.of_type(ast.Call) for k in n.keywords
+              if k.arg == "collate_fn" and isinstance(k.value, ast.Name)}
+    found: set[ast.AST] = set()
+    for node in mod.of_type(ast.ClassDef):
+        if "collat" in node.name.lower():
+            found.update(n for n in node.body if isinstance(n, ast.FunctionDef))
+    for node in mod.of_type(ast.FunctionDef):
+        if "collat" in node.name.lower() or node.name in passed:
+            found.add(node)
+    return found
+
+
+def _uses_spmd(mod: Module) -> bool:
+    if any(mod.names.imports(m) for m in SPMD_MODULES):
+        return True
+    return any(call_name(n) == "mark_sharding"
+               and (mod.names.resolve(n.func) or "").startswith("torch_xla")
+               for n in mod.of_type(ast.Call))
+
+
+def _constant_index(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _constant_index(node.operand)
+    if isinstance(node, ast.Slice):
+        return all(p is None or _constant_index(p) for p in (node.lower, node.upper, node.step))
+    if isinstance(node, ast.Tuple):
+        return all(_constant_index(e) for e in node.elts)
+    return False
+
+
+def _container_names(mod: Module) -> set[str]:
+    """Names (and self.attributes) bound to dicts/lists: indexing those is not a tensor update."""
+    found: set[str] = set()
+    for node in mod.of_type(ast.Assign, ast.AnnAssign):
+        value = node.value
+        if not (isinstance(value, (ast.Dict, ast.DictComp, ast.List, ast.ListComp))
+                or (isinstance(value, ast.Call) and call_name(value) in CONTAINER_CALLS)):
+            continue
+        for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+            if isinstance(target, ast.Name):
+                found.add(target.id)
+            elif isinstance(target, ast.Attribute):
+                found.add(target.attr)
+    return found
+
+
+def _index_assignments(mod: Module) -> None:
+    containers = _container_names(mod)
+    for node in mod.of_type(ast.Assign, ast.AugAssign):
+        if isinstance(node, ast.Assign):
+            targets = [t for t in node.targets for t in (t.elts if isinstance(t, ast.Tuple) else [t])]
+        else:
+            targets = [node.target]
+        for target in targets:
+            if not isinstance(target, ast.Subscript) or _constant_index(target.slice):
+                continue
+            base = target.value
+            key = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
+            if key in containers or mod.names.resolve(base):
+                continue
+            mod.emit("TPU008", target, f"{source_of(target)} = ...")
