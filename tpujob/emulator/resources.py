@@ -214,6 +214,7 @@ class Emulator:
             op = self._new_op(parent, "create", name)
             # Google finishes the create operation once the request is queued, not once served.
             self._finish_op(op, response=("QueuedResource", _copy(qr.body)))
+            op = _copy(self._ops[op["name"]])
         self._spawn(self._serve_queued_resource, qr)
         return op
 
@@ -579,10 +580,5 @@ def _accelerator_hosts(node_body: dict) -> int:
 
 
 def _authorized_keys(metadata: dict) -> list[str]:
-    """The OpenSSH key lines of `ssh-keys` metadata ("USER:KEY" per line, as on GCE)."""
-    keys = []
-    for line in metadata.get("ssh-keys", "").splitlines():
-        user, sep, key = line.strip().partition(":")
-        if sep and key.strip():
-            keys.append(key.strip())
-    return keys
+    """The lines of `ssh-keys` metadata ("USER:KEY" per line, as on GCE), USER kept."""
+    return [line.strip() for line in metadata.get("ssh-keys", "").splitlines() if line.strip()]

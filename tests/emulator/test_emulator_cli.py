@@ -1,0 +1,71 @@
+"""`tpujob emulator ...` through the real CLI entry point, the emulator as a background process."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+ZONE = "us-central2-b"
+
+
+def test_without_an_emulator_status_says_so_and_faults_fail_cleanly(cli):
+    assert cli("emulator", "status").out.strip() == "emulator: not running"
+    assert json.loads(cli("emulator", "status", "--json").out) == {"running": False}
+    result = cli("emulator", "preempt", "n1")
+    assert result.code == 3 and "emulator is not running" in result.error_line
+    assert cli("emulator", "stop").out.strip() == "emulator was not running"
+
+
+@pytest.mark.slow
+def test_background_emulator_serves_tpu_storage_and_faults(cli, tpujob_home, monkeypatch):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from tpujob.cloud.base import SlicePhase, SliceRequest
+    from tpujob.cloud.gcp import GcpCloud
+
+    assert cli("emulator", "start", "--no-hosts", "--provisioning-delay", "0").code == 0
+    try:
+        info = json.loads(cli("emulator", "status", "--json").out)
+        assert info["running"] is True and info["project"] == "tpujob-local"
+        assert isinstance(info["ssh_port"], int)
+        for key in ("tpu_endpoint", "compute_endpoint", "storage_endpoint"):
+            assert info[key].startswith("http://127.0.0.1:")
+        assert (tpujob_home / "emulator" / "endpoints.json").exists()
+        again = cli("emulator", "start", "--json")  # already running: the same process
+        assert json.loads(again.out)["pid"] == info["pid"]
+
+        cloud = GcpCloud.for_emulator(info["tpu_endpoint"])
+        req = SliceRequest(project=info["project"], zone=ZONE, name="n1", accelerator_type="v4-8",
+                           runtime_version="tpu-ubuntu2204-base")
+        assert cloud.create_node(req).phase is SlicePhase.READY
+
+        assert cli("emulator", "preempt", "n1").out.strip() == "node n1 preempted"
+        assert cloud.get_slice(info["project"], ZONE, "n1").phase is SlicePhase.PREEMPTED
+        assert cli("emulator", "kill-host", "n1", "0").code == 0
+        bad = cli("emulator", "kill-host", "n1", "5")
+        assert bad.code == 2 and "has no host 5" in bad.error_line
+
+        assert cli("emulator", "stockout", ZONE, "v4-8").code == 0
+        faults = json.loads(cli("emulator", "faults", "--api-error-rate", "0.25", "--json").out)
+        assert faults["apiErrorRate"] == 0.25
+        assert faults["stockouts"] == [{"zone": ZONE, "acceleratorType": "v4-8"}]
+        cli("emulator", "stockout", ZONE, "v4-8", "--clear")
+        shown = cli("emulator", "faults").out
+        assert "api error rate 0.25" in shown and "stockout" not in shown
+
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", info["storage_endpoint"])
+        gcs = storage.Client(project=info["project"], credentials=AnonymousCredentials())
+        bucket = gcs.create_bucket("runs")
+        bucket.blob("a/status.json").upload_from_string('{"ok": true}')
+        assert gcs.bucket("runs").blob("a/status.json").download_as_bytes() == b'{"ok": true}'
+    finally:
+        stopped = cli("emulator", "stop")
+    assert stopped.out.strip() == "emulator stopped"
+    assert json.loads(cli("emulator", "status", "--json").out) == {"running": False}
+    assert not (tpujob_home / "emulator" / "endpoints.json").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(info["pid"], 0)
+    assert "serving" in (tpujob_home / "emulator" / "emulator.log").read_text()

@@ -1,0 +1,104 @@
+"""`tpujob emulator ...`: run the local TPU cloud in the background and inject faults into it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from tpujob.cli.render import print_json
+
+
+def register(app: typer.Typer) -> None:
+    emulator = typer.Typer(help="The local TPU cloud: start, stop, status, and faults on demand.",
+                           no_args_is_help=True)
+    app.add_typer(emulator, name="emulator")
+
+    @emulator.command()
+    def start(
+        provisioning_delay: Optional[float] = typer.Option(
+            None, help="Seconds each provisioning step takes (default 0.2)."),
+        no_hosts: bool = typer.Option(False, "--no-hosts",
+                                      help="Nodes get addresses only, no SSH hosts."),
+        json_: bool = typer.Option(False, "--json", help="Print the endpoints as JSON."),
+    ):
+        """Start the emulator in the background (nothing happens if it runs already)."""
+        from tpujob.emulator import process
+
+        info = process.start(provisioning_delay=provisioning_delay, hosts=not no_hosts)
+        _show(info, json_)
+
+    @emulator.command()
+    def stop():
+        """Stop the background emulator; its nodes and hosts go with it."""
+        from tpujob.emulator import process
+
+        typer.echo("emulator stopped" if process.stop() else "emulator was not running")
+
+    @emulator.command()
+    def status(json_: bool = typer.Option(False, "--json", help="Print the endpoints as JSON.")):
+        """Whether the emulator runs, and its endpoints (`running: false` when it does not)."""
+        from tpujob.emulator import process
+
+        _show(process.status(), json_)
+
+    @emulator.command()
+    def preempt(node: str = typer.Argument(..., help="Node id (or full resource name).")):
+        """Preempt a node: PREEMPTED, its programs get SIGTERM then SIGKILL, SSH stops."""
+        from tpujob.emulator import process
+
+        process.client().preempt(node)
+        typer.echo(f"node {node} preempted")
+
+    @emulator.command()
+    def stockout(
+        zone: str = typer.Argument(...),
+        accelerator: Optional[str] = typer.Argument(None, help="Only this accelerator type."),
+        clear: bool = typer.Option(False, "--clear", help="End the stockout."),
+    ):
+        """Stock a zone out: queued resources wait, direct creates fail with Google's error."""
+        from tpujob.emulator import process
+
+        process.client().stockout(zone, accelerator, clear=clear)
+        what = f"{zone} {accelerator}" if accelerator else zone
+        typer.echo(f"stockout {'cleared' if clear else 'set'}: {what}")
+
+    @emulator.command()
+    def faults(
+        api_error_rate: Optional[float] = typer.Option(
+            None, help="Fraction of TPU API calls answered 429 or 503 (0 to 1)."),
+        provisioning_delay: Optional[float] = typer.Option(
+            None, help="Seconds each provisioning step takes."),
+        json_: bool = typer.Option(False, "--json"),
+    ):
+        """Set (or, without options, show) the API error rate and the provisioning delay."""
+        from tpujob.emulator import process
+
+        current = process.client().set_faults(api_error_rate, provisioning_delay)
+        if json_:
+            print_json(current)
+            return
+        typer.echo(f"api error rate {current['apiErrorRate']:g}, provisioning delay "
+                   f"{current['provisioningDelay']:g} s")
+        for s in current["stockouts"]:
+            typer.echo(f"stockout: {s['zone']} {s['acceleratorType'] or '(all accelerators)'}")
+
+    @emulator.command("kill-host")
+    def kill_host(node: str = typer.Argument(...), index: int = typer.Argument(...)):
+        """Kill one host of a node at once (its processes and SSH server)."""
+        from tpujob.emulator import process
+
+        process.client().kill_host(node, index)
+        typer.echo(f"host {index} of {node} killed")
+
+
+def _show(info: dict | None, as_json: bool) -> None:
+    if as_json:
+        print_json({"running": True, **info} if info else {"running": False})
+        return
+    if not info:
+        typer.echo("emulator: not running")
+        return
+    typer.echo(f"emulator: running (pid {info['pid']}), project {info['project']}")
+    for key in ("tpu_endpoint", "compute_endpoint", "storage_endpoint", "ssh_port", "log_file"):
+        typer.echo(f"  {key}: {info.get(key)}")
