@@ -1,0 +1,276 @@
+"""The CLI contract: exit codes, one-line errors, `--json` shapes, dry runs, settings, and a `list`
+that imports no cloud, SSH or JAX module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "jobs.example.yaml"
+
+LIST_KEYS = {"id", "name", "state", "end_reason", "accelerator", "zone", "attempt", "preemptions", "created_at"}
+
+
+@pytest.fixture
+def job(cli):
+    """A recorded job (the example spec); returns its id as the CLI prints it."""
+    result = cli("create", "--json", EXAMPLE)
+    assert result.code == 0, result.err
+    return json.loads(result.out)["id"]
+
+
+# --- validate and create ------------------------------------------------------------------------
+
+def test_validate_prints_the_resolved_spec(cli):
+    result = cli("validate", EXAMPLE)
+    assert result.code == 0 and result.err == ""
+    assert "hosts:        2" in result.out and "chips:        8" in result.out
+    assert "spec is valid" in result.out
+
+
+def test_validate_json(cli, stored_jobs):
+    result = cli("validate", "--json", EXAMPLE)
+    assert result.code == 0
+    data = json.loads(result.out)
+    assert {"hosts", "chips", "runtime_version"} <= set(data)
+    assert (data["hosts"], data["chips"], data["runtime_version"]) == (2, 8, "tpu-ubuntu2204-base")
+    assert data["spec"]["name"] == "demo"
+    assert stored_jobs() == 0
+
+
+def test_dry_run_records_nothing_and_prints_the_plan(cli, tpujob_home, stored_jobs):
+    result = cli("create", "--dry-run", EXAMPLE)
+    assert result.code == 0, result.err
+    assert "cloud: local" in result.out
+    assert "create queued resource" in result.out and "tpujob-NNNNNN-1" in result.out
+    assert stored_jobs() == 0
+    assert not (tpujob_home / "tpujob.db").exists()
+
+
+def test_dry_run_json_is_an_ordered_plan(cli, stored_jobs):
+    result = cli("create", "--dry-run", "--json", EXAMPLE)
+    steps = json.loads(result.out)
+    assert all(set(s) == {"action", "resource", "detail"} for s in steps)
+    assert steps[0]["action"] == "create queued resource" and steps[-1]["action"] == "launch"
+    assert stored_jobs() == 0
+
+
+def test_create_records_a_pending_job_and_names_the_cloud(cli, stored_jobs):
+    result = cli("create", EXAMPLE)
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == ["cloud: local", "job 000001 (demo) PENDING"]
+    assert stored_jobs() == 1
+
+
+# --- list and show ------------------------------------------------------------------------------
+
+def test_list_json_shape(cli, job):
+    result = cli("list", "--json")
+    assert result.code == 0
+    rows = json.loads(result.out)
+    assert isinstance(rows, list) and len(rows) == 1
+    row = rows[0]
+    assert LIST_KEYS <= set(row)
+    assert row["id"] == job == "000001"
+    assert (row["name"], row["state"], row["end_reason"]) == ("demo", "PENDING", None)
+    assert (row["accelerator"], row["zone"], row["attempt"], row["preemptions"]) == ("v4-16", "us-central2-b", 0, 0)
+    assert isinstance(row["created_at"], str) and row["created_at"].startswith("20")
+
+
+def test_list_empty_json_is_an_empty_list(cli):
+    result = cli("list", "--json")
+    assert (result.code, json.loads(result.out)) == (0, [])
+
+
+def test_list_table_columns(cli, job):
+    result = cli("list")
+    header, row = result.out.splitlines()
+    columns = header.split()
+    wanted = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "AGE"]
+    assert [c for c in columns if c in wanted] == wanted
+    assert row.split()[:5] == [job, "demo", "v4-16", "us-central2-b", "PENDING"]
+
+
+def test_list_hides_ended_jobs_unless_all(cli, job):
+    assert cli("cancel", job).code == 0
+    assert json.loads(cli("list", "--json").out) == []
+    rows = json.loads(cli("list", "--all", "--json").out)
+    assert [(r["id"], r["state"]) for r in rows] == [(job, "CANCELLED")]
+
+
+def test_show_json_shape(cli, job):
+    result = cli("show", "--json", job)
+    assert result.code == 0
+    data = json.loads(result.out)
+    assert LIST_KEYS | {"attempts", "events"} <= set(data)
+    assert data["id"] == job and data["attempts"] == []
+    (event,) = data["events"]
+    assert {"at", "kind", "message"} <= set(event)
+    assert (event["kind"], event["to_state"]) == ("created", "PENDING")
+
+
+def test_show_by_name_and_text(cli, job):
+    result = cli("show", "demo")
+    assert result.code == 0
+    assert f"id:           {job}" in result.out and "events:" in result.out
+
+
+def test_cancel_delete_clean(cli, job, tpujob_home):
+    (tpujob_home / "logs" / job).mkdir(parents=True)
+    assert cli("cancel", job).out.strip() == f"job {job} CANCELLED"
+    assert cli("delete", job).out.strip() == f"job {job} DELETED"
+    assert cli("delete", job).code == 0  # deleting a deleted job is a no-op
+    events = json.loads(cli("show", "--json", job).out)["events"]
+    assert [(e["from_state"], e["to_state"]) for e in events[1:]] == [("PENDING", "CANCELLED"),
+                                                                      ("CANCELLED", "DELETED")]
+    assert cli("clean", job).out.strip() == f"job {job} cleaned"
+    assert not (tpujob_home / "logs" / job).exists()
+    assert cli("show", job).code == 3
+
+
+# --- exit codes and errors ----------------------------------------------------------------------
+
+def test_exit_codes(cli, job, spec_file):
+    assert cli("validate", EXAMPLE).code == 0
+    bad = cli("validate", spec_file("name: demo\n"))
+    assert bad.code == 2 and bad.error_line.startswith("error: ")
+    missing = cli("show", "999")
+    assert (missing.code, missing.error_line) == (3, "error: no job 000999")
+    assert cli("show", "no-such-name").code == 3
+    assert cli("cancel", job).code == 0
+    again = cli("cancel", job)
+    assert again.code == 4 and "CANCELLED: nothing to cancel" in again.error_line
+    assert cli("delete", job).code == 0
+    assert cli("cancel", job).code == 4
+
+
+@pytest.mark.parametrize("args", [
+    ["list", "--bogus"],
+    ["show"],
+    ["no-such-command"],
+    ["validate"],
+    ["config", "set", "zone"],
+])
+def test_usage_errors_exit_2(cli, args):
+    result = cli(*args)
+    assert result.code == 2
+    assert result.error_line
+
+
+def test_help_exits_0(cli):
+    result = cli("--help")
+    assert result.code == 0
+    for command in ("validate", "create", "list", "show", "cancel", "delete", "clean", "config"):
+        assert command in result.out
+
+
+def test_debug_shows_the_traceback(cli):
+    result = cli("--debug", "show", "999")
+    assert result.code == 3
+    assert "Traceback" in result.err
+    assert result.err.strip().splitlines()[-1] == "error: no job 000999"
+
+
+# --- settings -----------------------------------------------------------------------------------
+
+def test_config_defaults(cli, tpujob_home):
+    data = json.loads(cli("config", "show", "--json").out)
+    assert (data["cloud"], data["zone"], data["home"]) == ("local", "", str(tpujob_home))
+    assert data["database_url"] == f"sqlite:///{tpujob_home / 'tpujob.db'}"
+
+
+def test_config_set_and_show(cli, tpujob_home):
+    assert cli("config", "set", "zone", "europe-west4-a").code == 0
+    assert cli("config", "set", "project", "my-lab").code == 0
+    assert yaml.safe_load((tpujob_home / "config.yaml").read_text()) == {"zone": "europe-west4-a",
+                                                                          "project": "my-lab"}
+    data = json.loads(cli("config", "show", "--json").out)
+    assert (data["zone"], data["project"]) == ("europe-west4-a", "my-lab")
+    assert "zone:         europe-west4-a" in cli("config", "show").out
+
+
+def test_environment_overrides_the_file(cli, monkeypatch):
+    cli("config", "set", "zone", "europe-west4-a")
+    monkeypatch.setenv("TPUJOB_ZONE", "us-east1-d")
+    monkeypatch.setenv("TPUJOB_SSH_USER", "alice")
+    data = json.loads(cli("config", "show", "--json").out)
+    assert (data["zone"], data["ssh_user"]) == ("us-east1-d", "alice")
+
+
+@pytest.mark.parametrize("args", [["config", "set", "colour", "blue"], ["config", "set", "cloud", "aws"]])
+def test_config_set_refuses_bad_input_and_writes_nothing(cli, tpujob_home, args):
+    result = cli(*args)
+    assert result.code == 2 and result.error_line
+    assert not (tpujob_home / "config.yaml").exists()
+
+
+def test_a_bad_cloud_from_the_environment_is_a_config_error(cli, monkeypatch):
+    monkeypatch.setenv("TPUJOB_CLOUD", "aws")
+    result = cli("list")
+    assert result.code == 6 and "cloud must be one of local, gcp" in result.error_line
+
+
+def test_a_broken_config_file_is_a_config_error(cli, tpujob_home):
+    tpujob_home.mkdir(parents=True)
+    (tpujob_home / "config.yaml").write_text("zone: [unclosed\n")
+    assert cli("config", "show").code == 6
+    (tpujob_home / "config.yaml").write_text("colour: blue\n")
+    result = cli("list")
+    assert result.code == 6 and "unknown setting 'colour'" in result.error_line
+
+
+def test_the_zone_default_comes_from_settings(cli, spec_file, monkeypatch):
+    path = spec_file("name: demo\ntpu: {accelerator: v4-8}\nrun: {command: x}\n")
+    assert cli("validate", path).code == 2
+    monkeypatch.setenv("TPUJOB_ZONE", "us-central2-b")
+    data = json.loads(cli("validate", "--json", path).out)
+    assert data["zone"] == "us-central2-b"
+
+
+def test_create_says_which_cloud(cli, spec_file):
+    cli("config", "set", "cloud", "gcp")
+    path = spec_file("name: demo\ntpu: {accelerator: v4-8, zone: us-central2-b, project: lab}\nrun: {command: x}\n")
+    assert cli("create", "--dry-run", path).out.startswith("cloud: gcp")
+    assert cli("create", path).out.startswith("cloud: gcp")
+    assert json.loads(cli("list", "--json").out)[0]["cloud"] == "gcp"
+
+
+def test_db_url_points_the_store_elsewhere(cli, tpujob_home, tmp_path, monkeypatch, job):
+    other = tmp_path / "elsewhere" / "lab.db"
+    monkeypatch.setenv("TPUJOB_DB_URL", f"sqlite:///{other}")
+    assert json.loads(cli("list", "--json").out) == []
+    assert cli("create", EXAMPLE).code == 0
+    assert other.exists()
+    assert len(json.loads(cli("list", "--json").out)) == 1
+    monkeypatch.delenv("TPUJOB_DB_URL")
+    assert [r["id"] for r in json.loads(cli("list", "--json").out)] == [job]
+
+
+# --- a light `list` -----------------------------------------------------------------------------
+
+HEAVY = ("google.cloud", "google.api_core", "grpc", "paramiko", "jax")
+
+PROBE = """
+import json, sys
+from tpujob.cli.main import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'paramiko', 'jax')
+               or m.startswith(('google.cloud', 'google.api_core')))
+print(json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "--all", "--json"], ["show", "1"], ["--help"]])
+def test_light_commands_import_no_cloud_ssh_or_jax(job, tpujob_home, args):
+    env = {**os.environ, "TPUJOB_HOME": str(tpujob_home)}
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report == {"code": 0, "heavy": []}, out.stderr
