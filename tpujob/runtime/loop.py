@@ -126,11 +126,12 @@ class Trainer:
         shape = (self.cfg.batch_size, seq_len + 1)
         return jax.make_array_from_process_local_data(self.sharding, local, shape)
 
-    def _stop_flags(self, requested: bool) -> jax.Array:
-        local = np.full(len(self.mesh.local_devices), int(requested), np.int32)
-        return jax.make_array_from_process_local_data(self.sharding, local, (self.n_devices,))
+    def _flags(self, stop: bool, poison: bool) -> jax.Array:
+        row = np.array([[int(stop), int(poison)]], np.int32)
+        local = np.tile(row, (len(self.mesh.local_devices), 1))
+        return jax.make_array_from_process_local_data(self.sharding, local, (self.n_devices, 2))
 
-    def _record(self, step: int, m: dict, window: tuple[float, int]) -> None:
+    def _record(self, step: int, m: dict, compiles: int, window: tuple[float, int]) -> None:
         seconds, steps = window
         step_time = seconds / steps if steps else float("nan")
         tokens_per_s = self.cfg.batch_size * self.cfg.seq_len / step_time if steps else None
@@ -140,7 +141,7 @@ class Trainer:
         self.metrics.write({
             "step": step, "time": time.time(), "loss": m["loss"], "lr": m["lr"],
             "grad_norm": m["grad_norm"], "step_time_s": step_time if steps else None,
-            "tokens_per_s": tokens_per_s, "mfu": mfu, "compiles": self.compiler.compiles,
+            "tokens_per_s": tokens_per_s, "mfu": mfu, "compiles": compiles,
         })
 
     def run(self) -> Outcome:
@@ -160,7 +161,7 @@ class Trainer:
 
     def _loop(self, state: dict, step: int, preemption: _Preemption) -> Outcome:
         cfg = self.cfg
-        pending: tuple[int, dict] | None = None
+        pending: tuple[int, dict, int] | None = None  # step, metrics on device, compiles
         stop_at: int | None = None
         window_start, window_steps, first = time.perf_counter(), 0, True
         loop_start = time.perf_counter()
@@ -168,7 +169,7 @@ class Trainer:
 
         def consume() -> Outcome | None:
             nonlocal pending, stop_at, window_start, window_steps, first
-            s, m_dev = pending
+            s, m_dev, compiles = pending
             pending = None
             m = {k: float(v) for k, v in jax.device_get(m_dev).items()}
             if not (math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"])):
@@ -183,20 +184,23 @@ class Trainer:
             else:
                 window_steps += 1
             if s % cfg.log_every == 0 or s == cfg.steps or stop_at is not None:
-                self._record(s, m, (now - window_start, window_steps))
+                self._record(s, m, compiles, (now - window_start, window_steps))
                 window_start, window_steps = now, 0
             return None
 
         while step < cfg.steps:
             s = step + 1
-            if cfg.inject_sigterm_at_step == s:
+            # Drills fire on host 0 only: the other hosts must follow through the step's flags.
+            drill = self.host.host_index == 0
+            if drill and cfg.inject_sigterm_at_step == s:
                 os.kill(os.getpid(), signal.SIGTERM)
-            if cfg.inject_sigkill_at_step == s:
+            if drill and cfg.inject_sigkill_at_step == s:
                 os.kill(os.getpid(), signal.SIGKILL)
+            poison = drill and cfg.inject_nan_at_step == s
             seq_len = cfg.seq_len // 2 if cfg.inject_shape_change_at_step == s else cfg.seq_len
             tokens = self._device_batch(step, seq_len)
             before = self.compiler.compiles
-            state, m_dev = self.compiler(state, tokens, self._stop_flags(preemption.requested))
+            state, m_dev = self.compiler(state, tokens, self._flags(preemption.requested, poison))
             if self.compiler.compiles > before and before > 0:
                 log.warning("train step recompiled at step %d (compiles: %d): batch %s",
                             s, self.compiler.compiles, tokens.shape)
@@ -204,7 +208,7 @@ class Trainer:
             self.heartbeat.update(step=s - 1, phase="training")
             if pending is not None and (bad := consume()) is not None:
                 return bad
-            pending = (s, m_dev)
+            pending = (s, m_dev, self.compiler.compiles)
             save = s % cfg.checkpoint_every == 0 or s == cfg.steps or stop_at is not None
             if save:
                 if (bad := consume()) is not None:

@@ -1,0 +1,42 @@
+"""Fixtures for the runtime tests. Subprocesses share one persistent compilation cache per test
+session, so only the first run of each program pays XLA's compile (seconds on 2 cores)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtime_helpers import BASE, Run, launch, load_checkpoint
+
+
+@pytest.fixture(scope="session")
+def compile_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("jax-compile-cache")
+
+
+@pytest.fixture
+def runtime(compile_cache):
+    """launch() bound to the session's compile cache; kills what is left at teardown."""
+    started: list[Run] = []
+
+    def start(run_dir: Path, overrides: dict | None = None, devices: int = 2,
+              host: tuple[int, int, str] | None = None) -> Run:
+        run = launch(compile_cache, run_dir, overrides, devices, host)
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def reference(compile_cache, tmp_path_factory) -> dict[str, np.ndarray]:
+    """The final state of an uninterrupted BASE run: what every resumed run must equal."""
+    run = launch(compile_cache, tmp_path_factory.mktemp("reference") / "run")
+    assert run.wait() == 0, run.stderr()
+    return load_checkpoint(run.run_dir, BASE["steps"])

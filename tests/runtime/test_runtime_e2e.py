@@ -1,0 +1,115 @@
+"""The runtime as a process: one host, preemption (SIGTERM, SIGKILL), NaN, init check, shapes."""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+
+import numpy as np
+
+from runtime_helpers import (BASE, assert_bit_equal, checkpoint_steps, load_checkpoint, metrics,
+                             status)
+from tpujob.runtime import contract
+
+
+def test_single_process_trains_and_reports(runtime, tmp_path, reference):
+    run = runtime(tmp_path / "run")
+    assert run.wait() == contract.EXIT_SUCCESS, run.stderr()
+    st = status(run.run_dir)
+    assert (st.state, st.step, st.compiles, st.resumed_from) == ("succeeded", 12, 1, None)
+    records = metrics(run.run_dir)
+    assert [r["step"] for r in records] == list(range(1, 13))
+    assert all(math.isfinite(r["loss"]) and r["compiles"] == 1 for r in records)
+    assert records[-1]["tokens_per_s"] > 0 and records[-1]["mfu"] is None  # cpu: no peak
+    assert checkpoint_steps(run.run_dir) == [4, 8, 12]
+    beat = contract.read_heartbeat(run.run_dir)
+    assert beat.step == 12 and beat.time <= time.time()
+    # Deterministic: a second run from scratch equals the reference bit for bit.
+    assert_bit_equal(load_checkpoint(run.run_dir, 12), reference)
+
+
+def test_sigterm_checkpoints_at_step_boundary_and_resumes_exactly(runtime, tmp_path, reference):
+    run = runtime(tmp_path / "run", {"inject_sigterm_at_step": 6})
+    assert run.wait() == contract.EXIT_PREEMPTED, run.stderr()
+    st = status(run.run_dir)
+    assert st.state == "preempted" and 6 <= st.step < 12
+    assert st.step in checkpoint_steps(run.run_dir)
+
+    again = runtime(tmp_path / "run", {"inject_sigterm_at_step": 6})
+    assert again.wait() == contract.EXIT_SUCCESS, again.stderr()
+    resumed = status(again.run_dir)
+    assert (resumed.state, resumed.step, resumed.resumed_from) == ("succeeded", 12, st.step)
+    assert_bit_equal(load_checkpoint(again.run_dir, 12), reference)
+
+
+def test_sigkill_resumes_from_last_periodic_checkpoint(runtime, tmp_path, reference):
+    run = runtime(tmp_path / "run", {"inject_sigkill_at_step": 10})
+    assert run.wait() == -signal.SIGKILL
+    saved = checkpoint_steps(run.run_dir)
+    assert saved and max(saved) in (4, 8)  # 8's async write may not have committed
+
+    again = runtime(tmp_path / "run")
+    assert again.wait() == contract.EXIT_SUCCESS, again.stderr()
+    assert status(again.run_dir).resumed_from == max(saved)
+    assert_bit_equal(load_checkpoint(again.run_dir, 12), reference)
+
+
+def test_real_sigterm_from_outside(runtime, tmp_path):
+    # decay_steps as in BASE: the same program as the other runs, so the compile cache serves it.
+    run = runtime(tmp_path / "run", {"steps": 100_000, "checkpoint_every": 1000,
+                                     "optimizer": {"warmup_steps": 3, "decay_steps": BASE["steps"]}})
+    deadline = time.time() + 60
+    while not [r for r in metrics(run.run_dir) if r["step"] >= 2]:
+        assert run.proc.poll() is None and time.time() < deadline, run.stderr()
+        time.sleep(0.1)
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=60) == contract.EXIT_PREEMPTED, run.stderr()
+    st = status(run.run_dir)
+    assert st.state == "preempted" and checkpoint_steps(run.run_dir) == [st.step]
+
+
+def test_nan_exits_with_nan_code_and_never_saves_bad_state(runtime, tmp_path):
+    run = runtime(tmp_path / "run", {"inject_nan_at_step": 7})
+    assert run.wait() == contract.EXIT_NAN, run.stderr()
+    st = status(run.run_dir)
+    assert (st.state, st.step) == ("nan", 7)
+    assert checkpoint_steps(run.run_dir) == [4]
+    assert all(np.isfinite(a).all() for a in load_checkpoint(run.run_dir, 4).values())
+    assert "last good checkpoint 4" in st.message
+
+
+def test_wrong_initializer_is_refused_before_step_1(runtime, tmp_path):
+    run = runtime(tmp_path / "run", {"inject_bad_init": True})
+    assert run.wait() == contract.EXIT_INIT_CHECK
+    err = run.stderr()
+    st = status(run.run_dir)
+    assert st.state == "failed" and "blocks.w1" in st.message
+    table = st.extra["init_check"]
+    assert "blocks.w1" in table and "std" in table and "wte" in table  # the whole table
+    assert [line for line in table.splitlines() if not line.endswith("ok")][1:] == [
+        line for line in table.splitlines() if line.startswith("blocks.w1")]
+    assert "refused before step 1" in err
+    assert metrics(run.run_dir) == [] and checkpoint_steps(run.run_dir) == []
+
+
+def test_shape_change_is_reported_as_recompile(runtime, tmp_path):
+    run = runtime(tmp_path / "run", {"inject_shape_change_at_step": 3, "steps": 5})
+    assert run.wait() == contract.EXIT_SUCCESS, run.stderr()
+    assert status(run.run_dir).compiles == 2
+    assert [r["compiles"] for r in metrics(run.run_dir)] == [1, 1, 2, 2, 2]
+
+
+def test_shape_change_refused_with_strict_shapes(runtime, tmp_path):
+    run = runtime(tmp_path / "run", {"inject_shape_change_at_step": 3, "strict_shapes": True})
+    assert run.wait() == contract.EXIT_RECOMPILE, run.stderr()
+    st = status(run.run_dir)
+    assert st.state == "failed" and "strict_shapes" in st.message
+    assert f"({BASE['batch_size']}, {BASE['seq_len'] // 2 + 1})" in st.message
+
+
+def test_invalid_config_names_the_key(runtime, tmp_path):
+    run = runtime(tmp_path / "run", {"checkpoint_evry": 5})
+    assert run.wait() == contract.EXIT_CONFIG
+    st = status(run.run_dir)
+    assert st.state == "failed" and st.message.startswith("checkpoint_evry: unknown key")
