@@ -1,0 +1,140 @@
+"""`tpujob lint`: exit codes, output format, JSON shape, --deps and --accelerator."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tpujob.cli.lint import register
+from tpujob.errors import SpecError, UsageError
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+@pytest.fixture()
+def invoke():
+    app = typer.Typer()
+    register(app)
+
+    @app.callback()
+    def main() -> None:  # a callback keeps `lint` a subcommand, as in the real app
+        pass
+
+    def run(*args: str):
+        return CliRunner().invoke(app, ["lint", *args])
+
+    return run
+
+
+def test_error_finding_exits_1_with_one_line_per_finding(invoke) -> None:
+    result = invoke(str(CORPUS / "tpu003_pos.py"))
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[0].startswith(f"{CORPUS / 'tpu003_pos.py'}:6:13 TPU003 model.cuda(): ")
+    assert lines[0].endswith(")") and "(fix: " in lines[0]
+    assert lines[-1] == "5 errors, 0 warnings"
+
+
+def test_warnings_only_exit_0(invoke) -> None:
+    result = invoke(str(CORPUS / "tpu009_pos.py"))
+    assert result.exit_code == 0
+    assert result.output.splitlines()[-1] == "0 errors, 3 warnings"
+
+
+def test_clean_directory_exits_0(invoke, tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text("import torch\nx = torch.ones(3)\n")
+    result = invoke(str(tmp_path))
+    assert result.exit_code == 0
+    assert result.output.strip() == "0 errors, 0 warnings"
+
+
+def test_json_shape(invoke) -> None:
+    result = invoke(str(CORPUS / "tpu004_pos.py"), "--json")
+    assert result.exit_code == 0
+    report = json.loads(result.output)
+    assert report["errors"] == 0 and report["warnings"] == 2
+    first = report["findings"][0]
+    assert set(first) == {"path", "line", "col", "rule", "severity", "message", "fix", "symbol"}
+    assert (first["rule"], first["line"], first["severity"]) == ("TPU004", 9, "warning")
+    assert first["symbol"] == "wrap"
+
+
+def test_missing_path_is_a_usage_error(invoke, tmp_path: Path) -> None:
+    result = invoke(str(tmp_path / "nope.py"))
+    assert isinstance(result.exception, UsageError)
+    assert result.exception.exit_code == 2
+
+
+def test_no_path_exits_2(invoke) -> None:
+    assert invoke().exit_code == 2
+
+
+def test_unknown_accelerator_is_a_spec_error(invoke) -> None:
+    result = invoke(str(CORPUS / "tpu012_neg.py"), "--accelerator", "v9z-8")
+    assert isinstance(result.exception, SpecError)
+    assert result.exception.exit_code == 2
+
+
+def test_v6e_checks_256_wide_mxu(invoke, tmp_path: Path) -> None:
+    source = tmp_path / "mlp.py"
+    source.write_text("import flax.linen as nn\nlayer = nn.Dense(384)\n")
+    assert "TPU012" not in invoke(str(source)).output
+    result = invoke(str(source), "--accelerator", "v6e-8", "--json")
+    (finding,) = json.loads(result.output)["findings"]
+    assert finding["rule"] == "TPU012"
+    assert "pads to 512 on the 256-wide MXU" in finding["message"]
+
+
+@pytest.fixture()
+def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A package `fakediffusers` importable from sys.path, as pip would leave it."""
+    package = tmp_path / "site" / "fakediffusers"
+    (package / "models").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('linting must not import me')\n")
+    (package / "models" / "__init__.py").write_text("")
+    (package / "models" / "attention_processor.py").write_text(textwrap.dedent("""\
+        import torch_xla
+        import torch.nn.functional as F
+
+        class AttnProcessor2_0:
+            def __call__(self, attn, q, k, v):
+                out = F.scaled_dot_product_attention(q, k, v)
+                return out.cuda()  # TPU003 in the user's code, but deps are checked for SDPA
+
+        class AttnProcessor:
+            def __call__(self, attn, q, k, v):
+                return (q @ k.transpose(-2, -1)).softmax(-1) @ v
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    return package
+
+
+def test_deps_scans_installed_package_and_names_the_class(invoke, installed: Path) -> None:
+    clean = CORPUS / "tpu001_neg.py"
+    result = invoke(str(clean), "--deps", "fakediffusers", "--json")
+    assert result.exit_code == 1
+    (finding,) = json.loads(result.output)["findings"]
+    assert finding["rule"] == "TPU002"
+    assert finding["path"] == str(installed / "models" / "attention_processor.py")
+    assert finding["line"] == 6
+    assert finding["fix"].startswith("patch AttnProcessor2_0:")
+
+
+def test_deps_comma_list_and_dotted_module(invoke, installed: Path) -> None:
+    result = invoke(str(CORPUS / "tpu001_neg.py"),
+                    "--deps", "fakediffusers.models.attention_processor,fakediffusers")
+    assert result.exit_code == 1
+    assert result.output.count("TPU002") == 1  # the same file is scanned once
+
+
+def test_deps_missing_package_is_a_usage_error(invoke) -> None:
+    result = invoke(str(CORPUS / "tpu001_neg.py"), "--deps", "surely_not_installed_pkg")
+    assert isinstance(result.exception, UsageError)
+    assert "not installed" in str(result.exception)
