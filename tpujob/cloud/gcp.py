@@ -169,7 +169,7 @@ class GcpCloud:
             time.sleep(self.poll_interval)
 
     def host_keys(self, project: str, zone: str, name: str) -> dict[int, list[str]]:
-        """Each worker's SSH host keys ("TYPE BASE64" lines) from the `hostkeys` guest attributes."""
+        """Each worker's SSH host keys ("TYPE BASE64") from the `hostkeys` guest attributes."""
         answer = self._call(f"reading host keys of {name}", self._client.get_guest_attributes,
                             request={"name": f"{_loc(project, zone)}/nodes/{name}",
                                      "query_path": "hostkeys/"})

@@ -69,7 +69,8 @@ def start(provisioning_delay: float | None = None, hosts: bool = True,
                              f"see {directory / LOG_FILE}: {_last_line(directory / LOG_FILE)}")
         time.sleep(0.05)
     _terminate(child.pid, grace=2)
-    raise CloudError(f"the emulator did not answer within {timeout:g} s; see {directory / LOG_FILE}")
+    raise CloudError(f"the emulator did not answer within {timeout:g} s; "
+                     f"see {directory / LOG_FILE}")
 
 
 def stop(grace: float = 10.0) -> bool:

@@ -7,44 +7,23 @@ per resource, waiting on a condition so that deletes, stockout changes and shutd
 
 from __future__ import annotations
 
-import datetime
 import itertools
-import json
 import logging
 import pathlib
 import random
-import re
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from tpujob.catalogue import accelerator
-from tpujob.errors import SpecError
+from tpujob.emulator.payloads import (ABORTED, INTERNAL, RESOURCE_EXHAUSTED, TPU_RUNTIME_PORT,
+                                      ApiError, VirtualHost, accelerator_hosts, authorized_keys,
+                                      check_id, copy_json, duration_seconds, host_ip, now,
+                                      stockout_message)
 
 log = logging.getLogger(__name__)
 
-TPU_RUNTIME_PORT = 8470  # what Google publishes in networkEndpoints[].port
-RESOURCE_EXHAUSTED = 8  # google.rpc.Code, used in failed operations
-ABORTED = 10
-INTERNAL = 13
-HTTP_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
-               429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
-_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-
-
-class ApiError(Exception):
-    """An error the server answers as `{"error": {"code", "message", "status"}}`."""
-
-    def __init__(self, code: int, message: str, status: str | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = status or HTTP_STATUS.get(code, "UNKNOWN")
-
-    def body(self) -> dict:
-        return {"error": {"code": self.code, "message": self.message, "status": self.status}}
 
 
 class Machines(Protocol):
@@ -58,34 +37,6 @@ class Machines(Protocol):
 
 
 MachinesFactory = Callable[..., Machines]
-
-
-@dataclass(frozen=True)
-class VirtualHost:
-    """A host when host machines are switched off: an address, no SSH server, no host key."""
-
-    index: int
-    ip: str
-    ssh_port: int
-    host_key: str = ""
-
-
-def host_ip(ip_block: int, index: int) -> str:
-    return f"127.{16 + ip_block // 250}.{ip_block % 250}.{index + 1}"
-
-
-def stockout_message(zone: str) -> str:
-    # The wording Google's TPU API uses in the failed create operation (error code 8).
-    return (f'There is no more capacity in the zone "{zone}"; you can try in another zone where '
-            "Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions)")
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _duration_seconds(value: str | None) -> float | None:
-    return float(value.rstrip("s")) if value else None
 
 
 @dataclass
@@ -162,11 +113,11 @@ class Emulator:
 
     def get_node(self, name: str) -> dict:
         with self._lock:
-            return _copy(self._node(name).body)
+            return copy_json(self._node(name).body)
 
     def list_nodes(self, parent: str) -> list[dict]:
         with self._lock:
-            return [_copy(n.body) for n in self._nodes.values() if n.parent == parent]
+            return [copy_json(n.body) for n in self._nodes.values() if n.parent == parent]
 
     def delete_node(self, name: str) -> dict:
         with self._lock:
@@ -193,38 +144,38 @@ class Emulator:
         return {"guestAttributes": answer}
 
     def create_queued_resource(self, parent: str, qr_id: str, body: dict) -> dict:
-        _check_id(qr_id, "queuedResourceId")
+        check_id(qr_id, "queuedResourceId")
         specs = body.get("tpu", {}).get("nodeSpec", [])
         if len(specs) != 1 or not specs[0].get("nodeId"):
             raise ApiError(400, "tpu.nodeSpec must hold exactly one node with a nodeId "
                                 "(multislice requests are not emulated)")
         if "node" not in specs[0]:
             raise ApiError(400, "tpu.nodeSpec[0].node is required")
-        _accelerator_hosts(specs[0]["node"])
+        accelerator_hosts(specs[0]["node"])
         with self._lock:
             name = f"{parent}/queuedResources/{qr_id}"
             if name in self._qrs:
                 raise ApiError(409, f"Resource '{name}' already exists")
             for key in ("name", "state", "createTime"):
                 body.pop(key, None)
-            body.update(name=name, createTime=_now())
+            body.update(name=name, createTime=now())
             qr = _QueuedResource(parent, qr_id, body, created=time.monotonic())
             qr.set_state("ACCEPTED")
             self._qrs[name] = qr
             op = self._new_op(parent, "create", name)
             # Google finishes the create operation once the request is queued, not once served.
-            self._finish_op(op, response=("QueuedResource", _copy(qr.body)))
-            op = _copy(self._ops[op["name"]])
+            self._finish_op(op, response=("QueuedResource", copy_json(qr.body)))
+            op = copy_json(self._ops[op["name"]])
         self._spawn(self._serve_queued_resource, qr)
         return op
 
     def get_queued_resource(self, name: str) -> dict:
         with self._lock:
-            return _copy(self._qr(name).body)
+            return copy_json(self._qr(name).body)
 
     def list_queued_resources(self, parent: str) -> list[dict]:
         with self._lock:
-            return [_copy(q.body) for q in self._qrs.values() if q.parent == parent]
+            return [copy_json(q.body) for q in self._qrs.values() if q.parent == parent]
 
     def delete_queued_resource(self, name: str, force: bool) -> dict:
         with self._lock:
@@ -249,7 +200,7 @@ class Emulator:
         with self._lock:
             if name not in self._ops:
                 raise ApiError(404, f"Operation '{name}' was not found")
-            return _copy(self._ops[name])
+            return copy_json(self._ops[name])
 
     # ---- faults -----------------------------------------------------------------------------
 
@@ -299,7 +250,7 @@ class Emulator:
                 qr.set_state("SUSPENDED", initiator="SERVICE")
             machines = node.machines
             self._changed.notify_all()
-            body = _copy(node.body)
+            body = copy_json(node.body)
         if machines:
             self._spawn(machines.preempt, self.preempt_grace)
         return body
@@ -365,7 +316,7 @@ class Emulator:
             if failure:
                 self._finish_op(op, error=failure)
             else:
-                self._finish_op(op, response=("Node", _copy(node.body)))
+                self._finish_op(op, response=("Node", copy_json(node.body)))
 
     def _serve_queued_resource(self, qr: _QueuedResource) -> None:
         if not self._sleep(self.provisioning_delay, qr):
@@ -374,7 +325,7 @@ class Emulator:
             qr.set_state("WAITING_FOR_RESOURCES")
             spec = qr.body["tpu"]["nodeSpec"][0]
             accel = spec["node"].get("acceleratorType")
-            valid = _duration_seconds(qr.body.get("queueingPolicy", {}).get("validUntilDuration"))
+            valid = duration_seconds(qr.body.get("queueingPolicy", {}).get("validUntilDuration"))
             while self._stocked_out(qr.zone, accel):
                 if qr.deleting or self._closing:
                     return
@@ -387,7 +338,7 @@ class Emulator:
         with self._lock:
             try:
                 node = self._new_node(spec.get("parent") or qr.parent, spec["nodeId"],
-                                      _copy(spec["node"]), queued_resource=qr.name)
+                                      copy_json(spec["node"]), queued_resource=qr.name)
             except ApiError as err:
                 qr.set_state("FAILED", initiator="SERVICE")
                 qr.body["state"]["failedData"] = {"error": {"code": 6, "message": err.message}}
@@ -400,8 +351,8 @@ class Emulator:
 
     def _bring_up(self, node: _Node) -> tuple[int, str] | None:
         """Start the node's hosts, then READY after the provisioning delay; else why not."""
-        hosts_count = _accelerator_hosts(node.body)
-        keys = _authorized_keys(node.body.get("metadata", {}))
+        hosts_count = accelerator_hosts(node.body)
+        keys = authorized_keys(node.body.get("metadata", {}))
         machines = None
         if self._factory:
             try:
@@ -479,8 +430,8 @@ class Emulator:
 
     def _new_node(self, parent: str, node_id: str, body: dict, queued_resource: str | None
                   ) -> _Node:
-        _check_id(node_id, "nodeId")
-        _accelerator_hosts(body)
+        check_id(node_id, "nodeId")
+        accelerator_hosts(body)
         if not body.get("runtimeVersion"):
             raise ApiError(400, "runtimeVersion is required")
         with self._lock:
@@ -489,7 +440,7 @@ class Emulator:
                 raise ApiError(409, f"Resource '{name}' already exists")
             for key in ("name", "state", "networkEndpoints", "health", "createTime", "id"):
                 body.pop(key, None)
-            body.update(name=name, state="CREATING", createTime=_now(), apiVersion="V2",
+            body.update(name=name, state="CREATING", createTime=now(), apiVersion="V2",
                         id=str(random.randrange(1, 2**62)))
             if queued_resource:
                 body["queuedResource"] = queued_resource
@@ -520,16 +471,16 @@ class Emulator:
         name = f"{parent}/operations/operation-{next(self._ids)}-{uuid.uuid4().hex[:12]}"
         op = {"name": name, "done": False,
               "metadata": {"@type": "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata",
-                           "createTime": _now(), "target": target, "verb": verb,
+                           "createTime": now(), "target": target, "verb": verb,
                            "apiVersion": "v2"}}
         self._ops[name] = op
-        return _copy(op)
+        return copy_json(op)
 
     def _finish_op(self, op: dict, response: tuple[str, Any] | None = None,
                    error: tuple[int, str] | None = None) -> None:
         stored = self._ops[op["name"]]
         stored["done"] = True
-        stored["metadata"]["endTime"] = _now()
+        stored["metadata"]["endTime"] = now()
         if error:
             stored["error"] = {"code": error[0], "message": error[1]}
         else:
@@ -558,27 +509,3 @@ class Emulator:
 
 def _deleted(node: _Node) -> tuple[int, str]:
     return (ABORTED, f"node {node.node_id} was deleted while being created")
-
-
-def _copy(body: dict) -> dict:
-    return json.loads(json.dumps(body))
-
-
-def _check_id(value: str, what: str) -> None:
-    if not value or len(value) > 63 or not _ID.match(value):
-        raise ApiError(400, f"{what} {value!r} must match {_ID.pattern} (at most 63 characters)")
-
-
-def _accelerator_hosts(node_body: dict) -> int:
-    name = node_body.get("acceleratorType")
-    if not name:
-        raise ApiError(400, "acceleratorType is required (acceleratorConfig is not emulated)")
-    try:
-        return accelerator(name).hosts
-    except SpecError as err:
-        raise ApiError(400, f"acceleratorType {name!r}: {err}") from err
-
-
-def _authorized_keys(metadata: dict) -> list[str]:
-    """The lines of `ssh-keys` metadata ("USER:KEY" per line, as on GCE), USER kept."""
-    return [line.strip() for line in metadata.get("ssh-keys", "").splitlines() if line.strip()]

@@ -20,7 +20,8 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from tpujob.emulator.resources import ApiError, Emulator, MachinesFactory
+from tpujob.emulator.payloads import ApiError
+from tpujob.emulator.resources import Emulator, MachinesFactory
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +187,9 @@ class EmulatorServer:
     def start(self) -> dict:
         if self._storage:
             self._storage.start()
-        self._thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        # A short poll interval: shutdown() waits for the serving loop to notice.
+        self._thread = threading.Thread(target=self._http.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self.info
 

@@ -1,0 +1,84 @@
+"""Payload rules of the emulated TPU API: errors, names, accelerators, metadata, timestamps."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from dataclasses import dataclass
+
+from tpujob.catalogue import accelerator
+from tpujob.errors import SpecError
+
+TPU_RUNTIME_PORT = 8470  # what Google publishes in networkEndpoints[].port
+RESOURCE_EXHAUSTED = 8  # google.rpc.Code, used in failed operations
+ABORTED = 10
+INTERNAL = 13
+HTTP_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
+               429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
+_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+class ApiError(Exception):
+    """An error the server answers as `{"error": {"code", "message", "status"}}`."""
+
+    def __init__(self, code: int, message: str, status: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status or HTTP_STATUS.get(code, "UNKNOWN")
+
+    def body(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message, "status": self.status}}
+
+
+@dataclass(frozen=True)
+class VirtualHost:
+    """A host when host machines are switched off: an address, no SSH server, no host key."""
+
+    index: int
+    ip: str
+    ssh_port: int
+    host_key: str = ""
+
+
+def host_ip(ip_block: int, index: int) -> str:
+    return f"127.{16 + ip_block // 250}.{ip_block % 250}.{index + 1}"
+
+
+def stockout_message(zone: str) -> str:
+    # The wording Google's TPU API uses in the failed create operation (error code 8).
+    return (f'There is no more capacity in the zone "{zone}"; you can try in another zone where '
+            "Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions)")
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def duration_seconds(value: str | None) -> float | None:
+    return float(value.rstrip("s")) if value else None
+
+
+def copy_json(body: dict) -> dict:
+    return json.loads(json.dumps(body))
+
+
+def check_id(value: str, what: str) -> None:
+    if not value or len(value) > 63 or not _ID.match(value):
+        raise ApiError(400, f"{what} {value!r} must match {_ID.pattern} (at most 63 characters)")
+
+
+def accelerator_hosts(node_body: dict) -> int:
+    name = node_body.get("acceleratorType")
+    if not name:
+        raise ApiError(400, "acceleratorType is required (acceleratorConfig is not emulated)")
+    try:
+        return accelerator(name).hosts
+    except SpecError as err:
+        raise ApiError(400, f"acceleratorType {name!r}: {err}") from err
+
+
+def authorized_keys(metadata: dict) -> list[str]:
+    """The lines of `ssh-keys` metadata ("USER:KEY" per line, as on GCE), USER kept."""
+    return [line.strip() for line in metadata.get("ssh-keys", "").splitlines() if line.strip()]
