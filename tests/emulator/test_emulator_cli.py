@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 
 import pytest
 
@@ -25,8 +26,9 @@ def test_background_emulator_serves_tpu_storage_and_faults(cli, tpujob_home, mon
 
     from tpujob.cloud.base import SlicePhase, SliceRequest
     from tpujob.cloud.gcp import GcpCloud
+    from tpujob.emulator.client import EmulatorClient
 
-    assert cli("emulator", "start", "--no-hosts", "--provisioning-delay", "0").code == 0
+    assert cli("emulator", "start", "--provisioning-delay", "0").code == 0
     try:
         info = json.loads(cli("emulator", "status", "--json").out)
         assert info["running"] is True and info["project"] == "tpujob-local"
@@ -41,6 +43,9 @@ def test_background_emulator_serves_tpu_storage_and_faults(cli, tpujob_home, mon
         req = SliceRequest(project=info["project"], zone=ZONE, name="n1", accelerator_type="v4-8",
                            runtime_version="tpu-ubuntu2204-base")
         assert cloud.create_node(req).phase is SlicePhase.READY
+        (host,) = EmulatorClient(info["tpu_endpoint"]).hosts("n1")
+        assert pathlib.Path(host["root"]).is_dir()  # a real host, with its own filesystem
+        assert host["hostKey"].startswith("ssh-ed25519 ")
 
         assert cli("emulator", "preempt", "n1").out.strip() == "node n1 preempted"
         assert cloud.get_slice(info["project"], ZONE, "n1").phase is SlicePhase.PREEMPTED
@@ -66,6 +71,7 @@ def test_background_emulator_serves_tpu_storage_and_faults(cli, tpujob_home, mon
     assert stopped.out.strip() == "emulator stopped"
     assert json.loads(cli("emulator", "status", "--json").out) == {"running": False}
     assert not (tpujob_home / "emulator" / "endpoints.json").exists()
+    assert not pathlib.Path(host["root"]).exists()  # its hosts went with it
     with pytest.raises(ProcessLookupError):
         os.kill(info["pid"], 0)
     assert "serving" in (tpujob_home / "emulator" / "emulator.log").read_text()

@@ -23,13 +23,8 @@ log = logging.getLogger("tpujob.emulator")
 def _machines_factory(enabled: bool):
     if not enabled:
         return None
-    try:
-        from tpujob.emulator.machines import SliceMachines
-    except ModuleNotFoundError as err:
-        if err.name != "tpujob.emulator.machines":
-            raise
-        log.warning("tpujob.emulator.machines is not installed: hosts have addresses only")
-        return None
+    from tpujob.emulator.machines import SliceMachines  # paramiko: only when hosts are wanted
+
     return SliceMachines
 
 
