@@ -1,0 +1,39 @@
+"""Emulated hosts (real SSH servers in their own mount namespaces) and a HostGroup on them."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tpujob.emulator.machines import SliceMachines
+from tpujob.hosts.fanout import Host, HostGroup
+from tpujob.hosts.keys import load_key, public_key_line
+
+PORT = 2222
+
+
+@pytest.fixture
+def tpujob_key(tpujob_home):
+    return load_key(tpujob_home), public_key_line(tpujob_home)
+
+
+@pytest.fixture
+def slice_hosts(tmp_path, tpujob_key):
+    """slice_hosts(n) -> (SliceMachines, HostGroup), both torn down after the test."""
+    opened = []
+
+    def make(num_hosts: int, **group_options) -> tuple[SliceMachines, HostGroup]:
+        block = random.randint(1000, 65000)   # distinct addresses for parallel workers
+        machines = SliceMachines(tmp_path / f"node-{block}", f"node-{block}", num_hosts,
+                                 [tpujob_key[1]], block, PORT)
+        opened.append(machines)
+        endpoints = machines.start()
+        hosts = [Host(e.index, e.ip, e.ssh_port, (e.host_key,)) for e in endpoints]
+        group = HostGroup(hosts, "tpujob", tpujob_key[0], **group_options)
+        opened.append(group)
+        return machines, group
+
+    yield make
+    for thing in reversed(opened):
+        thing.close() if isinstance(thing, HostGroup) else thing.stop()

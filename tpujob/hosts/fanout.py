@@ -1,0 +1,285 @@
+"""Run a command on every host of a slice at once, over paramiko, with verified host keys.
+
+One connection per host, opened on first use and reused by later calls (setup, launch and
+status on the same slice pay the handshake once). Connection errors are retried with backoff;
+a command that started is never re-run (it may not be idempotent). Host keys are checked
+against the keys the cloud published (guest attributes): never AutoAddPolicy.
+"""
+
+from __future__ import annotations
+
+import base64
+import pathlib
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tpujob.errors import CloudError
+
+OUTPUT_TAIL = 1 << 20   # bytes of each host's output kept in memory (the log file has it all)
+
+
+@dataclass(frozen=True)
+class Host:
+    index: int
+    address: str
+    port: int = 22
+    host_keys: tuple[str, ...] = ()   # OpenSSH public lines, "ssh-ed25519 AAAA..."
+
+
+@dataclass
+class HostResult:
+    index: int
+    exit_code: int | None = None   # None: it never finished (connection, timeout, cancelled)
+    output: str = ""               # stdout and stderr as they came, the last OUTPUT_TAIL bytes
+    error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.error
+
+    def describe(self) -> str:
+        return self.error or f"exit code {self.exit_code}"
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int
+    failed: int
+    pending: tuple[int, ...]   # the hosts still running: the slow ones, near the end
+
+
+class _Cancelled(Exception):
+    pass
+
+
+@dataclass
+class _Run:
+    """What one fan-out shares between its workers."""
+    total: int
+    progress: Callable[[Progress], None] | None
+    fail_fast: bool
+    cancel: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: set = field(default_factory=set)
+    failed: int = 0
+
+    def finished(self, result: HostResult) -> None:
+        with self.lock:
+            self.pending.discard(result.index)
+            if not result.ok:
+                self.failed += 1
+                if self.fail_fast:
+                    self.cancel.set()
+            snapshot = Progress(self.total - len(self.pending), self.total, self.failed,
+                                tuple(sorted(self.pending)))
+        if self.progress:
+            self.progress(snapshot)
+
+
+class HostGroup:
+    """The hosts of one slice, reached as `user` with tpujob's key `pkey`."""
+
+    def __init__(self, hosts: list[Host], user: str, pkey, *, connect_timeout: float = 10.0,
+                 retries: int = 3, keepalive: int = 15, max_workers: int = 64):
+        self.hosts = sorted(hosts, key=lambda h: h.index)
+        self.user = user
+        self.pkey = pkey
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.keepalive = keepalive
+        self.max_workers = max_workers
+        self._clients: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> HostGroup:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+
+    # ---- fan-out ------------------------------------------------------------------------------
+
+    def run(self, command: str | Callable[[Host], str], *,
+            stdin: bytes | Callable[[Host], bytes] | None = None,
+            log_paths: Callable[[Host], pathlib.Path] | None = None,
+            timeout: float | None = None, fail_fast: bool = False,
+            progress: Callable[[Progress], None] | None = None) -> list[HostResult]:
+        """`command` on every host (per host when a callable); results in host order.
+
+        stdout and stderr go, interleaved as they arrive, to `log_paths(host)` (appended) and
+        to each result's `output`. `timeout` bounds each host's command; with `fail_fast`, the
+        first failure cancels the hosts still running or waiting."""
+        def one(host: Host, cancel: threading.Event) -> HostResult:
+            cmd = command(host) if callable(command) else command
+            data = stdin(host) if callable(stdin) else stdin
+            log = log_paths(host) if log_paths else None
+            return self.execute(host, cmd, stdin=data, log=log, timeout=timeout, cancel=cancel)
+
+        return self.map(one, fail_fast=fail_fast, progress=progress)
+
+    def map(self, fn: Callable[[Host, threading.Event], HostResult], *, fail_fast: bool = False,
+            progress: Callable[[Progress], None] | None = None) -> list[HostResult]:
+        """fn(host, cancel) on every host on a bounded pool; its exceptions become results."""
+        import paramiko
+
+        state = _Run(len(self.hosts), progress, fail_fast,
+                     pending={h.index for h in self.hosts})
+
+        def guarded(host: Host) -> HostResult:
+            start = time.monotonic()
+            try:
+                if state.cancel.is_set():
+                    raise _Cancelled()
+                result = fn(host, state.cancel)
+            except _Cancelled:
+                result = HostResult(host.index, error="cancelled: another host failed")
+            except CloudError as err:
+                result = HostResult(host.index, error=str(err))
+            except (OSError, paramiko.SSHException) as err:
+                result = HostResult(host.index, error=f"connection lost: {err or type(err).__name__}")
+            result.seconds = time.monotonic() - start
+            state.finished(result)
+            return result
+
+        if not self.hosts:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(self.hosts)),
+                                thread_name_prefix="tpujob-host") as pool:
+            return list(pool.map(guarded, self.hosts))
+
+    # ---- one host -----------------------------------------------------------------------------
+
+    def client(self, host: Host):
+        """The open connection to `host`, (re)connecting with retries. Raises CloudError."""
+        with self._lock:
+            client = self._clients.get(host.index)
+        if client is not None and client.get_transport() and client.get_transport().is_active():
+            return client
+        client = self._connect(host)
+        with self._lock:
+            old = self._clients.get(host.index)
+            self._clients[host.index] = client
+        if old is not None:
+            old.close()
+        return client
+
+    def _connect(self, host: Host):
+        import paramiko
+
+        where = f"host {host.index} ({host.address}:{host.port})"
+        if not host.host_keys:
+            raise CloudError(f"{where}: no host key known for it; refusing to connect "
+                             "unverified")
+        delay = 0.5
+        for attempt in range(self.retries + 1):
+            client = paramiko.SSHClient()
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            name = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+            for line in host.host_keys:
+                kind, b64 = line.split()[:2]
+                client.get_host_keys().add(
+                    name, kind, paramiko.PKey.from_type_string(kind, base64.b64decode(b64)))
+            try:
+                client.connect(host.address, host.port, username=self.user, pkey=self.pkey,
+                               timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
+                               auth_timeout=self.connect_timeout, look_for_keys=False,
+                               allow_agent=False)
+                client.get_transport().set_keepalive(self.keepalive)
+                return client
+            except paramiko.BadHostKeyException as err:
+                client.close()
+                raise CloudError(
+                    f"{where}: host key mismatch: it presented {err.key.get_name()} "
+                    f"{err.key.get_base64()}, the cloud published {', '.join(host.host_keys)}"
+                ) from err
+            except paramiko.AuthenticationException as err:
+                client.close()
+                raise CloudError(f"{where}: SSH authentication as {self.user!r} failed "
+                                 "(is tpujob's key in the node's ssh-keys metadata?)") from err
+            except (OSError, paramiko.SSHException) as err:
+                client.close()
+                if attempt == self.retries:
+                    raise CloudError(f"{where}: cannot connect after {attempt + 1} tries: "
+                                     f"{err or type(err).__name__}") from err
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    def execute(self, host: Host, command: str, *, stdin: bytes | None = None,
+                log: pathlib.Path | None = None, timeout: float | None = None,
+                cancel: threading.Event | None = None) -> HostResult:
+        """`command` on one host: its exit code and output. Raises CloudError if the host
+        cannot be reached; a connection lost mid-command is a result with `error` set."""
+        import paramiko
+
+        cancel = cancel or threading.Event()
+        client = self.client(host)
+        try:
+            channel = client.get_transport().open_session(timeout=self.connect_timeout)
+        except (OSError, paramiko.SSHException):   # the cached connection just died: once more
+            with self._lock:
+                self._clients.pop(host.index, None)
+            channel = self.client(host).get_transport().open_session(
+                timeout=self.connect_timeout)
+        tail = bytearray()
+        deadline = time.monotonic() + timeout if timeout else None
+        if log:
+            log.parent.mkdir(parents=True, exist_ok=True)
+        sink = open(log, "ab") if log else None
+        try:
+            channel.set_combine_stderr(True)
+            channel.settimeout(0.1)
+            channel.exec_command(command)
+            if stdin:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            while True:
+                if cancel.is_set():
+                    raise _Cancelled()
+                if deadline and time.monotonic() > deadline:
+                    return HostResult(host.index, output=tail.decode(errors="replace"),
+                                      error=f"timed out after {timeout:g}s")
+                try:
+                    chunk = channel.recv(32768)
+                except socket.timeout:
+                    continue
+                if not chunk:
+                    break
+                if sink:
+                    sink.write(chunk)
+                    sink.flush()
+                tail += chunk
+                del tail[:-OUTPUT_TAIL]
+            code = channel.recv_exit_status()
+            return HostResult(host.index, exit_code=code if code >= 0 else None,
+                              output=tail.decode(errors="replace"),
+                              error="" if code >= 0 else "the connection ended without an exit "
+                                                         "status (host down?)")
+        except (OSError, paramiko.SSHException) as err:
+            return HostResult(host.index, output=tail.decode(errors="replace"),
+                              error=f"connection lost: {err or type(err).__name__}")
+        finally:
+            channel.close()
+            if sink:
+                sink.close()
+
+
+def ensure_ok(results: list[HostResult], action: str) -> None:
+    """Raise CloudError naming every host where `action` failed."""
+    bad = [r for r in results if not r.ok]
+    if bad:
+        detail = "; ".join(f"host {r.index}: {r.describe()}" for r in bad[:8])
+        more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
+        raise CloudError(f"{action} failed on {len(bad)} of {len(results)} hosts: {detail}{more}")

@@ -1,0 +1,101 @@
+"""The job's program on the hosts of a slice: setup, launch (detached), stop, status.
+
+Host-side layout, under `job_dir` (relative paths are taken from the user's home):
+`attempt-N/` holds `program.pid` (the wrapper, leader of the program's process group and
+session), `program.log`, `exit_code` once the program ended, and `setup.done`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tpujob.hosts.fanout import Host, HostGroup, HostResult, Progress
+from tpujob.hosts.scripts import as_command, env_payload, render
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What the host scripts need to know about one attempt of a job."""
+    job_id: str
+    attempt: int
+    coordinator: str           # host 0's address:port (TPUJOB_COORDINATOR)
+    run_dir: str               # the shared run directory (TPUJOB_RUN_DIR)
+    workdir: str               # where the program runs on each host (the synced code)
+    job_dir: str = ""          # host-side state; default .tpujob/jobs/JOB_ID under the home
+    env: dict[str, str] = field(default_factory=dict)       # the spec's env
+    secrets: dict[str, str] = field(default_factory=dict)   # forwarded, never logged or stored
+
+    @property
+    def host_dir(self) -> str:
+        return self.job_dir or f".tpujob/jobs/{self.job_id}"
+
+    def environment(self, host: Host, num_hosts: int) -> dict[str, str]:
+        """The runtime contract, then the spec's env, then secrets (later ones win)."""
+        return {"TPUJOB_JOB_ID": self.job_id, "TPUJOB_ATTEMPT": str(self.attempt),
+                "TPUJOB_HOST_INDEX": str(host.index), "TPUJOB_NUM_HOSTS": str(num_hosts),
+                "TPUJOB_COORDINATOR": self.coordinator, "TPUJOB_RUN_DIR": self.run_dir,
+                **self.env, **self.secrets}
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    index: int
+    state: str                  # absent | running | exited | lost | unreachable
+    exit_code: int | None = None
+    pid: int | None = None
+    log_bytes: int = 0
+    error: str = ""
+
+
+LogPaths = Callable[[Host], pathlib.Path] | None
+
+
+def setup(group: HostGroup, attempt: Attempt, command: str, *, log_paths: LogPaths = None,
+          timeout: float | None = None, progress: Callable[[Progress], None] | None = None
+          ) -> list[HostResult]:
+    """Run the setup command once per attempt on every host (fail-fast)."""
+    script = render("setup.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
+                    workdir=attempt.workdir, command=command)
+    return group.run(as_command(script, "tpujob-setup"), stdin=_env(group, attempt),
+                     log_paths=log_paths, timeout=timeout, fail_fast=True, progress=progress)
+
+
+def launch(group: HostGroup, attempt: Attempt, command: str, *, log_paths: LogPaths = None,
+           timeout: float | None = 60, progress: Callable[[Progress], None] | None = None
+           ) -> list[HostResult]:
+    """Start `command` detached on every host; returns once every host has started it."""
+    script = render("launch.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
+                    workdir=attempt.workdir, command=command)
+    return group.run(as_command(script, "tpujob-launch"), stdin=_env(group, attempt),
+                     log_paths=log_paths, timeout=timeout, progress=progress)
+
+
+def stop(group: HostGroup, attempt: Attempt, *, grace_seconds: float = 30,
+         log_paths: LogPaths = None) -> list[HostResult]:
+    """SIGTERM the program on every host, SIGKILL what is left after the grace period."""
+    script = render("stop.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
+                    grace_tenths=max(0, math.ceil(grace_seconds * 10)))
+    return group.run(as_command(script, "tpujob-stop"), log_paths=log_paths,
+                     timeout=grace_seconds + 30)
+
+
+def status(group: HostGroup, attempt: Attempt, *, timeout: float = 30) -> list[HostStatus]:
+    """Each host's view of the program; unreachable hosts say so instead of raising."""
+    script = render("status.sh", job_dir=attempt.host_dir, attempt=attempt.attempt)
+    out = []
+    for result in group.run(as_command(script, "tpujob-status"), timeout=timeout):
+        if not result.ok:
+            out.append(HostStatus(result.index, "unreachable", error=result.describe()))
+            continue
+        data = json.loads(result.output.strip().splitlines()[-1])
+        out.append(HostStatus(result.index, data["state"], data["exit_code"], data["pid"],
+                              data["log_bytes"]))
+    return out
+
+
+def _env(group: HostGroup, attempt: Attempt) -> Callable[[Host], bytes]:
+    return lambda host: env_payload(attempt.environment(host, len(group.hosts)))
