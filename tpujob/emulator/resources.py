@@ -336,6 +336,8 @@ class Emulator:
         if not self._sleep(self.provisioning_delay, qr):
             return
         with self._lock:
+            if qr.deleting or self._closing:  # deleted between the wait and this lock
+                return
             try:
                 node = self._new_node(spec.get("parent") or qr.parent, spec["nodeId"],
                                       copy_json(spec["node"]), queued_resource=qr.name)
