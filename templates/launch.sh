@@ -1,10 +1,12 @@
 # launch.sh (rendered by tpujob): start the job's program on this host, detached, and return.
-# Every {{name}} below is replaced by a shell-quoted value; nothing else is substituted.
+# Each placeholder in double braces below becomes one shell-quoted word; nothing else is
+# substituted.
 set -euo pipefail
 job_dir={{job_dir}}
 attempt={{attempt}}
 workdir={{workdir}}
 command={{command}}
+stale_grace_tenths={{stale_grace_tenths}}
 case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
 case $workdir in /*) ;; *) workdir=$HOME/$workdir ;; esac
 attempt_dir=$job_dir/attempt-$attempt
@@ -14,10 +16,12 @@ sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo -n"
 # NAME=VALUE pairs: never on a command line, in a file or in a log.
 while IFS= read -r -d '' pair; do export "$pair"; done
 
-group_alive() { kill -0 -- "-$1" 2>/dev/null; }
-stop_group() {  # SIGTERM, up to 5 s, then SIGKILL
+# A process group is alive while a member is not a zombie: an init that does not reap
+# (containers, the emulator) leaves exited members behind, and `kill -0` counts those.
+group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
+stop_group() {  # SIGTERM, a grace period, then SIGKILL
   kill -TERM -- "-$1" 2>/dev/null || return 0
-  for _ in $(seq 50); do group_alive "$1" || return 0; sleep 0.1; done
+  for _ in $(seq "$stale_grace_tenths"); do group_alive "$1" || return 0; sleep 0.1; done
   kill -KILL -- "-$1" 2>/dev/null || true
 }
 

@@ -1,5 +1,6 @@
 # setup.sh (rendered by tpujob): run the job's setup command once per attempt on this host.
-# Every {{name}} below is replaced by a shell-quoted value; nothing else is substituted.
+# Each placeholder in double braces below becomes one shell-quoted word; nothing else is
+# substituted.
 set -euo pipefail
 job_dir={{job_dir}}
 attempt={{attempt}}

@@ -1,9 +1,13 @@
 # status.sh (rendered by tpujob): one JSON line about the program of this attempt on this host:
 # state absent (never launched) | running | exited (exit_code set) | lost (gone without one).
-# Every {{name}} below is replaced by a shell-quoted value; nothing else is substituted.
+# Each placeholder in double braces below becomes one shell-quoted word; nothing else is
+# substituted.
 set -uo pipefail
 job_dir={{job_dir}}
 attempt={{attempt}}
+# A process group is alive while a member is not a zombie: an init that does not reap
+# (containers, the emulator) leaves exited members behind, and `kill -0` counts those.
+group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
 case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
 attempt_dir=$job_dir/attempt-$attempt
 
@@ -11,7 +15,7 @@ state=absent; pid=null; code=null; log_bytes=0
 if [ -f "$attempt_dir/program.pid" ]; then
   pid=$(cat "$attempt_dir/program.pid")
   [[ $pid =~ ^[0-9]+$ ]] || pid=null
-  if [ "$pid" != null ] && kill -0 -- "-$pid" 2>/dev/null; then
+  if [ "$pid" != null ] && group_alive "$pid"; then
     state=running
   elif [ -f "$attempt_dir/exit_code" ]; then
     state=exited

@@ -1,20 +1,24 @@
 # stop.sh (rendered by tpujob): SIGTERM the program's process group, a grace period, SIGKILL.
-# Every {{name}} below is replaced by a shell-quoted value; nothing else is substituted.
+# Each placeholder in double braces below becomes one shell-quoted word; nothing else is
+# substituted.
 set -uo pipefail
 job_dir={{job_dir}}
 attempt={{attempt}}
 grace_tenths={{grace_tenths}}
+# A process group is alive while a member is not a zombie: an init that does not reap
+# (containers, the emulator) leaves exited members behind, and `kill -0` counts those.
+group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
 case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
 pidfile=$job_dir/attempt-$attempt/program.pid
 
 if [ ! -f "$pidfile" ]; then echo '{"state": "absent"}'; exit 0; fi
 pid=$(cat "$pidfile")
-if ! kill -0 -- "-$pid" 2>/dev/null; then
+if ! group_alive "$pid"; then
   printf '{"state": "exited", "pid": %d}\n' "$pid"; exit 0
 fi
 kill -TERM -- "-$pid" 2>/dev/null
 for _ in $(seq "$grace_tenths"); do
-  kill -0 -- "-$pid" 2>/dev/null || { printf '{"state": "stopped", "pid": %d}\n' "$pid"; exit 0; }
+  group_alive "$pid" || { printf '{"state": "stopped", "pid": %d}\n' "$pid"; exit 0; }
   sleep 0.1
 done
 kill -KILL -- "-$pid" 2>/dev/null

@@ -1,5 +1,6 @@
 # unpack.sh (rendered by tpujob): replace a directory with an uploaded archive, record its hash.
-# Every {{name}} below is replaced by a shell-quoted value; nothing else is substituted.
+# Each placeholder in double braces below becomes one shell-quoted word; nothing else is
+# substituted.
 set -euo pipefail
 dest={{dest}}
 archive={{archive}}

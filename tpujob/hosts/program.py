@@ -65,11 +65,15 @@ def setup(group: HostGroup, attempt: Attempt, command: str, *, log_paths: LogPat
 
 
 def launch(group: HostGroup, attempt: Attempt, command: str, *, log_paths: LogPaths = None,
-           timeout: float | None = 60, progress: Callable[[Progress], None] | None = None
-           ) -> list[HostResult]:
-    """Start `command` detached on every host; returns once every host has started it."""
+           timeout: float | None = 120, stale_grace_seconds: float = 10,
+           progress: Callable[[Progress], None] | None = None) -> list[HostResult]:
+    """Start `command` detached on every host; returns once every host has started it.
+
+    A program an earlier attempt left running gets SIGTERM, then SIGKILL after
+    `stale_grace_seconds`."""
     script = render("launch.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
-                    workdir=attempt.workdir, command=command)
+                    workdir=attempt.workdir, command=command,
+                    stale_grace_tenths=max(0, math.ceil(stale_grace_seconds * 10)))
     return group.run(as_command(script, "tpujob-launch"), stdin=_env(group, attempt),
                      log_paths=log_paths, timeout=timeout, progress=progress)
 

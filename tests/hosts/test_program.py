@@ -1,0 +1,107 @@
+"""setup / launch / stop / status on emulated hosts, and quoting of everything substituted."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tpujob.errors import UsageError
+from tpujob.hosts import program
+from tpujob.hosts.program import Attempt
+from tpujob.hosts.scripts import env_payload, render
+
+NASTY = "it's \"quoted\" $(touch /mnt/pwned) `touch /mnt/pwned2`; touch /mnt/pwned3\nline2 $HOME"
+
+
+def attempt(**kw) -> Attempt:
+    base = dict(job_id="job-1", attempt=1, coordinator="127.0.0.1:8476", run_dir="/mnt/run",
+                workdir="code")
+    return Attempt(**{**base, **kw})
+
+
+def wait_state(group, att, state: str, seconds: float = 10) -> list:
+    deadline = time.monotonic() + seconds
+    while True:
+        statuses = program.status(group, att)
+        if all(s.state == state for s in statuses) or time.monotonic() > deadline:
+            return statuses
+        time.sleep(0.05)
+
+
+def test_render_quotes_and_checks_values():
+    text = render("status.sh", job_dir="a'b", attempt=3)
+    assert "job_dir='a'\"'\"'b'\nattempt=3\n" in text
+    with pytest.raises(ValueError, match="missing"):
+        render("status.sh", job_dir="x")
+    with pytest.raises(ValueError, match="unused"):
+        render("status.sh", job_dir="x", attempt=1, extra=2)
+
+
+def test_env_payload_refuses_bad_names():
+    assert env_payload({"A": "1", "B": "x\ny"}) == b"A=1\0B=x\ny\0"
+    with pytest.raises(UsageError):
+        env_payload({"A;rm": "1"})
+
+
+def test_program_runs_detached_with_the_contract_env_and_exits(slice_hosts, tmp_path):
+    machines, group = slice_hosts(2)
+    att = attempt(env={"GREETING": "hi"}, secrets={"TOKEN": "s3cret"})
+    logs = lambda h: tmp_path / f"host-{h.index}.log"  # noqa: E731
+    setup = program.setup(group, att, "echo setup-ran >> /mnt/setup", log_paths=logs)
+    assert all(r.ok for r in setup)
+    assert all(r.ok for r in program.setup(group, att, "echo setup-ran >> /mnt/setup"))
+    cmd = ("sleep 0.5; env | grep -E '^(TPUJOB_|GREETING|TOKEN)' | sort > ~/env.txt; "
+           "pwd > ~/pwd.txt; exit 4")
+    launched = program.launch(group, att, cmd, log_paths=logs)
+    assert all(r.ok and '"state": "started"' in r.output for r in launched)
+    group.close()   # the program must outlive the SSH sessions
+    statuses = wait_state(group, att, "exited")
+    assert [(s.state, s.exit_code) for s in statuses] == [("exited", 4)] * 2
+    for i in range(2):
+        root = machines.host_root(i)
+        assert (root / "mnt" / "setup").read_text() == "setup-ran\n"   # once per attempt
+        env = (root / "home" / "tpujob" / "env.txt").read_text().splitlines()
+        assert env == ["GREETING=hi", "TOKEN=s3cret", "TPUJOB_ATTEMPT=1",
+                       "TPUJOB_COORDINATOR=127.0.0.1:8476", f"TPUJOB_HOST_INDEX={i}",
+                       "TPUJOB_JOB_ID=job-1", "TPUJOB_NUM_HOSTS=2", "TPUJOB_RUN_DIR=/mnt/run"]
+        assert (root / "home" / "tpujob" / "pwd.txt").read_text() == "/home/tpujob/code\n"
+        assert "s3cret" not in logs(group.hosts[i]).read_text()
+        assert not any("s3cret" in p.read_text(errors="replace")
+                       for p in root.rglob("*") if p.is_file() and p.name != "env.txt")
+
+
+def test_stop_terms_then_kills_and_relaunch_replaces_a_stale_attempt(slice_hosts):
+    machines, group = slice_hosts(1)
+    first = attempt()
+    program.launch(group, first, "trap 'echo bye > /mnt/term; exit 0' TERM; "
+                                 "while :; do sleep 0.05; done")
+    assert wait_state(group, first, "running")[0].state == "running"
+    (again,) = program.launch(group, first, "echo must not run > /mnt/second")
+    assert '"state": "running"' in again.output   # launching twice is a no-op
+    (stopped,) = program.stop(group, first, grace_seconds=5)
+    assert '"state": "stopped"' in stopped.output
+    assert (machines.host_root(0) / "mnt" / "term").read_text() == "bye\n"
+    assert program.status(group, first)[0].state == "exited"
+
+    program.launch(group, first, "trap '' TERM; while :; do sleep 0.05; done")
+    second = attempt(attempt=2)
+    program.launch(group, second, "sleep 30", stale_grace_seconds=0.3)   # stops attempt 1 first (TERM ignored: KILL)
+    assert program.status(group, first)[0].state == "lost"
+    assert program.status(group, second)[0].state == "running"
+    assert not (machines.host_root(0) / "mnt" / "second").exists()
+
+
+def test_names_env_and_command_full_of_shell_syntax_run_literally(slice_hosts):
+    machines, group = slice_hosts(2)
+    att = attempt(job_id="job " + NASTY, env={"NASTY": NASTY}, workdir="dir " + NASTY[:20])
+    cmd = "printf '%s' \"$NASTY\" > /mnt/env; printf '%s' \"$TPUJOB_JOB_ID\" > /mnt/job; " \
+          "printf '%s' " + __import__("shlex").quote(NASTY) + " > /mnt/cmd"
+    assert all(r.ok for r in program.launch(group, att, cmd))
+    assert [s.exit_code for s in wait_state(group, att, "exited")] == [0, 0]
+    for i in range(2):
+        mnt = machines.host_root(i) / "mnt"
+        assert (mnt / "env").read_text() == NASTY
+        assert (mnt / "job").read_text() == "job " + NASTY
+        assert (mnt / "cmd").read_text() == NASTY
+        assert not any(p.name.startswith("pwned") for p in mnt.iterdir())
