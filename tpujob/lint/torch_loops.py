@@ -1,6 +1,7 @@
 """Training loops in PyTorch code: a graph that is never cut (TPU005), host syncs (TPU006).
 
-A training loop is a `for`/`while` whose body calls `.backward()` or an optimizer `.step()`,
+A training loop is a `for`/`while` whose body calls `.backward()` or an optimizer's `.step()`
+(the receiver is named like an optimizer: `optimizer`, `self.optim`, `opt`, `scaler`),
 directly or through a function of the same module (`train_step(batch)`, `self.step(...)`).
 Syncs are looked for in the body minus nested functions and minus the branches of an `if`:
 `if step % 100 == 0: print(loss.item())` is the usual, acceptable, logging pattern.
@@ -21,6 +22,7 @@ DEVICE_LOADERS = {"torch_xla.distributed.parallel_loader.MpDeviceLoader",
 HOST_SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
 HOST_SYNC_CALLS = {"print", "float", "int", "bool"}
 TRAINING_CALLS = {"backward", "step", "optimizer_step"}
+OPTIMIZER_NAMES = {"opt", "scaler", "grad_scaler"}
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
@@ -48,6 +50,9 @@ class _Loops:
     def _device_loader_names(self) -> set[str]:
         """Names bound to an MpDeviceLoader/ParallelLoader: iterating one cuts the graph."""
         found: set[str] = set()
+        if not (self.mod.names.imports("torch_xla.distributed.parallel_loader") or any(
+                n.attr == "per_device_loader" for n in self.mod.of_type(ast.Attribute))):
+            return found
         for node in self.mod.of_type(ast.Assign):
             if self._makes_loader(node.value):
                 for target in node.targets:
@@ -74,7 +79,7 @@ class _Loops:
                 flags.step |= name == "optimizer_step"
             elif name == "backward" and isinstance(node.func, ast.Attribute):
                 flags.backward = True
-            elif name == "step" and isinstance(node.func, ast.Attribute):
+            elif name == "step" and _is_optimizer(node.func):
                 flags.step = True
             callee = self._local_callee(node)
             if callee and callee not in stack:
@@ -130,7 +135,9 @@ class _Loops:
 
     def _host_syncs(self, loop: ast.AST) -> None:
         tensors = _tensor_names(loop)
-        todo: list[tuple[ast.AST, bool]] = [(child, False) for child in ast.iter_child_nodes(loop)]
+        # A for loop's iterable is evaluated once, before the loop: not a per-iteration sync.
+        heads = [loop.test] if isinstance(loop, ast.While) else []
+        todo: list[tuple[ast.AST, bool]] = [(n, False) for n in heads + loop.body + loop.orelse]
         while todo:
             node, guarded = todo.pop()
             if isinstance(node, DEFS) or (isinstance(node, LOOPS) and self.is_training(node)):
@@ -145,6 +152,17 @@ class _Loops:
                     self.mod.emit("TPU006", node, what)
                     continue  # one finding per expression: print(loss.item()) is one sync
             todo.extend((child, guarded) for child in ast.iter_child_nodes(node))
+
+
+def _is_optimizer(func: ast.expr) -> bool:
+    """`optimizer.step()`, `self.opt.step()`, `scaler.step(opt)`; not a sampler's or a
+    tokenizer stream's `.step()`, which do not make a training loop."""
+    if not isinstance(func, ast.Attribute):
+        return False
+    receiver = func.value
+    name = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+    name = name.lower()
+    return "optim" in name or name in OPTIMIZER_NAMES
 
 
 def _walk_direct(loop: ast.AST):
@@ -185,8 +203,9 @@ def _host_sync(call: ast.Call, tensors: set[str]) -> str:
 
 
 def check_loops(mod: Module, xla: bool) -> None:
-    # Without a backward or step call anywhere there is no training loop to look at.
-    if not any(call_name(n) in TRAINING_CALLS for n in mod.of_type(ast.Call)):
+    # Without a backward or optimizer step anywhere there is no training loop to look at.
+    if not any(call_name(n) in TRAINING_CALLS and (call_name(n) != "step" or _is_optimizer(n.func))
+               for n in mod.of_type(ast.Call)):
         return
     loops = _Loops(mod, xla)
     for scope in [mod.tree] + mod.of_type(ast.FunctionDef, ast.AsyncFunctionDef):

@@ -142,8 +142,15 @@ def _scope_names(assigns: list[ast.Assign], resolve) -> tuple[set[str], set[str]
     for node in assigns:
         targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
         if targets:
-            facts.append((node.value, targets, _from_values(node.value, set()),
-                          {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}))
+            refs: set[str] = set()
+            from_values = False
+            for sub in ast.walk(node.value):
+                if isinstance(sub, ast.Name):
+                    refs.add(sub.id)
+                elif (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+                      and sub.func.attr in VALUE_CALLS):
+                    from_values = True
+            facts.append((node.value, targets, from_values, refs))
     for _ in range(2):  # one round of propagation: m = x > 0; m2 = m & n
         for value, targets, from_values, refs in facts:
             if _is_mask(value, masks, resolve):

@@ -22,3 +22,17 @@ def epochs(model, loader, optimizer):
             model(batch).backward()
             optimizer.step()
         print("epoch", epoch, model.weight.sum().item())
+
+
+def sample(unet, scheduler, latents, timesteps):
+    # A sampler's step is not an optimizer step: this is inference.
+    for t in timesteps:
+        latents = scheduler.step(unet(latents, t), t, latents)
+        print(t.item())
+    return latents
+
+
+def train_tokens(model, optimizer, ids):
+    for token in ids.tolist():  # the iterable is evaluated once, before the loop
+        model(token).backward()
+        optimizer.step()
