@@ -28,7 +28,7 @@ def make_machines(tmp_path, client_key):
 
     def make(num_hosts: int, keys: list[str] | None = None) -> tuple[SliceMachines, list]:
         # A random block keeps parallel test workers on distinct addresses.
-        block = random.randint(1000, 65000)
+        block = random.randint(1000, 59000)
         m = SliceMachines(tmp_path / f"node-{block}", f"node-{block}", num_hosts,
                           keys if keys is not None else [client_key[1]], block, PORT)
         started.append(m)
@@ -145,7 +145,7 @@ def test_kill_host_takes_one_host_down_at_once(make_machines, client_key):
 
 
 def test_stop_leaves_no_process_and_no_directory(tmp_path, client_key):
-    m = SliceMachines(tmp_path / "n", "n", 3, [client_key[1]], random.randint(1000, 65000), PORT)
+    m = SliceMachines(tmp_path / "n", "n", 3, [client_key[1]], random.randint(1000, 59000), PORT)
     eps = m.start()
     run(connect(eps[2], client_key[0]), "setsid sleep 60 >/dev/null 2>&1 </dev/null &")
     pids = m.host_pids(2)
@@ -153,3 +153,9 @@ def test_stop_leaves_no_process_and_no_directory(tmp_path, client_key):
     assert not (tmp_path / "n").exists()
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}/ns/mnt")
+
+
+def test_ip_blocks_beyond_the_address_range_are_refused(tmp_path):
+    assert host_ip(59999, 0) == "127.255.249.1"
+    with pytest.raises(ValueError, match="ip_block"):
+        SliceMachines(tmp_path, "n", 1, [], 60000, PORT)

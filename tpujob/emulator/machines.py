@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 # the image every VM of a slice boots from.
 HOST_DIRS = ("mnt", "home", "root", "tmp")
 
+# 127.<16 + block // 250>: the second octet stays <= 255 up to this block.
+MAX_IP_BLOCK = 250 * (255 - 16) + 249
+
 _HOLDER_SCRIPT = 'while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done; echo ready; ' \
                  'exec sleep infinity'
 
@@ -101,8 +104,8 @@ class SliceMachines:
 
     def __init__(self, root: pathlib.Path, node_id: str, num_hosts: int,
                  authorized_keys: list[str], ip_block: int, ssh_port: int):
-        if not 1 <= ip_block <= 65000:
-            raise ValueError(f"ip_block {ip_block} is outside 1..65000")
+        if not 1 <= ip_block <= MAX_IP_BLOCK:
+            raise ValueError(f"ip_block {ip_block} is outside 1..{MAX_IP_BLOCK}")
         if not 1 <= num_hosts <= 254:
             raise ValueError(f"num_hosts {num_hosts} is outside 1..254")
         self.root = pathlib.Path(root)
