@@ -2,7 +2,8 @@
 
 Exit codes (documented in README.md, "Exit codes"):
   0 ok, 1 unexpected, 2 usage or invalid spec, 3 not found,
-  4 conflict (illegal transition, job locked), 5 cloud error, 6 auth/config.
+  4 conflict (illegal transition, job locked), 5 cloud error, 6 auth/config,
+  7 a job followed to its end (`create --wait`) did not succeed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ EXIT_NOT_FOUND = 3
 EXIT_CONFLICT = 4
 EXIT_CLOUD = 5
 EXIT_CONFIG = 6
+EXIT_JOB_FAILED = 7
 
 
 class TpujobError(Exception):
@@ -75,3 +77,7 @@ class StockoutError(CloudError):
 
 class ConfigError(TpujobError):
     exit_code = EXIT_CONFIG
+
+
+class JobDidNotSucceed(TpujobError):
+    exit_code = EXIT_JOB_FAILED

@@ -33,8 +33,10 @@ def register(app: typer.Typer) -> None:
     def create(spec: str = typer.Argument(..., help="Job spec (YAML)."),
                dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; record nothing."),
                keep_slice: bool = typer.Option(False, "--keep-slice", help="Keep the slice after success."),
+               wait: bool = typer.Option(False, "--wait", help="Follow the job to its end; exit 0 on SUCCEEDED."),
+               timeout: float = typer.Option(3600.0, help="Seconds to follow before returning."),
                json_out: bool = typer.Option(False, "--json")):
-        """Record a job and start it."""
+        """Record a job, create its slice, set up every host and start the program."""
         from tpujob.service import jobs
 
         ctx = _ctx()
@@ -49,17 +51,22 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{i:2}. {step.action:<22} {step.resource:<28} {step.detail}")
             return
         job, _ = jobs.create(ctx, spec, keep_slice=keep_slice)
+        jid = render.job_dict(job)["id"]
+        if not json_out:
+            typer.echo(f"job {jid} ({job.name}) recorded; cloud: {ctx.settings.cloud}")
+        job = follow_job(ctx, job.id, wait=wait, timeout=timeout, quiet=json_out)
         if json_out:
             render.print_json(render.job_dict(job))
-            return
-        typer.echo(f"cloud: {ctx.settings.cloud}")
-        typer.echo(f"job {render.job_dict(job)['id']} ({job.name}) {job.state}")
+        else:
+            typer.echo(f"job {jid} {job.state}" + (f" ({job.end_reason})" if job.end_reason else ""))
+        raise_unless_succeeded(job, wait)
 
     @app.command("list")
     def list_(all_: bool = typer.Option(False, "--all", "-a", help="Include ended jobs."),
               json_out: bool = typer.Option(False, "--json")):
         """List jobs (active ones unless --all)."""
         from tpujob.service import jobs
+        from tpujob.store.repository import format_job_id
 
         rows = jobs.list_jobs(_ctx(), include_ended=all_)
         if json_out:
@@ -67,7 +74,7 @@ def register(app: typer.Typer) -> None:
             return
         now = time.time()
         headers = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "HOST0", "AGE"]
-        body = [[render.job_dict(j)["id"], j.name, j.accelerator, j.zone,
+        body = [[format_job_id(j.id), j.name, j.accelerator, j.zone,
                  j.state + (f" ({j.end_reason})" if j.end_reason else ""), j.attempt, j.preemptions,
                  j.host0_ip or "-", render.age(j.created_at, now)] for j in rows]
         typer.echo(render.table(headers, body))
@@ -129,6 +136,27 @@ def register(app: typer.Typer) -> None:
         for ref in jobs_:
             job_id = jobs.clean(ctx, ref)
             typer.echo(f"job {job_id:06d} cleaned")
+
+
+def follow_job(ctx, job_id: int, *, wait: bool, timeout: float, quiet: bool):
+    """Drive the job until it runs (or ends, with --wait), printing its events as they come."""
+    from tpujob.service import sweeps
+
+    def on_event(event) -> None:
+        if not quiet and event.kind != "created":
+            typer.echo(f"  {render.iso(event.at)[11:19]}  {event.message}", err=True)
+
+    return sweeps.follow(ctx, job_id, until_ended=wait, timeout=timeout, on_event=on_event)
+
+
+def raise_unless_succeeded(job, wait: bool) -> None:
+    from tpujob.errors import JobDidNotSucceed
+    from tpujob.store.states import State
+
+    if wait and job.state != State.SUCCEEDED.value:
+        reason = f" ({job.end_reason})" if job.end_reason else ""
+        raise JobDidNotSucceed(f"job {job.id:06d} ended {job.state}{reason}" if job.ended_at
+                               else f"job {job.id:06d} still {job.state} after the timeout")
 
 
 def _print_resolved(r) -> None:

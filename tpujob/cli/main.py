@@ -25,9 +25,9 @@ def _options(debug: bool = typer.Option(False, "--debug", help="Show tracebacks.
 
 
 def _register_all() -> None:
-    from tpujob.cli import config, jobs
+    from tpujob.cli import config, jobs, sweep
 
-    for module in (jobs, config):
+    for module in (jobs, sweep, config):
         module.register(app)
     # Commands of parts that land separately register themselves when present.
     import importlib
@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo("error: aborted", err=True)
         return EXIT_UNEXPECTED
     except typer.TyperException as exc:  # typer's usage errors: bad option, missing argument
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `tpujob` or `tpujob config`: help
+            typer.echo(exc.ctx.get_help())
+            return EXIT_USAGE
         typer.echo(f"error: {exc.format_message()}", err=True)
         return getattr(exc, "exit_code", None) or EXIT_USAGE
     except KeyboardInterrupt:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpujob import spec as spec_mod
-from tpujob.errors import ConflictError
-from tpujob.service.context import Context
+from tpujob.errors import ConflictError, TpujobError
+from tpujob.service.context import Context, make_cloud
 from tpujob.spec import ResolvedSpec
 from tpujob.store.repository import format_job_id, slice_name
 from tpujob.store.states import ENDED, State
@@ -61,8 +61,9 @@ def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
     return steps
 
 
-def create(ctx: Context, path: str, *, keep_slice: bool = False):
-    """Record the job (PENDING). Nothing is written when the spec is refused."""
+def record(ctx: Context, path: str, *, keep_slice: bool = False):
+    """Record the job as PENDING: the next sweep (or `create`, following it) starts it.
+    Nothing is written when the spec is refused."""
     resolved, text = spec_mod.load(path, default_zone=ctx.settings.zone,
                                    default_project=ctx.settings.effective_project)
     job = ctx.store.add_job(
@@ -71,6 +72,14 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False):
         cloud=ctx.settings.cloud, keep_slice=keep_slice,
     )
     return job, resolved
+
+
+def create(ctx: Context, path: str, *, keep_slice: bool = False):
+    """Validate, check that the cloud can be reached with the credentials at hand, then record.
+    A refused spec or missing credentials write nothing."""
+    validate(ctx, path)
+    make_cloud(ctx.settings)
+    return record(ctx, path, keep_slice=keep_slice)
 
 
 def list_jobs(ctx: Context, include_ended: bool = False):
@@ -89,22 +98,71 @@ def show(ctx: Context, ref: str) -> JobDetail:
     return JobDetail(job, ctx.store.attempts(job.id), ctx.store.events(job.id))
 
 
+def _stop_program(ctx: Context, job, cloud) -> None:
+    """Stop the current attempt's program where its slice is READY (best effort: a dead slice
+    has no program left to stop)."""
+    from tpujob.cloud.base import SlicePhase
+    from tpujob.service.hostops import SshHostOps
+
+    attempt = ctx.store.current_attempt(job.id)
+    if attempt is None or attempt.ended_at is not None:
+        return
+    slice_ = cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+    if slice_.phase == SlicePhase.READY:
+        SshHostOps(ctx, cloud).stop_program(job, attempt, slice_)
+
+
 def cancel(ctx: Context, ref: str):
+    """Stop the program on every host and keep the slice; `resume` runs it again."""
     job = ctx.store.find(ref)
-    state = State(job.state)
-    if state in ENDED:
-        raise ConflictError(f"job {format_job_id(job.id)} is {state.value}: nothing to cancel")
+    if State(job.state) in ENDED:
+        raise ConflictError(f"job {format_job_id(job.id)} is {job.state}: nothing to cancel")
     with ctx.lease(job.id) as owner:
-        return ctx.store.transition(job.id, state, State.CANCELLED, "cancelled by user", owner=owner)
+        job = ctx.store.get(job.id)
+        if job.attempt:
+            _stop_program(ctx, job, make_cloud(ctx.settings))
+            ctx.store.end_attempt(job.id, job.attempt, "cancelled")
+        return ctx.store.transition(job.id, State(job.state), State.CANCELLED, "cancelled by user", owner=owner)
 
 
 def delete(ctx: Context, ref: str):
+    """Stop the program, delete every slice and queued resource of the job; keep the record."""
     job = ctx.store.find(ref)
-    state = State(job.state)
-    if state == State.DELETED:
-        return job
     with ctx.lease(job.id) as owner:
-        return ctx.store.transition(job.id, state, State.DELETED, "deleted by user", owner=owner)
+        job = ctx.store.get(job.id)
+        attempts = ctx.store.attempts(job.id)
+        if attempts:
+            cloud = make_cloud(ctx.settings)
+            if State(job.state) not in ENDED:
+                try:
+                    _stop_program(ctx, job, cloud)
+                except TpujobError as exc:
+                    ctx.store.add_event(job.id, "hosts", f"stop failed, deleting anyway: {exc}")
+            # Every attempt's slice, not just the current one: nothing is left behind.
+            names = {a.slice_name for a in attempts}
+            for zone in sorted({a.zone for a in attempts}):
+                for name in sorted(set(cloud.list_slices(job.project, zone)) & names):
+                    cloud.delete_slice(job.project, zone, name)
+                    ctx.store.add_event(job.id, "slice", f"deleted slice {name}")
+            ctx.store.end_attempt(job.id, job.attempt, "deleted")
+        if job.state == State.DELETED.value:
+            return job
+        return ctx.store.transition(job.id, State(job.state), State.DELETED, "deleted by user", owner=owner)
+
+
+def resume(ctx: Context, ref: str):
+    """A new attempt of a failed or cancelled job (on its slice when that is still healthy).
+    The retry budgets start again: the user has looked at the job and wants it to run."""
+    job = ctx.store.find(ref)
+    if State(job.state) not in (State.FAILED, State.CANCELLED):
+        raise ConflictError(f"job {format_job_id(job.id)} is {job.state}: only FAILED or CANCELLED jobs resume")
+    with ctx.lease(job.id) as owner:
+        job = ctx.store.get(job.id)
+        message = (f"resumed by user (budgets reset; had {job.preemptions} preemptions, "
+                   f"{job.failures} failures, {job.nan_restarts} NaN restarts)")
+        # state_since backdated: a resume is not a retry, it need not wait out the backoff.
+        return ctx.store.transition(job.id, State(job.state), State.RECOVERING, message, owner=owner,
+                                    preemptions=0, failures=0, nan_restarts=0, state_since=0.0)
 
 
 def logs_dir(ctx: Context, job_id: int) -> Path:

@@ -80,8 +80,9 @@ class Store:
         if dst == State.FAILED and end_reason is None:
             raise ValueError("a FAILED job needs an end_reason")
         now = time.time()
-        values = dict(fields, state=dst.value, updated_at=now, state_since=now,
+        values = dict(state=dst.value, updated_at=now, state_since=now,
                       end_reason=end_reason.value if end_reason else None)
+        values.update(fields)
         if dst in ENDED:
             values["ended_at"] = now
         elif src in ENDED:

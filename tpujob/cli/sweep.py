@@ -1,0 +1,55 @@
+"""Keeping jobs alive: requeue (cron), watch (loop), resume."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from tpujob.cli import render
+from tpujob.cli.jobs import _ctx, follow_job, raise_unless_succeeded
+
+
+def _print_report(report) -> None:
+    line = (f"sweep: {report.jobs_seen} active, {report.jobs_acted} acted on, {report.skipped_locked} locked "
+            f"elsewhere, {report.api_calls} API calls, {report.seconds:.2f} s")
+    typer.echo(line)
+    for error in report.errors:
+        typer.echo(f"  {error}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def requeue(jobs_: Optional[List[str]] = typer.Argument(None, metavar="[JOB]...",
+                                                            help="Jobs to sweep (default: every active job)."),
+                all_: bool = typer.Option(False, "--all", help="Every active job (the default)."),
+                json_out: bool = typer.Option(False, "--json")):
+        """One sweep: observe every active job's slice, re-create what was preempted, record it all."""
+        from tpujob.service import sweeps
+
+        report = sweeps.requeue(_ctx(), None if all_ else jobs_)
+        if json_out:
+            render.print_json(report.__dict__)
+        else:
+            _print_report(report)
+
+    @app.command()
+    def watch(interval: float = typer.Option(60.0, help="Seconds between sweeps."),
+              count: Optional[int] = typer.Option(None, help="Stop after this many sweeps.")):
+        """Sweep in a loop in the foreground (for tmux or systemd); Ctrl-C stops it."""
+        from tpujob.service import sweeps
+
+        sweeps.watch(_ctx(), interval, _print_report, max_sweeps=count)
+
+    @app.command()
+    def resume(job: str = typer.Argument(..., help="Job id or name."),
+               wait: bool = typer.Option(False, "--wait", help="Follow the job to its end."),
+               timeout: float = typer.Option(3600.0, help="Seconds to follow before returning.")):
+        """Start a new attempt of a FAILED or CANCELLED job (new slice if needed)."""
+        from tpujob.service import jobs
+
+        ctx = _ctx()
+        resumed = jobs.resume(ctx, job)
+        final = follow_job(ctx, resumed.id, wait=wait, timeout=timeout, quiet=False)
+        typer.echo(f"job {final.id:06d} {final.state}" + (f" ({final.end_reason})" if final.end_reason else ""))
+        raise_unless_succeeded(final, wait)

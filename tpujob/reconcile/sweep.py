@@ -1,0 +1,288 @@
+"""observe -> decide -> act, for every active job, under each job's lease.
+
+`requeue` (cron), `watch` (loop) and `create` (follow one job) all run `sweep`.
+Observation is batched: one list of nodes and queued resources per (project, zone).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol
+
+from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase, SliceRequest
+from tpujob.errors import CloudError, JobLocked, StockoutError, TpujobError
+from tpujob.reconcile.decide import (
+    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostStatus, JobView,
+    MarkUnhealthy, Move, Observation, Policy, SetUp, SlicePhase, StartAttempt, StopProgram, decide,
+)
+from tpujob.store.models import Attempt, Job
+from tpujob.store.states import ACTIVE, EndReason, State
+
+# Cloud phases as decide sees them. DELETING is a slice on its way out: lost.
+_PHASES = {
+    CloudPhase.QUEUED: SlicePhase.WAITING,
+    CloudPhase.PROVISIONING: SlicePhase.PROVISIONING,
+    CloudPhase.READY: SlicePhase.READY,
+    CloudPhase.PREEMPTED: SlicePhase.LOST,
+    CloudPhase.FAILED: SlicePhase.LOST,
+    CloudPhase.DELETING: SlicePhase.LOST,
+    CloudPhase.GONE: SlicePhase.ABSENT,
+}
+
+
+class SetupFailed(TpujobError):
+    """The setup script exited non-zero on a host (a connection error is not this)."""
+
+
+class HostOps(Protocol):
+    """What the sweep does on the hosts of a READY slice (tpujob.service.hostops)."""
+
+    def prepare_and_launch(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
+    def program_status(self, job: Job, attempt: Attempt, slice_: Slice) -> tuple[HostStatus, ...]: ...
+    def stop_program(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
+
+
+@dataclass
+class SweepReport:
+    jobs_seen: int = 0
+    jobs_acted: int = 0
+    skipped_locked: int = 0
+    api_calls: int = 0
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+def placements(spec: dict) -> list[tuple[str, str]]:
+    """[(accelerator, zone)] of the primary placement then each fallback, from a resolved spec."""
+    tpu = spec["spec"]["tpu"]
+    first = (spec["accelerator"], spec["zone"])
+    return [first] + [(fb.get("accelerator") or first[0], fb.get("zone") or first[1])
+                      for fb in tpu.get("fallback", [])]
+
+
+def policy_of(spec: dict) -> Policy:
+    from tpujob.runtime.contract import EXIT_NAN, EXIT_PREEMPTED
+
+    r = spec["spec"]["requeue"]
+    return Policy(max_preemptions=r["max_preemptions"], max_failures=r["max_failures"], max_nan=r["max_nan"],
+                  backoff_seconds=r["backoff_seconds"], nan_exit_code=EXIT_NAN,
+                  preempted_exit_code=EXIT_PREEMPTED)
+
+
+class Reconciler:
+    def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *,
+                 ssh_keys: tuple[str, ...] = (), clock: Callable[[], float] = time.time,
+                 lease_seconds: float = 300.0, policy_overrides: Optional[dict] = None):
+        self.store = store
+        self.cloud = cloud
+        self.hosts = hosts
+        self.actor = actor
+        self.ssh_keys = ssh_keys
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self.policy_overrides = policy_overrides or {}
+
+    # -- observe -----------------------------------------------------------------------------
+    def observe_slices(self, jobs: list[Job]) -> dict[tuple[str, str], Slice]:
+        """One list per (project, zone) of the jobs' current attempts."""
+        seen: dict[tuple[str, str], Slice] = {}
+        for project, zone in sorted({(j.project, j.zone) for j in jobs if j.attempt > 0}):
+            for name, slice_ in self.cloud.list_slices(project, zone).items():
+                seen[(zone, name)] = slice_
+        return seen
+
+    # -- sweep -------------------------------------------------------------------------------
+    def sweep(self, job_ids: Optional[list[int]] = None) -> SweepReport:
+        started, calls0 = time.monotonic(), self.cloud.api_calls
+        report = SweepReport()
+        jobs = self.store.list_jobs(states=ACTIVE)
+        if job_ids is not None:
+            wanted = set(job_ids)
+            jobs = [j for j in jobs if j.id in wanted]
+        snapshot_at = self.clock()
+        slices = self.observe_slices(jobs)
+        report.jobs_seen = len(jobs)
+        for job in jobs:
+            try:
+                self.store.acquire_lease(job.id, self.actor, self.lease_seconds)
+            except JobLocked:
+                report.skipped_locked += 1
+                continue
+            try:
+                if self.reconcile(job.id, slices, snapshot_at):
+                    report.jobs_acted += 1
+            except TpujobError as exc:  # one job's trouble must not stop the others
+                report.errors.append(f"job {job.id:06d}: {exc}")
+                self.store.add_event(job.id, "error", str(exc))
+            finally:
+                self.store.release_lease(job.id, self.actor)
+        report.api_calls = self.cloud.api_calls - calls0
+        report.seconds = time.monotonic() - started
+        return report
+
+    def reconcile(self, job_id: int, slices: dict[tuple[str, str], Slice], snapshot_at: float) -> bool:
+        """One decide/act round for one job, under its lease. Returns whether anything was done."""
+        job = self.store.get(job_id)
+        if State(job.state) not in ACTIVE:
+            return False
+        attempt = self.store.current_attempt(job_id)
+        slice_ = self._slice_of(job, attempt, slices, snapshot_at)
+        obs = self._observe(job, attempt, slice_)
+        actions = decide(self._view(job, attempt, slices), obs, self._policy(job))
+        if actions:
+            self._act(job, attempt, slice_, actions)
+        return bool(actions)
+
+    def _slice_of(self, job, attempt, slices, snapshot_at) -> Optional[Slice]:
+        if attempt is None:
+            return None
+        found = slices.get((attempt.zone, attempt.slice_name))
+        # The listing predates a change another actor made (a new attempt, a create): look again.
+        if found is None and (job.state_since or 0) >= snapshot_at - 1:
+            found = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        return found
+
+    def _observe(self, job: Job, attempt, slice_) -> Observation:
+        phase = _PHASES[slice_.phase] if slice_ is not None else SlicePhase.ABSENT
+        hosts: tuple[HostStatus, ...] = ()
+        if phase == SlicePhase.READY and State(job.state) == State.RUNNING:
+            hosts = self.hosts.program_status(job, attempt, slice_)
+        return Observation(slice=phase, hosts=hosts)
+
+    def _policy(self, job: Job) -> Policy:
+        policy = policy_of(json.loads(job.spec_json))
+        if self.policy_overrides:
+            from dataclasses import replace
+
+            policy = replace(policy, **self.policy_overrides)
+        return policy
+
+    def _view(self, job: Job, attempt, slices) -> JobView:
+        now = self.clock()
+        spec = json.loads(job.spec_json)
+        reuse = bool(attempt is not None and attempt.end_reason in ("failed", "setup_failed", "cancelled"))
+        return JobView(
+            state=State(job.state), attempt=job.attempt, preemptions=job.preemptions, failures=job.failures,
+            nan_restarts=job.nan_restarts, hosts=spec["hosts"],
+            in_state_seconds=now - (job.state_since or job.updated_at),
+            unhealthy_seconds=None if job.unhealthy_since is None else now - job.unhealthy_since,
+            fallbacks_left=len(placements(spec)) - 1 - job.placement,
+            keep_slice=job.keep_slice, reuse_slice=reuse,
+        )
+
+    # -- act ---------------------------------------------------------------------------------
+    def _act(self, job: Job, attempt, slice_, actions: list[Action]) -> None:
+        state = State(job.state)
+        counters: dict[str, int] = {}
+        for action in actions:
+            if isinstance(action, Count):
+                # Applied with the next Move, in its transaction: a crash in between counts nothing.
+                counters[action.counter] = getattr(job, action.counter) + 1
+            elif isinstance(action, Move):
+                job = self.store.transition(job.id, state, action.to, action.message, end_reason=action.reason,
+                                            owner=self.actor, unhealthy_since=None, **counters)
+                state, counters = action.to, {}
+            elif isinstance(action, EndAttempt):
+                if attempt is not None:
+                    self.store.end_attempt(job.id, attempt.number, action.reason)
+            elif isinstance(action, DeleteSlice):
+                if attempt is not None:
+                    self.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name)
+                    self.store.add_event(job.id, "slice", f"deleted slice {attempt.slice_name}")
+            elif isinstance(action, StopProgram):
+                if attempt is not None and slice_ is not None and slice_.phase == CloudPhase.READY:
+                    try:
+                        self.hosts.stop_program(job, attempt, slice_)
+                    except TpujobError as exc:
+                        self.store.add_event(job.id, "hosts", f"stop failed: {exc}")
+            elif isinstance(action, MarkUnhealthy):
+                self.store.update(job.id, unhealthy_since=self.clock())
+                self.store.add_event(job.id, "health", "hosts unreachable or program missing; re-checking")
+            elif isinstance(action, ClearUnhealthy):
+                self.store.update(job.id, unhealthy_since=None)
+            elif isinstance(action, StartAttempt):
+                job, attempt, slice_, state = self._start_attempt(job, attempt, slice_, state, action)
+                if state not in ACTIVE:
+                    return
+            elif isinstance(action, CreateSlice):
+                job, state = self._create_slice(job, attempt, state)
+                if state != State.PROVISIONING:
+                    return
+            elif isinstance(action, SetUp):
+                job, state = self._set_up(job, attempt, slice_, state)
+        if counters:
+            self.store.update(job.id, **counters)
+
+    def _start_attempt(self, job, attempt, slice_, state, action: StartAttempt):
+        spec = json.loads(job.spec_json)
+        placement = job.placement + (1 if action.next_placement else 0)
+        accelerator, zone = placements(spec)[placement]
+        if action.reuse_slice and attempt is not None:
+            new = self.store.start_attempt(job.id, zone=attempt.zone, accelerator=attempt.accelerator,
+                                           queued=attempt.queued, reuse_slice=attempt.slice_name)
+            job = self.store.transition(job.id, state, State.SETTING_UP, f"attempt {new.number} on the same slice",
+                                        owner=self.actor)
+            return job, new, slice_, State.SETTING_UP
+        if placement != job.placement:
+            self.store.update(job.id, placement=placement)
+            self.store.add_event(job.id, "fallback", f"moving to {accelerator} in {zone}")
+        new = self.store.start_attempt(job.id, zone=zone, accelerator=accelerator, queued=spec["spec"]["tpu"]["queued"])
+        job = self.store.transition(job.id, state, State.PROVISIONING, f"attempt {new.number}: creating {new.slice_name}",
+                                    owner=self.actor)
+        job, state = self._create_slice(job, new, State.PROVISIONING)
+        return job, new, None, state
+
+    def _create_slice(self, job, attempt, state):
+        spec = json.loads(job.spec_json)
+        tpu = spec["spec"]["tpu"]
+        request = SliceRequest(
+            project=job.project, zone=attempt.zone, name=attempt.slice_name,
+            accelerator_type=attempt.accelerator,
+            runtime_version=spec["runtime_version"], provisioning=tpu["provisioning"], queued=attempt.queued,
+            labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
+            ssh_keys=self.ssh_keys,
+        )
+        try:
+            if attempt.queued:
+                self.cloud.create_queued_resource(request)
+            else:
+                self.cloud.create_node(request)
+        except StockoutError as exc:
+            self.store.add_event(job.id, "stockout", str(exc))
+            view = self._view(self.store.get(job.id), attempt, {})
+            actions = decide(view, Observation(slice=SlicePhase.STOCKOUT), self._policy(job))
+            self._act(self.store.get(job.id), attempt, None, actions)
+            job = self.store.get(job.id)
+            return job, State(job.state)
+        except CloudError as exc:
+            if getattr(exc, "permanent", False):
+                job = self.store.transition(job.id, state, State.FAILED, f"the cloud refused the slice: {exc}",
+                                            end_reason=EndReason.INTERNAL, owner=self.actor)
+                return job, State.FAILED
+            self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
+            return job, state
+        self.store.add_event(job.id, "slice", f"requested {attempt.slice_name} "
+                                              f"({'queued resource' if attempt.queued else 'node'})")
+        return job, state
+
+    def _set_up(self, job, attempt, slice_, state):
+        if slice_ is None:
+            slice_ = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        if slice_.hosts:
+            self.store.update(job.id, host0_ip=slice_.hosts[0].ip)
+        try:
+            self.hosts.prepare_and_launch(job, attempt, slice_)
+        except SetupFailed as exc:
+            view = self._view(self.store.get(job.id), attempt, {})
+            actions = decide(view, Observation(slice=SlicePhase.READY, setup_error=str(exc)), self._policy(job))
+            self._act(self.store.get(job.id), attempt, slice_, actions)
+            job = self.store.get(job.id)
+            return job, State(job.state)
+        except TpujobError as exc:  # hosts not answering yet: the next sweep tries again
+            self.store.add_event(job.id, "setup", f"setup will be retried: {exc}")
+            return job, state
+        job = self.store.transition(job.id, state, State.RUNNING, f"program launched on {len(slice_.hosts)} hosts",
+                                    owner=self.actor)
+        return job, State.RUNNING

@@ -1,0 +1,134 @@
+"""The sweep's hands on the hosts: sync, setup and launch, status, stop, over SSH.
+
+Host keys come from the cloud (guest attributes) and are verified; logs of every host command
+go to $TPUJOB_HOME/logs/JOB/attempt-N/host-K.log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+from tpujob.errors import TpujobError
+from tpujob.hosts import program
+from tpujob.hosts.fanout import Host, HostGroup
+from tpujob.hosts.keys import load_key
+from tpujob.reconcile.decide import HostStatus, Program
+from tpujob.reconcile.sweep import SetupFailed
+from tpujob.store.repository import format_job_id
+
+COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
+
+
+def ssh_port(settings) -> int:
+    if settings.cloud == "local":
+        from tpujob.emulator import process
+
+        return int(process.ensure_running()["ssh_port"])
+    return 22
+
+
+class SshHostOps:
+    def __init__(self, ctx, cloud):
+        self.ctx = ctx
+        self.cloud = cloud
+        self.user = ctx.settings.ssh_user
+        self._port: int | None = None
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def group(self, job, attempt, slice_) -> HostGroup:
+        if self._port is None:
+            self._port = ssh_port(self.ctx.settings)
+        keys = self.cloud.host_keys(job.project, attempt.zone, attempt.slice_name)
+        hosts = [Host(h.index, h.external_ip or h.ip, self._port, tuple(keys.get(h.index, ())))
+                 for h in slice_.hosts]
+        return HostGroup(hosts, self.user, load_key(self.ctx.settings.home))
+
+    def log_dir(self, job, attempt) -> Path:
+        path = self.ctx.settings.home / "logs" / format_job_id(job.id) / f"attempt-{attempt.number}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def host_attempt(self, job, attempt, slice_) -> program.Attempt:
+        spec = json.loads(job.spec_json)
+        run = spec["spec"]["run"]
+        jid = format_job_id(job.id)
+        home = "/root" if self.user == "root" else f"/home/{self.user}"
+        workdir = run.get("workdir") or (f"tpujob-sync/{jid}" if spec.get("sync_path") else ".")
+        secrets = {}
+        for name in spec["spec"].get("secrets", []):
+            if name not in os.environ:
+                raise TpujobError(f"secret {name} is not set in this environment")
+            secrets[name] = os.environ[name]
+        return program.Attempt(
+            job_id=jid, attempt=attempt.number,
+            coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
+            run_dir=f"{home}/tpujob-runs/{jid}", workdir=workdir,
+            env=dict(spec["spec"].get("env", {})), secrets=secrets,
+        )
+
+    # -- HostOps -----------------------------------------------------------------------------
+    def prepare_and_launch(self, job, attempt, slice_) -> None:
+        spec = json.loads(job.spec_json)
+        host_attempt = self.host_attempt(job, attempt, slice_)
+        logs = self.log_dir(job, attempt)
+        log_of = lambda host: logs / f"host-{host.index}.log"  # noqa: E731
+        with self.group(job, attempt, slice_) as group:
+            if spec.get("sync_path"):
+                from tpujob.hosts.sync import sync
+
+                _connection_ok(sync(group, Path(spec["sync_path"]), f"tpujob-sync/{format_job_id(job.id)}"),
+                               "sync")
+            # The run dir must exist before the program writes its heartbeat there.
+            setup = f"mkdir -p {shlex.quote(host_attempt.run_dir)}"
+            if spec["spec"].get("setup"):
+                setup += "\n" + spec["spec"]["setup"]
+            results = program.setup(group, host_attempt, setup, log_paths=log_of)
+            _connection_ok(results, "setup")
+            failed = [r for r in results if not r.ok]
+            if failed:
+                raise SetupFailed(f"host {failed[0].index}: {failed[0].describe()}")
+            results = program.launch(group, host_attempt, _command(spec), log_paths=log_of)
+            _connection_ok(results, "launch")
+            failed = [r for r in results if not r.ok]
+            if failed:
+                raise SetupFailed(f"launch on host {failed[0].index}: {failed[0].describe()}")
+
+    def program_status(self, job, attempt, slice_) -> tuple[HostStatus, ...]:
+        host_attempt = self.host_attempt(job, attempt, slice_)
+        try:
+            with self.group(job, attempt, slice_) as group:
+                statuses = program.status(group, host_attempt, timeout=30)
+        except TpujobError:
+            return tuple(HostStatus(Program.UNREACHABLE) for _ in slice_.hosts)
+        return tuple(_status(s) for s in statuses)
+
+    def stop_program(self, job, attempt, slice_) -> None:
+        with self.group(job, attempt, slice_) as group:
+            program.stop(group, self.host_attempt(job, attempt, slice_), grace_seconds=30)
+
+
+def _command(spec: dict) -> str:
+    run = spec["spec"]["run"]
+    if run.get("command"):
+        return run["command"]
+    raise TpujobError("run.runtime is not wired to the hosts yet")
+
+
+def _status(s) -> HostStatus:
+    if s.state == "running":
+        return HostStatus(Program.RUNNING)
+    if s.state == "exited":
+        return HostStatus(Program.EXITED, s.exit_code)
+    if s.state == "unreachable":
+        return HostStatus(Program.UNREACHABLE)
+    return HostStatus(Program.MISSING)  # absent or lost: no program where one was launched
+
+
+def _connection_ok(results, what: str) -> None:
+    """A host that could not be reached is not a setup failure: the sweep retries later."""
+    for r in results:
+        if r.exit_code is None:
+            raise TpujobError(f"{what} on host {r.index}: {r.describe()}")

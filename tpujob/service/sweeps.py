@@ -1,0 +1,59 @@
+"""Driving jobs forward: one sweep (`requeue`), a loop of sweeps (`watch`), following one job
+(`create`, `resume`). All of them run the same Reconciler."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from tpujob.service.context import Context, make_cloud
+from tpujob.store.states import ENDED, State
+
+
+def reconciler(ctx: Context):
+    from tpujob.hosts.keys import public_key_line
+    from tpujob.reconcile.sweep import Reconciler
+    from tpujob.service.hostops import SshHostOps
+
+    cloud = make_cloud(ctx.settings)
+    user = ctx.settings.ssh_user
+    return Reconciler(ctx.store, cloud, SshHostOps(ctx, cloud), ctx.actor,
+                      ssh_keys=(f"{user}:{public_key_line(ctx.settings.home)}",))
+
+
+def requeue(ctx: Context, job_refs: Optional[list[str]] = None):
+    """One sweep over the given jobs (all active ones when none are given)."""
+    ids = None if not job_refs else [ctx.store.find(ref).id for ref in job_refs]
+    return reconciler(ctx).sweep(ids)
+
+
+def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: Optional[int] = None) -> None:
+    rec = reconciler(ctx)
+    count = 0
+    while max_sweeps is None or count < max_sweeps:
+        on_report(rec.sweep())
+        count += 1
+        if max_sweeps is None or count < max_sweeps:
+            time.sleep(interval)
+
+
+def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
+           on_event: Callable[[object], None] = lambda e: None, poll: Optional[float] = None):
+    """Sweep one job until it runs (or, with until_ended, until it ends); report new events."""
+    rec = reconciler(ctx)
+    poll = poll if poll is not None else (0.2 if ctx.settings.cloud == "local" else 5.0)
+    seen = 0
+    deadline = time.monotonic() + timeout
+    while True:
+        rec.sweep([job_id])
+        events = ctx.store.events(job_id)
+        for event in events[seen:]:
+            on_event(event)
+        seen = len(events)
+        job = ctx.store.get(job_id)
+        state = State(job.state)
+        if state in ENDED or (not until_ended and state == State.RUNNING):
+            return job
+        if time.monotonic() > deadline:
+            return job
+        time.sleep(poll)
