@@ -10,7 +10,7 @@ import pytest
 
 # Settings a developer's shell may carry; a test must never see them (nor touch ~/.tpujob).
 _SETTING_VARS = ("TPUJOB_CLOUD", "TPUJOB_PROJECT", "TPUJOB_ZONE", "TPUJOB_SSH_USER", "TPUJOB_DB_URL",
-                 "TPUJOB_DEBUG")
+                 "TPUJOB_DEBUG", "TPUJOB_EMULATOR_DIR")
 
 
 @pytest.fixture(autouse=True)
@@ -78,3 +78,36 @@ def job_rows(home: Path) -> int:
 def stored_jobs(tpujob_home):
     """Callable: the number of job rows in this test's store (0 when no database exists)."""
     return lambda: job_rows(tpujob_home)
+
+
+@pytest.fixture(scope="session")
+def shared_emulator(tmp_path_factory):
+    """One background emulator (`tpujob emulator start`, provisioning without delay) for the
+    whole session; tests reach it through `local_cloud`."""
+    import os
+
+    from tpujob.emulator import process
+
+    directory = tmp_path_factory.mktemp("emulator")
+    previous = os.environ.get("TPUJOB_EMULATOR_DIR")
+    os.environ["TPUJOB_EMULATOR_DIR"] = str(directory)
+    try:
+        info = process.start(provisioning_delay=0.0)
+        yield info
+    finally:
+        process.stop(grace=5)
+        if previous is None:
+            os.environ.pop("TPUJOB_EMULATOR_DIR", None)
+        else:
+            os.environ["TPUJOB_EMULATOR_DIR"] = previous
+
+
+@pytest.fixture
+def local_cloud(shared_emulator, monkeypatch):
+    """The test's store talks to the shared emulator; returns its fault/inspection client."""
+    from tpujob.emulator.client import EmulatorClient
+
+    monkeypatch.setenv("TPUJOB_EMULATOR_DIR", str(Path(shared_emulator["log_file"]).parent))
+    client = EmulatorClient(shared_emulator["tpu_endpoint"])
+    client.set_faults(api_error_rate=0.0)
+    return client

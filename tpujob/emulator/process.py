@@ -23,7 +23,9 @@ LOG_FILE = "emulator.log"
 
 
 def state_dir() -> pathlib.Path:
-    return home() / "emulator"
+    """$TPUJOB_HOME/emulator, or TPUJOB_EMULATOR_DIR: several stores can share one emulator."""
+    override = os.environ.get("TPUJOB_EMULATOR_DIR")
+    return pathlib.Path(override) if override else home() / "emulator"
 
 
 def status() -> dict | None:

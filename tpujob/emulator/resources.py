@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from tpujob.emulator.machines import MAX_IP_BLOCK
 from tpujob.emulator.payloads import (ABORTED, INTERNAL, RESOURCE_EXHAUSTED, TPU_RUNTIME_PORT,
                                       ApiError, VirtualHost, accelerator_hosts, authorized_keys,
                                       check_id, copy_json, duration_seconds, host_ip, now,
@@ -447,7 +448,11 @@ class Emulator:
             if queued_resource:
                 body["queuedResource"] = queued_resource
             used = {n.ip_block for n in self._nodes.values()}
-            block = next(b for b in range(1, 65001) if b not in used)
+            # Start from a random block: two emulators on one machine (tests, a user's and CI's)
+            # then rarely hand out the same host addresses.
+            start = random.randrange(MAX_IP_BLOCK)
+            block = next(1 + (start + i) % MAX_IP_BLOCK for i in range(MAX_IP_BLOCK)
+                         if 1 + (start + i) % MAX_IP_BLOCK not in used)
             node = _Node(parent, node_id, body, ip_block=block)
             self._nodes[name] = node
             return node

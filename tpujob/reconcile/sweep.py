@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase, SliceRequest
-from tpujob.errors import CloudError, JobLocked, StockoutError, TpujobError
+from tpujob.errors import CloudError, ConflictError, JobLocked, StockoutError, TpujobError
 from tpujob.reconcile.decide import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostStatus, JobView,
     MarkUnhealthy, Move, Observation, Policy, SetUp, SlicePhase, StartAttempt, StopProgram, decide,
@@ -249,6 +249,10 @@ class Reconciler:
                 self.cloud.create_queued_resource(request)
             else:
                 self.cloud.create_node(request)
+        except ConflictError:
+            # The slice exists: an earlier try of this very create got through. Adopt it.
+            self.store.add_event(job.id, "slice", f"adopted existing {attempt.slice_name}")
+            return job, state
         except StockoutError as exc:
             self.store.add_event(job.id, "stockout", str(exc))
             view = self._view(self.store.get(job.id), attempt, {})
