@@ -166,7 +166,7 @@ class Reconciler:
         return JobView(
             state=State(job.state), attempt=job.attempt, preemptions=job.preemptions, failures=job.failures,
             nan_restarts=job.nan_restarts, hosts=spec["hosts"],
-            in_state_seconds=now - (job.state_since or job.updated_at),
+            in_state_seconds=now - (job.state_since if job.state_since is not None else job.updated_at),
             unhealthy_seconds=None if job.unhealthy_since is None else now - job.unhealthy_since,
             fallbacks_left=len(placements(spec)) - 1 - job.placement,
             keep_slice=job.keep_slice, reuse_slice=reuse,
