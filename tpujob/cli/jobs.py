@@ -66,6 +66,7 @@ def register(app: typer.Typer) -> None:
               json_out: bool = typer.Option(False, "--json")):
         """List jobs (active ones unless --all)."""
         from tpujob.service import jobs
+        from tpujob.service.accounting import goodput
         from tpujob.store.repository import format_job_id
 
         rows = jobs.list_jobs(_ctx(), include_ended=all_)
@@ -73,10 +74,12 @@ def register(app: typer.Typer) -> None:
             render.print_json([render.job_dict(j) for j in rows])
             return
         now = time.time()
-        headers = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "HOST0", "AGE"]
+        headers = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "GOODPUT", "HOST0",
+                   "AGE", "SEEN"]
         body = [[format_job_id(j.id), j.name, j.accelerator, j.zone,
                  j.state + (f" ({j.end_reason})" if j.end_reason else ""), j.attempt, j.preemptions,
-                 j.host0_ip or "-", render.age(j.created_at, now)] for j in rows]
+                 f"{goodput(j, now):.0%}", j.host0_ip or "-", render.age(j.created_at, now),
+                 render.age(j.observed_at, now) if j.observed_at else "-"] for j in rows]
         typer.echo(render.table(headers, body))
 
     @app.command()

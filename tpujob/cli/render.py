@@ -24,6 +24,7 @@ def age(ts: float | None, now: float | None = None) -> str:
 
 
 def job_dict(job) -> dict:
+    from tpujob.service.accounting import goodput
     from tpujob.store.repository import format_job_id
 
     return {
@@ -33,6 +34,7 @@ def job_dict(job) -> dict:
         "nan_restarts": job.nan_restarts, "host0_ip": job.host0_ip,
         "created_at": iso(job.created_at), "updated_at": iso(job.updated_at), "ended_at": iso(job.ended_at),
         "observed_at": iso(job.observed_at),
+        "goodput": round(goodput(job, time.time()), 4),
     }
 
 

@@ -103,6 +103,7 @@ class Reconciler:
             jobs = [j for j in jobs if j.id in wanted]
         snapshot_at = self.clock()
         slices = self.observe_slices(jobs)
+        self.store.mark_observed([j.id for j in jobs], snapshot_at)
         report.jobs_seen = len(jobs)
         for job in jobs:
             try:

@@ -82,10 +82,18 @@ def _v2_reconcile_columns(conn: Connection) -> None:
     conn.exec_driver_sql("UPDATE job SET state_since = updated_at")
 
 
+def _v3_accounting(conn: Connection) -> None:
+    # running_seconds: time spent RUNNING, accumulated on every move out of RUNNING (goodput);
+    # attempt.resumed_from_step: the checkpoint step the attempt's program restored (lost steps).
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN running_seconds FLOAT NOT NULL DEFAULT 0")
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN resumed_from_step INTEGER")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
     (2, "job: state_since, unhealthy_since, placement", _v2_reconcile_columns),
+    (3, "job.running_seconds, attempt.resumed_from_step", _v3_accounting),
 ]
 
 _bookkeeping = MetaData()

@@ -33,6 +33,7 @@ class Job(SQLModel, table=True):
     state_since: Optional[float] = None
     unhealthy_since: Optional[float] = None
     placement: int = 0
+    running_seconds: float = 0.0
 
 
 class Attempt(SQLModel, table=True):
@@ -47,6 +48,7 @@ class Attempt(SQLModel, table=True):
     ended_at: Optional[float] = None
     end_reason: Optional[str] = None
     last_step: Optional[int] = None
+    resumed_from_step: Optional[int] = None
 
 
 class Event(SQLModel, table=True):

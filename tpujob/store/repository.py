@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Iterable, Optional
 
-from sqlalchemy import and_, delete, or_, update
+from sqlalchemy import and_, delete, func, or_, update
 from sqlmodel import Session, col, select
 
 from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
@@ -83,6 +83,9 @@ class Store:
         values = dict(state=dst.value, updated_at=now, state_since=now,
                       end_reason=end_reason.value if end_reason else None)
         values.update(fields)
+        if src == State.RUNNING:
+            # Goodput's numerator, kept as the job goes: no scan of events for `list`.
+            values["running_seconds"] = Job.running_seconds + (now - func.coalesce(Job.state_since, now))
         if dst in ENDED:
             values["ended_at"] = now
         elif src in ENDED:
@@ -112,6 +115,14 @@ class Store:
         """Plain field updates (counters, host ip, observed_at) that are not state changes."""
         with Session(self.engine) as session:
             session.exec(update(Job).where(Job.id == job_id).values(**fields))
+            session.commit()
+
+    def mark_observed(self, job_ids: list[int], at: float) -> None:
+        """One statement for a whole sweep: when its slices were last looked at."""
+        if not job_ids:
+            return
+        with Session(self.engine) as session:
+            session.exec(update(Job).where(col(Job.id).in_(job_ids)).values(observed_at=at))
             session.commit()
 
     def add_event(self, job_id: int, kind: str, message: str) -> None:
@@ -177,11 +188,26 @@ class Store:
             return attempt
 
     def end_attempt(self, job_id: int, number: int, reason: str, last_step: Optional[int] = None) -> None:
+        values = dict(ended_at=time.time(), end_reason=reason)
+        if last_step is not None:
+            values["last_step"] = last_step
         with Session(self.engine) as session:
             session.exec(update(Attempt)
                          .where(and_(Attempt.job_id == job_id, Attempt.number == number,
                                      col(Attempt.ended_at).is_(None)))
-                         .values(ended_at=time.time(), end_reason=reason, last_step=last_step))
+                         .values(**values))
+            session.commit()
+
+    def record_steps(self, job_id: int, number: int, *, last_step: Optional[int] = None,
+                     resumed_from_step: Optional[int] = None) -> None:
+        """What the runtime reported for an attempt: its latest step, the step it resumed from."""
+        values = {k: v for k, v in (("last_step", last_step), ("resumed_from_step", resumed_from_step))
+                  if v is not None}
+        if not values:
+            return
+        with Session(self.engine) as session:
+            session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
+                         .values(**values))
             session.commit()
 
     def attempts(self, job_id: int) -> list[Attempt]:
