@@ -296,22 +296,37 @@ def test_ids_and_slice_names_are_short_and_derived():
 
 def test_attempts_are_numbered_and_recorded(store):
     job_id = _add(store).id
-    first = store.start_attempt(job_id, zone="us-central2-b", accelerator="v4-8", queued=True)
+    _, first = store.start_attempt(job_id, State.PENDING, State.PROVISIONING, "go", zone="us-central2-b",
+                                   accelerator="v4-8", queued=True)
     store.end_attempt(job_id, 1, "preempted", last_step=120)
-    second = store.start_attempt(job_id, zone="us-central2-a", accelerator="v4-8", queued=True)
+    store.transition(job_id, State.PROVISIONING, State.RECOVERING, "lost")
+    job, second = store.start_attempt(job_id, State.RECOVERING, State.PROVISIONING, "again", zone="us-central2-a",
+                                      accelerator="v4-8", queued=True)
     assert (first.number, second.number) == (1, 2)
+    assert job.state == "PROVISIONING"
     assert second.slice_name == slice_name(job_id, 2)
     job = store.get(job_id)
     assert (job.attempt, job.zone) == (2, "us-central2-a")
     attempts = store.attempts(job_id)
     assert [(a.number, a.end_reason, a.last_step) for a in attempts] == [(1, "preempted", 120), (2, None, None)]
     assert attempts[0].ended_at is not None
-    assert [e.kind for e in store.events(job_id)] == ["created", "attempt", "attempt"]
+    assert [e.kind for e in store.events(job_id)] == ["created", "attempt", "state", "state", "attempt", "state"]
+
+
+def test_start_attempt_is_a_compare_and_set(store):
+    job_id = _add(store).id
+    store.start_attempt(job_id, State.PENDING, State.PROVISIONING, "go", zone="us-central2-b",
+                        accelerator="v4-8", queued=True)
+    with pytest.raises(IllegalTransition):  # a second actor with the same stale view opens nothing
+        store.start_attempt(job_id, State.PENDING, State.PROVISIONING, "go", zone="us-central2-b",
+                            accelerator="v4-8", queued=True)
+    assert [a.number for a in store.attempts(job_id)] == [1]
 
 
 def test_end_attempt_is_idempotent(store):
     job_id = _add(store).id
-    store.start_attempt(job_id, zone="us-central2-b", accelerator="v4-8", queued=False)
+    store.start_attempt(job_id, State.PENDING, State.PROVISIONING, "go", zone="us-central2-b",
+                        accelerator="v4-8", queued=False)
     store.end_attempt(job_id, 1, "preempted", last_step=5)
     store.end_attempt(job_id, 1, "internal", last_step=9)
     assert (store.attempts(job_id)[0].end_reason, store.attempts(job_id)[0].last_step) == ("preempted", 5)
@@ -339,7 +354,8 @@ def test_list_hides_ended_jobs_unless_asked(fresh_store):
 
 def test_remove_forgets_job_attempts_and_events(store):
     job_id = _add(store).id
-    store.start_attempt(job_id, zone="us-central2-b", accelerator="v4-8", queued=True)
+    store.start_attempt(job_id, State.PENDING, State.PROVISIONING, "go", zone="us-central2-b",
+                        accelerator="v4-8", queued=True)
     store.add_event(job_id, "note", "hello")
     store.remove(job_id)
     with pytest.raises(NotFoundError):

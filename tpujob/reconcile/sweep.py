@@ -7,6 +7,8 @@ Observation is batched: one list of nodes and queued resources per (project, zon
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
@@ -30,6 +32,16 @@ _PHASES = {
     CloudPhase.DELETING: SlicePhase.LOST,
     CloudPhase.GONE: SlicePhase.ABSENT,
 }
+
+
+def crash_point(name: str) -> None:
+    """Fault injection for the crash tests: with TPUJOB_CRASH_AT=name the process dies here, as
+    under SIGKILL, and the next sweep must converge all the same."""
+    if os.environ.get("TPUJOB_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+CRASH_POINTS = ("provisioning", "slice-requested", "slice-deleted", "launched", "moved")
 
 
 class SetupFailed(TpujobError):
@@ -185,12 +197,14 @@ class Reconciler:
                 job = self.store.transition(job.id, state, action.to, action.message, end_reason=action.reason,
                                             owner=self.actor, unhealthy_since=None, **counters)
                 state, counters = action.to, {}
+                crash_point("moved")
             elif isinstance(action, EndAttempt):
                 if attempt is not None:
                     self.store.end_attempt(job.id, attempt.number, action.reason)
             elif isinstance(action, DeleteSlice):
                 if attempt is not None:
                     self.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name)
+                    crash_point("slice-deleted")
                     self.store.add_event(job.id, "slice", f"deleted slice {attempt.slice_name}")
             elif isinstance(action, StopProgram):
                 if attempt is not None and slice_ is not None and slice_.phase == CloudPhase.READY:
@@ -221,17 +235,18 @@ class Reconciler:
         placement = job.placement + (1 if action.next_placement else 0)
         accelerator, zone = placements(spec)[placement]
         if action.reuse_slice and attempt is not None:
-            new = self.store.start_attempt(job.id, zone=attempt.zone, accelerator=attempt.accelerator,
-                                           queued=attempt.queued, reuse_slice=attempt.slice_name)
-            job = self.store.transition(job.id, state, State.SETTING_UP, f"attempt {new.number} on the same slice",
-                                        owner=self.actor)
+            job, new = self.store.start_attempt(
+                job.id, state, State.SETTING_UP, "new attempt on the same slice", zone=attempt.zone,
+                accelerator=attempt.accelerator, queued=attempt.queued, reuse_slice=attempt.slice_name,
+                owner=self.actor)
             return job, new, slice_, State.SETTING_UP
         if placement != job.placement:
             self.store.update(job.id, placement=placement)
             self.store.add_event(job.id, "fallback", f"moving to {accelerator} in {zone}")
-        new = self.store.start_attempt(job.id, zone=zone, accelerator=accelerator, queued=spec["spec"]["tpu"]["queued"])
-        job = self.store.transition(job.id, state, State.PROVISIONING, f"attempt {new.number}: creating {new.slice_name}",
-                                    owner=self.actor)
+        job, new = self.store.start_attempt(
+            job.id, state, State.PROVISIONING, f"creating the slice of attempt {job.attempt + 1}", zone=zone,
+            accelerator=accelerator, queued=spec["spec"]["tpu"]["queued"], owner=self.actor)
+        crash_point("provisioning")
         job, state = self._create_slice(job, new, State.PROVISIONING)
         return job, new, None, state
 
@@ -268,6 +283,7 @@ class Reconciler:
                 return job, State.FAILED
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
             return job, state
+        crash_point("slice-requested")
         self.store.add_event(job.id, "slice", f"requested {attempt.slice_name} "
                                               f"({'queued resource' if attempt.queued else 'node'})")
         return job, state
@@ -279,6 +295,7 @@ class Reconciler:
             self.store.update(job.id, host0_ip=slice_.hosts[0].ip)
         try:
             self.hosts.prepare_and_launch(job, attempt, slice_)
+            crash_point("launched")
         except SetupFailed as exc:
             view = self._view(self.store.get(job.id), attempt, {})
             actions = decide(view, Observation(slice=SlicePhase.READY, setup_error=str(exc)), self._policy(job))

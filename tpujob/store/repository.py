@@ -163,29 +163,40 @@ class Store:
             session.commit()
 
     # -- attempts and events ------------------------------------------------------------------
-    def start_attempt(self, job_id: int, *, zone: str, accelerator: str, queued: bool,
-                      reuse_slice: Optional[str] = None) -> Attempt:
-        """Open the next attempt and make it the job's current one, atomically. Its slice is
-        named after it, unless `reuse_slice` names a healthy slice of an earlier attempt."""
+    def start_attempt(self, job_id: int, src: State, dst: State, message: str, *, zone: str,
+                      accelerator: str, queued: bool, reuse_slice: Optional[str] = None,
+                      owner: Optional[str] = None) -> tuple[Job, Attempt]:
+        """Open the next attempt, make it the job's current one and move the job from `src` to
+        `dst`, in one transaction: a crash leaves either all of it or none. Its slice is named
+        after the attempt, unless `reuse_slice` names a healthy slice of an earlier attempt."""
+        if not is_legal(src, dst):
+            raise IllegalTransition(f"job {format_job_id(job_id)}: {src.value} -> {dst.value} is not allowed")
         now = time.time()
         with Session(self.engine) as session:
             job = session.get(Job, job_id)
             if job is None:
                 raise NotFoundError(f"no job {format_job_id(job_id)}")
             number = job.attempt + 1
-            result = session.exec(update(Job).where(and_(Job.id == job_id, Job.attempt == job.attempt))
-                                  .values(attempt=number, zone=zone, accelerator=accelerator, updated_at=now))
+            where = [Job.id == job_id, Job.state == src.value, Job.attempt == job.attempt]
+            if owner is not None:
+                where += [Job.lease_owner == owner, col(Job.lease_expires) > now]
+            result = session.exec(update(Job).where(and_(*where)).values(
+                attempt=number, zone=zone, accelerator=accelerator, state=dst.value, updated_at=now,
+                state_since=now, unhealthy_since=None, end_reason=None, ended_at=None))
             if result.rowcount != 1:
                 session.rollback()
-                raise IllegalTransition(f"job {format_job_id(job_id)}: attempt changed concurrently")
+                raise IllegalTransition(f"job {format_job_id(job_id)} changed concurrently: "
+                                        f"cannot open attempt {number} from {src.value}")
             attempt = Attempt(job_id=job_id, number=number, slice_name=reuse_slice or slice_name(job_id, number),
                               zone=zone, accelerator=accelerator, queued=queued, started_at=now)
             session.add(attempt)
             session.add(Event(job_id=job_id, at=now, kind="attempt",
                               message=f"attempt {number}: slice {attempt.slice_name} ({accelerator} in {zone})"))
+            session.add(Event(job_id=job_id, at=now, kind="state", from_state=src.value, to_state=dst.value,
+                              message=message))
             session.commit()
             session.refresh(attempt)
-            return attempt
+            return session.get(Job, job_id), attempt
 
     def end_attempt(self, job_id: int, number: int, reason: str, last_step: Optional[int] = None) -> None:
         values = dict(ended_at=time.time(), end_reason=reason)
