@@ -1,0 +1,128 @@
+"""`tpujob cron`: the real `crontab` program, the user's table saved before and restored after."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tpujob.cli import cron as cron_cli
+from tpujob.errors import ConfigError, UsageError
+from tpujob.service import cron
+
+pytestmark = pytest.mark.skipif(shutil.which("crontab") is None, reason="needs the crontab program (apt-get install cron)")
+
+OTHER = "17 3 * * * /usr/bin/true # someone else's line"
+
+
+@pytest.fixture
+def crontab():
+    """The invoking user's crontab is real: keep it, and give it back whatever the test does.
+    A file lock serialises tests across pytest-xdist workers."""
+    with open(Path(tempfile.gettempdir()) / "tpujob-test-crontab.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        saved = cron.read_crontab()
+        try:
+            cron.write_crontab(OTHER + "\n")
+            yield
+        finally:
+            if saved:
+                cron.write_crontab(saved)
+            else:
+                subprocess.run(["crontab", "-r"], capture_output=True)
+
+
+@pytest.mark.parametrize("every, schedule", [("1m", "* * * * *"), ("5m", "*/5 * * * *"), ("59m", "*/59 * * * *"),
+                                             ("1h", "0 * * * *"), ("6h", "0 */6 * * *")])
+def test_schedules(every, schedule):
+    assert cron.schedule_of(every) == schedule
+
+
+@pytest.mark.parametrize("every", ["0m", "60m", "24h", "5", "5s", "m", "-1m"])
+def test_bad_schedules_are_refused(every):
+    with pytest.raises(UsageError):
+        cron.schedule_of(every)
+
+
+def test_line_carries_absolute_paths_and_settings(tpujob_home, monkeypatch):
+    monkeypatch.setenv("TPUJOB_CLOUD", "gcp")
+    monkeypatch.setenv("TPUJOB_DB_URL", "postgresql://u@db/tpujob")
+    e = cron.entry("10m", python="/opt/py env/bin/python")
+    home = tpujob_home.resolve()
+    assert e.line.startswith("*/10 * * * * ") and e.line.endswith(f"# tpujob-requeue home={home}")
+    words = shlex.split(e.command)
+    assert words[:3] == [f"TPUJOB_HOME={home}", "TPUJOB_DB_URL=postgresql://u@db/tpujob", "TPUJOB_CLOUD=gcp"]
+    assert words[3:8] == ["/usr/bin/flock", "-n", str(home / "requeue.lock"), "/opt/py env/bin/python", "-m"]
+    assert words[-3:] == [">>", str(home / "logs" / "requeue.log"), "2>&1"]
+
+
+def test_a_percent_sign_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("TPUJOB_HOME", str(tmp_path / "50%"))
+    with pytest.raises(ConfigError):
+        cron.entry()
+
+
+def test_install_is_idempotent_remove_keeps_other_lines(crontab, tpujob_home):
+    first = cron.install("5m")
+    assert (tpujob_home / "logs").is_dir()
+    cron.install("5m")
+    cron.install("15m")
+    lines = cron.read_crontab().splitlines()
+    assert lines[0] == OTHER and len(lines) == 2 and lines[1].startswith("*/15 ")
+    assert cron.installed() == lines[1] and first.command in lines[1]
+    assert cron.remove() is True
+    assert cron.read_crontab().splitlines() == [OTHER]
+    assert cron.remove() is False and cron.installed() is None
+
+
+def test_cli_install_show_remove(crontab, tpujob_home):
+    app = typer.Typer()
+    cron_cli.register(app)
+    runner = CliRunner()
+    result = runner.invoke(app, ["cron", "install", "--every", "2h"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith("0 */2 * * * ")
+    (tpujob_home / "logs" / "requeue.log").write_text("sweep: 0 active\nsweep: 1 active\n")
+    shown = json.loads(runner.invoke(app, ["cron", "show", "--json"]).output)
+    assert shown["line"].startswith("0 */2 ") and shown["log_tail"] == ["sweep: 0 active", "sweep: 1 active"]
+    assert "sweep: 1 active" in runner.invoke(app, ["cron", "show"]).output
+    assert runner.invoke(app, ["cron", "remove"]).output.strip() == "removed"
+    assert "no tpujob line" in runner.invoke(app, ["cron", "show"]).output
+    assert runner.invoke(app, ["cron", "install", "--every", "90m"]).exit_code != 0
+
+
+@pytest.mark.slow
+def test_the_installed_line_sweeps_from_a_bare_environment(crontab, tpujob_home, local_cloud, tmp_path):
+    """What cron runs: the command part of the installed line, under `env -i` (no PATH, no HOME)."""
+    from tpujob.service import jobs
+    from tpujob.service.context import Context
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: cronjob\ntpu: {accelerator: v4-8, zone: us-central2-b, queued: false}\n"
+                    "run: {command: 'sleep 600'}\n")
+    ctx = Context.load()
+    job, _ = jobs.record(ctx, str(spec))
+    cron.install("5m")
+    line = cron.installed()
+    command = line[len("*/5 * * * * "):]
+    result = subprocess.run(["env", "-i", "/bin/sh", "-c", command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    log = (tpujob_home / "logs" / "requeue.log").read_text()
+    assert log.startswith("sweep: 1 active, 1 acted on"), log
+    swept = ctx.store.get(job.id)
+    assert (swept.state, swept.attempt) == ("PROVISIONING", 1)  # the node was requested
+    # A second sweep while the lock is held is skipped, not queued behind it.
+    with open(tpujob_home / "requeue.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        skipped = subprocess.run(["env", "-i", "/bin/sh", "-c", command], capture_output=True, timeout=60)
+    assert skipped.returncode == 1
+    assert (tpujob_home / "logs" / "requeue.log").read_text() == log
+    jobs.delete(ctx, str(job.id))

@@ -1,0 +1,135 @@
+"""The cron entry that runs `tpujob requeue` unattended: install, remove, show.
+
+One crontab line per store ($TPUJOB_HOME), found again by the marker comment at its end. Cron
+runs it with a bare environment (PATH=/usr/bin:/bin, no TPUJOB_*), so the line carries absolute
+paths and the settings that pick the store and the cloud. `flock -n` skips a sweep while the
+previous one still runs instead of piling them up.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from tpujob import settings as settings_mod
+from tpujob.errors import ConfigError, UsageError
+
+MARKER = "# tpujob-requeue home="
+FLOCK = "/usr/bin/flock"
+# Settings cron's environment lacks; written into the line when set in the installing shell.
+CARRIED = ("TPUJOB_DB_URL", "TPUJOB_CLOUD", "TPUJOB_EMULATOR_DIR")
+
+
+@dataclass(frozen=True)
+class CronEntry:
+    line: str  # the whole crontab line, schedule and marker included
+    schedule: str
+    command: str  # what cron hands to /bin/sh
+    log_path: Path
+    lock_path: Path
+
+
+def schedule_of(every: str) -> str:
+    """`5m` -> `*/5 * * * *`, `2h` -> `0 */2 * * *`; minutes 1-59 or hours 1-23."""
+    match = re.fullmatch(r"\s*(\d+)\s*([mh])\s*", every)
+    if not match:
+        raise UsageError(f"--every takes minutes or hours like 5m or 1h, not {every!r}")
+    count, unit = int(match.group(1)), match.group(2)
+    if unit == "m" and 1 <= count <= 59:
+        return "* * * * *" if count == 1 else f"*/{count} * * * *"
+    if unit == "h" and 1 <= count <= 23:
+        return "0 * * * *" if count == 1 else f"0 */{count} * * *"
+    raise UsageError(f"--every must be 1m-59m or 1h-23h, not {every!r}")
+
+
+def entry(every: str = "5m", *, python: Optional[str] = None, environ: Optional[dict] = None) -> CronEntry:
+    """The crontab line for this store, built from the installing process's settings."""
+    environ = os.environ if environ is None else environ
+    home = settings_mod.home().resolve()
+    python = python or sys.executable
+    values = {"TPUJOB_HOME": str(home)}
+    values.update({k: environ[k] for k in CARRIED if environ.get(k)})
+    log_path, lock_path = home / "logs" / "requeue.log", home / "requeue.lock"
+    for text in [python, *values.values()]:
+        # cron turns `%` into a newline; a newline would end the line early.
+        if "%" in text or "\n" in text:
+            raise ConfigError(f"cannot put {text!r} in a crontab line (it holds % or a newline)")
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
+    command = (f"{env} {FLOCK} -n {shlex.quote(str(lock_path))} {shlex.quote(python)} -m tpujob.cli.main "
+               f"requeue >> {shlex.quote(str(log_path))} 2>&1")
+    schedule = schedule_of(every)
+    return CronEntry(line=f"{schedule} {command} {MARKER}{home}", schedule=schedule, command=command,
+                     log_path=log_path, lock_path=lock_path)
+
+
+def _marker() -> str:
+    return f"{MARKER}{settings_mod.home().resolve()}"
+
+
+def _crontab() -> str:
+    found = shutil.which("crontab")
+    if found is None:
+        raise ConfigError("the `crontab` program is not installed (Debian/Ubuntu: apt-get install cron)")
+    return found
+
+
+def read_crontab() -> str:
+    """The user's crontab; empty when they have none."""
+    result = subprocess.run([_crontab(), "-l"], capture_output=True, text=True)
+    if result.returncode != 0:
+        if "no crontab" in result.stderr.lower():
+            return ""
+        raise ConfigError(f"crontab -l failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def write_crontab(text: str) -> None:
+    result = subprocess.run([_crontab(), "-"], input=text, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ConfigError(f"crontab refused the new table: {result.stderr.strip()}")
+
+
+def _without_ours(text: str) -> list[str]:
+    marker = _marker()
+    return [line for line in text.splitlines() if not line.rstrip().endswith(marker)]
+
+
+def install(every: str = "5m") -> CronEntry:
+    """Add (or replace) this store's line; every other line of the user's crontab is kept."""
+    new = entry(every)
+    new.log_path.parent.mkdir(parents=True, exist_ok=True)
+    lines = _without_ours(read_crontab()) + [new.line]
+    write_crontab("\n".join(lines) + "\n")
+    return new
+
+
+def remove() -> bool:
+    """Remove this store's line; returns whether there was one."""
+    current = read_crontab()
+    kept = _without_ours(current)
+    if len(kept) == len(current.splitlines()):
+        return False
+    write_crontab("\n".join(kept) + "\n" if kept else "")
+    return True
+
+
+def installed() -> Optional[str]:
+    """This store's line as the crontab holds it, or None."""
+    marker = _marker()
+    return next((line for line in read_crontab().splitlines() if line.rstrip().endswith(marker)), None)
+
+
+def last_log_lines(count: int = 5) -> list[str]:
+    path = settings_mod.home().resolve() / "logs" / "requeue.log"
+    if not path.exists():
+        return []
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - 8192))
+        return f.read().decode(errors="replace").splitlines()[-count:]
