@@ -318,6 +318,15 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
 
     if (spec.run.command is None) == (spec.run.runtime is None):
         raise _fail("give exactly one of run.command and run.runtime", ("run",), lines)
+    if spec.run.runtime is not None:
+        from tpujob.runtime.config import ConfigError as RuntimeConfigError, config_from_dict
+
+        try:
+            config_from_dict(spec.run.runtime)
+        except RuntimeConfigError as exc:
+            key = ("run", "runtime", *exc.key.split(".")) if exc.key else ("run", "runtime")
+            message = str(exc).split(": ", 1)[1] if exc.key else str(exc)
+            raise SpecError(message, field=_dotted(key), line=lines.get(key) or lines.get(("run", "runtime")))
     if spec.run.command is not None and not spec.run.command.strip():
         raise _fail("run.command is empty", ("run", "command"), lines)
     if spec.run.workdir is not None and not spec.run.workdir.strip():

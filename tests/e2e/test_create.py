@@ -154,3 +154,24 @@ def test_values_full_of_shell_syntax_run_literally(cli, local_cloud, tmp_path):
     assert not host_file(local_cloud, slice_name, 0, "/mnt/pwned").exists()
     assert not host_file(local_cloud, slice_name, 0, "/mnt/pwned2").exists()
     assert cli("delete", "quote-test").code == 0
+
+
+def test_the_bundled_runtime_trains_on_an_emulated_host(cli, local_cloud, tmp_path):
+    spec = tmp_path / "rt.yaml"
+    spec.write_text("name: rt\ntpu: {accelerator: v4-8, zone: us-central2-b}\nrun:\n  runtime:\n"
+                    "    model: tiny\n    steps: 12\n    batch_size: 8\n    seq_len: 64\n    checkpoint_every: 6\n")
+    result = cli("create", "--wait", "--keep-slice", spec)
+    assert result.code == 0, result.err
+    slice_name = show(cli, "rt")["attempts"][0]["slice_name"]
+    status = json.loads(host_file(local_cloud, slice_name, 0, "/home/tpujob/tpujob-runs/000001/status.json").read_text())
+    assert (status["state"], status["step"], status["compiles"]) == ("succeeded", 12, 1)
+    assert cli("delete", "rt").code == 0
+
+
+def test_an_invalid_runtime_config_is_refused_before_anything_is_spent(cli, local_cloud, tmp_path, stored_jobs):
+    spec = tmp_path / "rt.yaml"
+    spec.write_text("name: rt\ntpu: {accelerator: v4-8, zone: us-central2-b}\nrun:\n  runtime:\n    stepz: 3\n")
+    result = cli("create", spec)
+    assert result.code == 2
+    assert result.error_line.startswith("error: run.runtime.stepz (line 5): unknown key")
+    assert stored_jobs() == 0

@@ -19,6 +19,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +31,15 @@ log = logging.getLogger(__name__)
 # The directories a host owns; the rest of the filesystem (/usr, the venv, ...) is shared, like
 # the image every VM of a slice boots from.
 HOST_DIRS = ("mnt", "home", "root", "tmp")
+
+
+def _own_dirs() -> tuple[str, ...]:
+    """The directories each host gets its own copy of. /root stays shared when the Python that
+    runs the programs lives under it (pyenv's default): a host's own /root would hide it, and
+    every `python3` on the host would dangle. Jobs log in as a non-root user (home /home/USER)."""
+    if os.path.realpath(sys.executable).startswith("/root/"):
+        return tuple(d for d in HOST_DIRS if d != "root")
+    return HOST_DIRS
 
 # 127.<16 + block // 250>: the second octet stays <= 255 up to this block.
 MAX_IP_BLOCK = 250 * (255 - 16) + 249
@@ -69,6 +79,8 @@ class _Host:
         (self.root / "root").chmod(0o700)
         args = []
         for name in self._mount_order():
+            if name not in _own_dirs():
+                continue
             args += [str(self.root / name), f"/{name}"]
         self.holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--",

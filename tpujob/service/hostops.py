@@ -17,6 +17,7 @@ from tpujob.hosts.fanout import Host, HostGroup
 from tpujob.hosts.keys import load_key
 from tpujob.reconcile.decide import HostStatus, Program
 from tpujob.reconcile.sweep import SetupFailed
+from tpujob.service import runtime_bundle
 from tpujob.store.repository import format_job_id
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
@@ -81,8 +82,17 @@ class SshHostOps:
 
                 _connection_ok(sync(group, Path(spec["sync_path"]), f"tpujob-sync/{format_job_id(job.id)}"),
                                "sync")
+            runtime = spec["spec"]["run"].get("runtime")
+            if runtime is not None:  # the bundled runtime travels like user code
+                from tpujob.hosts.sync import sync
+
+                jid = format_job_id(job.id)
+                bundle = runtime_bundle.build(self.ctx.settings.home, jid, runtime)
+                _connection_ok(sync(group, bundle, runtime_bundle.remote_dir(jid)), "runtime upload")
             # The run dir must exist before the program writes its heartbeat there.
             setup = f"mkdir -p {shlex.quote(host_attempt.run_dir)}"
+            if runtime is not None:
+                setup += "\n" + runtime_bundle.setup_command()
             if spec["spec"].get("setup"):
                 setup += "\n" + spec["spec"]["setup"]
             results = program.setup(group, host_attempt, setup, log_paths=log_of)
@@ -90,7 +100,8 @@ class SshHostOps:
             failed = [r for r in results if not r.ok]
             if failed:
                 raise SetupFailed(f"host {failed[0].index}: {failed[0].describe()}")
-            results = program.launch(group, host_attempt, _command(spec), log_paths=log_of)
+            results = program.launch(group, host_attempt, _command(spec, format_job_id(job.id)),
+                                     log_paths=log_of)
             _connection_ok(results, "launch")
             failed = [r for r in results if not r.ok]
             if failed:
@@ -110,11 +121,11 @@ class SshHostOps:
             program.stop(group, self.host_attempt(job, attempt, slice_), grace_seconds=30)
 
 
-def _command(spec: dict) -> str:
+def _command(spec: dict, job_id: str) -> str:
     run = spec["spec"]["run"]
     if run.get("command"):
         return run["command"]
-    raise TpujobError("run.runtime is not wired to the hosts yet")
+    return runtime_bundle.run_command(job_id)
 
 
 def _status(s) -> HostStatus:

@@ -1,0 +1,45 @@
+"""Shipping the bundled runtime to the hosts: the runtime package and the job's config,
+synced like user code, then `python3 -m tpujob.runtime runtime.yaml` from that directory."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from pathlib import Path
+
+import yaml
+
+import tpujob.runtime
+
+CONFIG_NAME = "runtime.yaml"
+# What a TPU VM needs to run it; the image has none of it. Skipped where already importable.
+REQUIREMENTS = ("jax[tpu]", "optax", "orbax-checkpoint", "pyyaml")
+
+
+def remote_dir(job_id: str) -> str:
+    return f"tpujob-runtime/{job_id}"
+
+
+def build(home: Path, job_id: str, runtime_config: dict) -> Path:
+    """A directory holding `tpujob/runtime/` (and an empty `tpujob/__init__.py`) and the config."""
+    root = home / "jobs" / job_id / "runtime-bundle"
+    package = root / "tpujob"
+    if package.exists():
+        shutil.rmtree(package)
+    shutil.copytree(Path(tpujob.runtime.__file__).parent, package / "runtime",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # The runtime imports nothing else from tpujob: an empty package marker is all it needs.
+    (package / "__init__.py").write_text('"""tpujob, as shipped to a host: the runtime only."""\n')
+    (root / CONFIG_NAME).write_text(yaml.safe_dump(runtime_config, sort_keys=True))
+    return root
+
+
+def setup_command() -> str:
+    packages = " ".join(shlex.quote(p) for p in REQUIREMENTS)
+    return ("python3 -c 'import jax, optax, orbax.checkpoint, yaml' 2>/dev/null || "
+            f"python3 -m pip install --user --quiet {packages}")
+
+
+def run_command(job_id: str) -> str:
+    where = shlex.quote(remote_dir(job_id))
+    return f'cd "$HOME"/{where} && PYTHONPATH="$PWD" exec python3 -m tpujob.runtime {CONFIG_NAME}'
