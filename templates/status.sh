@@ -1,10 +1,13 @@
 # status.sh (rendered by tpujob): one JSON line about the program of this attempt on this host:
-# state absent (never launched) | running | exited (exit_code set) | lost (gone without one).
+# state absent (never launched) | running | exited (exit_code set) | lost (gone without one),
+# and, where the program follows the runtime contract, its heartbeat's step and the checkpoint
+# step it resumed from.
 # Each placeholder in double braces below becomes one shell-quoted word; nothing else is
 # substituted.
 set -uo pipefail
 job_dir={{job_dir}}
 attempt={{attempt}}
+run_dir={{run_dir}}
 # A process group is alive while a member is not a zombie: an init that does not reap
 # (containers, the emulator) leaves exited members behind, and `kill -0` counts those.
 group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
@@ -26,5 +29,9 @@ if [ -f "$attempt_dir/program.pid" ]; then
   fi
 fi
 [ -f "$attempt_dir/program.log" ] && log_bytes=$(stat -c %s "$attempt_dir/program.log")
-printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s}\n' \
-  "$state" "$pid" "$code" "$log_bytes"
+# A number after "KEY": in a one-line JSON file, or null.
+json_int() { [ -f "$1" ] && grep -o "\"$2\": *[0-9]\+" "$1" | grep -o '[0-9]\+$' | head -n 1 | grep . || echo null; }
+step=$(json_int "$run_dir/heartbeat" step)
+resumed=$(json_int "$run_dir/heartbeat" resumed_from)
+printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s, "step": %s, "resumed_from": %s}\n' \
+  "$state" "$pid" "$code" "$log_bytes" "$step" "$resumed"

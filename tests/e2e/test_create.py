@@ -175,3 +175,14 @@ def test_an_invalid_runtime_config_is_refused_before_anything_is_spent(cli, loca
     assert result.code == 2
     assert result.error_line.startswith("error: run.runtime.stepz (line 5): unknown key")
     assert stored_jobs() == 0
+
+
+def test_a_sweep_records_the_steps_of_a_program_that_keeps_a_heartbeat(cli, local_cloud, tmp_path):
+    beat = '{"time": 1, "step": 7, "phase": "training", "resumed_from": 4}'
+    spec = write_spec(tmp_path, command=f"echo '{beat}' > \"$TPUJOB_RUN_DIR/heartbeat\"; sleep 600")
+    assert cli("create", spec).code == 0
+    time.sleep(0.5)
+    assert cli("requeue").code == 0
+    attempt = show(cli, "e2e")["attempts"][0]
+    assert (attempt["last_step"], attempt["resumed_from_step"]) == (7, 4)
+    assert cli("delete", "e2e").code == 0

@@ -30,12 +30,12 @@ def wait_state(group, att, state: str, seconds: float = 10) -> list:
 
 
 def test_render_quotes_and_checks_values():
-    text = render("status.sh", job_dir="a'b", attempt=3)
-    assert "job_dir='a'\"'\"'b'\nattempt=3\n" in text
+    text = render("status.sh", job_dir="a'b", attempt=3, run_dir="/r $(x)")
+    assert "job_dir='a'\"'\"'b'\nattempt=3\nrun_dir='/r $(x)'\n" in text
     with pytest.raises(ValueError, match="missing"):
         render("status.sh", job_dir="x")
     with pytest.raises(ValueError, match="unused"):
-        render("status.sh", job_dir="x", attempt=1, extra=2)
+        render("status.sh", job_dir="x", attempt=1, run_dir="r", extra=2)
 
 
 def test_env_payload_refuses_bad_names():

@@ -49,6 +49,8 @@ class HostStatus:
     pid: int | None = None
     log_bytes: int = 0
     error: str = ""
+    step: int | None = None          # the runtime contract's heartbeat step, where there is one
+    resumed_from: int | None = None  # the checkpoint step the program restored
 
 
 LogPaths = Callable[[Host], pathlib.Path] | None
@@ -89,7 +91,7 @@ def stop(group: HostGroup, attempt: Attempt, *, grace_seconds: float = 30,
 
 def status(group: HostGroup, attempt: Attempt, *, timeout: float = 30) -> list[HostStatus]:
     """Each host's view of the program; unreachable hosts say so instead of raising."""
-    script = render("status.sh", job_dir=attempt.host_dir, attempt=attempt.attempt)
+    script = render("status.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, run_dir=attempt.run_dir)
     out = []
     for result in group.run(as_command(script, "tpujob-status"), timeout=timeout):
         if not result.ok:
@@ -97,7 +99,7 @@ def status(group: HostGroup, attempt: Attempt, *, timeout: float = 30) -> list[H
             continue
         data = json.loads(result.output.strip().splitlines()[-1])
         out.append(HostStatus(result.index, data["state"], data["exit_code"], data["pid"],
-                              data["log_bytes"]))
+                              data["log_bytes"], step=data.get("step"), resumed_from=data.get("resumed_from")))
     return out
 
 

@@ -33,6 +33,8 @@ class Program(str, Enum):
 class HostStatus:
     program: Program
     exit_code: Optional[int] = None
+    step: Optional[int] = None  # the runtime contract's heartbeat, where the program keeps one
+    resumed_from: Optional[int] = None
 
 
 @dataclass(frozen=True)

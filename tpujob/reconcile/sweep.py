@@ -143,6 +143,7 @@ class Reconciler:
         attempt = self.store.current_attempt(job_id)
         slice_ = self._slice_of(job, attempt, slices, snapshot_at)
         obs = self._observe(job, attempt, slice_)
+        self._record_steps(job, attempt, obs)
         actions = decide(self._view(job, attempt, slices), obs, self._policy(job))
         if actions:
             self._act(job, attempt, slice_, actions)
@@ -163,6 +164,14 @@ class Reconciler:
         if phase == SlicePhase.READY and State(job.state) == State.RUNNING:
             hosts = self.hosts.program_status(job, attempt, slice_)
         return Observation(slice=phase, hosts=hosts)
+
+    def _record_steps(self, job: Job, attempt, obs: Observation) -> None:
+        """The attempt's progress as the runtime reports it: lost steps per preemption."""
+        steps = [h.step for h in obs.hosts if h.step is not None]
+        resumed = [h.resumed_from for h in obs.hosts if h.resumed_from is not None]
+        if attempt is not None and (steps or resumed):
+            self.store.record_steps(job.id, attempt.number, last_step=max(steps) if steps else None,
+                                    resumed_from_step=max(resumed) if resumed else None)
 
     def _policy(self, job: Job) -> Policy:
         policy = policy_of(json.loads(job.spec_json))

@@ -109,6 +109,7 @@ class Trainer:
             self.heartbeat.update(step=latest, phase="restoring")
             log.info("restoring checkpoint at step %d", latest)
             self.resumed_from = latest
+            self.heartbeat.resumed_from = latest
             return self.ckpt.restore(latest, train.abstract_state(self.cfg, self.mesh))
         self.heartbeat.update(phase="initialising")
         state = train.init_state(self.cfg, self.mesh)

@@ -39,6 +39,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.step, self.phase = 0, "starting"
+        self.resumed_from: int | None = None  # the checkpoint step this run restored, if any
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -53,7 +54,8 @@ class Heartbeat:
 
     def beat(self) -> None:
         with self._lock:
-            data = {**self._info, "time": time.time(), "step": self.step, "phase": self.phase}
+            data = {**self._info, "time": time.time(), "step": self.step, "phase": self.phase,
+                    "resumed_from": self.resumed_from}
         try:
             write_json_atomic(self._path, data)
         except OSError:

@@ -130,9 +130,9 @@ def _command(spec: dict, job_id: str) -> str:
 
 def _status(s) -> HostStatus:
     if s.state == "running":
-        return HostStatus(Program.RUNNING)
+        return HostStatus(Program.RUNNING, step=s.step, resumed_from=s.resumed_from)
     if s.state == "exited":
-        return HostStatus(Program.EXITED, s.exit_code)
+        return HostStatus(Program.EXITED, s.exit_code, step=s.step, resumed_from=s.resumed_from)
     if s.state == "unreachable":
         return HostStatus(Program.UNREACHABLE)
     return HostStatus(Program.MISSING)  # absent or lost: no program where one was launched
