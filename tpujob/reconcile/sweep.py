@@ -147,6 +147,10 @@ class Reconciler:
         actions = decide(self._view(job, attempt, slices), obs, self._policy(job))
         if actions:
             self._act(job, attempt, slice_, actions)
+            if State(job.state) != State.RECOVERING and self.store.get(job_id).state == State.RECOVERING.value:
+                # Just ended an attempt: decide again now, so that a backoff already over (0)
+                # starts the next attempt in this sweep, not one cron interval later.
+                self.reconcile(job_id, {}, snapshot_at)
         return bool(actions)
 
     def _slice_of(self, job, attempt, slices, snapshot_at) -> Optional[Slice]:

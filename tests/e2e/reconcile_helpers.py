@@ -1,0 +1,153 @@
+"""Helpers for the reconcile tests against the shared emulator.
+
+Every test runs in a project of its own (TPUJOB_PROJECT), so the slice names its jobs derive
+(tpujob-000001-1, ...) never meet another test's leftovers in the shared emulator.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+ZONE = "us-central2-b"
+FALLBACK_ZONE = "us-east1-d"
+
+SPEC = """\
+name: {name}
+tpu:
+  accelerator: {accelerator}
+  zone: {zone}
+  queued: {queued}
+  fallback: {fallback}
+requeue: {{backoff_seconds: 0, max_preemptions: {max_preemptions}, max_failures: {max_failures}, max_nan: {max_nan}}}
+run:
+  command: {command}
+"""
+
+
+def spec_text(name="rq", *, command="sleep 600", accelerator="v4-8", zone=ZONE, queued=False,
+              fallback=(), max_preemptions=5, max_failures=0, max_nan=3) -> str:
+    return SPEC.format(name=name, accelerator=accelerator, zone=zone, queued=json.dumps(queued),
+                       fallback=json.dumps([{"zone": z} for z in fallback]), command=json.dumps(command),
+                       max_preemptions=max_preemptions, max_failures=max_failures, max_nan=max_nan)
+
+
+@pytest.fixture
+def project(monkeypatch, local_cloud):
+    name = f"rq-{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("TPUJOB_PROJECT", name)
+    return name
+
+
+@pytest.fixture
+def ctx(project):
+    """A Context on this test's store; every job it recorded is deleted (with its slices) after."""
+    from tpujob.service import jobs
+    from tpujob.service.context import Context
+
+    context = Context.load()
+    yield context
+    local_cloud_faults_off(context)
+    for job in context.store.list_jobs(include_ended=True):
+        if job.state != "DELETED":
+            try:
+                jobs.delete(context, str(job.id))
+            except Exception:  # noqa: BLE001 - cleaning up after a failed test must go on
+                pass
+
+
+def local_cloud_faults_off(ctx) -> None:
+    from tpujob.emulator import process
+
+    process.client().set_faults(api_error_rate=0.0)
+
+
+def record(ctx, tmp_path: Path, name="rq", **kwargs):
+    from tpujob.service import jobs
+
+    path = tmp_path / f"{name}-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(spec_text(name, **kwargs))
+    job, _ = jobs.record(ctx, str(path))
+    return job
+
+
+def reconciler(ctx, **policy_overrides):
+    from tpujob.service.sweeps import reconciler as make
+
+    rec = make(ctx)
+    rec.policy_overrides = policy_overrides
+    return rec
+
+
+def sweep_until(ctx, job_id: int, done, *, timeout=60.0, rec=None, pause=0.1):
+    """Sweep the job until `done(job)`; returns the job. Fails the test on timeout."""
+    rec = rec or reconciler(ctx)
+    deadline = time.monotonic() + timeout
+    while True:
+        rec.sweep([job_id])
+        job = ctx.store.get(job_id)
+        if done(job):
+            return job
+        if time.monotonic() > deadline:
+            events = "\n".join(f"  {e.kind}: {e.message}" for e in ctx.store.events(job_id))
+            raise AssertionError(f"job {job_id} still {job.state} after {timeout} s:\n{events}")
+        time.sleep(pause)
+
+
+def running(job) -> bool:
+    return job.state == "RUNNING"
+
+
+def api_list(client, project: str, zone: str, kind: str) -> list[dict]:
+    url = f"{client.url}/v2/projects/{project}/locations/{zone}/{kind}"
+    with urllib.request.urlopen(url) as response:
+        return json.loads(response.read()).get(kind, [])
+
+
+def resources(client, project: str, zones=(ZONE,)) -> list[tuple[str, str, str]]:
+    """(kind, zone, name) of every node and queued resource in the project's zones."""
+    found = []
+    for zone in zones:
+        for kind in ("nodes", "queuedResources"):
+            found += [(kind, zone, item["name"].rsplit("/", 1)[-1]) for item in api_list(client, project, zone, kind)]
+    return found
+
+
+def node_ref(project: str, zone: str, name: str) -> str:
+    return f"projects/{project}/locations/{zone}/nodes/{name}"
+
+
+def host_root(client, project: str, zone: str, name: str, index: int) -> Path:
+    hosts = client.hosts(node_ref(project, zone, name))
+    return Path(next(h["root"] for h in hosts if h["index"] == index))
+
+
+def wait_for_file(path: Path, timeout=20.0) -> str:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never appeared")
+        time.sleep(0.05)
+    return path.read_text()
+
+
+def assert_no_orphans(ctx, client, project: str, zones=(ZONE,)) -> None:
+    """Every node and queued resource belongs to exactly one live attempt (not ended, of an
+    active job), and each such attempt's node exists at most once."""
+    live: dict[tuple[str, str], int] = {}
+    for job in ctx.store.list_jobs():
+        attempt = ctx.store.current_attempt(job.id)
+        if attempt is not None and attempt.ended_at is None:
+            key = (attempt.zone, attempt.slice_name)
+            assert key not in live, f"{key} claimed by jobs {live[key]} and {job.id}"
+            live[key] = job.id
+    found = resources(client, project, zones)
+    orphans = [r for r in found if (r[1], r[2]) not in live]
+    assert not orphans, f"resources no live attempt owns: {orphans}"
+    names = [(r[0], r[1], r[2]) for r in found]
+    assert len(names) == len(set(names)), f"duplicates: {names}"

@@ -1,0 +1,164 @@
+"""`requeue` end to end against the emulator: preemption, budgets, fallback, NaN, success, cancel,
+a dead host. Real client, real SSH, real host filesystems; each test in a project of its own."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from reconcile_helpers import (  # noqa: F401 - fixtures
+    FALLBACK_ZONE, ZONE, assert_no_orphans, ctx, host_root, node_ref, project, reconciler, record, resources,
+    running, sweep_until, wait_for_file,
+)
+
+pytestmark = pytest.mark.slow
+
+ONCE_PER_ATTEMPT = 'echo "$TPUJOB_ATTEMPT" >> /mnt/ran; sleep 600'
+
+
+def names(client, project, zones=(ZONE,)):
+    return sorted({r[2] for r in resources(client, project, zones)})
+
+
+def test_a_preempted_job_runs_again_on_a_new_slice_on_every_host(cli, ctx, local_cloud, project, tmp_path):
+    job = record(ctx, tmp_path, accelerator="v5litepod-16", command=ONCE_PER_ATTEMPT)
+    sweep_until(ctx, job.id, running)
+    first = ctx.store.current_attempt(job.id).slice_name
+    for i in range(4):
+        assert wait_for_file(host_root(local_cloud, project, ZONE, first, i) / "mnt/ran") == "1\n"
+
+    local_cloud.preempt(node_ref(project, ZONE, first))
+    result = cli("requeue")
+    assert result.code == 0, result.err
+    assert result.out.startswith("sweep: 1 active, 1 acted on")
+    after = ctx.store.get(job.id)
+    # One sweep: the dead slice is deleted and, with no backoff, the next attempt is under way.
+    assert (after.preemptions, after.attempt, after.state) == (1, 2, "PROVISIONING")
+    second = ctx.store.current_attempt(job.id).slice_name
+    assert second != first and names(local_cloud, project) == [second]
+
+    sweep_until(ctx, job.id, running)
+    for i in range(4):
+        assert wait_for_file(host_root(local_cloud, project, ZONE, second, i) / "mnt/ran") == "2\n"
+    attempts = ctx.store.attempts(job.id)
+    assert [(a.number, a.end_reason) for a in attempts] == [(1, "preempted"), (2, None)]
+    assert_no_orphans(ctx, local_cloud, project)
+
+
+def test_three_preemptions_with_a_budget_of_two_fail_the_job(ctx, local_cloud, project, tmp_path):
+    job = record(ctx, tmp_path, max_preemptions=2)
+    rec = reconciler(ctx)
+    for n in range(1, 4):
+        sweep_until(ctx, job.id, running, rec=rec)
+        local_cloud.preempt(node_ref(project, ZONE, ctx.store.current_attempt(job.id).slice_name))
+        job = sweep_until(ctx, job.id, lambda j, n=n: j.preemptions == n, rec=rec)
+    assert (job.state, job.end_reason, job.attempt) == ("FAILED", "preemption_budget", 3)
+    assert names(local_cloud, project) == []  # the dead slice holds quota: deleted
+    rec.sweep()
+    assert ctx.store.get(job.id).state == "FAILED"
+
+
+def test_a_stocked_out_zone_falls_back_to_the_next_one(ctx, local_cloud, project, tmp_path):
+    primary = "us-west4-a"  # a zone no other test uses: the stockout touches only this test
+    job = record(ctx, tmp_path, zone=primary, fallback=[FALLBACK_ZONE])
+    local_cloud.stockout(primary)
+    try:
+        job = sweep_until(ctx, job.id, running)
+    finally:
+        local_cloud.stockout(primary, clear=True)
+    attempts = ctx.store.attempts(job.id)
+    assert [(a.zone, a.end_reason) for a in attempts] == [(primary, "no_capacity"), (FALLBACK_ZONE, None)]
+    assert (job.zone, job.placement, job.preemptions) == (FALLBACK_ZONE, 1, 0)
+    assert names(local_cloud, project, (primary,)) == []
+    assert_no_orphans(ctx, local_cloud, project, (primary, FALLBACK_ZONE))
+
+
+def test_a_queued_resource_waiting_past_the_queue_timeout_moves_to_the_fallback(ctx, local_cloud, project,
+                                                                                  tmp_path):
+    primary = "us-west4-b"
+    job = record(ctx, tmp_path, zone=primary, queued=True, fallback=[FALLBACK_ZONE])
+    rec = reconciler(ctx, queue_timeout_seconds=1)
+    local_cloud.stockout(primary)
+    try:
+        rec.sweep([job.id])
+        assert ctx.store.get(job.id).state == "PROVISIONING"
+        waiting = ctx.store.current_attempt(job.id).slice_name
+        assert names(local_cloud, project, (primary,)) == [waiting]  # in the queue, keeping its place
+        time.sleep(1.2)
+        job = sweep_until(ctx, job.id, running, rec=rec)
+    finally:
+        local_cloud.stockout(primary, clear=True)
+    assert [(a.zone, a.end_reason) for a in ctx.store.attempts(job.id)] == [
+        (primary, "no_capacity"), (FALLBACK_ZONE, None)]
+    # The abandoned queued resource is deleted, not left to be filled later and forgotten.
+    deadline = time.monotonic() + 10
+    while names(local_cloud, project, (primary,)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert names(local_cloud, project, (primary,)) == []
+    assert_no_orphans(ctx, local_cloud, project, (primary, FALLBACK_ZONE))
+
+
+def test_a_nan_exit_moves_the_job_to_a_new_slice(ctx, local_cloud, project, tmp_path):
+    job = record(ctx, tmp_path, command='if [ "$TPUJOB_ATTEMPT" = 1 ]; then exit 76; fi; ' + ONCE_PER_ATTEMPT)
+    job = sweep_until(ctx, job.id, lambda j: j.attempt == 2 and j.state == "RUNNING")
+    first, second = ctx.store.attempts(job.id)
+    assert (first.end_reason, job.nan_restarts, job.preemptions, job.failures) == ("nan", 1, 0, 0)
+    assert first.slice_name != second.slice_name  # suspect hardware is not reused
+    assert names(local_cloud, project) == [second.slice_name]
+    assert wait_for_file(host_root(local_cloud, project, ZONE, second.slice_name, 0) / "mnt/ran") == "2\n"
+
+
+def test_a_succeeded_job_is_never_run_again(cli, ctx, local_cloud, project, tmp_path):
+    from tpujob.service import jobs
+
+    path = tmp_path / "ok.yaml"
+    from reconcile_helpers import spec_text
+
+    path.write_text(spec_text("ok", command='echo "$TPUJOB_ATTEMPT" >> /mnt/ran'))
+    job, _ = jobs.record(ctx, str(path), keep_slice=True)
+    job = sweep_until(ctx, job.id, lambda j: j.state == "SUCCEEDED")
+    slice_name = ctx.store.current_attempt(job.id).slice_name
+    events = len(ctx.store.events(job.id))
+    for args in (("requeue",), ("requeue", str(job.id)), ("requeue", "--all")):
+        assert cli(*args).code == 0
+    assert len(ctx.store.events(job.id)) == events
+    again = ctx.store.get(job.id)
+    assert (again.state, again.attempt) == ("SUCCEEDED", 1)
+    assert names(local_cloud, project) == [slice_name]  # kept, as asked, and not reused
+    assert (host_root(local_cloud, project, ZONE, slice_name, 0) / "mnt/ran").read_text() == "1\n"
+
+
+def test_a_cancelled_job_is_left_alone_by_sweeps(cli, ctx, local_cloud, project, tmp_path):
+    from tpujob.service import jobs
+
+    job = record(ctx, tmp_path)
+    sweep_until(ctx, job.id, running)
+    jobs.cancel(ctx, str(job.id))
+    slice_name = ctx.store.current_attempt(job.id).slice_name
+    local_cloud.preempt(node_ref(project, ZONE, slice_name))  # even a dead slice does not wake it
+    events = len(ctx.store.events(job.id))
+    assert cli("requeue").code == 0
+    assert cli("requeue", str(job.id)).code == 0
+    after = ctx.store.get(job.id)
+    assert (after.state, after.attempt, after.preemptions) == ("CANCELLED", 1, 0)
+    assert len(ctx.store.events(job.id)) == events
+    assert names(local_cloud, project) == [slice_name]
+
+
+def test_a_dead_host_is_rechecked_then_treated_as_lost(ctx, local_cloud, project, tmp_path):
+    job = record(ctx, tmp_path)
+    rec = reconciler(ctx, unhealthy_grace_seconds=1)
+    sweep_until(ctx, job.id, running, rec=rec)
+    first = ctx.store.current_attempt(job.id).slice_name
+    local_cloud.kill_host(node_ref(project, ZONE, first), 0)
+    rec.sweep([job.id])
+    marked = ctx.store.get(job.id)
+    # Not lost yet: a blip must not cost a slice.
+    assert (marked.state, marked.attempt) == ("RUNNING", 1) and marked.unhealthy_since is not None
+    time.sleep(1.2)
+    job = sweep_until(ctx, job.id, lambda j: j.attempt == 2 and j.state == "RUNNING", rec=rec)
+    assert ctx.store.attempts(job.id)[0].end_reason == "preempted"
+    assert any("unreachable" in e.message for e in ctx.store.events(job.id))
+    assert names(local_cloud, project) == [ctx.store.current_attempt(job.id).slice_name]
+    assert job.unhealthy_since is None
