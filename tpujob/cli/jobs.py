@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import List, Optional
 
@@ -92,6 +93,8 @@ def register(app: typer.Typer) -> None:
         data = render.job_dict(detail.job)
         data["attempts"] = [render.attempt_dict(a) for a in detail.attempts]
         data["events"] = [render.event_dict(e) for e in detail.events]
+        data["accounting"] = {"preemptions": detail.job.preemptions, "failures": detail.job.failures,
+                              "nan_restarts": detail.job.nan_restarts, **dataclasses.asdict(detail.accounting)}
         if json_out:
             render.print_json(data)
             return
@@ -99,6 +102,7 @@ def register(app: typer.Typer) -> None:
                     "attempt", "preemptions", "failures", "nan_restarts", "host0_ip", "created_at"):
             if data[key] is not None:
                 typer.echo(f"{key + ':':<14}{data[key]}")
+        _print_accounting(detail.job, detail.accounting)
         if detail.attempts:
             typer.echo("\nattempts:")
             typer.echo(render.table(["#", "SLICE", "ACCELERATOR", "ZONE", "STARTED", "ENDED", "REASON", "STEP"],
@@ -139,6 +143,29 @@ def register(app: typer.Typer) -> None:
         for ref in jobs_:
             job_id = jobs.clean(ctx, ref)
             typer.echo(f"job {job_id:06d} cleaned")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(0.0, seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _print_accounting(job, acc) -> None:
+    typer.echo(f"{'seen:':<14}" + (f"{render.age(job.observed_at)} ago (last sweep)" if job.observed_at
+                                   else "never (no sweep yet)"))
+    typer.echo("\naccounting:")
+    typer.echo(f"  {job.preemptions} preemptions, {job.failures} failures, {job.nan_restarts} NaN restarts")
+    typer.echo(f"  running {_duration(acc.running_seconds)} of {_duration(acc.wall_seconds)} wall: "
+               f"goodput {acc.goodput:.0%}")
+    typer.echo("  time in state: " + ", ".join(f"{state} {_duration(secs)}"
+                                                for state, secs in acc.seconds_in_state.items()))
+    for lost in acc.lost_steps:
+        typer.echo(f"  attempt {lost['attempt']} preempted at step {lost['last_step']}, next resumed from "
+                   f"{lost['resumed_from_step']}: {lost['lost_steps']} steps lost")
 
 
 def follow_job(ctx, job_id: int, *, wait: bool, timeout: float, quiet: bool):

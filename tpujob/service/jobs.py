@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpujob import spec as spec_mod
 from tpujob.errors import ConflictError, TpujobError
+from tpujob.service.accounting import account
 from tpujob.service.context import Context, make_cloud
 from tpujob.spec import ResolvedSpec
 from tpujob.store.repository import format_job_id, slice_name
@@ -91,11 +93,14 @@ class JobDetail:
     job: object
     attempts: list
     events: list
+    accounting: object = None  # service.accounting.Accounting: the night's story in numbers
 
 
 def show(ctx: Context, ref: str) -> JobDetail:
     job = ctx.store.find(ref)
-    return JobDetail(job, ctx.store.attempts(job.id), ctx.store.events(job.id))
+    detail = JobDetail(job, ctx.store.attempts(job.id), ctx.store.events(job.id))
+    detail.accounting = account(job, detail.attempts, detail.events, time.time())
+    return detail
 
 
 def _stop_program(ctx: Context, job, cloud) -> None:
