@@ -103,6 +103,7 @@ class Emulator:
         self._closing = False
         self._ids = itertools.count(1)
         self._threads: list[threading.Thread] = []
+        self.compute = None  # tpujob.emulator.compute.ComputeEmulator: the disks nodes attach
 
     # ---- the TPU API ------------------------------------------------------------------------
 
@@ -127,6 +128,38 @@ class Emulator:
             self._start_node_delete(node)
             self._spawn(self._finish_when_gone, node, op)
             return op
+
+    def update_node(self, name: str, mask: str, body: dict) -> dict:
+        """PATCH with updateMask=dataDisks: attach the disks not attached yet (others: 400)."""
+        if mask != "dataDisks":
+            raise ApiError(400, f"updateMask {mask!r} is not emulated (only dataDisks)")
+        with self._lock:
+            node = self._node(name)
+            known = {d.get("sourceDisk") for d in node.body.get("dataDisks", [])}
+            added = [d for d in body.get("dataDisks", []) if d.get("sourceDisk") not in known]
+            self._check_disks(name, added, accelerator_hosts(node.body))
+            node.body["dataDisks"] = node.body.get("dataDisks", []) + added
+            machines = node.machines if node.body["state"] == "READY" else None
+            op = self._new_op(node.parent, "update", name)
+        if machines:
+            self._expose_disks(node, machines, added)
+        with self._lock:
+            self._finish_op(op, response=("Node", copy_json(node.body)))
+            return copy_json(self._ops[op["name"]])
+
+    def _check_disks(self, node_name: str, disks: list[dict], num_hosts: int) -> None:
+        if disks:
+            if not self.compute:
+                raise ApiError(400, "dataDisks need the emulated Compute API")
+            self.compute.attachments(node_name, disks, num_hosts)
+            self.compute.mark_attached(node_name, disks)
+
+    def _expose_disks(self, node: _Node, machines: Machines, disks: list[dict]) -> None:
+        if self.compute is None or not hasattr(machines, "host_pids"):
+            return
+        num_hosts = accelerator_hosts(node.body)
+        self.compute.prepare([machines.host_pids(i) for i in range(num_hosts)],
+                             self.compute.attachments(node.name, disks, num_hosts))
 
     def guest_attributes(self, name: str, query_path: str, worker_ids: list[str]) -> dict:
         namespace, _, key = query_path.strip("/").partition("/")
@@ -308,6 +341,8 @@ class Emulator:
             accel = node.body.get("acceleratorType")
             if self._stocked_out(node.zone, accel):
                 del self._nodes[node.name]
+                if self.compute:
+                    self.compute.release(node.name)
                 node.gone = True
                 node.hosts = []
                 self._finish_op(op, error=(RESOURCE_EXHAUSTED, stockout_message(node.zone)))
@@ -364,6 +399,7 @@ class Emulator:
                     num_hosts=hosts_count, authorized_keys=keys, ip_block=node.ip_block,
                     ssh_port=self.ssh_port)
                 hosts = machines.start()
+                self._expose_disks(node, machines, node.body.get("dataDisks", []))
             except Exception as err:  # the node shows the failure, as a broken TPU VM would
                 log.exception("starting the hosts of %s failed", node.name)
                 if machines:
@@ -404,6 +440,8 @@ class Emulator:
         if machines:
             machines.stop()
         with self._lock:
+            if self.compute:
+                self.compute.release(node.name)
             self._nodes.pop(node.name, None)
             node.gone = True
             node.hosts = []
@@ -447,6 +485,7 @@ class Emulator:
                         id=str(random.randrange(1, 2**62)))
             if queued_resource:
                 body["queuedResource"] = queued_resource
+            self._check_disks(name, body.get("dataDisks", []), accelerator_hosts(body))
             used = {n.ip_block for n in self._nodes.values()}
             # Start from a random block: two emulators on one machine (tests, a user's and CI's)
             # then rarely hand out the same host addresses.

@@ -34,6 +34,7 @@ _ROUTES = Map([
     Rule(f"{_LOC}/nodes/<rid>:getGuestAttributes", methods=["POST"], endpoint="guest_attributes"),
     Rule(f"{_LOC}/nodes/<rid>", methods=["GET"], endpoint="get_node"),
     Rule(f"{_LOC}/nodes/<rid>", methods=["DELETE"], endpoint="delete_node"),
+    Rule(f"{_LOC}/nodes/<rid>", methods=["PATCH"], endpoint="update_node"),
     Rule(f"{_LOC}/queuedResources", methods=["POST"], endpoint="create_qr"),
     Rule(f"{_LOC}/queuedResources", methods=["GET"], endpoint="list_qrs"),
     Rule(f"{_LOC}/queuedResources/<rid>", methods=["GET"], endpoint="get_qr"),
@@ -58,6 +59,12 @@ class TpuApp:
     def __call__(self, environ, start_response):
         request = Request(environ)
         try:
+            if request.path.startswith("/compute/v1/"):
+                from tpujob.emulator import compute
+
+                endpoint, args = compute.ROUTES.bind_to_environ(environ).match()
+                return _json(200, compute.handle(self.emulator.compute, request, endpoint,
+                                                 args))(environ, start_response)
             endpoint, args = _ROUTES.bind_to_environ(environ).match()
             if request.path.startswith("/v2/"):  # faults hit the TPU API, never the fault switches
                 injected = self.emulator.inject_api_error()
@@ -86,6 +93,10 @@ class TpuApp:
 
     def _delete_node(self, request: Request, project: str, zone: str, rid: str) -> dict:
         return self.emulator.delete_node(f"{_parent(project, zone)}/nodes/{rid}")
+
+    def _update_node(self, request: Request, project: str, zone: str, rid: str) -> dict:
+        return self.emulator.update_node(f"{_parent(project, zone)}/nodes/{rid}",
+                                         request.args.get("updateMask", ""), _node_body(request))
 
     def _guest_attributes(self, request: Request, project: str, zone: str, rid: str) -> dict:
         body = _read_json(request)
@@ -163,6 +174,9 @@ class EmulatorServer:
         self.emulator = Emulator(self.state_dir, provisioning_delay=provisioning_delay,
                                  ssh_port=ssh_port or free_port(host),
                                  machines_factory=machines_factory, preempt_grace=preempt_grace)
+        from tpujob.emulator.compute import ComputeEmulator
+
+        self.emulator.compute = ComputeEmulator(self.state_dir / "compute")
         self._app = TpuApp(self.emulator, {})
         self._http = make_server(host, port, self._app, threaded=True)
         url = f"http://{host}:{self._http.server_port}"
@@ -175,6 +189,7 @@ class EmulatorServer:
             self._storage = create_server(host, storage_port, in_memory=False,
                                           data_dir=str(self.state_dir / "storage"))
             storage_url = f"http://{host}:{storage_port}"
+        self.emulator.compute.storage_endpoint = storage_url
         self.info = {"tpu_endpoint": url, "compute_endpoint": url, "storage_endpoint": storage_url,
                      "project": project, "ssh_port": self.emulator.ssh_port, "pid": os.getpid()}
         self._app.info = self.info

@@ -1,0 +1,32 @@
+"""The storage layer against an emulator in this process (TPU + Compute on one port)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpujob.emulator.server import EmulatorServer
+
+@pytest.fixture
+def server(tmp_path):
+    with EmulatorServer(tmp_path / "emulator", provisioning_delay=0.0, storage=False) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def _compute_module():
+    from tpujob.cloud import compute  # 2.6 s of imports: once per session
+
+    return compute
+
+
+@pytest.fixture
+def compute(server, _compute_module):
+    return _compute_module.GcpCompute.for_emulator(server.url)
+
+
+@pytest.fixture
+def cloud(server):
+    from tpujob.cloud.gcp import GcpCloud
+
+    return GcpCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05,
+                                 poll_interval=0.01)

@@ -1,0 +1,401 @@
+"""The emulated Compute Engine v1 subset: disks, snapshots, zone and global operations.
+
+Paths are Google's (`/compute/v1/projects/P/zones/Z/disks...`, see
+google/cloud/compute_v1/services/disks/transports/rest_base.py). Each disk is a directory under
+`STATE/compute/disks/PROJECT/ZONE/NAME`; a snapshot is a copy of one under
+`STATE/compute/snapshots/PROJECT/NAME`; a clone copies a snapshot or a disk. Operations finish
+before the call returns (copies are local), so `wait` answers at once.
+
+Attaching a disk to a TPU node makes it appear on every emulated host at
+`/dev/disk/by-id/google-NAME`: a bind of its directory (read-only for READ_ONLY) moved into the
+host's mount namespace with open_tree/move_mount (`prepare_hosts`), so the host scripts mount it there
+as they would a block device, and a read-only attachment really rejects writes (EROFS).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from typing import Any
+
+from werkzeug.routing import Map, Rule
+
+from tpujob.emulator.payloads import ApiError, check_id, copy_json, now
+
+_BASE = "/compute/v1/projects/<project>"
+ROUTES = Map([
+    Rule(f"{_BASE}/zones/<zone>/disks", methods=["POST"], endpoint="insert_disk"),
+    Rule(f"{_BASE}/zones/<zone>/disks", methods=["GET"], endpoint="list_disks"),
+    Rule(f"{_BASE}/zones/<zone>/disks/<name>", methods=["GET"], endpoint="get_disk"),
+    Rule(f"{_BASE}/zones/<zone>/disks/<name>", methods=["DELETE"], endpoint="delete_disk"),
+    Rule(f"{_BASE}/global/snapshots", methods=["POST"], endpoint="insert_snapshot"),
+    Rule(f"{_BASE}/global/snapshots", methods=["GET"], endpoint="list_snapshots"),
+    Rule(f"{_BASE}/global/snapshots/<name>", methods=["GET"], endpoint="get_snapshot"),
+    Rule(f"{_BASE}/global/snapshots/<name>", methods=["DELETE"], endpoint="delete_snapshot"),
+    Rule(f"{_BASE}/zones/<zone>/operations/<name>", methods=["GET"], endpoint="zone_operation"),
+    Rule(f"{_BASE}/zones/<zone>/operations/<name>/wait", methods=["POST"],
+         endpoint="zone_operation"),
+    Rule(f"{_BASE}/global/operations/<name>", methods=["GET"], endpoint="global_operation"),
+    Rule(f"{_BASE}/global/operations/<name>/wait", methods=["POST"], endpoint="global_operation"),
+], strict_slashes=False)
+
+_API = "https://www.googleapis.com/compute/v1"
+DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd", "pd-extreme", "hyperdisk-ml",
+              "hyperdisk-balanced")
+DEFAULT_SIZE_GB = 10
+
+
+def short(ref: str) -> str:
+    """The last path element of a resource name or URL."""
+    return ref.rstrip("/").rsplit("/", 1)[-1]
+
+
+class ComputeEmulator:
+    """Disks and snapshots; methods raise ApiError, return the API's JSON."""
+
+    def __init__(self, root: pathlib.Path, storage_endpoint: str | None = None):
+        self.root = pathlib.Path(root)
+        self.storage_endpoint = storage_endpoint  # for the hosts' gcsfuse
+        self._disks: dict[tuple[str, str, str], dict] = {}
+        self._snapshots: dict[tuple[str, str], dict] = {}
+        self._ops: dict[str, dict] = {}
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1)
+
+    # ---- paths ------------------------------------------------------------------------------
+
+    def disk_dir(self, project: str, zone: str, name: str) -> pathlib.Path:
+        return self.root / "disks" / project / zone / name
+
+    def snapshot_dir(self, project: str, name: str) -> pathlib.Path:
+        return self.root / "snapshots" / project / name
+
+    # ---- disks ------------------------------------------------------------------------------
+
+    def insert_disk(self, project: str, zone: str, body: dict) -> dict:
+        name = body.get("name", "")
+        check_id(name, "disk name")
+        disk_type = short(body.get("type") or "pd-standard")
+        if disk_type not in DISK_TYPES:
+            raise ApiError(400, f"Invalid value for field 'resource.type': {disk_type!r}")
+        with self._lock:
+            if (project, zone, name) in self._disks:
+                raise ApiError(409, f"The resource 'projects/{project}/zones/{zone}/disks/{name}' "
+                                    "already exists")
+            source = self._source_dir(project, body)
+            target = self.disk_dir(project, zone, name)
+            shutil.rmtree(target, ignore_errors=True)
+            if source is None:
+                target.mkdir(parents=True)
+            else:
+                shutil.copytree(source, target, symlinks=True)
+            link = f"{_API}/projects/{project}/zones/{zone}/disks/{name}"
+            disk = {"kind": "compute#disk", "id": str(uuid.uuid4().int % 2**63), "name": name,
+                    "zone": f"{_API}/projects/{project}/zones/{zone}", "selfLink": link,
+                    "type": f"{_API}/projects/{project}/zones/{zone}/diskTypes/{disk_type}",
+                    "sizeGb": str(body.get("sizeGb") or DEFAULT_SIZE_GB), "status": "READY",
+                    "creationTimestamp": now()}
+            for key in ("sourceSnapshot", "sourceDisk", "description", "labels", "accessMode"):
+                if body.get(key):
+                    disk[key] = body[key]
+            self._disks[(project, zone, name)] = disk
+            return self._done_op(project, zone, "insert", link)
+
+    def get_disk(self, project: str, zone: str, name: str) -> dict:
+        with self._lock:
+            return copy_json(self._disk(project, zone, name))
+
+    def list_disks(self, project: str, zone: str) -> dict:
+        with self._lock:
+            items = [copy_json(d) for (p, z, _), d in sorted(self._disks.items())
+                     if (p, z) == (project, zone)]
+        return {"kind": "compute#diskList", "items": items}
+
+    def delete_disk(self, project: str, zone: str, name: str) -> dict:
+        with self._lock:
+            disk = self._disk(project, zone, name)
+            if disk.get("users"):
+                raise ApiError(400, f"The disk resource '{disk['selfLink']}' is already being used "
+                                    f"by '{disk['users'][0]}'", status="resourceInUseByAnotherResource")
+            del self._disks[(project, zone, name)]
+            shutil.rmtree(self.disk_dir(project, zone, name), ignore_errors=True)
+            return self._done_op(project, zone, "delete", disk["selfLink"])
+
+    # ---- snapshots --------------------------------------------------------------------------
+
+    def insert_snapshot(self, project: str, body: dict) -> dict:
+        name = body.get("name", "")
+        check_id(name, "snapshot name")
+        source = body.get("sourceDisk")
+        if not source:
+            raise ApiError(400, "Required field 'resource.sourceDisk' not specified")
+        with self._lock:
+            if (project, name) in self._snapshots:
+                raise ApiError(409, f"The resource 'projects/{project}/global/snapshots/{name}' "
+                                    "already exists")
+            disk_project, zone, disk_name = _disk_ref(project, source)
+            disk = self._disk(disk_project, zone, disk_name)
+            target = self.snapshot_dir(project, name)
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(self.disk_dir(disk_project, zone, disk_name), target, symlinks=True)
+            link = f"{_API}/projects/{project}/global/snapshots/{name}"
+            self._snapshots[(project, name)] = {
+                "kind": "compute#snapshot", "id": str(uuid.uuid4().int % 2**63), "name": name,
+                "selfLink": link, "sourceDisk": disk["selfLink"], "diskSizeGb": disk["sizeGb"],
+                "status": "READY", "storageBytes": str(_size(target)),
+                "creationTimestamp": now(), **({"labels": body["labels"]} if body.get("labels")
+                                               else {})}
+            return self._done_op(project, None, "insert", link)
+
+    def get_snapshot(self, project: str, name: str) -> dict:
+        with self._lock:
+            return copy_json(self._snapshot(project, name))
+
+    def list_snapshots(self, project: str) -> dict:
+        with self._lock:
+            items = [copy_json(s) for (p, _), s in sorted(self._snapshots.items()) if p == project]
+        return {"kind": "compute#snapshotList", "items": items}
+
+    def delete_snapshot(self, project: str, name: str) -> dict:
+        with self._lock:
+            snapshot = self._snapshot(project, name)
+            del self._snapshots[(project, name)]
+            shutil.rmtree(self.snapshot_dir(project, name), ignore_errors=True)
+            return self._done_op(project, None, "delete", snapshot["selfLink"])
+
+    def operation(self, project: str, zone: str | None, name: str) -> dict:
+        key = f"{project}/{zone or 'global'}/{name}"
+        with self._lock:
+            if key not in self._ops:
+                raise ApiError(404, f"The resource 'operation {name}' was not found")
+            return copy_json(self._ops[key])
+
+    # ---- attachments (called by the TPU emulator) --------------------------------------------
+
+    def attachments(self, node_name: str, data_disks: list[dict], num_hosts: int
+                    ) -> list[tuple[pathlib.Path, str, bool]]:
+        """Check a node's dataDisks as Google would; [(directory, disk name, read_only)]."""
+        found = []
+        for entry in data_disks:
+            ref = entry.get("sourceDisk", "")
+            read_only = entry.get("mode", "READ_WRITE") in ("READ_ONLY", 2)
+            project, zone, name = _disk_ref("", ref)
+            with self._lock:
+                disk = self._disks.get((project, zone, name))
+                if disk is None:
+                    # Google fails the create; the emulator lets TPU-only tests name any disk.
+                    continue
+                if not read_only and num_hosts > 1:
+                    raise ApiError(400, f"disk {name}: a multi-host TPU can attach a disk only "
+                                        "in READ_ONLY mode")
+                for user, mode in disk.get("tpujobModes", {}).items():
+                    if user != node_name and (mode == "READ_WRITE" or not read_only):
+                        raise ApiError(400, f"The disk resource '{disk['selfLink']}' is already "
+                                            f"being used by '{user}' in {mode} mode",
+                                       status="resourceInUseByAnotherResource")
+            found.append((self.disk_dir(project, zone, name), name, read_only))
+        return found
+
+    def mark_attached(self, node_name: str, data_disks: list[dict]) -> None:
+        with self._lock:
+            for entry in data_disks:
+                disk = self._disks.get(_disk_ref("", entry.get("sourceDisk", "")))
+                if disk is not None:
+                    mode = "READ_ONLY" if entry.get("mode") in ("READ_ONLY", 2) else "READ_WRITE"
+                    disk.setdefault("tpujobModes", {})[node_name] = mode
+                    disk["users"] = sorted(disk["tpujobModes"])
+
+    def prepare(self, host_pids: list[list[int]], attachments: list) -> None:
+        """The node's hosts get its disks, and gcsfuse on PATH when Cloud Storage runs."""
+        tools = {"gcsfuse": gcsfuse_shim(self.storage_endpoint)} if self.storage_endpoint else {}
+        if attachments or tools:
+            prepare_hosts(host_pids, attachments, tools)
+
+    def release(self, node_name: str) -> None:
+        with self._lock:
+            for disk in self._disks.values():
+                if disk.get("tpujobModes", {}).pop(node_name, None):
+                    disk["users"] = sorted(disk["tpujobModes"])
+                    if not disk["users"]:
+                        disk.pop("users")
+                        disk.pop("tpujobModes")
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _source_dir(self, project: str, body: dict) -> pathlib.Path | None:
+        if body.get("sourceSnapshot") and body.get("sourceDisk"):
+            raise ApiError(400, "give sourceSnapshot or sourceDisk, not both")
+        if body.get("sourceSnapshot"):
+            ref = body["sourceSnapshot"]
+            parts = ref.split("/")
+            snap_project = parts[parts.index("projects") + 1] if "projects" in parts else project
+            self._snapshot(snap_project, short(ref))
+            return self.snapshot_dir(snap_project, short(ref))
+        if body.get("sourceDisk"):
+            disk_project, zone, name = _disk_ref(project, body["sourceDisk"])
+            self._disk(disk_project, zone, name)
+            return self.disk_dir(disk_project, zone, name)
+        return None
+
+    def _disk(self, project: str, zone: str, name: str) -> dict:
+        disk = self._disks.get((project, zone, name))
+        if disk is None:
+            raise ApiError(404, f"The resource 'projects/{project}/zones/{zone}/disks/{name}' "
+                                "was not found")
+        return disk
+
+    def _snapshot(self, project: str, name: str) -> dict:
+        snapshot = self._snapshots.get((project, name))
+        if snapshot is None:
+            raise ApiError(404, f"The resource 'projects/{project}/global/snapshots/{name}' "
+                                "was not found")
+        return snapshot
+
+    def _done_op(self, project: str, zone: str | None, kind: str, target: str) -> dict:
+        name = f"operation-{next(self._ids)}-{uuid.uuid4().hex[:12]}"
+        where = f"zones/{zone}" if zone else "global"
+        op = {"kind": "compute#operation", "id": str(uuid.uuid4().int % 2**63), "name": name,
+              "operationType": kind, "targetLink": target, "status": "DONE", "progress": 100,
+              "insertTime": now(), "endTime": now(),
+              "selfLink": f"{_API}/projects/{project}/{where}/operations/{name}"}
+        if zone:
+            op["zone"] = f"{_API}/projects/{project}/zones/{zone}"
+        self._ops[f"{project}/{zone or 'global'}/{name}"] = op
+        return copy_json(op)
+
+
+def _disk_ref(project: str, ref: str) -> tuple[str, str, str]:
+    """(project, zone, name) of `projects/P/zones/Z/disks/N` (or a URL, or `zones/Z/disks/N`)."""
+    parts = ref.split("/")
+    try:
+        zone = parts[parts.index("zones") + 1]
+        name = parts[parts.index("disks") + 1]
+    except (ValueError, IndexError):
+        raise ApiError(400, f"{ref!r} is not a disk name like projects/P/zones/Z/disks/NAME") \
+            from None
+    found_project = parts[parts.index("projects") + 1] if "projects" in parts else project
+    if not found_project:
+        raise ApiError(400, f"{ref!r} names no project")
+    return found_project, zone, name
+
+
+def _size(path: pathlib.Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: dict) -> dict:
+    """Serve one matched request (the TPU app routes /compute/v1/ here)."""
+    from tpujob.emulator.server import _read_json
+
+    project = args["project"]
+    if endpoint == "insert_disk":
+        return compute.insert_disk(project, args["zone"], _with_query_source(request))
+    if endpoint == "insert_snapshot":
+        return compute.insert_snapshot(project, _read_json(request))
+    if endpoint in ("zone_operation", "global_operation"):
+        return compute.operation(project, args.get("zone"), args["name"])
+    method = getattr(compute, endpoint)
+    return method(project, *(args[k] for k in ("zone", "name") if k in args))
+
+
+def _with_query_source(request: Any) -> dict:
+    from tpujob.emulator.server import _read_json
+
+    body = _read_json(request)
+    if request.args.get("sourceImage"):
+        raise ApiError(400, "images are not emulated: create from a snapshot or a disk")
+    return body
+
+
+# ---- the emulated hosts' disks and tools ---------------------------------------------------
+
+_OPEN_TREE, _MOVE_MOUNT = 428, 429  # x86_64 and aarch64 share these numbers
+_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _MOVE_MOUNT_F_EMPTY_PATH = 1, 0o2000000, 4
+_AT_FDCWD, _CLONE_NEWNS = -100, 0x20000
+BY_ID = "/dev/disk/by-id"
+_TOOLS = "/dev/disk/.tpujob-emulator-bin"
+
+
+def gcsfuse_shim(storage_endpoint: str) -> str:
+    return (f"#!/bin/sh\nexport STORAGE_EMULATOR_HOST={storage_endpoint}\n"
+            f"exec {sys.executable} -m tpujob.emulator.gcsfuse \"$@\"\n")
+
+
+def prepare_hosts(host_pids: list[list[int]], disks: list[tuple[pathlib.Path, str, bool]],
+                  tools: dict[str, str]) -> None:
+    """On each host (the mount namespace of any of its processes): every disk at
+    /dev/disk/by-id/google-NAME (read-only for READ_ONLY), and `tools` (name -> script) on
+    PATH. /dev is the machine's: only an empty /dev/disk is created there if missing; each host
+    mounts a tmpfs of its own over it. setns needs a single-threaded process: a helper runs it."""
+    os.makedirs("/dev/disk", exist_ok=True)
+    plan = {"hosts": host_pids, "disks": [[str(d), n, ro] for d, n, ro in disks],
+            "tools": tools, "bin": os.path.dirname(sys.executable)}
+    result = subprocess.run([sys.executable, "-m", "tpujob.emulator.compute", json.dumps(plan)],
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise RuntimeError(f"preparing the hosts failed: {result.stderr.strip()[-500:]}")
+
+
+def _helper(plan: dict) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(ret: int, what: str) -> int:
+        if ret < 0:
+            raise OSError(ctypes.get_errno(), what)
+        return ret
+
+    # Clones of the disks' directories, taken in our own namespace, where their paths resolve.
+    trees = [[check(libc.syscall(_OPEN_TREE, _AT_FDCWD, d.encode(),
+                                 _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC), f"open_tree {d}")
+              for d, _, _ in plan["disks"]] for _ in plan["hosts"]]
+    for pids, host_trees in zip(plan["hosts"], trees):
+        if not any(_enter(libc, pid) for pid in pids):
+            raise OSError(f"no live process among {pids}")
+        with open("/proc/self/mountinfo") as info:
+            mounted = {line.split()[4] for line in info}
+        if "/dev/disk" not in mounted:
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "tpujob-host", "/dev/disk"],
+                           check=True)
+        if plan["tools"] and plan["bin"] not in mounted:
+            os.makedirs(_TOOLS, exist_ok=True)
+            for name, text in plan["tools"].items():
+                with open(f"{_TOOLS}/{name}", "w") as f:
+                    f.write(text)
+                os.chmod(f"{_TOOLS}/{name}", 0o755)
+            subprocess.run(["mount", "-t", "overlay", "tpujob-tools", "-o",
+                            f"lowerdir={_TOOLS}:{plan['bin']}", plan["bin"]], check=True)
+        for (_, name, read_only), tree in zip(plan["disks"], host_trees):
+            target = f"{BY_ID}/google-{name}"
+            if target in mounted:
+                continue  # attached already (a retried update)
+            os.makedirs(target, exist_ok=True)
+            check(libc.syscall(_MOVE_MOUNT, tree, b"", _AT_FDCWD, target.encode(),
+                               _MOVE_MOUNT_F_EMPTY_PATH), f"move_mount {target}")
+            if read_only:
+                subprocess.run(["mount", "-o", "remount,bind,ro", target], check=True)
+
+
+def _enter(libc, pid: int) -> bool:
+    try:
+        ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        if libc.setns(ns, _CLONE_NEWNS) != 0:
+            return False
+    finally:
+        os.close(ns)
+    os.chdir("/")
+    return True
+
+
+if __name__ == "__main__":
+    _helper(json.loads(sys.argv[1]))

@@ -1,0 +1,295 @@
+"""The emulated hosts' `gcsfuse`: a real FUSE mount (fusepy) over the Cloud Storage API.
+
+A bind mount of the storage emulator's directory would not do: objects written there behind
+the API's back are invisible to it. Every host mounts the bucket through the API, so a file
+written by one host is an object the others and the orchestrator read back.
+
+Accepts the gcsfuse v2 command line that the host scripts use: `gcsfuse [FLAGS] BUCKET DIR`,
+with `-o ro`, `--implicit-dirs`, `--metadata-cache-ttl-secs N`, `--only-dir D`, `--foreground`;
+cache sizing flags (`--stat-cache-max-size-mb`, `--type-cache-max-size-mb`,
+`--kernel-list-cache-ttl-secs`, `--cache-dir`, `--file-cache-max-size-mb`, `--uid`, `--gid`,
+`--file-mode`, `--dir-mode`) are accepted and ignored. Like gcsfuse it returns once the mount is
+up and serves it from a background process. STORAGE_EMULATOR_HOST says where the API is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+_IGNORED = ("--stat-cache-max-size-mb", "--type-cache-max-size-mb", "--kernel-list-cache-ttl-secs",
+            "--cache-dir", "--file-cache-max-size-mb", "--uid", "--gid", "--file-mode",
+            "--dir-mode", "--temp-dir", "--log-file")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="gcsfuse")
+    parser.add_argument("-o", action="append", default=[], dest="options")
+    parser.add_argument("--implicit-dirs", action="store_true")
+    parser.add_argument("--metadata-cache-ttl-secs", type=int, default=60)
+    parser.add_argument("--only-dir", default="")
+    parser.add_argument("--foreground", action="store_true")
+    for flag in _IGNORED:
+        parser.add_argument(flag)
+    parser.add_argument("bucket")
+    parser.add_argument("mount_point")
+    return parser.parse_args(argv)
+
+
+class BucketFs:
+    """fusepy Operations over one bucket (optionally one directory of it)."""
+
+    def __init__(self, bucket, prefix: str, ttl: int, implicit_dirs: bool):
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.ttl = ttl
+        self.implicit_dirs = implicit_dirs
+        self._cache: dict[str, tuple[float, dict | None]] = {}
+        self._open: dict[int, dict] = {}  # fh -> {"path", "data", "dirty"}
+        self._fh = 0
+        self._lock = threading.Lock()
+        self._started = time.time()
+        # Directories made here and still empty. gcsfuse writes a `dir/` object for them, which
+        # gcp-storage-emulator cannot hold next to `dir/file` (it stores objects as files).
+        self._dirs: set[str] = set()
+
+    # ---- names ------------------------------------------------------------------------------
+
+    def _key(self, path: str) -> str:
+        return self.prefix + path.lstrip("/")
+
+    def _cached(self, path: str) -> dict | None | bool:
+        if self.ttl == 0:
+            return False
+        hit = self._cache.get(path)
+        if hit and (self.ttl < 0 or hit[0] > time.monotonic()):
+            return hit[1]
+        return False
+
+    def _forget(self, path: str) -> None:
+        self._cache.pop(path, None)
+        self._cache.pop(os.path.dirname(path) or "/", None)
+
+    # ---- metadata ---------------------------------------------------------------------------
+
+    def getattr(self, path, fh=None):
+        from fuse import FuseOSError
+
+        with self._lock:
+            for handle in self._open.values():
+                if handle["path"] == path and handle["dirty"]:
+                    return self._file_attr(len(handle["data"]), time.time())
+        attr = self._cached(path)
+        if attr is False:
+            attr = self._lookup(path)
+            if self.ttl:
+                self._cache[path] = (time.monotonic() + self.ttl, attr)
+        if attr is None:
+            raise FuseOSError(errno.ENOENT)
+        return attr
+
+    def _lookup(self, path: str) -> dict | None:
+        if path == "/":
+            return self._dir_attr()
+        key = self._key(path)
+        blob = self.bucket.get_blob(key)
+        if blob is not None:
+            return self._file_attr(blob.size or 0, blob.updated.timestamp() if blob.updated
+                                   else self._started)
+        if path in self._dirs:
+            return self._dir_attr()
+        if self.implicit_dirs and any(True for _ in self.bucket.list_blobs(prefix=key + "/",
+                                                                             max_results=1)):
+            return self._dir_attr()
+        return None
+
+    def _dir_attr(self) -> dict:
+        return {"st_mode": stat.S_IFDIR | 0o777, "st_nlink": 2, "st_size": 0,
+                "st_mtime": self._started, "st_ctime": self._started, "st_atime": self._started,
+                "st_uid": os.getuid(), "st_gid": os.getgid()}
+
+    def _file_attr(self, size: int, mtime: float) -> dict:
+        return {"st_mode": stat.S_IFREG | 0o666, "st_nlink": 1, "st_size": size,
+                "st_mtime": mtime, "st_ctime": mtime, "st_atime": mtime,
+                "st_uid": os.getuid(), "st_gid": os.getgid()}
+
+    def readdir(self, path, fh):
+        prefix = self._key(path).rstrip("/")
+        prefix = prefix + "/" if prefix else ""
+        names = {".", ".."}
+        blobs = self.bucket.list_blobs(prefix=prefix, delimiter="/")
+        for blob in blobs:
+            name = blob.name[len(prefix):]
+            if name:
+                names.add(name)
+        for sub in blobs.prefixes:
+            names.add(sub[len(prefix):].rstrip("/"))
+        parent = path.rstrip("/") + "/"
+        names.update(d[len(parent):] for d in self._dirs
+                     if d.startswith(parent) and "/" not in d[len(parent):])
+        return sorted(names)
+
+    def statfs(self, path):
+        return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 1 << 30, "f_bfree": 1 << 30,
+                "f_bavail": 1 << 30, "f_files": 1 << 20, "f_ffree": 1 << 20, "f_namemax": 1024}
+
+    # ---- files ------------------------------------------------------------------------------
+
+    def _new_handle(self, path: str, data: bytes, dirty: bool) -> int:
+        with self._lock:
+            self._fh += 1
+            self._open[self._fh] = {"path": path, "data": bytearray(data), "dirty": dirty}
+            return self._fh
+
+    def create(self, path, mode, fi=None):
+        self._forget(path)
+        return self._new_handle(path, b"", True)
+
+    def open(self, path, flags):
+        from fuse import FuseOSError
+
+        if flags & os.O_TRUNC:
+            return self._new_handle(path, b"", True)
+        blob = self.bucket.get_blob(self._key(path))
+        if blob is None:
+            raise FuseOSError(errno.ENOENT)
+        return self._new_handle(path, blob.download_as_bytes(), False)
+
+    def read(self, path, size, offset, fh):
+        return bytes(self._open[fh]["data"][offset:offset + size])
+
+    def write(self, path, data, offset, fh):
+        handle = self._open[fh]
+        buf = handle["data"]
+        if offset > len(buf):
+            buf.extend(b"\0" * (offset - len(buf)))
+        buf[offset:offset + len(data)] = data
+        handle["dirty"] = True
+        return len(data)
+
+    def truncate(self, path, length, fh=None):
+        handles = [self._open[fh]] if fh in self._open else \
+            [h for h in self._open.values() if h["path"] == path]
+        if handles:
+            for handle in handles:
+                del handle["data"][length:]
+                handle["data"].extend(b"\0" * (length - len(handle["data"])))
+                handle["dirty"] = True
+            return 0
+        blob = self.bucket.get_blob(self._key(path))
+        data = blob.download_as_bytes() if blob is not None else b""
+        self._upload(path, (data[:length] + b"\0" * max(0, length - len(data))))
+        return 0
+
+    def flush(self, path, fh):
+        handle = self._open.get(fh)
+        if handle and handle["dirty"]:
+            self._upload(path, bytes(handle["data"]))
+            handle["dirty"] = False
+        return 0
+
+    fsync = lambda self, path, datasync, fh: self.flush(path, fh)  # noqa: E731
+
+    def release(self, path, fh):
+        self.flush(path, fh)
+        with self._lock:
+            self._open.pop(fh, None)
+        return 0
+
+    def _upload(self, path: str, data: bytes) -> None:
+        self.bucket.blob(self._key(path)).upload_from_string(data)
+        self._forget(path)
+
+    def unlink(self, path):
+        from google.api_core.exceptions import NotFound
+
+        try:
+            self.bucket.delete_blob(self._key(path))
+        except NotFound:
+            pass
+        self._forget(path)
+
+    def mkdir(self, path, mode):
+        self._dirs.add(path)
+        self._forget(path)
+
+    def rmdir(self, path):
+        from fuse import FuseOSError
+
+        key = self._key(path) + "/"
+        if any(True for _ in self.bucket.list_blobs(prefix=key, max_results=1)) or any(
+                d.startswith(path + "/") for d in self._dirs):
+            raise FuseOSError(errno.ENOTEMPTY)
+        self._dirs.discard(path)
+        self._forget(path)
+
+    def rename(self, old, new):
+        from fuse import FuseOSError
+
+        blob = self.bucket.get_blob(self._key(old))
+        if blob is None:
+            raise FuseOSError(errno.ENOENT)  # directories: gcsfuse needs hierarchical buckets
+        self.bucket.copy_blob(blob, self.bucket, self._key(new))
+        blob.delete()
+        self._forget(old)
+        self._forget(new)
+
+    def chmod(self, path, mode):
+        return 0
+
+    def chown(self, path, uid, gid):
+        return 0
+
+    def utimens(self, path, times=None):
+        return 0
+
+
+def serve(args: argparse.Namespace) -> None:
+    from fuse import FUSE, Operations
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(project="tpujob-local", credentials=AnonymousCredentials())
+    bucket = client.bucket(args.bucket)
+    if not bucket.exists():
+        sys.exit(f"gcsfuse: bucket {args.bucket} does not exist")
+    ops = type("GcsOperations", (BucketFs, Operations), {})(
+        bucket, args.only_dir, args.metadata_cache_ttl_secs, args.implicit_dirs)
+    options = {o for opt in args.options for o in opt.split(",") if o}
+    FUSE(ops, args.mount_point, foreground=True, ro="ro" in options, allow_other=True,
+         auto_cache=True, attr_timeout=max(0, args.metadata_cache_ttl_secs),
+         entry_timeout=max(0, args.metadata_cache_ttl_secs), fsname=f"gcsfuse:{args.bucket}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.foreground:
+        serve(args)
+        return
+    # Like gcsfuse: return once mounted, keep serving from a process of its own.
+    # Its output goes to a log, not to our stdout: an SSH session waits for every holder of it.
+    log = open(f"/tmp/gcsfuse-{args.bucket}.log", "ab")
+    child = subprocess.Popen([sys.executable, "-m", "tpujob.emulator.gcsfuse", "--foreground",
+                              *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                             start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.path.ismount(args.mount_point):
+            return
+        if child.poll() is not None:
+            sys.exit(f"gcsfuse: mounting {args.bucket} at {args.mount_point} failed "
+                     f"(exit {child.returncode})")
+        time.sleep(0.05)
+    child.kill()
+    sys.exit(f"gcsfuse: {args.mount_point} was not mounted within 30 s")
+
+
+if __name__ == "__main__":
+    main()
