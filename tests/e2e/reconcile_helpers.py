@@ -151,3 +151,44 @@ def assert_no_orphans(ctx, client, project: str, zones=(ZONE,)) -> None:
     assert not orphans, f"resources no live attempt owns: {orphans}"
     names = [(r[0], r[1], r[2]) for r in found]
     assert len(names) == len(set(names)), f"duplicates: {names}"
+
+
+def requeue_processes(count: int, *, env_extra: dict | None = None, timeout=120.0):
+    """Start `count` separate `tpujob requeue` processes with this test's environment."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, **(env_extra or {}))
+    return [subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", "requeue"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(count)]
+
+
+def finish(processes, timeout=120.0) -> list[tuple[int, str, str]]:
+    results = []
+    for p in processes:
+        out, err = p.communicate(timeout=timeout)
+        results.append((p.returncode, out, err))
+    return results
+
+
+def record_many(ctx, tmp_path: Path, count: int, **kwargs) -> list:
+    """`count` jobs from one spec file (recording is the cheap part; sweeps start them)."""
+    from tpujob.service import jobs
+
+    path = tmp_path / "many.yaml"
+    path.write_text(spec_text("many", **kwargs))
+    return [jobs.record(ctx, str(path))[0] for _ in range(count)]
+
+
+def assert_consistent(ctx, job) -> None:
+    """The attempts, the counters and the events of one job tell the same story."""
+    attempts = ctx.store.attempts(job.id)
+    assert [a.number for a in attempts] == list(range(1, job.attempt + 1))
+    assert len({a.slice_name for a in attempts}) == len(attempts), "a slice name was used twice"
+    assert all(a.ended_at is not None for a in attempts[:-1]), "an earlier attempt never ended"
+    events = ctx.store.events(job.id)
+    assert sum(e.kind == "attempt" for e in events) == len(attempts)
+    assert sum(a.end_reason == "preempted" for a in attempts) == job.preemptions
+    states = [e.to_state for e in events if e.to_state]
+    assert states[-1] == job.state

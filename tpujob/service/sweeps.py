@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, Optional
 
@@ -11,6 +12,9 @@ from tpujob.store.states import ENDED, State
 
 
 def reconciler(ctx: Context):
+    """The Reconciler every sweep runs. TPUJOB_LEASE_SECONDS (default 300) is how long a job's
+    lease outlives a sweep that died holding it: the crash tests shorten it; in real use it must
+    exceed the longest act on one job (a slow setup)."""
     from tpujob.hosts.keys import public_key_line
     from tpujob.reconcile.sweep import Reconciler
     from tpujob.service.hostops import SshHostOps
@@ -18,7 +22,8 @@ def reconciler(ctx: Context):
     cloud = make_cloud(ctx.settings)
     user = ctx.settings.ssh_user
     return Reconciler(ctx.store, cloud, SshHostOps(ctx, cloud), ctx.actor,
-                      ssh_keys=(f"{user}:{public_key_line(ctx.settings.home)}",))
+                      ssh_keys=(f"{user}:{public_key_line(ctx.settings.home)}",),
+                      lease_seconds=float(os.environ.get("TPUJOB_LEASE_SECONDS", "300")))
 
 
 def requeue(ctx: Context, job_refs: Optional[list[str]] = None):

@@ -1,0 +1,69 @@
+"""8 sweeps at once (separate processes) over 50 jobs while preemptions land: one new slice per
+preemption, no duplicate, no orphan.
+
+On 2 cores this is the slowest e2e test (about 2 minutes): every process checks every RUNNING
+job over SSH, so the concurrent rounds are kept to the two that matter (the 50 creates, and the
+round the preemptions land in); the in-process sweeps after them only finish what was started.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from reconcile_helpers import (  # noqa: F401 - fixtures
+    ZONE, assert_consistent, assert_no_orphans, ctx, finish, node_ref, project, reconciler, record_many,
+    requeue_processes,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+JOBS, SWEEPS, VICTIMS = 50, 8, 15
+
+
+def concurrent_round(inject=None, after_seconds=3.0) -> None:
+    processes = requeue_processes(SWEEPS)
+    timer = threading.Timer(after_seconds, inject) if inject else None
+    if timer:
+        timer.start()
+    results = finish(processes, timeout=300)
+    if timer:
+        timer.join()
+    for code, _, err in results:
+        assert code == 0, err
+
+
+def converge(ctx, done, rounds=10) -> None:
+    rec = reconciler(ctx)
+    for _ in range(rounds):
+        jobs = ctx.store.list_jobs(include_ended=True)
+        if all(done(j) for j in jobs):
+            return
+        rec.sweep()
+    raise AssertionError(f"not converged: {sorted((j.id, j.state, j.attempt) for j in jobs if not done(j))}")
+
+
+def test_eight_sweeps_over_fifty_jobs_with_preemptions(ctx, local_cloud, project, tmp_path):
+    jobs = record_many(ctx, tmp_path, JOBS)
+    concurrent_round()  # eight processes race to create the 50 slices
+    converge(ctx, lambda j: j.state == "RUNNING")
+    assert all(j.attempt == 1 for j in ctx.store.list_jobs())
+    assert_no_orphans(ctx, local_cloud, project)
+
+    victims = set(random.Random(4).sample([j.id for j in jobs], VICTIMS))
+    slices = {i: ctx.store.current_attempt(i).slice_name for i in victims}
+
+    def preempt():
+        for job_id in sorted(victims):
+            local_cloud.preempt(node_ref(project, ZONE, slices[job_id]))
+
+    concurrent_round(inject=preempt)  # the preemptions land while eight sweeps run
+    converge(ctx, lambda j: j.state == "RUNNING" and j.preemptions == (j.id in victims))
+
+    for job in ctx.store.list_jobs():
+        expected = 1 if job.id in victims else 0
+        assert (job.preemptions, job.attempt) == (expected, expected + 1), job.id
+        assert_consistent(ctx, job)
+    assert_no_orphans(ctx, local_cloud, project)
