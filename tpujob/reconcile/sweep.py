@@ -266,12 +266,14 @@ class Reconciler:
     def _create_slice(self, job, attempt, state):
         spec = json.loads(job.spec_json)
         tpu = spec["spec"]["tpu"]
+        # The job's disks (clones made at the first attempt, reused after); hosts fakes have none.
+        disks = getattr(self.hosts, "data_disks", None)
         request = SliceRequest(
             project=job.project, zone=attempt.zone, name=attempt.slice_name,
             accelerator_type=attempt.accelerator,
             runtime_version=spec["runtime_version"], provisioning=tpu["provisioning"], queued=attempt.queued,
             labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
-            ssh_keys=self.ssh_keys,
+            ssh_keys=self.ssh_keys, data_disks=disks(job, attempt) if disks else (),
         )
         try:
             if attempt.queued:

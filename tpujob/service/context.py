@@ -54,21 +54,52 @@ class Context:
 
 def make_cloud(settings: Settings):
     """The Cloud for the configured target: Google (ADC), or the local emulator (started if needed)."""
-    if settings.cloud == "gcp":
-        import google.auth
-        from google.auth.exceptions import DefaultCredentialsError
-
-        from tpujob.cloud.gcp import GcpCloud
-        from tpujob.errors import ConfigError
-
-        try:
-            credentials, _ = google.auth.default()
-        except DefaultCredentialsError as exc:
-            raise ConfigError("no Google credentials: run `gcloud auth application-default login` "
-                              "or set GOOGLE_APPLICATION_CREDENTIALS") from exc
-        return GcpCloud(credentials=credentials)
     from tpujob.cloud.gcp import GcpCloud
+
+    if settings.cloud == "gcp":
+        return GcpCloud(credentials=_google_credentials())
     from tpujob.emulator import process
 
     info = process.ensure_running()
     return GcpCloud.for_emulator(info["tpu_endpoint"])
+
+
+def _google_credentials():
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    from tpujob.errors import ConfigError
+
+    try:
+        return google.auth.default()[0]
+    except DefaultCredentialsError as exc:
+        raise ConfigError("no Google credentials: run `gcloud auth application-default login` "
+                          "or set GOOGLE_APPLICATION_CREDENTIALS") from exc
+
+
+def make_compute(settings: Settings):
+    """Disks and snapshots (google-cloud-compute) on Google, or on the local emulator."""
+    from tpujob.cloud.compute import GcpCompute
+
+    if settings.cloud == "gcp":
+        return GcpCompute(credentials=_google_credentials())
+    from tpujob.emulator import process
+
+    info = process.ensure_running()
+    return GcpCompute.for_emulator(info["compute_endpoint"], info["tpu_endpoint"])
+
+
+def make_storage(settings: Settings):
+    """A google-cloud-storage client: Google (ADC), or the emulator's Cloud Storage."""
+    from google.cloud import storage
+
+    if settings.cloud == "gcp":
+        return storage.Client(project=settings.effective_project or None,
+                              credentials=_google_credentials())
+    from google.auth.credentials import AnonymousCredentials
+
+    from tpujob.emulator import process
+
+    info = process.ensure_running()
+    return storage.Client(project="tpujob-local", credentials=AnonymousCredentials(),
+                          client_options={"api_endpoint": info["storage_endpoint"]})

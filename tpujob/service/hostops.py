@@ -14,9 +14,11 @@ from pathlib import Path
 from tpujob.errors import TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.fanout import Host, HostGroup
+from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.reconcile.decide import HostStatus, Program
 from tpujob.reconcile.sweep import SetupFailed
+from tpujob.service import storage
 from tpujob.service import runtime_bundle
 from tpujob.store.repository import format_job_id
 
@@ -66,7 +68,7 @@ class SshHostOps:
         return program.Attempt(
             job_id=jid, attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
-            run_dir=f"{home}/tpujob-runs/{jid}", workdir=workdir,
+            run_dir=storage.host_run_dir(spec, job.id) or f"{home}/tpujob-runs/{jid}", workdir=workdir,
             env=dict(spec["spec"].get("env", {})), secrets=secrets,
         )
 
@@ -89,6 +91,13 @@ class SshHostOps:
                 jid = format_job_id(job.id)
                 bundle = runtime_bundle.build(self.ctx.settings.home, jid, runtime)
                 _connection_ok(sync(group, bundle, runtime_bundle.remote_dir(jid)), "runtime upload")
+            mounts = storage.mount_script(spec, job.id)  # disks and buckets, before setup
+            if mounts:
+                results = group.run(as_command(mounts, "tpujob-mount"), log_paths=log_of, fail_fast=True)
+                _connection_ok(results, "mount")
+                failed = [r for r in results if not r.ok]
+                if failed:
+                    raise SetupFailed(f"mounting on host {failed[0].index}: {failed[0].describe()}")
             # The run dir must exist before the program writes its heartbeat there.
             setup = f"mkdir -p {shlex.quote(host_attempt.run_dir)}"
             if runtime is not None:
@@ -106,6 +115,15 @@ class SshHostOps:
             failed = [r for r in results if not r.ok]
             if failed:
                 raise SetupFailed(f"launch on host {failed[0].index}: {failed[0].describe()}")
+
+    def data_disks(self, job, attempt) -> tuple:
+        """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
+        spec = json.loads(job.spec_json)
+        if not spec["spec"]["disks"]:
+            return ()
+        from tpujob.service.context import make_compute
+
+        return storage.data_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone)
 
     def program_status(self, job, attempt, slice_) -> tuple[HostStatus, ...]:
         host_attempt = self.host_attempt(job, attempt, slice_)
