@@ -20,7 +20,9 @@ if ! command -v gcsfuse > /dev/null; then
   $sudo_ apt-get update -q && $sudo_ apt-get install -y -q gcsfuse
 fi
 args=(--implicit-dirs --metadata-cache-ttl-secs "$metadata_ttl")
-if [ "$read_only" = 1 ]; then args+=(-o ro); fi
+# Checkpointers (Orbax) write a temporary directory and rename it when complete: gcsfuse
+# renames directories (copy, then delete) only up to this many objects.
+if [ "$read_only" = 1 ]; then args+=(-o ro); else args+=(--rename-dir-limit 100000); fi
 if [ -n "$only_dir" ]; then args+=(--only-dir "$only_dir"); fi
 $sudo_ mkdir -p "$mount_point"
 $sudo_ chown "$(id -u):$(id -g)" "$mount_point"

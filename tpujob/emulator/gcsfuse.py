@@ -34,12 +34,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--implicit-dirs", action="store_true")
     parser.add_argument("--metadata-cache-ttl-secs", type=int, default=60)
     parser.add_argument("--only-dir", default="")
+    parser.add_argument("--rename-dir-limit", type=int, default=0)
     parser.add_argument("--foreground", action="store_true")
     for flag in _IGNORED:
         parser.add_argument(flag)
     parser.add_argument("bucket")
     parser.add_argument("mount_point")
     return parser.parse_args(argv)
+
+
+DIR_MARKER = ".tpujob-gcsfuse-dir"  # see BucketFs.mkdir
 
 
 class BucketFs:
@@ -55,9 +59,7 @@ class BucketFs:
         self._fh = 0
         self._lock = threading.Lock()
         self._started = time.time()
-        # Directories made here and still empty. gcsfuse writes a `dir/` object for them, which
-        # gcp-storage-emulator cannot hold next to `dir/file` (it stores objects as files).
-        self._dirs: set[str] = set()
+        self.rename_dir_limit = 0
 
     # ---- names ------------------------------------------------------------------------------
 
@@ -102,7 +104,7 @@ class BucketFs:
         if blob is not None:
             return self._file_attr(blob.size or 0, blob.updated.timestamp() if blob.updated
                                    else self._started)
-        if path in self._dirs:
+        if self.bucket.get_blob(key + "/" + DIR_MARKER) is not None:
             return self._dir_attr()
         if self.implicit_dirs and any(True for _ in self.bucket.list_blobs(prefix=key + "/",
                                                                              max_results=1)):
@@ -126,13 +128,10 @@ class BucketFs:
         blobs = self.bucket.list_blobs(prefix=prefix, delimiter="/")
         for blob in blobs:
             name = blob.name[len(prefix):]
-            if name:
+            if name and name != DIR_MARKER:
                 names.add(name)
         for sub in blobs.prefixes:
             names.add(sub[len(prefix):].rstrip("/"))
-        parent = path.rstrip("/") + "/"
-        names.update(d[len(parent):] for d in self._dirs
-                     if d.startswith(parent) and "/" not in d[len(parent):])
         return sorted(names)
 
     def statfs(self, path):
@@ -216,27 +215,42 @@ class BucketFs:
         self._forget(path)
 
     def mkdir(self, path, mode):
-        self._dirs.add(path)
+        # gcsfuse writes a `dir/` object, so every mount sees the new directory at once;
+        # gcp-storage-emulator cannot hold `dir/` next to `dir/file` (it stores objects as
+        # files), so the emulator writes a hidden marker object inside it instead.
+        self.bucket.blob(self._key(path) + "/" + DIR_MARKER).upload_from_string(b"")
         self._forget(path)
 
     def rmdir(self, path):
         from fuse import FuseOSError
 
         key = self._key(path) + "/"
-        if any(True for _ in self.bucket.list_blobs(prefix=key, max_results=1)) or any(
-                d.startswith(path + "/") for d in self._dirs):
+        if any(b.name != key + DIR_MARKER for b in self.bucket.list_blobs(prefix=key, max_results=2)):
             raise FuseOSError(errno.ENOTEMPTY)
-        self._dirs.discard(path)
+        self.unlink(path + "/" + DIR_MARKER)
         self._forget(path)
 
     def rename(self, old, new):
         from fuse import FuseOSError
 
         blob = self.bucket.get_blob(self._key(old))
-        if blob is None:
-            raise FuseOSError(errno.ENOENT)  # directories: gcsfuse needs hierarchical buckets
-        self.bucket.copy_blob(blob, self.bucket, self._key(new))
-        blob.delete()
+        if blob is not None:
+            self.bucket.copy_blob(blob, self.bucket, self._key(new))
+            blob.delete()
+        else:
+            # A directory: like gcsfuse, a non-atomic copy-then-delete of every object under it,
+            # allowed up to --rename-dir-limit objects (0, the default, refuses).
+            prefix = self._key(old) + "/"
+            blobs = list(self.bucket.list_blobs(prefix=prefix))
+            if not blobs:
+                raise FuseOSError(errno.ENOENT)
+            if len(blobs) > self.rename_dir_limit:
+                raise FuseOSError(errno.EXDEV)
+            target = self._key(new) + "/"
+            for item in blobs:
+                self.bucket.copy_blob(item, self.bucket, target + item.name[len(prefix):])
+            for item in blobs:
+                item.delete()
         self._forget(old)
         self._forget(new)
 
@@ -261,6 +275,7 @@ def serve(args: argparse.Namespace) -> None:
         sys.exit(f"gcsfuse: bucket {args.bucket} does not exist")
     ops = type("GcsOperations", (BucketFs, Operations), {})(
         bucket, args.only_dir, args.metadata_cache_ttl_secs, args.implicit_dirs)
+    ops.rename_dir_limit = args.rename_dir_limit
     options = {o for opt in args.options for o in opt.split(",") if o}
     FUSE(ops, args.mount_point, foreground=True, ro="ro" in options, allow_other=True,
          auto_cache=True, attr_timeout=max(0, args.metadata_cache_ttl_secs),
