@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import fcntl
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -116,7 +118,7 @@ def test_the_installed_line_sweeps_from_a_bare_environment(crontab, tpujob_home,
     result = subprocess.run(["env", "-i", "/bin/sh", "-c", command], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     log = (tpujob_home / "logs" / "requeue.log").read_text()
-    assert log.startswith("sweep: 1 active, 1 acted on"), log
+    assert re.match(r"\d{4}-\d\d-\d\dT\S+ sweep: 1 active, 1 acted on", log), log
     swept = ctx.store.get(job.id)
     assert (swept.state, swept.attempt) == ("PROVISIONING", 1)  # the node was requested
     # A second sweep while the lock is held is skipped, not queued behind it.

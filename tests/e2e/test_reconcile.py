@@ -31,7 +31,7 @@ def test_a_preempted_job_runs_again_on_a_new_slice_on_every_host(cli, ctx, local
     local_cloud.preempt(node_ref(project, ZONE, first))
     result = cli("requeue")
     assert result.code == 0, result.err
-    assert result.out.startswith("sweep: 1 active, 1 acted on")
+    assert " sweep: 1 active, 1 acted on" in result.out.splitlines()[0]
     after = ctx.store.get(job.id)
     # One sweep: the dead slice is deleted and, with no backoff, the next attempt is under way.
     assert (after.preemptions, after.attempt, after.state) == (1, 2, "PROVISIONING")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import List, Optional
 
 import typer
@@ -11,7 +12,8 @@ from tpujob.cli.jobs import _ctx, follow_job, raise_unless_succeeded
 
 
 def _print_report(report) -> None:
-    line = (f"sweep: {report.jobs_seen} active, {report.jobs_acted} acted on, {report.skipped_locked} locked "
+    # Dated: cron appends these lines to requeue.log, read the morning after.
+    line = (f"{render.iso(time.time())} sweep: {report.jobs_seen} active, {report.jobs_acted} acted on, {report.skipped_locked} locked "
             f"elsewhere, {report.api_calls} API calls, {report.seconds:.2f} s")
     typer.echo(line)
     for error in report.errors:

@@ -44,10 +44,20 @@ class SshHostOps:
     def group(self, job, attempt, slice_) -> HostGroup:
         if self._port is None:
             self._port = ssh_port(self.ctx.settings)
-        keys = self.cloud.host_keys(job.project, attempt.zone, attempt.slice_name)
+        keys = self.host_keys(job, attempt, slice_)
         hosts = [Host(h.index, h.external_ip or h.ip, self._port, tuple(keys.get(h.index, ())))
                  for h in slice_.hosts]
         return HostGroup(hosts, self.user, load_key(self.ctx.settings.home))
+
+    def host_keys(self, job, attempt, slice_) -> dict[int, list[str]]:
+        """The slice's host keys: from the attempt's record, else from the cloud (then kept,
+        once every host has published one, so later sweeps make no API call for them)."""
+        if attempt.host_keys:
+            return {int(k): v for k, v in json.loads(attempt.host_keys).items()}
+        keys = self.cloud.host_keys(job.project, attempt.zone, attempt.slice_name)
+        if slice_.hosts and all(keys.get(h.index) for h in slice_.hosts):
+            self.ctx.store.record_host_keys(job.id, attempt.number, json.dumps(keys))
+        return keys
 
     def log_dir(self, job, attempt) -> Path:
         path = self.ctx.settings.home / "logs" / format_job_id(job.id) / f"attempt-{attempt.number}"

@@ -89,11 +89,18 @@ def _v3_accounting(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN resumed_from_step INTEGER")
 
 
+def _v4_host_keys(conn: Connection) -> None:
+    # The slice's SSH host keys (JSON {index: [lines]}), read once from guest attributes: every
+    # later sweep verifies hosts against them without another API call.
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN host_keys TEXT")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
     (2, "job: state_since, unhealthy_since, placement", _v2_reconcile_columns),
     (3, "job.running_seconds, attempt.resumed_from_step", _v3_accounting),
+    (4, "attempt.host_keys", _v4_host_keys),
 ]
 
 _bookkeeping = MetaData()

@@ -49,6 +49,7 @@ class Attempt(SQLModel, table=True):
     end_reason: Optional[str] = None
     last_step: Optional[int] = None
     resumed_from_step: Optional[int] = None
+    host_keys: Optional[str] = None  # JSON {host index: [OpenSSH public key lines]}
 
 
 class Event(SQLModel, table=True):

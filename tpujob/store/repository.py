@@ -223,6 +223,12 @@ class Store:
                          .values(**values))
             session.commit()
 
+    def record_host_keys(self, job_id: int, number: int, host_keys: str) -> None:
+        with Session(self.engine) as session:
+            session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
+                         .values(host_keys=host_keys))
+            session.commit()
+
     def record_steps(self, job_id: int, number: int, *, last_step: Optional[int] = None,
                      resumed_from_step: Optional[int] = None) -> None:
         """What the runtime reported for an attempt: its latest step, the step it resumed from."""
