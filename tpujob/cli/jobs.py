@@ -86,13 +86,18 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def show(job: str = typer.Argument(..., help="Job id or name."),
              json_out: bool = typer.Option(False, "--json")):
-        """Show a job: its state, attempts and events."""
+        """Show a job: its state, attempts, each host's program (while it runs) and events."""
         from tpujob.service import jobs
 
         detail = jobs.show(_ctx(), job)
         data = render.job_dict(detail.job)
         data["attempts"] = [render.attempt_dict(a) for a in detail.attempts]
         data["events"] = [render.event_dict(e) for e in detail.events]
+        data["hosts"] = None if detail.hosts is None else [
+            {"index": h.index, "ip": h.ip, "program": h.program, "exit_code": h.exit_code,
+             "error": h.error} for h in detail.hosts]
+        if detail.hosts_error:
+            data["hosts_error"] = detail.hosts_error
         data["accounting"] = {"preemptions": detail.job.preemptions, "failures": detail.job.failures,
                               "nan_restarts": detail.job.nan_restarts, **dataclasses.asdict(detail.accounting)}
         if json_out:
@@ -110,6 +115,14 @@ def register(app: typer.Typer) -> None:
                                       a["ended_at"] or "-", a["end_reason"] or "-",
                                       "-" if a["last_step"] is None else a["last_step"]]
                                      for a in data["attempts"]]))
+        if data["hosts"]:
+            typer.echo("\nhosts:")
+            typer.echo(render.table(["HOST", "IP", "PROGRAM", "EXIT", "ERROR"],
+                                    [[h["index"], h["ip"], h["program"],
+                                      "-" if h["exit_code"] is None else h["exit_code"], h["error"] or "-"]
+                                     for h in data["hosts"]]))
+        elif detail.hosts_error:
+            typer.echo(f"\nhosts: not reachable: {detail.hosts_error}")
         typer.echo("\nevents:")
         for e in data["events"]:
             typer.echo(f"  {e['at']}  {e['kind']:<8} {e['message']}")

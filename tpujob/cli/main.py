@@ -32,7 +32,7 @@ def _register_all() -> None:
     # Commands of parts that land separately register themselves when present.
     import importlib
 
-    for name in ("emulator", "lint", "data", "cron"):
+    for name in ("emulator", "lint", "data", "remote", "demo", "cron", "disk"):
         try:
             module = importlib.import_module(f"tpujob.cli.{name}")
         except ModuleNotFoundError as exc:

@@ -93,13 +93,24 @@ class JobDetail:
     job: object
     attempts: list
     events: list
-    accounting: object = None  # service.accounting.Accounting: the night's story in numbers
+    hosts: list | None = None   # remote.HostProgram per host, while the program runs
+    hosts_error: str = ""       # why the hosts could not be asked
+    accounting: object = None   # service.accounting.Accounting: the night's story in numbers
 
 
 def show(ctx: Context, ref: str) -> JobDetail:
+    """The job's record; while it is SETTING_UP or RUNNING, each host's view of the program
+    too (over SSH: the one part of `show` that touches the cloud)."""
     job = ctx.store.find(ref)
     detail = JobDetail(job, ctx.store.attempts(job.id), ctx.store.events(job.id))
     detail.accounting = account(job, detail.attempts, detail.events, time.time())
+    if State(job.state) in (State.SETTING_UP, State.RUNNING):
+        from tpujob.service.remote import host_status
+
+        try:
+            detail.hosts = host_status(ctx, job)
+        except TpujobError as exc:
+            detail.hosts_error = exc.message
     return detail
 
 

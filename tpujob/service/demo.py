@@ -1,0 +1,44 @@
+"""`tpujob demo`: the example job on the local emulator, from nothing to SUCCEEDED."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpujob.errors import ConfigError, NotFoundError
+from tpujob.service.context import Context
+
+
+def example_spec() -> Path:
+    """jobs.example.yaml at the repository root, next to the installed package."""
+    import tpujob
+
+    return Path(tpujob.__file__).resolve().parent.parent / "jobs.example.yaml"
+
+
+@dataclass(frozen=True)
+class Demo:
+    job: object
+    spec: Path
+    tpu_endpoint: str
+    started_emulator: bool
+
+
+def start(ctx: Context, spec: str | None = None) -> Demo:
+    """Start the emulator if it is not running and record the example job (PENDING).
+
+    Refused when the configured cloud is not `local`: a demo must never spend real quota."""
+    from tpujob.emulator import process
+    from tpujob.service import jobs
+
+    if ctx.settings.cloud != "local":
+        raise ConfigError(f"tpujob demo runs on the local emulator, but the configured cloud is "
+                          f"{ctx.settings.cloud!r}: run it with TPUJOB_CLOUD=local")
+    path = Path(spec) if spec else example_spec()
+    if not path.is_file():
+        hint = "" if spec else " (installed without the repository? pass --spec PATH)"
+        raise NotFoundError(f"no job spec at {path}{hint}")
+    running = process.status()
+    info = running or process.start()
+    job, _ = jobs.create(ctx, str(path))
+    return Demo(job, path, info["tpu_endpoint"], started_emulator=running is None)
