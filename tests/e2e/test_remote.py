@@ -118,6 +118,8 @@ def test_logs_fall_back_to_local_logs_once_the_slice_is_gone(cli, local_cloud, r
     assert result.code == 0
     assert '"state": "started"' in result.out  # launch.sh's answer, captured locally
     assert result.err.startswith("note: slice tpujob-") and "GONE" in result.err
+    result = cli("logs", job, "--host", "1", "-f")
+    assert result.code == 0 and "(nothing left to follow)" in result.err
     result = cli("exec", job, "--", "true")
     assert result.code == 4 and "GONE, no host to reach" in result.error_line
 

@@ -192,7 +192,7 @@ def logs(ctx: Context, ref: str, *, host: int = 0, attempt: int | None = None,
     slice_ = _slice(cloud, job, row)
     if slice_ is None or slice_.phase != SlicePhase.READY:
         why = f"slice {row.slice_name} is {'GONE' if slice_ is None else slice_.phase.value}"
-        return _local_logs(ctx, job, row.number, host, why, out, notice)
+        return _local_logs(ctx, job, row.number, host, why, follow, out, notice)
     group = _group(ctx, cloud, job, row, slice_, host)
     host_dir = HostAttempt(format_job_id(job.id), row.number, "", "", "").host_dir
     command = shlex.join(["bash", "-c", _LOG_SCRIPT, "tpujob-logs", host_dir, str(row.number),
@@ -203,21 +203,22 @@ def logs(ctx: Context, ref: str, *, host: int = 0, attempt: int | None = None,
                          keep_open=follow)
     said = remote_err.decode(errors="replace").strip()
     if result.exit_code is None:
-        return _local_logs(ctx, job, row.number, host, f"host {host}: {result.error}", out, notice)
+        return _local_logs(ctx, job, row.number, host, f"host {host}: {result.error}", follow,
+                           out, notice)
     if result.exit_code == _NO_LOG:
         raise NotFoundError(f"host {host}: {said} (attempt {row.number} has not launched there)")
     if result.exit_code != 0:
         raise CloudError(f"host {host}: reading the log failed (exit code {result.exit_code}): {said}")
 
 
-def _local_logs(ctx, job, attempt: int, host: int, why: str, out: Write,
+def _local_logs(ctx, job, attempt: int, host: int, why: str, follow: bool, out: Write,
                 notice: Callable[[str], None]) -> None:
     path = local_log(ctx, job.id, attempt, host)
     if not path.exists():
         raise NotFoundError(f"{why}, and there is no local log of host {host} for attempt "
                             f"{attempt} ({path})")
     notice(f"{why}: showing tpujob's local log of host {host} ({path}): the setup and launch "
-           "output, not the program's own log")
+           "output, not the program's own log" + (" (nothing left to follow)" if follow else ""))
     with open(path, "rb") as stream:
         while chunk := stream.read(1 << 16):
             out(chunk)
