@@ -20,31 +20,7 @@ from tpujob.errors import CloudError, ConflictError, NotFoundError, UsageError
 from tpujob.service.context import Context, make_cloud
 from tpujob.store.repository import format_job_id
 
-# The remote log reader gets its values as positional arguments (`bash -c SCRIPT NAME ARGS`,
-# every word quoted), never spliced into the script. With follow=1 it tails the log until the
-# program ends (exit_code written, or its process group gone) or the client goes away (EOF on
-# stdin, which the caller keeps open while following).
-_LOG_SCRIPT = r"""
-set -u
-job_dir=$1 attempt=$2 follow=$3
-case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
-dir=$job_dir/attempt-$attempt
-log=$dir/program.log
-if [ ! -f "$log" ]; then echo "no program log at $log" >&2; exit 66; fi
-[ "$follow" = 1 ] || exec cat -- "$log"
-group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
-tail -n +1 -F -- "$log" 2>/dev/null & tailer=$!
-exec 3<&0
-cat <&3 >/dev/null & reader=$!
-while kill -0 "$reader" 2>/dev/null && [ ! -f "$dir/exit_code" ] \
-      && group_alive "$(cat "$dir/program.pid" 2>/dev/null)"; do
-  sleep 0.5
-done
-sleep 1   # tail's last lines
-kill "$tailer" "$reader" 2>/dev/null
-exit 0
-"""
-_NO_LOG = 66
+_NO_LOG = 66  # templates/logs.sh: no program log for that attempt on the host
 
 Write = Callable[[bytes], None]
 
@@ -183,6 +159,7 @@ def logs(ctx: Context, ref: str, *, host: int = 0, attempt: int | None = None,
     (setup and launch output) is shown instead, and `notice` says so."""
     from tpujob.cloud.base import SlicePhase
     from tpujob.hosts.program import Attempt as HostAttempt
+    from tpujob.hosts.scripts import as_command, render
 
     if host < 0:
         raise UsageError("--host must be 0 or more")
@@ -195,8 +172,8 @@ def logs(ctx: Context, ref: str, *, host: int = 0, attempt: int | None = None,
         return _local_logs(ctx, job, row.number, host, why, follow, out, notice)
     group = _group(ctx, cloud, job, row, slice_, host)
     host_dir = HostAttempt(format_job_id(job.id), row.number, "", "", "").host_dir
-    command = shlex.join(["bash", "-c", _LOG_SCRIPT, "tpujob-logs", host_dir, str(row.number),
-                          "1" if follow else "0"])
+    command = as_command(render("logs.sh", job_dir=host_dir, attempt=row.number, follow=1 if follow else 0),
+                         "tpujob-logs")
     remote_err = bytearray()
     with group:
         result = _stream(group, group.hosts[0], command, out=out, err=remote_err.extend,
