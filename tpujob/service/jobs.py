@@ -11,7 +11,7 @@ from pathlib import Path
 from tpujob import spec as spec_mod
 from tpujob.errors import ConflictError, TpujobError
 from tpujob.service.accounting import account
-from tpujob.service.context import Context, make_cloud
+from tpujob.service.context import Context, make_cloud, make_compute
 from tpujob.spec import ResolvedSpec
 from tpujob.store.repository import format_job_id, slice_name
 from tpujob.store.states import ENDED, State
@@ -79,13 +79,17 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
 def create(ctx: Context, path: str, *, keep_slice: bool = False):
     """Validate, check that the cloud can be reached with the credentials at hand, then record.
     A refused spec or missing credentials write nothing."""
-    validate(ctx, path)
+    resolved = validate(ctx, path)
     make_cloud(ctx.settings)
+    if resolved.spec.disks:  # a master held read-write by a dev slice: refused before spending
+        from tpujob.service import storage
+
+        storage.check_disks(make_compute(ctx.settings), resolved.to_json_dict())
     return record(ctx, path, keep_slice=keep_slice)
 
 
 def list_jobs(ctx: Context, include_ended: bool = False):
-    return ctx.store.list_jobs(include_ended=include_ended)
+    return ctx.store.list_summaries(include_ended=include_ended)
 
 
 @dataclass
@@ -161,9 +165,22 @@ def delete(ctx: Context, ref: str):
                     cloud.delete_slice(job.project, zone, name)
                     ctx.store.add_event(job.id, "slice", f"deleted slice {name}")
             ctx.store.end_attempt(job.id, job.attempt, "deleted")
+            _delete_clones(ctx, job, attempts)
         if job.state == State.DELETED.value:
             return job
         return ctx.store.transition(job.id, State(job.state), State.DELETED, "deleted by user", owner=owner)
+
+
+def _delete_clones(ctx: Context, job, attempts) -> None:
+    """The job's disk clones and their snapshots go with its slices (unless `keep: true`)."""
+    spec = json.loads(job.spec_json)
+    if not spec["spec"]["disks"]:
+        return
+    from tpujob.service import storage
+
+    compute = make_compute(ctx.settings)
+    for what in storage.delete_clones(compute, spec, job.id, {a.zone for a in attempts}):
+        ctx.store.add_event(job.id, "disk", f"deleted {what}")
 
 
 def resume(ctx: Context, ref: str):
