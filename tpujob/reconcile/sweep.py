@@ -144,7 +144,7 @@ class Reconciler:
         slice_ = self._slice_of(job, attempt, slices, snapshot_at)
         obs = self._observe(job, attempt, slice_)
         self._record_steps(job, attempt, obs)
-        actions = decide(self._view(job, attempt, slices), obs, self._policy(job))
+        actions = decide(self._view(job, attempt), obs, self._policy(job))
         if actions:
             self._act(job, attempt, slice_, actions)
             if State(job.state) != State.RECOVERING and self.store.get(job_id).state == State.RECOVERING.value:
@@ -185,7 +185,7 @@ class Reconciler:
             policy = replace(policy, **self.policy_overrides)
         return policy
 
-    def _view(self, job: Job, attempt, slices) -> JobView:
+    def _view(self, job: Job, attempt) -> JobView:
         now = self.clock()
         spec = json.loads(job.spec_json)
         reuse = bool(attempt is not None and attempt.end_reason in ("failed", "setup_failed", "cancelled"))
@@ -286,7 +286,7 @@ class Reconciler:
             return job, state
         except StockoutError as exc:
             self.store.add_event(job.id, "stockout", str(exc))
-            view = self._view(self.store.get(job.id), attempt, {})
+            view = self._view(self.store.get(job.id), attempt)
             actions = decide(view, Observation(slice=SlicePhase.STOCKOUT), self._policy(job))
             self._act(self.store.get(job.id), attempt, None, actions)
             job = self.store.get(job.id)
@@ -312,7 +312,7 @@ class Reconciler:
             self.hosts.prepare_and_launch(job, attempt, slice_)
             crash_point("launched")
         except SetupFailed as exc:
-            view = self._view(self.store.get(job.id), attempt, {})
+            view = self._view(self.store.get(job.id), attempt)
             actions = decide(view, Observation(slice=SlicePhase.READY, setup_error=str(exc)), self._policy(job))
             self._act(self.store.get(job.id), attempt, slice_, actions)
             job = self.store.get(job.id)
