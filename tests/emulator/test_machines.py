@@ -6,12 +6,16 @@ import base64
 import io
 import os
 import random
+import shlex
+import sys
 import time
 
 import paramiko
 import pytest
 
-from tpujob.emulator.machines import SliceMachines, host_ip
+import tpujob
+
+from tpujob.emulator.machines import SliceMachines, host_ip, kept_paths
 from tpujob.hosts.keys import load_key, public_key_line
 
 PORT = 2222
@@ -73,6 +77,21 @@ def test_each_host_has_its_own_mnt_home_and_tmp(make_machines, client_key):
     assert (m.host_root(0) / "tmp" / "t").exists()
     assert not (m.host_root(1) / "mnt" / "f").exists()
     assert run(c1, "echo out; echo err >&2; exit 7") == (7, "out\nerr\n")
+
+
+def test_hosts_see_the_interpreter_and_tpujob_wherever_they_live(make_machines, client_key):
+    # A checkout or venv under /tmp, /home or /root (CI clones, pyenv) stays reachable on every
+    # host although those directories are the host's own.
+    m, eps = make_machines(1)
+    c0 = connect(eps[0], client_key[0])
+    code, out = run(c0, f"{shlex.quote(sys.executable)} -c 'import tpujob; print(tpujob.__file__)'")
+    assert code == 0, out
+    assert out.strip() == tpujob.__file__
+    assert kept_paths() == sorted(kept_paths())
+    marker = f"tpujob-test-{os.getpid()}"
+    assert run(c0, f"touch /root/{marker} /tmp/{marker}")[0] == 0
+    assert not os.path.exists(f"/root/{marker}") and not os.path.exists(f"/tmp/{marker}")
+    assert (m.host_root(0) / "root" / marker).exists()
 
 
 def test_sftp_uploads_land_on_that_host(make_machines, client_key):

@@ -33,19 +33,39 @@ log = logging.getLogger(__name__)
 HOST_DIRS = ("mnt", "home", "root", "tmp")
 
 
-def _own_dirs() -> tuple[str, ...]:
-    """The directories each host gets its own copy of. /root stays shared when the Python that
-    runs the programs lives under it (pyenv's default): a host's own /root would hide it, and
-    every `python3` on the host would dangle. Jobs log in as a non-root user (home /home/USER)."""
-    if os.path.realpath(sys.executable).startswith("/root/"):
-        return tuple(d for d in HOST_DIRS if d != "root")
-    return HOST_DIRS
+def kept_paths() -> list[str]:
+    """What every host must still see at its usual path although it lies under one of the
+    host's own directories: the interpreter that runs the emulated tools and programs (a venv
+    and its base installation, pyenv's under /root) and the tpujob source it imports (an
+    editable checkout under /tmp or /home). Nested paths are covered by their parent."""
+    import tpujob
+
+    candidates = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+    candidates.add(str(pathlib.Path(tpujob.__file__).resolve().parent.parent))
+    covered = [p for p in candidates if any(p == f"/{d}" or p.startswith(f"/{d}/") for d in HOST_DIRS)]
+    return sorted(p for p in covered if not any(p != q and p.startswith(q + "/") for q in covered))
+
+
+# Outside every host's own directories: where kept paths wait while those are mounted over.
+_STAGE = "/run/tpujob-emulator-stage"
 
 # 127.<16 + block // 250>: the second octet stays <= 255 up to this block.
 MAX_IP_BLOCK = 250 * (255 - 16) + 249
 
-_HOLDER_SCRIPT = 'while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done; echo ready; ' \
-                 'exec sleep infinity'
+# Args: STAGE NKEEP KEPT... (SOURCE TARGET)... Kept paths are bound onto the stage first, the
+# host's own directories mounted over their targets, then the kept paths moved back in place.
+_HOLDER_SCRIPT = r"""
+set -e
+stage=$1 nkeep=$2; shift 2
+mount -t tmpfs tpujob-stage "$stage"
+kept=()
+for ((i = 0; i < nkeep; i++)); do mkdir "$stage/$i"; mount --bind "$1" "$stage/$i"; kept+=("$1"); shift; done
+while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
+for ((i = 0; i < nkeep; i++)); do mkdir -p "${kept[i]}"; mount --move "$stage/$i" "${kept[i]}"; done
+umount "$stage"
+echo ready
+exec sleep infinity
+"""
 
 
 @dataclass(frozen=True)
@@ -77,10 +97,10 @@ class _Host:
             (self.root / name).mkdir(parents=True, exist_ok=True)
         (self.root / "tmp").chmod(0o1777)
         (self.root / "root").chmod(0o700)
-        args = []
+        kept = kept_paths()
+        os.makedirs(_STAGE, exist_ok=True)
+        args = [_STAGE, str(len(kept)), *kept]
         for name in self._mount_order():
-            if name not in _own_dirs():
-                continue
             args += [str(self.root / name), f"/{name}"]
         self.holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--",

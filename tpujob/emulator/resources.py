@@ -382,10 +382,15 @@ class Emulator:
                 qr.body["state"]["failedData"] = {"error": {"code": 6, "message": err.message}}
                 return
             qr.set_state("PROVISIONING")
-        if not self._bring_up(node):
-            with self._lock:
-                if not qr.deleting and node.body["state"] == "READY":
-                    qr.set_state("ACTIVE")
+        failure = self._bring_up(node)
+        with self._lock:
+            if qr.deleting:
+                return
+            if failure is None and node.body["state"] == "READY":
+                qr.set_state("ACTIVE")
+            elif failure is not None:  # as Google reports a slice that could not be brought up
+                qr.set_state("FAILED", initiator="SERVICE")
+                qr.body["state"]["failedData"] = {"error": {"code": failure[0], "message": failure[1]}}
 
     def _bring_up(self, node: _Node) -> tuple[int, str] | None:
         """Start the node's hosts, then READY after the provisioning delay; else why not."""
