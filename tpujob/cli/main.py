@@ -25,20 +25,10 @@ def _options(debug: bool = typer.Option(False, "--debug", help="Show tracebacks.
 
 
 def _register_all() -> None:
-    from tpujob.cli import config, jobs, sweep
+    # Each module imports only typer at the top; what a command needs is imported inside it.
+    from tpujob.cli import config, cron, data, demo, disk, emulator, jobs, lint, remote, sweep
 
-    for module in (jobs, sweep, config):
-        module.register(app)
-    # Commands of parts that land separately register themselves when present.
-    import importlib
-
-    for name in ("emulator", "lint", "data", "remote", "demo", "cron", "disk"):
-        try:
-            module = importlib.import_module(f"tpujob.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"tpujob.cli.{name}":
-                raise
-            continue
+    for module in (jobs, sweep, remote, disk, cron, lint, data, emulator, demo, config):
         module.register(app)
 
 
