@@ -79,8 +79,10 @@ def running(size: int) -> dict:
             client = process.client()
             client.preempt(f"projects/bench/locations/{ZONE}/nodes/{node}")
             preempted_at = time.monotonic()
-            sweeps = 0
+            sweeps, deadline = 0, preempted_at + 300
             while True:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"job {victim} was not running again 300 s after its preemption")
                 rec.sweep()
                 sweeps += 1
                 attempt = ctx.store.current_attempt(victim)
@@ -88,6 +90,8 @@ def running(size: int) -> dict:
                     ref = f"projects/bench/locations/{ZONE}/nodes/{attempt.slice_name}"
                     ran = Path(client.hosts(ref)[0]["root"]) / "mnt" / "ran"
                     while not ran.exists():
+                        if time.monotonic() > deadline:
+                            raise SystemExit(f"the program of job {victim} never started on the new slice")
                         time.sleep(0.01)
                     break
             recovery = time.monotonic() - preempted_at
