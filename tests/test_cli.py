@@ -15,6 +15,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "jobs.example.yaml"
 
+# No test here may leave a background emulator behind (checked after every test).
+pytestmark = pytest.mark.usefixtures("no_emulator_left")
+
 LIST_KEYS = {"id", "name", "state", "end_reason", "accelerator", "zone", "attempt", "preemptions", "created_at"}
 
 

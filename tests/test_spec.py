@@ -11,6 +11,9 @@ import pytest
 from tpujob import spec as spec_mod
 from tpujob.errors import SpecError
 
+# No test here may leave a background emulator behind (checked after every test).
+pytestmark = pytest.mark.usefixtures("no_emulator_left")
+
 VALID = """\
 name: demo
 tpu:
@@ -377,7 +380,13 @@ def _marked_line(text: str) -> int | None:
 def test_refusal(cli, spec_file, stored_jobs, command, text, field, fragment):
     if command == "create":
         # A store that already holds a job: a refused create must leave it exactly as it was.
-        assert cli("create", spec_file(VALID)).code == 0
+        # Seeded through the service layer (what `create` records), not a real `create`, which
+        # would start a background emulator in this test's home for every case.
+        from tpujob.service import jobs
+        from tpujob.service.context import Context
+
+        jobs.record(Context.load(), str(spec_file(VALID)))
+        assert stored_jobs() == 1
     before = stored_jobs()
     result = cli(command, spec_file(text))
     assert result.code == 2, result
