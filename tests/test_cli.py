@@ -221,6 +221,39 @@ def test_environment_overrides_the_file(cli, monkeypatch):
     assert (data["zone"], data["ssh_user"]) == ("us-east1-d", "alice")
 
 
+SECRET_URL = "postgresql://alice:s3cr3t-pw@db.example.org:5432/lab"
+
+
+def test_config_show_hides_the_database_password(cli, monkeypatch):
+    monkeypatch.setenv("TPUJOB_DB_URL", SECRET_URL)
+    text = cli("config", "show")
+    data = json.loads(cli("config", "show", "--json").out)
+    assert "s3cr3t-pw" not in text.out + text.err
+    assert "database_url: postgresql://alice:***@db.example.org:5432/lab" in text.out
+    assert data["db_url"] == data["database_url"] == "postgresql://alice:***@db.example.org:5432/lab"
+
+
+def test_config_set_db_url_does_not_echo_the_password(cli, tpujob_home):
+    result = cli("config", "set", "db_url", SECRET_URL)
+    assert result.code == 0 and "s3cr3t-pw" not in result.out + result.err
+    assert "alice:***@db.example.org" in result.out
+    # The file keeps what the user set: the store needs the real password.
+    assert yaml.safe_load((tpujob_home / "config.yaml").read_text())["db_url"] == SECRET_URL
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+nosuchdriver://alice:s3cr3t-pw@db.example.org/lab",   # unknown dialect
+    "postgresql://alice:s3cr3t-pw@db.example.org:notaport/lab",        # unparsable
+])
+def test_a_store_that_cannot_open_does_not_print_its_password(cli, monkeypatch, url):
+    monkeypatch.setenv("TPUJOB_DB_URL", url)
+    for args in (["list"], ["--debug", "list"]):
+        result = cli(*args)
+        assert result.code == 6
+        assert "s3cr3t-pw" not in result.out + result.err
+        assert "cannot open store" in result.err and "***@db.example.org" in result.err
+
+
 @pytest.mark.parametrize("args", [["config", "set", "colour", "blue"], ["config", "set", "cloud", "aws"]])
 def test_config_set_refuses_bad_input_and_writes_nothing(cli, tpujob_home, args):
     result = cli(*args)
