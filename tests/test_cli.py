@@ -59,6 +59,30 @@ def test_validate_json(cli, stored_jobs):
     assert stored_jobs() == 0
 
 
+def test_validate_prints_the_spot_price_for_a_spot_job(cli, spec_file):
+    path = spec_file("name: demo\ntpu: {accelerator: v4-16, zone: us-central2-b}\nrun: {command: x}\n")
+    result = cli("validate", path)
+    assert "cost:         $7.73/h (spot price; on-demand list price $25.76/h)" in result.out
+    data = json.loads(cli("validate", "--json", path).out)
+    assert (data["cost_per_hour_usd"], data["on_demand_cost_per_hour_usd"]) == (7.73, 25.76)
+
+
+def test_validate_says_unknown_where_no_spot_price_is_published(cli, spec_file):
+    path = spec_file("name: demo\ntpu: {accelerator: v6e-8, zone: us-east5-b}\nrun: {command: x}\n")
+    result = cli("validate", path)
+    assert result.code == 0
+    assert ("cost:         unknown: no published spot price for v6e (on-demand list price $21.60/h)"
+            in result.out)
+    assert json.loads(cli("validate", "--json", path).out)["cost_per_hour_usd"] is None
+
+
+def test_validate_prints_the_list_price_for_an_on_demand_job(cli, spec_file):
+    path = spec_file("name: demo\ntpu: {accelerator: v6e-8, zone: us-east5-b, provisioning: on-demand}\n"
+                     "run: {command: x}\n")
+    assert "cost:         $21.60/h (on-demand list price)" in cli("validate", path).out
+    assert json.loads(cli("validate", "--json", path).out)["cost_per_hour_usd"] == 21.60
+
+
 def test_dry_run_records_nothing_and_prints_the_plan(cli, tpujob_home, stored_jobs):
     result = cli("create", "--dry-run", EXAMPLE)
     assert result.code == 0, result.err

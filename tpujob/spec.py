@@ -117,7 +117,8 @@ class ResolvedSpec(BaseModel):
     project: str
     runtime_version: str
     disk_types: dict[str, str]
-    cost_per_hour_usd: Optional[float]
+    cost_per_hour_usd: Optional[float]  # at the spec's provisioning; None: no published price
+    on_demand_cost_per_hour_usd: Optional[float] = None  # the list price, for comparison
     sync_path: Optional[str]
 
     def to_json_dict(self) -> dict:
@@ -298,9 +299,10 @@ def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str) -> dict[str
 
 
 def _hourly_cost(acc: Accelerator, provisioning: str) -> float | None:
-    """The spot price where the catalogue knows it, else the on-demand list price (an upper bound)."""
-    spot = acc.hourly_cost(spot=True) if provisioning != "on-demand" else None
-    return spot if spot is not None else acc.hourly_cost(spot=False)
+    """The price per hour of the slice as provisioned: the on-demand list price, or the spot
+    (preemptible) price. None where the catalogue has no published spot figure: the on-demand
+    price is three times or more the spot one, so passing it off as the estimate misleads."""
+    return acc.hourly_cost(spot=provisioning != "on-demand")
 
 
 def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zone: str = "",
@@ -415,6 +417,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         chips=acc.chips, cores=acc.cores, zone=zone, project=project,
         runtime_version=spec.tpu.runtime_version or acc.generation.runtime_version,
         disk_types=disk_types, cost_per_hour_usd=_hourly_cost(acc, spec.tpu.provisioning),
+        on_demand_cost_per_hour_usd=acc.hourly_cost(spot=False),
         sync_path=sync_path,
     )
 
