@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,3 +112,18 @@ def local_cloud(shared_emulator, monkeypatch):
     client = EmulatorClient(shared_emulator["tpu_endpoint"])
     client.set_faults(api_error_rate=0.0)
     return client
+
+
+@pytest.fixture
+def no_emulator_left(tpujob_home):
+    """Fails a test that started a background emulator in its own home and left it running
+    (a stray `python -m tpujob.emulator` outlives pytest); stops it first so nothing leaks."""
+    yield
+    from tpujob.emulator import process
+
+    if os.environ.get("TPUJOB_EMULATOR_DIR"):
+        return  # the test used the shared emulator, which the session stops
+    left = process.status()
+    if left:
+        process.stop(grace=5)
+        pytest.fail(f"the test left an emulator running (pid {left['pid']}) in {tpujob_home}")

@@ -95,3 +95,18 @@ def test_hourly_cost_is_the_chip_price_times_chips():
     # Spot prices are not guessed: an unknown one stays unknown rather than becoming 0.
     spot = acc.generation.spot_usd_per_chip_hour
     assert acc.hourly_cost(spot=True) == (None if spot is None else pytest.approx(spot * 8, abs=0.01))
+
+
+@pytest.mark.parametrize("name, spot", [("v2-8", 1.35), ("v3-8", 2.40), ("v4-8", 3.86), ("v4-128", 61.82)])
+def test_published_spot_prices(name, spot):
+    # v2-8/v3-8: Google's preemptible single-device prices; v4-8: $3.864/h (see catalogue.py).
+    acc = accelerator(name)
+    assert acc.hourly_cost(spot=True) == pytest.approx(spot, abs=0.01)
+    assert acc.hourly_cost(spot=True) < acc.hourly_cost(spot=False)
+
+
+@pytest.mark.parametrize("name", ["v5litepod-8", "v5p-8", "v6e-8"])
+def test_an_unpublished_spot_price_stays_unknown(name):
+    acc = accelerator(name)
+    assert acc.hourly_cost(spot=True) is None
+    assert acc.hourly_cost(spot=False) > 0

@@ -15,6 +15,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "jobs.example.yaml"
 
+# No test here may leave a background emulator behind (checked after every test).
+pytestmark = pytest.mark.usefixtures("no_emulator_left")
+
 LIST_KEYS = {"id", "name", "state", "end_reason", "accelerator", "zone", "attempt", "preemptions", "created_at"}
 
 
@@ -54,6 +57,30 @@ def test_validate_json(cli, stored_jobs):
     assert (data["hosts"], data["chips"], data["runtime_version"]) == (2, 8, "tpu-ubuntu2204-base")
     assert data["spec"]["name"] == "demo"
     assert stored_jobs() == 0
+
+
+def test_validate_prints_the_spot_price_for_a_spot_job(cli, spec_file):
+    path = spec_file("name: demo\ntpu: {accelerator: v4-16, zone: us-central2-b}\nrun: {command: x}\n")
+    result = cli("validate", path)
+    assert "cost:         $7.73/h (spot price; on-demand list price $25.76/h)" in result.out
+    data = json.loads(cli("validate", "--json", path).out)
+    assert (data["cost_per_hour_usd"], data["on_demand_cost_per_hour_usd"]) == (7.73, 25.76)
+
+
+def test_validate_says_unknown_where_no_spot_price_is_published(cli, spec_file):
+    path = spec_file("name: demo\ntpu: {accelerator: v6e-8, zone: us-east5-b}\nrun: {command: x}\n")
+    result = cli("validate", path)
+    assert result.code == 0
+    assert ("cost:         unknown: no published spot price for v6e (on-demand list price $21.60/h)"
+            in result.out)
+    assert json.loads(cli("validate", "--json", path).out)["cost_per_hour_usd"] is None
+
+
+def test_validate_prints_the_list_price_for_an_on_demand_job(cli, spec_file):
+    path = spec_file("name: demo\ntpu: {accelerator: v6e-8, zone: us-east5-b, provisioning: on-demand}\n"
+                     "run: {command: x}\n")
+    assert "cost:         $21.60/h (on-demand list price)" in cli("validate", path).out
+    assert json.loads(cli("validate", "--json", path).out)["cost_per_hour_usd"] == 21.60
 
 
 def test_dry_run_records_nothing_and_prints_the_plan(cli, tpujob_home, stored_jobs):
@@ -216,6 +243,39 @@ def test_environment_overrides_the_file(cli, monkeypatch):
     monkeypatch.setenv("TPUJOB_SSH_USER", "alice")
     data = json.loads(cli("config", "show", "--json").out)
     assert (data["zone"], data["ssh_user"]) == ("us-east1-d", "alice")
+
+
+SECRET_URL = "postgresql://alice:s3cr3t-pw@db.example.org:5432/lab"
+
+
+def test_config_show_hides_the_database_password(cli, monkeypatch):
+    monkeypatch.setenv("TPUJOB_DB_URL", SECRET_URL)
+    text = cli("config", "show")
+    data = json.loads(cli("config", "show", "--json").out)
+    assert "s3cr3t-pw" not in text.out + text.err
+    assert "database_url: postgresql://alice:***@db.example.org:5432/lab" in text.out
+    assert data["db_url"] == data["database_url"] == "postgresql://alice:***@db.example.org:5432/lab"
+
+
+def test_config_set_db_url_does_not_echo_the_password(cli, tpujob_home):
+    result = cli("config", "set", "db_url", SECRET_URL)
+    assert result.code == 0 and "s3cr3t-pw" not in result.out + result.err
+    assert "alice:***@db.example.org" in result.out
+    # The file keeps what the user set: the store needs the real password.
+    assert yaml.safe_load((tpujob_home / "config.yaml").read_text())["db_url"] == SECRET_URL
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+nosuchdriver://alice:s3cr3t-pw@db.example.org/lab",   # unknown dialect
+    "postgresql://alice:s3cr3t-pw@db.example.org:notaport/lab",        # unparsable
+])
+def test_a_store_that_cannot_open_does_not_print_its_password(cli, monkeypatch, url):
+    monkeypatch.setenv("TPUJOB_DB_URL", url)
+    for args in (["list"], ["--debug", "list"]):
+        result = cli(*args)
+        assert result.code == 6
+        assert "s3cr3t-pw" not in result.out + result.err
+        assert "cannot open store" in result.err and "***@db.example.org" in result.err
 
 
 @pytest.mark.parametrize("args", [["config", "set", "colour", "blue"], ["config", "set", "cloud", "aws"]])

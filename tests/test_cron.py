@@ -100,6 +100,19 @@ def test_cli_install_show_remove(crontab, tpujob_home):
     assert runner.invoke(app, ["cron", "install", "--every", "90m"]).exit_code != 0
 
 
+def test_cli_does_not_print_the_database_password(crontab, tpujob_home, monkeypatch):
+    monkeypatch.setenv("TPUJOB_DB_URL", "postgresql://alice:s3cr3t-pw@db.example.org/lab")
+    app = typer.Typer()
+    cron_cli.register(app)
+    runner = CliRunner()
+    installed = runner.invoke(app, ["cron", "install"])
+    shown = runner.invoke(app, ["cron", "show", "--json"])
+    assert installed.exit_code == 0 and shown.exit_code == 0
+    for output in (installed.output, shown.output, runner.invoke(app, ["cron", "show"]).output):
+        assert "s3cr3t-pw" not in output and "postgresql://alice:***@db.example.org/lab" in output
+    assert "s3cr3t-pw" in cron.installed()  # cron itself needs it to open the store
+
+
 @pytest.mark.slow
 def test_the_installed_line_sweeps_from_a_bare_environment(crontab, tpujob_home, local_cloud, tmp_path):
     """What cron runs: the command part of the installed line, under `env -i` (no PATH, no HOME)."""

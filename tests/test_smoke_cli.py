@@ -1,17 +1,62 @@
-"""The README's demo command works as written (validate + dry-run plan)."""
+"""The README's two fresh-machine commands stay true: CI runs exactly the README's test command,
+and the demo command installs what exists and calls a real `tpujob` command. (The demo itself
+runs end to end in tests/e2e/test_demo.py.)"""
 
-import subprocess
-import sys
+from __future__ import annotations
+
+import re
+import shlex
 from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_demo_commands(tmp_path):
-    env = {"TPUJOB_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    for args in (["validate", "jobs.example.yaml"], ["create", "--dry-run", "jobs.example.yaml"]):
-        out = subprocess.run([sys.executable, "-m", "tpujob.cli.main", *args], cwd=ROOT, env=env,
-                             capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-    assert "create queued resource" in out.stdout
-    assert not (tmp_path / "tpujob.db").exists() or "PENDING" not in out.stdout
+def _fresh_machine_commands() -> list[str]:
+    """The bash blocks of the README's "On a fresh machine" section, in order."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## On a fresh machine", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S)]
+
+
+@pytest.fixture(scope="module")
+def commands() -> tuple[str, str]:
+    blocks = _fresh_machine_commands()
+    assert len(blocks) == 2, blocks
+    demo, tests = blocks
+    assert "\n" not in demo and "\n" not in tests, "each is one copy-paste line"
+    return demo, tests
+
+
+def test_ci_runs_exactly_the_readme_test_command(commands):
+    _, test_command = commands
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    # The last command of the script is the README's test command, word for word.
+    code = [line for line in lines if line and not line.startswith("#")]
+    assert code[-1] == test_command
+
+
+def test_both_commands_install_the_same_way_and_only_extras_that_exist(commands):
+    demo, tests = commands
+    install_demo, install_tests = demo.rsplit("&&", 1)[0], tests.rsplit("&&", 1)[0]
+    assert install_demo == install_tests
+    extras = re.search(r"\.\[([\w,]+)\]", install_demo).group(1).split(",")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert set(extras) <= set(project["optional-dependencies"])
+    assert "tpujob" in project["scripts"]  # what .venv/bin/tpujob is
+
+
+def test_the_demo_command_names_an_existing_cli_command(commands, cli):
+    demo, _ = commands
+    words = shlex.split(demo.rsplit("&&", 1)[1])
+    assert words[0] == ".venv/bin/tpujob", words
+    # The same arguments with --help: an unknown command exits 2, a real one prints its help.
+    result = cli(*words[1:], "--help")
+    assert result.code == 0, result.err
+    assert "Usage:" in result.out and words[1] in result.out

@@ -11,6 +11,9 @@ import pytest
 from tpujob import spec as spec_mod
 from tpujob.errors import SpecError
 
+# No test here may leave a background emulator behind (checked after every test).
+pytestmark = pytest.mark.usefixtures("no_emulator_left")
+
 VALID = """\
 name: demo
 tpu:
@@ -203,6 +206,117 @@ REFUSALS = [
             mount: /  #<
         run: {command: x}
         """), "buckets[0].mount", "not a usable directory"),
+    ("nested-mount", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        disks:
+          - name: data
+            mount: /mnt/a
+        buckets:
+          - bucket: my-bucket
+            mount: /mnt/a/b  #<
+        run: {command: x}
+        """), "buckets[0].mount", "'/mnt/a/b' is nested inside disks[0].mount ('/mnt/a')"),
+    ("mount-containing-an-earlier-mount", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        disks:
+          - {name: data, mount: /mnt/a/b}
+          - name: more
+            mount: /mnt/a  #<
+        run: {command: x}
+        """), "disks[1].mount", "'/mnt/a' would contain disks[0].mount ('/mnt/a/b')"),
+    ("mount-over-home", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        disks:
+          - name: data
+            mount: /home  #<
+        run: {command: x}
+        """), "disks[0].mount", "would hide the system directory /home"),
+    ("mount-over-tmp", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        buckets:
+          - bucket: my-bucket
+            mount: /tmp/  #<
+        run: {command: x}
+        """), "buckets[0].mount", "would hide the system directory /tmp"),
+    ("mount-over-root-home", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        buckets:
+          - bucket: my-bucket
+            mount: //root  #<
+        run: {command: x}
+        """), "buckets[0].mount", "would hide the system directory /root"),
+    ("mount-over-mnt", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        disks:
+          - name: data
+            mount: /mnt  #<
+        run: {command: x}
+        """), "disks[0].mount", "would hide the system directory /mnt"),
+    ("mount-inside-proc", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        disks:
+          - name: data
+            mount: /proc/data  #<
+        run: {command: x}
+        """), "disks[0].mount", "inside the system directory /proc"),
+    ("mount-inside-usr", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        buckets:
+          - bucket: my-bucket
+            mount: /usr/local/data  #<
+        run: {command: x}
+        """), "buckets[0].mount", "inside the system directory /usr"),
+    ("mount-over-etc", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        disks:
+          - name: data
+            mount: /etc  #<
+        run: {command: x}
+        """), "disks[0].mount", "would hide the system directory /etc"),
+    ("mount-at-the-run-dir-mount", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        buckets:
+          - bucket: my-bucket
+            mount: /mnt/tpujob-run  #<
+        run: {command: x}
+        run_dir: gs://my-bucket/runs
+        """), "buckets[0].mount", "collides with /mnt/tpujob-run, where tpujob mounts the run dir"),
+    ("mount-inside-the-run-dir-mount", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        disks:
+          - name: data
+            mount: /mnt/tpujob-run/data  #<
+        run: {command: x}
+        """), "disks[0].mount", "collides with /mnt/tpujob-run"),
+    ("only-dir-climbs-out", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        buckets:
+          - bucket: my-bucket
+            mount: /mnt/b
+            only_dir: data/../../other  #<
+        run: {command: x}
+        """), "buckets[0].only_dir", "no '..'"),
+    ("only-dir-absolute", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        buckets:
+          - bucket: my-bucket
+            mount: /mnt/b
+            only_dir: /data  #<
+        run: {command: x}
+        """), "buckets[0].only_dir", "no leading '/'"),
     ("invalid-bucket-name", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}
@@ -377,7 +491,13 @@ def _marked_line(text: str) -> int | None:
 def test_refusal(cli, spec_file, stored_jobs, command, text, field, fragment):
     if command == "create":
         # A store that already holds a job: a refused create must leave it exactly as it was.
-        assert cli("create", spec_file(VALID)).code == 0
+        # Seeded through the service layer (what `create` records), not a real `create`, which
+        # would start a background emulator in this test's home for every case.
+        from tpujob.service import jobs
+        from tpujob.service.context import Context
+
+        jobs.record(Context.load(), str(spec_file(VALID)))
+        assert stored_jobs() == 1
     before = stored_jobs()
     result = cli(command, spec_file(text))
     assert result.code == 2, result
@@ -509,3 +629,22 @@ def test_a_boolean_is_not_a_budget():
 def test_a_duplicated_key_is_refused():
     with pytest.raises(SpecError, match=r"name \(line 7\): key given twice"):
         _resolve(VALID + "name: other\n")
+
+
+def test_mounts_side_by_side_and_in_a_home_are_fine():
+    r = _resolve(_spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        disks: [{name: data, mount: /mnt/data}, {name: more, mount: /mnt/data-2}]
+        buckets:
+          - {bucket: my-bucket, mount: /home/me/ckpt, only_dir: runs/exp-1}
+          - {bucket: my-bucket, mount: /mnt/tpujob-runs}
+        run: {command: x}
+        """))
+    assert [b.only_dir for b in r.spec.buckets] == ["runs/exp-1", None]
+
+
+def test_the_reserved_run_dir_mount_is_where_storage_mounts_it():
+    from tpujob.service import storage
+
+    assert spec_mod.RUN_DIR_MOUNT == storage.RUN_DIR_MOUNT

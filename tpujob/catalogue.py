@@ -12,7 +12,17 @@ Sources (checked 2026-11):
 - Disk types: https://cloud.google.com/tpu/docs/attach-durable-block-storage (v4: pd-standard,
   pd-balanced; v5e/v5p: pd-balanced; v6e: hyperdisk-ml).
 - On-demand price per chip-hour (USD, us-central regions): https://cloud.google.com/tpu/pricing.
-  Spot prices vary by region and week; they are left out (None) rather than guessed.
+- Spot (and preemptible) price per chip-hour, USD, where a published figure was found (2026-11):
+  v2, v3: Google's published preemptible single-device prices, v2-8 $1.35/h and v3-8 $2.40/h
+  in us-central1 (https://cloud.google.com/tpu/pricing, "Single device pricing"), i.e.
+  $0.3375 and $0.60 per chip-hour; no separate spot figure was found for them.
+  v4: $0.966 per chip-hour in us-central2 (tpu-v4-8: $12.88/h on-demand, $3.864/h spot), Google's
+  pricing page as transcribed into SkyPilot's GCP catalogue fetcher
+  (skypilot-org/skypilot, sky/clouds/service_catalog/data_fetchers/fetch_gcp.py), since the
+  billing API lists no v4 price.
+  v5e, v5p, v6e: no published per-chip spot figure was found; they stay None and `validate`
+  says "unknown" rather than passing the on-demand price off as the spot price. Spot prices
+  move (Google may change them up to once a day) and differ by region: these are estimates.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ class Generation:
     peak_bf16_flops_per_chip: float
     hbm_gib_per_chip: float
     on_demand_usd_per_chip_hour: float | None
-    spot_usd_per_chip_hour: float | None = None
+    spot_usd_per_chip_hour: float | None = None  # None: no published figure (not zero, not on-demand)
 
     @property
     def default_disk_type(self) -> str:
@@ -50,12 +60,12 @@ GENERATIONS: dict[str, Generation] = {
     g.name: g
     for g in (
         Generation("v2", "v2", "cores", 2, 4, 4, (8, 32, 128, 256, 512),
-                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 45e12, 16, 1.125),
+                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 45e12, 16, 1.125, 0.3375),
         Generation("v3", "v3", "cores", 2, 4, 4, (8, 32, 64, 128, 256, 512, 1024, 2048),
-                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 123e12, 32, 2.00),
+                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 123e12, 32, 2.00, 0.60),
         Generation("v4", "v4", "cores", 2, 4, 4,
                    (8, 16, 32, 64, 128, 256, 384, 512, 1024, 1536, 2048, 3072, 4096),
-                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 275e12, 32, 3.22),
+                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 275e12, 32, 3.22, 0.966),
         Generation("v5litepod", "v5e", "chips", 1, 4, 8, (1, 4, 8, 16, 32, 64, 128, 256),
                    "v2-alpha-tpuv5-lite", ("pd-balanced",), 197e12, 16, 1.20),
         Generation("v5p", "v5p", "cores", 2, 4, 4, _V5P_SIZES,

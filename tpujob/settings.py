@@ -6,6 +6,7 @@ Kept free of heavy imports: every command, `list` included, reads it.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -96,4 +97,31 @@ def set_value(key: str, value: str) -> Settings:
 
 
 def as_dict(settings: Settings) -> dict:
-    return asdict(settings)
+    """The settings for display: a database URL's password is replaced by ***."""
+    data = asdict(settings)
+    data["db_url"] = redact_url(data["db_url"])
+    return data
+
+
+_URL_PASSWORD = re.compile(r"([A-Za-z][\w+.-]*://[^\s:/@]*:)[^\s@]+@")
+
+
+def redact_urls_in(text: str) -> str:
+    """`text` (a crontab line, say) with the password of every URL in it shown as ***."""
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password (if any) shown as ***: for output and error messages, which end
+    up in terminals, logs and bug reports."""
+    if "@" not in url:
+        return url  # no user info, nothing to hide (and no SQLAlchemy import for it)
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError, TypeError):
+        # Unparsable (a bad port, say): hide everything before the host rather than guess.
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if sep else f"***@{url.rpartition('@')[2]}"

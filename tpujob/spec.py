@@ -117,7 +117,8 @@ class ResolvedSpec(BaseModel):
     project: str
     runtime_version: str
     disk_types: dict[str, str]
-    cost_per_hour_usd: Optional[float]
+    cost_per_hour_usd: Optional[float]  # at the spec's provisioning; None: no published price
+    on_demand_cost_per_hour_usd: Optional[float] = None  # the list price, for comparison
     sync_path: Optional[str]
 
     def to_json_dict(self) -> dict:
@@ -219,15 +220,65 @@ def _fail(message: str, path: tuple, lines: dict[tuple, int]) -> SpecError:
     return SpecError(message, field=_dotted(path), line=lines.get(path))
 
 
+# Where the run dir's bucket is mounted on every host when `run_dir` is set (service/storage.py
+# mounts it; the spec layer cannot import the service layer, a test keeps the two equal).
+RUN_DIR_MOUNT = "/mnt/tpujob-run"
+
+# Mounting at one of these, or above one (`/`), would hide what the host needs to boot, log in
+# or run the program (the interpreter, home, /tmp's libtpu lockfile).
+SYSTEM_DIRS = frozenset({
+    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
+    "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys", "/tmp", "/usr",
+    "/var",
+})
+# Not even below these: kernel and boot filesystems, and the system's own programs.
+NO_MOUNTS_INSIDE = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32",
+                    "/proc", "/run", "/sbin", "/sys", "/usr")
+
+
+def _inside(path: str, parent: str) -> bool:
+    return path.startswith(parent.rstrip("/") + "/")
+
+
 def _check_mount(path: str, where: tuple, seen: dict[str, tuple], lines) -> None:
     if not path.startswith("/"):
         raise _fail(f"mount path must be absolute, not {path!r}", where, lines)
-    norm = posixpath.normpath(path)
+    # normpath keeps a leading '//' (POSIX leaves it implementation-defined); Linux reads it as '/'.
+    norm = "/" + posixpath.normpath(path).lstrip("/")
     if norm == "/" or ".." in path.split("/"):
         raise _fail(f"mount path {path!r} is not a usable directory", where, lines)
+    covered = sorted(d for d in SYSTEM_DIRS if d == norm or _inside(d, norm))
+    if covered:
+        raise _fail(f"mount path {norm!r} would hide the system directory {covered[0]}; "
+                    "mount under /mnt/NAME (or a directory of your own)", where, lines)
+    system = next((d for d in NO_MOUNTS_INSIDE if _inside(norm, d)), None)
+    if system:
+        raise _fail(f"mount path {norm!r} is inside the system directory {system}; "
+                    "mount under /mnt/NAME", where, lines)
+    if norm == RUN_DIR_MOUNT or _inside(norm, RUN_DIR_MOUNT) or _inside(RUN_DIR_MOUNT, norm):
+        raise _fail(f"mount path {norm!r} collides with {RUN_DIR_MOUNT}, where tpujob mounts "
+                    "the run dir's bucket", where, lines)
     if norm in seen:
         raise _fail(f"mount path {norm!r} is already used by {_dotted(seen[norm])}", where, lines)
+    # Nested mounts depend on their order and break on a read-only parent (no mount point can
+    # be made on it); one would also hide the other's files on an unmount/remount.
+    for other, other_where in seen.items():
+        if _inside(norm, other):
+            raise _fail(f"mount path {norm!r} is nested inside {_dotted(other_where)} ({other!r}); "
+                        "give every disk and bucket a directory of its own", where, lines)
+        if _inside(other, norm):
+            raise _fail(f"mount path {norm!r} would contain {_dotted(other_where)} ({other!r}); "
+                        "give every disk and bucket a directory of its own", where, lines)
     seen[norm] = where
+
+
+def _check_only_dir(only_dir: str | None, where: tuple, lines) -> None:
+    """gcsfuse --only-dir is a prefix inside the bucket: relative, and never climbing out."""
+    if only_dir is None:
+        return
+    if only_dir.startswith("/") or ".." in only_dir.split("/") or not only_dir.strip("/"):
+        raise _fail(f"only_dir must be a directory inside the bucket like 'data/train', not "
+                    f"{only_dir!r} (no leading '/', no '..')", where, lines)
 
 
 def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str) -> dict[str, str]:
@@ -248,9 +299,10 @@ def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str) -> dict[str
 
 
 def _hourly_cost(acc: Accelerator, provisioning: str) -> float | None:
-    """The spot price where the catalogue knows it, else the on-demand list price (an upper bound)."""
-    spot = acc.hourly_cost(spot=True) if provisioning != "on-demand" else None
-    return spot if spot is not None else acc.hourly_cost(spot=False)
+    """The price per hour of the slice as provisioned: the on-demand list price, or the spot
+    (preemptible) price. None where the catalogue has no published spot figure: the on-demand
+    price is three times or more the spot one, so passing it off as the estimate misleads."""
+    return acc.hourly_cost(spot=provisioning != "on-demand")
 
 
 def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zone: str = "",
@@ -304,6 +356,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         if not BUCKET_NAME.match(bucket.bucket) or ".." in bucket.bucket:
             raise _fail(f"{bucket.bucket!r} is not a valid bucket name", base + ("bucket",), lines)
         _check_mount(bucket.mount, base + ("mount",), seen_mounts, lines)
+        _check_only_dir(bucket.only_dir, base + ("only_dir",), lines)
 
     for key in spec.env:
         if not ENV_NAME.match(key):
@@ -364,6 +417,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         chips=acc.chips, cores=acc.cores, zone=zone, project=project,
         runtime_version=spec.tpu.runtime_version or acc.generation.runtime_version,
         disk_types=disk_types, cost_per_hour_usd=_hourly_cost(acc, spec.tpu.provisioning),
+        on_demand_cost_per_hour_usd=acc.hourly_cost(spot=False),
         sync_path=sync_path,
     )
 

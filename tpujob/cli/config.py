@@ -18,7 +18,8 @@ def register(app: typer.Typer) -> None:
         from tpujob import settings
 
         current = settings.load()
-        data = settings.as_dict(current) | {"home": str(current.home), "database_url": current.database_url}
+        data = settings.as_dict(current) | {"home": str(current.home),
+                                            "database_url": settings.redact_url(current.database_url)}
         if json_out:
             render.print_json(data)
             return
@@ -31,4 +32,4 @@ def register(app: typer.Typer) -> None:
         from tpujob import settings
 
         settings.set_value(key, value)
-        typer.echo(f"{key} = {value}")
+        typer.echo(f"{key} = {settings.redact_url(value) if key == 'db_url' else value}")

@@ -17,8 +17,11 @@ def register(app: typer.Typer) -> None:
         """Add (or replace) the crontab line that sweeps this store's jobs."""
         from tpujob.service import cron
 
+        from tpujob.settings import redact_urls_in
+
         entry = cron.install(every)
-        typer.echo(entry.line)
+        # The crontab itself must hold TPUJOB_DB_URL's password; the terminal need not.
+        typer.echo(redact_urls_in(entry.line))
         typer.echo(f"installed: sweeps run {every} apart; output goes to {entry.log_path}")
 
     @cron_app.command()
@@ -32,8 +35,10 @@ def register(app: typer.Typer) -> None:
     def show(json_out: bool = typer.Option(False, "--json")):
         """Print this store's crontab line and the last lines of its log."""
         from tpujob.service import cron
+        from tpujob.settings import redact_urls_in
 
         line, log = cron.installed(), cron.last_log_lines()
+        line = redact_urls_in(line) if line is not None else None
         if json_out:
             render.print_json({"line": line, "log_tail": log})
             return

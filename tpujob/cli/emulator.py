@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
     @emulator.command()
     def faults(
         api_error_rate: Optional[float] = typer.Option(
-            None, help="Fraction of TPU API calls answered 429 or 503 (0 to 1)."),
+            None, help="Fraction of TPU and Compute API calls answered 429 or 503 (0 to 1)."),
         provisioning_delay: Optional[float] = typer.Option(
             None, help="Seconds each provisioning step takes."),
         json_: bool = typer.Option(False, "--json"),

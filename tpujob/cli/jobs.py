@@ -202,8 +202,21 @@ def raise_unless_succeeded(job, wait: bool) -> None:
                                else f"job {job.id:06d} still {job.state} after the timeout")
 
 
+def _cost_line(r) -> str:
+    """The estimate at the spec's provisioning; a spot job without a published spot price says
+    so instead of showing the on-demand price as if it were the spot one."""
+    provisioning = r.spec.tpu.provisioning
+    on_demand = r.on_demand_cost_per_hour_usd
+    list_price = f"on-demand list price ${on_demand:.2f}/h" if on_demand is not None else "on-demand price unknown"
+    if provisioning == "on-demand":
+        return f"${on_demand:.2f}/h (on-demand list price)" if on_demand is not None else "unknown"
+    if r.cost_per_hour_usd is None:
+        return f"unknown: no published {provisioning} price for {r.generation} ({list_price})"
+    return f"${r.cost_per_hour_usd:.2f}/h ({provisioning} price; {list_price})"
+
+
 def _print_resolved(r) -> None:
-    cost = "unknown" if r.cost_per_hour_usd is None else f"${r.cost_per_hour_usd:.2f}/h (on-demand list price)"
+    cost = _cost_line(r)
     lines = [
         ("name", r.spec.name), ("accelerator", f"{r.accelerator} ({r.generation})"),
         ("hosts", r.hosts), ("chips", r.chips), ("zone", r.zone), ("project", r.project),

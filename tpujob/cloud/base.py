@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 
 class SlicePhase(str, enum.Enum):
@@ -137,6 +137,4 @@ class Cloud(Protocol):
     def delete_queued_resource(self, project: str, zone: str, name: str,
                                timeout: float = ...) -> None: ...
     def delete_slice(self, project: str, zone: str, name: str, timeout: float = ...) -> None: ...
-    def wait_for_slice(self, project: str, zone: str, name: str, timeout: float,
-                       on_change: Callable[[Slice], None] | None = None) -> Slice: ...
     def host_keys(self, project: str, zone: str, name: str) -> dict[int, list[str]]: ...

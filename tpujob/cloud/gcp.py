@@ -69,7 +69,8 @@ class GcpCloud:
         return self.get_slice(request.project, request.zone, request.name)
 
     def create_queued_resource(self, request: SliceRequest, timeout: float = 300.0) -> Slice:
-        """Queue the request (the operation ends once queued); poll wait_for_slice for READY."""
+        """Queue the request (the operation ends once queued); the slice turns READY later, as
+        get_slice/list_slices observe (the reconcile sweep polls them)."""
         if request.provisioning == "preemptible":
             raise UsageError("preemptible TPUs cannot be queued; use spot or on-demand")
         qr = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[
@@ -150,23 +151,6 @@ class GcpCloud:
             parent=loc)}
         return {name: _slice(name, zone, nodes.get(name), qrs.get(name))
                 for name in sorted(nodes.keys() | qrs.keys())}
-
-    def wait_for_slice(self, project: str, zone: str, name: str, timeout: float,
-                       on_change: Callable[[Slice], None] | None = None) -> Slice:
-        """Poll until READY or a terminal phase; CloudError after `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        last = None
-        while True:
-            current = self.get_slice(project, zone, name)
-            if on_change and (last is None or (current.phase, current.node_state,
-                                               current.queued_resource_state) != last):
-                on_change(current)
-            last = (current.phase, current.node_state, current.queued_resource_state)
-            if current.phase is SlicePhase.READY or current.phase.terminal:
-                return current
-            if time.monotonic() > deadline:
-                raise CloudError(f"slice {name} still {current.phase.value} after {timeout:g} s")
-            time.sleep(self.poll_interval)
 
     def host_keys(self, project: str, zone: str, name: str) -> dict[int, list[str]]:
         """Each worker's SSH host keys ("TYPE BASE64") from the `hostkeys` guest attributes."""

@@ -1,4 +1,5 @@
-"""The emulator's HTTP server: the Cloud TPU v2 REST subset, the fault endpoints, Cloud Storage.
+"""The emulator's HTTP server: the Cloud TPU v2 and Compute Engine v1 REST subsets, the fault
+endpoints, Cloud Storage.
 
 TPU API paths are Google's (`/v2/projects/P/locations/Z/nodes...`, see
 google/cloud/tpu_v2/services/tpu/transports/rest_base.py). The fault and status endpoints live
@@ -63,13 +64,12 @@ class TpuApp:
                 from tpujob.emulator import compute
 
                 endpoint, args = compute.ROUTES.bind_to_environ(environ).match()
+                self._inject_fault()
                 return _json(200, compute.handle(self.emulator.compute, request, endpoint,
                                                  args))(environ, start_response)
             endpoint, args = _ROUTES.bind_to_environ(environ).match()
-            if request.path.startswith("/v2/"):  # faults hit the TPU API, never the fault switches
-                injected = self.emulator.inject_api_error()
-                if injected:
-                    raise injected
+            if request.path.startswith("/v2/"):
+                self._inject_fault()
             body = getattr(self, "_" + endpoint)(request, **args)
             response = _json(200, body)
         except ApiError as err:
@@ -78,6 +78,14 @@ class TpuApp:
             response = _json(err.code or 500, ApiError(err.code or 500, err.description or "",
                                                        status=err.name.upper()).body())
         return response(environ, start_response)
+
+    def _inject_fault(self) -> None:
+        """`faults --api-error-rate`: a matched TPU or Compute API call fails with 429/503 before
+        it does anything (as Google's front end would), so a retry is always safe. Never the
+        /emulator/v1/ switches, which must keep answering to turn the faults off again."""
+        injected = self.emulator.inject_api_error()
+        if injected:
+            raise injected
 
     # ---- TPU API ----------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ own format, which paramiko (and ssh) read.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pathlib
 
@@ -20,29 +21,54 @@ def key_path(home: pathlib.Path) -> pathlib.Path:
 
 
 def ensure_key(home: pathlib.Path) -> pathlib.Path:
-    """The private key file, created (mode 600, directory 700) on first use."""
+    """The private key file, created (mode 600, directory 700) on first use, with its .pub."""
     path = key_path(home)
-    if path.exists():
+    pub = path.with_suffix(".pub")
+    if path.exists() and pub.exists():
         return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    # Several commands may start at once on a fresh home (cron's sweep, a `create`): without
+    # the lock, each would generate a pair and the last .pub and the last private key to land
+    # could come from different pairs, and SSH would then fail on every host.
+    with open(path.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            _generate(path, pub)
+        elif not pub.exists():  # lost (or never written by a crashed run): rebuilt, not replaced
+            _write_atomically(pub, _public_line(path.read_bytes()), 0o644)
+    return path
+
+
+def _generate(path: pathlib.Path, pub: pathlib.Path) -> None:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
-    key = ed25519.Ed25519PrivateKey.generate()
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                serialization.NoEncryption())
+    private = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+    # The .pub first, the private key last: the private key's presence is what says "done"
+    # to the next command, so its public half is already in place when it appears.
+    _write_atomically(pub, _public_line(private), 0o644)
+    _write_atomically(path, private, 0o600)
+
+
+def _public_line(private: bytes) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_ssh_private_key(private, password=None)
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                            serialization.PublicFormat.OpenSSH)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
-    # Written under a temporary name and renamed: two commands starting at once never see a
-    # half-written key, and the file is 600 from its first byte.
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    return public + f" {COMMENT}\n".encode()
+
+
+def _write_atomically(path: pathlib.Path, data: bytes, mode: int) -> None:
+    """Under a temporary name, then renamed: nobody reads a half-written file, and a private
+    key is 600 from its first byte."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "wb") as f:
-        f.write(private)
-    path.with_suffix(".pub").write_bytes(public + f" {COMMENT}\n".encode())
+        f.write(data)
     os.replace(tmp, path)
-    return path
 
 
 def load_key(home: pathlib.Path):

@@ -13,21 +13,36 @@ templates: `env_payload` encodes them for the script's stdin, which the scripts 
 
 from __future__ import annotations
 
+import importlib.resources
 import pathlib
 import re
 import shlex
+from functools import cache
 
 from tpujob.errors import UsageError
 
-TEMPLATES = pathlib.Path(__file__).resolve().parents[2] / "templates"
+# A checkout keeps the scripts in the top-level templates/; tpujob/templates links to it so that
+# a wheel carries them as package data.
+_CHECKOUT_TEMPLATES = pathlib.Path(__file__).resolve().parents[2] / "templates"
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+@cache
+def templates_dir():
+    """Where the host scripts are: the installed package's templates/ (a wheel, or the symlink
+    in an editable checkout), else the checkout's top-level templates/ (a checkout whose
+    symlink was lost, e.g. by an archive tool that drops links)."""
+    packaged = importlib.resources.files("tpujob") / "templates"
+    if packaged.is_dir():
+        return packaged
+    return _CHECKOUT_TEMPLATES
+
+
 def render(name: str, **values: object) -> str:
     """The text of templates/NAME with each {{key}} replaced by shlex.quote(str(value))."""
-    text = (TEMPLATES / name).read_text()
+    text = (templates_dir() / name).read_text()
     wanted = set(_PLACEHOLDER.findall(text))
     missing, unused = wanted - values.keys(), values.keys() - wanted
     if missing or unused:

@@ -8,6 +8,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 
 from tpujob.errors import ConfigError
+from tpujob.settings import redact_url
 from tpujob.store.migrations import migrate
 
 _engines: dict[str, Engine] = {}
@@ -38,6 +39,16 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
+def _password(url: str) -> str | None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).password
+    except (ArgumentError, ValueError, TypeError):
+        return None
+
+
 def engine_for(url: str) -> Engine:
     """The migrated engine for `url`, created once per process."""
     engine = _engines.get(url)
@@ -45,7 +56,13 @@ def engine_for(url: str) -> Engine:
         try:
             engine = _sqlite_engine(url) if url.startswith("sqlite") else create_engine(url, pool_pre_ping=True)
         except Exception as exc:  # bad URL or missing driver: a configuration problem
-            raise ConfigError(f"cannot open store {url!r}: {exc}") from exc
+            shown = redact_url(url)
+            # The driver's message may quote the URL (or its password) too.
+            detail = str(exc).replace(url, shown)
+            password = _password(url)
+            if password:
+                detail = detail.replace(password, "***")
+            raise ConfigError(f"cannot open store {shown!r}: {detail}") from None
         migrate(engine)
         _engines[url] = engine
     return engine
