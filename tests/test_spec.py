@@ -565,3 +565,24 @@ def test_a_boolean_is_not_a_budget():
 def test_a_duplicated_key_is_refused():
     with pytest.raises(SpecError, match=r"name \(line 7\): key given twice"):
         _resolve(VALID + "name: other\n")
+
+
+def test_on_gcp_a_spec_without_a_project_takes_the_one_of_application_default_credentials(
+        monkeypatch, tmp_path):
+    import google.auth
+    from google.auth.credentials import AnonymousCredentials
+
+    from tpujob.service import jobs
+    from tpujob.service.context import Context
+
+    path = tmp_path / "s.yaml"
+    path.write_text(VALID)
+    monkeypatch.setenv("TPUJOB_CLOUD", "gcp")
+    monkeypatch.setattr(google.auth, "default", lambda *a, **k: (AnonymousCredentials(), "adc-project"))
+    assert jobs.validate(Context.load(), str(path)).project == "adc-project"
+    monkeypatch.setenv("TPUJOB_PROJECT", "named")  # a project set by name wins over ADC's
+    assert jobs.validate(Context.load(), str(path)).project == "named"
+    monkeypatch.delenv("TPUJOB_PROJECT")
+    monkeypatch.setattr(google.auth, "default", lambda *a, **k: (AnonymousCredentials(), None))
+    with pytest.raises(SpecError, match="no project"):
+        jobs.validate(Context.load(), str(path))
