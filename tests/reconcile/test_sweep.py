@@ -225,3 +225,23 @@ def test_provisioning_is_timed_from_the_node_s_create_time(server, store):
     assert (observed.slice, observed.provisioning_seconds) == (SlicePhase.PROVISIONING, 60.0)
     queued = Slice(name="n", zone=Z1, phase=CloudPhase.PROVISIONING)  # queued resource, no node yet
     assert rec._observe(store.get(job.id), None, queued).provisioning_seconds is None
+
+
+def test_resume_after_no_capacity_starts_the_capacity_budget_again(server):
+    from tpujob.service import jobs
+    from tpujob.service.context import Context
+
+    ctx = Context.load()
+    server.emulator.stockout(Z1, None, clear=False)
+    job = add_job(ctx.store, spec(Z1, requeue="max_capacity_retries: 1"))
+    rec = Reconciler(ctx.store, cloud_for(server), Hosts(), "me")
+    rec.sweep()
+    assert (ctx.store.get(job.id).state, ctx.store.get(job.id).end_reason) == ("FAILED", "no_capacity")
+    resumed = jobs.resume(ctx, str(job.id))
+    assert (resumed.state, resumed.capacity_misses) == ("RECOVERING", 0)
+    rec.sweep()  # still stocked out: one miss, within the fresh budget of one
+    assert (ctx.store.get(job.id).state, ctx.store.get(job.id).capacity_misses) == ("RECOVERING", 1)
+    server.emulator.stockout(Z1, None, clear=True)
+    rec.sweep()
+    rec.sweep()
+    assert ctx.store.get(job.id).state == "RUNNING"

@@ -131,6 +131,9 @@ class Reconciler:
             except TpujobError as exc:
                 failed[(project, zone)] = str(exc)
                 continue
+            except Exception as exc:  # noqa: BLE001 - an answer the client could not parse, a bug
+                failed[(project, zone)] = f"unexpected {type(exc).__name__}: {exc}"
+                continue
             for name, slice_ in listed.items():
                 seen[(zone, name)] = slice_
         return seen, failed
