@@ -63,7 +63,8 @@ def test_reopen_is_a_no_op(tmp_path):
 
 def test_capacity_misses_arrive_with_a_zero_for_jobs_already_stored(tmp_path):
     engine = create_engine(_url(tmp_path))
-    for version, name, apply in [m for m in MIGRATIONS if m[0] < 5]:  # a store as the release before migration 5 left it
+    # A store as the release before migration 5 left it, with a job in it.
+    for version, name, apply in [m for m in MIGRATIONS if m[0] < 5]:
         with engine.begin() as conn:
             migrations._bookkeeping.create_all(conn)
             apply(conn)
