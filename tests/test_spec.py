@@ -397,6 +397,34 @@ REFUSALS = [
         requeue:
           backoff_seconds: -5  #<
         """), "requeue.backoff_seconds", "greater than or equal to 0"),
+    ("zero-queue-timeout", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        requeue:
+          queue_timeout_seconds: 0  #<
+        """), "requeue.queue_timeout_seconds", "greater than 0"),
+    ("negative-capacity-retries", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        requeue:
+          max_capacity_retries: -1  #<
+        """), "requeue.max_capacity_retries", "greater than or equal to 0"),
+    ("textual-setup-timeout", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        requeue:
+          setup_timeout_seconds: 15m  #<
+        """), "requeue.setup_timeout_seconds", "valid number"),
+    ("misspelled-timeout-key", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        requeue:
+          provision_timeout: 60  #<
+        """), "requeue.provision_timeout", "did you mean 'provision_timeout_seconds'?"),
     ("non-numeric-budget", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}
@@ -621,6 +649,34 @@ def test_spec_error_carries_field_and_line():
     assert (info.value.field, info.value.line, info.value.exit_code) == ("tpu.accelerator", 3, 2)
 
 
+def test_requeue_timeouts_default_and_reach_the_policy():
+    from tpujob.reconcile.sweep import policy_of
+
+    defaults = policy_of(_resolve(VALID).to_json_dict())
+    assert (defaults.queue_timeout_seconds, defaults.provision_timeout_seconds, defaults.setup_timeout_seconds,
+            defaults.unhealthy_grace_seconds, defaults.max_capacity_retries) == (21600, 1800, 900, 120, 48)
+    tuned = policy_of(_resolve(VALID + _spec("""
+        requeue:
+          queue_timeout_seconds: 7200
+          provision_timeout_seconds: 600
+          setup_timeout_seconds: 1200.5
+          unhealthy_grace_seconds: 30
+          max_capacity_retries: 5
+        """)).to_json_dict())
+    assert (tuned.queue_timeout_seconds, tuned.provision_timeout_seconds, tuned.setup_timeout_seconds,
+            tuned.unhealthy_grace_seconds, tuned.max_capacity_retries) == (7200, 600, 1200.5, 30, 5)
+
+
+def test_a_job_recorded_before_the_new_keys_gets_their_defaults():
+    from tpujob.reconcile.sweep import policy_of
+
+    old = _resolve(VALID).to_json_dict()
+    old["spec"]["requeue"] = {"max_preemptions": 4, "max_failures": 1, "max_nan": 2, "backoff_seconds": 5.0}
+    policy = policy_of(old)
+    assert (policy.max_preemptions, policy.backoff_seconds, policy.queue_timeout_seconds,
+            policy.max_capacity_retries) == (4, 5.0, 21600, 48)
+
+
 def test_a_boolean_is_not_a_budget():
     with pytest.raises(SpecError, match="requeue.max_preemptions"):
         _resolve(VALID + "requeue: {max_preemptions: true}\n")
@@ -648,3 +704,24 @@ def test_the_reserved_run_dir_mount_is_where_storage_mounts_it():
     from tpujob.service import storage
 
     assert spec_mod.RUN_DIR_MOUNT == storage.RUN_DIR_MOUNT
+
+
+def test_on_gcp_a_spec_without_a_project_takes_the_one_of_application_default_credentials(
+        monkeypatch, tmp_path):
+    import google.auth
+    from google.auth.credentials import AnonymousCredentials
+
+    from tpujob.service import jobs
+    from tpujob.service.context import Context
+
+    path = tmp_path / "s.yaml"
+    path.write_text(VALID)
+    monkeypatch.setenv("TPUJOB_CLOUD", "gcp")
+    monkeypatch.setattr(google.auth, "default", lambda *a, **k: (AnonymousCredentials(), "adc-project"))
+    assert jobs.validate(Context.load(), str(path)).project == "adc-project"
+    monkeypatch.setenv("TPUJOB_PROJECT", "named")  # a project set by name wins over ADC's
+    assert jobs.validate(Context.load(), str(path)).project == "named"
+    monkeypatch.delenv("TPUJOB_PROJECT")
+    monkeypatch.setattr(google.auth, "default", lambda *a, **k: (AnonymousCredentials(), None))
+    with pytest.raises(SpecError, match="no project"):
+        jobs.validate(Context.load(), str(path))

@@ -75,8 +75,30 @@ class StockoutError(CloudError):
     """The zone has no capacity for the accelerator; reconcile falls back to the next entry."""
 
 
+class CloudRefused(CloudError):
+    """The cloud refused a request for good (invalid argument, unknown project or zone, missing
+    snapshot): sending the same request again cannot succeed, so a sweep ends the job instead
+    of retrying it every sweep."""
+
+
+class QuotaExceeded(CloudRefused):
+    """A resource quota (not a request rate, not a stockout) is spent: it takes a quota
+    increase or a deleted slice, not a retry."""
+
+
 class ConfigError(TpujobError):
     exit_code = EXIT_CONFIG
+
+
+AUTH_HINT = "run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
+
+
+class AuthError(ConfigError):
+    """Credentials missing, expired or refused (exit 6, with a hint on fixing them)."""
+
+
+class PermissionDenied(AuthError):
+    """The credentials work but lack a permission for this request (403)."""
 
 
 class JobDidNotSucceed(TpujobError):

@@ -72,11 +72,21 @@ class RunSpec(_Model):
     workdir: Optional[str] = None
 
 
+_WEEK = 7 * 86400
+
+
 class RequeuePolicy(_Model):
     max_preemptions: int = Field(default=20, ge=0)
     max_failures: int = Field(default=0, ge=0)
     max_nan: int = Field(default=3, ge=0)
+    # Capacity misses (stockout, queue timeout, stuck provisioning) in a row before FAILED
+    # no_capacity; with the backoff capped at 30 min, 48 misses are about a day of trying.
+    max_capacity_retries: int = Field(default=48, ge=0)
     backoff_seconds: float = Field(default=30.0, ge=0, le=86400)
+    queue_timeout_seconds: float = Field(default=6 * 3600.0, gt=0, le=_WEEK)
+    provision_timeout_seconds: float = Field(default=30 * 60.0, gt=0, le=_WEEK)
+    setup_timeout_seconds: float = Field(default=15 * 60.0, gt=0, le=_WEEK)
+    unhealthy_grace_seconds: float = Field(default=120.0, ge=0, le=_WEEK)
 
 
 class JobSpec(_Model):

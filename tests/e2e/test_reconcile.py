@@ -74,6 +74,27 @@ def test_a_stocked_out_zone_falls_back_to_the_next_one(ctx, local_cloud, project
     assert_no_orphans(ctx, local_cloud, project, (primary, FALLBACK_ZONE))
 
 
+def test_a_stockout_without_fallback_is_retried_until_capacity_returns(cli, ctx, local_cloud, project, tmp_path):
+    zone = "us-west4-c"  # a zone no other test uses: the stockout touches only this test
+    job = record(ctx, tmp_path, zone=zone)
+    local_cloud.stockout(zone)
+    try:
+        result = cli("requeue")
+        assert result.code == 0 and result.err == ""
+        waiting = ctx.store.get(job.id)
+        # Before: FAILED no_capacity at the first stockout. Now a capacity miss is retried (with
+        # backoff 0, twice in the sweep that opened the first attempt).
+        assert (waiting.state, waiting.capacity_misses) == ("RECOVERING", 2)
+        assert names(local_cloud, project, (zone,)) == []  # nothing left holding quota meanwhile
+    finally:
+        local_cloud.stockout(zone, clear=True)
+    job = sweep_until(ctx, job.id, running)
+    assert [(a.zone, a.end_reason) for a in ctx.store.attempts(job.id)] == [
+        (zone, "no_capacity"), (zone, "no_capacity"), (zone, None)]
+    assert job.capacity_misses == 0
+    assert_no_orphans(ctx, local_cloud, project, (zone,))
+
+
 def test_a_queued_resource_waiting_past_the_queue_timeout_moves_to_the_fallback(ctx, local_cloud, project,
                                                                                   tmp_path):
     primary = "us-west4-b"

@@ -5,11 +5,11 @@ import pytest
 
 from tpujob.reconcile.decide import (
     ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostStatus, JobView, MarkUnhealthy,
-    Move, Observation, Policy, Program, SetUp, SlicePhase, StartAttempt, StopProgram, decide,
+    Move, Observation, Policy, Program, ResetCount, SetUp, SlicePhase, StartAttempt, StopProgram, decide,
 )
 from tpujob.store.states import EndReason, State, TRANSITIONS
 
-P = Policy(max_preemptions=2, max_failures=1, max_nan=1, backoff_seconds=10)
+P = Policy(max_preemptions=2, max_failures=1, max_nan=1, backoff_seconds=10, max_capacity_retries=3)
 RUN = HostStatus(Program.RUNNING)
 OK = HostStatus(Program.EXITED, 0)
 BAD = HostStatus(Program.EXITED, 3)
@@ -39,14 +39,50 @@ CASES = [
     ("lost while provisioning", job(State.PROVISIONING), obs(SlicePhase.LOST),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "slice lost while provisioning; preemption 1 of 2 allowed")]),
-    ("stockout with fallback", job(State.PROVISIONING, fallbacks_left=1), obs(SlicePhase.STOCKOUT),
-     [EndAttempt("no_capacity"), DeleteSlice(), Move(State.RECOVERING, "zone stocked out; trying the next fallback"),
-      StartAttempt(next_placement=True)]),
-    ("stockout without fallback", job(State.PROVISIONING), obs(SlicePhase.STOCKOUT),
-     [EndAttempt("no_capacity"), DeleteSlice(),
-      Move(State.FAILED, "zone stocked out; no fallback left", EndReason.NO_CAPACITY)]),
+    # Capacity misses: wait (10 s base, doubling per miss in a row, plus the job's jitter), then the
+    # next placement; FAILED no_capacity only past max_capacity_retries (3) misses in a row.
+    ("stockout with fallback", job(State.PROVISIONING, placements=2), obs(SlicePhase.STOCKOUT),
+     [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
+      Move(State.RECOVERING, "zone stocked out; capacity miss 1 of 3 allowed, the next placement in 12 s")]),
+    ("stockout without fallback retries the same placement", job(State.PROVISIONING), obs(SlicePhase.STOCKOUT),
+     [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
+      Move(State.RECOVERING, "zone stocked out; capacity miss 1 of 3 allowed, the same placement in 12 s")]),
+    ("third stockout in a row waits longer", job(State.PROVISIONING, placements=2, capacity_misses=2),
+     obs(SlicePhase.STOCKOUT),
+     [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
+      Move(State.RECOVERING, "zone stocked out; capacity miss 3 of 3 allowed, the next placement in 47 s")]),
+    ("stockout past the capacity budget fails", job(State.PROVISIONING, placements=2, capacity_misses=3),
+     obs(SlicePhase.STOCKOUT),
+     [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
+      Move(State.FAILED, "zone stocked out; 3 capacity retries spent", EndReason.NO_CAPACITY)]),
     ("queue timeout without fallback keeps its place", job(State.PROVISIONING, in_state_seconds=1e6),
      obs(SlicePhase.WAITING), []),
+    ("queue timeout with a fallback moves on", job(State.PROVISIONING, in_state_seconds=7 * 3600, placements=3),
+     obs(SlicePhase.WAITING),
+     [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
+      Move(State.RECOVERING, "queued for 7.0 h without capacity; capacity miss 1 of 3 allowed, "
+                             "the next placement in 12 s")]),
+    # Provisioning is timed from the node's createTime: hours in the queue do not count.
+    ("capacity after a long queue is not stuck", job(State.PROVISIONING, in_state_seconds=2 * 3600),
+     Observation(SlicePhase.PROVISIONING, provisioning_seconds=60), []),
+    ("queued resource provisioning, node not there yet", job(State.PROVISIONING, in_state_seconds=1e6),
+     Observation(SlicePhase.PROVISIONING), []),
+    ("node stuck provisioning", job(State.PROVISIONING, in_state_seconds=2 * 3600),
+     Observation(SlicePhase.PROVISIONING, provisioning_seconds=31 * 60),
+     [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
+      Move(State.RECOVERING, "slice stuck provisioning for 31 min; capacity miss 1 of 3 allowed, "
+                             "the same placement in 12 s")]),
+    ("ready after capacity misses clears them", job(State.PROVISIONING, capacity_misses=2), obs(SlicePhase.READY),
+     [ResetCount("capacity_misses"), Move(State.SETTING_UP, "slice READY"), SetUp()]),
+    # A create refused for good ends the job, not loops on it.
+    ("create refused: user error", job(State.PROVISIONING),
+     Observation(SlicePhase.REFUSED, refusal="InvalidArgument: bad accelerator"),
+     [EndAttempt("refused"), DeleteSlice(),
+      Move(State.FAILED, "the cloud refused the slice: InvalidArgument: bad accelerator", EndReason.USER_ERROR)]),
+    ("create refused: quota", job(State.PROVISIONING),
+     Observation(SlicePhase.NO_QUOTA, refusal="Quota limit 'X' has been exceeded"),
+     [EndAttempt("refused"), DeleteSlice(),
+      Move(State.FAILED, "quota exhausted: Quota limit 'X' has been exceeded", EndReason.NO_CAPACITY)]),
     ("setting up runs setup", job(State.SETTING_UP), obs(SlicePhase.READY), [SetUp()]),
     ("setup timeout, retry", job(State.SETTING_UP, in_state_seconds=1e6), obs(SlicePhase.READY),
      [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
@@ -92,6 +128,16 @@ CASES = [
      [StartAttempt()]),
     ("recovering deletes a leftover slice first", job(State.RECOVERING, in_state_seconds=60), obs(SlicePhase.LOST),
      [DeleteSlice(), StartAttempt()]),
+    ("recovering after a capacity miss tries the next placement",
+     job(State.RECOVERING, in_state_seconds=13, capacity_misses=1, placements=2), obs(SlicePhase.ABSENT),
+     [StartAttempt(next_placement=True)]),
+    ("recovering after a capacity miss, one placement", job(State.RECOVERING, in_state_seconds=13, capacity_misses=1),
+     obs(SlicePhase.ABSENT), [StartAttempt()]),
+    ("recovering backs off longer after misses in a row",
+     job(State.RECOVERING, in_state_seconds=40, capacity_misses=3, placements=2), obs(SlicePhase.ABSENT), []),
+    ("recovering after misses in a row, wait over",
+     job(State.RECOVERING, in_state_seconds=48, capacity_misses=3, placements=2), obs(SlicePhase.ABSENT),
+     [StartAttempt(next_placement=True)]),
     ("recovering reuses a healthy slice after a failure", job(State.RECOVERING, in_state_seconds=60, reuse_slice=True),
      obs(SlicePhase.READY), [StartAttempt(reuse_slice=True), SetUp()]),
     ("setup script failed", job(State.SETTING_UP), Observation(SlicePhase.READY, setup_error="host 1: exit 2"),
@@ -109,6 +155,21 @@ def test_decide(name, view, observation, expected):
 def test_ended_jobs_are_never_touched(state):
     for phase in SlicePhase:
         assert decide(job(state), obs(phase, OK, BAD), P) == []
+
+
+def test_backoff_doubles_per_capacity_miss_up_to_a_cap_with_bounded_jitter():
+    policy = Policy(max_preemptions=1, max_failures=1, max_nan=1, backoff_seconds=30)
+    waits = [policy.backoff(job(State.RECOVERING, capacity_misses=n)) for n in range(0, 12)]
+    base = [30, 30, 60, 120, 240, 480, 960, 1800, 1800, 1800, 1800, 1800]
+    for wait, floor in zip(waits, base):
+        assert floor <= wait < floor * 1.2
+    # Deterministic (decide is pure), yet spread across jobs and attempts.
+    again = policy.backoff(job(State.RECOVERING, capacity_misses=3))
+    assert again == waits[3]
+    spread = {round(policy.backoff(job(State.RECOVERING, job_id=i, attempt=2)), 6) for i in range(20)}
+    assert len(spread) == 20
+    assert Policy(max_preemptions=1, max_failures=1, max_nan=1, backoff_seconds=0).backoff(
+        job(State.RECOVERING, capacity_misses=5)) == 0  # tests and impatient users: no wait at all
 
 
 def test_every_move_is_legal_and_every_swept_transition_is_reached():
@@ -129,7 +190,8 @@ def test_every_move_is_legal_and_every_swept_transition_is_reached():
     # Moves made by users (cancel, delete, resume) are covered by the store and CLI tests.
     user_moves = {(s, d) for s, dsts in TRANSITIONS.items() for d in dsts
                   if d in (State.CANCELLED, State.DELETED) or s in (State.FAILED, State.CANCELLED)}
-    # A create the cloud refuses for good (not capacity) fails the job from where it stood: act's path.
+    # Legal, but no sweep makes them: an attempt is always opened (PROVISIONING) before its create
+    # can be refused, so a refusal fails the job from PROVISIONING (the "create refused" rows).
     act_moves = {(State.PENDING, State.FAILED), (State.RECOVERING, State.FAILED)}
     missing = {(s, d) for s, dsts in TRANSITIONS.items() for d in dsts} - user_moves - act_moves - reached
     assert missing == set()

@@ -118,6 +118,7 @@ class Slice:
     hosts: tuple[Host, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     detail: str = ""  # why it failed or what it waits for, when the API says
+    node_create_time: float | None = None  # epoch seconds of the node's createTime; None: no node
 
 
 class Cloud(Protocol):

@@ -13,12 +13,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from tpujob.cloud.gcp import _error, _message, _retryable
+from tpujob.cloud.gcp import _retryable, invoke
 from tpujob.errors import CloudError, NotFoundError
 
 
@@ -212,12 +211,7 @@ class GcpCompute:
             self.api_calls += 1
             return fn(*args, **kwargs)
 
-        try:
-            return self._retry(attempt)()
-        except gexc.GoogleAPICallError as err:
-            raise _error(what, err) from err
-        except gexc.RetryError as err:
-            raise CloudError(f"{what}: gave up after retries: {_message(err.cause)}") from err
+        return invoke(self._retry, what, attempt)
 
     def _wait(self, op: Any, what: str, project: str, zone: str | None, timeout: float) -> None:
         """`wait` on our own operations client until DONE (each call blocks up to ~2 min)."""

@@ -7,33 +7,73 @@ pulls in google-cloud-tpu.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import requests
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
+from google.auth import exceptions as auth_exc
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from google.protobuf import duration_pb2
 
 from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, slice_phase
-from tpujob.errors import CloudError, ConflictError, NotFoundError, StockoutError, UsageError
+from tpujob.errors import (
+    AUTH_HINT, AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied,
+    QuotaExceeded, StockoutError, UsageError,
+)
 
 # Google's stockout wordings: "There is no more capacity in the zone ...", "Insufficient
 # reserved capacity", "... does not have enough resources available to fulfill the request".
 _STOCKOUT = re.compile(r"no more capacity|insufficient .*capacity|not have enough resources|"
                        r"stockout", re.IGNORECASE)
+# A spent resource quota ("Quota limit 'TPUV4PodPerProjectPerZoneForTPUAPI' has been exceeded.
+# Limit: 0 in zone ..."), as opposed to a request-rate quota ("Quota exceeded for quota metric
+# 'Requests' and limit 'Requests per minute'", "Maximum number of CreateNode requests per
+# minute"), which passes by itself and is retried.
+_QUOTA = re.compile(r"quota limit '[^']*' has been exceeded|quota '[^']*' exceeded", re.IGNORECASE)
+_RATE = re.compile(r"per ?minute|per ?second|requests|rate", re.IGNORECASE)
+_EXHAUSTED = (gexc.ResourceExhausted, gexc.TooManyRequests)  # gRPC code 8 / HTTP 429
 _TRANSIENT = (gexc.TooManyRequests, gexc.InternalServerError, gexc.BadGateway,
               gexc.ServiceUnavailable, gexc.GatewayTimeout)
+# The network between us and the API (a dropped connection, a read timeout) or the token
+# endpoint being unreachable: the same remedy as a 503.
+_NETWORK = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+            auth_exc.TransportError)
 
 
 def _is_stockout(err: Exception) -> bool:
-    return isinstance(err, gexc.ResourceExhausted) and bool(_STOCKOUT.search(str(err)))
+    return isinstance(err, _EXHAUSTED) and bool(_STOCKOUT.search(str(err)))
+
+
+def _is_quota(err: Exception) -> bool:
+    if not isinstance(err, _EXHAUSTED) or _is_stockout(err):
+        return False
+    match = _QUOTA.search(str(err))
+    return bool(match) and not _RATE.search(match.group(0))
 
 
 def _retryable(err: Exception) -> bool:
-    return isinstance(err, _TRANSIENT) and not _is_stockout(err)
+    if isinstance(err, _NETWORK):
+        return True
+    return isinstance(err, _TRANSIENT) and not _is_stockout(err) and not _is_quota(err)
+
+
+def invoke(retry: gretry.Retry, what: str, attempt: Callable[[], Any]) -> Any:
+    """Run `attempt` under `retry`; every failure leaves as a typed error (shared with compute)."""
+    try:
+        return retry(attempt)()
+    except gexc.GoogleAPICallError as err:
+        raise _error(what, err) from err
+    except gexc.RetryError as err:
+        raise CloudError(f"{what}: gave up after retries: {_message(err.cause)}") from err
+    except _NETWORK as err:  # only when a retry deadline of 0 let one through
+        raise CloudError(f"{what}: {_message(err)}") from err
+    except (auth_exc.RefreshError, auth_exc.DefaultCredentialsError) as err:
+        raise AuthError(f"{what}: Google credentials not usable ({_message(err)}); {AUTH_HINT}") from err
 
 
 class GcpCloud:
@@ -63,9 +103,10 @@ class GcpCloud:
         """Create the node directly and wait for its operation (READY, or StockoutError)."""
         node = self._node(request)
         what = f"creating node {request.name}"
-        op = self._call(what, self._client.create_node, parent=_parent(request),
-                        node_id=request.name, node=node)
-        self._wait(op, what, timeout)
+        with _parent_must_exist(request):
+            op = self._call(what, self._client.create_node, parent=_parent(request),
+                            node_id=request.name, node=node)
+            self._wait(op, what, timeout)
         return self.get_slice(request.project, request.zone, request.name)
 
     def create_queued_resource(self, request: SliceRequest, timeout: float = 300.0) -> Slice:
@@ -82,9 +123,10 @@ class GcpCloud:
             qr.queueing_policy = tpu_v2.QueuedResource.QueueingPolicy(
                 valid_until_duration=duration_pb2.Duration(seconds=request.valid_until_seconds))
         what = f"queueing {request.name}"
-        op = self._call(what, self._client.create_queued_resource, parent=_parent(request),
-                        queued_resource_id=request.name, queued_resource=qr)
-        self._wait(op, what, timeout)
+        with _parent_must_exist(request):
+            op = self._call(what, self._client.create_queued_resource, parent=_parent(request),
+                            queued_resource_id=request.name, queued_resource=qr)
+            self._wait(op, what, timeout)
         return self.get_slice(request.project, request.zone, request.name)
 
     def _node(self, request: SliceRequest) -> tpu_v2.Node:
@@ -196,12 +238,7 @@ class GcpCloud:
             self.api_calls += 1
             return fn(*args, **kwargs)
 
-        try:
-            return self._retry(attempt)()
-        except gexc.GoogleAPICallError as err:
-            raise _error(what, err) from err
-        except gexc.RetryError as err:
-            raise CloudError(f"{what}: gave up after retries: {_message(err.cause)}") from err
+        return invoke(self._retry, what, attempt)
 
     def _get_or_none(self, what: str, fn: Callable, name: str) -> Any:
         try:
@@ -227,6 +264,17 @@ class GcpCloud:
             raise _error(what, err)
 
 
+@contextlib.contextmanager
+def _parent_must_exist(request: SliceRequest) -> Iterator[None]:
+    """On a create, NotFound is about what the request names (project, zone, a disk), not the
+    resource being made: a refusal for good, not a missing resource."""
+    try:
+        yield
+    except NotFoundError as err:
+        raise CloudRefused(f"{err} (does project {request.project!r} exist, with the TPU API "
+                           f"enabled, and is {request.zone!r} a TPU zone?)") from err
+
+
 def _all(list_fn: Callable, parent: str) -> list:
     """Every item over every page, inside one retried call (pages follow lazily)."""
     return list(list_fn(parent=parent))
@@ -236,17 +284,27 @@ def _error(what: str, err: gexc.GoogleAPICallError) -> Exception:
     message = f"{what}: {_message(err)}"
     if _is_stockout(err):
         return StockoutError(message)
+    if _is_quota(err):
+        return QuotaExceeded(message)
     if isinstance(err, gexc.NotFound):
         return NotFoundError(message)
     if isinstance(err, (gexc.AlreadyExists, gexc.Conflict)):
         return ConflictError(message)
+    if isinstance(err, gexc.Unauthenticated):
+        return AuthError(f"{message}; {AUTH_HINT}")
+    if isinstance(err, gexc.PermissionDenied):
+        return PermissionDenied(f"{message}; check the project and the account's roles, or {AUTH_HINT}")
+    if isinstance(err, gexc.BadRequest):  # InvalidArgument, FailedPrecondition, OutOfRange
+        return CloudRefused(message)
     return CloudError(message)
 
 
-def _message(err: Exception | None) -> str:
+def _message(err: BaseException | None) -> str:
     if isinstance(err, gexc.GoogleAPICallError):
         return f"{type(err).__name__}: {err.message}"
-    return str(err)
+    if err is not None and not str(err):
+        return type(err).__name__
+    return f"{type(err).__name__}: {err}" if isinstance(err, _NETWORK) else str(err)
 
 
 def _loc(project: str, zone: str) -> str:
@@ -273,7 +331,11 @@ def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:
         detail = qr.state.failed_data.error.message
     accelerator = node.accelerator_type if node is not None else (
         qr.tpu.node_spec[0].node.accelerator_type if qr is not None and qr.tpu.node_spec else None)
+    # The node's own createTime: when capacity was found and its hosts started coming up (a
+    # queued resource creates its node only then), so provisioning is timed apart from queueing.
+    created = node.create_time if node is not None else None
     return Slice(name=name, zone=zone, phase=slice_phase(node_state, qr_state),
                  node_state=node_state, queued_resource_state=qr_state,
                  accelerator_type=accelerator, hosts=hosts,
-                 labels=dict(node.labels) if node is not None else {}, detail=detail)
+                 labels=dict(node.labels) if node is not None else {}, detail=detail,
+                 node_create_time=created.timestamp() if created else None)

@@ -6,7 +6,8 @@ decided here, so the whole policy is one table-tested function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Optional
 
@@ -20,6 +21,8 @@ class SlicePhase(str, Enum):
     READY = "READY"
     LOST = "LOST"  # preempted, terminated, queued resource FAILED or SUSPENDED
     STOCKOUT = "STOCKOUT"  # the create was refused for capacity
+    REFUSED = "REFUSED"  # the create was refused for good: bad request, permission, missing snapshot
+    NO_QUOTA = "NO_QUOTA"  # the create was refused because a resource quota is spent
 
 
 class Program(str, Enum):
@@ -43,6 +46,10 @@ class Observation:
     hosts: tuple[HostStatus, ...] = ()  # observed only when the slice is READY and a program was launched
     last_step: Optional[int] = None  # from the runtime's status/heartbeat, when known
     setup_error: Optional[str] = None  # the setup script failed on a host (not a connection error)
+    # Since the node's own createTime: the provisioning phase alone, not the queue wait before it.
+    # None while no node exists (a queued resource that has not created it yet).
+    provisioning_seconds: Optional[float] = None
+    refusal: Optional[str] = None  # the cloud's word on a REFUSED or NO_QUOTA create
 
 
 @dataclass(frozen=True)
@@ -55,12 +62,29 @@ class Policy:
     provision_timeout_seconds: float = 30 * 60  # a node stuck CREATING
     setup_timeout_seconds: float = 15 * 60  # per attempt, scaled by host count in `setup_timeout`
     unhealthy_grace_seconds: float = 120
+    max_capacity_retries: int = 48
+    max_backoff_seconds: float = 30 * 60  # capacity misses double the wait up to this
     nan_exit_code: int = 76
     preempted_exit_code: int = 75
 
     def setup_timeout(self, hosts: int) -> float:
         # Fan-out is parallel, but installs contend for the same mirrors and buckets.
         return self.setup_timeout_seconds * (1 + hosts / 32)
+
+    def backoff(self, job: "JobView") -> float:
+        """The wait in RECOVERING before the next attempt: backoff_seconds, doubled for each
+        capacity miss in a row (a zone out of capacity now is likely out in a minute too) up to
+        max_backoff_seconds, plus up to 20% jitter so that jobs preempted or stocked out
+        together do not all come back in the same second. The jitter is a hash of the job id
+        and attempt number, not a random draw: decide stays a pure function."""
+        wait = self.backoff_seconds
+        if job.capacity_misses > 0:
+            wait = min(wait * 2 ** (job.capacity_misses - 1), max(self.max_backoff_seconds, wait))
+        digest = hashlib.sha256(f"{job.job_id}:{job.attempt}".encode()).digest()
+        return wait * (1 + JITTER * int.from_bytes(digest[:4], "big") / 2**32)
+
+
+JITTER = 0.2
 
 
 @dataclass(frozen=True)
@@ -73,9 +97,11 @@ class JobView:
     hosts: int
     in_state_seconds: float  # since the last state change
     unhealthy_seconds: Optional[float] = None  # since the slice was first seen unhealthy
-    fallbacks_left: int = 0
+    placements: int = 1  # the primary placement plus tpu.fallback entries
     keep_slice: bool = False
     reuse_slice: bool = False  # RECOVERING after a program failure: the slice itself is fine
+    job_id: int = 0  # seeds the backoff's jitter
+    capacity_misses: int = 0  # capacity misses in a row, since a slice last came up READY
 
 
 # --- actions ------------------------------------------------------------------------------------
@@ -89,7 +115,7 @@ class Action:
 class StartAttempt(Action):
     """Open attempt N+1: create its slice (name derived from job id + N+1) and move to
     PROVISIONING, or, with reuse_slice, keep the current healthy slice and move to SETTING_UP."""
-    next_placement: bool = False  # move on to the next fallback zone/accelerator first
+    next_placement: bool = False  # move on to the next placement (cycling back to the primary)
     reuse_slice: bool = False
 
 
@@ -120,7 +146,13 @@ class EndAttempt(Action):
 
 @dataclass(frozen=True)
 class Count(Action):
-    counter: str  # "preemptions" | "failures" | "nan_restarts"
+    counter: str  # "preemptions" | "failures" | "nan_restarts" | "capacity_misses"
+
+
+@dataclass(frozen=True)
+class ResetCount(Action):
+    """Set a counter back to 0 with the next Move (capacity misses, once a slice is READY)."""
+    counter: str
 
 
 @dataclass(frozen=True)
@@ -157,12 +189,26 @@ def _lost(job: JobView, policy: Policy, why: str) -> list[Action]:
                                              f"{policy.max_preemptions} allowed")]
 
 
-def _no_capacity(job: JobView, why: str) -> list[Action]:
-    actions: list[Action] = [EndAttempt("no_capacity"), DeleteSlice()]
-    if job.fallbacks_left > 0:
-        return actions + [Move(State.RECOVERING, f"{why}; trying the next fallback"),
-                          StartAttempt(next_placement=True)]
-    return actions + [Move(State.FAILED, f"{why}; no fallback left", EndReason.NO_CAPACITY)]
+def _no_capacity(job: JobView, policy: Policy, why: str) -> list[Action]:
+    """A capacity miss: free what the attempt holds, then wait (growing backoff) and try the next
+    placement, cycling back to the primary, until max_capacity_retries misses in a row."""
+    misses = job.capacity_misses + 1
+    actions: list[Action] = [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses")]
+    if misses > policy.max_capacity_retries:
+        return actions + [Move(State.FAILED, f"{why}; {policy.max_capacity_retries} capacity retries "
+                                             "spent", EndReason.NO_CAPACITY)]
+    wait = policy.backoff(replace(job, capacity_misses=misses))
+    where = "the next placement" if job.placements > 1 else "the same placement"
+    return actions + [Move(State.RECOVERING, f"{why}; capacity miss {misses} of "
+                                             f"{policy.max_capacity_retries} allowed, {where} in {wait:.0f} s")]
+
+
+def _refused(obs: Observation) -> list[Action]:
+    """The cloud refused the create for good: asking again every sweep would loop forever."""
+    actions: list[Action] = [EndAttempt("refused"), DeleteSlice()]
+    if obs.slice == SlicePhase.NO_QUOTA:
+        return actions + [Move(State.FAILED, f"quota exhausted: {obs.refusal}", EndReason.NO_CAPACITY)]
+    return actions + [Move(State.FAILED, f"the cloud refused the slice: {obs.refusal}", EndReason.USER_ERROR)]
 
 
 def _pending(job, obs, policy):
@@ -172,17 +218,24 @@ def _pending(job, obs, policy):
 def _provisioning(job, obs, policy):
     phase = obs.slice
     if phase == SlicePhase.READY:
-        return [Move(State.SETTING_UP, "slice READY"), SetUp()]
+        ready: list[Action] = [Move(State.SETTING_UP, "slice READY"), SetUp()]
+        return [ResetCount("capacity_misses")] + ready if job.capacity_misses else ready
     if phase == SlicePhase.LOST:
         return _lost(job, policy, "slice lost while provisioning")
+    if phase in (SlicePhase.REFUSED, SlicePhase.NO_QUOTA):
+        return _refused(obs)
     if phase == SlicePhase.STOCKOUT:
-        return _no_capacity(job, "zone stocked out")
+        return _no_capacity(job, policy, "zone stocked out")
+    # PROVISIONING state counts from the request: for a queued resource, that is the queue wait.
     if phase == SlicePhase.WAITING and job.in_state_seconds > policy.queue_timeout_seconds:
-        if job.fallbacks_left > 0:
-            return _no_capacity(job, f"queued for {job.in_state_seconds / 3600:.1f} h without capacity")
+        if job.placements > 1:
+            return _no_capacity(job, policy, f"queued for {job.in_state_seconds / 3600:.1f} h without capacity")
         return []  # keep our place in the only queue we have
-    if phase == SlicePhase.PROVISIONING and job.in_state_seconds > policy.provision_timeout_seconds:
-        return _no_capacity(job, "slice stuck provisioning")
+    # The node's own age, not the state's: a node that got capacity after hours in the queue has
+    # only just started provisioning.
+    if (phase == SlicePhase.PROVISIONING and obs.provisioning_seconds is not None
+            and obs.provisioning_seconds > policy.provision_timeout_seconds):
+        return _no_capacity(job, policy, f"slice stuck provisioning for {obs.provisioning_seconds / 60:.0f} min")
     if phase == SlicePhase.ABSENT:
         # A crash between opening the attempt and creating its slice, or a create that failed
         # transiently: issue it again (idempotent: the name is the attempt's).
@@ -245,14 +298,16 @@ def _running(job, obs, policy):
 
 
 def _recovering(job, obs, policy):
-    if job.in_state_seconds < policy.backoff_seconds:
+    if job.in_state_seconds < policy.backoff(job):
         return []
     if job.reuse_slice and obs.slice == SlicePhase.READY:
         return [StartAttempt(reuse_slice=True), SetUp()]
     actions: list[Action] = []
     if obs.slice not in (SlicePhase.ABSENT,):
         actions.append(DeleteSlice())
-    return actions + [StartAttempt()]
+    # After a capacity miss the next placement gets its turn; after a preemption the job stays
+    # where it last had capacity.
+    return actions + [StartAttempt(next_placement=job.capacity_misses > 0 and job.placements > 1)]
 
 
 _BY_STATE = {

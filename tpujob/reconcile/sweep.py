@@ -14,13 +14,17 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase, SliceRequest
-from tpujob.errors import CloudError, ConflictError, JobLocked, StockoutError, TpujobError
+from tpujob.errors import (
+    CloudError, CloudRefused, ConflictError, JobLocked, NotFoundError, PermissionDenied, QuotaExceeded,
+    StockoutError, TpujobError, UsageError,
+)
 from tpujob.reconcile.decide import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostStatus, JobView,
-    MarkUnhealthy, Move, Observation, Policy, SetUp, SlicePhase, StartAttempt, StopProgram, decide,
+    MarkUnhealthy, Move, Observation, Policy, ResetCount, SetUp, SlicePhase, StartAttempt, StopProgram,
+    decide,
 )
 from tpujob.store.models import Attempt, Job
-from tpujob.store.states import ACTIVE, EndReason, State
+from tpujob.store.states import ACTIVE, State
 
 # Cloud phases as decide sees them. DELETING is a slice on its way out: lost.
 _PHASES = {
@@ -77,10 +81,28 @@ def placements(spec: dict) -> list[tuple[str, str]]:
 def policy_of(spec: dict) -> Policy:
     from tpujob.runtime.contract import EXIT_NAN, EXIT_PREEMPTED
 
-    r = spec["spec"]["requeue"]
-    return Policy(max_preemptions=r["max_preemptions"], max_failures=r["max_failures"], max_nan=r["max_nan"],
-                  backoff_seconds=r["backoff_seconds"], nan_exit_code=EXIT_NAN,
+    from tpujob.spec import RequeuePolicy
+
+    # Through the model: a job recorded before a key existed gets that key's default.
+    r = RequeuePolicy.model_validate(spec["spec"]["requeue"])
+    return Policy(max_preemptions=r.max_preemptions, max_failures=r.max_failures, max_nan=r.max_nan,
+                  backoff_seconds=r.backoff_seconds, queue_timeout_seconds=r.queue_timeout_seconds,
+                  provision_timeout_seconds=r.provision_timeout_seconds,
+                  setup_timeout_seconds=r.setup_timeout_seconds,
+                  unhealthy_grace_seconds=r.unhealthy_grace_seconds,
+                  max_capacity_retries=r.max_capacity_retries, nan_exit_code=EXIT_NAN,
                   preempted_exit_code=EXIT_PREEMPTED)
+
+
+def _runtime_version(spec: dict, accelerator: str) -> str:
+    """The spec's runtime_version when it names one; otherwise the default of the attempt's own
+    generation: a fallback from v4 to v5e must not boot a v4 image."""
+    explicit = spec["spec"]["tpu"].get("runtime_version")
+    if explicit:
+        return explicit
+    from tpujob.catalogue import accelerator as lookup
+
+    return lookup(accelerator).generation.runtime_version
 
 
 class Reconciler:
@@ -97,13 +119,24 @@ class Reconciler:
         self.policy_overrides = policy_overrides or {}
 
     # -- observe -----------------------------------------------------------------------------
-    def observe_slices(self, jobs: list[Job]) -> dict[tuple[str, str], Slice]:
-        """One list per (project, zone) of the jobs' current attempts."""
+    def observe_slices(self, jobs: list[Job]) -> tuple[dict[tuple[str, str], Slice], dict[tuple[str, str], str]]:
+        """One list per (project, zone) of the jobs' current attempts: the slices seen, and the
+        (project, zone)s whose listing failed, with why. One zone down (an outage, a project
+        whose permission was revoked) must not blind the sweep to every other zone."""
         seen: dict[tuple[str, str], Slice] = {}
+        failed: dict[tuple[str, str], str] = {}
         for project, zone in sorted({(j.project, j.zone) for j in jobs if j.attempt > 0}):
-            for name, slice_ in self.cloud.list_slices(project, zone).items():
+            try:
+                listed = self.cloud.list_slices(project, zone)
+            except TpujobError as exc:
+                failed[(project, zone)] = str(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - an answer the client could not parse, a bug
+                failed[(project, zone)] = f"unexpected {type(exc).__name__}: {exc}"
+                continue
+            for name, slice_ in listed.items():
                 seen[(zone, name)] = slice_
-        return seen
+        return seen, failed
 
     # -- sweep -------------------------------------------------------------------------------
     def sweep(self, job_ids: Optional[list[int]] = None) -> SweepReport:
@@ -114,9 +147,15 @@ class Reconciler:
             wanted = set(job_ids)
             jobs = [j for j in jobs if j.id in wanted]
         snapshot_at = self.clock()
-        slices = self.observe_slices(jobs)
+        slices, blind = self.observe_slices(jobs)
+        # Jobs in a zone that could not be listed are not judged on a missing listing this sweep.
+        skipped = [j for j in jobs if j.attempt > 0 and (j.project, j.zone) in blind]
+        for (project, zone), why in sorted(blind.items()):
+            count = sum(1 for j in skipped if (j.project, j.zone) == (project, zone))
+            report.errors.append(f"{project}/{zone}: listing failed, {count} job(s) skipped: {why}")
+        jobs = [j for j in jobs if j.id not in {k.id for k in skipped}]
         self.store.mark_observed([j.id for j in jobs], snapshot_at)
-        report.jobs_seen = len(jobs)
+        report.jobs_seen = len(jobs) + len(skipped)
         for job in jobs:
             try:
                 self.store.acquire_lease(job.id, self.actor, self.lease_seconds)
@@ -129,6 +168,12 @@ class Reconciler:
             except TpujobError as exc:  # one job's trouble must not stop the others
                 report.errors.append(f"job {job.id:06d}: {exc}")
                 self.store.add_event(job.id, "error", str(exc))
+            except Exception as exc:  # noqa: BLE001 - a bug met on one job must not stop the others
+                report.errors.append(f"job {job.id:06d}: unexpected {type(exc).__name__}: {exc}")
+                try:
+                    self.store.add_event(job.id, "error", f"unexpected {type(exc).__name__}: {exc}")
+                except Exception:  # noqa: BLE001 - the store itself may be what failed
+                    pass
             finally:
                 self.store.release_lease(job.id, self.actor)
         report.api_calls = self.cloud.api_calls - calls0
@@ -167,7 +212,9 @@ class Reconciler:
         hosts: tuple[HostStatus, ...] = ()
         if phase == SlicePhase.READY and State(job.state) == State.RUNNING:
             hosts = self.hosts.program_status(job, attempt, slice_)
-        return Observation(slice=phase, hosts=hosts)
+        created = slice_.node_create_time if slice_ is not None else None
+        return Observation(slice=phase, hosts=hosts,
+                           provisioning_seconds=None if created is None else max(0.0, self.clock() - created))
 
     def _record_steps(self, job: Job, attempt, obs: Observation) -> None:
         """The attempt's progress as the runtime reports it: lost steps per preemption."""
@@ -194,8 +241,8 @@ class Reconciler:
             nan_restarts=job.nan_restarts, hosts=spec["hosts"],
             in_state_seconds=now - (job.state_since if job.state_since is not None else job.updated_at),
             unhealthy_seconds=None if job.unhealthy_since is None else now - job.unhealthy_since,
-            fallbacks_left=len(placements(spec)) - 1 - job.placement,
-            keep_slice=job.keep_slice, reuse_slice=reuse,
+            placements=len(placements(spec)), keep_slice=job.keep_slice, reuse_slice=reuse,
+            job_id=job.id, capacity_misses=job.capacity_misses,
         )
 
     # -- act ---------------------------------------------------------------------------------
@@ -206,6 +253,8 @@ class Reconciler:
             if isinstance(action, Count):
                 # Applied with the next Move, in its transaction: a crash in between counts nothing.
                 counters[action.counter] = getattr(job, action.counter) + 1
+            elif isinstance(action, ResetCount):
+                counters[action.counter] = 0
             elif isinstance(action, Move):
                 job = self.store.transition(job.id, state, action.to, action.message, end_reason=action.reason,
                                             owner=self.actor, unhealthy_since=None, **counters)
@@ -245,8 +294,10 @@ class Reconciler:
 
     def _start_attempt(self, job, attempt, slice_, state, action: StartAttempt):
         spec = json.loads(job.spec_json)
-        placement = job.placement + (1 if action.next_placement else 0)
-        accelerator, zone = placements(spec)[placement]
+        options = placements(spec)
+        # Past the last fallback, back to the primary: capacity comes back where it was missing.
+        placement = (job.placement + (1 if action.next_placement else 0)) % len(options)
+        accelerator, zone = options[placement]
         if action.reuse_slice and attempt is not None:
             job, new = self.store.start_attempt(
                 job.id, state, State.SETTING_UP, "new attempt on the same slice", zone=attempt.zone,
@@ -268,14 +319,15 @@ class Reconciler:
         tpu = spec["spec"]["tpu"]
         # The job's disks (clones made at the first attempt, reused after); hosts fakes have none.
         disks = getattr(self.hosts, "data_disks", None)
-        request = SliceRequest(
-            project=job.project, zone=attempt.zone, name=attempt.slice_name,
-            accelerator_type=attempt.accelerator,
-            runtime_version=spec["runtime_version"], provisioning=tpu["provisioning"], queued=attempt.queued,
-            labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
-            ssh_keys=self.ssh_keys, data_disks=disks(job, attempt) if disks else (),
-        )
         try:
+            request = SliceRequest(
+                project=job.project, zone=attempt.zone, name=attempt.slice_name,
+                accelerator_type=attempt.accelerator,
+                runtime_version=_runtime_version(spec, attempt.accelerator), provisioning=tpu["provisioning"],
+                queued=attempt.queued,
+                labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
+                ssh_keys=self.ssh_keys, data_disks=disks(job, attempt) if disks else (),
+            )
             if attempt.queued:
                 self.cloud.create_queued_resource(request)
             else:
@@ -291,11 +343,17 @@ class Reconciler:
             self._act(self.store.get(job.id), attempt, None, actions)
             job = self.store.get(job.id)
             return job, State(job.state)
+        except (CloudRefused, PermissionDenied, NotFoundError, UsageError) as exc:
+            # For good: a bad request, a missing permission, a missing snapshot or disk, a spent
+            # quota. The same create would fail every sweep; decide ends the job instead.
+            phase = SlicePhase.NO_QUOTA if isinstance(exc, QuotaExceeded) else SlicePhase.REFUSED
+            self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} refused: {exc}")
+            view = self._view(self.store.get(job.id), attempt)
+            actions = decide(view, Observation(slice=phase, refusal=str(exc)), self._policy(job))
+            self._act(self.store.get(job.id), attempt, None, actions)
+            job = self.store.get(job.id)
+            return job, State(job.state)
         except CloudError as exc:
-            if getattr(exc, "permanent", False):
-                job = self.store.transition(job.id, state, State.FAILED, f"the cloud refused the slice: {exc}",
-                                            end_reason=EndReason.INTERNAL, owner=self.actor)
-                return job, State.FAILED
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
             return job, state
         crash_point("slice-requested")

@@ -30,6 +30,14 @@ class Context:
         return open_store(self.settings.database_url)
 
     @cached_property
+    def default_project(self) -> str:
+        """The project of a spec without tpu.project: the `project` setting, else, on gcp, the
+        one Application Default Credentials carry (`gcloud config set project`, a key file's)."""
+        if self.settings.effective_project or self.settings.cloud != "gcp":
+            return self.settings.effective_project
+        return _adc_project()
+
+    @cached_property
     def actor(self) -> str:
         """Who holds a lease: unique per process, readable in `show`."""
         return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -62,6 +70,17 @@ def make_cloud(settings: Settings):
 
     info = process.ensure_running()
     return GcpCloud.for_emulator(info["tpu_endpoint"])
+
+
+def _adc_project() -> str:
+    """ADC's project, or "" when ADC has none (resolution then asks for one by name)."""
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        return google.auth.default()[1] or ""
+    except DefaultCredentialsError:
+        return ""
 
 
 def _google_credentials():

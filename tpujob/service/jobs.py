@@ -19,7 +19,7 @@ from tpujob.store.states import ENDED, State
 
 def validate(ctx: Context, path: str) -> ResolvedSpec:
     resolved, _ = spec_mod.load(path, default_zone=ctx.settings.zone,
-                                default_project=ctx.settings.effective_project)
+                                default_project=ctx.default_project)
     return resolved
 
 
@@ -67,7 +67,7 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
     """Record the job as PENDING: the next sweep (or `create`, following it) starts it.
     Nothing is written when the spec is refused."""
     resolved, text = spec_mod.load(path, default_zone=ctx.settings.zone,
-                                   default_project=ctx.settings.effective_project)
+                                   default_project=ctx.default_project)
     job = ctx.store.add_job(
         name=resolved.spec.name, spec_yaml=text, spec_json=json.dumps(resolved.to_json_dict()),
         accelerator=resolved.accelerator, zone=resolved.zone, project=resolved.project,
@@ -195,7 +195,8 @@ def resume(ctx: Context, ref: str):
                    f"{job.failures} failures, {job.nan_restarts} NaN restarts)")
         # state_since backdated: a resume is not a retry, it need not wait out the backoff.
         return ctx.store.transition(job.id, State(job.state), State.RECOVERING, message, owner=owner,
-                                    preemptions=0, failures=0, nan_restarts=0, state_since=0.0)
+                                    preemptions=0, failures=0, nan_restarts=0, capacity_misses=0,
+                                    state_since=0.0)
 
 
 def logs_dir(ctx: Context, job_id: int) -> Path:

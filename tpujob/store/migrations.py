@@ -95,12 +95,20 @@ def _v4_host_keys(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN host_keys TEXT")
 
 
+def _v5_capacity_misses(conn: Connection) -> None:
+    # Capacity misses (stockout, queue timeout, stuck provisioning) in a row: the backoff doubles
+    # with each and the job fails no_capacity past requeue.max_capacity_retries; reset to 0 when a
+    # slice comes up READY, and by `resume`.
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN capacity_misses INTEGER NOT NULL DEFAULT 0")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
     (2, "job: state_since, unhealthy_since, placement", _v2_reconcile_columns),
     (3, "job.running_seconds, attempt.resumed_from_step", _v3_accounting),
     (4, "attempt.host_keys", _v4_host_keys),
+    (5, "job.capacity_misses", _v5_capacity_misses),
 ]
 
 _bookkeeping = MetaData()

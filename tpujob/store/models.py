@@ -34,6 +34,7 @@ class Job(SQLModel, table=True):
     unhealthy_since: Optional[float] = None
     placement: int = 0
     running_seconds: float = 0.0
+    capacity_misses: int = 0  # capacity misses in a row (stockouts, queue timeouts) since READY
 
 
 class Attempt(SQLModel, table=True):
