@@ -675,6 +675,7 @@ def test_a_job_recorded_before_the_new_keys_gets_their_defaults():
     policy = policy_of(old)
     assert (policy.max_preemptions, policy.backoff_seconds, policy.queue_timeout_seconds,
             policy.max_capacity_retries) == (4, 5.0, 21600, 48)
+    assert policy.fatal_exit_codes == {77, 78, 79}  # the runtime's code/config errors (docs/runtime.md)
 
 
 def test_a_boolean_is_not_a_budget():

@@ -104,6 +104,17 @@ CASES = [
     ("failure, budget spent", job(State.RUNNING, failures=1), obs(SlicePhase.READY, BAD, OK),
      [StopProgram(), EndAttempt("failed"), Count("failures"),
       Move(State.FAILED, "program exited 3", EndReason.USER_ERROR), DeleteSlice()]),
+    # The runtime's init check, config error and strict recompile (77-79): never retried, even
+    # with retries left, since the same code and config fail the same way on any hardware.
+    ("config error not retried", job(State.RUNNING), obs(SlicePhase.READY, HostStatus(Program.EXITED, 78), RUN),
+     [StopProgram(), EndAttempt("failed"), Count("failures"),
+      Move(State.FAILED, "program exited 78: a code or config error, not retried", EndReason.USER_ERROR),
+      DeleteSlice()]),
+    ("init check refusal beside a plain failure", job(State.RUNNING),
+     obs(SlicePhase.READY, BAD, HostStatus(Program.EXITED, 77)),
+     [StopProgram(), EndAttempt("failed"), Count("failures"),
+      Move(State.FAILED, "program exited 77: a code or config error, not retried", EndReason.USER_ERROR),
+      DeleteSlice()]),
     ("nan -> new hardware", job(State.RUNNING), obs(SlicePhase.READY, NAN, RUN),
      [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts"),
       Move(State.RECOVERING, "NaN loss: slice suspect, moving to new hardware")]),

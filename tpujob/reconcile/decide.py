@@ -66,6 +66,9 @@ class Policy:
     max_backoff_seconds: float = 30 * 60  # capacity misses double the wait up to this
     nan_exit_code: int = 76
     preempted_exit_code: int = 75
+    # Exits that say the program or its config is wrong (the runtime's init check, bad config,
+    # strict-shapes recompile): running it again on any hardware gives the same answer.
+    fatal_exit_codes: frozenset[int] = frozenset({77, 78, 79})
 
     def setup_timeout(self, hosts: int) -> float:
         # Fan-out is parallel, but installs contend for the same mirrors and buckets.
@@ -256,9 +259,10 @@ def _setting_up(job, obs, policy):
     return [SetUp()]
 
 
-def _failed(job, policy, attempt_reason: str, why: str, reason: EndReason) -> list[Action]:
+def _failed(job, policy, attempt_reason: str, why: str, reason: EndReason,
+            retry: bool = True) -> list[Action]:
     actions: list[Action] = [StopProgram(), EndAttempt(attempt_reason), Count("failures")]
-    if job.failures + 1 > policy.max_failures:
+    if not retry or job.failures + 1 > policy.max_failures:
         actions.append(Move(State.FAILED, why, reason))
         return actions if job.keep_slice else actions + [DeleteSlice()]
     return actions + [Move(State.RECOVERING, f"{why}; retry {job.failures + 1} of {policy.max_failures}")]
@@ -283,6 +287,10 @@ def _running(job, obs, policy):
         return _lost(job, policy, "program stopped on a preemption notice")
     failed = [c for c in codes if c != 0]
     if failed:
+        fatal = [c for c in failed if c in policy.fatal_exit_codes]
+        if fatal:
+            return _failed(job, policy, "failed", f"program exited {fatal[0]}: a code or config error, "
+                           "not retried", EndReason.USER_ERROR, retry=False)
         return _failed(job, policy, "failed", f"program exited {failed[0]}", EndReason.USER_ERROR)
     if hosts and len(codes) == len(hosts):
         actions = [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host")]

@@ -79,8 +79,7 @@ def placements(spec: dict) -> list[tuple[str, str]]:
 
 
 def policy_of(spec: dict) -> Policy:
-    from tpujob.runtime.contract import EXIT_NAN, EXIT_PREEMPTED
-
+    from tpujob.runtime.contract import EXIT_CONFIG, EXIT_INIT_CHECK, EXIT_NAN, EXIT_PREEMPTED, EXIT_RECOMPILE
     from tpujob.spec import RequeuePolicy
 
     # Through the model: a job recorded before a key existed gets that key's default.
@@ -91,7 +90,8 @@ def policy_of(spec: dict) -> Policy:
                   setup_timeout_seconds=r.setup_timeout_seconds,
                   unhealthy_grace_seconds=r.unhealthy_grace_seconds,
                   max_capacity_retries=r.max_capacity_retries, nan_exit_code=EXIT_NAN,
-                  preempted_exit_code=EXIT_PREEMPTED)
+                  preempted_exit_code=EXIT_PREEMPTED,
+                  fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))
 
 
 def _runtime_version(spec: dict, accelerator: str) -> str:
