@@ -72,6 +72,13 @@ def test_one_host_job_runs_and_succeeds(cli, local_cloud, tmp_path):
     assert job_slices(local_cloud, data["id"]) == []
 
 
+def test_json_output_has_no_progress_lines(cli, local_cloud, tmp_path):
+    result = cli("create", "--wait", "--json", write_spec(tmp_path, name="quiet"))
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["state"] == "SUCCEEDED"
+    assert "hosts done" not in result.out + result.err
+
+
 def test_four_host_slice_runs_the_program_on_every_host(cli, local_cloud, tmp_path):
     spec = write_spec(tmp_path, accelerator="v5litepod-16", queued="false",
                       command="echo $TPUJOB_HOST_INDEX $TPUJOB_COORDINATOR > /mnt/who; echo home > $HOME/where")
@@ -81,6 +88,8 @@ def test_four_host_slice_runs_the_program_on_every_host(cli, local_cloud, tmp_pa
     slice_name = data["attempts"][0]["slice_name"]
     hosts = local_cloud.hosts(slice_name)
     assert len(hosts) == 4
+    for step in ("setup", "launch"):   # the live progress line, as plain lines off a terminal
+        assert f"  {step}: 4/4 hosts done\n" in result.err
     coordinator = f"{hosts[0]['ip']}:"
     for index in range(4):
         who = host_file(local_cloud, slice_name, index, "/mnt/who").read_text().split()
