@@ -362,3 +362,9 @@ def test_cancel_and_a_kept_slice_leave_no_mount_behind(cli, local_cloud, tmp_pat
     assert cli("resume", "mounts").code == 0
     assert cli(*mounted).code == 0           # mounted again by the new attempt's setup
     assert cli("delete", "mounts").code == 0
+    # A job that ends on a slice it keeps leaves its mounts behind neither.
+    extra = extra.replace(disk, disk + "-k")
+    spec = write_spec(tmp_path, name="kept", command="true", queued="false", extra=extra)
+    assert cli("create", "--wait", "--keep-slice", spec).code == 0
+    assert cli("exec", "kept", "--", "mountpoint", "-q", "/mnt/scratch").code == 32
+    assert cli("delete", "kept").code == 0

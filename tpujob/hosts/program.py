@@ -55,6 +55,7 @@ class HostStatus:
 
 LogPaths = Callable[[Host], pathlib.Path] | None
 TIMED_OUT = 124   # setup.sh's exit code when the job's setup ran past its timeout
+SETUP_GRACE = 30  # seconds tpujob waits past the setup timeout for the host's own answer
 
 
 def setup(group: HostGroup, attempt: Attempt, command: str, *, runtime_modules: tuple[str, ...] = (),
@@ -72,7 +73,7 @@ def setup(group: HostGroup, attempt: Attempt, command: str, *, runtime_modules: 
                     runtime_packages=" ".join(runtime_packages), command=command,
                     timeout_seconds=math.ceil(timeout) if timeout else 0)
     return group.run(as_command(script, "tpujob-setup"), stdin=_env(group, attempt),
-                     log_paths=log_paths, timeout=timeout + 30 if timeout else None,
+                     log_paths=log_paths, timeout=timeout + SETUP_GRACE if timeout else None,
                      fail_fast=True, progress=progress)
 
 

@@ -21,6 +21,9 @@ from tpujob.service import runtime_bundle, secrets, storage
 from tpujob.store.repository import format_job_id
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
+SYNC_TIMEOUT = 600.0     # per host, for an upload of the code or the runtime
+LAUNCH_TIMEOUT = 120.0   # per host; the launch returns once the program started
+LEASE_MARGIN = 60.0      # a step's lease outlives its timeout by this much
 
 
 def ssh_port(settings) -> int:
@@ -91,10 +94,12 @@ class SshHostOps:
         )
 
     def _renew_lease(self, job, step_seconds: float) -> None:
-        """Hold the job for the step about to run; JobLocked (the sweep retries later) when
-        another actor took it meanwhile: then this one must not touch the hosts."""
+        """Hold the job for the step about to run (at least the usual lease); JobLocked (the
+        sweep retries later) when another actor took it meanwhile: then this one must not touch
+        the hosts. Should this process die in the step, the job waits that long: the step may
+        still be running on the hosts."""
         if self.actor is not None:
-            self.ctx.store.acquire_lease(job.id, self.actor, max(self.lease_seconds, step_seconds + 60))
+            self.ctx.store.acquire_lease(job.id, self.actor, max(self.lease_seconds, step_seconds))
 
     def _progress(self, step: str):
         if self.progress is None:
@@ -104,46 +109,53 @@ class SshHostOps:
     # -- HostOps -----------------------------------------------------------------------------
     def prepare_and_launch(self, job, attempt, slice_) -> None:
         spec = json.loads(job.spec_json)
-        jid = format_job_id(job.id)
         try:
             values = secrets.resolve(spec["spec"].get("secrets", []))
         except ConfigError as exc:  # gone since create: a setup failure, never a retry loop
             raise SetupFailed(str(exc)) from exc
         host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
+        try:
+            self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout)
+        finally:  # no host step under way any more: back to the usual lease
+            self._renew_lease(job, 0)
+
+    def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout) -> None:
+        jid = format_job_id(job.id)
         logs = self.log_dir(job, attempt)
         log_of = lambda host: logs / f"host-{host.index}.log"  # noqa: E731
         with self.group(job, attempt, slice_) as group:
             if spec.get("sync_path"):
                 from tpujob.hosts.sync import sync
 
-                self._renew_lease(job, 600)
+                self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
                 _connection_ok(sync(group, Path(spec["sync_path"]), f"tpujob-sync/{jid}",
-                                    progress=self._progress("sync")), "sync")
+                                    progress=self._progress("sync"), timeout=SYNC_TIMEOUT), "sync")
             runtime = spec["spec"]["run"].get("runtime")
             if runtime is not None:  # the bundled runtime travels like user code
                 from tpujob.hosts.sync import sync
 
                 bundle = runtime_bundle.build(self.ctx.settings.home, jid, runtime)
-                self._renew_lease(job, 600)
+                self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
                 _connection_ok(sync(group, bundle, runtime_bundle.remote_dir(jid),
-                                    progress=self._progress("runtime upload")), "runtime upload")
+                                    progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
+                               "runtime upload")
             mounts = storage.mount_script(spec, job.id)  # disks and buckets, before setup
             if mounts:
-                self._renew_lease(job, timeout)
+                self._renew_lease(job, timeout + LEASE_MARGIN)
                 results = group.run(as_command(mounts, "tpujob-mount"), log_paths=log_of, timeout=timeout,
                                     fail_fast=True, progress=self._progress("mount"))
                 _setup_ok(results, "mount", timeout)
-            self._renew_lease(job, timeout + 30)
+            self._renew_lease(job, timeout + program.SETUP_GRACE + LEASE_MARGIN)
             runtime_deps = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
                             else ((), ()))
             results = program.setup(group, host_attempt, spec["spec"].get("setup") or "",
                                     runtime_modules=runtime_deps[0], runtime_packages=runtime_deps[1],
                                     log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
             _setup_ok(results, "setup", timeout)
-            self._renew_lease(job, 120)
-            results = program.launch(group, host_attempt, _command(spec, jid),
-                                     log_paths=log_of, progress=self._progress("launch"))
+            self._renew_lease(job, LAUNCH_TIMEOUT + LEASE_MARGIN)
+            results = program.launch(group, host_attempt, _command(spec, jid), log_paths=log_of,
+                                     timeout=LAUNCH_TIMEOUT, progress=self._progress("launch"))
             _connection_ok(results, "launch")
             failed = [r for r in results if not r.ok]
             if failed:
