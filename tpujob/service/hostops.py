@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Callable, Optional
 
-from tpujob.errors import ConfigError, TpujobError
+from tpujob.errors import CloudError, ConfigError, TpujobError
 from tpujob.hosts import program
-from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
+from tpujob.hosts.fanout import Host, HostGroup, Progress
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.reconcile.decide import HostStatus, Program
@@ -185,7 +185,7 @@ class SshHostOps:
         with self.group(job, attempt, slice_) as group:
             results = program.stop(group, self.host_attempt(job, attempt, slice_), grace_seconds=30,
                                    log_paths=self._log_paths(job, attempt))
-        ensure_ok(results, "stopping the program")
+        _ok_or_say_why(results, "stopping the program")
 
     def unmount(self, job, attempt, slice_) -> None:
         """Unmount the job's disks and buckets on every host (templates/unmount.sh: a path not
@@ -196,7 +196,7 @@ class SshHostOps:
         with self.group(job, attempt, slice_) as group:
             results = group.run(as_command(script, "tpujob-unmount"), timeout=120,
                                 log_paths=self._log_paths(job, attempt))
-        ensure_ok(results, "unmounting the job's disks and buckets")
+        _ok_or_say_why(results, "unmounting the job's disks and buckets")
 
     def _log_paths(self, job, attempt):
         logs = self.log_dir(job, attempt)
@@ -238,3 +238,17 @@ def _setup_ok(results, what: str, timeout: float) -> None:
     failed = [r for r in results if not r.ok]
     if failed:
         raise SetupFailed(f"{what} on host {failed[0].index}: {failed[0].describe()}")
+
+
+def _ok_or_say_why(results, what: str) -> None:
+    """CloudError naming each host where `what` failed, with the last line its script said
+    (the scripts say why on stderr: "holds no pid", "survived SIGKILL")."""
+    bad = [r for r in results if not r.ok]
+    if not bad:
+        return
+
+    def why(r) -> str:
+        said = r.output.strip().splitlines()[-1:] if r.exit_code is not None else []
+        return f"host {r.index}: {r.describe()}" + (f" ({said[0][:200]})" if said else "")
+    detail = "; ".join(why(r) for r in bad[:8]) + (f" (and {len(bad) - 8} more)" if len(bad) > 8 else "")
+    raise CloudError(f"{what} failed on {len(bad)} of {len(results)} hosts: {detail}")

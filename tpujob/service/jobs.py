@@ -158,7 +158,10 @@ def cancel(ctx: Context, ref: str):
     with ctx.lease(job.id) as owner:
         job = ctx.store.get(job.id)
         if job.attempt:
-            _stop_program(ctx, job, make_cloud(ctx.settings))
+            try:
+                _stop_program(ctx, job, make_cloud(ctx.settings))
+            except CloudError as exc:
+                raise CloudError(f"job {format_job_id(job.id)} not cancelled (still {job.state}): {exc}") from exc
             ctx.store.end_attempt(job.id, job.attempt, "cancelled")
         return ctx.store.transition(job.id, State(job.state), State.CANCELLED, "cancelled by user", owner=owner)
 
