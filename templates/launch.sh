@@ -8,7 +8,8 @@ workdir={{workdir}}
 command={{command}}
 stale_grace_tenths={{stale_grace_tenths}}
 case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
-case $workdir in /*) ;; *) workdir=$HOME/$workdir ;; esac
+# Relative paths are taken from the home, and so is a leading ~/ (see setup.sh).
+case $workdir in "~") workdir=$HOME ;; "~/"*) workdir=$HOME/${workdir#"~/"} ;; /*) ;; *) workdir=$HOME/$workdir ;; esac
 attempt_dir=$job_dir/attempt-$attempt
 sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo -n"
 

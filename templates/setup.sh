@@ -1,13 +1,21 @@
-# setup.sh (rendered by tpujob): run the job's setup command once per attempt on this host.
+# setup.sh (rendered by tpujob): prepare this host for one attempt, once: tpujob's own steps
+# (the attempt's and run directories, the bundled runtime's packages), then the job's setup
+# command as the user wrote it.
 # Each placeholder in double braces below becomes one shell-quoted word; nothing else is
 # substituted.
 set -euo pipefail
 job_dir={{job_dir}}
 attempt={{attempt}}
 workdir={{workdir}}
+run_dir={{run_dir}}
+runtime_modules={{runtime_modules}}
+runtime_packages={{runtime_packages}}
 command={{command}}
+timeout_seconds={{timeout_seconds}}
+# Relative paths are taken from the home, and so is a leading ~/ (quoted in the spec, the shell
+# would not expand it).
 case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
-case $workdir in /*) ;; *) workdir=$HOME/$workdir ;; esac
+case $workdir in "~") workdir=$HOME ;; "~/"*) workdir=$HOME/${workdir#"~/"} ;; /*) ;; *) workdir=$HOME/$workdir ;; esac
 attempt_dir=$job_dir/attempt-$attempt
 
 # The environment arrives on stdin as NUL-separated NAME=VALUE pairs (see launch.sh).
@@ -18,6 +26,27 @@ if [ -f "$attempt_dir/setup.done" ]; then
   echo "tpujob: setup already done for attempt $attempt"
   exit 0
 fi
+# tpujob's own steps: any failure ends the setup here (set -e), as a setup failure.
+# The run dir must exist before the program writes its heartbeat there.
+mkdir -p "$run_dir"
+if [ -n "$runtime_packages" ]; then
+  read -r -a modules <<< "$runtime_modules"
+  read -r -a packages <<< "$runtime_packages"
+  if ! python3 -c 'import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]' \
+       "${modules[@]}" 2> /dev/null; then
+    echo "tpujob: installing the runtime's packages: ${packages[*]}"
+    python3 -m pip install --user --quiet "${packages[@]}"
+  fi
+fi
+
+# The job's setup, as written (no set -e imposed on it), bounded by the job's setup timeout
+# (0: none): timeout(1) kills it and its children, so a hung setup cannot outlive the attempt.
 cd "$workdir"
-bash -c "$command" < /dev/null
+rc=0
+timeout --kill-after=10 "$timeout_seconds" bash -c "$command" < /dev/null || rc=$?
+if [ "$rc" = 124 ]; then
+  echo "tpujob: setup timed out after ${timeout_seconds}s" >&2
+  exit 124
+fi
+[ "$rc" = 0 ] || exit "$rc"
 touch "$attempt_dir/setup.done"

@@ -12,7 +12,10 @@ case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
 pidfile=$job_dir/attempt-$attempt/program.pid
 
 if [ ! -f "$pidfile" ]; then echo '{"state": "absent"}'; exit 0; fi
-pid=$(cat "$pidfile")
+# A pid file that can't be read or holds no pid: the program can't be found to stop, and
+# saying "stopped" would be a lie (tpujob refuses the cancel instead).
+pid=$(cat "$pidfile") || exit 1
+if ! [[ $pid =~ ^[0-9]+$ ]]; then echo "tpujob: $pidfile holds no pid" >&2; exit 1; fi
 if ! group_alive "$pid"; then
   printf '{"state": "exited", "pid": %d}\n' "$pid"; exit 0
 fi
@@ -22,4 +25,9 @@ for _ in $(seq "$grace_tenths"); do
   sleep 0.1
 done
 kill -KILL -- "-$pid" 2>/dev/null
-printf '{"state": "killed", "pid": %d}\n' "$pid"
+for _ in $(seq 50); do  # SIGKILL is not instant: make sure it took before saying so
+  group_alive "$pid" || { printf '{"state": "killed", "pid": %d}\n' "$pid"; exit 0; }
+  sleep 0.1
+done
+echo "tpujob: process group $pid survived SIGKILL" >&2
+exit 1

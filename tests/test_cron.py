@@ -65,6 +65,27 @@ def test_line_carries_absolute_paths_and_settings(tpujob_home, monkeypatch):
     assert words[-3:] == [">>", str(home / "logs" / "requeue.log"), "2>&1"]
 
 
+def test_line_carries_every_setting_the_sweep_reads(tpujob_home, monkeypatch):
+    """Under cron a sweep sees only what the line carries: a job created as TPUJOB_SSH_USER=alice
+    must be reached as alice by the unattended sweep too."""
+    from tpujob import settings as settings_mod
+
+    values = {"TPUJOB_SSH_USER": "alice", "TPUJOB_PROJECT": "my-proj", "TPUJOB_ZONE": "us-central2-b",
+              "TPUJOB_LEASE_SECONDS": "900", "TPUJOB_EMULATOR_DIR": "/srv/emu dir"}
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    words = shlex.split(cron.entry("5m", python="/usr/bin/python3").command)
+    carried = dict(w.split("=", 1) for w in words[:words.index("/usr/bin/flock")])
+    assert carried == {"TPUJOB_HOME": str(tpujob_home.resolve()), **values}
+    # Every setting the settings module reads from TPUJOB_* is among those carried.
+    assert {f"TPUJOB_{k.upper()}" for k in settings_mod.KEYS} <= set(cron.CARRIED)
+    # Under `env -i`, the line's own assignments give the sweep these settings.
+    prefix = cron.entry("5m").command.split(" /usr/bin/flock ")[0]
+    seen = subprocess.run(["env", "-i", "/bin/sh", "-c", prefix + " /usr/bin/env"],
+                          capture_output=True, text=True).stdout.splitlines()
+    assert "TPUJOB_SSH_USER=alice" in seen and "TPUJOB_EMULATOR_DIR=/srv/emu dir" in seen
+
+
 def test_a_percent_sign_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("TPUJOB_HOME", str(tmp_path / "50%"))
     with pytest.raises(ConfigError):

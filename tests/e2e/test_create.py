@@ -72,6 +72,13 @@ def test_one_host_job_runs_and_succeeds(cli, local_cloud, tmp_path):
     assert job_slices(local_cloud, data["id"]) == []
 
 
+def test_json_output_has_no_progress_lines(cli, local_cloud, tmp_path):
+    result = cli("create", "--wait", "--json", write_spec(tmp_path, name="quiet"))
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["state"] == "SUCCEEDED"
+    assert "hosts done" not in result.out + result.err
+
+
 def test_four_host_slice_runs_the_program_on_every_host(cli, local_cloud, tmp_path):
     spec = write_spec(tmp_path, accelerator="v5litepod-16", queued="false",
                       command="echo $TPUJOB_HOST_INDEX $TPUJOB_COORDINATOR > /mnt/who; echo home > $HOME/where")
@@ -81,6 +88,8 @@ def test_four_host_slice_runs_the_program_on_every_host(cli, local_cloud, tmp_pa
     slice_name = data["attempts"][0]["slice_name"]
     hosts = local_cloud.hosts(slice_name)
     assert len(hosts) == 4
+    for step in ("setup", "launch"):   # the live progress line, as plain lines off a terminal
+        assert f"  {step}: 4/4 hosts done\n" in result.err
     coordinator = f"{hosts[0]['ip']}:"
     for index in range(4):
         who = host_file(local_cloud, slice_name, index, "/mnt/who").read_text().split()
@@ -186,3 +195,176 @@ def test_a_sweep_records_the_steps_of_a_program_that_keeps_a_heartbeat(cli, loca
     attempt = show(cli, "e2e")["attempts"][0]
     assert (attempt["last_step"], attempt["resumed_from_step"]) == (7, 4)
     assert cli("delete", "e2e").code == 0
+
+
+SECRET_SPEC = """\
+name: {name}
+tpu: {{accelerator: v4-16, zone: us-central2-b, queued: false}}
+secrets: [API_TOKEN]
+setup: printf '%s' "$API_TOKEN" > /mnt/setup-secret
+run:
+  command: {command}
+"""
+
+
+def _secret_spec(tmp_path, name, command):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SECRET_SPEC.format(name=name, command=json.dumps(command)))
+    return path
+
+
+def _files_holding(root: Path, needle: str, skip=()) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and p.name not in skip
+            and needle.encode() in p.read_bytes()]
+
+
+def test_a_secret_reaches_every_host_and_nothing_else(cli, local_cloud, tmp_path, monkeypatch, tpujob_home):
+    value = f"s3cret-{os.getpid()}-{time.monotonic_ns()}"
+    monkeypatch.setenv("API_TOKEN", value)
+    command = 'printf "%s" "$API_TOKEN" > /mnt/secret; while [ ! -f /mnt/stop ]; do sleep 0.1; done'
+    result = cli("create", "--keep-slice", _secret_spec(tmp_path, "secret", command))
+    assert result.code == 0, result.err
+    assert "setup: 2/2 hosts done" in result.err and "launch: 2/2 hosts done" in result.err
+    data = show(cli, "secret")
+    node = data["attempts"][0]["slice_name"]
+    # From here on, as under cron: the shell's variable is gone, and no sweep needs it.
+    monkeypatch.delenv("API_TOKEN")
+    for index in range(2):
+        assert host_file(local_cloud, node, index, "/mnt/secret").read_text() == value
+        assert host_file(local_cloud, node, index, "/mnt/setup-secret").read_text() == value
+    assert cli("requeue").code == 0
+    assert show(cli, "secret")["state"] == "RUNNING"   # status needs no secret
+    for index in range(2):
+        host_file(local_cloud, node, index, "/mnt/stop").touch()
+    deadline = time.monotonic() + 20
+    while show(cli, "secret")["state"] != "SUCCEEDED":
+        assert time.monotonic() < deadline, show(cli, "secret")["events"][-3:]
+        assert cli("requeue").code == 0
+        time.sleep(0.2)
+    shown = cli("show", "--json", "secret")
+    assert value not in shown.out + shown.err
+    assert _files_holding(tpujob_home, value) == []   # the store (db, wal) and tpujob's logs
+    for index in range(2):
+        root = Path(next(h["root"] for h in local_cloud.hosts(node) if h["index"] == index))
+        assert _files_holding(root, value, skip=("secret", "setup-secret")) == []
+    assert cli("delete", "secret").code == 0
+
+
+def test_create_refuses_a_secret_it_has_no_value_for(cli, local_cloud, tmp_path, monkeypatch, stored_jobs,
+                                                      tpujob_home):
+    monkeypatch.delenv("API_TOKEN", raising=False)
+    spec = _secret_spec(tmp_path, "nosecret", "true")
+    result = cli("create", spec)
+    assert result.code == 6
+    assert result.error_line == (f"error: secret API_TOKEN not set: export it or put it in "
+                                 f"{tpujob_home / 'secrets.env'} (KEY=VALUE lines, mode 600)")
+    tpujob_home.mkdir(parents=True, exist_ok=True)
+    (tpujob_home / "secrets.env").write_text("API_TOKEN=x\n")
+    (tpujob_home / "secrets.env").chmod(0o644)
+    result = cli("create", spec)
+    assert result.code == 6 and "readable by group or others (mode 644)" in result.error_line
+    assert stored_jobs() == 0 and job_slices(local_cloud, "000001") == []
+
+
+def test_cancel_needs_no_secret_and_a_relaunch_without_one_fails_its_setup(cli, local_cloud, tmp_path,
+                                                                          monkeypatch, tpujob_home):
+    monkeypatch.setenv("API_TOKEN", "from-the-shell")
+    command = 'printf "%s\\n" "$API_TOKEN" >> /mnt/seen; sleep 600'
+    assert cli("create", _secret_spec(tmp_path, "relaunch", command)).code == 0
+    node = show(cli, "relaunch")["attempts"][0]["slice_name"]
+    seen = host_file(local_cloud, node, 0, "/mnt/seen")
+    deadline = time.monotonic() + 10
+    while not seen.exists() or seen.read_text() != "from-the-shell\n":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    monkeypatch.delenv("API_TOKEN")
+    result = cli("cancel", "relaunch")
+    assert result.code == 0, result.err
+    # A relaunch with no value anywhere: the attempt ends setup_failed, no retry loop.
+    result = cli("resume", "relaunch")
+    data = show(cli, "relaunch")
+    assert (data["state"], data["end_reason"]) == ("FAILED", "setup_failed"), data["events"][-4:]
+    assert data["attempts"][-1]["end_reason"] == "setup_failed"
+    assert any("setup failed: secret API_TOKEN not set" in e["message"] for e in data["events"])
+    # Unattended runs read it from $TPUJOB_HOME/secrets.env (mode 600).
+    (tpujob_home / "secrets.env").write_text("API_TOKEN='from-the-file'\n")
+    (tpujob_home / "secrets.env").chmod(0o600)
+    assert cli("resume", "relaunch").code == 0
+    data = show(cli, "relaunch")
+    assert data["state"] == "RUNNING"
+    seen = host_file(local_cloud, data["attempts"][-1]["slice_name"], 0, "/mnt/seen")  # a new slice
+    deadline = time.monotonic() + 10
+    while not seen.exists() or seen.read_text() != "from-the-file\n":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert cli("delete", "relaunch").code == 0
+
+
+def test_a_setup_past_its_timeout_fails_the_attempt_and_the_lease_outlives_it(cli, local_cloud, tmp_path,
+                                                                             monkeypatch):
+    """The lease is renewed for the setup's timeout: a second actor cannot take the job (and
+    run setup on the same hosts) while a setup longer than TPUJOB_LEASE_SECONDS runs."""
+    import threading
+
+    from tpujob.errors import JobLocked
+    from tpujob.reconcile.decide import Policy
+    from tpujob.service.context import Context
+
+    monkeypatch.setenv("TPUJOB_LEASE_SECONDS", "1")
+    monkeypatch.setattr(Policy, "setup_timeout", lambda self, hosts: 3.0)
+    intruder = {}
+
+    def try_to_take_the_job():
+        time.sleep(2.0)   # past the 1 s lease, inside the 3 s setup
+        try:
+            Context.load().store.acquire_lease(1, "intruder", 30)
+            intruder["took"] = True
+        except JobLocked:
+            intruder["took"] = False
+
+    thread = threading.Thread(target=try_to_take_the_job)
+    thread.start()
+    spec = write_spec(tmp_path, name="slowsetup", extra="setup: sleep 30\n")
+    result = cli("create", "--wait", spec)
+    thread.join()
+    assert intruder == {"took": False}
+    assert result.code == 7
+    data = show(cli, "slowsetup")
+    assert (data["state"], data["end_reason"]) == ("FAILED", "setup_failed")
+    assert any("setup on host 0 timed out after 3s" in e["message"] for e in data["events"]), data["events"]
+
+
+def test_a_workdir_under_the_home_is_expanded_and_taken_literally(cli, local_cloud, tmp_path):
+    workdir = "~/src it's $(touch /mnt/pwned) `touch /mnt/pwned2`; x"
+    extra = "setup: pwd > /mnt/setup-pwd\n"
+    spec = write_spec(tmp_path, name="tilde", command="pwd > /mnt/pwd", extra=extra)
+    spec.write_text(spec.read_text().replace("run:\n", "run:\n  workdir: " + json.dumps(workdir) + "\n"))
+    result = cli("create", "--wait", "--keep-slice", spec)
+    assert result.code == 0, result.err
+    node = show(cli, "tilde")["attempts"][0]["slice_name"]
+    expected = "/home/tpujob/" + workdir[2:] + "\n"
+    assert host_file(local_cloud, node, 0, "/mnt/pwd").read_text() == expected
+    assert host_file(local_cloud, node, 0, "/mnt/setup-pwd").read_text() == expected
+    assert not host_file(local_cloud, node, 0, "/mnt/pwned").exists()
+    assert not host_file(local_cloud, node, 0, "/mnt/pwned2").exists()
+    assert cli("delete", "tilde").code == 0
+
+
+def test_cancel_and_a_kept_slice_leave_no_mount_behind(cli, local_cloud, tmp_path):
+    disk = f"scratch-{os.getpid()}-{time.monotonic_ns() % 100000}"
+    extra = f"disks:\n  - {{name: {disk}, mode: read-write, mount: /mnt/scratch}}\n"
+    spec = write_spec(tmp_path, name="mounts", command="sleep 600", queued="false", extra=extra)
+    assert cli("create", spec).code == 0
+    mounted = ["exec", "mounts", "--", "mountpoint", "-q", "/mnt/scratch"]
+    assert cli(*mounted).code == 0
+    assert cli("cancel", "mounts").code == 0
+    assert cli(*mounted).code == 32          # not a mountpoint: the slice is kept, the mount is not
+    assert cli("resume", "mounts").code == 0
+    assert cli(*mounted).code == 0           # mounted again by the new attempt's setup
+    assert cli("delete", "mounts").code == 0
+    # A job that ends on a slice it keeps leaves its mounts behind neither.
+    extra = extra.replace(disk, disk + "-k")
+    spec = write_spec(tmp_path, name="kept", command="true", queued="false", extra=extra)
+    assert cli("create", "--wait", "--keep-slice", spec).code == 0
+    assert cli("exec", "kept", "--", "mountpoint", "-q", "/mnt/scratch").code == 32
+    assert cli("delete", "kept").code == 0

@@ -161,3 +161,28 @@ def test_ssh_with_a_terminal_is_interactive_with_the_window_size(local_cloud, ru
         os.close(leader)
     text = seen.decode(errors="replace")
     assert "33 101" in text and "/dev/pts/" in text and "\r\n42\r\n" in text
+
+
+def test_cancel_refuses_when_a_reachable_host_fails_to_stop_the_program(cli, local_cloud, running):
+    job, node = running
+    pidfile = host_file(local_cloud, node, 1, f"/home/tpujob/.tpujob/jobs/{job}/attempt-1/program.pid")
+    good = pidfile.read_text()
+    pidfile.write_text("not a pid\n")
+    result = cli("cancel", job)
+    assert result.code == 5
+    assert result.error_line == (f"error: job {job} not cancelled (still RUNNING): stopping the program failed "
+                                 f"on 1 of 2 hosts: host 1: exit code 1 (tpujob: /home/tpujob/.tpujob/jobs/{job}/"
+                                 "attempt-1/program.pid holds no pid)")
+    data = json.loads(cli("show", "--json", job).out)
+    assert data["state"] == "RUNNING" and data["attempts"][0]["ended_at"] is None   # nothing recorded
+    pidfile.write_text(good)
+    assert cli("cancel", job).code == 0
+    assert json.loads(cli("show", "--json", job).out)["state"] == "CANCELLED"
+
+
+def test_cancel_of_a_job_whose_slice_is_gone_succeeds(cli, local_cloud, running):
+    job, node = running
+    local_cloud.preempt(node)
+    result = cli("cancel", job)
+    assert result.code == 0, result.err
+    assert json.loads(cli("show", "--json", job).out)["state"] == "CANCELLED"

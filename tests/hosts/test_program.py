@@ -105,3 +105,69 @@ def test_names_env_and_command_full_of_shell_syntax_run_literally(slice_hosts):
         assert (mnt / "job").read_text() == "job " + NASTY
         assert (mnt / "cmd").read_text() == NASTY
         assert not any(p.name.startswith("pwned") for p in mnt.iterdir())
+
+
+def test_a_failed_runtime_install_fails_the_setup_before_the_users_setup(slice_hosts):
+    machines, group = slice_hosts(1)
+    att = attempt()
+    (result,) = program.setup(group, att, "echo user-setup > /mnt/user-setup",
+                              runtime_modules=("tpujob_no_such_module",),
+                              runtime_packages=("/nonexistent/tpujob-no-such-package",))
+    assert not result.ok and result.exit_code != 0
+    assert "installing the runtime's packages" in result.output
+    root = machines.host_root(0)
+    assert not (root / "mnt" / "user-setup").exists()
+    assert not (root / "home" / "tpujob" / ".tpujob" / "jobs" / "job-1" / "attempt-1" / "setup.done").exists()
+
+
+def test_the_users_setup_runs_as_written_and_creates_the_run_dir(slice_hosts):
+    machines, group = slice_hosts(1)
+    att = attempt(run_dir="/mnt/runs/job 1")
+    (result,) = program.setup(group, att, "false; echo after-false > /mnt/after")  # no set -e imposed
+    assert result.ok, result.output
+    assert (machines.host_root(0) / "mnt" / "after").read_text() == "after-false\n"
+    assert (machines.host_root(0) / "mnt" / "runs" / "job 1").is_dir()
+
+
+def test_a_setup_past_its_timeout_is_killed_on_the_host(slice_hosts):
+    machines, group = slice_hosts(1)
+    started = time.monotonic()
+    (result,) = program.setup(group, attempt(), "sleep 30; echo late > /mnt/late", timeout=1)
+    assert result.exit_code == program.TIMED_OUT and not result.timed_out
+    assert "setup timed out after 1s" in result.output
+    assert time.monotonic() - started < 15
+    time.sleep(0.5)
+    assert not (machines.host_root(0) / "mnt" / "late").exists()
+
+
+@pytest.mark.parametrize("workdir, expected", [
+    ("~", "/home/tpujob"),
+    ("~/src", "/home/tpujob/src"),
+    ("~/" + NASTY[:30], "/home/tpujob/" + NASTY[:30]),
+    ("plain", "/home/tpujob/plain"),
+    ("/mnt/abs", "/mnt/abs"),
+])
+def test_a_leading_tilde_in_the_workdir_is_the_home(slice_hosts, workdir, expected):
+    machines, group = slice_hosts(1)
+    att = attempt(workdir=workdir)
+    assert all(r.ok for r in program.setup(group, att, "pwd > /mnt/setup-pwd"))
+    assert all(r.ok for r in program.launch(group, att, "pwd > /mnt/pwd"))
+    assert wait_state(group, att, "exited")[0].exit_code == 0
+    mnt = machines.host_root(0) / "mnt"
+    assert (mnt / "setup-pwd").read_text() == expected + "\n"
+    assert (mnt / "pwd").read_text() == expected + "\n"
+    assert not any(p.name.startswith("pwned") for p in mnt.iterdir())
+
+
+def test_stop_fails_when_the_program_cannot_be_found_on_a_reachable_host(slice_hosts):
+    machines, group = slice_hosts(2)
+    att = attempt()
+    program.launch(group, att, "sleep 30")
+    pidfile = machines.host_root(1) / "home" / "tpujob" / ".tpujob" / "jobs" / "job-1" / "attempt-1" / "program.pid"
+    good = pidfile.read_text()
+    pidfile.write_text("garbage\n")
+    results = program.stop(group, att, grace_seconds=1)
+    assert results[0].ok and not results[1].ok
+    assert "holds no pid" in results[1].output
+    pidfile.write_text(good)
+    assert all(r.ok for r in program.stop(group, att, grace_seconds=1))

@@ -37,6 +37,7 @@ class HostResult:
     output: str = ""               # stdout and stderr as they came, the last OUTPUT_TAIL bytes
     error: str = ""
     seconds: float = 0.0
+    timed_out: bool = False        # the per-host timeout ended it (the host was reachable)
 
     @property
     def ok(self) -> bool:
@@ -250,7 +251,7 @@ class HostGroup:
                     raise _Cancelled()
                 if deadline and time.monotonic() > deadline:
                     return HostResult(host.index, output=tail.decode(errors="replace"),
-                                      error=f"timed out after {timeout:g}s")
+                                      error=f"timed out after {timeout:g}s", timed_out=True)
                 try:
                     chunk = channel.recv(32768)
                 except socket.timeout:

@@ -54,16 +54,27 @@ class HostStatus:
 
 
 LogPaths = Callable[[Host], pathlib.Path] | None
+TIMED_OUT = 124   # setup.sh's exit code when the job's setup ran past its timeout
+SETUP_GRACE = 30  # seconds tpujob waits past the setup timeout for the host's own answer
 
 
-def setup(group: HostGroup, attempt: Attempt, command: str, *, log_paths: LogPaths = None,
+def setup(group: HostGroup, attempt: Attempt, command: str, *, runtime_modules: tuple[str, ...] = (),
+          runtime_packages: tuple[str, ...] = (), log_paths: LogPaths = None,
           timeout: float | None = None, progress: Callable[[Progress], None] | None = None
           ) -> list[HostResult]:
-    """Run the setup command once per attempt on every host (fail-fast)."""
+    """Prepare every host once per attempt (fail-fast): the run dir, the bundled runtime's
+    packages when given (a failure of these is a failure of the setup), then `command`.
+
+    `timeout` bounds each host: the host kills `command` after it (exit code TIMED_OUT), and
+    tpujob gives up on a host that has not answered shortly after."""
     script = render("setup.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
-                    workdir=attempt.workdir, command=command)
+                    workdir=attempt.workdir, run_dir=attempt.run_dir,
+                    runtime_modules=" ".join(runtime_modules),
+                    runtime_packages=" ".join(runtime_packages), command=command,
+                    timeout_seconds=math.ceil(timeout) if timeout else 0)
     return group.run(as_command(script, "tpujob-setup"), stdin=_env(group, attempt),
-                     log_paths=log_paths, timeout=timeout, fail_fast=True, progress=progress)
+                     log_paths=log_paths, timeout=timeout + SETUP_GRACE if timeout else None,
+                     fail_fast=True, progress=progress)
 
 
 def launch(group: HostGroup, attempt: Attempt, command: str, *, log_paths: LogPaths = None,

@@ -263,6 +263,7 @@ class Reconciler:
             elif isinstance(action, EndAttempt):
                 if attempt is not None:
                     self.store.end_attempt(job.id, attempt.number, action.reason)
+                    self._unmount(job, attempt, slice_)
             elif isinstance(action, DeleteSlice):
                 if attempt is not None:
                     self.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name)
@@ -291,6 +292,17 @@ class Reconciler:
                 job, state = self._set_up(job, attempt, slice_, state)
         if counters:
             self.store.update(job.id, **counters)
+
+    def _unmount(self, job, attempt, slice_) -> None:
+        """An attempt ending on a slice that stays READY (kept, or reused by the next attempt)
+        leaves none of its disk and bucket mounts behind. Hosts fakes have no unmount."""
+        unmount = getattr(self.hosts, "unmount", None)
+        if unmount is None or slice_ is None or slice_.phase != CloudPhase.READY:
+            return
+        try:
+            unmount(job, attempt, slice_)
+        except TpujobError as exc:
+            self.store.add_event(job.id, "hosts", f"unmount failed: {exc}")
 
     def _start_attempt(self, job, attempt, slice_, state, action: StartAttempt):
         spec = json.loads(job.spec_json)

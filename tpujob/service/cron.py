@@ -23,8 +23,13 @@ from tpujob.errors import ConfigError, UsageError
 
 MARKER = "# tpujob-requeue home="
 FLOCK = "/usr/bin/flock"
-# Settings cron's environment lacks; written into the line when set in the installing shell.
-CARRIED = ("TPUJOB_DB_URL", "TPUJOB_CLOUD", "TPUJOB_EMULATOR_DIR")
+# What the sweep reads from the environment and cron's lacks, written into the line when set in
+# the installing shell: every setting (tpujob.settings: TPUJOB_CLOUD, TPUJOB_SSH_USER, ...), the
+# emulator's directory and the lease length. Secrets are not: cron reads them from
+# $TPUJOB_HOME/secrets.env (tpujob.service.secrets), never from its command line.
+CARRIED = ("TPUJOB_DB_URL", "TPUJOB_CLOUD",
+           *(f"TPUJOB_{key.upper()}" for key in settings_mod.KEYS if key not in ("db_url", "cloud")),
+           "TPUJOB_EMULATOR_DIR", "TPUJOB_LEASE_SECONDS")
 
 
 @dataclass(frozen=True)

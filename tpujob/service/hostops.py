@@ -7,22 +7,23 @@ go to $TPUJOB_HOME/logs/JOB/attempt-N/host-K.log.
 from __future__ import annotations
 
 import json
-import os
-import shlex
 from pathlib import Path
+from typing import Callable, Optional
 
-from tpujob.errors import TpujobError
+from tpujob.errors import CloudError, ConfigError, TpujobError
 from tpujob.hosts import program
-from tpujob.hosts.fanout import Host, HostGroup
+from tpujob.hosts.fanout import Host, HostGroup, Progress
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.reconcile.decide import HostStatus, Program
-from tpujob.reconcile.sweep import SetupFailed
-from tpujob.service import storage
-from tpujob.service import runtime_bundle
+from tpujob.reconcile.sweep import SetupFailed, policy_of
+from tpujob.service import runtime_bundle, secrets, storage
 from tpujob.store.repository import format_job_id
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
+SYNC_TIMEOUT = 600.0     # per host, for an upload of the code or the runtime
+LAUNCH_TIMEOUT = 120.0   # per host; the launch returns once the program started
+LEASE_MARGIN = 60.0      # a step's lease outlives its timeout by this much
 
 
 def ssh_port(settings) -> int:
@@ -33,11 +34,23 @@ def ssh_port(settings) -> int:
     return 22
 
 
+ProgressSink = Callable[[str, Progress], None]   # (step name, where the fan-out is)
+
+
 class SshHostOps:
-    def __init__(self, ctx, cloud):
+    """`progress`, when given, hears each host step (sync, mount, setup, launch) as hosts
+    finish it; `actor` is the lease holder the sweep acts as: its lease on the job is renewed
+    before each host step, for at least that step's timeout, so that no other sweep can take
+    the job (and run setup on the same hosts) while one is under way."""
+
+    def __init__(self, ctx, cloud, *, progress: Optional[ProgressSink] = None,
+                 actor: Optional[str] = None, lease_seconds: float = 300.0):
         self.ctx = ctx
         self.cloud = cloud
         self.user = ctx.settings.ssh_user
+        self.progress = progress
+        self.actor = actor
+        self.lease_seconds = lease_seconds
         self._port: int | None = None
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -64,63 +77,85 @@ class SshHostOps:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def host_attempt(self, job, attempt, slice_) -> program.Attempt:
+    def host_attempt(self, job, attempt, slice_, *, secrets: Optional[dict[str, str]] = None
+                     ) -> program.Attempt:
+        """What the host scripts need. Secret values only where the caller passes them: setup
+        and launch; status, stop, logs and exec run without them (and so from cron too)."""
         spec = json.loads(job.spec_json)
         run = spec["spec"]["run"]
         jid = format_job_id(job.id)
         home = "/root" if self.user == "root" else f"/home/{self.user}"
         workdir = run.get("workdir") or (f"tpujob-sync/{jid}" if spec.get("sync_path") else ".")
-        secrets = {}
-        for name in spec["spec"].get("secrets", []):
-            if name not in os.environ:
-                raise TpujobError(f"secret {name} is not set in this environment")
-            secrets[name] = os.environ[name]
         return program.Attempt(
             job_id=jid, attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
             run_dir=storage.host_run_dir(spec, job.id) or f"{home}/tpujob-runs/{jid}", workdir=workdir,
-            env=dict(spec["spec"].get("env", {})), secrets=secrets,
+            env=dict(spec["spec"].get("env", {})), secrets=secrets or {},
         )
+
+    def _renew_lease(self, job, step_seconds: float) -> None:
+        """Hold the job for the step about to run (at least the usual lease); JobLocked (the
+        sweep retries later) when another actor took it meanwhile: then this one must not touch
+        the hosts. Should this process die in the step, the job waits that long: the step may
+        still be running on the hosts."""
+        if self.actor is not None:
+            self.ctx.store.acquire_lease(job.id, self.actor, max(self.lease_seconds, step_seconds))
+
+    def _progress(self, step: str):
+        if self.progress is None:
+            return None
+        return lambda p: self.progress(step, p)
 
     # -- HostOps -----------------------------------------------------------------------------
     def prepare_and_launch(self, job, attempt, slice_) -> None:
         spec = json.loads(job.spec_json)
-        host_attempt = self.host_attempt(job, attempt, slice_)
+        try:
+            values = secrets.resolve(spec["spec"].get("secrets", []))
+        except ConfigError as exc:  # gone since create: a setup failure, never a retry loop
+            raise SetupFailed(str(exc)) from exc
+        host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
+        timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
+        try:
+            self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout)
+        finally:  # no host step under way any more: back to the usual lease
+            self._renew_lease(job, 0)
+
+    def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout) -> None:
+        jid = format_job_id(job.id)
         logs = self.log_dir(job, attempt)
         log_of = lambda host: logs / f"host-{host.index}.log"  # noqa: E731
         with self.group(job, attempt, slice_) as group:
             if spec.get("sync_path"):
                 from tpujob.hosts.sync import sync
 
-                _connection_ok(sync(group, Path(spec["sync_path"]), f"tpujob-sync/{format_job_id(job.id)}"),
-                               "sync")
+                self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
+                _connection_ok(sync(group, Path(spec["sync_path"]), f"tpujob-sync/{jid}",
+                                    progress=self._progress("sync"), timeout=SYNC_TIMEOUT), "sync")
             runtime = spec["spec"]["run"].get("runtime")
             if runtime is not None:  # the bundled runtime travels like user code
                 from tpujob.hosts.sync import sync
 
-                jid = format_job_id(job.id)
                 bundle = runtime_bundle.build(self.ctx.settings.home, jid, runtime)
-                _connection_ok(sync(group, bundle, runtime_bundle.remote_dir(jid)), "runtime upload")
+                self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
+                _connection_ok(sync(group, bundle, runtime_bundle.remote_dir(jid),
+                                    progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
+                               "runtime upload")
             mounts = storage.mount_script(spec, job.id)  # disks and buckets, before setup
             if mounts:
-                results = group.run(as_command(mounts, "tpujob-mount"), log_paths=log_of, fail_fast=True)
-                _connection_ok(results, "mount")
-                failed = [r for r in results if not r.ok]
-                if failed:
-                    raise SetupFailed(f"mounting on host {failed[0].index}: {failed[0].describe()}")
-            # The run dir must exist before the program writes its heartbeat there.
-            setup = f"mkdir -p {shlex.quote(host_attempt.run_dir)}"
-            if runtime is not None:
-                setup += "\n" + runtime_bundle.setup_command()
-            if spec["spec"].get("setup"):
-                setup += "\n" + spec["spec"]["setup"]
-            results = program.setup(group, host_attempt, setup, log_paths=log_of)
-            _connection_ok(results, "setup")
-            failed = [r for r in results if not r.ok]
-            if failed:
-                raise SetupFailed(f"host {failed[0].index}: {failed[0].describe()}")
-            results = program.launch(group, host_attempt, _command(spec, format_job_id(job.id)),
-                                     log_paths=log_of)
+                self._renew_lease(job, timeout + LEASE_MARGIN)
+                results = group.run(as_command(mounts, "tpujob-mount"), log_paths=log_of, timeout=timeout,
+                                    fail_fast=True, progress=self._progress("mount"))
+                _setup_ok(results, "mount", timeout)
+            self._renew_lease(job, timeout + program.SETUP_GRACE + LEASE_MARGIN)
+            runtime_deps = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
+                            else ((), ()))
+            results = program.setup(group, host_attempt, spec["spec"].get("setup") or "",
+                                    runtime_modules=runtime_deps[0], runtime_packages=runtime_deps[1],
+                                    log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
+            _setup_ok(results, "setup", timeout)
+            self._renew_lease(job, LAUNCH_TIMEOUT + LEASE_MARGIN)
+            results = program.launch(group, host_attempt, _command(spec, jid), log_paths=log_of,
+                                     timeout=LAUNCH_TIMEOUT, progress=self._progress("launch"))
             _connection_ok(results, "launch")
             failed = [r for r in results if not r.ok]
             if failed:
@@ -145,8 +180,27 @@ class SshHostOps:
         return tuple(_status(s) for s in statuses)
 
     def stop_program(self, job, attempt, slice_) -> None:
+        """Stop the program on every host; CloudError naming the hosts where that failed
+        (unreachable, or the stop script failed): the caller decides what that means."""
         with self.group(job, attempt, slice_) as group:
-            program.stop(group, self.host_attempt(job, attempt, slice_), grace_seconds=30)
+            results = program.stop(group, self.host_attempt(job, attempt, slice_), grace_seconds=30,
+                                   log_paths=self._log_paths(job, attempt))
+        _ok_or_say_why(results, "stopping the program")
+
+    def unmount(self, job, attempt, slice_) -> None:
+        """Unmount the job's disks and buckets on every host (templates/unmount.sh: a path not
+        mounted is skipped, so running it twice is harmless). CloudError where it failed."""
+        script = storage.unmount_script(json.loads(job.spec_json), job.id)
+        if script is None:
+            return
+        with self.group(job, attempt, slice_) as group:
+            results = group.run(as_command(script, "tpujob-unmount"), timeout=120,
+                                log_paths=self._log_paths(job, attempt))
+        _ok_or_say_why(results, "unmounting the job's disks and buckets")
+
+    def _log_paths(self, job, attempt):
+        logs = self.log_dir(job, attempt)
+        return lambda host: logs / f"host-{host.index}.log"
 
 
 def _command(spec: dict, job_id: str) -> str:
@@ -171,3 +225,30 @@ def _connection_ok(results, what: str) -> None:
     for r in results:
         if r.exit_code is None:
             raise TpujobError(f"{what} on host {r.index}: {r.describe()}")
+
+
+def _setup_ok(results, what: str, timeout: float) -> None:
+    """Mount and setup: a host that timed out or failed fails the attempt's setup (clearly
+    saying which); one that could not be reached at all is retried by a later sweep."""
+    for r in results:
+        if r.timed_out or r.exit_code == program.TIMED_OUT:
+            raise SetupFailed(f"{what} on host {r.index} timed out after {timeout:.0f}s "
+                              f"(the job's setup timeout for {len(results)} hosts)")
+    _connection_ok(results, what)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise SetupFailed(f"{what} on host {failed[0].index}: {failed[0].describe()}")
+
+
+def _ok_or_say_why(results, what: str) -> None:
+    """CloudError naming each host where `what` failed, with the last line its script said
+    (the scripts say why on stderr: "holds no pid", "survived SIGKILL")."""
+    bad = [r for r in results if not r.ok]
+    if not bad:
+        return
+
+    def why(r) -> str:
+        said = r.output.strip().splitlines()[-1:] if r.exit_code is not None else []
+        return f"host {r.index}: {r.describe()}" + (f" ({said[0][:200]})" if said else "")
+    detail = "; ".join(why(r) for r in bad[:8]) + (f" (and {len(bad) - 8} more)" if len(bad) > 8 else "")
+    raise CloudError(f"{what} failed on {len(bad)} of {len(results)} hosts: {detail}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpujob import spec as spec_mod
-from tpujob.errors import ConflictError, TpujobError
+from tpujob.errors import CloudError, ConflictError, TpujobError
 from tpujob.service.accounting import account
 from tpujob.service.context import Context, make_cloud, make_compute
 from tpujob.spec import ResolvedSpec
@@ -77,9 +77,14 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
 
 
 def create(ctx: Context, path: str, *, keep_slice: bool = False):
-    """Validate, check that the cloud can be reached with the credentials at hand, then record.
-    A refused spec or missing credentials write nothing."""
+    """Validate, check that the spec's secrets have values and that the cloud can be reached
+    with the credentials at hand, then record. A refused spec, a missing secret or missing
+    credentials write nothing."""
     resolved = validate(ctx, path)
+    if resolved.spec.secrets:  # the first setup needs their values: refuse now, not at setup
+        from tpujob.service.secrets import resolve
+
+        resolve(resolved.spec.secrets)
     make_cloud(ctx.settings)
     if resolved.spec.disks:  # a master held read-write by a dev slice: refused before spending
         from tpujob.service import storage
@@ -119,8 +124,9 @@ def show(ctx: Context, ref: str) -> JobDetail:
 
 
 def _stop_program(ctx: Context, job, cloud) -> None:
-    """Stop the current attempt's program where its slice is READY (best effort: a dead slice
-    has no program left to stop)."""
+    """Stop the current attempt's program where its slice is READY, then unmount the job's
+    disks and buckets there. CloudError (nothing recorded) when a host of a READY slice failed
+    to stop it; a slice that is gone, or went away meanwhile, has no program left to stop."""
     from tpujob.cloud.base import SlicePhase
     from tpujob.service.hostops import SshHostOps
 
@@ -128,19 +134,34 @@ def _stop_program(ctx: Context, job, cloud) -> None:
     if attempt is None or attempt.ended_at is not None:
         return
     slice_ = cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
-    if slice_.phase == SlicePhase.READY:
-        SshHostOps(ctx, cloud).stop_program(job, attempt, slice_)
+    if slice_.phase != SlicePhase.READY:
+        return
+    ops = SshHostOps(ctx, cloud)
+    try:
+        ops.stop_program(job, attempt, slice_)
+    except CloudError:
+        if cloud.get_slice(job.project, attempt.zone, attempt.slice_name).phase == SlicePhase.READY:
+            raise
+        return  # preempted or deleted while we stopped it: its hosts took the program with them
+    try:
+        ops.unmount(job, attempt, slice_)
+    except TpujobError as exc:  # the program is stopped: a mount left behind is not worth refusing
+        ctx.store.add_event(job.id, "hosts", f"unmount failed: {exc}")
 
 
 def cancel(ctx: Context, ref: str):
-    """Stop the program on every host and keep the slice; `resume` runs it again."""
+    """Stop the program on every host and keep the slice; `resume` runs it again. When a host
+    fails to stop it, CloudError and the job stays as it was."""
     job = ctx.store.find(ref)
     if State(job.state) in ENDED:
         raise ConflictError(f"job {format_job_id(job.id)} is {job.state}: nothing to cancel")
     with ctx.lease(job.id) as owner:
         job = ctx.store.get(job.id)
         if job.attempt:
-            _stop_program(ctx, job, make_cloud(ctx.settings))
+            try:
+                _stop_program(ctx, job, make_cloud(ctx.settings))
+            except CloudError as exc:
+                raise CloudError(f"job {format_job_id(job.id)} not cancelled (still {job.state}): {exc}") from exc
             ctx.store.end_attempt(job.id, job.attempt, "cancelled")
         return ctx.store.transition(job.id, State(job.state), State.CANCELLED, "cancelled by user", owner=owner)
 

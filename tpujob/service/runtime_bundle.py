@@ -3,17 +3,19 @@ synced like user code, then `python3 -m tpujob.runtime runtime.yaml` from that d
 
 from __future__ import annotations
 
-import shlex
 import shutil
 from pathlib import Path
 
 import yaml
 
 import tpujob.runtime
+from tpujob.hosts.scripts import render
 
 CONFIG_NAME = "runtime.yaml"
-# What a TPU VM needs to run it; the image has none of it. Skipped where already importable.
+# What a TPU VM needs to run it; the image has none of it. setup.sh installs them unless all of
+# MODULES already import.
 REQUIREMENTS = ("jax[tpu]", "optax", "orbax-checkpoint", "pyyaml")
+MODULES = ("jax", "optax", "orbax.checkpoint", "yaml")
 
 
 def remote_dir(job_id: str) -> str:
@@ -34,12 +36,6 @@ def build(home: Path, job_id: str, runtime_config: dict) -> Path:
     return root
 
 
-def setup_command() -> str:
-    packages = " ".join(shlex.quote(p) for p in REQUIREMENTS)
-    return ("python3 -c 'import jax, optax, orbax.checkpoint, yaml' 2>/dev/null || "
-            f"python3 -m pip install --user --quiet {packages}")
-
-
 def run_command(job_id: str) -> str:
-    where = shlex.quote(remote_dir(job_id))
-    return f'cd "$HOME"/{where} && PYTHONPATH="$PWD" exec python3 -m tpujob.runtime {CONFIG_NAME}'
+    """The program launch.sh runs: templates/runtime.sh, rendered (every value quoted)."""
+    return render("runtime.sh", bundle_dir=remote_dir(job_id), config=CONFIG_NAME)

@@ -11,19 +11,22 @@ from tpujob.service.context import Context, make_cloud
 from tpujob.store.states import ENDED, State
 
 
-def reconciler(ctx: Context):
+def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     """The Reconciler every sweep runs. TPUJOB_LEASE_SECONDS (default 300) is how long a job's
-    lease outlives a sweep that died holding it: the crash tests shorten it; in real use it must
-    exceed the longest act on one job (a slow setup)."""
+    lease outlives a sweep that died holding it: the crash tests shorten it. A long host step
+    (setup) renews the lease for its own timeout first. `progress(step, Progress)` hears each
+    host step as hosts finish it."""
     from tpujob.hosts.keys import public_key_line
     from tpujob.reconcile.sweep import Reconciler
     from tpujob.service.hostops import SshHostOps
 
     cloud = make_cloud(ctx.settings)
     user = ctx.settings.ssh_user
-    return Reconciler(ctx.store, cloud, SshHostOps(ctx, cloud), ctx.actor,
+    lease_seconds = float(os.environ.get("TPUJOB_LEASE_SECONDS", "300"))
+    hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease_seconds)
+    return Reconciler(ctx.store, cloud, hosts, ctx.actor,
                       ssh_keys=(f"{user}:{public_key_line(ctx.settings.home)}",),
-                      lease_seconds=float(os.environ.get("TPUJOB_LEASE_SECONDS", "300")))
+                      lease_seconds=lease_seconds)
 
 
 def requeue(ctx: Context, job_refs: Optional[list[str]] = None):
@@ -43,9 +46,11 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: Option
 
 
 def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
-           on_event: Callable[[object], None] = lambda e: None, poll: Optional[float] = None):
-    """Sweep one job until it runs (or, with until_ended, until it ends); report new events."""
-    rec = reconciler(ctx)
+           on_event: Callable[[object], None] = lambda e: None,
+           on_progress: Optional[Callable] = None, poll: Optional[float] = None):
+    """Sweep one job until it runs (or, with until_ended, until it ends); report new events,
+    and, through `on_progress(step, Progress)`, each host step (sync, mount, setup, launch)."""
+    rec = reconciler(ctx, progress=on_progress)
     poll = poll if poll is not None else (0.2 if ctx.settings.cloud == "local" else 5.0)
     seen = 0
     deadline = time.monotonic() + timeout
