@@ -17,7 +17,7 @@ from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase, SliceReque
 from tpujob.errors import CloudError, ConflictError, JobLocked, StockoutError, TpujobError
 from tpujob.reconcile.decide import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostStatus, JobView,
-    MarkUnhealthy, Move, Observation, Policy, SetUp, SlicePhase, StartAttempt, StopProgram, decide,
+    MarkUnhealthy, Move, Observation, Policy, RunDir, SetUp, SlicePhase, StartAttempt, StopProgram, decide,
 )
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, EndReason, State
@@ -56,6 +56,13 @@ class HostOps(Protocol):
     def stop_program(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
 
 
+class RunDirs(Protocol):
+    """The run dirs on GCS (tpujob.service.storage.GcsRunDirs): how each program is doing,
+    read without SSH. Jobs whose run dir is host-local are left out of the answer."""
+
+    def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDir]: ...
+
+
 @dataclass
 class SweepReport:
     jobs_seen: int = 0
@@ -86,7 +93,8 @@ def policy_of(spec: dict) -> Policy:
 class Reconciler:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *,
                  ssh_keys: tuple[str, ...] = (), clock: Callable[[], float] = time.time,
-                 lease_seconds: float = 300.0, policy_overrides: Optional[dict] = None):
+                 lease_seconds: float = 300.0, policy_overrides: Optional[dict] = None,
+                 run_dirs: Optional[RunDirs] = None):
         self.store = store
         self.cloud = cloud
         self.hosts = hosts
@@ -95,6 +103,8 @@ class Reconciler:
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.policy_overrides = policy_overrides or {}
+        self.run_dirs = run_dirs
+        self._run_dir_seen: dict[int, tuple[int, RunDir]] = {}  # job id -> (attempt, files)
 
     # -- observe -----------------------------------------------------------------------------
     def observe_slices(self, jobs: list[Job]) -> dict[tuple[str, str], Slice]:
@@ -104,6 +114,20 @@ class Reconciler:
             for name, slice_ in self.cloud.list_slices(project, zone).items():
                 seen[(zone, name)] = slice_
         return seen
+
+    def observe_run_dirs(self, jobs: list[Job], report: SweepReport) -> dict[int, tuple[int, RunDir]]:
+        """The RUNNING jobs' run dirs, read in one batch; a storage error costs only this."""
+        running = [(j, a) for j in jobs if j.state == State.RUNNING.value
+                   for a in [self.store.current_attempt(j.id)] if a is not None]
+        if self.run_dirs is None or not running:
+            return {}
+        try:
+            found = self.run_dirs.read(running, self.clock())
+        except TpujobError as exc:
+            report.errors.append(f"run dirs: {exc}")
+            return {}
+        numbers = {j.id: a.number for j, a in running}
+        return {job_id: (numbers[job_id], run) for job_id, run in found.items()}
 
     # -- sweep -------------------------------------------------------------------------------
     def sweep(self, job_ids: Optional[list[int]] = None) -> SweepReport:
@@ -115,6 +139,7 @@ class Reconciler:
             jobs = [j for j in jobs if j.id in wanted]
         snapshot_at = self.clock()
         slices = self.observe_slices(jobs)
+        self._run_dir_seen = self.observe_run_dirs(jobs, report)
         self.store.mark_observed([j.id for j in jobs], snapshot_at)
         report.jobs_seen = len(jobs)
         for job in jobs:
@@ -167,7 +192,10 @@ class Reconciler:
         hosts: tuple[HostStatus, ...] = ()
         if phase == SlicePhase.READY and State(job.state) == State.RUNNING:
             hosts = self.hosts.program_status(job, attempt, slice_)
-        return Observation(slice=phase, hosts=hosts)
+        seen = self._run_dir_seen.get(job.id)
+        run_dir = seen[1] if seen and State(job.state) == State.RUNNING and attempt is not None \
+            and seen[0] == attempt.number else None
+        return Observation(slice=phase, hosts=hosts, run_dir=run_dir)
 
     def _record_steps(self, job: Job, attempt, obs: Observation) -> None:
         """The attempt's progress as the runtime reports it: lost steps per preemption."""

@@ -18,12 +18,14 @@ def reconciler(ctx: Context):
     from tpujob.hosts.keys import public_key_line
     from tpujob.reconcile.sweep import Reconciler
     from tpujob.service.hostops import SshHostOps
+    from tpujob.service.storage import GcsRunDirs
 
     cloud = make_cloud(ctx.settings)
     user = ctx.settings.ssh_user
     return Reconciler(ctx.store, cloud, SshHostOps(ctx, cloud), ctx.actor,
                       ssh_keys=(f"{user}:{public_key_line(ctx.settings.home)}",),
-                      lease_seconds=float(os.environ.get("TPUJOB_LEASE_SECONDS", "300")))
+                      lease_seconds=float(os.environ.get("TPUJOB_LEASE_SECONDS", "300")),
+                      run_dirs=GcsRunDirs(ctx.settings))
 
 
 def requeue(ctx: Context, job_refs: Optional[list[str]] = None):
