@@ -7,11 +7,12 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from tpujob import spec as spec_mod
 from tpujob.errors import ConflictError, TpujobError
 from tpujob.service.accounting import account
-from tpujob.service.context import Context, make_cloud, make_compute
+from tpujob.service.context import Context, make_cloud, make_compute, make_storage
 from tpujob.spec import ResolvedSpec
 from tpujob.store.repository import format_job_id, slice_name
 from tpujob.store.states import ENDED, State
@@ -76,15 +77,23 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
     return job, resolved
 
 
-def create(ctx: Context, path: str, *, keep_slice: bool = False):
+def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = False,
+           warn: Callable[[str], None] = lambda message: None):
     """Validate, check that the cloud can be reached with the credentials at hand, then record.
-    A refused spec or missing credentials write nothing."""
+    A refused spec or missing credentials write nothing. A bucket in another region than the
+    slice is a `warn`ing, refused with `strict`."""
+    from tpujob.service import storage
+
     resolved = validate(ctx, path)
     make_cloud(ctx.settings)
     if resolved.spec.disks:  # a master held read-write by a dev slice: refused before spending
-        from tpujob.service import storage
-
         storage.check_disks(make_compute(ctx.settings), resolved.to_json_dict())
+    if resolved.spec.buckets or resolved.spec.run_dir:
+        from tpujob.cloud.gcs import Gcs
+
+        gcs = Gcs(make_storage(ctx.settings))
+        for message in storage.check_bucket_regions(gcs, resolved.to_json_dict(), strict):
+            warn(message)
     return record(ctx, path, keep_slice=keep_slice)
 
 
@@ -100,14 +109,27 @@ class JobDetail:
     hosts: list | None = None   # remote.HostProgram per host, while the program runs
     hosts_error: str = ""       # why the hosts could not be asked
     accounting: object = None   # service.accounting.Accounting: the night's story in numbers
+    run_dir: object = None      # service.storage.RunDirView: the current attempt's status.json, heartbeat
+    run_dir_error: str = ""     # why the run dir could not be read
 
 
 def show(ctx: Context, ref: str) -> JobDetail:
-    """The job's record; while it is SETTING_UP or RUNNING, each host's view of the program
-    too (over SSH: the one part of `show` that touches the cloud)."""
+    """The job's record; its run dir on GCS (status.json, heartbeat age: how the current
+    attempt's program is doing, without SSH); while it is SETTING_UP or RUNNING, each host's
+    view of the program too (over SSH)."""
     job = ctx.store.find(ref)
     detail = JobDetail(job, ctx.store.attempts(job.id), ctx.store.events(job.id))
     detail.accounting = account(job, detail.attempts, detail.events, time.time())
+    spec = json.loads(job.spec_json)
+    if detail.attempts and spec.get("spec", {}).get("run_dir"):
+        from tpujob.cloud.gcs import Gcs
+        from tpujob.service import storage
+
+        try:
+            detail.run_dir = storage.read_run_dir(Gcs(make_storage(ctx.settings)), spec, job.id,
+                                                  detail.attempts[-1].started_at, time.time())
+        except TpujobError as exc:
+            detail.run_dir_error = exc.message
     if State(job.state) in (State.SETTING_UP, State.RUNNING):
         from tpujob.service.remote import host_status
 

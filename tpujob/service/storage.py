@@ -60,6 +60,12 @@ def host_run_dir(spec: dict, job_id: int) -> str | None:
     return f"{RUN_DIR_MOUNT}/{location[1]}" if location else None
 
 
+def host_run_dir_for(spec: dict, job_id: int, ssh_user: str) -> str:
+    """TPUJOB_RUN_DIR on the hosts: on GCS when the spec says so, else host-local."""
+    home = "/root" if ssh_user == "root" else f"/home/{ssh_user}"
+    return host_run_dir(spec, job_id) or f"{home}/tpujob-runs/{_jid(job_id)}"
+
+
 # ---- before anything is spent -----------------------------------------------------------------
 
 def check_disks(compute, spec: dict) -> None:
@@ -240,6 +246,11 @@ def read_run_dirs(gcs, jobs: list[tuple[dict, int, float]], now: float) -> dict[
     found = gcs.read_run_dirs(wanted)
     return {owners[loc][0]: _view(f"gs://{loc[0]}/{loc[1]}", files, owners[loc][1], now)
             for loc, files in found.items()}
+
+
+def read_run_dir(gcs, spec: dict, job_id: int, since: float, now: float) -> RunDirView | None:
+    """One job's run dir as `show` reports it (None: its run dir is host-local)."""
+    return read_run_dirs(gcs, [(spec, job_id, since)], now).get(job_id)
 
 
 class GcsRunDirs:
