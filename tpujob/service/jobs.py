@@ -37,13 +37,15 @@ def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
     jid = format_job_id(job_id) if job_id is not None else "NNNNNN"
     node = slice_name(job_id, 1) if job_id is not None else f"tpujob-{jid}-1"
     steps: list[PlanStep] = []
+    # A clone is the job's own: NAME-JOBID (tpujob.service.storage.clone_name).
+    cloud_name = {d.name: f"{d.name}-{jid}" if d.source_disk or d.snapshot else d.name for d in spec.disks}
     for disk in spec.disks:
         kind = resolved.disk_types[disk.name]
         if disk.source_disk:
             steps.append(PlanStep("snapshot", f"{disk.name}-src-{jid}", f"of disk {disk.source_disk}"))
-            steps.append(PlanStep("create disk", disk.name, f"{kind}, clone of that snapshot"))
+            steps.append(PlanStep("create disk", cloud_name[disk.name], f"{kind}, clone of that snapshot"))
         elif disk.snapshot:
-            steps.append(PlanStep("create disk", disk.name, f"{kind}, clone of snapshot {disk.snapshot}"))
+            steps.append(PlanStep("create disk", cloud_name[disk.name], f"{kind}, clone of snapshot {disk.snapshot}"))
         else:
             steps.append(PlanStep("use disk", disk.name, f"{kind}, existing or new ({disk.size_gb or 'default'} GB)"))
     how = "queued resource" if spec.tpu.queued else "node"
@@ -51,7 +53,7 @@ def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
                           f"{resolved.accelerator} ({resolved.hosts} hosts, {resolved.chips} chips), "
                           f"{spec.tpu.provisioning}, {resolved.runtime_version}, {resolved.zone}"))
     for disk in spec.disks:
-        steps.append(PlanStep("attach", disk.name, f"{disk.mode} at {disk.mount} on every host"))
+        steps.append(PlanStep("attach", cloud_name[disk.name], f"{disk.mode} at {disk.mount} on every host"))
     for bucket in spec.buckets:
         ro = "read-only" if bucket.read_only else "read-write"
         steps.append(PlanStep("mount bucket", bucket.bucket, f"gcsfuse {ro} at {bucket.mount}"))

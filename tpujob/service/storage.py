@@ -119,11 +119,11 @@ def data_disks(compute, spec: dict, job_id: int, zone: str) -> tuple[DataDisk, .
     return tuple(out)
 
 
-def attach_missing(compute, spec: dict, job_id: int, zone: str, node: str,
-                   attached: set[str]) -> list[str]:
-    """Attach to an existing node the job's disks it lacks (a reused slice made before a disk
-    existed, or one detached by hand); `attached` holds the node's disk sources. What was
-    attached, by name."""
+def attach_missing(compute, spec: dict, job_id: int, zone: str, node: str) -> list[str]:
+    """Attach to an existing node the job's disks it lacks (a slice reused by a new attempt
+    that was made without one, or lost it to a detach by hand), before they are mounted. What
+    was attached, by name."""
+    attached = {d.source for d in compute.node_disks(spec["project"], zone) if d.node == node}
     done = []
     for disk in data_disks(compute, spec, job_id, zone):
         if disk.source not in attached:
