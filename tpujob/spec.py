@@ -211,7 +211,9 @@ def _first_error(exc: ValidationError, lines: dict[tuple, int]) -> SpecError:
     elif kind == "missing":
         message = "required key is missing"
     else:
-        message = err["msg"][0].lower() + err["msg"][1:]
+        # A validator's own message, without pydantic's "Value error, " in front of it.
+        msg = err["msg"].removeprefix("Value error, ")
+        message = msg[0].lower() + msg[1:]
         if "input" in err and not isinstance(err["input"], (dict, list)):
             message += f" (got {err['input']!r})"
     line = lines.get(loc) or lines.get(loc[:-1])
