@@ -63,6 +63,7 @@ fi
     job = sweep_until(ctx, job.id, lambda j: j.state != "RUNNING", rec=rec)
     assert (job.state, job.attempt, job.preemptions) == ("SUCCEEDED", 1, 0)
     assert any("status.json: succeeded at step 9" in e.message for e in ctx.store.events(job.id))
+    assert ctx.store.attempts(job.id)[0].last_step == 9  # what `show` prints as the attempt's STEP
 
 
 def test_a_stale_heartbeat_is_a_hung_program(ctx, project, local_cloud, bucket, tmp_path):

@@ -200,6 +200,8 @@ class Reconciler:
     def _record_steps(self, job: Job, attempt, obs: Observation) -> None:
         """The attempt's progress as the runtime reports it: lost steps per preemption."""
         steps = [h.step for h in obs.hosts if h.step is not None]
+        if obs.run_dir is not None and obs.run_dir.step is not None:  # status.json: the last step
+            steps.append(obs.run_dir.step)
         resumed = [h.resumed_from for h in obs.hosts if h.resumed_from is not None]
         if attempt is not None and (steps or resumed):
             self.store.record_steps(job.id, attempt.number, last_step=max(steps) if steps else None,
