@@ -183,6 +183,7 @@ run:
     for i in $(seq 150); do [ -f /mnt/shared/hello.txt ] && break; sleep 0.2; done
     cat /mnt/shared/hello.txt > "$HOME/seen"
     if [ "$TPUJOB_HOST_INDEX" = 0 ]; then
+      printf '{{"time": 0, "step": 42, "phase": "exiting"}}' > "$TPUJOB_RUN_DIR/heartbeat"
       printf '{{"state": "succeeded", "step": 42, "message": "all done"}}' > "$TPUJOB_RUN_DIR/status.json"
     fi
 """
@@ -226,6 +227,8 @@ def test_buckets_on_every_host_the_run_dir_and_the_region_check(cli, local_cloud
     run = job["run_dir"]
     assert (run["url"], run["state"], run["step"], run["message"]) == (
         f"gs://shared-runs/exp/{job['id']}", "succeeded", 42, "all done")
+    assert 0 <= run["heartbeat_age_seconds"] < 120
     text = cli("show", "shared")
     assert text.code == 0 and "succeeded at step 42: all done" in text.out
+    assert "heartbeat:" in text.out and " ago" in text.out
     assert cli("delete", "shared").code == 0
