@@ -7,6 +7,8 @@ mount_point={{mount_point}}
 read_only={{read_only}}
 metadata_ttl={{metadata_ttl}}
 only_dir={{only_dir}}
+cache_dir={{cache_dir}}
+file_cache_mb={{file_cache_mb}}
 sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo -n"
 
 if mountpoint -q "$mount_point"; then echo "tpujob: $mount_point already mounted"; exit 0; fi
@@ -24,6 +26,13 @@ args=(--implicit-dirs --metadata-cache-ttl-secs "$metadata_ttl")
 # renames directories (copy, then delete) only up to this many objects.
 if [ "$read_only" = 1 ]; then args+=(-o ro); else args+=(--rename-dir-limit 100000); fi
 if [ -n "$only_dir" ]; then args+=(--only-dir "$only_dir"); fi
+# File cache (gcsfuse v2): on only with a cache dir; its size limit defaults to the disk's room.
+if [ -n "$cache_dir" ]; then
+  args+=(--cache-dir "$cache_dir")
+  if [ -n "$file_cache_mb" ]; then args+=(--file-cache-max-size-mb "$file_cache_mb"); fi
+  $sudo_ mkdir -p "$cache_dir"
+  $sudo_ chown "$(id -u):$(id -g)" "$cache_dir"
+fi
 $sudo_ mkdir -p "$mount_point"
 $sudo_ chown "$(id -u):$(id -g)" "$mount_point"
 gcsfuse "${args[@]}" "$bucket" "$mount_point"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tpujob.catalogue import Accelerator, accelerator
 from tpujob.errors import SpecError
@@ -47,7 +47,7 @@ class TpuSpec(_Model):
 
 
 class DiskSpec(_Model):
-    name: str
+    name: str  # a clone's cloud name is NAME-JOBID (one clone per job)
     source_disk: Optional[str] = None  # snapshot this master now, then clone
     snapshot: Optional[str] = None  # clone from this snapshot
     mode: Literal["read-only", "read-write"] = "read-only"
@@ -55,6 +55,13 @@ class DiskSpec(_Model):
     type: Optional[str] = None
     size_gb: Optional[int] = Field(default=None, gt=0, le=65536)
     keep: bool = False
+
+    @model_validator(mode="after")
+    def _room_for_the_job_id(self):
+        if (self.source_disk or self.snapshot) and len(self.name) > 56:
+            raise ValueError(f"a clone's name may have at most 56 characters: the clone is named "
+                             f"{self.name}-JOBID, and disk names have at most 63")
+        return self
 
 
 class BucketSpec(_Model):
@@ -64,6 +71,23 @@ class BucketSpec(_Model):
     # gcsfuse's default; 0 for checkpoint directories that must be strongly consistent.
     metadata_ttl_secs: int = Field(default=60, ge=-1)
     only_dir: Optional[str] = None
+    # gcsfuse's file cache (v2 flags --cache-dir, --file-cache-max-size-mb): repeated reads of
+    # the same data (epochs) come from local disk. Off unless cache_dir is given; -1 = no limit.
+    cache_dir: Optional[str] = None
+    file_cache_max_size_mb: Optional[int] = Field(default=None, ge=-1)
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _absolute_cache_dir(cls, value):
+        if value is not None and (not value.startswith("/") or ".." in value.split("/")):
+            raise ValueError("cache_dir must be an absolute path on the hosts, e.g. /tmp/gcsfuse-cache")
+        return value
+
+    @model_validator(mode="after")
+    def _cache_size_needs_dir(self):
+        if self.file_cache_max_size_mb is not None and self.cache_dir is None:
+            raise ValueError("file_cache_max_size_mb needs cache_dir (gcsfuse caches files there)")
+        return self
 
 
 class RunSpec(_Model):
@@ -198,7 +222,9 @@ def _first_error(exc: ValidationError, lines: dict[tuple, int]) -> SpecError:
     elif kind == "missing":
         message = "required key is missing"
     else:
-        message = err["msg"][0].lower() + err["msg"][1:]
+        # A validator's own message, without pydantic's "Value error, " in front of it.
+        msg = err["msg"].removeprefix("Value error, ")
+        message = msg[0].lower() + msg[1:]
         if "input" in err and not isinstance(err["input"], (dict, list)):
             message += f" (got {err['input']!r})"
     line = lines.get(loc) or lines.get(loc[:-1])

@@ -9,25 +9,9 @@ from dataclasses import replace
 import pytest
 
 from tpujob.cloud.base import SlicePhase, SliceRequest
+from cloud_helpers import PROJECT, ZONE, wait_for_slice
 from tpujob.errors import CloudError, ConflictError, NotFoundError, StockoutError, UsageError
 
-PROJECT = "tpujob-test"
-ZONE = "us-central2-b"
-
-
-def wait_for_slice(cloud, name: str, timeout: float, on_change=None):
-    """Poll get_slice until READY or a terminal phase (what the reconcile sweep observes)."""
-    deadline, last = time.monotonic() + timeout, None
-    while True:
-        current = cloud.get_slice(PROJECT, ZONE, name)
-        state = (current.phase, current.node_state, current.queued_resource_state)
-        if on_change and state != last:
-            on_change(current)
-        last = state
-        if current.phase is SlicePhase.READY or current.phase.terminal:
-            return current
-        assert time.monotonic() < deadline, f"slice {name} still {current.phase.value}"
-        time.sleep(0.01)
 
 
 def request(name: str = "s1", accelerator: str = "v4-16", **kw) -> SliceRequest:

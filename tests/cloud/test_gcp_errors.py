@@ -10,6 +10,7 @@ import time
 import pytest
 from google.api_core import exceptions as gexc
 
+from cloud_helpers import PROJECT, ZONE, wait_for_slice
 from tpujob.cloud.base import SlicePhase, SliceRequest
 from tpujob.cloud.gcp import _error, _retryable
 from tpujob.errors import (
@@ -17,8 +18,6 @@ from tpujob.errors import (
     StockoutError,
 )
 
-PROJECT = "tpujob-test"
-ZONE = "us-central2-b"
 
 
 def request(name: str = "s1", accelerator: str = "v4-8", **kw) -> SliceRequest:
@@ -122,7 +121,7 @@ def test_a_queued_resource_has_no_create_time_until_its_node_exists(cloud, serve
         capacity_back = time.time()
     finally:
         server.emulator.stockout(ZONE, None, clear=True)
-    ready = cloud.wait_for_slice(PROJECT, ZONE, "qtimed", timeout=10)
+    ready = wait_for_slice(cloud, "qtimed", timeout=10)
     # The node is created when capacity comes, after the wait in the queue: its age is the
     # provisioning alone.
     assert ready.node_create_time is not None and ready.node_create_time >= capacity_back - 0.01

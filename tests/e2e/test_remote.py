@@ -56,7 +56,7 @@ def test_show_reports_each_host_and_list_does_not(cli, local_cloud, running):
     data = json.loads(cli("show", "--json", job).out)
     ips = [h["ip"] for h in local_cloud.hosts(node)]
     assert data["hosts"] == [{"index": i, "ip": ips[i], "program": "running", "exit_code": None,
-                              "error": ""} for i in range(2)]
+                              "step": None, "error": ""} for i in range(2)]
     text = cli("show", job).out
     assert "hosts:" in text and f"1     {ips[1]}  running" in text
     host_file(local_cloud, node, 1, "/home/tpujob/stop").touch()

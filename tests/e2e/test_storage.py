@@ -82,8 +82,9 @@ def test_clone_and_scale(cli, local_cloud, tmp_path, stored_jobs):
     pod = show(cli, "pod")
     assert pod["state"] == "RUNNING"
     node = pod["attempts"][0]["slice_name"]
-    clone = disks(cli)["data"]
+    clone = disks(cli)[f"data-{pod['id']}"]  # the job's own clone
     assert (clone["source_snapshot"], clone["users"]) == ("master-snap", [node])
+    assert clone["labels"] == {"tpujob-job": pod["id"]}
     for index in range(4):  # every host reads the same files; a write fails read-only
         wait_for(lambda: host_file(local_cloud, node, index, "/home/tpujob/rc").exists())
         assert host_file(local_cloud, node, index, "/home/tpujob/seen").read_text() == "shard-0\n"
@@ -95,13 +96,13 @@ def test_clone_and_scale(cli, local_cloud, tmp_path, stored_jobs):
     wait_for(lambda: cli("requeue").code == 0 and show(cli, "pod")["attempt"] == 2
              and show(cli, "pod")["state"] == "RUNNING", timeout=60)
     second = show(cli, "pod")["attempts"][-1]["slice_name"]
-    again = disks(cli)["data"]
+    again = disks(cli)[f"data-{pod['id']}"]
     assert (again["users"], again["source_snapshot"]) == ([second], "master-snap")
     wait_for(lambda: host_file(local_cloud, second, 3, "/home/tpujob/seen").exists())
     assert host_file(local_cloud, second, 3, "/home/tpujob/seen").read_text() == "shard-0\n"
 
     assert cli("delete", "pod").code == 0
-    assert "data" not in disks(cli)
+    assert f"data-{pod['id']}" not in disks(cli)
     assert cli("delete", "dev").code == 0
     assert cli("disk", "delete", "master", "--zone", ZONE).code == 0
 
@@ -124,6 +125,110 @@ def test_keep_true_keeps_the_clone_and_refusals_spend_nothing(cli, local_cloud, 
     spec.write_text(spec.read_text().replace("sleep 600", "true"))
     assert cli("create", "--wait", spec).code == 0
     assert cli("delete", "pod").code == 0
-    assert disks(cli)["kept"]["source_snapshot"] == "kept-src-000002"
-    for name in ("kept", "seed"):
+    assert disks(cli)["kept-000002"]["source_snapshot"] == "kept-src-000002"
+    for name in ("kept-000002", "seed"):
         assert cli("disk", "delete", name, "--zone", ZONE).code == 0
+
+
+ONE_HOST = f"""\
+name: small
+tpu: {{accelerator: v4-8, zone: {ZONE}, queued: false}}
+disks:
+  - {{name: shard, snapshot: shard-snap, mode: read-only, mount: /mnt/shard}}
+run:
+  command: "cat /mnt/shard/ds/train.txt > $HOME/seen; sleep 600"
+"""
+
+
+def test_two_jobs_from_one_spec_each_get_their_own_clone(cli, local_cloud, tmp_path):
+    seed = tmp_path / "seed.yaml"
+    seed.write_text(MASTER.replace("master", "shardsrc").replace("name: dev", "name: shardsrc"))
+    assert cli("create", "--wait", seed).code == 0
+    assert cli("disk", "snapshot", "shardsrc", "--name", "shard-snap", "--zone", ZONE).code == 0
+    spec = tmp_path / "small.yaml"
+    spec.write_text(ONE_HOST)
+    first, second = (json.loads(cli("create", "--json", spec).out)["id"] for _ in range(2))
+    both = disks(cli)
+    for jid in (first, second):
+        job = show(cli, jid)
+        assert job["state"] == "RUNNING"
+        clone = both[f"shard-{jid}"]
+        assert clone["users"] == [job["attempts"][0]["slice_name"]]
+        assert clone["labels"] == {"tpujob-job": jid}
+        node = job["attempts"][0]["slice_name"]
+        wait_for(lambda: host_file(local_cloud, node, 0, "/home/tpujob/seen").exists())
+        assert host_file(local_cloud, node, 0, "/home/tpujob/seen").read_text() == "shard-0\n"
+
+    # Deleting the first job deletes its clone only; the second keeps its data.
+    assert cli("delete", first).code == 0
+    left = disks(cli)
+    assert f"shard-{first}" not in left and left[f"shard-{second}"]["users"]
+    assert cli("delete", second).code == 0
+    assert f"shard-{second}" not in disks(cli)
+    assert cli("delete", "shardsrc").code == 0
+    assert cli("disk", "delete", "shardsrc", "--zone", ZONE).code == 0
+
+
+BUCKETED = f"""\
+name: shared
+tpu: {{accelerator: v4-32, zone: {ZONE}, queued: false}}
+buckets:
+  - {{bucket: shared-data, mount: /mnt/shared, metadata_ttl_secs: 0, cache_dir: /tmp/gcsfuse-cache,
+     file_cache_max_size_mb: 64}}
+  - {{bucket: far-data, mount: /mnt/far, read_only: true}}
+run_dir: gs://shared-runs/exp
+run:
+  command: |
+    if [ "$TPUJOB_HOST_INDEX" = 0 ]; then echo from-host-0 > /mnt/shared/hello.txt; fi
+    for i in $(seq 150); do [ -f /mnt/shared/hello.txt ] && break; sleep 0.2; done
+    cat /mnt/shared/hello.txt > "$HOME/seen"
+    if [ "$TPUJOB_HOST_INDEX" = 0 ]; then
+      printf '{{"time": 0, "step": 42, "phase": "exiting"}}' > "$TPUJOB_RUN_DIR/heartbeat"
+      printf '{{"state": "succeeded", "step": 42, "message": "all done"}}' > "$TPUJOB_RUN_DIR/status.json"
+    fi
+"""
+
+
+def test_buckets_on_every_host_the_run_dir_and_the_region_check(cli, local_cloud, shared_emulator, tmp_path,
+                                                                stored_jobs):
+    import requests
+
+    from tpujob.service.context import Context, make_storage
+
+    gcs = make_storage(Context.load().settings)
+    endpoint = shared_emulator["storage_endpoint"]
+    for name in ("shared-data", "shared-runs", "far-data"):
+        if gcs.lookup_bucket(name) is None:
+            gcs.create_bucket(name)
+    # The emulator makes every bucket in US; this one moves to Europe: far from us-central2.
+    assert requests.patch(f"{endpoint}/storage/v1/b/far-data", json={"location": "EUROPE-WEST4"},
+                          timeout=10).ok
+    spec = tmp_path / "shared.yaml"
+    spec.write_text(BUCKETED)
+
+    refused = cli("create", "--strict", spec)
+    assert refused.code == 2 and "bucket far-data is in EUROPE-WEST4" in refused.error_line
+    assert stored_jobs() == 0
+
+    result = cli("create", "--wait", "--keep-slice", spec)
+    assert result.code == 0, result.err
+    warnings = [line for line in result.err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "far-data" in warnings[0] and "egress" in warnings[0]
+    job = show(cli, "shared")
+    assert job["state"] == "SUCCEEDED"
+    node = job["attempts"][0]["slice_name"]
+    for index in range(4):  # written by host 0, read by every host through its own mount
+        assert host_file(local_cloud, node, index, "/home/tpujob/seen").read_text() == "from-host-0\n"
+    assert gcs.bucket("shared-data").blob("hello.txt").download_as_text() == "from-host-0\n"
+    status = json.loads(gcs.bucket("shared-runs").blob(f"exp/{job['id']}/status.json").download_as_text())
+    assert status["step"] == 42
+
+    # show reports the run dir read through GCS: status.json as the program wrote it.
+    run = job["run_dir"]
+    assert (run["url"], run["state"], run["step"], run["message"]) == (
+        f"gs://shared-runs/exp/{job['id']}", "succeeded", 42, "all done")
+    assert 0 <= run["heartbeat_age_seconds"] < 120
+    text = cli("show", "shared")
+    assert text.code == 0 and "succeeded at step 42: all done" in text.out
+    assert "heartbeat:" in text.out and " ago" in text.out
+    assert cli("delete", "shared").code == 0

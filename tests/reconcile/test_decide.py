@@ -206,3 +206,55 @@ def test_every_move_is_legal_and_every_swept_transition_is_reached():
     act_moves = {(State.PENDING, State.FAILED), (State.RECOVERING, State.FAILED)}
     missing = {(s, d) for s, dsts in TRANSITIONS.items() for d in dsts} - user_moves - act_moves - reached
     assert missing == set()
+
+
+# --- the run dir on GCS (status.json, heartbeat), read by the sweep without SSH ------------------
+
+from tpujob.reconcile.decide import RunDir  # noqa: E402
+
+DONE = RunDir(state="succeeded", step=100, message="done")
+
+
+def with_run(phase, *hosts, run):
+    return Observation(slice=phase, hosts=tuple(hosts), run_dir=run)
+
+
+RUN_DIR_CASES = [
+    ("status succeeded, a host unreachable past grace: succeeded, never re-run",
+     job(State.RUNNING, hosts=4, unhealthy_seconds=600), with_run(SlicePhase.READY, OK, OK, OK, GONE, run=DONE),
+     [EndAttempt("succeeded"), Move(State.SUCCEEDED, "status.json: succeeded at step 100"), DeleteSlice()]),
+    ("status succeeded, slice preempted since: succeeded", job(State.RUNNING, keep_slice=True),
+     with_run(SlicePhase.LOST, run=DONE),
+     [EndAttempt("succeeded"), Move(State.SUCCEEDED, "status.json: succeeded at step 100")]),
+    ("status succeeded while a host still runs: wait for it", job(State.RUNNING),
+     with_run(SlicePhase.READY, OK, RUN, run=DONE), []),
+    ("status nan, hosts unreachable: new hardware", job(State.RUNNING),
+     with_run(SlicePhase.READY, GONE, GONE, run=RunDir(state="nan", step=7)),
+     [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts"),
+      Move(State.RECOVERING, "NaN loss: slice suspect, moving to new hardware")]),
+    ("status preempted: a preemption", job(State.RUNNING),
+     with_run(SlicePhase.READY, RUN, GONE, run=RunDir(state="preempted", step=7)),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed")]),
+    ("status failed: a failure, with its message", job(State.RUNNING),
+     with_run(SlicePhase.READY, RUN, GONE, run=RunDir(state="failed", message="bad data", exit_code=1)),
+     [StopProgram(), EndAttempt("failed"), Count("failures"),
+      Move(State.RECOVERING, "program exited 1 (status.json: bad data); retry 1 of 1")]),
+    ("fresh heartbeat: healthy", job(State.RUNNING),
+     with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=20)), []),
+    ("stale heartbeat: marked unhealthy", job(State.RUNNING),
+     with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=900)), [MarkUnhealthy()]),
+    ("stale heartbeat within grace: wait", job(State.RUNNING, unhealthy_seconds=30),
+     with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=900)), []),
+    ("stale heartbeat past grace: hung, new slice", job(State.RUNNING, unhealthy_seconds=200),
+     with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=900)),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "program hung: heartbeat 900 s old, unhealthy for 200 s; preemption 1 of 2 allowed")]),
+    ("heartbeat fresh again: cleared", job(State.RUNNING, unhealthy_seconds=30),
+     with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=5)), [ClearUnhealthy()]),
+]
+
+
+@pytest.mark.parametrize("name,view,observation,expected", RUN_DIR_CASES, ids=[c[0] for c in RUN_DIR_CASES])
+def test_decide_reads_the_run_dir(name, view, observation, expected):
+    assert decide(view, observation, P) == expected

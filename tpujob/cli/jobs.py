@@ -37,6 +37,8 @@ def register(app: typer.Typer) -> None:
                keep_slice: bool = typer.Option(False, "--keep-slice", help="Keep the slice after success."),
                wait: bool = typer.Option(False, "--wait", help="Follow the job to its end; exit 0 on SUCCEEDED."),
                timeout: float = typer.Option(3600.0, help="Seconds to follow before returning."),
+               strict: bool = typer.Option(False, "--strict",
+                                           help="Refuse a bucket in another region than the slice."),
                json_out: bool = typer.Option(False, "--json")):
         """Record a job, create its slice, set up every host and start the program."""
         from tpujob.service import jobs
@@ -52,7 +54,8 @@ def register(app: typer.Typer) -> None:
             for i, step in enumerate(steps, 1):
                 typer.echo(f"{i:2}. {step.action:<22} {step.resource:<28} {step.detail}")
             return
-        job, _ = jobs.create(ctx, spec, keep_slice=keep_slice)
+        job, _ = jobs.create(ctx, spec, keep_slice=keep_slice, strict=strict,
+                             warn=lambda message: typer.echo(f"warning: {message}", err=True))
         jid = render.job_dict(job)["id"]
         if not json_out:
             typer.echo(f"job {jid} ({job.name}) recorded; cloud: {ctx.settings.cloud}")
@@ -96,7 +99,14 @@ def register(app: typer.Typer) -> None:
         data["events"] = [render.event_dict(e) for e in detail.events]
         data["hosts"] = None if detail.hosts is None else [
             {"index": h.index, "ip": h.ip, "program": h.program, "exit_code": h.exit_code,
-             "error": h.error} for h in detail.hosts]
+             "step": h.step, "error": h.error} for h in detail.hosts]
+        run = detail.run_dir
+        data["run_dir"] = None if run is None else {
+            "url": run.url, "state": run.state, "step": run.step, "message": run.message,
+            "exit_code": run.exit_code, "heartbeat_age_seconds": None if run.heartbeat_age is None
+            else round(run.heartbeat_age, 1), "problem": run.problem or None}
+        if detail.run_dir_error:
+            data["run_dir_error"] = detail.run_dir_error
         if detail.hosts_error:
             data["hosts_error"] = detail.hosts_error
         data["accounting"] = {"preemptions": detail.job.preemptions, "failures": detail.job.failures,
@@ -116,11 +126,21 @@ def register(app: typer.Typer) -> None:
                                       a["ended_at"] or "-", a["end_reason"] or "-",
                                       "-" if a["last_step"] is None else a["last_step"]]
                                      for a in data["attempts"]]))
+        if run is not None:
+            said = f"{run.state} at step {run.step}" if run.state else "no status.json yet (running)"
+            if run.message:
+                said += f": {run.message}"
+            beat = "none yet" if run.heartbeat_age is None else f"{_duration(run.heartbeat_age)} ago"
+            typer.echo(f"\nrun dir:      {run.url}\n  status:     {run.problem or said}\n"
+                       f"  heartbeat:  {beat}")
+        elif detail.run_dir_error:
+            typer.echo(f"\nrun dir: not readable: {detail.run_dir_error}")
         if data["hosts"]:
             typer.echo("\nhosts:")
-            typer.echo(render.table(["HOST", "IP", "PROGRAM", "EXIT", "ERROR"],
+            typer.echo(render.table(["HOST", "IP", "PROGRAM", "EXIT", "STEP", "ERROR"],
                                     [[h["index"], h["ip"], h["program"],
-                                      "-" if h["exit_code"] is None else h["exit_code"], h["error"] or "-"]
+                                      "-" if h["exit_code"] is None else h["exit_code"],
+                                      "-" if h["step"] is None else h["step"], h["error"] or "-"]
                                      for h in data["hosts"]]))
         elif detail.hosts_error:
             typer.echo(f"\nhosts: not reachable: {detail.hosts_error}")

@@ -31,11 +31,13 @@ class DiskInfo:
     source_snapshot: str = ""  # short names
     source_disk: str = ""
     users: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)  # tpujob-job: the job owning a clone
 
     def to_json_dict(self) -> dict:
         return {"name": self.name, "zone": self.zone, "type": self.type, "size_gb": self.size_gb,
                 "status": self.status, "source_snapshot": self.source_snapshot,
-                "source_disk": self.source_disk, "users": list(self.users)}
+                "source_disk": self.source_disk, "users": list(self.users),
+                "labels": dict(self.labels)}
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,7 @@ def _disk(d: Any) -> DiskInfo:
     return DiskInfo(name=d.name, zone=_short(d.zone), type=_short(d.type_),
                     size_gb=int(d.size_gb), status=d.status,
                     source_snapshot=_short(d.source_snapshot), source_disk=_short(d.source_disk),
-                    users=tuple(_short(u) for u in d.users))
+                    users=tuple(_short(u) for u in d.users), labels=dict(d.labels))
 
 
 def _snapshot(s: Any) -> SnapshotInfo:

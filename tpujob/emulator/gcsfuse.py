@@ -6,10 +6,11 @@ written by one host is an object the others and the orchestrator read back.
 
 Accepts the gcsfuse v2 command line that the host scripts use: `gcsfuse [FLAGS] BUCKET DIR`,
 with `-o ro`, `--implicit-dirs`, `--metadata-cache-ttl-secs N`, `--only-dir D`, `--foreground`;
-cache sizing flags (`--stat-cache-max-size-mb`, `--type-cache-max-size-mb`,
-`--kernel-list-cache-ttl-secs`, `--cache-dir`, `--file-cache-max-size-mb`, `--uid`, `--gid`,
-`--file-mode`, `--dir-mode`) are accepted and ignored. Like gcsfuse it returns once the mount is
-up and serves it from a background process. STORAGE_EMULATOR_HOST says where the API is.
+the file cache flags (`--cache-dir DIR`, which must exist: mount_bucket.sh makes it, and
+`--file-cache-max-size-mb N`, -1 or more) are checked but nothing is cached; cache sizing
+flags (`--stat-cache-max-size-mb`, `--type-cache-max-size-mb`, `--kernel-list-cache-ttl-secs`,
+`--uid`, `--gid`, `--file-mode`, `--dir-mode`) are accepted and ignored. Like gcsfuse it
+returns once the mount is up and serves it from a background process. STORAGE_EMULATOR_HOST says where the API is.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ import threading
 import time
 
 _IGNORED = ("--stat-cache-max-size-mb", "--type-cache-max-size-mb", "--kernel-list-cache-ttl-secs",
-            "--cache-dir", "--file-cache-max-size-mb", "--uid", "--gid", "--file-mode",
-            "--dir-mode", "--temp-dir", "--log-file")
+            "--uid", "--gid", "--file-mode", "--dir-mode", "--temp-dir", "--log-file")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -36,6 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only-dir", default="")
     parser.add_argument("--rename-dir-limit", type=int, default=0)
     parser.add_argument("--foreground", action="store_true")
+    parser.add_argument("--cache-dir", default="")
+    parser.add_argument("--file-cache-max-size-mb", type=int, default=-1)
     for flag in _IGNORED:
         parser.add_argument(flag)
     parser.add_argument("bucket")
@@ -285,6 +287,10 @@ def serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.cache_dir and not os.path.isdir(args.cache_dir):
+        sys.exit(f"gcsfuse: --cache-dir {args.cache_dir}: no such directory")
+    if args.file_cache_max_size_mb < -1:
+        sys.exit("gcsfuse: --file-cache-max-size-mb must be -1 (no limit) or more")
     if args.foreground:
         serve(args)
         return

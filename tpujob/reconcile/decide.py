@@ -41,6 +41,17 @@ class HostStatus:
 
 
 @dataclass(frozen=True)
+class RunDir:
+    """The current attempt's files in the job's run dir on GCS (read without SSH). Files left by
+    an earlier attempt are not this attempt's: the sweep leaves them out."""
+    state: Optional[str] = None  # status.json's state (succeeded/failed/preempted/nan); None: still running
+    step: Optional[int] = None
+    message: str = ""
+    exit_code: Optional[int] = None
+    heartbeat_age: Optional[float] = None  # seconds since the heartbeat was last rewritten
+
+
+@dataclass(frozen=True)
 class Observation:
     slice: SlicePhase
     hosts: tuple[HostStatus, ...] = ()  # observed only when the slice is READY and a program was launched
@@ -50,6 +61,7 @@ class Observation:
     # None while no node exists (a queued resource that has not created it yet).
     provisioning_seconds: Optional[float] = None
     refusal: Optional[str] = None  # the cloud's word on a REFUSED or NO_QUOTA create
+    run_dir: Optional[RunDir] = None  # only for a RUNNING job whose spec has a run_dir on GCS
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,9 @@ class Policy:
     # Exits that say the program or its config is wrong (the runtime's init check, bad config,
     # strict-shapes recompile): running it again on any hardware gives the same answer.
     fatal_exit_codes: frozenset[int] = frozenset({77, 78, 79})
+    # The runtime rewrites its heartbeat at least every 30 s; ten times that is a hung program
+    # (a stuck collective, a dead coordinator), not a slow step.
+    heartbeat_timeout_seconds: float = 300
 
     def setup_timeout(self, hosts: int) -> float:
         # Fan-out is parallel, but installs contend for the same mirrors and buckets.
@@ -269,13 +284,23 @@ def _failed(job, policy, attempt_reason: str, why: str, reason: EndReason,
 
 
 def _running(job, obs, policy):
+    run = obs.run_dir or RunDir()
+    if run.state == "succeeded" and not any(h.program == Program.RUNNING for h in obs.hosts):
+        # The program said so in the run dir: done, whatever became of the hosts since (a
+        # successful run is never re-run, even when a host is unreachable or the slice is gone).
+        actions = [EndAttempt("succeeded"), Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
+        return actions if job.keep_slice else actions + [DeleteSlice()]
     if obs.slice in (SlicePhase.LOST, SlicePhase.ABSENT):
         return _lost(job, policy, "slice preempted" if obs.slice == SlicePhase.LOST else "slice gone")
     if obs.slice != SlicePhase.READY:
         return []
     hosts = obs.hosts
     codes = [h.exit_code for h in hosts if h.program == Program.EXITED]
-    unhealthy = any(h.program in (Program.UNREACHABLE, Program.MISSING) for h in hosts) or not hosts
+    # status.json's verdict counts as host 0's exit code (it is what host 0 exits with).
+    codes += {"nan": [policy.nan_exit_code], "preempted": [policy.preempted_exit_code],
+              "failed": [run.exit_code or 1]}.get(run.state, [])
+    hung = run.heartbeat_age is not None and run.heartbeat_age > policy.heartbeat_timeout_seconds
+    unhealthy = any(h.program in (Program.UNREACHABLE, Program.MISSING) for h in hosts) or not hosts or hung
     if any(c == policy.nan_exit_code for c in codes):
         actions: list[Action] = [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts")]
         if job.nan_restarts + 1 > policy.max_nan:
@@ -287,11 +312,12 @@ def _running(job, obs, policy):
         return _lost(job, policy, "program stopped on a preemption notice")
     failed = [c for c in codes if c != 0]
     if failed:
+        said = f" (status.json: {run.message})" if run.state == "failed" and run.message else ""
         fatal = [c for c in failed if c in policy.fatal_exit_codes]
         if fatal:
-            return _failed(job, policy, "failed", f"program exited {fatal[0]}: a code or config error, "
-                           "not retried", EndReason.USER_ERROR, retry=False)
-        return _failed(job, policy, "failed", f"program exited {failed[0]}", EndReason.USER_ERROR)
+            return _failed(job, policy, "failed", f"program exited {fatal[0]}{said}: a code or config "
+                           "error, not retried", EndReason.USER_ERROR, retry=False)
+        return _failed(job, policy, "failed", f"program exited {failed[0]}{said}", EndReason.USER_ERROR)
     if hosts and len(codes) == len(hosts):
         actions = [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
@@ -299,6 +325,9 @@ def _running(job, obs, policy):
         if job.unhealthy_seconds is None:
             return [MarkUnhealthy()]
         if job.unhealthy_seconds > policy.unhealthy_grace_seconds:
+            if hung:
+                return _lost(job, policy, f"program hung: heartbeat {run.heartbeat_age:.0f} s old, "
+                                          f"unhealthy for {job.unhealthy_seconds:.0f} s")
             return _lost(job, policy, f"hosts unreachable or program missing for "
                                       f"{job.unhealthy_seconds:.0f} s")
         return []

@@ -20,8 +20,8 @@ from tpujob.errors import (
 )
 from tpujob.reconcile.decide import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostStatus, JobView,
-    MarkUnhealthy, Move, Observation, Policy, ResetCount, SetUp, SlicePhase, StartAttempt, StopProgram,
-    decide,
+    MarkUnhealthy, Move, Observation, Policy, ResetCount, RunDir, SetUp, SlicePhase, StartAttempt,
+    StopProgram, decide,
 )
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, State
@@ -58,6 +58,13 @@ class HostOps(Protocol):
     def prepare_and_launch(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
     def program_status(self, job: Job, attempt: Attempt, slice_: Slice) -> tuple[HostStatus, ...]: ...
     def stop_program(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
+
+
+class RunDirs(Protocol):
+    """The run dirs on GCS (tpujob.service.storage.GcsRunDirs): how each program is doing,
+    read without SSH. Jobs whose run dir is host-local are left out of the answer."""
+
+    def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDir]: ...
 
 
 @dataclass
@@ -108,7 +115,8 @@ def _runtime_version(spec: dict, accelerator: str) -> str:
 class Reconciler:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *,
                  ssh_keys: tuple[str, ...] = (), clock: Callable[[], float] = time.time,
-                 lease_seconds: float = 300.0, policy_overrides: Optional[dict] = None):
+                 lease_seconds: float = 300.0, policy_overrides: Optional[dict] = None,
+                 run_dirs: Optional[RunDirs] = None):
         self.store = store
         self.cloud = cloud
         self.hosts = hosts
@@ -117,6 +125,8 @@ class Reconciler:
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.policy_overrides = policy_overrides or {}
+        self.run_dirs = run_dirs
+        self._run_dir_seen: dict[int, tuple[int, RunDir]] = {}  # job id -> (attempt, files)
 
     # -- observe -----------------------------------------------------------------------------
     def observe_slices(self, jobs: list[Job]) -> tuple[dict[tuple[str, str], Slice], dict[tuple[str, str], str]]:
@@ -138,6 +148,20 @@ class Reconciler:
                 seen[(zone, name)] = slice_
         return seen, failed
 
+    def observe_run_dirs(self, jobs: list[Job], report: SweepReport) -> dict[int, tuple[int, RunDir]]:
+        """The RUNNING jobs' run dirs, read in one batch; a storage error costs only this."""
+        running = [(j, a) for j in jobs if j.state == State.RUNNING.value
+                   for a in [self.store.current_attempt(j.id)] if a is not None]
+        if self.run_dirs is None or not running:
+            return {}
+        try:
+            found = self.run_dirs.read(running, self.clock())
+        except TpujobError as exc:
+            report.errors.append(f"run dirs: {exc}")
+            return {}
+        numbers = {j.id: a.number for j, a in running}
+        return {job_id: (numbers[job_id], run) for job_id, run in found.items()}
+
     # -- sweep -------------------------------------------------------------------------------
     def sweep(self, job_ids: Optional[list[int]] = None) -> SweepReport:
         started, calls0 = time.monotonic(), self.cloud.api_calls
@@ -154,6 +178,7 @@ class Reconciler:
             count = sum(1 for j in skipped if (j.project, j.zone) == (project, zone))
             report.errors.append(f"{project}/{zone}: listing failed, {count} job(s) skipped: {why}")
         jobs = [j for j in jobs if j.id not in {k.id for k in skipped}]
+        self._run_dir_seen = self.observe_run_dirs(jobs, report)
         self.store.mark_observed([j.id for j in jobs], snapshot_at)
         report.jobs_seen = len(jobs) + len(skipped)
         for job in jobs:
@@ -213,12 +238,17 @@ class Reconciler:
         if phase == SlicePhase.READY and State(job.state) == State.RUNNING:
             hosts = self.hosts.program_status(job, attempt, slice_)
         created = slice_.node_create_time if slice_ is not None else None
-        return Observation(slice=phase, hosts=hosts,
+        seen = self._run_dir_seen.get(job.id)
+        run_dir = seen[1] if seen and State(job.state) == State.RUNNING and attempt is not None \
+            and seen[0] == attempt.number else None
+        return Observation(slice=phase, hosts=hosts, run_dir=run_dir,
                            provisioning_seconds=None if created is None else max(0.0, self.clock() - created))
 
     def _record_steps(self, job: Job, attempt, obs: Observation) -> None:
         """The attempt's progress as the runtime reports it: lost steps per preemption."""
         steps = [h.step for h in obs.hosts if h.step is not None]
+        if obs.run_dir is not None and obs.run_dir.step is not None:  # status.json: the last step
+            steps.append(obs.run_dir.step)
         resumed = [h.resumed_from for h in obs.hosts if h.resumed_from is not None]
         if attempt is not None and (steps or resumed):
             self.store.record_steps(job.id, attempt.number, last_step=max(steps) if steps else None,

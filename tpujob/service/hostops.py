@@ -140,6 +140,7 @@ class SshHostOps:
                 _connection_ok(sync(group, bundle, runtime_bundle.remote_dir(jid),
                                     progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
                                "runtime upload")
+            self.attach_disks(job, attempt)  # a reused slice may lack one: attach before mounting
             mounts = storage.mount_script(spec, job.id)  # disks and buckets, before setup
             if mounts:
                 self._renew_lease(job, timeout + LEASE_MARGIN)
@@ -169,6 +170,16 @@ class SshHostOps:
         from tpujob.service.context import make_compute
 
         return storage.data_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone)
+
+    def attach_disks(self, job, attempt) -> None:
+        spec = json.loads(job.spec_json)
+        if not spec["spec"]["disks"]:
+            return
+        from tpujob.service.context import make_compute
+
+        for name in storage.attach_missing(make_compute(self.ctx.settings), spec, job.id, attempt.zone,
+                                           attempt.slice_name):
+            self.ctx.store.add_event(job.id, "disk", f"attached disk {name} to {attempt.slice_name}")
 
     def program_status(self, job, attempt, slice_) -> tuple[HostStatus, ...]:
         host_attempt = self.host_attempt(job, attempt, slice_)

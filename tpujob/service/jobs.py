@@ -7,11 +7,12 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from tpujob import spec as spec_mod
 from tpujob.errors import CloudError, ConflictError, TpujobError
 from tpujob.service.accounting import account
-from tpujob.service.context import Context, make_cloud, make_compute
+from tpujob.service.context import Context, make_cloud, make_compute, make_storage
 from tpujob.spec import ResolvedSpec
 from tpujob.store.repository import format_job_id, slice_name
 from tpujob.store.states import ENDED, State
@@ -36,13 +37,15 @@ def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
     jid = format_job_id(job_id) if job_id is not None else "NNNNNN"
     node = slice_name(job_id, 1) if job_id is not None else f"tpujob-{jid}-1"
     steps: list[PlanStep] = []
+    # A clone is the job's own: NAME-JOBID (tpujob.service.storage.clone_name).
+    cloud_name = {d.name: f"{d.name}-{jid}" if d.source_disk or d.snapshot else d.name for d in spec.disks}
     for disk in spec.disks:
         kind = resolved.disk_types[disk.name]
         if disk.source_disk:
             steps.append(PlanStep("snapshot", f"{disk.name}-src-{jid}", f"of disk {disk.source_disk}"))
-            steps.append(PlanStep("create disk", disk.name, f"{kind}, clone of that snapshot"))
+            steps.append(PlanStep("create disk", cloud_name[disk.name], f"{kind}, clone of that snapshot"))
         elif disk.snapshot:
-            steps.append(PlanStep("create disk", disk.name, f"{kind}, clone of snapshot {disk.snapshot}"))
+            steps.append(PlanStep("create disk", cloud_name[disk.name], f"{kind}, clone of snapshot {disk.snapshot}"))
         else:
             steps.append(PlanStep("use disk", disk.name, f"{kind}, existing or new ({disk.size_gb or 'default'} GB)"))
     how = "queued resource" if spec.tpu.queued else "node"
@@ -50,7 +53,7 @@ def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
                           f"{resolved.accelerator} ({resolved.hosts} hosts, {resolved.chips} chips), "
                           f"{spec.tpu.provisioning}, {resolved.runtime_version}, {resolved.zone}"))
     for disk in spec.disks:
-        steps.append(PlanStep("attach", disk.name, f"{disk.mode} at {disk.mount} on every host"))
+        steps.append(PlanStep("attach", cloud_name[disk.name], f"{disk.mode} at {disk.mount} on every host"))
     for bucket in spec.buckets:
         ro = "read-only" if bucket.read_only else "read-write"
         steps.append(PlanStep("mount bucket", bucket.bucket, f"gcsfuse {ro} at {bucket.mount}"))
@@ -76,10 +79,14 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
     return job, resolved
 
 
-def create(ctx: Context, path: str, *, keep_slice: bool = False):
+def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = False,
+           warn: Callable[[str], None] = lambda message: None):
     """Validate, check that the spec's secrets have values and that the cloud can be reached
     with the credentials at hand, then record. A refused spec, a missing secret or missing
-    credentials write nothing."""
+    credentials write nothing. A bucket in another region than the slice is a `warn`ing,
+    refused with `strict`."""
+    from tpujob.service import storage
+
     resolved = validate(ctx, path)
     if resolved.spec.secrets:  # the first setup needs their values: refuse now, not at setup
         from tpujob.service.secrets import resolve
@@ -87,9 +94,13 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False):
         resolve(resolved.spec.secrets)
     make_cloud(ctx.settings)
     if resolved.spec.disks:  # a master held read-write by a dev slice: refused before spending
-        from tpujob.service import storage
-
         storage.check_disks(make_compute(ctx.settings), resolved.to_json_dict())
+    if resolved.spec.buckets or resolved.spec.run_dir:
+        from tpujob.cloud.gcs import Gcs
+
+        gcs = Gcs(make_storage(ctx.settings))
+        for message in storage.check_bucket_regions(gcs, resolved.to_json_dict(), strict):
+            warn(message)
     return record(ctx, path, keep_slice=keep_slice)
 
 
@@ -105,14 +116,27 @@ class JobDetail:
     hosts: list | None = None   # remote.HostProgram per host, while the program runs
     hosts_error: str = ""       # why the hosts could not be asked
     accounting: object = None   # service.accounting.Accounting: the night's story in numbers
+    run_dir: object = None      # service.storage.RunDirView: the current attempt's status.json, heartbeat
+    run_dir_error: str = ""     # why the run dir could not be read
 
 
 def show(ctx: Context, ref: str) -> JobDetail:
-    """The job's record; while it is SETTING_UP or RUNNING, each host's view of the program
-    too (over SSH: the one part of `show` that touches the cloud)."""
+    """The job's record; its run dir on GCS (status.json, heartbeat age: how the current
+    attempt's program is doing, without SSH); while it is SETTING_UP or RUNNING, each host's
+    view of the program too (over SSH)."""
     job = ctx.store.find(ref)
     detail = JobDetail(job, ctx.store.attempts(job.id), ctx.store.events(job.id))
     detail.accounting = account(job, detail.attempts, detail.events, time.time())
+    spec = json.loads(job.spec_json)
+    if detail.attempts and spec.get("spec", {}).get("run_dir"):
+        from tpujob.cloud.gcs import Gcs
+        from tpujob.service import storage
+
+        try:
+            detail.run_dir = storage.read_run_dir(Gcs(make_storage(ctx.settings)), spec, job.id,
+                                                  detail.attempts[-1].started_at, time.time())
+        except TpujobError as exc:
+            detail.run_dir_error = exc.message
     if State(job.state) in (State.SETTING_UP, State.RUNNING):
         from tpujob.service.remote import host_status
 

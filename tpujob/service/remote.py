@@ -7,6 +7,7 @@ attributes and are verified. Values that reach a remote shell are quoted with sh
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import shlex
@@ -33,6 +34,7 @@ class HostProgram:
     program: str              # running | exited | absent | lost | unreachable
     exit_code: int | None = None
     error: str = ""
+    step: int | None = None   # from the heartbeat in the run dir, as the host sees it
 
 
 @dataclass(frozen=True)
@@ -359,8 +361,11 @@ def host_status(ctx: Context, job) -> list[HostProgram]:
     ips = {h.index: h.external_ip or h.ip for h in slice_.hosts}
     group = _group(ctx, cloud, job, row, slice_, None)
     group.retries, group.connect_timeout = 0, 5.0   # `show` answers fast; a dead host is news
-    attempt = program.Attempt(format_job_id(job.id), row.number, "", "", "")
+    from tpujob.service.storage import host_run_dir_for
+
+    run_dir = host_run_dir_for(json.loads(job.spec_json), job.id, ctx.settings.ssh_user)
+    attempt = program.Attempt(format_job_id(job.id), row.number, "", run_dir, "")
     with group:
         statuses = program.status(group, attempt, timeout=15)
-    return [HostProgram(s.index, ips.get(s.index, ""), s.state, s.exit_code, s.error)
+    return [HostProgram(s.index, ips.get(s.index, ""), s.state, s.exit_code, s.error, s.step)
             for s in statuses]

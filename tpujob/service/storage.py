@@ -1,17 +1,21 @@
 """A job's storage: its disks (clone and scale), its buckets, its run dir on GCS.
 
 Clone and scale: a disk with `source_disk` is snapshotted (`NAME-src-JOBID`) and cloned as
-NAME; a disk with `snapshot` is cloned from it. The clone is made by the first attempt and
-reused by every later one (a re-queued run sees the data the first attempt saw), then deleted
-with the job unless `keep`. The host side mounts every disk and bucket before setup.
+`NAME-JOBID`; a disk with `snapshot` is cloned from it. The clone belongs to its job (named after
+it and labelled `tpujob-job: JOBID`): two jobs from one spec get a clone each. It is made by the
+first attempt and reused by every later one (a re-queued run sees the data the first attempt
+saw), then deleted with the job unless `keep`. The host side mounts every disk and bucket before
+setup. The run dir on GCS is read through google-cloud-storage: the sweep and `show` know how
+the program ended without SSH.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from tpujob.cloud.base import DataDisk
-from tpujob.errors import NotFoundError, UsageError
+from tpujob.errors import ConflictError, NotFoundError, UsageError
 from tpujob.hosts.scripts import render
 
 RUN_DIR_MOUNT = "/mnt/tpujob-run"  # where the run dir's bucket is mounted on every host
@@ -23,6 +27,21 @@ def _jid(job_id: int) -> str:
 
 def snapshot_name(disk_name: str, job_id: int) -> str:
     return f"{disk_name}-src-{_jid(job_id)}"
+
+
+def is_clone(disk: dict) -> bool:
+    return bool(disk.get("source_disk") or disk.get("snapshot"))
+
+
+def clone_name(disk_name: str, job_id: int) -> str:
+    """The job's own clone: a second job from the same spec must not adopt (and later delete)
+    the first one's."""
+    return f"{disk_name}-{_jid(job_id)}"
+
+
+def device_name(disk: dict, job_id: int) -> str:
+    """The name the disk has in the cloud, hence on the hosts (/dev/disk/by-id/google-NAME)."""
+    return clone_name(disk["name"], job_id) if is_clone(disk) else disk["name"]
 
 
 def run_dir_location(spec: dict, job_id: int) -> tuple[str, str] | None:
@@ -39,6 +58,12 @@ def host_run_dir(spec: dict, job_id: int) -> str | None:
     """TPUJOB_RUN_DIR on the hosts when the run dir is on GCS (mounted at RUN_DIR_MOUNT)."""
     location = run_dir_location(spec, job_id)
     return f"{RUN_DIR_MOUNT}/{location[1]}" if location else None
+
+
+def host_run_dir_for(spec: dict, job_id: int, ssh_user: str) -> str:
+    """TPUJOB_RUN_DIR on the hosts: on GCS when the spec says so, else host-local."""
+    home = "/root" if ssh_user == "root" else f"/home/{ssh_user}"
+    return host_run_dir(spec, job_id) or f"{home}/tpujob-runs/{_jid(job_id)}"
 
 
 # ---- before anything is spent -----------------------------------------------------------------
@@ -63,23 +88,27 @@ def check_disks(compute, spec: dict) -> None:
 
 def data_disks(compute, spec: dict, job_id: int, zone: str) -> tuple[DataDisk, ...]:
     """The node's data disks; makes the clones (and their snapshot) that do not exist yet."""
-    project = spec["project"]
+    project, owner = spec["project"], {"tpujob-job": _jid(job_id)}
     out = []
     for disk in spec["spec"]["disks"]:
-        name, kind = disk["name"], spec["disk_types"][disk["name"]]
-        if compute.find_disk(project, zone, name) is None:
+        name, kind = device_name(disk, job_id), spec["disk_types"][disk["name"]]
+        found = compute.find_disk(project, zone, name)
+        if found is not None and is_clone(disk) and found.labels.get("tpujob-job") != _jid(job_id):
+            raise ConflictError(f"disk {name} exists in {zone} but is not job {_jid(job_id)}'s clone "
+                                f"(label tpujob-job={found.labels.get('tpujob-job', 'none')}): delete "
+                                "it or rename the disk in the spec")
+        if found is None:
             if disk.get("source_disk"):
-                snap = snapshot_name(name, job_id)
+                snap = snapshot_name(disk["name"], job_id)
                 try:
                     compute.get_snapshot(project, snap)
                 except NotFoundError:
-                    compute.create_snapshot(project, zone, disk["source_disk"], snap,
-                                            labels={"tpujob-job": _jid(job_id)})
+                    compute.create_snapshot(project, zone, disk["source_disk"], snap, labels=owner)
                 compute.create_disk(project, zone, name, disk_type=kind, snapshot=snap,
-                                    size_gb=disk.get("size_gb"), labels={"tpujob-job": _jid(job_id)})
+                                    size_gb=disk.get("size_gb"), labels=owner)
             elif disk.get("snapshot"):
                 compute.create_disk(project, zone, name, disk_type=kind, snapshot=disk["snapshot"],
-                                    size_gb=disk.get("size_gb"), labels={"tpujob-job": _jid(job_id)})
+                                    size_gb=disk.get("size_gb"), labels=owner)
             elif disk["mode"] == "read-write":  # a new master: formatted by mount_disk.sh
                 compute.create_disk(project, zone, name, disk_type=kind, size_gb=disk.get("size_gb"))
             else:
@@ -90,16 +119,33 @@ def data_disks(compute, spec: dict, job_id: int, zone: str) -> tuple[DataDisk, .
     return tuple(out)
 
 
+def attach_missing(compute, spec: dict, job_id: int, zone: str, node: str) -> list[str]:
+    """Attach to an existing node the job's disks it lacks (a slice reused by a new attempt
+    that was made without one, or lost it to a detach by hand), before they are mounted. What
+    was attached, by name."""
+    attached = {d.source for d in compute.node_disks(spec["project"], zone) if d.node == node}
+    done = []
+    for disk in data_disks(compute, spec, job_id, zone):
+        if disk.source not in attached:
+            name = disk.source.rsplit("/", 1)[-1]
+            compute.attach_disk(spec["project"], zone, node, name, read_only=disk.read_only)
+            done.append(name)
+    return done
+
+
 def delete_clones(compute, spec: dict, job_id: int, zones: set[str]) -> list[str]:
-    """Delete the job's clones and their snapshots, except those with `keep`; what was deleted."""
+    """Delete the job's clones and their snapshots, except those with `keep`; what was deleted.
+    Only disks labelled as this job's are deleted."""
     project, deleted = spec["project"], []
     for disk in spec["spec"]["disks"]:
-        if disk.get("keep") or not (disk.get("source_disk") or disk.get("snapshot")):
+        if disk.get("keep") or not is_clone(disk):
             continue
+        name = clone_name(disk["name"], job_id)
         for zone in sorted(zones):
-            if compute.find_disk(project, zone, disk["name"]) is not None:
-                compute.delete_disk(project, zone, disk["name"])
-                deleted.append(f"disk {disk['name']}")
+            found = compute.find_disk(project, zone, name)
+            if found is not None and found.labels.get("tpujob-job") == _jid(job_id):
+                compute.delete_disk(project, zone, name)
+                deleted.append(f"disk {name}")
         if disk.get("source_disk"):
             try:
                 compute.get_snapshot(project, snapshot_name(disk["name"], job_id))
@@ -115,7 +161,7 @@ def delete_clones(compute, spec: dict, job_id: int, zones: set[str]) -> list[str
 def _mounts(spec: dict, job_id: int) -> list[tuple[str, dict]]:
     steps = []
     for disk in spec["spec"]["disks"]:
-        steps.append(("mount_disk.sh", {"disk": disk["name"], "mount_point": disk["mount"],
+        steps.append(("mount_disk.sh", {"disk": device_name(disk, job_id), "mount_point": disk["mount"],
                                         "read_only": int(disk["mode"] == "read-only")}))
     buckets = list(spec["spec"]["buckets"])
     location = run_dir_location(spec, job_id)
@@ -123,10 +169,12 @@ def _mounts(spec: dict, job_id: int) -> list[tuple[str, dict]]:
         buckets.append({"bucket": location[0], "mount": RUN_DIR_MOUNT, "read_only": False,
                         "metadata_ttl_secs": 0, "only_dir": None})
     for bucket in buckets:
+        cache_mb = bucket.get("file_cache_max_size_mb")
         steps.append(("mount_bucket.sh", {
             "bucket": bucket["bucket"], "mount_point": bucket["mount"],
             "read_only": int(bucket["read_only"]), "metadata_ttl": bucket["metadata_ttl_secs"],
-            "only_dir": bucket.get("only_dir") or ""}))
+            "only_dir": bucket.get("only_dir") or "", "cache_dir": bucket.get("cache_dir") or "",
+            "file_cache_mb": "" if cache_mb is None else cache_mb}))
     return steps
 
 
@@ -144,3 +192,140 @@ def unmount_script(spec: dict, job_id: int) -> str | None:
     if not steps:
         return None
     return render("unmount.sh", mount_points="\n".join(v["mount_point"] for _, v in reversed(steps)))
+
+
+# ---- the run dir on GCS, read without SSH ----------------------------------------------------
+
+_STATES = ("succeeded", "failed", "preempted", "nan")  # tpujob.runtime.contract.STATES
+
+
+@dataclass(frozen=True)
+class RunDirView:
+    """The current attempt's status.json and heartbeat, as the sweep and `show` see them."""
+    url: str
+    state: str | None = None
+    step: int | None = None
+    message: str = ""
+    exit_code: int | None = None
+    heartbeat_age: float | None = None
+    problem: str = ""  # status.json unreadable
+
+    def as_observation(self):
+        from tpujob.reconcile.decide import RunDir
+
+        return RunDir(state=self.state, step=self.step, message=self.message,
+                      exit_code=self.exit_code, heartbeat_age=self.heartbeat_age)
+
+
+def _view(url: str, files, since: float, now: float) -> RunDirView:
+    # A heartbeat from before this attempt began is an earlier attempt's: none yet.
+    age = None if files.heartbeat_updated is None or files.heartbeat_updated < since \
+        else max(0.0, now - files.heartbeat_updated)
+    status = files.status or {}
+    if files.status is not None and status.get("state") not in _STATES:
+        return RunDirView(url, heartbeat_age=age, problem="status.json has no valid state")
+    step = status.get("step")
+    code = status.get("exit_code")
+    return RunDirView(url, state=status.get("state"), step=step if isinstance(step, int) else None,
+                      message=str(status.get("message", "")), heartbeat_age=age,
+                      exit_code=code if isinstance(code, int) else None, problem=files.status_error)
+
+
+def read_run_dirs(gcs, jobs: list[tuple[dict, int, float]], now: float) -> dict[int, RunDirView]:
+    """[(spec, job id, attempt start)] -> {job id: what its run dir says about this attempt},
+    for the jobs whose run dir is on GCS. One list per bucket and parent prefix (Gcs)."""
+    wanted: dict[tuple[str, str], float] = {}
+    owners: dict[tuple[str, str], tuple[int, float]] = {}
+    for spec, job_id, since in jobs:
+        location = run_dir_location(spec, job_id)
+        if location:
+            wanted[location] = since
+            owners[location] = (job_id, since)
+    if not wanted:
+        return {}
+    found = gcs.read_run_dirs(wanted)
+    return {owners[loc][0]: _view(f"gs://{loc[0]}/{loc[1]}", files, owners[loc][1], now)
+            for loc, files in found.items()}
+
+
+def read_run_dir(gcs, spec: dict, job_id: int, since: float, now: float) -> RunDirView | None:
+    """One job's run dir as `show` reports it (None: its run dir is host-local)."""
+    return read_run_dirs(gcs, [(spec, job_id, since)], now).get(job_id)
+
+
+class GcsRunDirs:
+    """The sweep's RunDirs (tpujob.reconcile.sweep): the current attempt's files of every
+    RUNNING job with a run dir on GCS."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self._gcs = None
+
+    def read(self, jobs, now: float) -> dict:
+        import json
+
+        specs = [(json.loads(job.spec_json), job.id, attempt.started_at) for job, attempt in jobs]
+        if not any(run_dir_location(spec, job_id) for spec, job_id, _ in specs):
+            return {}  # no client (and no import) for jobs whose run dir is host-local
+        if self._gcs is None:
+            from tpujob.cloud.gcs import Gcs
+            from tpujob.service.context import make_storage
+
+            self._gcs = Gcs(make_storage(self.settings))
+        views = read_run_dirs(self._gcs, specs, now)
+        return {job_id: view.as_observation() for job_id, view in views.items() if not view.problem}
+
+
+# ---- bucket regions, checked at create --------------------------------------------------------
+
+# Multi-regions and predefined dual-regions (Cloud Storage's bucket locations), by the regions
+# they hold: a bucket there is as close to the slice as a regional one.
+_MULTI = {"US": ("us-",), "EU": ("europe-",), "ASIA": ("asia-",)}
+_DUAL = {"NAM4": ("us-central1", "us-east1"), "EUR4": ("europe-north1", "europe-west4"),
+         "ASIA1": ("asia-northeast1", "asia-northeast2")}
+
+
+def region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def serves_region(location: str, data_locations: list[str], region: str) -> bool:
+    location, region = location.upper(), region.lower()
+    if data_locations:  # a custom dual-region lists its two regions
+        return region in {d.lower() for d in data_locations}
+    if location in _MULTI:
+        return region.startswith(_MULTI[location])
+    if location in _DUAL:
+        return region in _DUAL[location]
+    return location.lower() == region
+
+
+def check_bucket_regions(gcs, spec: dict, strict: bool) -> list[str]:
+    """Each bucket the job mounts (and its run dir's) against the slice's region: a warning per
+    cross-region bucket, or a UsageError with `strict`. A bucket that does not exist is refused;
+    one whose metadata we may not read (storage.buckets.get) is a warning."""
+    from tpujob.errors import CloudError
+
+    region = region_of(spec["zone"])
+    names = [b["bucket"] for b in spec["spec"]["buckets"]]
+    location = run_dir_location(spec, 0)
+    if location and location[0] not in names:
+        names.append(location[0])
+    warnings = []
+    for name in names:
+        try:
+            where, data = gcs.bucket_location(name)
+        except NotFoundError:
+            raise UsageError(f"bucket {name} does not exist") from None
+        except CloudError as exc:
+            warnings.append(f"could not check the location of bucket {name}: {exc}")
+            continue
+        if serves_region(where, data, region):
+            continue
+        message = (f"bucket {name} is in {where}, the slice in {region}: every read and write "
+                   "crosses regions (inter-region egress is billed per GB, and latency slows "
+                   "checkpoints and data loading); use a bucket in " + region)
+        if strict:
+            raise UsageError(message + " (refused with --strict)")
+        warnings.append(message)
+    return warnings

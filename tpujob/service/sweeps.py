@@ -19,6 +19,7 @@ def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     from tpujob.hosts.keys import public_key_line
     from tpujob.reconcile.sweep import Reconciler
     from tpujob.service.hostops import SshHostOps
+    from tpujob.service.storage import GcsRunDirs
 
     cloud = make_cloud(ctx.settings)
     user = ctx.settings.ssh_user
@@ -26,7 +27,7 @@ def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease_seconds)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
                       ssh_keys=(f"{user}:{public_key_line(ctx.settings.home)}",),
-                      lease_seconds=lease_seconds)
+                      lease_seconds=lease_seconds, run_dirs=GcsRunDirs(ctx.settings))
 
 
 def requeue(ctx: Context, job_refs: Optional[list[str]] = None):

@@ -1,0 +1,78 @@
+"""The sweep reads each running job's run dir on GCS (status.json, heartbeat) without SSH, and
+decides with it: a succeeded run with a dead host is not re-run; a hung program gets a new slice."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from reconcile_helpers import ZONE, ctx, node_ref, project, reconciler, running, sweep_until  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+SPEC = """\
+name: {name}
+tpu: {{accelerator: v4-32, zone: {zone}, queued: false}}
+run_dir: gs://rundir-tests/{prefix}
+requeue: {{backoff_seconds: 0}}
+run:
+  command: |
+{command}
+"""
+
+
+@pytest.fixture
+def bucket(local_cloud):
+    from tpujob.service.context import Context, make_storage
+
+    gcs = make_storage(Context.load().settings)
+    if gcs.lookup_bucket("rundir-tests") is None:
+        gcs.create_bucket("rundir-tests")
+    return gcs.bucket("rundir-tests")
+
+
+def record(ctx, tmp_path, name, command):
+    from tpujob.service import jobs
+
+    prefix = uuid.uuid4().hex[:8]  # the emulator's bucket outlives each test's store
+    body = "\n".join("    " + line for line in command.strip().splitlines())
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SPEC.format(name=name, zone=ZONE, prefix=prefix, command=body))
+    return jobs.record(ctx, str(path))[0], prefix
+
+
+def test_a_run_that_said_succeeded_is_not_re_run_when_a_host_dies(ctx, project, local_cloud, bucket, tmp_path):
+    job, prefix = record(ctx, tmp_path, "done", """
+if [ "$TPUJOB_HOST_INDEX" = 3 ]; then sleep 600; fi
+if [ "$TPUJOB_HOST_INDEX" = 0 ]; then
+  printf '{"state": "succeeded", "step": 9, "message": "ok"}' > "$TPUJOB_RUN_DIR/status.json"
+fi
+""")
+    rec = reconciler(ctx, unhealthy_grace_seconds=0.5)
+    sweep_until(ctx, job.id, running, rec=rec)
+    node = ctx.store.current_attempt(job.id).slice_name
+    blob = bucket.blob(f"{prefix}/{job.id:06d}/status.json")
+    deadline = time.monotonic() + 30
+    while not blob.exists():
+        assert time.monotonic() < deadline, "status.json never reached the bucket"
+        time.sleep(0.2)
+    local_cloud.kill_host(node_ref(project, ZONE, node), 3)  # hosts 0-2 exited 0, host 3 is gone
+    time.sleep(1)
+    job = sweep_until(ctx, job.id, lambda j: j.state != "RUNNING", rec=rec)
+    assert (job.state, job.attempt, job.preemptions) == ("SUCCEEDED", 1, 0)
+    assert any("status.json: succeeded at step 9" in e.message for e in ctx.store.events(job.id))
+    assert ctx.store.attempts(job.id)[0].last_step == 9  # what `show` prints as the attempt's STEP
+
+
+def test_a_stale_heartbeat_is_a_hung_program(ctx, project, local_cloud, bucket, tmp_path):
+    job, _ = record(ctx, tmp_path, "hung", """
+if [ "$TPUJOB_HOST_INDEX" = 0 ]; then echo '{"time": 0, "step": 3, "phase": "training"}' > "$TPUJOB_RUN_DIR/heartbeat"; fi
+sleep 600
+""")
+    rec = reconciler(ctx, unhealthy_grace_seconds=0.5, heartbeat_timeout_seconds=1)
+    job = sweep_until(ctx, job.id, lambda j: j.attempt == 2, rec=rec, timeout=90, pause=0.3)
+    attempts = ctx.store.attempts(job.id)
+    assert attempts[0].end_reason == "preempted"
+    assert any("program hung: heartbeat" in e.message for e in ctx.store.events(job.id))

@@ -1,0 +1,84 @@
+"""The emulated hosts' gcsfuse (tpujob.emulator.gcsfuse): its command line, and a real FUSE
+mount over the emulator's Cloud Storage, consistent with what the API returns."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tpujob.emulator import gcsfuse
+from tpujob.emulator.server import EmulatorServer
+
+
+@pytest.fixture(scope="module")
+def gcs_server(tmp_path_factory):
+    with EmulatorServer(tmp_path_factory.mktemp("emulator"), provisioning_delay=0.0) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(gcs_server, monkeypatch):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server.info["storage_endpoint"])
+    return storage.Client(project="tpujob-local", credentials=AnonymousCredentials())
+
+
+def test_the_command_line_mount_bucket_sh_renders_is_accepted():
+    args = gcsfuse.parse_args(["--implicit-dirs", "--metadata-cache-ttl-secs", "0", "-o", "ro",
+                               "--only-dir", "ds", "--cache-dir", "/tmp/c",
+                               "--file-cache-max-size-mb", "1024", "--rename-dir-limit", "100000",
+                               "bucket", "/mnt/b"])
+    assert (args.bucket, args.mount_point, args.options, args.only_dir) == ("bucket", "/mnt/b", ["ro"], "ds")
+    assert (args.metadata_cache_ttl_secs, args.cache_dir, args.file_cache_max_size_mb) == (0, "/tmp/c", 1024)
+    with pytest.raises(SystemExit):
+        gcsfuse.parse_args(["--file-cache-max-size-mb", "lots", "bucket", "/mnt/b"])
+
+
+def test_bucket_fs_reads_and_writes_objects(client):
+    bucket = client.create_bucket("fs-unit")
+    fs = gcsfuse.BucketFs(bucket, "data", ttl=0, implicit_dirs=True)
+    fh = fs.create("/a/b.txt", 0o644)
+    fs.write("/a/b.txt", b"hello", 0, fh)
+    fs.release("/a/b.txt", fh)
+    assert bucket.blob("data/a/b.txt").download_as_bytes() == b"hello"
+    assert "a" in fs.readdir("/", None) and fs.readdir("/a", None) == [".", "..", "b.txt"]
+    assert fs.getattr("/a/b.txt")["st_size"] == 5
+    fs.rename("/a/b.txt", "/a/c.txt")
+    assert [b.name for b in client.list_blobs("fs-unit")] == ["data/a/c.txt"]
+    bucket.blob("data/a/d.txt").upload_from_string(b"from the API")
+    fh = fs.open("/a/d.txt", os.O_RDONLY)
+    assert fs.read("/a/d.txt", 100, 0, fh) == b"from the API"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="FUSE needs root")
+def test_a_real_mount_is_the_bucket(gcs_server, client, tmp_path):
+    client.create_bucket("fs-mount")
+    mount, cache = tmp_path / "mnt", tmp_path / "cache"
+    mount.mkdir()
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.info["storage_endpoint"]}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tpujob.emulator.gcsfuse", *a],  # noqa: E731
+                                    env=env, capture_output=True, text=True, timeout=60)
+    refused = run("--cache-dir", str(cache), "fs-mount", str(mount))
+    assert refused.returncode != 0 and "no such directory" in refused.stderr
+    cache.mkdir()
+    done = run("--implicit-dirs", "--metadata-cache-ttl-secs", "0", "--cache-dir", str(cache),
+               "--file-cache-max-size-mb", "64", "fs-mount", str(mount))
+    assert done.returncode == 0, done.stderr
+    try:
+        assert os.path.ismount(mount)
+        (mount / "ckpt").mkdir()
+        (mount / "ckpt" / "step-1").write_text("weights")
+        assert client.bucket("fs-mount").blob("ckpt/step-1").download_as_text() == "weights"
+        client.bucket("fs-mount").blob("ckpt/step-2").upload_from_string("more")
+        assert sorted(os.listdir(mount / "ckpt")) == ["step-1", "step-2"]
+        assert (mount / "ckpt" / "step-2").read_text() == "more"
+    finally:
+        subprocess.run(["fusermount", "-u", str(mount)], check=False)
+        if os.path.ismount(mount):
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+    assert not os.path.ismount(mount)

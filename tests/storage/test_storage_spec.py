@@ -1,0 +1,42 @@
+"""The storage parts of a spec as `validate` and `create --dry-run` show them: the file cache of a
+bucket, the job's own clone names."""
+
+from __future__ import annotations
+
+import json
+
+SPEC = """\
+name: j
+tpu: {{accelerator: v4-8, zone: us-central2-b, project: p}}
+run: {{command: "true"}}
+{extra}
+"""
+
+
+def test_the_file_cache_is_part_of_a_bucket(cli, spec_file):
+    ok = cli("validate", "--json", spec_file(SPEC.format(extra="buckets: [{bucket: data-set, mount: /mnt/ds, "
+                                                         "cache_dir: /tmp/c, file_cache_max_size_mb: 512}]")))
+    assert ok.code == 0, ok.err
+    bucket = json.loads(ok.out)["spec"]["buckets"][0]
+    assert (bucket["cache_dir"], bucket["file_cache_max_size_mb"]) == ("/tmp/c", 512)
+
+    no_dir = cli("validate", spec_file(SPEC.format(
+        extra="buckets: [{bucket: data-set, mount: /mnt/ds, file_cache_max_size_mb: 512}]")))
+    assert no_dir.code == 2
+    assert "buckets[0]" in no_dir.error_line and "file_cache_max_size_mb needs cache_dir" in no_dir.error_line
+    relative = cli("validate", spec_file(SPEC.format(extra="buckets: [{bucket: data-set, mount: /mnt/ds, cache_dir: c}]")))
+    assert relative.code == 2 and "buckets[0].cache_dir" in relative.error_line
+    assert "value error" not in relative.error_line
+
+
+def test_a_clone_is_named_after_its_job(cli, spec_file):
+    long_name = "d" * 57
+    refused = cli("validate", spec_file(SPEC.format(
+        extra=f"disks: [{{name: {long_name}, snapshot: s, mount: /mnt/d}}]")))
+    assert refused.code == 2 and "at most 56 characters" in refused.error_line
+    plan = cli("create", "--dry-run", "--json", spec_file(SPEC.format(
+        extra="disks: [{name: data, snapshot: s, mount: /mnt/d}, {name: master, mode: read-write, mount: /mnt/m}]")))
+    assert plan.code == 0, plan.err
+    steps = [(s["action"], s["resource"]) for s in json.loads(plan.out)]
+    assert ("create disk", "data-NNNNNN") in steps and ("attach", "data-NNNNNN") in steps
+    assert ("attach", "master") in steps  # a master is shared, not the job's

@@ -1,0 +1,91 @@
+"""Cloud Storage through google-cloud-storage: the jobs' run dirs and the buckets' locations.
+
+The same client talks to Google and to the emulator's Cloud Storage (gcp-storage-emulator).
+Import lazily: google-cloud-storage costs about 0.5 s to import.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from google.api_core import exceptions as gexc
+
+from tpujob.cloud.gcp import _error, _message
+from tpujob.errors import CloudError
+
+HEARTBEAT = "heartbeat"  # tpujob.runtime.contract's file names (not imported: it is the hosts' side)
+STATUS = "status.json"
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What one run dir holds, as the orchestrator needs it."""
+    status: dict | None = None  # status.json's content, when newer than `since`
+    status_updated: float | None = None  # object times (the storage service's clock)
+    heartbeat_updated: float | None = None
+    status_error: str = ""  # status.json exists but is not JSON
+
+
+class Gcs:
+    """Run dirs and bucket metadata; `api_calls` counts every request sent."""
+
+    def __init__(self, client: Any):
+        self.client = client
+        self.api_calls = 0
+
+    def read_run_dirs(self, wanted: dict[tuple[str, str], float]) -> dict[tuple[str, str], RunFiles]:
+        """{(bucket, run dir prefix): since} -> what each run dir holds.
+
+        One list per (bucket, parent prefix) for all the run dirs under it (jobs of one spec
+        family share gs://B/runs/), matching only the heartbeat and status.json of each job dir
+        (`matchGlob`: checkpoints are not listed). status.json is downloaded only when written
+        after `since` (the attempt's start): one earlier attempt's verdict is not this one's."""
+        groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for bucket, prefix in wanted:
+            parent = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
+            groups[(bucket, parent)].append(prefix)
+        out: dict[tuple[str, str], RunFiles] = {}
+        for (bucket, parent), prefixes in sorted(groups.items()):
+            blobs = self._call(f"listing gs://{bucket}/{parent}", lambda: list(self.client.list_blobs(
+                bucket, prefix=parent, match_glob=f"{parent}*/{{{HEARTBEAT},{STATUS}}}")))
+            by_name = {b.name: b for b in blobs}
+            for prefix in prefixes:
+                out[(bucket, prefix)] = self._files(by_name, prefix, wanted[(bucket, prefix)])
+        return out
+
+    def _files(self, by_name: dict, prefix: str, since: float) -> RunFiles:
+        heartbeat, status = by_name.get(f"{prefix}/{HEARTBEAT}"), by_name.get(f"{prefix}/{STATUS}")
+        files = RunFiles(heartbeat_updated=_time(heartbeat))
+        if status is None or (_time(status) or 0.0) < since:
+            return files
+        raw = self._call(f"reading gs://{status.bucket.name}/{status.name}", status.download_as_bytes)
+        try:
+            content = json.loads(raw)
+            if not isinstance(content, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            return RunFiles(heartbeat_updated=files.heartbeat_updated, status_updated=_time(status),
+                            status_error=f"status.json is not a JSON object: {exc}")
+        return RunFiles(status=content, status_updated=_time(status),
+                        heartbeat_updated=files.heartbeat_updated)
+
+    def bucket_location(self, bucket: str) -> tuple[str, list[str]]:
+        """(location, data locations of a custom dual-region) of the bucket, upper case."""
+        found = self._call(f"getting bucket {bucket}", self.client.get_bucket, bucket)
+        return (found.location or "").upper(), [d.upper() for d in (found.data_locations or [])]
+
+    def _call(self, what: str, fn, *args: Any) -> Any:
+        self.api_calls += 1
+        try:
+            return fn(*args)
+        except gexc.GoogleAPICallError as err:
+            raise _error(what, err) from err
+        except (OSError, ValueError) as err:  # connection refused, a reply that is not JSON
+            raise CloudError(f"{what}: {_message(err)}") from err
+
+
+def _time(blob: Any) -> float | None:
+    return blob.updated.timestamp() if blob is not None and blob.updated is not None else None
