@@ -75,20 +75,30 @@ def test_no_path_exits_2(invoke) -> None:
     assert invoke().exit_code == 2
 
 
-def test_unknown_accelerator_is_a_spec_error(invoke) -> None:
-    result = invoke(str(CORPUS / "tpu012_neg.py"), "--accelerator", "v9z-8")
+@pytest.mark.parametrize("acc", ["v9z-8", "v9z", "v6e-7"])
+def test_unknown_accelerator_is_a_spec_error(invoke, acc: str) -> None:
+    result = invoke(str(CORPUS / "tpu012_neg.py"), "--accelerator", acc)
     assert isinstance(result.exception, SpecError)
     assert result.exception.exit_code == 2
 
 
-def test_v6e_checks_256_wide_mxu(invoke, tmp_path: Path) -> None:
+@pytest.mark.parametrize("acc", ["v6e-8", "v6e", "V6E"])
+def test_v6e_checks_256_wide_mxu(invoke, tmp_path: Path, acc: str) -> None:
     source = tmp_path / "mlp.py"
     source.write_text("import flax.linen as nn\nlayer = nn.Dense(384)\n")
     assert "TPU012" not in invoke(str(source)).output
-    result = invoke(str(source), "--accelerator", "v6e-8", "--json")
+    result = invoke(str(source), "--accelerator", acc, "--json")
     (finding,) = json.loads(result.output)["findings"]
     assert finding["rule"] == "TPU012"
     assert "pads to 512 on the 256-wide MXU" in finding["message"]
+
+
+@pytest.mark.parametrize("acc", ["v4", "v5e", "v5litepod", "v5p-8"])
+def test_other_generations_keep_the_128_wide_mxu(invoke, tmp_path: Path, acc: str) -> None:
+    source = tmp_path / "mlp.py"
+    source.write_text("import flax.linen as nn\nlayer = nn.Dense(384)\n")
+    result = invoke(str(source), "--accelerator", acc)
+    assert result.exit_code == 0 and "TPU012" not in result.output
 
 
 @pytest.fixture()

@@ -27,14 +27,15 @@ def lint_paths(paths: Iterable[str | Path], deps: Iterable[str] = (),
     """Lint files and directories (every rule), then installed packages (rules marked deps).
 
     Directories are walked for *.py, skipping hidden directories, virtual environments and
-    what their top-level .gitignore excludes. `accelerator` (e.g. "v6e-8") sets the MXU width.
+    what their top-level .gitignore excludes. `accelerator` ("v6e-8", or the bare generation
+    "v6e") sets the MXU width.
     Raises UsageError for a missing path or package, SpecError for an unknown accelerator.
     """
     mxu = 128
     if accelerator:
-        from tpujob.catalogue import accelerator as parse_accelerator
+        from tpujob.catalogue import generation
 
-        mxu = mxu_width(parse_accelerator(accelerator).generation.alias)
+        mxu = mxu_width(generation(accelerator).alias)
     targets: list[tuple[Path, frozenset[str]]] = []
     for raw in paths:
         path = Path(raw)
