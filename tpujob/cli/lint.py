@@ -21,7 +21,8 @@ def lint(
              "--deps diffusers,transformers).")] = [],  # noqa: B006 (typer reads the default)
     accelerator: Annotated[str | None, typer.Option(
         "--accelerator", metavar="ACC",
-        help="Target accelerator type or generation, e.g. v6e-8 or v6e (its MXU width, 256, is checked).")] = None,
+        help="Target accelerator type or generation, e.g. v6e-8 or v6e (its MXU width, "
+             "256, is checked).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print findings as JSON.")] = False,
 ) -> None:
     """Check PyTorch/XLA and JAX code for TPU pitfalls. Exit 1 when a finding is an error."""
