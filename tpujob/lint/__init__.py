@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tpujob.errors import UsageError
-from tpujob.lint.checker import check_source
+from tpujob.lint.checker import check_source, imports_torch_xla
 from tpujob.lint.files import package_dir, python_files
 from tpujob.lint.jax_rules import mxu_width
 from tpujob.lint.rules import ERROR, RULES, WARNING, Finding, Rule
@@ -36,27 +36,37 @@ def lint_paths(paths: Iterable[str | Path], deps: Iterable[str] = (),
         from tpujob.catalogue import generation
 
         mxu = mxu_width(generation(accelerator).alias)
-    targets: list[tuple[Path, frozenset[str]]] = []
+    # Each group is linted as one set: the paths given, then each --deps package.
+    groups: list[tuple[list[Path], frozenset[str]]] = [([], frozenset(RULES))]
     for raw in paths:
         path = Path(raw)
         if not path.exists():
             raise UsageError(f"{raw}: no such file or directory")
-        targets.extend((f, frozenset(RULES)) for f in python_files(path))
+        groups[0][0].extend(python_files(path))
     for name in deps:
-        targets.extend((f, DEPS_RULES) for f in python_files(package_dir(name)))
+        groups.append((python_files(package_dir(name)), DEPS_RULES))
     findings: list[Finding] = []
     seen: set[Path] = set()
-    for file, rules in targets:
-        key = file.resolve()
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            source = file.read_bytes()
-        except OSError as exc:
-            raise UsageError(f"{file}: cannot read ({exc.strerror})") from exc
-        findings.extend(check_source(source, str(file), rules, mxu))
+    for files, rules in groups:
+        sources: list[tuple[Path, bytes]] = []
+        for file in files:
+            key = file.resolve()
+            if key not in seen:
+                seen.add(key)
+                sources.append((file, _read(file)))
+        # A single file decides for itself; in a set, one torch_xla import (the train script)
+        # makes the model files next to it torch_xla code too.
+        xla = None if len(sources) == 1 else any(imports_torch_xla(s) for _, s in sources)
+        for file, source in sources:
+            findings.extend(check_source(source, str(file), rules, mxu, xla))
     return findings
+
+
+def _read(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{file}: cannot read ({exc.strerror})") from exc
 
 
 def lint_sync_dir(path: str | Path, accelerator: str | None = None) -> list[Finding]:

@@ -45,7 +45,7 @@ def check(mod: Module) -> None:
         for func, static in jitted:
             _check_traced(mod, func, static)
     if mod.enabled("TPU012") and (jax or names.imports("haiku") or names.imports("equinox")
-                                   or names.imports("torch_xla")):
+                                   or mod.xla):
         _layer_widths(mod)
 
 
@@ -163,7 +163,7 @@ def _layer_widths(mod: Module) -> None:
     for node in mod.of_type(ast.Call):
         qual = mod.names.resolve(node.func)
         spec = LAYERS.get(qual or "")
-        if spec is None or (qual == "torch.nn.Linear" and not mod.names.imports("torch_xla")):
+        if spec is None or (qual == "torch.nn.Linear" and not mod.xla):
             continue
         keywords = {k.arg: k.value for k in node.keywords}
         for position, keyword in spec:

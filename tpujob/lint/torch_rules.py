@@ -1,8 +1,10 @@
 """Rules for PyTorch code bound for TPUs through torch_xla (TPU001-TPU009).
 
-"torch_xla code" is a module that imports torch_xla: the rules about CUDA, checkpointing,
-DDP, mark_step and nn.init only apply there, so ordinary CUDA code is left alone. SDPA is
-flagged in any module (it is usually called from a model file that never imports torch_xla).
+"torch_xla code" is a set of files linted together (a sync directory, the paths given to
+`tpujob lint`) of which one imports torch_xla, or a single file that does: the rules about
+CUDA, checkpointing, DDP, mark_step and nn.init only apply there, so ordinary CUDA code is
+left alone. SDPA is flagged in any module (it is usually called from a model file that never
+imports torch_xla).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ CONTAINER_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter
 
 def check(mod: Module) -> None:
     names = mod.names
-    xla = names.imports("torch_xla")
-    if not (xla or names.imports("torch")):
+    xla = mod.xla
+    if not (names.imports("torch_xla") or names.imports("torch")):
         return
     _references(mod, xla)
     if mod.enabled("TPU005", "TPU006"):
