@@ -14,6 +14,7 @@ import ast
 from tpujob.lint.module import Module, source_of
 from tpujob.lint.names import call_name
 from tpujob.lint.torch_loops import check_loops
+from tpujob.lint.values import Values
 
 SDPA = {"torch.nn.functional.scaled_dot_product_attention",
         "torch._C._nn.scaled_dot_product_attention"}
@@ -28,7 +29,6 @@ MASK_CALLS = {"bool", "isnan", "isinf", "isfinite", "isneginf", "isposinf", "log
               "logical_or", "logical_not", "logical_xor", "eq", "ne", "gt", "lt", "ge", "le"}
 VALUE_CALLS = {"item", "sum", "max", "min", "argmax", "argmin", "count_nonzero"}
 SPMD_MODULES = ("torch_xla.distributed.spmd", "torch_xla.experimental.xla_sharding")
-CONTAINER_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter"}
 
 
 def check(mod: Module) -> None:
@@ -36,21 +36,17 @@ def check(mod: Module) -> None:
     xla = mod.xla
     if not (names.imports("torch_xla") or names.imports("torch")):
         return
-    _references(mod, xla)
+    values = Values(mod)
+    _references(mod, xla, values)
     if mod.enabled("TPU005", "TPU006"):
         check_loops(mod, xla)
     if mod.enabled("TPU007"):
         _dynamic_shapes(mod)
     if mod.enabled("TPU008") and _uses_spmd(mod):
-        _index_assignments(mod)
+        _index_assignments(mod, values)
 
 
-def _is_cuda(node: ast.AST | None) -> bool:
-    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and (node.value == "cuda" or node.value.startswith("cuda:")))
-
-
-def _references(mod: Module, xla: bool) -> None:
+def _references(mod: Module, xla: bool, values: Values) -> None:
     resolve = mod.names.resolve
     for node in mod.nodes:
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
@@ -65,16 +61,21 @@ def _references(mod: Module, xla: bool) -> None:
             qual = resolve(node.func)
             name = call_name(node)
             if xla:
-                _xla_call(mod, node, qual, name)
+                _xla_call(mod, node, qual, name, values)
+            # A method named like a dynamic op counts only on a tensor: pandas' unique() and
+            # numpy's nonzero() are not XLA's business.
             if ((qual and qual.startswith("torch.") and qual.rsplit(".", 1)[1] in DYNAMIC_FUNCS)
                     or (qual is None and isinstance(node.func, ast.Attribute)
-                        and name in DYNAMIC_FUNCS)):
+                        and name in DYNAMIC_FUNCS
+                        and values.is_tensor(node.func.value, mod.scope_of[node]))):
                 mod.emit("TPU007", node, f"{source_of(node.func)}()")
             elif qual == "torch.where" and len(node.args) == 1 and not node.keywords:
                 mod.emit("TPU007", node, "torch.where(cond) with one argument")
 
 
-def _xla_call(mod: Module, node: ast.Call, qual: str | None, name: str) -> None:
+def _xla_call(mod: Module, node: ast.Call, qual: str | None, name: str, values: Values
+              ) -> None:
+    scope = mod.scope_of[node]
     if qual in DDP:
         mod.emit("TPU004", node, source_of(node.func))
     elif (qual and qual.startswith("torch.nn.init.")
@@ -82,12 +83,14 @@ def _xla_call(mod: Module, node: ast.Call, qual: str | None, name: str) -> None:
         mod.emit("TPU009", node, source_of(node.func))
     elif name == "cuda" and isinstance(node.func, ast.Attribute):
         mod.emit("TPU003", node, f"{source_of(node.func)}()")
-    elif qual == "torch.device" and node.args and _is_cuda(node.args[0]):
+    elif qual == "torch.device" and node.args and values.is_cuda(node.args[0], scope):
         mod.emit("TPU003", node, source_of(node))
-    elif name == "to" and node.args and _is_cuda(node.args[0]):
+    elif name == "to" and node.args and values.is_cuda(node.args[0], scope):
         mod.emit("TPU003", node, source_of(node))
-    elif any(k.arg == "device" and _is_cuda(k.value) for k in node.keywords):
-        mod.emit("TPU003", node, f'{source_of(node.func)}(device="cuda")')
+    else:
+        device = next((k.value for k in node.keywords if k.arg == "device"), None)
+        if device is not None and values.is_cuda(device, scope):
+            mod.emit("TPU003", node, f"{source_of(node.func)}(device={source_of(device)})")
 
 
 def _sdpa_fix(mod: Module, node: ast.AST) -> str:
@@ -222,24 +225,9 @@ def _constant_index(node: ast.expr) -> bool:
     return False
 
 
-def _container_names(mod: Module) -> set[str]:
-    """Names (and self.attributes) bound to dicts/lists: indexing those is not a tensor update."""
-    found: set[str] = set()
-    for node in mod.of_type(ast.Assign, ast.AnnAssign):
-        value = node.value
-        if not (isinstance(value, (ast.Dict, ast.DictComp, ast.List, ast.ListComp))
-                or (isinstance(value, ast.Call) and call_name(value) in CONTAINER_CALLS)):
-            continue
-        for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-            if isinstance(target, ast.Name):
-                found.add(target.id)
-            elif isinstance(target, ast.Attribute):
-                found.add(target.attr)
-    return found
-
-
-def _index_assignments(mod: Module) -> None:
-    containers = _container_names(mod)
+def _index_assignments(mod: Module, values: Values) -> None:
+    """`a[idx] = v` where `a` holds a tensor: a dict, a list or a plain parameter is left
+    alone (their index assignments never reach XLA)."""
     for node in mod.of_type(ast.Assign, ast.AugAssign):
         if isinstance(node, ast.Assign):
             targets = [t for t in node.targets for t in (t.elts if isinstance(t, ast.Tuple) else [t])]
@@ -248,8 +236,5 @@ def _index_assignments(mod: Module) -> None:
         for target in targets:
             if not isinstance(target, ast.Subscript) or _constant_index(target.slice):
                 continue
-            base = target.value
-            key = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
-            if key in containers or mod.names.resolve(base):
-                continue
-            mod.emit("TPU008", target, f"{source_of(target)} = ...")
+            if values.is_tensor(target.value, mod.scope_of[node]):
+                mod.emit("TPU008", target, f"{source_of(target)} = ...")
