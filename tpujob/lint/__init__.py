@@ -16,8 +16,8 @@ from tpujob.lint.files import package_dir, python_files
 from tpujob.lint.jax_rules import mxu_width
 from tpujob.lint.rules import ERROR, RULES, WARNING, Finding, Rule
 
-__all__ = ["ERROR", "RULES", "WARNING", "Finding", "Rule", "errors", "lint_paths",
-           "lint_sync_dir", "render_json", "render_text"]
+__all__ = ["ERROR", "RULES", "WARNING", "Finding", "LintBlocked", "Rule", "errors",
+           "lint_paths", "lint_sync_dir", "render_json", "render_text"]
 
 DEPS_RULES = frozenset(r.id for r in RULES.values() if r.deps)
 
@@ -72,6 +72,18 @@ def _read(file: Path) -> bytes:
 def lint_sync_dir(path: str | Path, accelerator: str | None = None) -> list[Finding]:
     """What `create` runs on a job's local sync directory before anything is spent."""
     return lint_paths([path], accelerator=accelerator)
+
+
+class LintBlocked(UsageError):
+    """`create --strict` refused a job: its sync directory has error-level findings.
+    The findings travel with the error so the CLI can print them above its one-line error."""
+
+    def __init__(self, findings: list[Finding], where: str):
+        self.findings = findings
+        n = len(errors(findings))
+        super().__init__(f"--strict: {n} error-level lint finding{'s' * (n != 1)} in {where}; "
+                         f"nothing recorded (fix them, silence a line with "
+                         f"`# tpujob: ignore[RULE]`, or drop --strict)")
 
 
 def errors(findings: Iterable[Finding]) -> list[Finding]:

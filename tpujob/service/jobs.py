@@ -7,6 +7,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from tpujob import spec as spec_mod
 from tpujob.errors import ConflictError, TpujobError
@@ -76,16 +77,38 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
     return job, resolved
 
 
-def create(ctx: Context, path: str, *, keep_slice: bool = False):
-    """Validate, check that the cloud can be reached with the credentials at hand, then record.
-    A refused spec or missing credentials write nothing."""
+class Created(NamedTuple):
+    job: object
+    resolved: ResolvedSpec
+    findings: list  # lint.Finding in the sync directory, for the caller to show
+
+
+def lint_sync(resolved: ResolvedSpec, *, strict: bool = False) -> list:
+    """Lint the job's local sync directory (nothing to do without one). With `strict`, an
+    error-level finding refuses the job (LintBlocked, exit 2)."""
+    if not resolved.sync_path:
+        return []
+    from tpujob.lint import LintBlocked, errors, lint_sync_dir
+
+    findings = lint_sync_dir(resolved.sync_path, accelerator=resolved.accelerator)
+    if strict and errors(findings):
+        raise LintBlocked(findings, f"the sync directory {resolved.sync_path}")
+    return findings
+
+
+def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = False) -> Created:
+    """Validate, lint the sync directory, check that the cloud can be reached with the
+    credentials at hand, then record. A refused spec, a --strict lint error or missing
+    credentials write nothing."""
     resolved = validate(ctx, path)
+    findings = lint_sync(resolved, strict=strict)  # local work: before the cloud is touched
     make_cloud(ctx.settings)
     if resolved.spec.disks:  # a master held read-write by a dev slice: refused before spending
         from tpujob.service import storage
 
         storage.check_disks(make_compute(ctx.settings), resolved.to_json_dict())
-    return record(ctx, path, keep_slice=keep_slice)
+    job, resolved = record(ctx, path, keep_slice=keep_slice)
+    return Created(job, resolved, findings)
 
 
 def list_jobs(ctx: Context, include_ended: bool = False):
