@@ -208,6 +208,8 @@ def _used_as_tensors(func: ast.AST, params: set[str], resolve) -> set[str]:
         if arg.annotation is not None and any(
                 (isinstance(n, ast.Name) and n.id == "Tensor")
                 or (isinstance(n, ast.Attribute) and n.attr == "Tensor")
+                or (isinstance(n, ast.Constant) and isinstance(n.value, str)  # "torch.Tensor"
+                    and n.value.rsplit(".", 1)[-1] == "Tensor")
                 for n in ast.walk(arg.annotation)):
             found.add(arg.arg)
     body = func.body if isinstance(func.body, list) else [func.body]

@@ -2,13 +2,13 @@
 import torch as T
 
 
-def dedupe(ids: T.Tensor, logits, batch):
+def dedupe(ids: T.Tensor, logits, batch, codes: "torch.Tensor"):
     a = ids.unique()  # expect: TPU007
     probs = logits.softmax(-1)
     b = logits.nonzero()  # expect: TPU007
     c = T.cat([batch, batch]).unique()  # expect: TPU007
     d = probs.argmax(-1).unique_consecutive()  # expect: TPU007
-    return a, b, c, d
+    return a, b, c, d, codes.unique()  # expect: TPU007
 
 
 class Model(T.nn.Module):
