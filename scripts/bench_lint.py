@@ -43,7 +43,8 @@ def main() -> int:
 
     print(f"package    {args.package} ({root})")
     print(f"files      {len(files)} ({size_mb:.1f} MB of source)")
-    by_rule = ", ".join(f"{rule} {n}" for rule, n in sorted(Counter(f.rule for f in findings).items()))
+    counts = sorted(Counter(f.rule for f in findings).items())
+    by_rule = ", ".join(f"{rule} {n}" for rule, n in counts)
     print(f"findings   {len(findings)}" + (f": {by_rule}" if by_rule else ""))
     per_1000 = 1000 / max(len(files), 1)
     # CPU time too: on a busy machine wall time overstates what the linter costs.

@@ -181,8 +181,9 @@ def test_deps_takes_several_packages_after_one_option(invoke, second: Path, orde
 def test_words_after_deps_that_are_paths_stay_paths(invoke, second: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "train.py").write_text("import torch_xla\nimport torch\nx = torch.ones(1).cuda()\n")
-    (tmp_path / "script.py").write_text("import torch_xla\nimport torch\ny = torch.ones(1).cuda()\n")
+    bad = "import torch_xla\nimport torch\nx = torch.ones(1).cuda()\n"
+    (tmp_path / "src" / "train.py").write_text(bad)
+    (tmp_path / "script.py").write_text(bad)
     monkeypatch.chdir(tmp_path)
     result = invoke("--deps", "fakeattn", "src", "script.py", "--json")
     assert rules_by_file(result.output) == {

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-TRAIN = "import torch_xla.core.xla_model as xm\nfrom model import Net\n\nnet = Net().to(xm.xla_device())\n"
+TRAIN = ("import torch_xla.core.xla_model as xm\nfrom model import Net\n\n"
+         "net = Net().to(xm.xla_device())\n")
 # No torch_xla import here: the train script beside it makes this torch_xla code.
-MODEL_ERROR = "import torch\n\n\nclass Net(torch.nn.Module):\n    def go(self, x):\n        return x.cuda()\n"
+MODEL_ERROR = ("import torch\n\n\nclass Net(torch.nn.Module):\n    def go(self, x):\n"
+               "        return x.cuda()\n")
 MODEL_WARNING = "import torch\n\nw = torch.empty(3)\ntorch.nn.init.normal_(w)\n"
 
 
@@ -23,7 +25,8 @@ def job_spec(spec_file, tmp_path: Path):
         if model is not None:
             (code / "model.py").write_text(model)
         line = f"sync: {code}\n" if sync else ""
-        return spec_file("name: linted\ntpu: {accelerator: v4-8, zone: us-central2-b, project: lab}\n"
+        return spec_file("name: linted\n"
+                         "tpu: {accelerator: v4-8, zone: us-central2-b, project: lab}\n"
                          f"{line}run: {{command: python train.py}}\n")
     return write
 
