@@ -44,6 +44,7 @@ NON_TENSOR_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "data_p
 FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 Bindings = dict[str, list[ast.expr | None]]  # name -> values bound (None: not followed)
+MAX_DEPTH = 100  # expression nesting followed; far beyond real code, well inside the C stack
 
 
 class Values:
@@ -55,6 +56,9 @@ class Values:
         self._bind_all()
         self._tensor_params: dict[ast.AST, set[str]] = {}
         self._tensor_attrs: set[str] | None = None
+        # (question, name, scope) -> answer. Each name is judged once: without this, a loop
+        # body of `n = n + m; m = m + n` lines is re-walked exponentially often.
+        self._judged: dict[tuple[str, str, int], bool] = {}
 
     # --- bindings ------------------------------------------------------------------------
 
@@ -106,9 +110,18 @@ class Values:
 
     # --- CUDA device strings -------------------------------------------------------------
 
+    def _judge(self, question: str, name: str, scope: ast.AST, answer) -> bool:
+        """Memoised answer(where, values) for the binding of `name` seen from `scope`."""
+        where, values = self._lookup(name, scope)
+        key = (question, name, id(where))
+        if key not in self._judged:
+            self._judged[key] = False  # a name defined through itself (x = x + 1) adds nothing
+            self._judged[key] = answer(where, values)
+        return self._judged[key]
+
     def is_cuda(self, node: ast.AST | None, scope: ast.AST, depth: int = 0) -> bool:
         """"cuda", "cuda:1", f"cuda:{rank}", or a name every binding of which is one."""
-        if node is None or depth > 8:
+        if node is None or depth > MAX_DEPTH:
             return False
         if isinstance(node, ast.Constant):
             return isinstance(node.value, str) and (node.value == "cuda"
@@ -120,19 +133,19 @@ class Values:
         if isinstance(node, ast.Call) and self.resolve(node.func) == "torch.device":
             return bool(node.args) and self.is_cuda(node.args[0], scope, depth + 1)
         if isinstance(node, ast.Name):
-            where, values = self._lookup(node.id, scope)
-            return bool(values) and all(self.is_cuda(v, where, depth + 1) for v in values)
+            return self._judge("cuda", node.id, scope, lambda where, values: bool(values) and all(
+                self.is_cuda(v, where, depth + 1) for v in values))
         return False
 
     # --- tensors -------------------------------------------------------------------------
 
     def is_tensor(self, node: ast.AST | None, scope: ast.AST, depth: int = 0) -> bool:
-        if node is None or depth > 8:
+        if node is None or depth > MAX_DEPTH:
             return False
         if isinstance(node, ast.Name):
-            where, values = self._lookup(node.id, scope)
-            return (node.id in self.tensor_params(where)
-                    or any(self.is_tensor(v, where, depth + 1) for v in values))
+            return self._judge("tensor", node.id, scope, lambda where, values: (
+                node.id in self.tensor_params(where)
+                or any(self.is_tensor(v, where, depth + 1) for v in values)))
         if isinstance(node, ast.Call):
             return self._returns_tensor(node, scope, depth)
         if isinstance(node, ast.Attribute):
