@@ -37,6 +37,10 @@ TENSOR_METHODS = {"backward", "detach", "detach_", "unsqueeze", "unsqueeze_", "p
                   "float_power", "logical_not", "zero_", "normal_", "uniform_", "fill_",
                   "copy_", "add_", "mul_", "sub_", "div_"}
 TENSOR_ATTRS = {"grad", "requires_grad", "grad_fn", "is_leaf", "mT", "mH"}
+TENSOR_PARTS = {"T", "data", "grad", "mT", "real", "imag", "values", "indices"}
+# Keywords only torch's methods take (numpy and pandas say axis=): `m.all(dim=-1)`,
+# `x.nonzero(as_tuple=True)` are tensor calls on tensors.
+TENSOR_KEYWORDS = {"dim", "keepdim", "as_tuple"}
 # Methods of a tensor whose result is not a tensor.
 NON_TENSOR_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "data_ptr",
                       "is_contiguous", "element_size", "stride", "get_device"}
@@ -151,8 +155,8 @@ class Values:
         if isinstance(node, ast.Attribute):
             if isinstance(node.value, ast.Name) and node.value.id == "self":
                 return node.attr in self.tensor_attrs()
-            return node.attr in {"T", "data", "grad", "mT", "real", "imag"} and self.is_tensor(
-                node.value, scope, depth + 1)
+            # .values/.indices: of torch.max(dim=)/topk/sort results, named tuples of tensors
+            return node.attr in TENSOR_PARTS and self.is_tensor(node.value, scope, depth + 1)
         if isinstance(node, ast.Subscript):
             return self.is_tensor(node.value, scope, depth + 1)
         if isinstance(node, ast.BinOp):
@@ -176,7 +180,8 @@ class Values:
         method = call.func.attr
         if method in NON_TENSOR_METHODS:
             return False
-        return method in TENSOR_METHODS or self.is_tensor(call.func.value, scope, depth + 1)
+        return (method in TENSOR_METHODS or _tensor_keywords(call)
+                or self.is_tensor(call.func.value, scope, depth + 1))
 
     def tensor_params(self, scope: ast.AST) -> set[str]:
         """The parameters of a function that its body uses as tensors."""
@@ -214,6 +219,10 @@ def _torch_tensor_function(qual: str) -> bool:
     return len(parts) == 2 and parts[0] == "torch" and parts[1] not in TORCH_NON_TENSOR
 
 
+def _tensor_keywords(call: ast.Call) -> bool:
+    return any(k.arg in TENSOR_KEYWORDS for k in call.keywords)
+
+
 def _used_as_tensors(func: ast.AST, params: set[str], resolve) -> set[str]:
     found: set[str] = set()
     args = func.args
@@ -232,8 +241,8 @@ def _used_as_tensors(func: ast.AST, params: set[str], resolve) -> set[str]:
             if qual.startswith(("torch.", "torch_xla.")):
                 passed = node.args + [k.value for k in node.keywords]
                 found.update(a.id for a in passed if isinstance(a, ast.Name) and a.id in params)
-            if (isinstance(node.func, ast.Attribute) and node.func.attr in TENSOR_METHODS
-                    and isinstance(node.func.value, ast.Name)):
+            if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                    and (node.func.attr in TENSOR_METHODS or _tensor_keywords(node))):
                 found.add(node.func.value.id)
         elif (isinstance(node, ast.Attribute) and node.attr in TENSOR_ATTRS
               and isinstance(node.value, ast.Name)):

@@ -17,3 +17,8 @@ def summarize(df: pd.DataFrame, path, config):
         return nested["a"]["col"].unique()
 
     return labels, users, idx, names, torch.tensor(len(labels)), inner
+
+
+def frames(df, arr):
+    kept = df.all(axis=1)
+    return kept.unique(), np.sort(arr, axis=0).nonzero()

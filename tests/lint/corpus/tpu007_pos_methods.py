@@ -22,3 +22,10 @@ class Model(T.nn.Module):
             return self.table.nonzero()  # expect: TPU007
 
         return inner(), self.codes.unique()  # expect: TPU007
+
+
+def select(labels, scores):
+    keep = ~(labels == -100).all(dim=-1)
+    rows = keep.nonzero(as_tuple=True)  # expect: TPU007
+    best = scores.max(dim=0).values
+    return rows, best.unique()  # expect: TPU007
