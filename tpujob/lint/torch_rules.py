@@ -62,12 +62,12 @@ def _references(mod: Module, xla: bool, values: Values) -> None:
             name = call_name(node)
             if xla:
                 _xla_call(mod, node, qual, name, values)
-            # A method named like a dynamic op counts only on a tensor: pandas' unique() and
-            # numpy's nonzero() are not XLA's business.
+            # A method named like a dynamic op counts only as a tensor call (on a tensor, or
+            # with torch-only keywords): pandas' unique() and numpy's nonzero() are not XLA's.
             if ((qual and qual.startswith("torch.") and qual.rsplit(".", 1)[1] in DYNAMIC_FUNCS)
                     or (qual is None and isinstance(node.func, ast.Attribute)
                         and name in DYNAMIC_FUNCS
-                        and values.is_tensor(node.func.value, mod.scope_of[node]))):
+                        and values.is_tensor(node, mod.scope_of[node]))):
                 mod.emit("TPU007", node, f"{source_of(node.func)}()")
             elif qual == "torch.where" and len(node.args) == 1 and not node.keywords:
                 mod.emit("TPU007", node, "torch.where(cond) with one argument")

@@ -28,4 +28,5 @@ def select(labels, scores):
     keep = ~(labels == -100).all(dim=-1)
     rows = keep.nonzero(as_tuple=True)  # expect: TPU007
     best = scores.max(dim=0).values
-    return rows, best.unique()  # expect: TPU007
+    found = (labels == 3).nonzero(as_tuple=True)  # expect: TPU007
+    return rows, best.unique(), found  # expect: TPU007
