@@ -55,6 +55,7 @@ def _is_package_word(word: str) -> bool:
 
 def lint(
     paths: Annotated[list[str], typer.Argument(
+        metavar="PATH",
         help="Python files or directories (directories honour their top-level .gitignore).",
         show_default=False)],
     deps: Annotated[list[str], typer.Option(
