@@ -22,8 +22,10 @@ TORCH_CHECKPOINT = {"torch.utils.checkpoint.checkpoint",
                     "torch.utils.checkpoint.checkpoint_sequential"}
 DDP = {"torch.nn.parallel.DistributedDataParallel",
        "torch.nn.parallel.distributed.DistributedDataParallel"}
-# Deterministic initialisers give the right values anywhere; only random ones are suspect.
-CONSTANT_INITS = {"zeros_", "ones_", "constant_", "eye_", "dirac_", "calculate_gain"}
+# Deterministic initialisers give the right values anywhere, and the fan/gain helpers only
+# compute numbers; only random initialisers are suspect.
+CONSTANT_INITS = {"zeros_", "ones_", "constant_", "eye_", "dirac_", "calculate_gain",
+                  "_calculate_fan_in_and_fan_out", "_calculate_correct_fan"}
 DYNAMIC_FUNCS = {"nonzero", "unique", "unique_consecutive", "masked_select", "argwhere"}
 MASK_CALLS = {"bool", "isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_and",
               "logical_or", "logical_not", "logical_xor", "eq", "ne", "gt", "lt", "ge", "le"}
