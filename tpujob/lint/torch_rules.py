@@ -43,7 +43,7 @@ def check(mod: Module) -> None:
     if mod.enabled("TPU005", "TPU006"):
         check_loops(mod, xla)
     if mod.enabled("TPU007"):
-        _dynamic_shapes(mod)
+        _dynamic_shapes(mod, values)
     if mod.enabled("TPU008") and _uses_spmd(mod):
         _index_assignments(mod, values)
 
@@ -104,7 +104,7 @@ def _sdpa_fix(mod: Module, node: ast.AST) -> str:
             f"attention: softmax(q @ k.transpose(-2, -1) * scale + mask) @ v")
 
 
-def _dynamic_shapes(mod: Module) -> None:
+def _dynamic_shapes(mod: Module, values: Values) -> None:
     resolve, scope_of = mod.names.resolve, mod.scope_of
     assigns: dict[ast.AST, list[ast.Assign]] = {}
     for node in mod.of_type(ast.Assign):
@@ -123,10 +123,12 @@ def _dynamic_shapes(mod: Module) -> None:
         scope = scope_of[node]
         if scope not in scopes:
             scopes[scope] = _scope_names(assigns.get(scope, []), resolve)
-        masks, values = scopes[scope]
+        masks, counts = scopes[scope]
+        if values.is_numpy(node.value, scope):
+            continue  # a numpy array on the host (image pre-processing): not traced by XLA
         if any(_is_mask(p, masks, resolve) for p in maybe_masks):
             mod.emit("TPU007", node, f"boolean-mask indexing {source_of(node)}")
-        elif any(_from_values(b, values) for b in bounds):
+        elif any(_from_values(b, counts) for b in bounds):
             mod.emit("TPU007", node, f"slice length from tensor values {source_of(node)}")
     collates = _collate_functions(mod)
     if collates:

@@ -183,6 +183,32 @@ class Values:
         return (method in TENSOR_METHODS or _tensor_keywords(call)
                 or self.is_tensor(call.func.value, scope, depth + 1))
 
+    def is_numpy(self, node: ast.AST | None, scope: ast.AST, depth: int = 0) -> bool:
+        """Made by numpy (`np.asarray(...)`, `arr[mask]`, `arr > 0`, `arr.reshape(...)`), and
+        no binding of it a tensor: host-side arrays XLA never sees."""
+        if node is None or depth > MAX_DEPTH:
+            return False
+        if isinstance(node, ast.Name):
+            return self._judge("numpy", node.id, scope, lambda where, values: (
+                node.id not in self.tensor_params(where)
+                and any(self.is_numpy(v, where, depth + 1) for v in values)
+                and not any(self.is_tensor(v, where, depth + 1) for v in values)))
+        if isinstance(node, ast.Call):
+            qual = self.resolve(node.func)
+            if qual is not None:
+                return qual.startswith("numpy.")
+            return (isinstance(node.func, ast.Attribute) and not self._returns_tensor(
+                node, scope, depth) and self.is_numpy(node.func.value, scope, depth + 1))
+        if isinstance(node, (ast.Subscript, ast.Attribute)):
+            return self.is_numpy(node.value, scope, depth + 1)
+        operands = {ast.BinOp: lambda n: [n.left, n.right], ast.UnaryOp: lambda n: [n.operand],
+                    ast.Compare: lambda n: [n.left, *n.comparators]}.get(type(node))
+        if operands is None:
+            return False
+        parts = operands(node)
+        return (any(self.is_numpy(p, scope, depth + 1) for p in parts)
+                and not any(self.is_tensor(p, scope, depth + 1) for p in parts))
+
     def tensor_params(self, scope: ast.AST) -> set[str]:
         """The parameters of a function that its body uses as tensors."""
         if scope not in self._tensor_params:
