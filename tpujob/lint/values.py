@@ -1,4 +1,4 @@
-"""What local names hold, without running anything: CUDA device strings and tensors.
+"""What local names hold, without running anything: CUDA device strings, tensors, numpy arrays.
 
 Flow-insensitive and per scope (a function, or the module): every value bound to a name in a
 scope is collected, and a name is looked up in its own scope, then in the enclosing ones.
@@ -9,6 +9,7 @@ scope is collected, and a name is looked up in its own scope, then in the enclos
   method of a tensor), or when it is a parameter used as a tensor (annotated `Tensor`, passed
   to a torch/torch_xla function, or the receiver of a method only tensors have). A plain
   `config` parameter, a dict, a `sorted(...)` list or a pandas frame is none of these.
+- A name holds a numpy array when some binding is made by numpy and none is a tensor.
 """
 
 from __future__ import annotations
@@ -112,8 +113,6 @@ class Values:
                 return scope, []
             scope = outer
 
-    # --- CUDA device strings -------------------------------------------------------------
-
     def _judge(self, question: str, name: str, scope: ast.AST, answer) -> bool:
         """Memoised answer(where, values) for the binding of `name` seen from `scope`."""
         where, values = self._lookup(name, scope)
@@ -122,6 +121,8 @@ class Values:
             self._judged[key] = False  # a name defined through itself (x = x + 1) adds nothing
             self._judged[key] = answer(where, values)
         return self._judged[key]
+
+    # --- CUDA device strings -------------------------------------------------------------
 
     def is_cuda(self, node: ast.AST | None, scope: ast.AST, depth: int = 0) -> bool:
         """"cuda", "cuda:1", f"cuda:{rank}", or a name every binding of which is one."""
@@ -182,6 +183,8 @@ class Values:
             return False
         return (method in TENSOR_METHODS or _tensor_keywords(call)
                 or self.is_tensor(call.func.value, scope, depth + 1))
+
+    # --- numpy arrays ---------------------------------------------------------------------
 
     def is_numpy(self, node: ast.AST | None, scope: ast.AST, depth: int = 0) -> bool:
         """Made by numpy (`np.asarray(...)`, `arr[mask]`, `arr > 0`, `arr.reshape(...)`), and
