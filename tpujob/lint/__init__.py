@@ -28,7 +28,9 @@ def lint_paths(paths: Iterable[str | Path], deps: Iterable[str] = (),
 
     Directories are walked for *.py, skipping hidden directories, virtual environments and
     what their top-level .gitignore excludes. `accelerator` ("v6e-8", or the bare generation
-    "v6e") sets the MXU width.
+    "v6e") sets the MXU width. The paths form one set for "torch_xla code": when any of their
+    files imports torch_xla, the torch_xla rules apply to all of them (a single file decides
+    by its own imports); each --deps package is a set of its own.
     Raises UsageError for a missing path or package, SpecError for an unknown accelerator.
     """
     mxu = 128
