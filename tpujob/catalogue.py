@@ -125,3 +125,17 @@ def accelerator(name: str) -> Accelerator:
     else:
         hosts = chips // gen.chips_per_host
     return Accelerator(f"{gen.name}-{n}", gen, chips, hosts)
+
+
+def generation(name: str) -> Generation:
+    """A bare generation (`v6e`, `v5e`, `v5litepod`) or an accelerator type's generation
+    (`v6e-8`); raises SpecError for either kind of unknown name."""
+    bare = str(name).strip().lower()
+    if _NAME.match(bare):
+        return accelerator(bare).generation
+    gen = GENERATIONS.get(_ALIASES.get(bare, bare))
+    if gen is None:
+        known = ", ".join(sorted({g.alias for g in GENERATIONS.values()}))
+        raise SpecError(f"{name!r} is neither a TPU generation ({known}) nor an accelerator "
+                        f"type like v6e-8")
+    return gen

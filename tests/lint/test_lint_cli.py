@@ -75,20 +75,30 @@ def test_no_path_exits_2(invoke) -> None:
     assert invoke().exit_code == 2
 
 
-def test_unknown_accelerator_is_a_spec_error(invoke) -> None:
-    result = invoke(str(CORPUS / "tpu012_neg.py"), "--accelerator", "v9z-8")
+@pytest.mark.parametrize("acc", ["v9z-8", "v9z", "v6e-7"])
+def test_unknown_accelerator_is_a_spec_error(invoke, acc: str) -> None:
+    result = invoke(str(CORPUS / "tpu012_neg.py"), "--accelerator", acc)
     assert isinstance(result.exception, SpecError)
     assert result.exception.exit_code == 2
 
 
-def test_v6e_checks_256_wide_mxu(invoke, tmp_path: Path) -> None:
+@pytest.mark.parametrize("acc", ["v6e-8", "v6e", "V6E"])
+def test_v6e_checks_256_wide_mxu(invoke, tmp_path: Path, acc: str) -> None:
     source = tmp_path / "mlp.py"
     source.write_text("import flax.linen as nn\nlayer = nn.Dense(384)\n")
     assert "TPU012" not in invoke(str(source)).output
-    result = invoke(str(source), "--accelerator", "v6e-8", "--json")
+    result = invoke(str(source), "--accelerator", acc, "--json")
     (finding,) = json.loads(result.output)["findings"]
     assert finding["rule"] == "TPU012"
     assert "pads to 512 on the 256-wide MXU" in finding["message"]
+
+
+@pytest.mark.parametrize("acc", ["v4", "v5e", "v5litepod", "v5p-8"])
+def test_other_generations_keep_the_128_wide_mxu(invoke, tmp_path: Path, acc: str) -> None:
+    source = tmp_path / "mlp.py"
+    source.write_text("import flax.linen as nn\nlayer = nn.Dense(384)\n")
+    result = invoke(str(source), "--accelerator", acc)
+    assert result.exit_code == 0 and "TPU012" not in result.output
 
 
 @pytest.fixture()
@@ -138,3 +148,61 @@ def test_deps_missing_package_is_a_usage_error(invoke) -> None:
     result = invoke(str(CORPUS / "tpu001_neg.py"), "--deps", "surely_not_installed_pkg")
     assert isinstance(result.exception, UsageError)
     assert "not installed" in str(result.exception)
+
+
+@pytest.fixture()
+def second(installed: Path) -> Path:
+    """A second installed package, `fakeattn`, beside fakediffusers."""
+    package = installed.parent / "fakeattn"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from torch.nn.functional import scaled_dot_product_attention as sdpa\n\n\n"
+        "class Attention:\n    def forward(self, q, k, v):\n        return sdpa(q, k, v)\n")
+    importlib.invalidate_caches()
+    return package
+
+
+def rules_by_file(output: str) -> set[tuple[str, str]]:
+    return {(Path(f["path"]).name, f["rule"]) for f in json.loads(output)["findings"]}
+
+
+@pytest.mark.parametrize("order", ["path first", "deps first"])
+def test_deps_takes_several_packages_after_one_option(invoke, second: Path, order: str) -> None:
+    path = str(CORPUS / "tpu003_pos.py")
+    args = ([path, "--deps", "fakediffusers", "fakeattn", "--json"] if order == "path first"
+            else ["--deps", "fakediffusers", "fakeattn", path, "--json"])
+    result = invoke(*args)
+    assert result.exit_code == 1, result.output
+    assert rules_by_file(result.output) == {
+        ("tpu003_pos.py", "TPU003"), ("attention_processor.py", "TPU002"),
+        ("__init__.py", "TPU002")}
+
+
+def test_words_after_deps_that_are_paths_stay_paths(invoke, second: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "src").mkdir()
+    bad = "import torch_xla\nimport torch\nx = torch.ones(1).cuda()\n"
+    (tmp_path / "src" / "train.py").write_text(bad)
+    (tmp_path / "script.py").write_text(bad)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("--deps", "fakeattn", "src", "script.py", "--json")
+    assert rules_by_file(result.output) == {
+        ("train.py", "TPU003"), ("script.py", "TPU003"), ("__init__.py", "TPU002")}
+
+
+def test_a_missing_word_after_deps_is_read_as_a_package(invoke, installed: Path) -> None:
+    result = invoke(str(CORPUS / "tpu001_neg.py"), "--deps", "fakediffusers", "nosuchpkg_xyz")
+    assert isinstance(result.exception, UsageError)
+    assert "--deps nosuchpkg_xyz: package not installed" in str(result.exception)
+
+
+@pytest.mark.parametrize("args, spread", [
+    (["a.py", "--deps", "x", "y.z", "--json"], ["a.py", "--deps", "x", "--deps", "y.z", "--json"]),
+    (["--deps=x", "y", "b.py"], ["--deps=x", "--deps", "y", "b.py"]),
+    (["--deps", "x,y", "z", "--", "w"], ["--deps", "x,y", "--deps", "z", "--", "w"]),
+    (["--deps", "x", "./rel", "/abs"], ["--deps", "x", "./rel", "/abs"]),
+])
+def test_spread_deps(args: list[str], spread: list[str]) -> None:
+    from tpujob.cli.lint import spread_deps
+
+    assert spread_deps(args) == spread

@@ -11,6 +11,7 @@ from tpujob.lint import RULES, lint_paths
 
 CORPUS = Path(__file__).parent / "corpus"
 FILES = sorted(CORPUS.glob("*.py"))
+SETS = sorted(p for p in (CORPUS / "sets").iterdir() if p.is_dir())
 EXPECT = re.compile(r"# expect: ([A-Z0-9 ]+)$")
 
 
@@ -47,3 +48,18 @@ def test_findings_carry_rule_metadata() -> None:
     assert finding.symbol == "AttnProcessor2_0.__call__"
     assert "AttnProcessor2_0" in finding.fix
     assert finding.message.startswith("F.scaled_dot_product_attention in AttnProcessor2_0")
+
+
+@pytest.mark.parametrize("root", SETS, ids=[p.name for p in SETS])
+def test_corpus_set(root: Path) -> None:
+    """A directory is linted as one set: its expectations hold across its files."""
+    got = sorted((Path(f.path).name, f.line, f.rule) for f in lint_paths([root]))
+    want = sorted((p.name, line, rule) for p in root.glob("*.py") for line, rule in expected(p))
+    assert got == want
+
+
+def test_torch_xla_is_decided_per_set_not_per_file() -> None:
+    root = CORPUS / "sets" / "xla_split"
+    assert lint_paths([root / "model.py"]) == []  # alone: plain PyTorch, left alone
+    both = lint_paths([root / "model.py", root / "train.py"])  # named one by one: still a set
+    assert {f.rule for f in both} == {"TPU001", "TPU003", "TPU009", "TPU012"}

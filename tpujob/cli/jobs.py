@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -37,8 +38,9 @@ def register(app: typer.Typer) -> None:
                keep_slice: bool = typer.Option(False, "--keep-slice", help="Keep the slice after success."),
                wait: bool = typer.Option(False, "--wait", help="Follow the job to its end; exit 0 on SUCCEEDED."),
                timeout: float = typer.Option(3600.0, help="Seconds to follow before returning."),
-               strict: bool = typer.Option(False, "--strict",
-                                           help="Refuse a bucket in another region than the slice."),
+               strict: bool = typer.Option(False, "--strict", help="Warnings that would waste quota become "
+                                           "errors: refuse the job on an error-level lint finding in its sync "
+                                           "directory or a bucket in another region than the slice."),
                json_out: bool = typer.Option(False, "--json")):
         """Record a job, create its slice, set up every host and start the program."""
         from tpujob.service import jobs
@@ -46,6 +48,8 @@ def register(app: typer.Typer) -> None:
         ctx = _ctx()
         if dry_run:
             resolved = jobs.validate(ctx, spec)
+            with _lint_shown():
+                _print_findings(jobs.lint_sync(resolved, strict=strict))
             steps = jobs.plan(resolved)
             if json_out:
                 render.print_json([{"action": s.action, "resource": s.resource, "detail": s.detail} for s in steps])
@@ -54,8 +58,10 @@ def register(app: typer.Typer) -> None:
             for i, step in enumerate(steps, 1):
                 typer.echo(f"{i:2}. {step.action:<22} {step.resource:<28} {step.detail}")
             return
-        job, _ = jobs.create(ctx, spec, keep_slice=keep_slice, strict=strict,
-                             warn=lambda message: typer.echo(f"warning: {message}", err=True))
+        with _lint_shown():
+            job, _, findings = jobs.create(ctx, spec, keep_slice=keep_slice, strict=strict,
+                                           warn=lambda message: typer.echo(f"warning: {message}", err=True))
+        _print_findings(findings)
         jid = render.job_dict(job)["id"]
         if not json_out:
             typer.echo(f"job {jid} ({job.name}) recorded; cloud: {ctx.settings.cloud}")
@@ -177,6 +183,27 @@ def register(app: typer.Typer) -> None:
         for ref in jobs_:
             job_id = jobs.clean(ctx, ref)
             typer.echo(f"job {job_id:06d} cleaned")
+
+
+def _print_findings(findings) -> None:
+    """Lint findings on stderr, one `file:line:col RULE message (fix: ...)` line each."""
+    if findings:
+        from tpujob.lint import render_text
+
+        *lines, summary = render_text(findings).splitlines()
+        typer.echo("\n".join(lines + [f"lint: {summary} in the sync directory"]), err=True)
+
+
+@contextlib.contextmanager
+def _lint_shown():
+    """A --strict refusal shows its findings above the one-line error."""
+    from tpujob.lint import LintBlocked
+
+    try:
+        yield
+    except LintBlocked as exc:
+        _print_findings(exc.findings)
+        raise
 
 
 def _duration(seconds: float) -> str:

@@ -11,13 +11,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tpujob.errors import UsageError
-from tpujob.lint.checker import check_source
+from tpujob.lint.checker import check_source, imports_torch_xla
 from tpujob.lint.files import package_dir, python_files
 from tpujob.lint.jax_rules import mxu_width
 from tpujob.lint.rules import ERROR, RULES, WARNING, Finding, Rule
 
-__all__ = ["ERROR", "RULES", "WARNING", "Finding", "Rule", "errors", "lint_paths",
-           "lint_sync_dir", "render_json", "render_text"]
+__all__ = ["ERROR", "RULES", "WARNING", "Finding", "LintBlocked", "Rule", "errors",
+           "lint_paths", "lint_sync_dir", "render_json", "render_text"]
 
 DEPS_RULES = frozenset(r.id for r in RULES.values() if r.deps)
 
@@ -27,40 +27,65 @@ def lint_paths(paths: Iterable[str | Path], deps: Iterable[str] = (),
     """Lint files and directories (every rule), then installed packages (rules marked deps).
 
     Directories are walked for *.py, skipping hidden directories, virtual environments and
-    what their top-level .gitignore excludes. `accelerator` (e.g. "v6e-8") sets the MXU width.
+    what their top-level .gitignore excludes. `accelerator` ("v6e-8", or the bare generation
+    "v6e") sets the MXU width. The paths form one set for "torch_xla code": when any of their
+    files imports torch_xla, the torch_xla rules apply to all of them (a single file decides
+    by its own imports); each --deps package is a set of its own.
     Raises UsageError for a missing path or package, SpecError for an unknown accelerator.
     """
     mxu = 128
     if accelerator:
-        from tpujob.catalogue import accelerator as parse_accelerator
+        from tpujob.catalogue import generation
 
-        mxu = mxu_width(parse_accelerator(accelerator).generation.alias)
-    targets: list[tuple[Path, frozenset[str]]] = []
+        mxu = mxu_width(generation(accelerator).alias)
+    # Each group is linted as one set: the paths given, then each --deps package.
+    groups: list[tuple[list[Path], frozenset[str]]] = [([], frozenset(RULES))]
     for raw in paths:
         path = Path(raw)
         if not path.exists():
             raise UsageError(f"{raw}: no such file or directory")
-        targets.extend((f, frozenset(RULES)) for f in python_files(path))
+        groups[0][0].extend(python_files(path))
     for name in deps:
-        targets.extend((f, DEPS_RULES) for f in python_files(package_dir(name)))
+        groups.append((python_files(package_dir(name)), DEPS_RULES))
     findings: list[Finding] = []
     seen: set[Path] = set()
-    for file, rules in targets:
-        key = file.resolve()
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            source = file.read_bytes()
-        except OSError as exc:
-            raise UsageError(f"{file}: cannot read ({exc.strerror})") from exc
-        findings.extend(check_source(source, str(file), rules, mxu))
+    for files, rules in groups:
+        sources: list[tuple[Path, bytes]] = []
+        for file in files:
+            key = file.resolve()
+            if key not in seen:
+                seen.add(key)
+                sources.append((file, _read(file)))
+        # A single file decides for itself; in a set, one torch_xla import (the train script)
+        # makes the model files next to it torch_xla code too.
+        xla = None if len(sources) == 1 else any(imports_torch_xla(s) for _, s in sources)
+        for file, source in sources:
+            findings.extend(check_source(source, str(file), rules, mxu, xla))
     return findings
+
+
+def _read(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{file}: cannot read ({exc.strerror})") from exc
 
 
 def lint_sync_dir(path: str | Path, accelerator: str | None = None) -> list[Finding]:
     """What `create` runs on a job's local sync directory before anything is spent."""
     return lint_paths([path], accelerator=accelerator)
+
+
+class LintBlocked(UsageError):
+    """`create --strict` refused a job: its sync directory has error-level findings.
+    The findings travel with the error so the CLI can print them above its one-line error."""
+
+    def __init__(self, findings: list[Finding], where: str):
+        self.findings = findings
+        n = len(errors(findings))
+        super().__init__(f"--strict: {n} error-level lint finding{'s' * (n != 1)} in {where}; "
+                         f"nothing recorded (fix them, silence a line with "
+                         f"`# tpujob: ignore[RULE]`, or drop --strict)")
 
 
 def errors(findings: Iterable[Finding]) -> list[Finding]:

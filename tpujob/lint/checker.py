@@ -11,14 +11,16 @@ from collections.abc import Collection
 
 from tpujob.lint import jax_rules, torch_rules
 from tpujob.lint.module import Module
+from tpujob.lint.names import Names
 from tpujob.lint.rules import Finding, finding
 
 IGNORE = re.compile(r"#\s*tpujob:\s*ignore\[([A-Za-z0-9_,\s]+)\]")
 
 
-def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 128
-                 ) -> list[Finding]:
-    """Findings for one file's source, sorted by position."""
+def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 128,
+                 xla: bool | None = None) -> list[Finding]:
+    """Findings for one file's source, sorted by position. `xla`: whether the set of files
+    this one belongs to is torch_xla code (None: decide by this file's own imports)."""
     try:
         with warnings.catch_warnings():
             # Invalid escape sequences in other people's code are not our findings.
@@ -31,7 +33,7 @@ def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 12
         col = getattr(exc, "offset", None) or 1
         detail = getattr(exc, "msg", None) or str(exc)
         return [finding("TPU000", path, line, col, detail=detail)]
-    mod = Module(tree, path, rules, mxu)
+    mod = Module(tree, path, rules, mxu, xla)
     torch_rules.check(mod)
     jax_rules.check(mod)
     found = sorted(set(mod.findings), key=lambda f: (f.line, f.col, f.rule))
@@ -39,6 +41,20 @@ def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 12
         ignored = ignored_lines(source)
         found = [f for f in found if f.rule not in ignored.get(f.line, ())]
     return found
+
+
+def imports_torch_xla(source: bytes) -> bool:
+    """Whether a file imports torch_xla (anywhere in it), as the rules would see it."""
+    if b"torch_xla" not in source:  # most files: no need to parse them twice
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return Names(tree, imports).imports("torch_xla")
 
 
 def ignored_lines(source: bytes) -> dict[int, set[str]]:

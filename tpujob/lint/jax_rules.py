@@ -27,6 +27,7 @@ LAYERS: dict[str, tuple[tuple[int, str], ...]] = {
     "torch.nn.Linear": ((0, "in_features"), (1, "out_features")),
 }
 MXU_BY_GENERATION = {"v6e": 256}
+MIN_JUDGED_WIDTH = 128  # the MXU tile on every generation
 
 
 def mxu_width(generation_alias: str | None) -> int:
@@ -44,7 +45,7 @@ def check(mod: Module) -> None:
         for func, static in jitted:
             _check_traced(mod, func, static)
     if mod.enabled("TPU012") and (jax or names.imports("haiku") or names.imports("equinox")
-                                   or names.imports("torch_xla")):
+                                   or mod.xla):
         _layer_widths(mod)
 
 
@@ -104,7 +105,10 @@ def _dynamic_use(node: ast.AST, traced: set[str]) -> str | None:
         return None
     if isinstance(node, ast.Call) and call_name(node) in STATIC_CALLS:
         return None
-    if isinstance(node, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops):
+    if isinstance(node, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn))
+                                             for op in node.ops):
+        # Identity and membership (`"bias" in params`) look at the pytree's structure, which
+        # is static under tracing; only comparisons of array values are traced.
         return None
     for child in ast.iter_child_nodes(node):
         used = _dynamic_use(child, traced)
@@ -159,7 +163,7 @@ def _layer_widths(mod: Module) -> None:
     for node in mod.of_type(ast.Call):
         qual = mod.names.resolve(node.func)
         spec = LAYERS.get(qual or "")
-        if spec is None or (qual == "torch.nn.Linear" and not mod.names.imports("torch_xla")):
+        if spec is None or (qual == "torch.nn.Linear" and not mod.xla):
             continue
         keywords = {k.arg: k.value for k in node.keywords}
         for position, keyword in spec:
@@ -167,7 +171,9 @@ def _layer_widths(mod: Module) -> None:
             if arg is None and position < len(node.args):
                 arg = node.args[position]
             width = mod.names.int_value(arg) if arg is not None else None
-            if width and width > 0 and width % mxu:
+            # Widths under one MXU tile (logits, a scalar head) are set by the task, not a
+            # choice to round up: padding them costs little next to the hidden layers.
+            if width and width >= MIN_JUDGED_WIDTH and width % mxu:
                 padded = -(-width // mxu) * mxu
                 mod.emit("TPU012", node,
                          f"{keyword}={width} in {source_of(node.func)}() pads to {padded} on the "

@@ -11,7 +11,8 @@ from tpujob.lint.rules import Finding, finding
 
 
 class Module:
-    def __init__(self, tree: ast.Module, path: str, rules: Collection[str], mxu: int):
+    def __init__(self, tree: ast.Module, path: str, rules: Collection[str], mxu: int,
+                 xla: bool | None = None):
         self.tree = tree
         self.path = path
         self.rules = rules  # the rule ids checked in this file
@@ -21,6 +22,9 @@ class Module:
         self._by_type: dict[type, list[ast.AST]] = {}
         self._index(tree)
         self.names = Names(tree, self.of_type(ast.Import, ast.ImportFrom))
+        # torch_xla code: decided for the whole linted set when given (a model file rarely
+        # imports torch_xla itself; the train script next to it does), else by this file.
+        self.xla = self.names.imports("torch_xla") if xla is None else xla
         self.findings: list[Finding] = []
         self._spans: list[tuple[int, int, str, bool]] | None = None
 

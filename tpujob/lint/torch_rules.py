@@ -1,8 +1,10 @@
 """Rules for PyTorch code bound for TPUs through torch_xla (TPU001-TPU009).
 
-"torch_xla code" is a module that imports torch_xla: the rules about CUDA, checkpointing,
-DDP, mark_step and nn.init only apply there, so ordinary CUDA code is left alone. SDPA is
-flagged in any module (it is usually called from a model file that never imports torch_xla).
+"torch_xla code" is a set of files linted together (a sync directory, the paths given to
+`tpujob lint`) of which one imports torch_xla, or a single file that does: the rules about
+CUDA, checkpointing, DDP, mark_step and nn.init only apply there, so ordinary CUDA code is
+left alone. SDPA is flagged in any module (it is usually called from a model file that never
+imports torch_xla).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import ast
 from tpujob.lint.module import Module, source_of
 from tpujob.lint.names import call_name
 from tpujob.lint.torch_loops import check_loops
+from tpujob.lint.values import Values
 
 SDPA = {"torch.nn.functional.scaled_dot_product_attention",
         "torch._C._nn.scaled_dot_product_attention"}
@@ -19,36 +22,33 @@ TORCH_CHECKPOINT = {"torch.utils.checkpoint.checkpoint",
                     "torch.utils.checkpoint.checkpoint_sequential"}
 DDP = {"torch.nn.parallel.DistributedDataParallel",
        "torch.nn.parallel.distributed.DistributedDataParallel"}
-# Deterministic initialisers give the right values anywhere; only random ones are suspect.
-CONSTANT_INITS = {"zeros_", "ones_", "constant_", "eye_", "dirac_", "calculate_gain"}
+# Deterministic initialisers give the right values anywhere, and the fan/gain helpers only
+# compute numbers; only random initialisers are suspect.
+CONSTANT_INITS = {"zeros_", "ones_", "constant_", "eye_", "dirac_", "calculate_gain",
+                  "_calculate_fan_in_and_fan_out", "_calculate_correct_fan"}
 DYNAMIC_FUNCS = {"nonzero", "unique", "unique_consecutive", "masked_select", "argwhere"}
 MASK_CALLS = {"bool", "isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_and",
               "logical_or", "logical_not", "logical_xor", "eq", "ne", "gt", "lt", "ge", "le"}
 VALUE_CALLS = {"item", "sum", "max", "min", "argmax", "argmin", "count_nonzero"}
 SPMD_MODULES = ("torch_xla.distributed.spmd", "torch_xla.experimental.xla_sharding")
-CONTAINER_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter"}
 
 
 def check(mod: Module) -> None:
     names = mod.names
-    xla = names.imports("torch_xla")
-    if not (xla or names.imports("torch")):
+    xla = mod.xla
+    if not (names.imports("torch_xla") or names.imports("torch")):
         return
-    _references(mod, xla)
+    values = Values(mod)
+    _references(mod, xla, values)
     if mod.enabled("TPU005", "TPU006"):
         check_loops(mod, xla)
     if mod.enabled("TPU007"):
-        _dynamic_shapes(mod)
+        _dynamic_shapes(mod, values)
     if mod.enabled("TPU008") and _uses_spmd(mod):
-        _index_assignments(mod)
+        _index_assignments(mod, values)
 
 
-def _is_cuda(node: ast.AST | None) -> bool:
-    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and (node.value == "cuda" or node.value.startswith("cuda:")))
-
-
-def _references(mod: Module, xla: bool) -> None:
+def _references(mod: Module, xla: bool, values: Values) -> None:
     resolve = mod.names.resolve
     for node in mod.nodes:
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
@@ -63,16 +63,21 @@ def _references(mod: Module, xla: bool) -> None:
             qual = resolve(node.func)
             name = call_name(node)
             if xla:
-                _xla_call(mod, node, qual, name)
+                _xla_call(mod, node, qual, name, values)
+            # A method named like a dynamic op counts only as a tensor call (on a tensor, or
+            # with torch-only keywords): pandas' unique() and numpy's nonzero() are not XLA's.
             if ((qual and qual.startswith("torch.") and qual.rsplit(".", 1)[1] in DYNAMIC_FUNCS)
                     or (qual is None and isinstance(node.func, ast.Attribute)
-                        and name in DYNAMIC_FUNCS)):
+                        and name in DYNAMIC_FUNCS
+                        and values.is_tensor(node, mod.scope_of[node]))):
                 mod.emit("TPU007", node, f"{source_of(node.func)}()")
             elif qual == "torch.where" and len(node.args) == 1 and not node.keywords:
                 mod.emit("TPU007", node, "torch.where(cond) with one argument")
 
 
-def _xla_call(mod: Module, node: ast.Call, qual: str | None, name: str) -> None:
+def _xla_call(mod: Module, node: ast.Call, qual: str | None, name: str, values: Values
+              ) -> None:
+    scope = mod.scope_of[node]
     if qual in DDP:
         mod.emit("TPU004", node, source_of(node.func))
     elif (qual and qual.startswith("torch.nn.init.")
@@ -80,12 +85,14 @@ def _xla_call(mod: Module, node: ast.Call, qual: str | None, name: str) -> None:
         mod.emit("TPU009", node, source_of(node.func))
     elif name == "cuda" and isinstance(node.func, ast.Attribute):
         mod.emit("TPU003", node, f"{source_of(node.func)}()")
-    elif qual == "torch.device" and node.args and _is_cuda(node.args[0]):
+    elif qual == "torch.device" and node.args and values.is_cuda(node.args[0], scope):
         mod.emit("TPU003", node, source_of(node))
-    elif name == "to" and node.args and _is_cuda(node.args[0]):
+    elif name == "to" and node.args and values.is_cuda(node.args[0], scope):
         mod.emit("TPU003", node, source_of(node))
-    elif any(k.arg == "device" and _is_cuda(k.value) for k in node.keywords):
-        mod.emit("TPU003", node, f'{source_of(node.func)}(device="cuda")')
+    else:
+        device = next((k.value for k in node.keywords if k.arg == "device"), None)
+        if device is not None and values.is_cuda(device, scope):
+            mod.emit("TPU003", node, f"{source_of(node.func)}(device={source_of(device)})")
 
 
 def _sdpa_fix(mod: Module, node: ast.AST) -> str:
@@ -97,7 +104,7 @@ def _sdpa_fix(mod: Module, node: ast.AST) -> str:
             f"attention: softmax(q @ k.transpose(-2, -1) * scale + mask) @ v")
 
 
-def _dynamic_shapes(mod: Module) -> None:
+def _dynamic_shapes(mod: Module, values: Values) -> None:
     resolve, scope_of = mod.names.resolve, mod.scope_of
     assigns: dict[ast.AST, list[ast.Assign]] = {}
     for node in mod.of_type(ast.Assign):
@@ -116,10 +123,12 @@ def _dynamic_shapes(mod: Module) -> None:
         scope = scope_of[node]
         if scope not in scopes:
             scopes[scope] = _scope_names(assigns.get(scope, []), resolve)
-        masks, values = scopes[scope]
+        masks, counts = scopes[scope]
+        if values.is_numpy(node.value, scope):
+            continue  # a numpy array on the host (image pre-processing): not traced by XLA
         if any(_is_mask(p, masks, resolve) for p in maybe_masks):
             mod.emit("TPU007", node, f"boolean-mask indexing {source_of(node)}")
-        elif any(_from_values(b, values) for b in bounds):
+        elif any(_from_values(b, counts) for b in bounds):
             mod.emit("TPU007", node, f"slice length from tensor values {source_of(node)}")
     collates = _collate_functions(mod)
     if collates:
@@ -220,24 +229,9 @@ def _constant_index(node: ast.expr) -> bool:
     return False
 
 
-def _container_names(mod: Module) -> set[str]:
-    """Names (and self.attributes) bound to dicts/lists: indexing those is not a tensor update."""
-    found: set[str] = set()
-    for node in mod.of_type(ast.Assign, ast.AnnAssign):
-        value = node.value
-        if not (isinstance(value, (ast.Dict, ast.DictComp, ast.List, ast.ListComp))
-                or (isinstance(value, ast.Call) and call_name(value) in CONTAINER_CALLS)):
-            continue
-        for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-            if isinstance(target, ast.Name):
-                found.add(target.id)
-            elif isinstance(target, ast.Attribute):
-                found.add(target.attr)
-    return found
-
-
-def _index_assignments(mod: Module) -> None:
-    containers = _container_names(mod)
+def _index_assignments(mod: Module, values: Values) -> None:
+    """`a[idx] = v` where `a` holds a tensor: a dict, a list or a plain parameter is left
+    alone (their index assignments never reach XLA)."""
     for node in mod.of_type(ast.Assign, ast.AugAssign):
         if isinstance(node, ast.Assign):
             targets = [t for t in node.targets for t in (t.elts if isinstance(t, ast.Tuple) else [t])]
@@ -246,8 +240,5 @@ def _index_assignments(mod: Module) -> None:
         for target in targets:
             if not isinstance(target, ast.Subscript) or _constant_index(target.slice):
                 continue
-            base = target.value
-            key = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
-            if key in containers or mod.names.resolve(base):
-                continue
-            mod.emit("TPU008", target, f"{source_of(target)} = ...")
+            if values.is_tensor(target.value, mod.scope_of[node]):
+                mod.emit("TPU008", target, f"{source_of(target)} = ...")

@@ -40,5 +40,5 @@ def start(ctx: Context, spec: str | None = None) -> Demo:
         raise NotFoundError(f"no job spec at {path}{hint}")
     running = process.status()
     info = running or process.start()
-    job, _ = jobs.create(ctx, str(path))
+    job = jobs.create(ctx, str(path)).job
     return Demo(job, path, info["tpu_endpoint"], started_emulator=running is None)

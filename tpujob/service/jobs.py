@@ -7,7 +7,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from tpujob import spec as spec_mod
 from tpujob.errors import CloudError, ConflictError, TpujobError
@@ -79,15 +79,35 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
     return job, resolved
 
 
+class Created(NamedTuple):
+    job: object
+    resolved: ResolvedSpec
+    findings: list  # lint.Finding in the sync directory, for the caller to show
+
+
+def lint_sync(resolved: ResolvedSpec, *, strict: bool = False) -> list:
+    """Lint the job's local sync directory (nothing to do without one). With `strict`, an
+    error-level finding refuses the job (LintBlocked, exit 2)."""
+    if not resolved.sync_path:
+        return []
+    from tpujob.lint import LintBlocked, errors, lint_sync_dir
+
+    findings = lint_sync_dir(resolved.sync_path, accelerator=resolved.accelerator)
+    if strict and errors(findings):
+        raise LintBlocked(findings, f"the sync directory {resolved.sync_path}")
+    return findings
+
+
 def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = False,
-           warn: Callable[[str], None] = lambda message: None):
-    """Validate, check that the spec's secrets have values and that the cloud can be reached
-    with the credentials at hand, then record. A refused spec, a missing secret or missing
-    credentials write nothing. A bucket in another region than the slice is a `warn`ing,
-    refused with `strict`."""
+           warn: Callable[[str], None] = lambda message: None) -> Created:
+    """Validate, lint the sync directory, check that the spec's secrets have values and that
+    the cloud can be reached with the credentials at hand, then record. A refused spec, a
+    --strict lint error, a missing secret or missing credentials write nothing. A bucket in
+    another region than the slice is a `warn`ing, refused with `strict`."""
     from tpujob.service import storage
 
     resolved = validate(ctx, path)
+    findings = lint_sync(resolved, strict=strict)  # local work: before the cloud is touched
     if resolved.spec.secrets:  # the first setup needs their values: refuse now, not at setup
         from tpujob.service.secrets import resolve
 
@@ -101,7 +121,8 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
         gcs = Gcs(make_storage(ctx.settings))
         for message in storage.check_bucket_regions(gcs, resolved.to_json_dict(), strict):
             warn(message)
-    return record(ctx, path, keep_slice=keep_slice)
+    job, resolved = record(ctx, path, keep_slice=keep_slice)
+    return Created(job, resolved, findings)
 
 
 def list_jobs(ctx: Context, include_ended: bool = False):

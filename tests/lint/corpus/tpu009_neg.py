@@ -9,3 +9,7 @@ class Model(nn.Module):
         nn.init.ones_(self.norm.weight)
         with torch.no_grad():
             self.proj.weight.normal_(0.0, 0.02)
+
+    def scaled(self):
+        fan_in, _ = nn.init._calculate_fan_in_and_fan_out(self.proj.weight)
+        return nn.init.calculate_gain("relu") / fan_in

@@ -9,6 +9,8 @@ class MLP(nn.Module):
     def __call__(self, x):
         x = nn.Dense(HIDDEN)(x)  # expect: TPU012
         x = nn.Dense(features=3 * 100)(x)  # expect: TPU012
+        x = nn.Dense(200)(x)  # expect: TPU012
+        x = nn.Dense(128)(x)
         return nn.Dense(1024)(x)
 
 
