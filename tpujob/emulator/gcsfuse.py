@@ -157,7 +157,13 @@ class BucketFs:
             return self._new_handle(path, b"", True)
         blob = self.bucket.get_blob(self._key(path))
         if blob is None:
-            raise FuseOSError(errno.ENOENT)
+            # Created and not yet uploaded (tensorstore opens its lock file a second time to
+            # check it is still the same file): this mount already knows it.
+            with self._lock:
+                pending = next((h["data"] for h in self._open.values() if h["path"] == path), None)
+            if pending is None:
+                raise FuseOSError(errno.ENOENT)
+            return self._new_handle(path, bytes(pending), False)
         return self._new_handle(path, blob.download_as_bytes(), False)
 
     def read(self, path, size, offset, fh):
@@ -233,6 +239,15 @@ class BucketFs:
     def rename(self, old, new):
         from fuse import FuseOSError
 
+        # A file renamed while still open for writing (tensorstore writes `X.__lock`, renames
+        # it to X, then closes): like gcsfuse, sync it first so there is an object to move, and
+        # let later writes through the handle go to the new name.
+        with self._lock:
+            handles = [h for h in self._open.values() if h["path"] == old]
+        for handle in handles:
+            if handle["dirty"]:
+                self._upload(old, bytes(handle["data"]))
+                handle["dirty"] = False
         blob = self.bucket.get_blob(self._key(old))
         if blob is not None:
             self.bucket.copy_blob(blob, self.bucket, self._key(new))
@@ -251,6 +266,8 @@ class BucketFs:
                 self.bucket.copy_blob(item, self.bucket, target + item.name[len(prefix):])
             for item in blobs:
                 item.delete()
+        for handle in handles:
+            handle["path"] = new
         self._forget(old)
         self._forget(new)
 
