@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -293,6 +294,10 @@ def serve(args: argparse.Namespace) -> None:
     ops = type("GcsOperations", (BucketFs, Operations), {})(
         bucket, args.only_dir, args.metadata_cache_ttl_secs, args.implicit_dirs)
     ops.rename_dir_limit = args.rename_dir_limit
+    # A preemption sends SIGTERM to every process of the host: the mount must outlive it, so
+    # that the program's SIGTERM checkpoint reaches the bucket (SIGKILL at the end of the
+    # grace, or an unmount, ends it).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     options = {o for opt in args.options for o in opt.split(",") if o}
     FUSE(ops, args.mount_point, foreground=True, ro="ro" in options, allow_other=True,
          auto_cache=True, attr_timeout=max(0, args.metadata_cache_ttl_secs),
