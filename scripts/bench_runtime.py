@@ -21,7 +21,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from tpujob.runtime import model, train
+from tpujob.runtime import model, peaks, train
 from tpujob.runtime.config import RuntimeConfig, config_from_dict
 from tpujob.runtime.data import Batches
 from tpujob.runtime.distributed import HostEnv
@@ -84,9 +84,15 @@ def main() -> None:
     print(f"ratio runtime/bare: {ours / bare:.3f}")
     print(f"checkpointing: {trainer.ckpt.seconds:.2f} s blocking of {seconds:.2f} s "
           f"({ckpt_share:.1%}) at checkpoint_every={cfg.checkpoint_every}")
-    if trainer.peak:
-        mfu = model.flops_per_token(cfg.model, cfg.seq_len) * ours / (trainer.peak * len(devices))
-        print(f"MFU (runtime loop): {mfu:.1%} of {trainer.peak / 1e12:.0f} TFLOP/s per chip")
+    flops = model.flops_per_token(cfg.model, cfg.seq_len)
+    mfu_bare = peaks.mfu(flops, bare, trainer.generation, len(devices))
+    mfu_ours = peaks.mfu(flops, ours, trainer.generation, len(devices))
+    if mfu_ours is not None:
+        print(f"MFU: runtime loop {mfu_ours:.1%}, bare loop {mfu_bare:.1%} of "
+              f"{trainer.peak / 1e12:.0f} TFLOP/s per chip x "
+              f"{peaks.chips(trainer.generation, len(devices)):g} chips ({trainer.generation})")
+    else:
+        print("MFU: n/a (no known peak for this device)")
 
 
 if __name__ == "__main__":
