@@ -82,29 +82,30 @@ def main(argv: list[str]) -> int:
 
     trainer = None
 
-    def step() -> int:
-        return trainer.step if trainer is not None else 0
+    def where() -> dict:  # how far training got, for a failure's status
+        if trainer is None:
+            return {"step": 0}
+        return {"step": trainer.step, "compiles": trainer.compiler.compiles}
 
     try:
         trainer = Trainer(cfg, host)
         outcome = trainer.run()
     except (ConfigError, DataError) as e:
         log.error("config: %s", e)
-        _status(run_dir, is_main, _failed(str(e), contract.EXIT_CONFIG, step()))
+        _status(run_dir, is_main, _failed(str(e), contract.EXIT_CONFIG, **where()))
         return contract.EXIT_CONFIG
     except InitCheckError as e:
         log.error("%s; refused before step 1:\n%s", e, e.table)
-        _status(run_dir, is_main, _failed(str(e), contract.EXIT_INIT_CHECK, step(),
+        _status(run_dir, is_main, _failed(str(e), contract.EXIT_INIT_CHECK, **where(),
                                           extra={"init_check": e.table}))
         return contract.EXIT_INIT_CHECK
     except RecompileError as e:
         log.error("%s", e)
-        compiles = trainer.compiler.compiles if trainer else 0
-        _status(run_dir, is_main, _failed(str(e), contract.EXIT_RECOMPILE, step(), compiles=compiles))
+        _status(run_dir, is_main, _failed(str(e), contract.EXIT_RECOMPILE, **where()))
         return contract.EXIT_RECOMPILE
     except Exception as e:  # noqa: BLE001 - the orchestrator needs a status whatever broke
         log.error("unexpected error:\n%s", traceback.format_exc())
-        _status(run_dir, is_main, _failed(f"{type(e).__name__}: {e}", contract.EXIT_ERROR, step()))
+        _status(run_dir, is_main, _failed(f"{type(e).__name__}: {e}", contract.EXIT_ERROR, **where()))
         return contract.EXIT_ERROR
 
     log.info("%s at step %d: %s", outcome.state, outcome.step, outcome.message)
