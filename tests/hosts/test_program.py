@@ -105,3 +105,18 @@ def test_names_env_and_command_full_of_shell_syntax_run_literally(slice_hosts):
         assert (mnt / "job").read_text() == "job " + NASTY
         assert (mnt / "cmd").read_text() == NASTY
         assert not any(p.name.startswith("pwned") for p in mnt.iterdir())
+
+
+def test_status_reads_the_json_line_among_stray_stderr_lines():
+    from tpujob.hosts.fanout import HostResult
+
+    line = '{"state": "running", "pid": 7, "exit_code": null, "log_bytes": 3, "step": 12, "resumed_from": 8}'
+
+    class Group:  # stdout and stderr interleave as they came: a grep complaint may come last
+        def run(self, command, timeout=None):
+            return [HostResult(0, 0, line + "\ngrep: /mnt/run/heartbeat: No such file or directory\n"),
+                    HostResult(1, 0, "garbage only\n")]
+
+    first, second = program.status(Group(), attempt())
+    assert (first.state, first.pid, first.step, first.resumed_from) == ("running", 7, 12, 8)
+    assert second.state == "unreachable" and "unreadable status" in second.error
