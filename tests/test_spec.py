@@ -484,6 +484,19 @@ REFUSALS = [
         run: {command: x}
         run_dir: s3://bucket/x  #<
         """), "run_dir", "gs://BUCKET/PATH"),
+    ("multi-host-runtime-without-shared-run-dir", _spec("""
+        name: demo
+        tpu: {accelerator: v4-16, zone: us-central2-b}
+        run: {runtime: {model: tiny}}
+        """), "run_dir", "needs a run dir shared by every host"),
+    ("fallback-multi-host-runtime-without-shared-run-dir", _spec("""
+        name: demo
+        tpu:
+          accelerator: v4-8
+          zone: us-central2-b
+          fallback: [{accelerator: v5litepod-16}]
+        run: {runtime: {model: tiny}}
+        """), "run_dir", "v5litepod-16 (4 hosts)"),
     ("reserved-env-name", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}

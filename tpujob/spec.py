@@ -334,6 +334,14 @@ def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str) -> dict[str
     return types
 
 
+def _check_shared_run_dir(spec: JobSpec, acc: Accelerator, lines) -> None:
+    """The runtime's hosts write one checkpoint together: with each host's run dir in its own
+    home, Orbax waits forever at the first save for the other hosts' files."""
+    if spec.run.runtime is not None and spec.run_dir is None and acc.multi_host:
+        raise _fail(f"run.runtime on {acc.name} ({acc.hosts} hosts) needs a run dir shared by every "
+                    "host: set run_dir: gs://BUCKET/PATH", ("run_dir",), lines)
+
+
 def _hourly_cost(acc: Accelerator, provisioning: str) -> float | None:
     """The price per hour of the slice as provisioned: the on-demand list price, or the spot
     (preemptible) price. None where the catalogue has no published spot figure: the on-demand
@@ -425,6 +433,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         match = re.match(r"^gs://([^/]+)(/.*)?$", spec.run_dir)
         if not match or not BUCKET_NAME.match(match.group(1)):
             raise _fail(f"run_dir must be a gs://BUCKET/PATH location, not {spec.run_dir!r}", ("run_dir",), lines)
+    _check_shared_run_dir(spec, acc, lines)
 
     sync_path = None
     if spec.sync is not None:
@@ -447,6 +456,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
             except SpecError as exc:
                 raise _fail(str(exc), base + ("accelerator",), lines) from None
             _check_disks(spec, alt, lines, f"fallback {alt.name}")
+            _check_shared_run_dir(spec, alt, lines)
 
     return ResolvedSpec(
         spec=spec, accelerator=acc.name, generation=acc.generation.alias, hosts=acc.hosts,

@@ -103,3 +103,11 @@ def test_status_endpoint_names_the_endpoints(http, server):
     assert code == 200
     assert status["tpu_endpoint"] == status["compute_endpoint"] == server.url
     assert status["project"] == "tpujob-local" and isinstance(status["ssh_port"], int)
+
+
+def test_preempt_takes_a_grace_and_refuses_a_negative_one(http):
+    wait_done(http, http("POST", f"{LOC}/nodes?nodeId=n1", NODE)[1])
+    code, err = http("POST", "/emulator/v1/preempt", {"node": "n1", "graceSeconds": -1})
+    assert code == 400 and "graceSeconds" in err["error"]["message"]
+    code, node = http("POST", "/emulator/v1/preempt", {"node": "n1", "graceSeconds": 30})
+    assert code == 200 and node["state"] == "PREEMPTED"

@@ -47,7 +47,7 @@ def test_background_emulator_serves_tpu_storage_and_faults(cli, tpujob_home, mon
         assert pathlib.Path(host["root"]).is_dir()  # a real host, with its own filesystem
         assert host["hostKey"].startswith("ssh-ed25519 ")
 
-        assert cli("emulator", "preempt", "n1").out.strip() == "node n1 preempted"
+        assert cli("emulator", "preempt", "n1", "--grace", "1").out.strip() == "node n1 preempted"
         assert cloud.get_slice(info["project"], ZONE, "n1").phase is SlicePhase.PREEMPTED
         assert cli("emulator", "kill-host", "n1", "0").code == 0
         bad = cli("emulator", "kill-host", "n1", "5")

@@ -171,3 +171,18 @@ def test_stop_fails_when_the_program_cannot_be_found_on_a_reachable_host(slice_h
     assert "holds no pid" in results[1].output
     pidfile.write_text(good)
     assert all(r.ok for r in program.stop(group, att, grace_seconds=1))
+
+
+def test_status_reads_the_json_line_among_stray_stderr_lines():
+    from tpujob.hosts.fanout import HostResult
+
+    line = '{"state": "running", "pid": 7, "exit_code": null, "log_bytes": 3, "step": 12, "resumed_from": 8}'
+
+    class Group:  # stdout and stderr interleave as they came: a grep complaint may come last
+        def run(self, command, timeout=None):
+            return [HostResult(0, 0, line + "\ngrep: /mnt/run/heartbeat: No such file or directory\n"),
+                    HostResult(1, 0, "garbage only\n")]
+
+    first, second = program.status(Group(), attempt())
+    assert (first.state, first.pid, first.step, first.resumed_from) == ("running", 7, 12, 8)
+    assert second.state == "unreachable" and "unreadable status" in second.error

@@ -105,6 +105,7 @@ def test_shape_change_refused_with_strict_shapes(runtime, tmp_path):
     assert run.wait() == contract.EXIT_RECOMPILE, run.stderr()
     st = status(run.run_dir)
     assert st.state == "failed" and "strict_shapes" in st.message
+    assert (st.step, st.compiles) == (2, 1)  # where training stood, not 0
     assert f"({BASE['batch_size']}, {BASE['seq_len'] // 2 + 1})" in st.message
 
 
@@ -113,3 +114,13 @@ def test_invalid_config_names_the_key(runtime, tmp_path):
     assert run.wait() == contract.EXIT_CONFIG
     st = status(run.run_dir)
     assert st.state == "failed" and st.message.startswith("checkpoint_evry: unknown key")
+
+
+def test_a_malformed_coordinator_is_a_config_failure_with_a_status(runtime, tmp_path):
+    run = runtime(tmp_path / "run", host=(0, 2, "not-a-host"))
+    assert run.wait() == contract.EXIT_CONFIG
+    err = run.stderr()
+    assert "Traceback" not in err and "TPUJOB_COORDINATOR: must be host:port" in err
+    st = status(run.run_dir)
+    assert (st.state, st.step, st.exit_code) == ("failed", 0, contract.EXIT_CONFIG)
+    assert st.message == "TPUJOB_COORDINATOR: must be host:port (host 0's address and a port), got 'not-a-host'"

@@ -43,11 +43,14 @@ def register(app: typer.Typer) -> None:
         _show(process.status(), json_)
 
     @emulator.command()
-    def preempt(node: str = typer.Argument(..., help="Node id (or full resource name).")):
+    def preempt(node: str = typer.Argument(..., help="Node id (or full resource name)."),
+                grace: Optional[float] = typer.Option(
+                    None, "--grace", min=0,
+                    help="Seconds from SIGTERM to SIGKILL (default 5; Google's spot notice is 30).")):
         """Preempt a node: PREEMPTED, its programs get SIGTERM then SIGKILL, SSH stops."""
         from tpujob.emulator import process
 
-        process.client().preempt(node)
+        process.client().preempt(node, grace_seconds=grace)
         typer.echo(f"node {node} preempted")
 
     @emulator.command()

@@ -22,8 +22,12 @@ class EmulatorClient:
     def status(self) -> dict:
         return self._request("GET", "status")
 
-    def preempt(self, node: str) -> dict:
-        return self._request("POST", "preempt", {"node": node})
+    def preempt(self, node: str, grace_seconds: float | None = None) -> dict:
+        """`grace_seconds`: from SIGTERM to SIGKILL on the hosts (None: the emulator's default)."""
+        body: dict = {"node": node}
+        if grace_seconds is not None:
+            body["graceSeconds"] = grace_seconds
+        return self._request("POST", "preempt", body)
 
     def stockout(self, zone: str, accelerator_type: str | None = None, clear: bool = False) -> dict:
         return self._request("POST", "stockout",

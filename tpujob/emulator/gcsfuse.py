@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -159,7 +160,13 @@ class BucketFs:
             return self._new_handle(path, b"", True)
         blob = self.bucket.get_blob(self._key(path))
         if blob is None:
-            raise FuseOSError(errno.ENOENT)
+            # Created and not yet uploaded (tensorstore opens its lock file a second time to
+            # check it is still the same file): this mount already knows it.
+            with self._lock:
+                pending = next((h["data"] for h in self._open.values() if h["path"] == path), None)
+            if pending is None:
+                raise FuseOSError(errno.ENOENT)
+            return self._new_handle(path, bytes(pending), False)
         return self._new_handle(path, blob.download_as_bytes(), False)
 
     def read(self, path, size, offset, fh):
@@ -235,6 +242,15 @@ class BucketFs:
     def rename(self, old, new):
         from fuse import FuseOSError
 
+        # A file renamed while still open for writing (tensorstore writes `X.__lock`, renames
+        # it to X, then closes): like gcsfuse, sync it first so there is an object to move, and
+        # let later writes through the handle go to the new name.
+        with self._lock:
+            handles = [h for h in self._open.values() if h["path"] == old]
+        for handle in handles:
+            if handle["dirty"]:
+                self._upload(old, bytes(handle["data"]))
+                handle["dirty"] = False
         blob = self.bucket.get_blob(self._key(old))
         if blob is not None:
             self.bucket.copy_blob(blob, self.bucket, self._key(new))
@@ -253,6 +269,8 @@ class BucketFs:
                 self.bucket.copy_blob(item, self.bucket, target + item.name[len(prefix):])
             for item in blobs:
                 item.delete()
+        for handle in handles:
+            handle["path"] = new
         self._forget(old)
         self._forget(new)
 
@@ -278,6 +296,10 @@ def serve(args: argparse.Namespace) -> None:
     ops = type("GcsOperations", (BucketFs, Operations), {})(
         bucket, args.only_dir, args.metadata_cache_ttl_secs, args.implicit_dirs)
     ops.rename_dir_limit = args.rename_dir_limit
+    # A preemption sends SIGTERM to every process of the host: the mount must outlive it, so
+    # that the program's SIGTERM checkpoint reaches the bucket (SIGKILL at the end of the
+    # grace, or an unmount, ends it).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     options = {o for opt in args.options for o in opt.split(",") if o}
     FUSE(ops, args.mount_point, foreground=True, ro="ro" in options, allow_other=True,
          auto_cache=True, attr_timeout=max(0, args.metadata_cache_ttl_secs),

@@ -271,7 +271,10 @@ class Emulator:
                     "stockouts": [{"zone": z, "acceleratorType": a}
                                   for z, a in sorted(self._stockouts, key=str)]}
 
-    def preempt(self, node_ref: str) -> dict:
+    def preempt(self, node_ref: str, grace_seconds: float | None = None) -> dict:
+        """SIGTERM on every host, SIGKILL after the grace (default: the emulator's; Google's
+        spot notice is 30 s)."""
+        grace = self.preempt_grace if grace_seconds is None else grace_seconds
         with self._lock:
             node = self.find_node(node_ref)
             if node.body["state"] != "READY":
@@ -286,7 +289,7 @@ class Emulator:
             self._changed.notify_all()
             body = copy_json(node.body)
         if machines:
-            self._spawn(machines.preempt, self.preempt_grace)
+            self._spawn(machines.preempt, grace)
         return body
 
     def kill_host(self, node_ref: str, index: int) -> None:

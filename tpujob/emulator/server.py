@@ -153,7 +153,11 @@ class TpuApp:
         return self.emulator.faults()
 
     def _preempt(self, request: Request) -> dict:
-        return self.emulator.preempt(_required(_read_json(request), "node"))
+        body = _read_json(request)
+        grace = body.get("graceSeconds")
+        if grace is not None and (not isinstance(grace, (int, float)) or grace < 0):
+            raise ApiError(400, "graceSeconds must be a number >= 0")
+        return self.emulator.preempt(_required(body, "node"), grace)
 
     def _kill_host(self, request: Request) -> dict:
         body = _read_json(request)

@@ -108,7 +108,15 @@ def status(group: HostGroup, attempt: Attempt, *, timeout: float = 30) -> list[H
         if not result.ok:
             out.append(HostStatus(result.index, "unreachable", error=result.describe()))
             continue
-        data = json.loads(result.output.strip().splitlines()[-1])
+        # The JSON line, not whatever a tool said on stderr next to it (a heartbeat replaced
+        # on gcsfuse can vanish between test and grep for a moment).
+        lines = [line for line in result.output.splitlines() if line.startswith("{")]
+        try:
+            data = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            out.append(HostStatus(result.index, "unreachable",
+                                  error=f"unreadable status: {result.output.strip()[-200:]!r}"))
+            continue
         out.append(HostStatus(result.index, data["state"], data["exit_code"], data["pid"],
                               data["log_bytes"], step=data.get("step"), resumed_from=data.get("resumed_from")))
     return out

@@ -28,9 +28,6 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
-    def all_steps(self) -> list[int]:
-        return list(self._manager.all_steps())
-
     def restore(self, step: int, target: Any) -> Any:
         """Restore into `target` (ShapeDtypeStructs with shardings): each host reads its shards."""
         t0 = time.perf_counter()

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from .contract import HEARTBEAT_MAX_INTERVAL_S
 from .peaks import generation
 
 
@@ -94,6 +95,9 @@ class RuntimeConfig:
     log_every: int = 10
     heartbeat_every_s: float = 10.0
     distributed_timeout_s: int = 300
+    # After a first SIGTERM the loop checkpoints at the next step boundary; a process still
+    # alive this long after it is blocked and ends (Cloud TPU maintenance allows 5 minutes).
+    sigterm_grace_s: float = 240.0
     init_check: bool = True
     # Fault injection for tests and drills; each goes through the same path as the real fault.
     inject_nan_at_step: int | None = None
@@ -187,7 +191,8 @@ def _validate(cfg: RuntimeConfig) -> None:
     positive = {
         "batch_size": cfg.batch_size, "seq_len": cfg.seq_len, "checkpoint_every": cfg.checkpoint_every,
         "keep": cfg.keep, "log_every": cfg.log_every, "heartbeat_every_s": cfg.heartbeat_every_s,
-        "distributed_timeout_s": cfg.distributed_timeout_s, "model.n_layer": m.n_layer,
+        "distributed_timeout_s": cfg.distributed_timeout_s,
+        "sigterm_grace_s": cfg.sigterm_grace_s, "model.n_layer": m.n_layer,
         "model.n_head": m.n_head, "model.d_model": m.d_model, "model.d_ff": m.d_ff,
         "model.vocab_size": m.vocab_size, "model.init_std": m.init_std, "optimizer.lr": o.lr,
         "optimizer.grad_clip": o.grad_clip,
@@ -197,8 +202,9 @@ def _validate(cfg: RuntimeConfig) -> None:
             raise ConfigError(f"must be > 0, got {value}", key=key)
     if cfg.steps < 0 or o.warmup_steps < 0:
         raise ConfigError("must be >= 0", key="steps" if cfg.steps < 0 else "optimizer.warmup_steps")
-    if cfg.heartbeat_every_s > 30:
-        raise ConfigError("must be <= 30 (the orchestrator's staleness limit)", "heartbeat_every_s")
+    if cfg.heartbeat_every_s > HEARTBEAT_MAX_INTERVAL_S:
+        raise ConfigError(f"must be <= {HEARTBEAT_MAX_INTERVAL_S} (the contract's promise to the "
+                          "orchestrator)", "heartbeat_every_s")
     if m.d_model % m.n_head:
         raise ConfigError(f"d_model {m.d_model} is not a multiple of n_head {m.n_head}", "model")
     if not 0 <= o.min_lr_ratio <= 1:

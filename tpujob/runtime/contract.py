@@ -33,9 +33,6 @@ EXIT_CODES: dict[int, str] = {
     EXIT_RECOMPILE: "failed: train step recompiled and strict_shapes is on",
 }
 
-# Exits after which re-running the same attempt's program can make progress.
-RESUMABLE_EXIT_CODES = frozenset({EXIT_PREEMPTED, EXIT_NAN})
-
 # States written to status.json, one per way the program ends.
 STATE_SUCCEEDED = "succeeded"
 STATE_FAILED = "failed"

@@ -46,6 +46,8 @@ def read_env(env: Mapping[str, str]) -> HostEnv:
                           key=contract.ENV_HOST_INDEX)
     if num_hosts > 1 and not coordinator:
         raise ConfigError("is required with more than one host", key=contract.ENV_COORDINATOR)
+    if coordinator:
+        _check_address(coordinator)
     return HostEnv(
         job_id=env.get(contract.ENV_JOB_ID, "local"),
         attempt=integer(contract.ENV_ATTEMPT, 0),
@@ -55,6 +57,16 @@ def read_env(env: Mapping[str, str]) -> HostEnv:
         run_dir=Path(run_dir),
         hosts_given=bool(env.get(contract.ENV_NUM_HOSTS)),
     )
+
+
+def _check_address(address: str) -> None:
+    """host:port (or [v6 address]:port): jax would otherwise fail deep inside with an IndexError."""
+    host, sep, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or any(c.isspace() for c in host) or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise ConfigError(f"must be host:port (host 0's address and a port), got {address!r}",
+                          key=contract.ENV_COORDINATOR)
 
 
 def _on_tpu_vm() -> bool:

@@ -28,6 +28,7 @@ from .config import ConfigError, RuntimeConfig
 from .data import Batches
 from .distributed import HostEnv
 from .metrics import Heartbeat, MetricsLog
+from .preemption import Preemption
 
 log = logging.getLogger("tpujob.runtime")
 
@@ -50,18 +51,13 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class _Preemption:
-    """SIGTERM sets a flag; the loop acts on it at a step boundary (Cloud TPU allows minutes)."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        self.requested = True
-
-    def restore(self) -> None:
-        signal.signal(signal.SIGTERM, self._previous)
+def mxu_warning(cfg: RuntimeConfig, gen: str | None) -> str | None:
+    """Dims off the MXU tile (128; 256 on v6e) pad every matmul: worth a warning, not a refusal."""
+    multiple = peaks.mxu_multiple(gen)
+    misaligned = model.misaligned_dims(cfg.model, multiple)
+    if not misaligned:
+        return None
+    return f"dims not multiples of {multiple} pad the MXU: {', '.join(misaligned)}"
 
 
 def _generation(cfg: RuntimeConfig) -> str | None:
@@ -78,12 +74,10 @@ class Trainer:
         if cfg.batch_size % self.n_devices:
             raise ConfigError(f"{cfg.batch_size} is not a multiple of the {self.n_devices} devices",
                               key="batch_size")
-        gen = _generation(cfg)
+        self.generation = gen = _generation(cfg)
         self.peak = peaks.peak_flops(gen)
-        misaligned = model.misaligned_dims(cfg.model, peaks.mxu_multiple(gen))
-        if misaligned:
-            log.warning("dims not multiples of %d pad the MXU: %s",
-                        peaks.mxu_multiple(gen), ", ".join(misaligned))
+        if warning := mxu_warning(cfg, gen):
+            log.warning("%s", warning)
         self.is_main = jax.process_index() == 0
         run_dir = host.run_dir
         info = {"job_id": host.job_id, "attempt": host.attempt, "host": host.host_index}
@@ -99,6 +93,7 @@ class Trainer:
         self.row_hi = max(idx[0].stop or cfg.batch_size for idx in rows.values())
         self.flops_per_token = model.flops_per_token(cfg.model, cfg.seq_len)
         self.resumed_from: int | None = None
+        self.step = 0  # the newest step dispatched: what status.json reports if training breaks
         self.loop_seconds = 0.0
 
     # -- start -------------------------------------------------------------------------------
@@ -136,9 +131,7 @@ class Trainer:
         seconds, steps = window
         step_time = seconds / steps if steps else float("nan")
         tokens_per_s = self.cfg.batch_size * self.cfg.seq_len / step_time if steps else None
-        mfu = None
-        if tokens_per_s and self.peak:
-            mfu = self.flops_per_token * tokens_per_s / (self.peak * self.n_devices)
+        mfu = peaks.mfu(self.flops_per_token, tokens_per_s or 0.0, self.generation, self.n_devices)
         self.metrics.write({
             "step": step, "time": time.time(), "loss": m["loss"], "lr": m["lr"],
             "grad_norm": m["grad_norm"], "step_time_s": step_time if steps else None,
@@ -147,11 +140,11 @@ class Trainer:
 
     def run(self) -> Outcome:
         cfg = self.cfg
-        preemption = _Preemption()
+        preemption = Preemption(cfg.sigterm_grace_s)
         self.heartbeat.start()
         try:
             state = self.start_state()
-            step = int(jax.device_get(state["step"]))
+            step = self.step = int(jax.device_get(state["step"]))
             return self._loop(state, step, preemption)
         finally:
             preemption.restore()
@@ -160,7 +153,7 @@ class Trainer:
             self.metrics.close()
             self.ckpt.close()
 
-    def _loop(self, state: dict, step: int, preemption: _Preemption) -> Outcome:
+    def _loop(self, state: dict, step: int, preemption: Preemption) -> Outcome:
         cfg = self.cfg
         pending: tuple[int, dict, int] | None = None  # step, metrics on device, compiles
         stop_at: int | None = None
@@ -205,7 +198,7 @@ class Trainer:
             if self.compiler.compiles > before and before > 0:
                 log.warning("train step recompiled at step %d (compiles: %d): batch %s",
                             s, self.compiler.compiles, tokens.shape)
-            step = s
+            step = self.step = s
             self.heartbeat.update(step=s - 1, phase="training")
             if pending is not None and (bad := consume()) is not None:
                 return bad

@@ -14,7 +14,7 @@ from pathlib import Path
 from . import contract
 from .config import ConfigError, load_config
 from .data import DataError
-from .distributed import HostEnv, initialize, read_env
+from .distributed import initialize, read_env
 
 log = logging.getLogger("tpujob.runtime")
 
@@ -28,13 +28,18 @@ def _setup_compilation_cache(run_dir: Path) -> None:
         jax.config.update("jax_compilation_cache_dir", str(run_dir / "compile_cache"))
 
 
-def _status(host: HostEnv | None, is_main: bool, st: contract.Status) -> None:
-    if host is None or not is_main:
+def _status(run_dir: Path | None, is_main: bool, st: contract.Status) -> None:
+    if run_dir is None or not is_main:
         return
     try:
-        contract.write_status(host.run_dir, st)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        contract.write_status(run_dir, st)
     except OSError as e:
         log.error("cannot write %s: %s", contract.STATUS_FILE, e)
+
+
+def _failed(message: str, code: int, step: int = 0, **kw) -> contract.Status:
+    return contract.Status(contract.STATE_FAILED, step, message, exit_code=code, **kw)
 
 
 def main(argv: list[str]) -> int:
@@ -46,54 +51,65 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m tpujob.runtime CONFIG.yaml", file=sys.stderr)
         return contract.EXIT_CONFIG
-    host: HostEnv | None = None
-    is_main = os.environ.get(contract.ENV_HOST_INDEX, "0") == "0"
+    # Until jax.distributed is up, the environment is all there is to tell host 0; a broken
+    # environment is still reported in the run dir it names, if any.
+    raw_run_dir = os.environ.get(contract.ENV_RUN_DIR)
+    run_dir = Path(raw_run_dir) if raw_run_dir else None
+    is_main = host_tag == "0"
     try:
         host = read_env(os.environ)
         host.run_dir.mkdir(parents=True, exist_ok=True)
         cfg = load_config(argv[0])
     except ConfigError as e:
         log.error("config: %s", e)
-        if host is not None:
-            _status(host, is_main, contract.Status(contract.STATE_FAILED, 0, str(e),
-                                                  exit_code=contract.EXIT_CONFIG))
+        _status(run_dir, is_main, _failed(str(e), contract.EXIT_CONFIG))
         return contract.EXIT_CONFIG
 
-    initialize(host, cfg.distributed_timeout_s)
+    try:
+        initialize(host, cfg.distributed_timeout_s)
+    except Exception as e:  # noqa: BLE001 - e.g. an unresolvable coordinator host
+        log.error("distributed start-up failed:\n%s", traceback.format_exc())
+        _status(run_dir, is_main, _failed(f"distributed start-up: {type(e).__name__}: {e}",
+                                          contract.EXIT_ERROR))
+        return contract.EXIT_ERROR
+    import jax
+
+    # Now jax knows which process this is (TPU metadata may number the hosts, not the env).
+    is_main = jax.process_index() == 0
     _setup_compilation_cache(host.run_dir)
     from .loop import InitCheckError, Trainer
     from .train import RecompileError
 
     trainer = None
+
+    def where() -> dict:  # how far training got, for a failure's status
+        if trainer is None:
+            return {"step": 0}
+        return {"step": trainer.step, "compiles": trainer.compiler.compiles}
+
     try:
         trainer = Trainer(cfg, host)
         outcome = trainer.run()
     except (ConfigError, DataError) as e:
         log.error("config: %s", e)
-        _status(host, is_main, contract.Status(contract.STATE_FAILED, 0, str(e),
-                                              exit_code=contract.EXIT_CONFIG))
+        _status(run_dir, is_main, _failed(str(e), contract.EXIT_CONFIG, **where()))
         return contract.EXIT_CONFIG
     except InitCheckError as e:
         log.error("%s; refused before step 1:\n%s", e, e.table)
-        _status(host, is_main, contract.Status(
-            contract.STATE_FAILED, 0, str(e), exit_code=contract.EXIT_INIT_CHECK,
-            extra={"init_check": e.table}))
+        _status(run_dir, is_main, _failed(str(e), contract.EXIT_INIT_CHECK, **where(),
+                                          extra={"init_check": e.table}))
         return contract.EXIT_INIT_CHECK
     except RecompileError as e:
         log.error("%s", e)
-        compiles = trainer.compiler.compiles if trainer else 0
-        _status(host, is_main, contract.Status(contract.STATE_FAILED, 0, str(e),
-                                              compiles=compiles, exit_code=contract.EXIT_RECOMPILE))
+        _status(run_dir, is_main, _failed(str(e), contract.EXIT_RECOMPILE, **where()))
         return contract.EXIT_RECOMPILE
     except Exception as e:  # noqa: BLE001 - the orchestrator needs a status whatever broke
         log.error("unexpected error:\n%s", traceback.format_exc())
-        _status(host, is_main, contract.Status(contract.STATE_FAILED, 0,
-                                              f"{type(e).__name__}: {e}",
-                                              exit_code=contract.EXIT_ERROR))
+        _status(run_dir, is_main, _failed(f"{type(e).__name__}: {e}", contract.EXIT_ERROR, **where()))
         return contract.EXIT_ERROR
 
     log.info("%s at step %d: %s", outcome.state, outcome.step, outcome.message)
-    _status(host, trainer.is_main, contract.Status(
+    _status(run_dir, is_main, contract.Status(
         outcome.state, outcome.step, outcome.message, compiles=outcome.compiles,
         exit_code=outcome.exit_code, resumed_from=outcome.resumed_from, extra=outcome.extra))
     return outcome.exit_code

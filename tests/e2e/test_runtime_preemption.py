@@ -1,0 +1,97 @@
+"""The bundled runtime on a 2-host emulated slice, preempted mid-run: `requeue` re-creates the
+slice, training resumes from the SIGTERM checkpoint in the shared gs:// run dir and succeeds,
+and `show` counts 0 steps lost to the preemption."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.slow
+
+STEPS = 60
+SPEC = f"""\
+name: rtp
+tpu: {{accelerator: v4-16, zone: {ZONE}, queued: false}}
+run_dir: gs://BUCKET/runs
+requeue: {{backoff_seconds: 0, max_preemptions: 2, max_failures: 0}}
+run:
+  runtime:
+    model: tiny
+    steps: {STEPS}
+    batch_size: 8
+    seq_len: 64
+    checkpoint_every: 1000   # only the SIGTERM save and the final one: saves on gcsfuse are slow
+    log_every: 5
+    heartbeat_every_s: 1
+"""
+
+
+def _show(cli) -> dict:
+    result = cli("show", "--json", "rtp")
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def _requeue_until(cli, done, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = cli("--debug", "requeue")
+        assert result.code == 0, result.err
+        data = _show(cli)
+        if done(data):
+            return data
+        assert time.monotonic() < deadline, json.dumps(data, indent=1)[-3000:]
+        time.sleep(0.5)
+
+
+def test_a_preempted_runtime_resumes_from_its_sigterm_checkpoint_and_loses_no_step(
+        cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from tpujob.service.demo import ensure_bucket
+
+    bucket_name = f"rtp-{uuid.uuid4().hex[:8]}"
+    endpoint = shared_emulator["storage_endpoint"]
+    ensure_bucket(endpoint, project, bucket_name)
+    bucket = storage.Client(project=project, credentials=AnonymousCredentials(),
+                            client_options={"api_endpoint": endpoint}).bucket(bucket_name)
+    spec = tmp_path / "rtp.yaml"
+    spec.write_text(SPEC.replace("BUCKET", bucket_name))
+    assert cli("create", spec).code == 0
+
+    def run_file(name: str):
+        blob = bucket.get_blob(f"runs/{_show(cli)['id']}/{name}")
+        return json.loads(blob.download_as_bytes()) if blob is not None else None
+
+    # Training on both hosts, and a sweep has recorded its progress.
+    data = _requeue_until(cli, lambda d: (d["attempts"][0]["last_step"] or 0) >= 3, timeout=90)
+    first = data["attempts"][0]["slice_name"]
+    local_cloud.preempt(node_ref(project, ZONE, first), grace_seconds=30)  # spot's notice
+
+    # The emulator shows PREEMPTED at once while the hosts still have their grace; a real
+    # preempted node is already stopped. Sweep once the program is done, as it would be.
+    deadline = time.monotonic() + 35
+    while (status := run_file("status.json")) is None or status["state"] != "preempted":
+        assert time.monotonic() < deadline, status
+        time.sleep(0.2)
+    saved = status["step"]
+    assert data["attempts"][0]["last_step"] <= saved < STEPS
+
+    data = _requeue_until(cli, lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=120)
+    assert data["state"] == "SUCCEEDED", data["events"]
+    assert [(a["number"], a["end_reason"]) for a in data["attempts"]] == [(1, "preempted"), (2, "succeeded")]
+    assert data["attempts"][1]["slice_name"] != first  # a new slice
+    assert data["attempts"][1]["resumed_from_step"] == saved
+    (lost,) = data["accounting"]["lost_steps"]
+    assert (lost["attempt"], lost["resumed_from_step"], lost["lost_steps"]) == (1, saved, 0)
+
+    final = run_file("status.json")
+    assert (final["state"], final["step"], final["resumed_from"]) == ("succeeded", STEPS, saved)
+    assert cli("delete", "rtp").code == 0
