@@ -47,7 +47,8 @@ def register(app: typer.Typer) -> None:
                 grace: Optional[float] = typer.Option(
                     None, "--grace", min=0,
                     help="Seconds from SIGTERM to SIGKILL (default 5; Google's spot notice is 30).")):
-        """Preempt a node: PREEMPTED, its programs get SIGTERM then SIGKILL, SSH stops."""
+        """Preempt a node: SSH stops, its programs get SIGTERM then SIGKILL after the grace, then the
+        node reads PREEMPTED (as on Google: READY until its hosts are down)."""
         from tpujob.emulator import process
 
         process.client().preempt(node, grace_seconds=grace)

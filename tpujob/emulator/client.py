@@ -23,11 +23,13 @@ class EmulatorClient:
         return self._request("GET", "status")
 
     def preempt(self, node: str, grace_seconds: float | None = None) -> dict:
-        """`grace_seconds`: from SIGTERM to SIGKILL on the hosts (None: the emulator's default)."""
+        """`grace_seconds`: from SIGTERM to SIGKILL on the hosts (None: the emulator's default).
+        Returns once the hosts are down and the node reads PREEMPTED (after the grace at most)."""
         body: dict = {"node": node}
         if grace_seconds is not None:
             body["graceSeconds"] = grace_seconds
-        return self._request("POST", "preempt", body)
+        # The call lasts as long as the hosts take to die: up to the grace (the default is 5 s).
+        return self._request("POST", "preempt", body, timeout=self.timeout + (grace_seconds or 5.0) + 30)
 
     def stockout(self, zone: str, accelerator_type: str | None = None, clear: bool = False) -> dict:
         return self._request("POST", "stockout",
@@ -46,13 +48,14 @@ class EmulatorClient:
         query = urllib.parse.urlencode({"node": node})
         return self._request("GET", f"hosts?{query}")["hosts"]
 
-    def _request(self, method: str, path: str, body: dict | None = None) -> Any:
+    def _request(self, method: str, path: str, body: dict | None = None,
+                 timeout: float | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(f"{self.url}/emulator/v1/{path}", data=data,
                                          method=method,
                                          headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
                 return json.loads(response.read() or b"{}")
         except urllib.error.HTTPError as err:
             try:

@@ -50,6 +50,7 @@ class _Node:
     ip_block: int = 0
     deleting: bool = False
     gone: bool = False
+    preempting: bool = False  # hosts in their SIGTERM grace; the node still reads READY
 
     @property
     def name(self) -> str:
@@ -273,23 +274,32 @@ class Emulator:
 
     def preempt(self, node_ref: str, grace_seconds: float | None = None) -> dict:
         """SIGTERM on every host, SIGKILL after the grace (default: the emulator's; Google's
-        spot notice is 30 s)."""
+        spot notice is 30 s), then the node PREEMPTED and its queued resource SUSPENDED. As on
+        Google, the node reads READY until its hosts are down, so a sweep cannot delete it
+        while the program writes its SIGTERM checkpoint. Returns once it reads PREEMPTED."""
         grace = self.preempt_grace if grace_seconds is None else grace_seconds
         with self._lock:
             node = self.find_node(node_ref)
-            if node.body["state"] != "READY":
-                raise ApiError(400, f"node {node.node_id} is {node.body['state']}, not READY",
+            if node.body["state"] != "READY" or node.preempting:
+                state = "being preempted" if node.preempting else node.body["state"]
+                raise ApiError(400, f"node {node.node_id} is {state}, not READY",
                                status="FAILED_PRECONDITION")
-            node.body["state"] = "PREEMPTED"
-            node.body.pop("health", None)
-            qr = self._qrs.get(node.body.get("queuedResource", ""))
-            if qr and not qr.deleting:
-                qr.set_state("SUSPENDED", initiator="SERVICE")
+            node.preempting = True
             machines = node.machines
-            self._changed.notify_all()
-            body = copy_json(node.body)
-        if machines:
-            self._spawn(machines.preempt, grace)
+        try:
+            if machines:
+                machines.preempt(grace)
+        finally:
+            with self._lock:
+                node.preempting = False
+                if not node.deleting and not node.gone:  # a node deleted in the grace stays deleted
+                    node.body["state"] = "PREEMPTED"
+                    node.body.pop("health", None)
+                    qr = self._qrs.get(node.body.get("queuedResource", ""))
+                    if qr and not qr.deleting:
+                        qr.set_state("SUSPENDED", initiator="SERVICE")
+                self._changed.notify_all()
+                body = copy_json(node.body)
         return body
 
     def kill_host(self, node_ref: str, index: int) -> None:
