@@ -28,8 +28,21 @@ def test_demo_starts_the_emulator_and_runs_the_example_to_success(cli, tmp_path,
     listing, shown = result.out.split("$ tpujob show 000001")
     assert "$ tpujob list --all" in listing and "SUCCEEDED" in listing
     assert "state:        SUCCEEDED" in shown and "attempts:" in shown
-    data = json.loads(cli("show", "--json", "demo").out)
+    # With the emulator stopped, `show` still answers from the store, says why the run dir is
+    # not readable, and starts nothing.
+    shown = cli("show", "--json", "demo")
+    assert shown.code == 0, shown.err
+    data = json.loads(shown.out)
     assert (data["state"], data["accelerator"]) == ("SUCCEEDED", "v4-16")
+    assert data["run_dir"] is None and "emulator is not running" in data["run_dir_error"]
+    assert process.status() is None
+    # Restarted (on new ports), the emulator's storage still holds the run dir: the final verdict.
+    process.start()
+    try:
+        data = json.loads(cli("show", "--json", "demo").out)
+    finally:
+        process.stop(grace=5)
+    assert (data["run_dir"]["state"], data["run_dir"]["step"]) == ("succeeded", 30), data.get("run_dir_error")
 
 
 def test_demo_with_a_failing_spec_exits_7(cli, local_cloud, tmp_path):

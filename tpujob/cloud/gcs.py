@@ -12,9 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.api_core import exceptions as gexc
+from google.cloud.storage.retry import DEFAULT_RETRY
 
 from tpujob.cloud.gcp import _error, _message
 from tpujob.errors import CloudError
+
+# A run dir is read on every sweep and by `show`: a few seconds of retries, not the client's
+# default two minutes, so one unreachable bucket does not stall either.
+_READ_TIMEOUT = 10
+_READ_RETRY = DEFAULT_RETRY.with_timeout(20) if hasattr(DEFAULT_RETRY, "with_timeout") \
+    else DEFAULT_RETRY.with_deadline(20)
 
 HEARTBEAT = "heartbeat"  # tpujob.runtime.contract's file names (not imported: it is the hosts' side)
 STATUS = "status.json"
@@ -50,7 +57,8 @@ class Gcs:
         out: dict[tuple[str, str], RunFiles] = {}
         for (bucket, parent), prefixes in sorted(groups.items()):
             blobs = self._call(f"listing gs://{bucket}/{parent}", lambda: list(self.client.list_blobs(
-                bucket, prefix=parent, match_glob=f"{parent}*/{{{HEARTBEAT},{STATUS}}}")))
+                bucket, prefix=parent, match_glob=f"{parent}*/{{{HEARTBEAT},{STATUS}}}",
+                retry=_READ_RETRY, timeout=_READ_TIMEOUT)))
             by_name = {b.name: b for b in blobs}
             for prefix in prefixes:
                 out[(bucket, prefix)] = self._files(by_name, prefix, wanted[(bucket, prefix)])
@@ -61,7 +69,11 @@ class Gcs:
         files = RunFiles(heartbeat_updated=_time(heartbeat))
         if status is None or (_time(status) or 0.0) < since:
             return files
-        raw = self._call(f"reading gs://{status.bucket.name}/{status.name}", status.download_as_bytes)
+        # A fresh handle at the listed generation: its URL is built from the client's endpoint,
+        # not from the listing's mediaLink (which an emulator restarted on another port outlives).
+        fresh = self.client.bucket(status.bucket.name).blob(status.name, generation=status.generation)
+        raw = self._call(f"reading gs://{status.bucket.name}/{status.name}",
+                         lambda: fresh.download_as_bytes(retry=_READ_RETRY, timeout=_READ_TIMEOUT))
         try:
             content = json.loads(raw)
             if not isinstance(content, dict):
@@ -83,6 +95,8 @@ class Gcs:
             return fn(*args)
         except gexc.GoogleAPICallError as err:
             raise _error(what, err) from err
+        except gexc.RetryError as err:  # retried to the deadline: say what the last try met
+            raise CloudError(f"{what}: {_message(err.cause or err)}") from err
         except (OSError, ValueError) as err:  # connection refused, a reply that is not JSON
             raise CloudError(f"{what}: {_message(err)}") from err
 

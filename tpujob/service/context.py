@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from tpujob import settings as settings_mod
-from tpujob.errors import JobLocked
+from tpujob.errors import ConfigError, JobLocked
 from tpujob.settings import Settings
 
 
@@ -87,8 +87,6 @@ def _google_credentials():
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
 
-    from tpujob.errors import ConfigError
-
     try:
         return google.auth.default()[0]
     except DefaultCredentialsError as exc:
@@ -108,8 +106,9 @@ def make_compute(settings: Settings):
     return GcpCompute.for_emulator(info["compute_endpoint"], info["tpu_endpoint"])
 
 
-def make_storage(settings: Settings):
-    """A google-cloud-storage client: Google (ADC), or the emulator's Cloud Storage."""
+def make_storage(settings: Settings, start_emulator: bool = True):
+    """A google-cloud-storage client: Google (ADC), or the emulator's Cloud Storage, started
+    first unless `start_emulator` is off (a read-only look, e.g. `show`, starts nothing)."""
     from google.cloud import storage
 
     if settings.cloud == "gcp":
@@ -119,6 +118,8 @@ def make_storage(settings: Settings):
 
     from tpujob.emulator import process
 
-    info = process.ensure_running()
+    info = process.ensure_running() if start_emulator else process.status()
+    if info is None:
+        raise ConfigError("the local emulator is not running (`tpujob emulator start`)")
     return storage.Client(project="tpujob-local", credentials=AnonymousCredentials(),
                           client_options={"api_endpoint": info["storage_endpoint"]})

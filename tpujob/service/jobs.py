@@ -154,7 +154,8 @@ def show(ctx: Context, ref: str) -> JobDetail:
         from tpujob.service import storage
 
         try:
-            detail.run_dir = storage.read_run_dir(Gcs(make_storage(ctx.settings)), spec, job.id,
+            detail.run_dir = storage.read_run_dir(Gcs(make_storage(ctx.settings, start_emulator=False)),
+                                                  spec, job.id,
                                                   detail.attempts[-1].started_at, time.time())
         except TpujobError as exc:
             detail.run_dir_error = exc.message
