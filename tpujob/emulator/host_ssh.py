@@ -106,6 +106,9 @@ class HostSshServer:
                     return
             try:
                 transport = paramiko.Transport(conn)
+                # Channel requests go through _after_reply: a command starts once its request
+                # has been answered, never racing its own success reply (see _deferred_start).
+                transport._channel_handler_table = _REQUEST_THEN_START
                 transport.add_server_key(self.host_key)
                 transport.set_subsystem_handler("sftp", paramiko.SFTPServer, RootedSftp,
                                                 root=f"/proc/{self.holder_pid}/root")
@@ -123,6 +126,27 @@ class HostSshServer:
         """Start `argv` inside the host's mount namespace, in `home`."""
         full = ["nsenter", "-t", str(self.holder_pid), "-m", f"--wdns={home}", "--"] + argv
         return subprocess.Popen(full, env=env, start_new_session=True, **popen)
+
+
+def _deferred_start(channel: paramiko.Channel, target, *args) -> None:
+    """Run `target` on its own thread once paramiko has answered the channel request.
+
+    paramiko sends the exec/shell success reply only after check_channel_*_request returns; a
+    command started at once (`true`) can finish and close its channel before that reply is out,
+    and the client then sees "Channel closed." for a command that did run."""
+    channel._tpujob_start = threading.Thread(target=target, args=args, daemon=True)
+
+
+def _after_reply(channel: paramiko.Channel, message) -> None:
+    paramiko.Channel._handle_request(channel, message)  # the check, then the reply
+    start = getattr(channel, "_tpujob_start", None)
+    if start is not None:
+        channel._tpujob_start = None
+        start.start()
+
+
+_REQUEST_THEN_START = {**paramiko.Transport._channel_handler_table,
+                       paramiko.common.MSG_CHANNEL_REQUEST: _after_reply}
 
 
 class _Session(paramiko.ServerInterface):
@@ -169,12 +193,11 @@ class _Session(paramiko.ServerInterface):
         return True
 
     def check_channel_exec_request(self, channel, command: bytes) -> bool:
-        threading.Thread(target=self._run, args=(channel, ["bash", "-c", _text(command)]),
-                         daemon=True).start()
+        _deferred_start(channel, self._run, channel, ["bash", "-c", _text(command)])
         return True
 
     def check_channel_shell_request(self, channel) -> bool:
-        threading.Thread(target=self._shell, args=(channel,), daemon=True).start()
+        _deferred_start(channel, self._shell, channel)
         return True
 
     def _environment(self) -> tuple[dict, str]:
