@@ -245,3 +245,38 @@ def test_resume_after_no_capacity_starts_the_capacity_budget_again(server):
     rec.sweep()
     rec.sweep()
     assert ctx.store.get(job.id).state == "RUNNING"
+
+
+def test_the_running_jobs_hosts_are_asked_at_once_and_once_per_sweep(server, store):
+    import threading
+
+    class MeetingHosts(Hosts):
+        """Once `meeting`, program_status returns only when three askers are in it together:
+        asked one after another, the barrier breaks and the hosts read UNREACHABLE."""
+
+        def __init__(self):
+            super().__init__()
+            self.barrier = threading.Barrier(3, timeout=5)
+            self.meeting = False
+            self.asked: list = []
+
+        def program_status(self, job, attempt, slice_):
+            if self.meeting:
+                self.asked.append(job.id)
+                try:
+                    self.barrier.wait()
+                except threading.BrokenBarrierError:
+                    return tuple(HostStatus(Program.UNREACHABLE) for _ in slice_.hosts)
+            return super().program_status(job, attempt, slice_)
+
+    hosts = MeetingHosts()
+    rec = Reconciler(store, cloud_for(server), hosts, "me")
+    jobs = [add_job(store, spec(name=f"j{i}")) for i in range(3)]
+    for _ in range(3):
+        rec.sweep()
+    assert [store.get(j.id).state for j in jobs] == ["RUNNING"] * 3
+    hosts.meeting = True
+    report = rec.sweep()
+    assert report.errors == []
+    assert sorted(hosts.asked) == sorted(j.id for j in jobs)  # each once, all together
+    assert all(store.get(j.id).unhealthy_since is None for j in jobs)

@@ -45,6 +45,9 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+# SSH status rounds a sweep runs at once (each a few connections; the hosts are remote).
+HOST_STATUS_WORKERS = 16
+
 CRASH_POINTS = ("provisioning", "slice-requested", "slice-deleted", "launched", "moved")
 
 
@@ -127,6 +130,8 @@ class Reconciler:
         self.policy_overrides = policy_overrides or {}
         self.run_dirs = run_dirs
         self._run_dir_seen: dict[int, tuple[int, RunDir]] = {}  # job id -> (attempt, files)
+        self._hosts_seen: dict[int, tuple] = {}  # job id -> (attempt, slice, host statuses)
+        self._snapshot_at = 0.0
 
     # -- observe -----------------------------------------------------------------------------
     def observe_slices(self, jobs: list[Job]) -> tuple[dict[tuple[str, str], Slice], dict[tuple[str, str], str]]:
@@ -162,6 +167,31 @@ class Reconciler:
         numbers = {j.id: a.number for j, a in running}
         return {job_id: (numbers[job_id], run) for job_id, run in found.items()}
 
+    def observe_hosts(self, jobs: list[Job], slices: dict[tuple[str, str], Slice]) -> dict:
+        """Each RUNNING job's program on every host of its READY slice, asked of all those
+        slices at once (one SSH round each, in parallel): one by one, a sweep over a few hundred
+        running jobs would take minutes. {job id: (attempt number, slice name, statuses)}."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        wanted = []
+        for job in jobs:
+            attempt = self.store.current_attempt(job.id) if job.state == State.RUNNING.value else None
+            slice_ = slices.get((attempt.zone, attempt.slice_name)) if attempt is not None else None
+            if slice_ is not None and _PHASES[slice_.phase] == SlicePhase.READY:
+                wanted.append((job, attempt, slice_))
+        if len(wanted) < 2:
+            return {}  # nothing to overlap: _observe asks as it goes
+
+        def ask(item):
+            job, attempt, slice_ = item
+            try:
+                return job.id, (attempt.number, slice_.name, self.hosts.program_status(job, attempt, slice_))
+            except Exception:  # noqa: BLE001 - _observe asks again under the lease and reports it
+                return job.id, None
+
+        with ThreadPoolExecutor(max_workers=min(HOST_STATUS_WORKERS, len(wanted))) as pool:
+            return {job_id: seen for job_id, seen in pool.map(ask, wanted) if seen is not None}
+
     # -- sweep -------------------------------------------------------------------------------
     def sweep(self, job_ids: Optional[list[int]] = None) -> SweepReport:
         started, calls0 = time.monotonic(), self.cloud.api_calls
@@ -170,7 +200,7 @@ class Reconciler:
         if job_ids is not None:
             wanted = set(job_ids)
             jobs = [j for j in jobs if j.id in wanted]
-        snapshot_at = self.clock()
+        snapshot_at = self._snapshot_at = self.clock()
         slices, blind = self.observe_slices(jobs)
         # Jobs in a zone that could not be listed are not judged on a missing listing this sweep.
         skipped = [j for j in jobs if j.attempt > 0 and (j.project, j.zone) in blind]
@@ -179,6 +209,7 @@ class Reconciler:
             report.errors.append(f"{project}/{zone}: listing failed, {count} job(s) skipped: {why}")
         jobs = [j for j in jobs if j.id not in {k.id for k in skipped}]
         self._run_dir_seen = self.observe_run_dirs(jobs, report)
+        self._hosts_seen = self.observe_hosts(jobs, slices)
         self.store.mark_observed([j.id for j in jobs], snapshot_at)
         report.jobs_seen = len(jobs) + len(skipped)
         for job in jobs:
@@ -236,7 +267,13 @@ class Reconciler:
         phase = _PHASES[slice_.phase] if slice_ is not None else SlicePhase.ABSENT
         hosts: tuple[HostStatus, ...] = ()
         if phase == SlicePhase.READY and State(job.state) == State.RUNNING:
-            hosts = self.hosts.program_status(job, attempt, slice_)
+            # The sweep's prefetch, once, unless another actor moved the job since it was taken.
+            seen = self._hosts_seen.pop(job.id, None)
+            if seen is not None and seen[:2] == (attempt.number, slice_.name) \
+                    and (job.state_since or 0) < self._snapshot_at:
+                hosts = seen[2]
+            else:
+                hosts = self.hosts.program_status(job, attempt, slice_)
         created = slice_.node_create_time if slice_ is not None else None
         seen = self._run_dir_seen.get(job.id)
         run_dir = seen[1] if seen and State(job.state) == State.RUNNING and attempt is not None \
