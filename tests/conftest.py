@@ -81,6 +81,16 @@ def stored_jobs(tpujob_home):
     return lambda: job_rows(tpujob_home)
 
 
+@pytest.fixture
+def server(tmp_path):
+    """The TPU and Compute APIs of an emulator in this process, on a free port; no hosts, no
+    Cloud Storage (tests that need hosts pass a machines factory of their own)."""
+    from tpujob.emulator.server import EmulatorServer
+
+    with EmulatorServer(tmp_path / "emulator", provisioning_delay=0.0, storage=False) as srv:
+        yield srv
+
+
 @pytest.fixture(scope="session")
 def shared_emulator(tmp_path_factory):
     """One background emulator (`tpujob emulator start`, provisioning without delay) for the

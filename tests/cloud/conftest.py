@@ -4,13 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tpujob.emulator.server import EmulatorServer
-
-@pytest.fixture
-def server(tmp_path):
-    with EmulatorServer(tmp_path / "emulator", provisioning_delay=0.0, storage=False) as srv:
-        yield srv
-
 
 @pytest.fixture
 def cloud(server):

@@ -12,19 +12,12 @@ import pytest
 
 from tpujob import spec as spec_mod
 from tpujob.cloud.base import Slice, SlicePhase as CloudPhase
-from tpujob.emulator.server import EmulatorServer
 from tpujob.errors import CloudError
 from tpujob.reconcile.decide import HostStatus, Program, SlicePhase
 from tpujob.reconcile.sweep import Reconciler
 
 PROJECT = "tpujob-sweep"
 Z1, Z2 = "us-central2-b", "us-east1-d"
-
-
-@pytest.fixture
-def server(tmp_path):
-    with EmulatorServer(tmp_path / "emulator", provisioning_delay=0.0, storage=False) as srv:
-        yield srv
 
 
 @pytest.fixture
