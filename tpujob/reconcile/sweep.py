@@ -153,10 +153,14 @@ class Reconciler:
                 seen[(zone, name)] = slice_
         return seen, failed
 
-    def observe_run_dirs(self, jobs: list[Job], report: SweepReport) -> dict[int, tuple[int, RunDir]]:
+    def running_attempts(self, jobs: list[Job]) -> list[tuple[Job, Attempt]]:
+        """The RUNNING jobs with their current attempt: what the run dirs and hosts are asked of."""
+        return [(j, a) for j in jobs if j.state == State.RUNNING.value
+                for a in [self.store.current_attempt(j.id)] if a is not None]
+
+    def observe_run_dirs(self, running: list[tuple[Job, Attempt]],
+                         report: SweepReport) -> dict[int, tuple[int, RunDir]]:
         """The RUNNING jobs' run dirs, read in one batch; a storage error costs only this."""
-        running = [(j, a) for j in jobs if j.state == State.RUNNING.value
-                   for a in [self.store.current_attempt(j.id)] if a is not None]
         if self.run_dirs is None or not running:
             return {}
         try:
@@ -167,18 +171,15 @@ class Reconciler:
         numbers = {j.id: a.number for j, a in running}
         return {job_id: (numbers[job_id], run) for job_id, run in found.items()}
 
-    def observe_hosts(self, jobs: list[Job], slices: dict[tuple[str, str], Slice]) -> dict:
+    def observe_hosts(self, running: list[tuple[Job, Attempt]], slices: dict[tuple[str, str], Slice]) -> dict:
         """Each RUNNING job's program on every host of its READY slice, asked of all those
         slices at once (one SSH round each, in parallel): one by one, a sweep over a few hundred
         running jobs would take minutes. {job id: (attempt number, slice name, statuses)}."""
         from concurrent.futures import ThreadPoolExecutor
 
-        wanted = []
-        for job in jobs:
-            attempt = self.store.current_attempt(job.id) if job.state == State.RUNNING.value else None
-            slice_ = slices.get((attempt.zone, attempt.slice_name)) if attempt is not None else None
-            if slice_ is not None and _PHASES[slice_.phase] == SlicePhase.READY:
-                wanted.append((job, attempt, slice_))
+        wanted = [(job, attempt, slice_) for job, attempt in running
+                  for slice_ in [slices.get((attempt.zone, attempt.slice_name))]
+                  if slice_ is not None and _PHASES[slice_.phase] == SlicePhase.READY]
         if len(wanted) < 2:
             return {}  # nothing to overlap: _observe asks as it goes
 
@@ -208,8 +209,9 @@ class Reconciler:
             count = sum(1 for j in skipped if (j.project, j.zone) == (project, zone))
             report.errors.append(f"{project}/{zone}: listing failed, {count} job(s) skipped: {why}")
         jobs = [j for j in jobs if j.id not in {k.id for k in skipped}]
-        self._run_dir_seen = self.observe_run_dirs(jobs, report)
-        self._hosts_seen = self.observe_hosts(jobs, slices)
+        running = self.running_attempts(jobs)
+        self._run_dir_seen = self.observe_run_dirs(running, report)
+        self._hosts_seen = self.observe_hosts(running, slices)
         self.store.mark_observed([j.id for j in jobs], snapshot_at)
         report.jobs_seen = len(jobs) + len(skipped)
         for job in jobs:
