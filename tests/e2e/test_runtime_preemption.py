@@ -59,9 +59,10 @@ def test_a_preempted_runtime_resumes_from_its_sigterm_checkpoint_and_loses_no_st
 
     bucket_name = f"rtp-{uuid.uuid4().hex[:8]}"
     endpoint = shared_emulator["storage_endpoint"]
-    ensure_bucket(endpoint, project, bucket_name)
-    bucket = storage.Client(project=project, credentials=AnonymousCredentials(),
-                            client_options={"api_endpoint": endpoint}).bucket(bucket_name)
+    client = storage.Client(project=project, credentials=AnonymousCredentials(),
+                            client_options={"api_endpoint": endpoint})
+    ensure_bucket(client, bucket_name)
+    bucket = client.bucket(bucket_name)
     spec = tmp_path / "rtp.yaml"
     spec.write_text(SPEC.replace("BUCKET", bucket_name))
     assert cli("create", spec).code == 0

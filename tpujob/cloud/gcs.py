@@ -16,6 +16,7 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 
 from tpujob.cloud.gcp import _error, _message
 from tpujob.errors import CloudError
+from tpujob.runtime import contract  # pure: the file names the orchestrator reads
 
 # A run dir is read on every sweep and by `show`: a few seconds of retries, not the client's
 # default two minutes, so one unreachable bucket does not stall either.
@@ -23,8 +24,7 @@ _READ_TIMEOUT = 10
 _READ_RETRY = DEFAULT_RETRY.with_timeout(20) if hasattr(DEFAULT_RETRY, "with_timeout") \
     else DEFAULT_RETRY.with_deadline(20)
 
-HEARTBEAT = "heartbeat"  # tpujob.runtime.contract's file names (not imported: it is the hosts' side)
-STATUS = "status.json"
+HEARTBEAT, STATUS = contract.HEARTBEAT_FILE, contract.STATUS_FILE
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,10 @@ def start(ctx: Context, spec: str | None = None) -> Demo:
     running = process.status()
     info = running or process.start()
     run_dir_bucket = _run_dir_bucket(path)
-    if run_dir_bucket and info.get("storage_endpoint"):
-        ensure_bucket(info["storage_endpoint"], info.get("project") or ctx.settings.project,
-                      run_dir_bucket)
+    if run_dir_bucket:
+        from tpujob.service.context import make_storage
+
+        ensure_bucket(make_storage(ctx.settings), run_dir_bucket)
     job = jobs.create(ctx, str(path)).job
     return Demo(job, path, info["tpu_endpoint"], started_emulator=running is None)
 
@@ -52,23 +53,19 @@ def _run_dir_bucket(path: Path) -> str | None:
     """The bucket of the spec's `run_dir: gs://BUCKET/...`, if it names one (create validates)."""
     import yaml
 
+    from tpujob.service.storage import split_gs
+
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError):
         return None  # create reports it
     run_dir = data.get("run_dir") if isinstance(data, dict) else None
-    if isinstance(run_dir, str) and run_dir.startswith("gs://"):
-        return run_dir[len("gs://"):].split("/", 1)[0] or None
-    return None
+    located = split_gs(run_dir) if isinstance(run_dir, str) else None
+    return located[0] if located else None
 
 
-def ensure_bucket(storage_endpoint: str, project: str, bucket: str) -> None:
+def ensure_bucket(client, bucket: str) -> None:
     """Create `bucket` on the emulator's Cloud Storage if missing: a fresh emulator has none,
     and the hosts' gcsfuse mounts the run dir's bucket before the program starts."""
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    client = storage.Client(project=project, credentials=AnonymousCredentials(),
-                            client_options={"api_endpoint": storage_endpoint})
     if client.lookup_bucket(bucket) is None:
         client.create_bucket(bucket)

@@ -84,12 +84,11 @@ class SshHostOps:
         spec = json.loads(job.spec_json)
         run = spec["spec"]["run"]
         jid = format_job_id(job.id)
-        home = "/root" if self.user == "root" else f"/home/{self.user}"
         workdir = run.get("workdir") or (f"tpujob-sync/{jid}" if spec.get("sync_path") else ".")
         return program.Attempt(
             job_id=jid, attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
-            run_dir=storage.host_run_dir(spec, job.id) or f"{home}/tpujob-runs/{jid}", workdir=workdir,
+            run_dir=storage.host_run_dir_for(spec, job.id, self.user), workdir=workdir,
             env=dict(spec["spec"].get("env", {})), secrets=secrets or {},
         )
 
@@ -148,10 +147,10 @@ class SshHostOps:
                                     fail_fast=True, progress=self._progress("mount"))
                 _setup_ok(results, "mount", timeout)
             self._renew_lease(job, timeout + program.SETUP_GRACE + LEASE_MARGIN)
-            runtime_deps = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
-                            else ((), ()))
+            modules, packages = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
+                                 else ((), ()))
             results = program.setup(group, host_attempt, spec["spec"].get("setup") or "",
-                                    runtime_modules=runtime_deps[0], runtime_packages=runtime_deps[1],
+                                    runtime_modules=modules, runtime_packages=packages,
                                     log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
             _setup_ok(results, "setup", timeout)
             self._renew_lease(job, LAUNCH_TIMEOUT + LEASE_MARGIN)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from tpujob.cloud.base import DataDisk
 from tpujob.errors import ConflictError, NotFoundError, UsageError
 from tpujob.hosts.scripts import render
+from tpujob.runtime import contract
 
 RUN_DIR_MOUNT = "/mnt/tpujob-run"  # where the run dir's bucket is mounted on every host
 
@@ -44,14 +45,19 @@ def device_name(disk: dict, job_id: int) -> str:
     return clone_name(disk["name"], job_id) if is_clone(disk) else disk["name"]
 
 
+def split_gs(url: str) -> tuple[str, str] | None:
+    """gs://BUCKET/PREFIX -> (BUCKET, PREFIX without slashes at its ends); None if not gs://."""
+    match = re.match(r"^gs://([^/]+)/?(.*)$", url)
+    return (match.group(1), match.group(2).strip("/")) if match else None
+
+
 def run_dir_location(spec: dict, job_id: int) -> tuple[str, str] | None:
     """(bucket, object prefix of the job's run dir) when the spec sets `run_dir: gs://...`."""
     run_dir = spec["spec"].get("run_dir")
     if not run_dir:
         return None
-    match = re.match(r"^gs://([^/]+)/?(.*)$", run_dir)
-    prefix = match.group(2).strip("/")
-    return match.group(1), f"{prefix}/{_jid(job_id)}" if prefix else _jid(job_id)
+    bucket, prefix = split_gs(run_dir)
+    return bucket, f"{prefix}/{_jid(job_id)}" if prefix else _jid(job_id)
 
 
 def host_run_dir(spec: dict, job_id: int) -> str | None:
@@ -196,7 +202,6 @@ def unmount_script(spec: dict, job_id: int) -> str | None:
 
 # ---- the run dir on GCS, read without SSH ----------------------------------------------------
 
-_STATES = ("succeeded", "failed", "preempted", "nan")  # tpujob.runtime.contract.STATES
 
 
 @dataclass(frozen=True)
@@ -222,7 +227,7 @@ def _view(url: str, files, since: float, now: float) -> RunDirView:
     age = None if files.heartbeat_updated is None or files.heartbeat_updated < since \
         else max(0.0, now - files.heartbeat_updated)
     status = files.status or {}
-    if files.status is not None and status.get("state") not in _STATES:
+    if files.status is not None and status.get("state") not in contract.STATES:
         return RunDirView(url, heartbeat_age=age, problem="status.json has no valid state")
     step = status.get("step")
     code = status.get("exit_code")
@@ -235,16 +240,16 @@ def read_run_dirs(gcs, jobs: list[tuple[dict, int, float]], now: float) -> dict[
     """[(spec, job id, attempt start)] -> {job id: what its run dir says about this attempt},
     for the jobs whose run dir is on GCS. One list per bucket and parent prefix (Gcs)."""
     wanted: dict[tuple[str, str], float] = {}
-    owners: dict[tuple[str, str], tuple[int, float]] = {}
+    owners: dict[tuple[str, str], int] = {}
     for spec, job_id, since in jobs:
         location = run_dir_location(spec, job_id)
         if location:
             wanted[location] = since
-            owners[location] = (job_id, since)
+            owners[location] = job_id
     if not wanted:
         return {}
     found = gcs.read_run_dirs(wanted)
-    return {owners[loc][0]: _view(f"gs://{loc[0]}/{loc[1]}", files, owners[loc][1], now)
+    return {owners[loc]: _view(f"gs://{loc[0]}/{loc[1]}", files, wanted[loc], now)
             for loc, files in found.items()}
 
 
