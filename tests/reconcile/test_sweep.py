@@ -46,6 +46,9 @@ class Hosts:
     def stop_program(self, job, attempt, slice_):
         pass
 
+    def unmount(self, job, attempt, slice_):
+        pass
+
     def data_disks(self, job, attempt):
         return self.disks(job, attempt) if self.disks else ()
 

@@ -61,6 +61,8 @@ class HostOps(Protocol):
     def prepare_and_launch(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
     def program_status(self, job: Job, attempt: Attempt, slice_: Slice) -> tuple[HostStatus, ...]: ...
     def stop_program(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
+    def unmount(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
+    def data_disks(self, job: Job, attempt: Attempt) -> tuple: ...  # the slice request's disks
 
 
 class RunDirs(Protocol):
@@ -364,12 +366,11 @@ class Reconciler:
 
     def _unmount(self, job, attempt, slice_) -> None:
         """An attempt ending on a slice that stays READY (kept, or reused by the next attempt)
-        leaves none of its disk and bucket mounts behind. Hosts fakes have no unmount."""
-        unmount = getattr(self.hosts, "unmount", None)
-        if unmount is None or slice_ is None or slice_.phase != CloudPhase.READY:
+        leaves none of its disk and bucket mounts behind."""
+        if slice_ is None or slice_.phase != CloudPhase.READY:
             return
         try:
-            unmount(job, attempt, slice_)
+            self.hosts.unmount(job, attempt, slice_)
         except TpujobError as exc:
             self.store.add_event(job.id, "hosts", f"unmount failed: {exc}")
 
@@ -395,11 +396,16 @@ class Reconciler:
         job, state = self._create_slice(job, new, State.PROVISIONING)
         return job, new, None, state
 
+    def _decide_on_create(self, job, attempt, obs: Observation):
+        """A create the cloud turned down: decide and act on it now (the attempt has no slice)."""
+        actions = decide(self._view(self.store.get(job.id), attempt), obs, self._policy(job))
+        self._act(self.store.get(job.id), attempt, None, actions)
+        job = self.store.get(job.id)
+        return job, State(job.state)
+
     def _create_slice(self, job, attempt, state):
         spec = json.loads(job.spec_json)
         tpu = spec["spec"]["tpu"]
-        # The job's disks (clones made at the first attempt, reused after); hosts fakes have none.
-        disks = getattr(self.hosts, "data_disks", None)
         try:
             request = SliceRequest(
                 project=job.project, zone=attempt.zone, name=attempt.slice_name,
@@ -407,7 +413,8 @@ class Reconciler:
                 runtime_version=_runtime_version(spec, attempt.accelerator), provisioning=tpu["provisioning"],
                 queued=attempt.queued,
                 labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
-                ssh_keys=self.ssh_keys, data_disks=disks(job, attempt) if disks else (),
+                # The job's disks: clones made at the first attempt, reused after.
+                ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt),
             )
             if attempt.queued:
                 self.cloud.create_queued_resource(request)
@@ -419,21 +426,13 @@ class Reconciler:
             return job, state
         except StockoutError as exc:
             self.store.add_event(job.id, "stockout", str(exc))
-            view = self._view(self.store.get(job.id), attempt)
-            actions = decide(view, Observation(slice=SlicePhase.STOCKOUT), self._policy(job))
-            self._act(self.store.get(job.id), attempt, None, actions)
-            job = self.store.get(job.id)
-            return job, State(job.state)
+            return self._decide_on_create(job, attempt, Observation(slice=SlicePhase.STOCKOUT))
         except (CloudRefused, PermissionDenied, NotFoundError, UsageError) as exc:
             # For good: a bad request, a missing permission, a missing snapshot or disk, a spent
             # quota. The same create would fail every sweep; decide ends the job instead.
             phase = SlicePhase.NO_QUOTA if isinstance(exc, QuotaExceeded) else SlicePhase.REFUSED
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} refused: {exc}")
-            view = self._view(self.store.get(job.id), attempt)
-            actions = decide(view, Observation(slice=phase, refusal=str(exc)), self._policy(job))
-            self._act(self.store.get(job.id), attempt, None, actions)
-            job = self.store.get(job.id)
-            return job, State(job.state)
+            return self._decide_on_create(job, attempt, Observation(slice=phase, refusal=str(exc)))
         except CloudError as exc:
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
             return job, state

@@ -37,8 +37,11 @@ def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
     jid = format_job_id(job_id) if job_id is not None else "NNNNNN"
     node = slice_name(job_id, 1) if job_id is not None else f"tpujob-{jid}-1"
     steps: list[PlanStep] = []
-    # A clone is the job's own: NAME-JOBID (tpujob.service.storage.clone_name).
-    cloud_name = {d.name: f"{d.name}-{jid}" if d.source_disk or d.snapshot else d.name for d in spec.disks}
+    from tpujob.service.storage import clone_name
+
+    # A clone is the job's own: NAME-JOBID.
+    clone = (lambda name: clone_name(name, job_id)) if job_id is not None else (lambda name: f"{name}-{jid}")
+    cloud_name = {d.name: clone(d.name) if d.source_disk or d.snapshot else d.name for d in spec.disks}
     for disk in spec.disks:
         kind = resolved.disk_types[disk.name]
         if disk.source_disk:
@@ -113,13 +116,14 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
 
         resolve(resolved.spec.secrets)
     make_cloud(ctx.settings)
+    spec = resolved.to_json_dict()
     if resolved.spec.disks:  # a master held read-write by a dev slice: refused before spending
-        storage.check_disks(make_compute(ctx.settings), resolved.to_json_dict())
+        storage.check_disks(make_compute(ctx.settings), spec)
     if resolved.spec.buckets or resolved.spec.run_dir:
         from tpujob.cloud.gcs import Gcs
 
         gcs = Gcs(make_storage(ctx.settings))
-        for message in storage.check_bucket_regions(gcs, resolved.to_json_dict(), strict):
+        for message in storage.check_bucket_regions(gcs, spec, strict):
             warn(message)
     job, resolved = record(ctx, path, keep_slice=keep_slice)
     return Created(job, resolved, findings)
