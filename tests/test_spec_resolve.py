@@ -144,12 +144,6 @@ def test_mounts_side_by_side_and_in_a_home_are_fine():
     assert [b.only_dir for b in r.spec.buckets] == ["runs/exp-1", None]
 
 
-def test_the_reserved_run_dir_mount_is_where_storage_mounts_it():
-    from tpujob.service import storage
-
-    assert spec_mod.RUN_DIR_MOUNT == storage.RUN_DIR_MOUNT
-
-
 def test_on_gcp_a_spec_without_a_project_takes_the_one_of_application_default_credentials(
         monkeypatch, tmp_path):
     import google.auth

@@ -257,7 +257,7 @@ def _fail(message: str, path: tuple, lines: dict[tuple, int]) -> SpecError:
 
 
 # Where the run dir's bucket is mounted on every host when `run_dir` is set (service/storage.py
-# mounts it; the spec layer cannot import the service layer, a test keeps the two equal).
+# mounts it there); no spec mount may take it.
 RUN_DIR_MOUNT = "/mnt/tpujob-run"
 
 # Mounting at one of these, or above one (`/`), would hide what the host needs to boot, log in

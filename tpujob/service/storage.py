@@ -18,8 +18,8 @@ from tpujob.cloud.base import DataDisk
 from tpujob.errors import ConflictError, NotFoundError, UsageError
 from tpujob.hosts.scripts import render
 from tpujob.runtime import contract
+from tpujob.spec import RUN_DIR_MOUNT  # where the run dir's bucket is mounted on every host
 
-RUN_DIR_MOUNT = "/mnt/tpujob-run"  # where the run dir's bucket is mounted on every host
 
 
 def _jid(job_id: int) -> str:
