@@ -175,22 +175,26 @@ class GcpCloud:
         return [_slice(_short(q.name), zone, None, q) for q in qrs]
 
     def get_slice(self, project: str, zone: str, name: str) -> Slice:
-        """The slice's node and queued resource together; phase GONE when neither exists."""
+        """The slice's node and queued resource together; phase GONE when neither exists.
+
+        The queued resource is read first: it turns ACTIVE only once its node exists, so a node
+        created between the two reads cannot show as "ACTIVE without a node" (read as lost)."""
         loc = _loc(project, zone)
-        node = self._get_or_none(f"getting node {name}", self._client.get_node,
-                                 f"{loc}/nodes/{name}")
         qr = self._get_or_none(f"getting queued resource {name}", self._client.get_queued_resource,
                                f"{loc}/queuedResources/{name}")
+        node = self._get_or_none(f"getting node {name}", self._client.get_node,
+                                 f"{loc}/nodes/{name}")
         return _slice(name, zone, node, qr)
 
     def list_slices(self, project: str, zone: str) -> dict[str, Slice]:
-        """Every slice in the zone from one nodes list and one queued-resources list."""
+        """Every slice in the zone from one queued-resources list and one nodes list, in that
+        order (see get_slice)."""
         loc = _loc(project, zone)
-        nodes = {_short(n.name): n for n in self._call(
-            f"listing nodes in {zone}", _all, self._client.list_nodes, parent=loc)}
         qrs = {_short(q.name): q for q in self._call(
             f"listing queued resources in {zone}", _all, self._client.list_queued_resources,
             parent=loc)}
+        nodes = {_short(n.name): n for n in self._call(
+            f"listing nodes in {zone}", _all, self._client.list_nodes, parent=loc)}
         return {name: _slice(name, zone, nodes.get(name), qrs.get(name))
                 for name in sorted(nodes.keys() | qrs.keys())}
 
