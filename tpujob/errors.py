@@ -86,6 +86,11 @@ class QuotaExceeded(CloudRefused):
     increase or a deleted slice, not a retry."""
 
 
+class PlacementUnavailable(CloudRefused):
+    """The zone does not offer the accelerator (or offers no TPUs at all): this placement can
+    never succeed, but another zone or accelerator from the spec's fallbacks may."""
+
+
 class ConfigError(TpujobError):
     exit_code = EXIT_CONFIG
 
