@@ -71,16 +71,20 @@ def test_every_size_splits_evenly_into_hosts(gen):
 
 
 @pytest.mark.parametrize("gen, runtime, disks", [
-    ("v4", "tpu-ubuntu2204-base", {"pd-balanced", "pd-standard"}),
-    ("v5litepod", "v2-alpha-tpuv5-lite", {"pd-balanced"}),
-    ("v5p", "v2-alpha-tpuv5", {"pd-balanced"}),
-    ("v6e", "v2-alpha-tpuv6e", {"hyperdisk-ml"}),
+    ("v2", "tpu-ubuntu2204-base", ("pd-balanced",)),
+    ("v3", "tpu-ubuntu2204-base", ("pd-balanced",)),
+    ("v4", "tpu-ubuntu2204-base", ("pd-balanced",)),
+    ("v5litepod", "v2-alpha-tpuv5-lite", ("pd-balanced", "hyperdisk-ml")),
+    ("v5p", "v2-alpha-tpuv5", ("pd-balanced", "hyperdisk-ml")),
+    ("v6e", "v2-alpha-tpuv6e", ("hyperdisk-ml", "hyperdisk-balanced")),
 ])
 def test_runtime_versions_and_disk_types(gen, runtime, disks):
+    """Google's TPU disk table: Balanced PD up to v4, Hyperdisk ML too on v5e/v5p, no PD on
+    v6e; the first is the default."""
     g = GENERATIONS[gen]
     assert g.runtime_version == runtime
-    assert set(g.disk_types) == disks
-    assert g.default_disk_type in disks
+    assert g.disk_types == disks
+    assert g.default_disk_type == disks[0]
 
 
 def test_every_generation_has_peaks_and_memory():

@@ -143,19 +143,43 @@ REFUSALS = [
             type: pd-balanced  #<
             mount: /mnt/data
         run: {command: x}
-        """), "disks[0].type", "use hyperdisk-ml"),
+        """), "disks[0].type",
+        "disk data: type 'pd-balanced' is not allowed on v6e (v6e-8), which takes hyperdisk-ml or "
+        "hyperdisk-balanced"),
+    ("pd-standard-on-v4", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        disks:
+          - name: master
+            mode: read-write
+            type: pd-standard  #<
+            mount: /mnt/master
+        run: {command: x}
+        """), "disks[0].type", "disk master: type 'pd-standard' is not allowed on v4 (v4-8), which takes "
+        "pd-balanced"),
+    ("hyperdisk-ml-on-v4", _spec("""
+        name: demo
+        tpu: {accelerator: v4-32, zone: us-central2-b}
+        disks:
+          - name: data
+            snapshot: snap
+            type: hyperdisk-ml  #<
+            mount: /mnt/data
+        run: {command: x}
+        """), "disks[0].type", "type 'hyperdisk-ml' is not allowed on v4"),
     ("disk-type-refused-by-fallback-generation", _spec("""
         name: demo
         tpu:
-          accelerator: v4-8
-          zone: us-central2-b
-          fallback: [{accelerator: v5litepod-8}]
+          accelerator: v5litepod-8
+          zone: us-west4-a
+          fallback: [{accelerator: v4-8, zone: us-central2-b}]
         disks:
           - name: data
-            type: pd-standard  #<
+            snapshot: snap
+            type: hyperdisk-ml  #<
             mount: /mnt/data
         run: {command: x}
-        """), "disks[0].type", "fallback v5litepod-8"),
+        """), "disks[0].type", "fallback v4-8"),
     ("relative-disk-mount", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}

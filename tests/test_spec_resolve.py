@@ -53,10 +53,25 @@ def test_read_write_disk_on_a_single_host():
     r = _resolve(_spec("""
         name: dev
         tpu: {accelerator: v4-8, zone: us-central2-b}
-        disks: [{name: master, mode: read-write, mount: /mnt/master, type: pd-standard}]
+        disks: [{name: master, mode: read-write, mount: /mnt/master}]
         run: {command: x}
         """))
-    assert r.hosts == 1 and r.disk_types == {"master": "pd-standard"}
+    assert r.hosts == 1 and r.disk_types == {"master": "pd-balanced"}
+
+
+@pytest.mark.parametrize("acc, zone, disk_type", [
+    ("v5litepod-16", "us-west4-a", "hyperdisk-ml"),
+    ("v5p-16", "us-east5-a", "hyperdisk-ml"),
+    ("v6e-8", "us-east5-b", "hyperdisk-balanced"),
+])
+def test_the_generations_other_disk_types_are_taken(acc, zone, disk_type):
+    r = _resolve(_spec(f"""
+        name: demo
+        tpu: {{accelerator: {acc}, zone: {zone}}}
+        disks: [{{name: data, snapshot: snap, mount: /mnt/data, type: {disk_type}}}]
+        run: {{command: x}}
+        """))
+    assert r.disk_types == {"data": disk_type}
 
 
 def test_zone_and_project_from_settings():

@@ -9,8 +9,14 @@ Sources (checked 2026-11):
   TensorCores, two per chip, four chips per host; v5litepod-N and v6e-N count chips, a single
   host up to 8 chips, 4 chips per host beyond).
 - Runtime versions: https://cloud.google.com/tpu/docs/runtimes.
-- Disk types: https://cloud.google.com/tpu/docs/attach-durable-block-storage (v4: pd-standard,
-  pd-balanced; v5e/v5p: pd-balanced; v6e: hyperdisk-ml).
+- Data-disk types (DISK_TYPES below): Google's "Attach durable block storage to a TPU VM"
+  (https://cloud.google.com/tpu/docs/attach-durable-block-storage, table "TPU support for
+  Hyperdisk and Persistent Disk") and "Storage options for Cloud TPU data"
+  (https://cloud.google.com/tpu/docs/storage-options, "TPU generation and supported disk
+  types"), checked 2026-11: v2, v3, v4 Balanced Persistent Disk; v5e, v5p Balanced Persistent
+  Disk and Hyperdisk ML; v6e Hyperdisk Balanced and Hyperdisk ML ("Persistent Disk is not
+  supported ... including Cloud TPU v6e"). pd-standard, pd-ssd, pd-extreme and
+  hyperdisk-throughput are listed for no generation. The first type is the default.
 - On-demand price per chip-hour (USD, us-central regions): https://cloud.google.com/tpu/pricing.
 - Spot (and preemptible) price per chip-hour, USD, where a published figure was found (2026-11):
   v2, v3: Google's published preemptible single-device prices, v2-8 $1.35/h and v3-8 $2.40/h
@@ -43,7 +49,7 @@ class Generation:
     single_host_max_chips: int  # v5e/v6e fit up to 8 chips on one host
     sizes: tuple[int, ...]  # every N for which NAME-N exists
     runtime_version: str
-    disk_types: tuple[str, ...]
+    disk_types: tuple[str, ...]  # data disks it takes, the default first (DISK_TYPES)
     peak_bf16_flops_per_chip: float
     hbm_gib_per_chip: float
     on_demand_usd_per_chip_hour: float | None
@@ -54,24 +60,34 @@ class Generation:
         return self.disk_types[0]
 
 
+# One table: what spec validation allows and what the emulator's TPU API attaches.
+DISK_TYPES = {
+    "v2": ("pd-balanced",),
+    "v3": ("pd-balanced",),
+    "v4": ("pd-balanced",),
+    "v5litepod": ("pd-balanced", "hyperdisk-ml"),
+    "v5p": ("pd-balanced", "hyperdisk-ml"),
+    "v6e": ("hyperdisk-ml", "hyperdisk-balanced"),
+}
+
 _V5P_SIZES = (8, 16, 32, 64) + tuple(range(128, 12288 + 1, 128))
 
 GENERATIONS: dict[str, Generation] = {
     g.name: g
     for g in (
         Generation("v2", "v2", "cores", 2, 4, 4, (8, 32, 128, 256, 512),
-                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 45e12, 16, 1.125, 0.3375),
+                   "tpu-ubuntu2204-base", DISK_TYPES["v2"], 45e12, 16, 1.125, 0.3375),
         Generation("v3", "v3", "cores", 2, 4, 4, (8, 32, 64, 128, 256, 512, 1024, 2048),
-                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 123e12, 32, 2.00, 0.60),
+                   "tpu-ubuntu2204-base", DISK_TYPES["v3"], 123e12, 32, 2.00, 0.60),
         Generation("v4", "v4", "cores", 2, 4, 4,
                    (8, 16, 32, 64, 128, 256, 384, 512, 1024, 1536, 2048, 3072, 4096),
-                   "tpu-ubuntu2204-base", ("pd-balanced", "pd-standard"), 275e12, 32, 3.22, 0.966),
+                   "tpu-ubuntu2204-base", DISK_TYPES["v4"], 275e12, 32, 3.22, 0.966),
         Generation("v5litepod", "v5e", "chips", 1, 4, 8, (1, 4, 8, 16, 32, 64, 128, 256),
-                   "v2-alpha-tpuv5-lite", ("pd-balanced",), 197e12, 16, 1.20),
+                   "v2-alpha-tpuv5-lite", DISK_TYPES["v5litepod"], 197e12, 16, 1.20),
         Generation("v5p", "v5p", "cores", 2, 4, 4, _V5P_SIZES,
-                   "v2-alpha-tpuv5", ("pd-balanced",), 459e12, 95, 4.20),
+                   "v2-alpha-tpuv5", DISK_TYPES["v5p"], 459e12, 95, 4.20),
         Generation("v6e", "v6e", "chips", 1, 4, 8, (1, 4, 8, 16, 32, 64, 128, 256),
-                   "v2-alpha-tpuv6e", ("hyperdisk-ml",), 918e12, 32, 2.70),
+                   "v2-alpha-tpuv6e", DISK_TYPES["v6e"], 918e12, 32, 2.70),
     )
 }
 

@@ -324,8 +324,8 @@ def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str) -> dict[str
         base = ("disks", i)
         disk_type = disk.type or gen.default_disk_type
         if disk_type not in gen.disk_types:
-            raise _fail(f"disk type {disk_type!r} is not allowed on {gen.alias} ({where}); "
-                        f"use {' or '.join(gen.disk_types)}", base + ("type",), lines)
+            raise _fail(f"disk {disk.name}: type {disk_type!r} is not allowed on {gen.alias} "
+                        f"({where}), which takes {' or '.join(gen.disk_types)}", base + ("type",), lines)
         if disk.mode == "read-write" and acc.multi_host:
             raise _fail(f"a read-write disk cannot be attached to {acc.name} ({acc.hosts} hosts, {where}): "
                         "multi-host slices attach disks read-only; clone it (snapshot + clone) and "
