@@ -32,12 +32,13 @@ class DiskInfo:
     source_disk: str = ""
     users: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # tpujob-job: the job owning a clone
+    access_mode: str = ""  # Hyperdisk only: READ_WRITE_SINGLE, READ_ONLY_MANY, READ_WRITE_MANY
 
     def to_json_dict(self) -> dict:
         return {"name": self.name, "zone": self.zone, "type": self.type, "size_gb": self.size_gb,
                 "status": self.status, "source_snapshot": self.source_snapshot,
                 "source_disk": self.source_disk, "users": list(self.users),
-                "labels": dict(self.labels)}
+                "labels": dict(self.labels), "access_mode": self.access_mode}
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,9 @@ class GcpCompute:
     def create_disk(self, project: str, zone: str, name: str, *, disk_type: str,
                     snapshot: str | None = None, source_disk: str | None = None,
                     size_gb: int | None = None, labels: dict[str, str] | None = None,
-                    timeout: float = 1800.0) -> DiskInfo:
-        """A new disk: empty, or a clone of a snapshot (short name or path) or of a disk."""
+                    read_only: bool = False, timeout: float = 1800.0) -> DiskInfo:
+        """A new disk: empty, or a clone of a snapshot (short name or path) or of a disk.
+        `read_only`: for many hosts to attach read-only (a Hyperdisk's access mode)."""
         disk = compute_v1.Disk(name=name, type_=f"zones/{zone}/diskTypes/{disk_type}",
                                labels=labels or {})
         if size_gb:
@@ -133,8 +135,12 @@ class GcpCompute:
         if source_disk:
             disk.source_disk = source_disk if "/" in source_disk else \
                 disk_path(project, zone, source_disk)
-        if disk_type == "hyperdisk-ml":  # attached to many hosts: read-only-many
-            disk.access_mode = "READ_ONLY_MANY"
+        if disk_type.startswith("hyperdisk-"):
+            # Only Hyperdisk has an access mode (compute.v1.json Disk.accessMode). Google's TPU
+            # page "Attach durable block storage": a disk the TPU attaches `read-write` is
+            # READ_WRITE_SINGLE (a master), one attached `read-only` READ_ONLY_MANY (a clone
+            # for every host of a pod); Compute refuses the other pairings.
+            disk.access_mode = "READ_ONLY_MANY" if read_only else "READ_WRITE_SINGLE"
         what = f"creating disk {name}"
         op = self._call(what, self._disks.insert_unary, project=project, zone=zone,
                         disk_resource=disk)
@@ -235,7 +241,8 @@ def _disk(d: Any) -> DiskInfo:
     return DiskInfo(name=d.name, zone=_short(d.zone), type=_short(d.type_),
                     size_gb=int(d.size_gb), status=d.status,
                     source_snapshot=_short(d.source_snapshot), source_disk=_short(d.source_disk),
-                    users=tuple(_short(u) for u in d.users), labels=dict(d.labels))
+                    users=tuple(_short(u) for u in d.users), labels=dict(d.labels),
+                    access_mode=d.access_mode)
 
 
 def _snapshot(s: Any) -> SnapshotInfo:

@@ -9,25 +9,23 @@ before the call returns (copies are local), so `wait` answers at once.
 Attaching a disk to a TPU node makes it appear on every emulated host at
 `/dev/disk/by-id/google-NAME`: a bind of its directory (read-only for READ_ONLY) moved into the
 host's mount namespace with open_tree/move_mount (`prepare_hosts`), so the host scripts mount it there
-as they would a block device, and a read-only attachment really rejects writes (EROFS).
+as they would a block device, and a read-only attachment really rejects writes (EROFS): see
+host_disks.py.
 """
 
 from __future__ import annotations
 
-import ctypes
 import itertools
-import json
-import os
 import pathlib
 import shutil
-import subprocess
-import sys
 import threading
 import uuid
 from typing import Any
 
 from werkzeug.routing import Map, Rule
 
+from tpujob.emulator.disk_rules import access_mode_at_insert, check_attach
+from tpujob.emulator.host_disks import gcsfuse_shim, prepare_hosts
 from tpujob.emulator.payloads import ApiError, check_id, copy_json, now
 
 _BASE = "/compute/v1/projects/<project>"
@@ -86,6 +84,7 @@ class ComputeEmulator:
         disk_type = short(body.get("type") or "pd-standard")
         if disk_type not in DISK_TYPES:
             raise ApiError(400, f"Invalid value for field 'resource.type': {disk_type!r}")
+        access_mode = access_mode_at_insert(disk_type, body)
         with self._lock:
             if (project, zone, name) in self._disks:
                 raise ApiError(409, f"The resource 'projects/{project}/zones/{zone}/disks/{name}' "
@@ -103,9 +102,11 @@ class ComputeEmulator:
                     "type": f"{_API}/projects/{project}/zones/{zone}/diskTypes/{disk_type}",
                     "sizeGb": str(body.get("sizeGb") or DEFAULT_SIZE_GB), "status": "READY",
                     "creationTimestamp": now()}
-            for key in ("sourceSnapshot", "sourceDisk", "description", "labels", "accessMode"):
+            for key in ("sourceSnapshot", "sourceDisk", "description", "labels"):
                 if body.get(key):
                     disk[key] = body[key]
+            if access_mode:
+                disk["accessMode"] = access_mode
             self._disks[(project, zone, name)] = disk
             return self._done_op(project, zone, "insert", link)
 
@@ -179,6 +180,14 @@ class ComputeEmulator:
             return copy_json(self._ops[key])
 
     # ---- attachments (called by the TPU emulator) --------------------------------------------
+
+    def check_types(self, data_disks: list[dict], accelerator_type: str) -> None:
+        """The disk type and access mode of each disk against the TPU and the attach mode."""
+        with self._lock:
+            for entry in data_disks:
+                disk = self._disks.get(_disk_ref("", entry.get("sourceDisk", "")))
+                if disk is not None:
+                    check_attach(disk, entry.get("mode") in ("READ_ONLY", 2), accelerator_type)
 
     def attachments(self, node_name: str, data_disks: list[dict], num_hosts: int
                     ) -> list[tuple[pathlib.Path, str, bool]]:
@@ -313,89 +322,3 @@ def _with_query_source(request: Any) -> dict:
     if request.args.get("sourceImage"):
         raise ApiError(400, "images are not emulated: create from a snapshot or a disk")
     return body
-
-
-# ---- the emulated hosts' disks and tools ---------------------------------------------------
-
-_OPEN_TREE, _MOVE_MOUNT = 428, 429  # x86_64 and aarch64 share these numbers
-_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _MOVE_MOUNT_F_EMPTY_PATH = 1, 0o2000000, 4
-_AT_FDCWD, _CLONE_NEWNS = -100, 0x20000
-BY_ID = "/dev/disk/by-id"
-_TOOLS = "/dev/disk/.tpujob-emulator-bin"
-
-
-def gcsfuse_shim(storage_endpoint: str) -> str:
-    return (f"#!/bin/sh\nexport STORAGE_EMULATOR_HOST={storage_endpoint}\n"
-            f"exec {sys.executable} -m tpujob.emulator.gcsfuse \"$@\"\n")
-
-
-def prepare_hosts(host_pids: list[list[int]], disks: list[tuple[pathlib.Path, str, bool]],
-                  tools: dict[str, str]) -> None:
-    """On each host (the mount namespace of any of its processes): every disk at
-    /dev/disk/by-id/google-NAME (read-only for READ_ONLY), and `tools` (name -> script) on
-    PATH. /dev is the machine's: only an empty /dev/disk is created there if missing; each host
-    mounts a tmpfs of its own over it. setns needs a single-threaded process: a helper runs it."""
-    os.makedirs("/dev/disk", exist_ok=True)
-    plan = {"hosts": host_pids, "disks": [[str(d), n, ro] for d, n, ro in disks],
-            "tools": tools, "bin": os.path.dirname(sys.executable)}
-    result = subprocess.run([sys.executable, "-m", "tpujob.emulator.compute", json.dumps(plan)],
-                            capture_output=True, text=True, timeout=60)
-    if result.returncode != 0:
-        raise RuntimeError(f"preparing the hosts failed: {result.stderr.strip()[-500:]}")
-
-
-def _helper(plan: dict) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def check(ret: int, what: str) -> int:
-        if ret < 0:
-            raise OSError(ctypes.get_errno(), what)
-        return ret
-
-    # Clones of the disks' directories, taken in our own namespace, where their paths resolve.
-    trees = [[check(libc.syscall(_OPEN_TREE, _AT_FDCWD, d.encode(),
-                                 _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC), f"open_tree {d}")
-              for d, _, _ in plan["disks"]] for _ in plan["hosts"]]
-    for pids, host_trees in zip(plan["hosts"], trees):
-        if not any(_enter(libc, pid) for pid in pids):
-            raise OSError(f"no live process among {pids}")
-        with open("/proc/self/mountinfo") as info:
-            mounted = {line.split()[4] for line in info}
-        if "/dev/disk" not in mounted:
-            subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "tpujob-host", "/dev/disk"],
-                           check=True)
-        if plan["tools"] and plan["bin"] not in mounted:
-            os.makedirs(_TOOLS, exist_ok=True)
-            for name, text in plan["tools"].items():
-                with open(f"{_TOOLS}/{name}", "w") as f:
-                    f.write(text)
-                os.chmod(f"{_TOOLS}/{name}", 0o755)
-            subprocess.run(["mount", "-t", "overlay", "tpujob-tools", "-o",
-                            f"lowerdir={_TOOLS}:{plan['bin']}", plan["bin"]], check=True)
-        for (_, name, read_only), tree in zip(plan["disks"], host_trees):
-            target = f"{BY_ID}/google-{name}"
-            if target in mounted:
-                continue  # attached already (a retried update)
-            os.makedirs(target, exist_ok=True)
-            check(libc.syscall(_MOVE_MOUNT, tree, b"", _AT_FDCWD, target.encode(),
-                               _MOVE_MOUNT_F_EMPTY_PATH), f"move_mount {target}")
-            if read_only:
-                subprocess.run(["mount", "-o", "remount,bind,ro", target], check=True)
-
-
-def _enter(libc, pid: int) -> bool:
-    try:
-        ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        if libc.setns(ns, _CLONE_NEWNS) != 0:
-            return False
-    finally:
-        os.close(ns)
-    os.chdir("/")
-    return True
-
-
-if __name__ == "__main__":
-    _helper(json.loads(sys.argv[1]))

@@ -138,7 +138,7 @@ class Emulator:
             node = self._node(name)
             known = {d.get("sourceDisk") for d in node.body.get("dataDisks", [])}
             added = [d for d in body.get("dataDisks", []) if d.get("sourceDisk") not in known]
-            self._check_disks(name, added, accelerator_hosts(node.body))
+            self._check_disks(name, added, node.body)
             node.body["dataDisks"] = node.body.get("dataDisks", []) + added
             machines = node.machines if node.body["state"] == "READY" else None
             op = self._new_op(node.parent, "update", name)
@@ -148,11 +148,12 @@ class Emulator:
             self._finish_op(op, response=("Node", copy_json(node.body)))
             return copy_json(self._ops[op["name"]])
 
-    def _check_disks(self, node_name: str, disks: list[dict], num_hosts: int) -> None:
+    def _check_disks(self, node_name: str, disks: list[dict], node_body: dict) -> None:
         if disks:
             if not self.compute:
                 raise ApiError(400, "dataDisks need the emulated Compute API")
-            self.compute.attachments(node_name, disks, num_hosts)
+            self.compute.check_types(disks, node_body["acceleratorType"])
+            self.compute.attachments(node_name, disks, accelerator_hosts(node_body))
             self.compute.mark_attached(node_name, disks)
 
     def _expose_disks(self, node: _Node, machines: Machines, disks: list[dict]) -> None:
@@ -187,6 +188,8 @@ class Emulator:
         if "node" not in specs[0]:
             raise ApiError(400, "tpu.nodeSpec[0].node is required")
         accelerator_hosts(specs[0]["node"])
+        if self.compute and specs[0]["node"].get("dataDisks"):  # refused now, not when served
+            self.compute.check_types(specs[0]["node"]["dataDisks"], specs[0]["node"]["acceleratorType"])
         with self._lock:
             name = f"{parent}/queuedResources/{qr_id}"
             if name in self._qrs:
@@ -503,7 +506,7 @@ class Emulator:
                         id=str(random.randrange(1, 2**62)))
             if queued_resource:
                 body["queuedResource"] = queued_resource
-            self._check_disks(name, body.get("dataDisks", []), accelerator_hosts(body))
+            self._check_disks(name, body.get("dataDisks", []), body)
             used = {n.ip_block for n in self._nodes.values()}
             # Start from a random block: two emulators on one machine (tests, a user's and CI's)
             # then rarely hand out the same host addresses.

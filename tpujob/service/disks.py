@@ -30,7 +30,8 @@ def clone(ctx: Context, snapshot_name: str, name: str | None = None, disk_type: 
           zone: str | None = None):
     project, zone = _where(ctx, zone)
     return make_compute(ctx.settings).create_disk(project, zone, _name(name or f"{snapshot_name}-clone"),
-                                                  disk_type=disk_type, snapshot=_name(snapshot_name))
+                                                  disk_type=disk_type, snapshot=_name(snapshot_name),
+                                                  read_only=True)  # a clone: for many hosts
 
 
 def list_disks(ctx: Context, zone: str | None = None):

@@ -111,10 +111,10 @@ def data_disks(compute, spec: dict, job_id: int, zone: str) -> tuple[DataDisk, .
                 except NotFoundError:
                     compute.create_snapshot(project, zone, disk["source_disk"], snap, labels=owner)
                 compute.create_disk(project, zone, name, disk_type=kind, snapshot=snap,
-                                    size_gb=disk.get("size_gb"), labels=owner)
+                                    size_gb=disk.get("size_gb"), labels=owner, read_only=True)
             elif disk.get("snapshot"):
                 compute.create_disk(project, zone, name, disk_type=kind, snapshot=disk["snapshot"],
-                                    size_gb=disk.get("size_gb"), labels=owner)
+                                    size_gb=disk.get("size_gb"), labels=owner, read_only=True)
             elif disk["mode"] == "read-write":  # a new master: formatted by mount_disk.sh
                 compute.create_disk(project, zone, name, disk_type=kind, size_gb=disk.get("size_gb"))
             else:
