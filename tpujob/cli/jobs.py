@@ -50,6 +50,7 @@ def register(app: typer.Typer) -> None:
             resolved = jobs.validate(ctx, spec)
             with _lint_shown():
                 _print_findings(jobs.lint_sync(resolved, strict=strict))
+            jobs.check_existing_disks(ctx, resolved)
             steps = jobs.plan(resolved)
             if json_out:
                 render.print_json([{"action": s.action, "resource": s.resource, "detail": s.detail} for s in steps])

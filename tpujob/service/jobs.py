@@ -49,6 +49,8 @@ def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
             steps.append(PlanStep("create disk", cloud_name[disk.name], f"{kind}, clone of that snapshot"))
         elif disk.snapshot:
             steps.append(PlanStep("create disk", cloud_name[disk.name], f"{kind}, clone of snapshot {disk.snapshot}"))
+        elif disk.mode == "read-only":
+            steps.append(PlanStep("use disk", disk.name, "existing, read-only"))
         else:
             steps.append(PlanStep("use disk", disk.name, f"{kind}, existing or new ({disk.size_gb or 'default'} GB)"))
     how = "queued resource" if spec.tpu.queued else "node"
@@ -101,6 +103,16 @@ def lint_sync(resolved: ResolvedSpec, *, strict: bool = False) -> list:
     return findings
 
 
+def check_existing_disks(ctx: Context, resolved: ResolvedSpec) -> None:
+    """The read-only disks the job does not clone must exist (NotFoundError, exit 3, names the
+    first missing one): one Compute get each; no client at all when the spec has none."""
+    from tpujob.service import storage
+
+    spec = resolved.to_json_dict()
+    if storage.existing_disks(spec):
+        storage.check_existing_disks(make_compute(ctx.settings), spec)
+
+
 def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = False,
            warn: Callable[[str], None] = lambda message: None) -> Created:
     """Validate, lint the sync directory, check that the spec's secrets have values and that
@@ -117,6 +129,7 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
         resolve(resolved.spec.secrets)
     make_cloud(ctx.settings)
     spec = resolved.to_json_dict()
+    check_existing_disks(ctx, resolved)
     if resolved.spec.disks:  # a master held read-write by a dev slice: refused before spending
         storage.check_disks(make_compute(ctx.settings), spec)
     if resolved.spec.buckets or resolved.spec.run_dir:

@@ -74,6 +74,35 @@ def host_run_dir_for(spec: dict, job_id: int, ssh_user: str) -> str:
 
 # ---- before anything is spent -----------------------------------------------------------------
 
+def existing_disks(spec: dict) -> list[dict]:
+    """The disks that must exist before the job: read-only and not a clone (tpujob would make
+    an empty disk, which read-only holds nothing and can never be written)."""
+    return [d for d in spec["spec"]["disks"] if d["mode"] == "read-only" and not is_clone(d)]
+
+
+def check_existing_disks(compute, spec: dict) -> None:
+    """One Compute get per disk of `existing_disks`: missing is NotFoundError (exit 3); a type
+    the generation does not take, or a Hyperdisk not made for read-only use, is UsageError
+    (the attach would be refused)."""
+    from tpujob.catalogue import generation
+
+    project, zone = spec["project"], spec["zone"]
+    takes = generation(spec["generation"]).disk_types
+    for disk in existing_disks(spec):
+        found = compute.find_disk(project, zone, disk["name"])
+        if found is None:
+            raise NotFoundError(f"disk {disk['name']} does not exist in {zone} ({project}): a read-only "
+                                "disk that is not a clone must exist before the job; give snapshot: or "
+                                "source_disk: to clone one")
+        if found.type not in takes:
+            raise UsageError(f"disk {disk['name']} is {found.type}; {spec['accelerator']} takes "
+                             f"{' or '.join(takes)}: clone it (snapshot: and type:)")
+        if found.access_mode == "READ_WRITE_SINGLE":
+            raise UsageError(f"disk {disk['name']} is a {found.type} disk with access mode "
+                             "READ_WRITE_SINGLE, which cannot be attached read-only: clone it "
+                             "(snapshot: or source_disk:), tpujob makes clones READ_ONLY_MANY")
+
+
 def check_disks(compute, spec: dict) -> None:
     """Refuse a disk attached read-only here while a node holds it read-write (the master in
     use on a dev slice): it must be cloned (snapshot + clone) first."""
