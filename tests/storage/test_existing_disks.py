@@ -60,3 +60,16 @@ def test_an_existing_disk_passes_and_one_google_would_not_attach_is_refused(cli,
     assert stored_jobs() == 0
     for name in ("reader-old-pd", "reader-data"):
         compute.delete_disk(PROJECT, ZONE, name)
+
+
+def test_an_existing_single_writer_hyperdisk_is_refused_for_read_only_use(cli, spec_file, stored_jobs, clients):
+    _, compute = clients
+    zone = "us-east5-b"  # a v6e zone
+    compute.create_disk(PROJECT, zone, "reader-master", disk_type="hyperdisk-ml")  # READ_WRITE_SINGLE
+    spec = spec_file(SPEC.replace("{disk}", "reader-master").replace("v4-8", "v6e-8").replace(ZONE, zone))
+    refused = cli("create", spec)
+    assert refused.code == 2, refused
+    assert ("disk reader-master is a hyperdisk-ml disk with access mode READ_WRITE_SINGLE, which cannot be "
+            "attached read-only") in refused.error_line
+    assert stored_jobs() == 0
+    compute.delete_disk(PROJECT, zone, "reader-master")
