@@ -6,11 +6,8 @@ google/cloud/compute_v1/services/disks/transports/rest_base.py). Each disk is a 
 `STATE/compute/snapshots/PROJECT/NAME`; a clone copies a snapshot or a disk. Operations finish
 before the call returns (copies are local), so `wait` answers at once.
 
-Attaching a disk to a TPU node makes it appear on every emulated host at
-`/dev/disk/by-id/google-NAME`: a bind of its directory (read-only for READ_ONLY) moved into the
-host's mount namespace with open_tree/move_mount (`prepare_hosts`), so the host scripts mount it there
-as they would a block device, and a read-only attachment really rejects writes (EROFS): see
-host_disks.py.
+What Google refuses about a disk's access mode and its attachment to a TPU: disk_rules.py. How
+an attached disk appears on every emulated host (/dev/disk/by-id/google-NAME): host_disks.py.
 """
 
 from __future__ import annotations

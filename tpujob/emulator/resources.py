@@ -187,9 +187,10 @@ class Emulator:
                                 "(multislice requests are not emulated)")
         if "node" not in specs[0]:
             raise ApiError(400, "tpu.nodeSpec[0].node is required")
-        accelerator_hosts(specs[0]["node"])
-        if self.compute and specs[0]["node"].get("dataDisks"):  # refused now, not when served
-            self.compute.check_types(specs[0]["node"]["dataDisks"], specs[0]["node"]["acceleratorType"])
+        node_body = specs[0]["node"]
+        accelerator_hosts(node_body)
+        if self.compute and node_body.get("dataDisks"):  # a request Google refuses, not queued
+            self.compute.check_types(node_body["dataDisks"], node_body["acceleratorType"])
         with self._lock:
             name = f"{parent}/queuedResources/{qr_id}"
             if name in self._qrs:
