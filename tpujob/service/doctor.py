@@ -47,7 +47,7 @@ def _mode(path) -> int:
 
 def store_check(ctx: Context) -> tuple[Check, list | None]:
     """The store opens (and migrates); its active jobs, or None when it did not open."""
-    from tpujob.settings import redact_url
+    from tpujob.settings import redact_url, redact_urls_in
 
     where = redact_url(ctx.settings.database_url)
     try:
@@ -56,7 +56,7 @@ def store_check(ctx: Context) -> tuple[Check, list | None]:
         return Check("store", ERROR, exc.message,
                      "check TPUJOB_DB_URL or db_url in $TPUJOB_HOME/config.yaml (tpujob config show)"), None
     except Exception as exc:  # a driver's own error (a locked or corrupt file, a bad server)
-        return Check("store", ERROR, f"cannot open {where}: {type(exc).__name__}: {exc}",
+        return Check("store", ERROR, f"cannot open {where}: {type(exc).__name__}: {redact_urls_in(str(exc))}",
                      "check TPUJOB_DB_URL or db_url in $TPUJOB_HOME/config.yaml (tpujob config show)"), None
     return Check("store", OK, f"{where}: {len(jobs)} active job{'' if len(jobs) == 1 else 's'}"), jobs
 
