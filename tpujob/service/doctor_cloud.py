@@ -39,7 +39,7 @@ def checks(ctx: Context, jobs: list | None) -> list[Check]:
                           "(APIs, zones, buckets) need it", "tpujob emulator start")]
         credentials = None
         found = [Check("credentials", OK, f"anonymous, against the local emulator at {info['tpu_endpoint']}"),
-                 Check("project", OK, f"{settings.effective_project} (the emulator's)")]
+                 Check("project", OK, f"{settings.effective_project} (on the local emulator)")]
         project = settings.effective_project
     else:
         credential_check, credentials, adc_project = adc_check()
