@@ -19,6 +19,16 @@ def _ctx():
     return Context.load()
 
 
+def _warn_if_nothing_sweeps(job) -> None:
+    """The last line of `create`: a job still going with no cron entry and no watch to
+    re-queue it after a preemption would end up PREEMPTED for good, silently."""
+    from tpujob.service import sweepers
+    from tpujob.store.states import ENDED, State
+
+    if State(job.state) not in ENDED and not sweepers.find().any:
+        typer.echo(f"warning: {sweepers.nothing_sweeps_message()}", err=True)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def validate(spec: str = typer.Argument(..., help="Job spec (YAML)."),
@@ -71,6 +81,7 @@ def register(app: typer.Typer) -> None:
             render.print_json(render.job_dict(job))
         else:
             typer.echo(f"job {jid} {job.state}" + (f" ({job.end_reason})" if job.end_reason else ""))
+        _warn_if_nothing_sweeps(job)
         raise_unless_succeeded(job, wait)
 
     @app.command("list")

@@ -198,6 +198,12 @@ class GcpCloud:
         return {name: _slice(name, zone, nodes.get(name), qrs.get(name))
                 for name in sorted(nodes.keys() | qrs.keys())}
 
+    def accelerator_types(self, project: str, zone: str) -> list[str]:
+        """The accelerator types the zone offers ("v4-8", ...): acceleratorTypes.list."""
+        types = self._call(f"listing accelerator types in {zone}", _all,
+                           self._client.list_accelerator_types, parent=_loc(project, zone))
+        return [t.type_ for t in types]
+
     def host_keys(self, project: str, zone: str, name: str) -> dict[int, list[str]]:
         """Each worker's SSH host keys ("TYPE BASE64") from the `hostkeys` guest attributes."""
         answer = self._call(f"reading host keys of {name}", self._client.get_guest_attributes,

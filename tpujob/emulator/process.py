@@ -49,6 +49,10 @@ def start(provisioning_delay: float | None = None, hosts: bool = True,
     running = status()
     if running:
         return running
+    if hosts:  # refused here, in one line, rather than as a failed mount on a host later
+        from tpujob import preflight
+
+        preflight.require_emulator()
     directory = state_dir()
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ENDPOINTS_FILE).unlink(missing_ok=True)

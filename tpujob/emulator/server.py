@@ -41,6 +41,7 @@ _ROUTES = Map([
     Rule(f"{_LOC}/queuedResources/<rid>", methods=["GET"], endpoint="get_qr"),
     Rule(f"{_LOC}/queuedResources/<rid>", methods=["DELETE"], endpoint="delete_qr"),
     Rule(f"{_LOC}/operations/<rid>", methods=["GET"], endpoint="get_operation"),
+    Rule(f"{_LOC}/acceleratorTypes", methods=["GET"], endpoint="list_accelerator_types"),
     Rule("/emulator/v1/status", methods=["GET"], endpoint="status"),
     Rule("/emulator/v1/faults", methods=["GET", "POST"], endpoint="faults"),
     Rule("/emulator/v1/stockout", methods=["POST"], endpoint="stockout"),
@@ -131,6 +132,11 @@ class TpuApp:
 
     def _get_operation(self, request: Request, project: str, zone: str, rid: str) -> dict:
         return self.emulator.get_operation(f"{_parent(project, zone)}/operations/{rid}")
+
+    def _list_accelerator_types(self, request: Request, project: str, zone: str) -> dict:
+        from tpujob.emulator.zones import accelerator_types
+
+        return {"acceleratorTypes": accelerator_types(_parent(project, zone))}
 
     # ---- emulator endpoints -----------------------------------------------------------------
 

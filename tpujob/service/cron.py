@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -79,9 +78,11 @@ def _marker() -> str:
 
 
 def _crontab() -> str:
-    found = shutil.which("crontab")
+    from tpujob import preflight
+
+    found = preflight.which("crontab")
     if found is None:
-        raise ConfigError("the `crontab` program is not installed (Debian/Ubuntu: apt-get install cron)")
+        preflight.require([preflight.crontab_check()], "cron")
     return found
 
 

@@ -38,6 +38,9 @@ def start(ctx: Context, spec: str | None = None) -> Demo:
     if not path.is_file():
         hint = "" if spec else " (installed without the repository? pass --spec PATH)"
         raise NotFoundError(f"no job spec at {path}{hint}")
+    from tpujob import preflight
+
+    preflight.require_emulator()  # before anything is started or recorded
     running = process.status()
     info = running or process.start()
     run_dir_bucket = _run_dir_bucket(path)

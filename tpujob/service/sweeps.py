@@ -37,13 +37,19 @@ def requeue(ctx: Context, job_refs: Optional[list[str]] = None):
 
 
 def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: Optional[int] = None) -> None:
+    """Sweep every `interval` s; registered as a watcher meanwhile (`create` and `doctor` look
+    for one: see sweepers)."""
+    from tpujob.service import sweepers
+
     rec = reconciler(ctx)
     count = 0
-    while max_sweeps is None or count < max_sweeps:
-        on_report(rec.sweep())
-        count += 1
-        if max_sweeps is None or count < max_sweeps:
-            time.sleep(interval)
+    with sweepers.watching(interval) as heartbeat:
+        while max_sweeps is None or count < max_sweeps:
+            on_report(rec.sweep())
+            heartbeat.touch()
+            count += 1
+            if max_sweeps is None or count < max_sweeps:
+                time.sleep(interval)
 
 
 def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,

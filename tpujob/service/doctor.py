@@ -1,0 +1,137 @@
+"""`tpujob doctor`: a checklist of what makes jobs fail, each item ok / warning / error with the
+command that fixes it. Local items here; the cloud's (credentials, project, APIs, zones,
+buckets) in doctor_cloud.py.
+
+Every check only looks: nothing is started, created or changed (the store is opened, which
+creates and migrates it like any command does).
+"""
+
+from __future__ import annotations
+
+import shlex
+import stat
+from dataclasses import dataclass, replace
+
+from tpujob import preflight
+from tpujob.errors import TpujobError
+from tpujob.preflight import ERROR, OK, WARNING, Check
+from tpujob.service.context import Context
+
+
+@dataclass(frozen=True)
+class Report:
+    local: list[Check]
+    cloud: list[Check]
+
+    @property
+    def errors(self) -> list[Check]:
+        return [c for c in self.local + self.cloud if c.status == ERROR]
+
+    def to_json_dict(self) -> dict:
+        return {"ok": not self.errors, "local": [c.to_json_dict() for c in self.local],
+                "cloud": [c.to_json_dict() for c in self.cloud]}
+
+
+def run(ctx: Context) -> Report:
+    from tpujob.service import doctor_cloud
+
+    store, jobs = store_check(ctx)
+    local = [store, home_check(ctx), ssh_key_check(ctx), secrets_check(),
+             sweeper_check(jobs), *emulator_checks(ctx.settings.cloud)]
+    return Report(local, doctor_cloud.checks(ctx, jobs))
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def store_check(ctx: Context) -> tuple[Check, list | None]:
+    """The store opens (and migrates); its active jobs, or None when it did not open."""
+    from tpujob.settings import redact_url, redact_urls_in
+
+    where = redact_url(ctx.settings.database_url)
+    try:
+        jobs = ctx.store.list_jobs(include_ended=False)
+    except TpujobError as exc:
+        return Check("store", ERROR, exc.message,
+                     "check TPUJOB_DB_URL or db_url in $TPUJOB_HOME/config.yaml (tpujob config show)"), None
+    except Exception as exc:  # a driver's own error (a locked or corrupt file, a bad server)
+        return Check("store", ERROR, f"cannot open {where}: {type(exc).__name__}: {redact_urls_in(str(exc))}",
+                     "check TPUJOB_DB_URL or db_url in $TPUJOB_HOME/config.yaml (tpujob config show)"), None
+    return Check("store", OK, f"{where}: {len(jobs)} active job{'' if len(jobs) == 1 else 's'}"), jobs
+
+
+def home_check(ctx: Context) -> Check:
+    """$TPUJOB_HOME holds the store, the SSH key, secrets.env and what cron runs: nobody else
+    may write there."""
+    home = ctx.settings.home
+    if not home.exists():
+        return Check("home", OK, f"{home} (not created yet)")
+    mode = _mode(home)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return Check("home", ERROR, f"{home} is writable by group or others (mode {mode:o}): they could "
+                     "replace the store, the SSH key or secrets.env", f"chmod go-w {shlex.quote(str(home))}")
+    return Check("home", OK, f"{home} (mode {mode:o})")
+
+
+def ssh_key_check(ctx: Context) -> Check:
+    from tpujob.hosts.keys import key_path
+
+    path = key_path(ctx.settings.home)
+    if not path.exists():
+        return Check("ssh key", OK, f"{path} (made on the first create)")
+    mode = _mode(path)
+    if mode & 0o077:
+        return Check("ssh key", ERROR, f"{path} is readable by group or others (mode {mode:o})",
+                     f"chmod 600 {shlex.quote(str(path))}")
+    if not path.with_suffix(".pub").exists():
+        return Check("ssh key", WARNING, f"{path}.pub is missing (rebuilt from the private key on next use)")
+    return Check("ssh key", OK, f"{path} (mode {mode:o})")
+
+
+def secrets_check() -> Check:
+    from tpujob.errors import ConfigError
+    from tpujob.service.secrets import read_file, secrets_file
+
+    path = secrets_file()
+    if not path.exists():
+        return Check("secrets.env", OK, f"{path} absent (secrets come from the environment)")
+    try:
+        names = read_file(path)
+    except ConfigError as exc:
+        loose = _mode(path) & 0o077
+        fix = f"chmod 600 {shlex.quote(str(path))}" if loose else f"edit {path}: KEY=VALUE lines"
+        return Check("secrets.env", ERROR, exc.message, fix)
+    return Check("secrets.env", OK, f"{path} (mode {_mode(path):o}, {len(names)} values)")
+
+
+def sweeper_check(jobs: list | None) -> Check:
+    """A cron entry or a running watch re-queues preempted jobs; without either, a preempted
+    job stays PREEMPTED: an error while jobs are active, a warning before the first."""
+    from tpujob.service import sweepers
+
+    found = sweepers.find()
+    if found.cron_line is not None:
+        schedule = " ".join(found.cron_line.split()[:5])
+        return Check("sweeper", OK, f"cron entry, schedule {schedule} (tpujob cron show)")
+    if found.watchers:
+        pids = ", ".join(f"{w.pid}@{w.host}" for w in found.watchers)
+        return Check("sweeper", OK, f"tpujob watch running ({pids})")
+    active = len(jobs or [])
+    detail = "no cron entry for this store and no `tpujob watch` running: a preempted job is never re-queued"
+    if found.cron_problem:
+        detail += f" ({found.cron_problem})"
+    if active:
+        return Check("sweeper", ERROR, f"{detail}; {active} active job{'' if active == 1 else 's'}",
+                     sweepers.FIX)
+    return Check("sweeper", WARNING, detail, sweepers.FIX)
+
+
+def emulator_checks(cloud: str) -> list[Check]:
+    """The emulated hosts' prerequisites: errors on the local cloud, warnings on gcp (where
+    only `tpujob demo` and the tests need them)."""
+    checks = [replace(c, name=f"emulator: {c.name}") for c in preflight.emulator_checks()]
+    if cloud == "local":
+        return checks
+    return [replace(c, status=WARNING, detail=f"{c.detail} (only the local emulator needs it)")
+            if c.status == ERROR else c for c in checks]

@@ -1,0 +1,215 @@
+"""`tpujob doctor`'s cloud checks: credentials, project, the Cloud TPU and Compute APIs, the
+accelerators of the jobs on record in their zones, and their buckets.
+
+On gcp they ask Google with Application Default Credentials; on the local cloud they ask the
+running emulator the same way (anonymous credentials), so every check is exercised in tests.
+One cheap call per API: a list in one zone. The cloud libraries are imported here only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from tpujob.errors import AUTH_HINT, AuthError, TpujobError
+from tpujob.preflight import ERROR, OK, WARNING, Check
+from tpujob.service.context import Context
+
+# A zone for the API checks when neither the settings nor a job names one: any TPU zone answers
+# an enabled API's list with a list (empty or not).
+DEFAULT_ZONE = "us-central1-a"
+_RETRY_DEADLINE = 20.0  # seconds of retries on 429/503: a checklist should not hang
+# Google's 403 for a disabled API: "Cloud TPU API has not been used in project 123 before or it
+# is disabled. Enable it by visiting https://console.developers.google.com/apis/api/
+# tpu.googleapis.com/overview?project=123 then retry." with reason SERVICE_DISABLED (quoted in
+# GoogleCloudPlatform/emblem#757 and vertex-ai-samples#476).
+_MISSING_BUCKET = re.compile(r"bucket (\S+) does not exist")  # service/storage.py's refusal
+_DISABLED = re.compile(r"has not been used in project|or it is disabled|SERVICE_DISABLED", re.IGNORECASE)
+
+
+def checks(ctx: Context, jobs: list | None) -> list[Check]:
+    settings = ctx.settings
+    if settings.cloud == "local":
+        from tpujob.emulator import process
+
+        info = process.status()
+        if info is None:
+            return [Check("emulator", WARNING, "the local emulator is not running: the cloud checks "
+                          "(APIs, zones, buckets) need it", "tpujob emulator start")]
+        credentials = None
+        found = [Check("credentials", OK, f"anonymous, against the local emulator at {info['tpu_endpoint']}"),
+                 Check("project", OK, f"{settings.effective_project} (on the local emulator)")]
+        project = settings.effective_project
+    else:
+        credential_check, credentials, adc_project = adc_check()
+        project = settings.effective_project or adc_project
+        found = [credential_check, project_check(project)]
+        if credential_check.status == ERROR or not project:
+            return found  # every call below would fail the same way
+        info = None
+    jobs = jobs or []
+    zone = settings.zone or next((j.zone for j in jobs), "") or DEFAULT_ZONE
+    cloud, compute = _clients(settings, info, credentials)
+    tpu = api_check("Cloud TPU API", "tpu.googleapis.com", project,
+                    lambda: cloud.list_nodes(project, zone), zone)
+    found += [tpu, api_check("Compute Engine API", "compute.googleapis.com", project,
+                             lambda: compute.list_disks(project, zone), zone)]
+    if tpu.status == OK:
+        found.append(accelerators_check(cloud, jobs))
+    found.append(buckets_check(settings, info, credentials, project, jobs))
+    return found
+
+
+# ---- credentials and project --------------------------------------------------------------------
+
+def adc() -> tuple[Any, str]:
+    """Application Default Credentials and their project (replaced in tests)."""
+    import google.auth
+
+    return google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+
+
+def refresh(credentials: Any) -> None:
+    """A fresh access token: proves the credentials are not expired or revoked."""
+    from google.auth.transport.requests import Request
+
+    credentials.refresh(Request())
+
+
+def adc_check() -> tuple[Check, Any, str]:
+    from google.auth import exceptions as auth_exc
+
+    try:
+        credentials, project = adc()
+    except auth_exc.DefaultCredentialsError as exc:
+        return Check("credentials", ERROR, f"no Application Default Credentials ({_first_line(exc)})",
+                     "gcloud auth application-default login"), None, ""
+    try:
+        refresh(credentials)
+    except (auth_exc.RefreshError, auth_exc.TransportError) as exc:
+        return Check("credentials", ERROR, f"Application Default Credentials cannot get a token, expired "
+                     f"or revoked? ({_first_line(exc)})", "gcloud auth application-default login"), None, ""
+    who = getattr(credentials, "service_account_email", None) or getattr(credentials, "account", None) or ""
+    kind = type(credentials).__module__.rsplit(".", 1)[-1]
+    return Check("credentials", OK, f"Application Default Credentials ({kind}{', ' + who if who else ''})"), \
+        credentials, project or ""
+
+
+def project_check(project: str) -> Check:
+    if project:
+        return Check("project", OK, project)
+    return Check("project", ERROR, "no project: neither the settings nor the credentials name one",
+                 "tpujob config set project PROJECT_ID")
+
+
+# ---- APIs ---------------------------------------------------------------------------------------
+
+def _clients(settings, info: dict | None, credentials: Any) -> tuple[Any, Any]:
+    from tpujob.cloud.compute import GcpCompute
+    from tpujob.cloud.gcp import GcpCloud
+
+    if info is not None:
+        return (GcpCloud.for_emulator(info["tpu_endpoint"], retry_deadline=_RETRY_DEADLINE),
+                GcpCompute.for_emulator(info["compute_endpoint"], info["tpu_endpoint"]))
+    return (GcpCloud(credentials=credentials, retry_deadline=_RETRY_DEADLINE),
+            GcpCompute(credentials=credentials, retry_deadline=_RETRY_DEADLINE))
+
+
+def is_service_disabled(exc: BaseException) -> bool:
+    """Google's 403 for an API the project has not enabled, however the cloud layer typed it
+    (the original google.api_core exception is the typed error's cause)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if _DISABLED.search(str(seen)):
+            return True
+        reason = getattr(seen, "reason", None)
+        if reason == "SERVICE_DISABLED":
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def api_check(title: str, service: str, project: str, call, zone: str) -> Check:
+    name = f"{service.split('.')[0]} api"
+    try:
+        call()
+    except TpujobError as exc:
+        if is_service_disabled(exc):
+            return Check(name, ERROR, f"the {title} is not enabled in project {project}",
+                         f"gcloud services enable {service} --project {project}")
+        if isinstance(exc, AuthError):
+            return Check(name, ERROR, exc.message, AUTH_HINT)
+        return Check(name, ERROR, exc.message,
+                     f"check that project {project} exists and your account may use the {title} in {zone}")
+    return Check(name, OK, f"enabled (listed {zone})")
+
+
+# ---- what the jobs on record need ---------------------------------------------------------------
+
+def accelerators_check(cloud, jobs: list) -> Check:
+    """Each active job's zone offers its accelerator (acceleratorTypes.list, once per zone)."""
+    wanted = sorted({(j.project, j.zone, j.accelerator) for j in jobs})
+    if not wanted:
+        return Check("accelerators", OK, "no active jobs on record")
+    offered: dict[tuple[str, str], set[str]] = {}
+    missing = []
+    for project, zone, accelerator in wanted:
+        if (project, zone) not in offered:
+            try:
+                offered[(project, zone)] = set(cloud.accelerator_types(project, zone))
+            except TpujobError as exc:
+                return Check("accelerators", WARNING, f"could not list the accelerator types of {zone}: "
+                             f"{exc.message}")
+        if accelerator not in offered[(project, zone)]:
+            missing.append(f"{accelerator} in {zone}")
+    if missing:
+        return Check("accelerators", ERROR, f"not offered: {', '.join(missing)} (acceleratorTypes.list)",
+                     "pick a zone that offers it (gcloud compute tpus accelerator-types list --zone ZONE) "
+                     "and re-create the job there")
+    return Check("accelerators", OK, ", ".join(f"{a} in {z}" for _, z, a in wanted))
+
+
+def buckets_check(settings, info: dict | None, credentials: Any, project: str, jobs: list) -> Check:
+    """Each active job's buckets (run dir included) exist and sit in its slice's region."""
+    from tpujob.errors import UsageError
+    from tpujob.service import storage
+
+    specs = [json.loads(j.spec_json) for j in jobs]
+    specs = [s for s in specs if s["spec"]["buckets"] or storage.run_dir_location(s, 0)]
+    if not specs:
+        return Check("buckets", OK, "no active job mounts a bucket")
+    from tpujob.cloud.gcs import Gcs
+
+    gcs = Gcs(_storage_client(settings, info, credentials, project))
+    warnings, checked = [], set()
+    for spec in specs:
+        region = storage.region_of(spec["zone"])
+        try:
+            warnings += storage.check_bucket_regions(gcs, spec, strict=False)
+        except UsageError as exc:  # "bucket B does not exist"
+            named = _MISSING_BUCKET.search(exc.message)
+            return Check("buckets", ERROR, exc.message,
+                         f"gcloud storage buckets create gs://{named.group(1) if named else 'BUCKET'} "
+                         f"--location {region}")
+        checked.add(region)
+    if warnings:
+        return Check("buckets", WARNING, "; ".join(dict.fromkeys(warnings)),
+                     "move the data to a bucket in the slice's region, or the job to the bucket's")
+    return Check("buckets", OK, f"every bucket of {len(specs)} active job{'s' if len(specs) > 1 else ''} "
+                 f"exists, in {', '.join(sorted(checked))}")
+
+
+def _storage_client(settings, info: dict | None, credentials: Any, project: str):
+    from google.cloud import storage as gcs_lib
+
+    if info is None:
+        return gcs_lib.Client(project=project, credentials=credentials)
+    from tpujob.service.context import make_storage
+
+    return make_storage(settings, start_emulator=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
