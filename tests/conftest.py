@@ -11,7 +11,7 @@ import pytest
 
 # Settings a developer's shell may carry; a test must never see them (nor touch ~/.tpujob).
 _SETTING_VARS = ("TPUJOB_CLOUD", "TPUJOB_PROJECT", "TPUJOB_ZONE", "TPUJOB_SSH_USER", "TPUJOB_DB_URL",
-                 "TPUJOB_DEBUG", "TPUJOB_EMULATOR_DIR")
+                 "TPUJOB_DEBUG", "TPUJOB_EMULATOR_DIR", "TPUJOB_SSH_HOST_KEYS")
 
 
 @pytest.fixture(autouse=True)

@@ -106,6 +106,14 @@ def policy_of(spec: dict) -> Policy:
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))
 
 
+def _network(tpu: dict) -> dict:
+    """The slice request's network fields from the spec's tpu.network (absent in specs stored
+    before it existed: external IPs, the default network)."""
+    net = tpu.get("network") or {}
+    return dict(external_ips=net.get("external_ips", True), network=net.get("network"),
+                subnetwork=net.get("subnetwork"), tags=tuple(net.get("tags", ())))
+
+
 def _runtime_version(spec: dict, accelerator: str) -> str:
     """The spec's runtime_version when it names one; otherwise the default of the attempt's own
     generation: a fallback from v4 to v5e must not boot a v4 image."""
@@ -415,6 +423,7 @@ class Reconciler:
                 labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
                 # The job's disks: clones made at the first attempt, reused after.
                 ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt),
+                **_network(tpu),
             )
             if attempt.queued:
                 self.cloud.create_queued_resource(request)
