@@ -120,7 +120,7 @@ def local_cloud(shared_emulator, monkeypatch):
 
     monkeypatch.setenv("TPUJOB_EMULATOR_DIR", str(Path(shared_emulator["log_file"]).parent))
     client = EmulatorClient(shared_emulator["tpu_endpoint"])
-    client.set_faults(api_error_rate=0.0)
+    client.set_faults(api_error_rate=0.0, hostkeys_delay=0.0)
     return client
 
 

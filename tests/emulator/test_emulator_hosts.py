@@ -50,6 +50,9 @@ class RecordingMachines:
     def host_root(self, index):
         return self.args["root"] / f"host-{index}"
 
+    def ssh_connections(self, index):
+        return {}
+
 
 class BrokenMachines(RecordingMachines):
     def start(self):

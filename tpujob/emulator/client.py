@@ -47,7 +47,8 @@ class EmulatorClient:
         self._request("POST", "kill-host", {"node": node, "index": index})
 
     def hosts(self, node: str) -> list[dict]:
-        """Each host of the node: index, ip, sshPort, hostKey, root (its filesystem, or null)."""
+        """Each host of the node: index, ip, externalIp (or null), sshPort, hostKey, root (its
+        filesystem, or null), sshConnections (connections accepted per address)."""
         query = urllib.parse.urlencode({"node": node})
         return self._request("GET", f"hosts?{query}")["hosts"]
 

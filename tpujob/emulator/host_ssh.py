@@ -67,6 +67,8 @@ class HostSshServer:
         self.authorized = authorized
         self.holder_pid = holder_pid
         self._socks: list[socket.socket] = []
+        # Connections accepted per local address, for tests (which address a client used).
+        self.connections: dict[str, int] = {a: 0 for a in self.addresses}
         self._transports: set[paramiko.Transport] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -111,6 +113,8 @@ class HostSshServer:
                 if self._closed:
                     conn.close()
                     return
+                address = sock.getsockname()[0]
+                self.connections[address] = self.connections.get(address, 0) + 1
             try:
                 transport = paramiko.Transport(conn)
                 # Channel requests go through _after_reply: a command starts once its request

@@ -159,6 +159,11 @@ class SliceMachines:
         """Where host `index`'s own /mnt, /home, /root and /tmp live, seen from outside."""
         return self._hosts[index].root
 
+    def ssh_connections(self, index: int) -> dict[str, int]:
+        """SSH connections host `index` accepted so far, per address it was reached on."""
+        server = self._hosts[index].server
+        return dict(server.connections) if server else {}
+
     def host_pids(self, index: int) -> list[int]:
         """The processes running on host `index` now (its namespace holder included)."""
         host = self._hosts[index]

@@ -36,6 +36,7 @@ class Machines(Protocol):
     def kill_host(self, index: int) -> None: ...
     def stop(self) -> None: ...
     def host_root(self, index: int) -> pathlib.Path: ...
+    def ssh_connections(self, index: int) -> dict[str, int]: ...
 
 
 MachinesFactory = Callable[..., Machines]
@@ -326,14 +327,17 @@ class Emulator:
             machines.kill_host(index)
 
     def hosts(self, node_ref: str) -> list[dict]:
-        """Each host's address, SSH port and (with machines on) filesystem root, for tests."""
+        """Each host's addresses, SSH port and (with machines on) filesystem root and the SSH
+        connections it accepted per address, for tests."""
         with self._lock:
             node = self.find_node(node_ref)
             hosts, machines = list(node.hosts), node.machines
         ext = node.external_block
         return [{"index": h.index, "ip": h.ip, "sshPort": h.ssh_port, "hostKey": h.host_key,
                  "externalIp": external_ip(ext, h.index) if ext is not None else None,
-                 "root": str(machines.host_root(h.index)) if machines else None} for h in hosts]
+                 "root": str(machines.host_root(h.index)) if machines else None,
+                 "sshConnections": machines.ssh_connections(h.index) if machines else {}}
+                for h in hosts]
 
     def find_node(self, ref: str) -> _Node:
         """A node by full name or by bare node id (unique across zones)."""
