@@ -75,7 +75,7 @@ def _group(ctx: Context, cloud, job, attempt, slice_, host: int | None):
     chosen = [h for h in group.hosts if h.index == host]
     if not chosen:
         raise UsageError(f"--host {host}: the slice has hosts 0 to {len(group.hosts) - 1}")
-    return HostGroup(chosen, group.user, group.pkey)
+    return HostGroup(chosen, group.user, group.pkey, accept_new=group.accept_new)
 
 
 def _ready(ctx: Context, ref: str, host: int | None, attempt: int | None = None):
