@@ -53,8 +53,9 @@ def test_a_job_reaches_its_hosts_on_their_external_addresses(cli, ctx, local_clo
     assert [e["accessConfig"]["externalIp"] for e in node["networkEndpoints"]] == [h["externalIp"] for h in hosts]
     for h in hosts:  # setup, launch and status: all over the external address
         assert h["sshConnections"][h["externalIp"]] > 0 and h["sshConnections"][h["ip"]] == 0, h
-    shown = json.loads(cli("show", str(job.id), "--json").out)["hosts"]
-    assert [s["ip"] for s in shown] == [h["externalIp"] for h in hosts]
+    shown = json.loads(cli("show", str(job.id), "--json").out)
+    assert [s["ip"] for s in shown["hosts"]] == [h["externalIp"] for h in hosts]
+    assert shown["host0_ip"] == hosts[0]["externalIp"]
 
 
 def test_a_job_with_internal_ips_only_connects_over_the_internal_address(cli, ctx, local_cloud, project, tmp_path):
@@ -67,8 +68,9 @@ def test_a_job_with_internal_ips_only_connects_over_the_internal_address(cli, ct
     hosts = local_cloud.hosts(node_ref(project, ZONE, name))
     for h in hosts:
         assert h["externalIp"] is None and list(h["sshConnections"]) == [h["ip"]] and h["sshConnections"][h["ip"]] > 0
-    shown = json.loads(cli("show", str(job.id), "--json").out)["hosts"]
-    assert [s["ip"] for s in shown] == [h["ip"] for h in hosts]
+    shown = json.loads(cli("show", str(job.id), "--json").out)
+    assert [s["ip"] for s in shown["hosts"]] == [h["ip"] for h in hosts]
+    assert shown["host0_ip"] == hosts[0]["ip"]
 
 
 def test_host_keys_published_late_are_waited_for(ctx, local_cloud, project, tmp_path):

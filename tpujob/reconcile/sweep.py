@@ -454,7 +454,9 @@ class Reconciler:
         if slice_ is None:
             slice_ = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
         if slice_.hosts:
-            self.store.update(job.id, host0_ip=slice_.hosts[0].ip)
+            # The address tpujob (and so the user) reaches host 0 on, as `list` shows it.
+            external = _network(json.loads(job.spec_json)["spec"]["tpu"])["external_ips"]
+            self.store.update(job.id, host0_ip=slice_.hosts[0].address(external))
         try:
             self.hosts.prepare_and_launch(job, attempt, slice_)
             crash_point("launched")
