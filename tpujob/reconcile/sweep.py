@@ -106,7 +106,7 @@ def policy_of(spec: dict) -> Policy:
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))
 
 
-def _network(tpu: dict) -> dict:
+def slice_network(tpu: dict) -> dict:
     """The slice request's network fields from the spec's tpu.network (absent in specs stored
     before it existed: external IPs, the default network)."""
     net = tpu.get("network") or {}
@@ -423,7 +423,7 @@ class Reconciler:
                 labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
                 # The job's disks: clones made at the first attempt, reused after.
                 ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt),
-                **_network(tpu),
+                **slice_network(tpu),
             )
             if attempt.queued:
                 self.cloud.create_queued_resource(request)
@@ -455,7 +455,7 @@ class Reconciler:
             slice_ = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
         if slice_.hosts:
             # The address tpujob (and so the user) reaches host 0 on, as `list` shows it.
-            external = _network(json.loads(job.spec_json)["spec"]["tpu"])["external_ips"]
+            external = slice_network(json.loads(job.spec_json)["spec"]["tpu"])["external_ips"]
             self.store.update(job.id, host0_ip=slice_.hosts[0].address(external))
         try:
             self.hosts.prepare_and_launch(job, attempt, slice_)

@@ -21,7 +21,7 @@ from tpujob.hosts.fanout import Host, HostGroup, Progress
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.reconcile.decide import HostStatus, Program
-from tpujob.reconcile.sweep import SetupFailed, policy_of
+from tpujob.reconcile.sweep import SetupFailed, policy_of, slice_network
 from tpujob.service import runtime_bundle, secrets, storage
 from tpujob.store.repository import format_job_id
 
@@ -34,8 +34,7 @@ KEY_POLL_MAX = 10.0      # seconds between guest-attribute reads while waiting f
 
 def external_ips(job) -> bool:
     """Whether tpujob reaches the job's hosts on their external addresses (tpu.network)."""
-    network = json.loads(job.spec_json)["spec"]["tpu"].get("network") or {}
-    return network.get("external_ips", True)
+    return slice_network(json.loads(job.spec_json)["spec"]["tpu"])["external_ips"]
 
 
 def ssh_port(settings) -> int:
