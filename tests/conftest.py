@@ -11,7 +11,7 @@ import pytest
 
 # Settings a developer's shell may carry; a test must never see them (nor touch ~/.tpujob).
 _SETTING_VARS = ("TPUJOB_CLOUD", "TPUJOB_PROJECT", "TPUJOB_ZONE", "TPUJOB_SSH_USER", "TPUJOB_DB_URL",
-                 "TPUJOB_DEBUG", "TPUJOB_EMULATOR_DIR")
+                 "TPUJOB_DEBUG", "TPUJOB_EMULATOR_DIR", "TPUJOB_SSH_HOST_KEYS")
 
 
 @pytest.fixture(autouse=True)
@@ -120,7 +120,7 @@ def local_cloud(shared_emulator, monkeypatch):
 
     monkeypatch.setenv("TPUJOB_EMULATOR_DIR", str(Path(shared_emulator["log_file"]).parent))
     client = EmulatorClient(shared_emulator["tpu_endpoint"])
-    client.set_faults(api_error_rate=0.0)
+    client.set_faults(api_error_rate=0.0, hostkeys_delay=0.0)
     return client
 
 

@@ -13,6 +13,9 @@ from pathlib import Path
 from tpujob.errors import ConfigError, UsageError
 
 CLOUDS = ("local", "gcp")
+# How SSH trusts a host: `strict` only with the key the cloud published in guest attributes;
+# `accept-new` also trusts a host that published none on first use, then holds it to that key.
+HOST_KEY_POLICIES = ("strict", "accept-new")
 LOCAL_PROJECT = "tpujob-local"
 
 
@@ -27,6 +30,7 @@ class Settings:
     zone: str = ""
     ssh_user: str = "tpujob"
     db_url: str = ""
+    ssh_host_keys: str = "strict"
 
     @property
     def home(self) -> Path:
@@ -75,6 +79,9 @@ def load() -> Settings:
     settings = Settings(**values)
     if settings.cloud not in CLOUDS:
         raise ConfigError(f"cloud must be one of {', '.join(CLOUDS)}, not {settings.cloud!r}")
+    if settings.ssh_host_keys not in HOST_KEY_POLICIES:
+        raise ConfigError(f"ssh_host_keys must be one of {', '.join(HOST_KEY_POLICIES)}, "
+                          f"not {settings.ssh_host_keys!r}")
     return settings
 
 
@@ -84,6 +91,8 @@ def set_value(key: str, value: str) -> Settings:
         raise UsageError(f"unknown setting {key!r} (known: {', '.join(KEYS)})")
     if key == "cloud" and value not in CLOUDS:
         raise UsageError(f"cloud must be one of {', '.join(CLOUDS)}, not {value!r}")
+    if key == "ssh_host_keys" and value not in HOST_KEY_POLICIES:
+        raise UsageError(f"ssh_host_keys must be one of {', '.join(HOST_KEY_POLICIES)}, not {value!r}")
     import yaml
 
     data = _read_file()

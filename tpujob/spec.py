@@ -24,6 +24,16 @@ BUCKET_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ZONE_NAME = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 PROVISIONING = ("spot", "on-demand", "preemptible")
+# Network and subnetwork as the Compute API takes them (compute.v1 discovery document,
+# NetworkInterface.network/subnetwork): a name, or a full or partial URL of the resource.
+# Tags: compute.v1 Tags.items, "1-63 characters long, and comply with RFC1035".
+_PROJECT = r"(?:[a-z0-9.-]+:)?[a-z][-a-z0-9]{4,28}[a-z0-9]"
+_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_COMPUTE_URL = r"(?:https://(?:www|compute)\.googleapis\.com/compute/(?:v1|beta|alpha)/)?"
+NETWORK_REF = re.compile(rf"^(?:{_NAME}|{_COMPUTE_URL}(?:projects/{_PROJECT}/)?global/networks/{_NAME})$")
+SUBNETWORK_REF = re.compile(rf"^(?:{_NAME}|{_COMPUTE_URL}(?:projects/{_PROJECT}/)?"
+                            rf"regions/(?P<region>[a-z]+-[a-z]+[0-9]+)/subnetworks/{_NAME})$")
+NETWORK_TAG = re.compile(rf"^{_NAME}$")
 
 
 class _Model(BaseModel):
@@ -36,6 +46,15 @@ class Fallback(_Model):
     zone: Optional[str] = None
 
 
+class NetworkSpec(_Model):
+    """The node's networkConfig and tags (tpu.v2 Node.networkConfig, Node.tags)."""
+    # gcloud sends enableExternalIps = not --internal-ips: external addresses unless asked not to.
+    external_ips: bool = True
+    network: Optional[str] = None  # a name or a resource path; None: Google's "default"
+    subnetwork: Optional[str] = None
+    tags: list[str] = Field(default_factory=list)  # firewall targets
+
+
 class TpuSpec(_Model):
     accelerator: str
     zone: Optional[str] = None
@@ -44,6 +63,7 @@ class TpuSpec(_Model):
     provisioning: Literal["spot", "on-demand", "preemptible"] = "spot"
     queued: bool = True
     fallback: list[Fallback] = Field(default_factory=list)
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
 
 
 class DiskSpec(_Model):
@@ -342,6 +362,31 @@ def _check_shared_run_dir(spec: JobSpec, acc: Accelerator, lines) -> None:
                     "host: set run_dir: gs://BUCKET/PATH", ("run_dir",), lines)
 
 
+def _check_network(net: NetworkSpec, zones: list[str], lines) -> None:
+    base = ("tpu", "network")
+    if net.network is not None and not NETWORK_REF.match(net.network):
+        raise _fail(f"{net.network!r} is not a network: give its name (e.g. default) or its path "
+                    "projects/PROJECT/global/networks/NAME", base + ("network",), lines)
+    if net.subnetwork is not None:
+        match = SUBNETWORK_REF.match(net.subnetwork)
+        if not match:
+            raise _fail(f"{net.subnetwork!r} is not a subnetwork: give its name or its path "
+                        "projects/PROJECT/regions/REGION/subnetworks/NAME", base + ("subnetwork",), lines)
+        # A subnetwork is regional: a node in a zone of another region cannot use it.
+        elsewhere = [z for z in zones if match["region"] and not z.startswith(match["region"] + "-")]
+        if elsewhere:
+            raise _fail(f"subnetwork {net.subnetwork!r} is in region {match['region']}, but the job may "
+                        f"run in zone {elsewhere[0]}", base + ("subnetwork",), lines)
+    seen: set[str] = set()
+    for i, tag in enumerate(net.tags):
+        if not NETWORK_TAG.match(tag):
+            raise _fail(f"{tag!r} is not a network tag: 1-63 lowercase letters, digits and hyphens, "
+                        "starting with a letter and not ending with a hyphen", base + ("tags", i), lines)
+        if tag in seen:
+            raise _fail(f"tag {tag!r} is listed twice", base + ("tags", i), lines)
+        seen.add(tag)
+
+
 def _hourly_cost(acc: Accelerator, provisioning: str) -> float | None:
     """The price per hour of the slice as provisioned: the on-demand list price, or the spot
     (preemptible) price. None where the catalogue has no published spot figure: the on-demand
@@ -457,6 +502,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
                 raise _fail(str(exc), base + ("accelerator",), lines) from None
             _check_disks(spec, alt, lines, f"fallback {alt.name}")
             _check_shared_run_dir(spec, alt, lines)
+    _check_network(spec.tpu.network, [zone] + [f.zone for f in spec.tpu.fallback if f.zone], lines)
 
     return ResolvedSpec(
         spec=spec, accelerator=acc.name, generation=acc.generation.alias, hosts=acc.hosts,

@@ -54,7 +54,7 @@ def running(cli, local_cloud, tmp_path):
 def test_show_reports_each_host_and_list_does_not(cli, local_cloud, running):
     job, node = running
     data = json.loads(cli("show", "--json", job).out)
-    ips = [h["ip"] for h in local_cloud.hosts(node)]
+    ips = [h["externalIp"] for h in local_cloud.hosts(node)]  # where tpujob reaches them
     assert data["hosts"] == [{"index": i, "ip": ips[i], "program": "running", "exit_code": None,
                               "step": None, "error": ""} for i in range(2)]
     text = cli("show", job).out

@@ -25,9 +25,10 @@ class Endpoint:
 class RecordingMachines:
     made: list["RecordingMachines"] = []
 
-    def __init__(self, root, node_id, num_hosts, authorized_keys, ip_block, ssh_port):
+    def __init__(self, root, node_id, num_hosts, authorized_keys, ip_block, ssh_port, external_ips=None):
         self.args = dict(root=root, node_id=node_id, num_hosts=num_hosts,
-                         authorized_keys=authorized_keys, ip_block=ip_block, ssh_port=ssh_port)
+                         authorized_keys=authorized_keys, ip_block=ip_block, ssh_port=ssh_port,
+                         external_ips=external_ips)
         self.calls: list[tuple] = []
         RecordingMachines.made.append(self)
 
@@ -48,6 +49,9 @@ class RecordingMachines:
 
     def host_root(self, index):
         return self.args["root"] / f"host-{index}"
+
+    def ssh_connections(self, index):
+        return {}
 
 
 class BrokenMachines(RecordingMachines):

@@ -24,11 +24,11 @@ def register(app: typer.Typer) -> None:
             render.print_json(data)
             return
         for key, value in data.items():
-            typer.echo(f"{key + ':':<14}{value}")
+            typer.echo(f"{(key + ':').ljust(13)} {value}")
 
     @config.command("set")
     def set_(key: str, value: str):
-        """Set one setting (cloud, project, zone, ssh_user, db_url)."""
+        """Set one setting (cloud, project, zone, ssh_user, db_url, ssh_host_keys)."""
         from tpujob import settings
 
         settings.set_value(key, value)

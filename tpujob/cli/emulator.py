@@ -73,17 +73,22 @@ def register(app: typer.Typer) -> None:
             None, help="Fraction of TPU and Compute API calls answered 429 or 503 (0 to 1)."),
         provisioning_delay: Optional[float] = typer.Option(
             None, help="Seconds each provisioning step takes."),
+        hostkeys_delay: Optional[float] = typer.Option(
+            None, help="Seconds after boot before a node publishes its SSH host keys in guest "
+                       "attributes; negative: never."),
         json_: bool = typer.Option(False, "--json"),
     ):
-        """Set (or, without options, show) the API error rate and the provisioning delay."""
+        """Set (or, without options, show) the API error rate and the delays."""
         from tpujob.emulator import process
 
-        current = process.client().set_faults(api_error_rate, provisioning_delay)
+        current = process.client().set_faults(api_error_rate, provisioning_delay, hostkeys_delay)
         if json_:
             print_json(current)
             return
+        keys = current["hostkeysDelay"]
         typer.echo(f"api error rate {current['apiErrorRate']:g}, provisioning delay "
-                   f"{current['provisioningDelay']:g} s")
+                   f"{current['provisioningDelay']:g} s, host keys "
+                   + ("never published" if keys < 0 else f"published {keys:g} s after boot"))
         for s in current["stockouts"]:
             typer.echo(f"stockout: {s['zone']} {s['acceleratorType'] or '(all accelerators)'}")
 

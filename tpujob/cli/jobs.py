@@ -326,6 +326,16 @@ def _cost_line(r) -> str:
     return f"${r.cost_per_hour_usd:.2f}/h ({provisioning} price; {list_price})"
 
 
+def _network_line(net) -> str:
+    """Where the hosts sit and how tpujob reaches them: external addresses, or internal ones
+    only (then tpujob must run inside the VPC, as gcloud's --internal-ips needs)."""
+    where = f"network {net.network or 'default'}, subnetwork {net.subnetwork or 'default'}"
+    tags = f", tags {', '.join(net.tags)}" if net.tags else ""
+    reach = ("external IPs (SSH over them)" if net.external_ips
+             else "internal IPs only (tpujob must run inside the VPC)")
+    return f"{reach}; {where}{tags}"
+
+
 def _print_resolved(r) -> None:
     cost = _cost_line(r)
     lines = [
@@ -333,7 +343,7 @@ def _print_resolved(r) -> None:
         ("hosts", r.hosts), ("chips", r.chips), ("zone", r.zone), ("project", r.project),
         ("runtime", r.runtime_version),
         ("provisioning", f"{r.spec.tpu.provisioning}{', queued' if r.spec.tpu.queued else ''}"),
-        ("cost", cost),
+        ("cost", cost), ("network", _network_line(r.spec.tpu.network)),
     ]
     for name, kind in r.disk_types.items():
         lines.append(("disk", f"{name} ({kind})"))

@@ -82,7 +82,13 @@ def slice_phase(node_state: str | None, queued_resource_state: str | None) -> Sl
 class Host:
     index: int
     ip: str  # internal address (on the emulator: the host's own loopback address)
-    external_ip: str | None = None
+    external_ip: str | None = None  # accessConfig.externalIp: only on nodes created with them
+
+    def address(self, external: bool) -> str:
+        """Where to reach the host: its external address unless asked for the internal one,
+        or when it has none (as gcloud's tpu-vm ssh picks: ParseWorkerFlag in
+        googlecloudsdk/command_lib/compute/tpus/tpu_vm/ssh_utils.py, `--internal-ip`)."""
+        return self.external_ip if external and self.external_ip else self.ip
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,12 @@ class SliceRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     ssh_keys: tuple[str, ...] = ()  # "USER:ssh-ed25519 AAAA... comment" lines
     data_disks: tuple[DataDisk, ...] = ()
+    # networkConfig and tags: external IPs unless asked not to (gcloud sends
+    # enableExternalIps = not --internal-ips); network/subnetwork None: Google's "default".
+    external_ips: bool = True
+    network: str | None = None
+    subnetwork: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,13 @@ class GcpCloud:
                 source_disk=d.source,
                 mode=(tpu_v2.AttachedDisk.DiskMode.READ_ONLY if d.read_only
                       else tpu_v2.AttachedDisk.DiskMode.READ_WRITE))
-                for d in request.data_disks])
+                for d in request.data_disks],
+            # Without enableExternalIps the workers get internal addresses only (the API's
+            # default is false): unreachable from outside the VPC, and no PyPI without NAT.
+            network_config=tpu_v2.NetworkConfig(
+                enable_external_ips=request.external_ips, network=request.network or "",
+                subnetwork=request.subnetwork or ""),
+            tags=list(request.tags))
         # Queued resources take spot through their own tier (set by the caller), not here.
         if request.provisioning == "spot" and not request.queued:
             node.scheduling_config = tpu_v2.SchedulingConfig(spot=True)

@@ -36,15 +36,19 @@ class EmulatorClient:
                              {"zone": zone, "acceleratorType": accelerator_type, "clear": clear})
 
     def set_faults(self, api_error_rate: float | None = None,
-                   provisioning_delay: float | None = None) -> dict:
+                   provisioning_delay: float | None = None,
+                   hostkeys_delay: float | None = None) -> dict:
+        """hostkeys_delay: seconds after boot before nodes publish their host keys (< 0: never)."""
         return self._request("POST", "faults", {"apiErrorRate": api_error_rate,
-                                                "provisioningDelay": provisioning_delay})
+                                                "provisioningDelay": provisioning_delay,
+                                                "hostkeysDelay": hostkeys_delay})
 
     def kill_host(self, node: str, index: int) -> None:
         self._request("POST", "kill-host", {"node": node, "index": index})
 
     def hosts(self, node: str) -> list[dict]:
-        """Each host of the node: index, ip, sshPort, hostKey, root (its filesystem, or null)."""
+        """Each host of the node: index, ip, externalIp (or null), sshPort, hostKey, root (its
+        filesystem, or null), sshConnections (connections accepted per address)."""
         query = urllib.parse.urlencode({"node": node})
         return self._request("GET", f"hosts?{query}")["hosts"]
 

@@ -58,52 +58,63 @@ class HostSshServer:
     """Listens on (ip, port); every connection runs commands on the host's namespace."""
 
     def __init__(self, ip: str, port: int, host_key: paramiko.PKey, authorized: set,
-                 holder_pid: int, label: str):
+                 holder_pid: int, label: str, external_ip: str | None = None):
         self.ip, self.port, self.label = ip, port, label
+        # A worker with an external address answers on it too (Google NATs it 1:1 to the
+        # internal one); here it is a second loopback address of the same server.
+        self.addresses = [ip] + ([external_ip] if external_ip else [])
         self.host_key = host_key
         self.authorized = authorized
         self.holder_pid = holder_pid
-        self._sock: socket.socket | None = None
+        self._socks: list[socket.socket] = []
+        # Connections accepted per local address, for tests (which address a client used).
+        self.connections: dict[str, int] = {a: 0 for a in self.addresses}
         self._transports: set[paramiko.Transport] = set()
         self._lock = threading.Lock()
         self._closed = False
 
     def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.ip, self.port))
-        except OSError:
-            sock.close()
-            raise
-        sock.listen(64)
-        self._sock = sock
-        threading.Thread(target=self._accept_loop, name=f"ssh-{self.label}", daemon=True).start()
+        for address in self.addresses:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((address, self.port))
+            except OSError:
+                sock.close()
+                self.close()
+                raise
+            sock.listen(64)
+            self._socks.append(sock)
+        for sock in self._socks:
+            threading.Thread(target=self._accept_loop, args=(sock,), name=f"ssh-{self.label}",
+                             daemon=True).start()
 
     def close(self) -> None:
-        """SSH stops answering: the listener and every open connection are closed."""
+        """SSH stops answering: the listeners and every open connection are closed."""
         with self._lock:
             self._closed = True
             transports = list(self._transports)
-        if self._sock:
+        for sock in self._socks:
             try:
-                self._sock.shutdown(socket.SHUT_RDWR)   # wakes the blocked accept() on Linux
+                sock.shutdown(socket.SHUT_RDWR)   # wakes the blocked accept() on Linux
             except OSError:
                 pass
-            self._sock.close()
+            sock.close()
         for t in transports:
             t.close()
 
-    def _accept_loop(self) -> None:
+    def _accept_loop(self, sock: socket.socket) -> None:
         while True:
             try:
-                conn, _ = self._sock.accept()
+                conn, _ = sock.accept()
             except OSError:
                 return
             with self._lock:
                 if self._closed:
                     conn.close()
                     return
+                address = sock.getsockname()[0]
+                self.connections[address] = self.connections.get(address, 0) + 1
             try:
                 transport = paramiko.Transport(conn)
                 # Channel requests go through _after_reply: a command starts once its request

@@ -83,10 +83,11 @@ def host_ip(ip_block: int, index: int) -> str:
 class _Host:
     """One emulated VM: its namespace holder, its mount namespace id, its SSH server."""
 
-    def __init__(self, index: int, root: pathlib.Path, ip: str):
+    def __init__(self, index: int, root: pathlib.Path, ip: str, external_ip: str | None = None):
         self.index = index
         self.root = root
         self.ip = ip
+        self.external_ip = external_ip
         self.holder: subprocess.Popen | None = None
         self.ns: tuple[int, int] | None = None   # (st_dev, st_ino) of the mount namespace
         self.server: HostSshServer | None = None
@@ -135,7 +136,8 @@ class SliceMachines:
     """The hosts of one emulated TPU node: started when the node is being created."""
 
     def __init__(self, root: pathlib.Path, node_id: str, num_hosts: int,
-                 authorized_keys: list[str], ip_block: int, ssh_port: int):
+                 authorized_keys: list[str], ip_block: int, ssh_port: int,
+                 external_ips: list[str] | None = None):
         if not 1 <= ip_block <= MAX_IP_BLOCK:
             raise ValueError(f"ip_block {ip_block} is outside 1..{MAX_IP_BLOCK}")
         if not 1 <= num_hosts <= 254:
@@ -144,7 +146,11 @@ class SliceMachines:
         self.node_id = node_id
         self.ssh_port = ssh_port
         self._keys = parse_authorized_keys(authorized_keys)
-        self._hosts = [_Host(i, self.root / f"host-{i}", host_ip(ip_block, i))
+        if external_ips and len(external_ips) != num_hosts:
+            raise ValueError(f"{len(external_ips)} external addresses for {num_hosts} hosts")
+        # external_ips: a second address per host, where its SSH server also answers.
+        self._hosts = [_Host(i, self.root / f"host-{i}", host_ip(ip_block, i),
+                             external_ips[i] if external_ips else None)
                        for i in range(num_hosts)]
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -152,6 +158,11 @@ class SliceMachines:
     def host_root(self, index: int) -> pathlib.Path:
         """Where host `index`'s own /mnt, /home, /root and /tmp live, seen from outside."""
         return self._hosts[index].root
+
+    def ssh_connections(self, index: int) -> dict[str, int]:
+        """SSH connections host `index` accepted so far, per address it was reached on."""
+        server = self._hosts[index].server
+        return dict(server.connections) if server else {}
 
     def host_pids(self, index: int) -> list[int]:
         """The processes running on host `index` now (its namespace holder included)."""
@@ -169,7 +180,8 @@ class SliceMachines:
             key = new_host_key()
             host.server = HostSshServer(
                 ip=host.ip, port=self.ssh_port, host_key=key, authorized=self._keys,
-                holder_pid=host.holder.pid, label=f"{self.node_id}/{host.index}")
+                holder_pid=host.holder.pid, label=f"{self.node_id}/{host.index}",
+                external_ip=host.external_ip)
             host.server.start()
             endpoints.append(HostEndpoint(host.index, host.ip, self.ssh_port,
                                           f"{key.get_name()} {key.get_base64()}"))

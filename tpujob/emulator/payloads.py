@@ -46,6 +46,22 @@ def host_ip(ip_block: int, index: int) -> str:
     return f"127.{16 + ip_block // 250}.{ip_block % 250}.{index + 1}"
 
 
+# External addresses come from 127.1.0.0-127.15.255.255, apart from the internal ones
+# (127.16+, host_ip) and from 127.0.0.0/16 (the emulator's own 127.0.0.1, Debian's 127.0.1.1):
+# one block of up to 254 workers per node that asked for them.
+EXTERNAL_BLOCKS = 15 * 256
+
+
+def external_ip(block: int, index: int) -> str:
+    return f"127.{1 + block // 256}.{block % 256}.{index + 1}"
+
+
+def external_ips_enabled(node_body: dict) -> bool:
+    # tpu.v2 NetworkConfig.enableExternalIps, a proto3 bool: absent means false ("Indicates that
+    # external IP addresses would be associated with the TPU workers").
+    return bool(node_body.get("networkConfig", {}).get("enableExternalIps"))
+
+
 def stockout_message(zone: str) -> str:
     # The wording Google's TPU API uses in the failed create operation (error code 8).
     return (f'There is no more capacity in the zone "{zone}"; you can try in another zone where '

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from tpujob.emulator.machines import MAX_IP_BLOCK
-from tpujob.emulator.payloads import (ABORTED, INTERNAL, RESOURCE_EXHAUSTED, TPU_RUNTIME_PORT,
-                                      ApiError, VirtualHost, accelerator_hosts, authorized_keys,
-                                      check_id, copy_json, duration_seconds, host_ip, now,
+from tpujob.emulator.payloads import (ABORTED, EXTERNAL_BLOCKS, INTERNAL, RESOURCE_EXHAUSTED,
+                                      TPU_RUNTIME_PORT, ApiError, VirtualHost, accelerator_hosts,
+                                      authorized_keys, check_id, copy_json, duration_seconds,
+                                      external_ip, external_ips_enabled, host_ip, now,
                                       stockout_message)
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class Machines(Protocol):
     def kill_host(self, index: int) -> None: ...
     def stop(self) -> None: ...
     def host_root(self, index: int) -> pathlib.Path: ...
+    def ssh_connections(self, index: int) -> dict[str, int]: ...
 
 
 MachinesFactory = Callable[..., Machines]
@@ -48,6 +50,8 @@ class _Node:
     hosts: list = field(default_factory=list)
     machines: Machines | None = None
     ip_block: int = 0
+    external_block: int | None = None  # its workers' external addresses, when it asked for them
+    booted_at: float | None = None  # monotonic time its hosts came up (guest agents start then)
     deleting: bool = False
     gone: bool = False
     preempting: bool = False  # hosts in their SIGTERM grace; the node still reads READY
@@ -92,6 +96,8 @@ class Emulator:
         self.root = pathlib.Path(root)
         self.provisioning_delay = provisioning_delay
         self.api_error_rate = 0.0
+        # Seconds after boot before a node's guest attributes carry its host keys; < 0: never.
+        self.hostkeys_delay = 0.0
         self.ssh_port = ssh_port
         self.preempt_grace = preempt_grace
         self._factory = machines_factory
@@ -169,9 +175,14 @@ class Emulator:
             node = self._node(name)
             hosts = [h for h in node.hosts if not worker_ids or str(h.index) in worker_ids]
         answer = []
+        # Google writes host keys to guest attributes on the VM's first boot, through its guest
+        # agent ("Securely connecting to VM instances", cloud.google.com/solutions/
+        # connecting-securely); until the agent has run, or where guest attributes are off, the
+        # query answers no items (gcloud then says "Unable to retrieve host keys ... Continuing").
+        published = self._hostkeys_published(node)
         for host in hosts:
             items = []
-            if host.host_key:
+            if host.host_key and published:
                 key_type, key_b64 = host.host_key.split()[:2]
                 entry = {"namespace": "hostkeys", "key": key_type, "value": key_b64}
                 if namespace in ("", "hostkeys") and key in ("", key_type):
@@ -250,8 +261,11 @@ class Emulator:
             return ApiError(503, "The service is currently unavailable (emulated)")
         return None
 
-    def set_faults(self, api_error_rate: float | None, provisioning_delay: float | None) -> None:
+    def set_faults(self, api_error_rate: float | None, provisioning_delay: float | None,
+                   hostkeys_delay: float | None = None) -> None:
         with self._lock:
+            if hostkeys_delay is not None:
+                self.hostkeys_delay = hostkeys_delay
             if api_error_rate is not None:
                 if not 0 <= api_error_rate <= 1:
                     raise ApiError(400, "apiErrorRate must be between 0 and 1")
@@ -273,6 +287,7 @@ class Emulator:
         with self._lock:
             return {"apiErrorRate": self.api_error_rate,
                     "provisioningDelay": self.provisioning_delay,
+                    "hostkeysDelay": self.hostkeys_delay,
                     "stockouts": [{"zone": z, "acceleratorType": a}
                                   for z, a in sorted(self._stockouts, key=str)]}
 
@@ -316,12 +331,17 @@ class Emulator:
             machines.kill_host(index)
 
     def hosts(self, node_ref: str) -> list[dict]:
-        """Each host's address, SSH port and (with machines on) filesystem root, for tests."""
+        """Each host's addresses, SSH port and (with machines on) filesystem root and the SSH
+        connections it accepted per address, for tests."""
         with self._lock:
             node = self.find_node(node_ref)
             hosts, machines = list(node.hosts), node.machines
+        ext = node.external_block
         return [{"index": h.index, "ip": h.ip, "sshPort": h.ssh_port, "hostKey": h.host_key,
-                 "root": str(machines.host_root(h.index)) if machines else None} for h in hosts]
+                 "externalIp": external_ip(ext, h.index) if ext is not None else None,
+                 "root": str(machines.host_root(h.index)) if machines else None,
+                 "sshConnections": machines.ssh_connections(h.index) if machines else {}}
+                for h in hosts]
 
     def find_node(self, ref: str) -> _Node:
         """A node by full name or by bare node id (unique across zones)."""
@@ -413,13 +433,15 @@ class Emulator:
         """Start the node's hosts, then READY after the provisioning delay; else why not."""
         hosts_count = accelerator_hosts(node.body)
         keys = authorized_keys(node.body.get("metadata", {}))
+        ext = node.external_block
+        externals = [external_ip(ext, i) for i in range(hosts_count)] if ext is not None else None
         machines = None
         if self._factory:
             try:
                 machines = self._factory(
                     root=self.root / "hosts" / node.node_id, node_id=node.node_id,
                     num_hosts=hosts_count, authorized_keys=keys, ip_block=node.ip_block,
-                    ssh_port=self.ssh_port)
+                    ssh_port=self.ssh_port, external_ips=externals)
                 hosts = machines.start()
                 self._expose_disks(node, machines, node.body.get("dataDisks", []))
             except Exception as err:  # the node shows the failure, as a broken TPU VM would
@@ -434,8 +456,13 @@ class Emulator:
                      for i in range(hosts_count)]
         with self._lock:
             node.machines, node.hosts = machines, hosts
+            node.booted_at = time.monotonic()
+            # AccessConfig.externalIp is output only, and there only for workers created with
+            # networkConfig.enableExternalIps (tpu.v2 discovery document: AccessConfig,
+            # NetworkConfig); a worker without one has no accessConfig to show.
             node.body["networkEndpoints"] = [
-                {"ipAddress": h.ip, "port": TPU_RUNTIME_PORT, "accessConfig": {"externalIp": h.ip}}
+                {"ipAddress": h.ip, "port": TPU_RUNTIME_PORT,
+                 **({"accessConfig": {"externalIp": externals[h.index]}} if externals else {})}
                 for h in hosts]
         if not self._sleep(self.provisioning_delay, node):
             return _deleted(node)
@@ -514,9 +541,25 @@ class Emulator:
             start = random.randrange(MAX_IP_BLOCK)
             block = next(1 + (start + i) % MAX_IP_BLOCK for i in range(MAX_IP_BLOCK)
                          if 1 + (start + i) % MAX_IP_BLOCK not in used)
-            node = _Node(parent, node_id, body, ip_block=block)
+            node = _Node(parent, node_id, body, ip_block=block,
+                         external_block=self._external_block() if external_ips_enabled(body) else None)
             self._nodes[name] = node
             return node
+
+    def _external_block(self) -> int:
+        used = {n.external_block for n in self._nodes.values()}
+        start = random.randrange(EXTERNAL_BLOCKS)  # as for ip_block: two emulators rarely meet
+        free = next((b for b in ((start + i) % EXTERNAL_BLOCKS for i in range(EXTERNAL_BLOCKS))
+                     if b not in used), None)
+        if free is None:  # a limit of the emulator's address plan, not a Google answer
+            raise ApiError(400, f"emulator limit: at most {EXTERNAL_BLOCKS} nodes with external "
+                                "IPs at once", status="FAILED_PRECONDITION")
+        return free
+
+    def _hostkeys_published(self, node: _Node) -> bool:
+        if self.hostkeys_delay < 0 or node.booted_at is None:
+            return False
+        return time.monotonic() - node.booted_at >= self.hostkeys_delay
 
     def _node(self, name: str) -> _Node:
         if name not in self._nodes:

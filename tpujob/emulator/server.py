@@ -147,7 +147,8 @@ class TpuApp:
         if request.method == "POST":
             body = _read_json(request)
             self.emulator.set_faults(_number(body, "apiErrorRate"),
-                                     _number(body, "provisioningDelay"))
+                                     _number(body, "provisioningDelay"),
+                                     _number(body, "hostkeysDelay"))
         return self.emulator.faults()
 
     def _stockout(self, request: Request) -> dict:

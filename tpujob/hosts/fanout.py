@@ -3,7 +3,9 @@
 One connection per host, opened on first use and reused by later calls (setup, launch and
 status on the same slice pay the handshake once). Connection errors are retried with backoff;
 a command that started is never re-run (it may not be idempotent). Host keys are checked
-against the keys the cloud published (guest attributes): never AutoAddPolicy.
+against the keys the cloud published (guest attributes): never AutoAddPolicy. Only a group made
+with `accept_new` trusts a host without a known key, on first use: the key it presents then is
+handed to `accept_new` (to be recorded) and held for the group's later connections.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ class HostGroup:
     """The hosts of one slice, reached as `user` with tpujob's key `pkey`."""
 
     def __init__(self, hosts: list[Host], user: str, pkey, *, connect_timeout: float = 10.0,
-                 retries: int = 3, keepalive: int = 15, max_workers: int = 64):
+                 retries: int = 3, keepalive: int = 15, max_workers: int = 64,
+                 accept_new: Callable[[Host, str], None] | None = None):
         self.hosts = sorted(hosts, key=lambda h: h.index)
         self.user = user
         self.pkey = pkey
@@ -97,6 +100,8 @@ class HostGroup:
         self.max_workers = max_workers
         self._clients: dict[int, object] = {}
         self._lock = threading.Lock()
+        self.accept_new = accept_new
+        self._pinned: dict[int, str] = {}   # host index -> the key it showed on first use
 
     def __enter__(self) -> HostGroup:
         return self
@@ -180,15 +185,18 @@ class HostGroup:
         import paramiko
 
         where = f"host {host.index} ({host.address}:{host.port})"
-        if not host.host_keys:
+        if not host.host_keys and self.accept_new is None:
             raise CloudError(f"{where}: no host key known for it; refusing to connect "
                              "unverified")
         delay = 0.5
         for attempt in range(self.retries + 1):
+            with self._lock:
+                known = host.host_keys or ((self._pinned[host.index],) if host.index in self._pinned else ())
             client = paramiko.SSHClient()
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            client.set_missing_host_key_policy(
+                paramiko.RejectPolicy() if known else _PinFirstKey(self, host))
             name = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
-            for line in host.host_keys:
+            for line in known:
                 kind, b64 = line.split()[:2]
                 client.get_host_keys().add(
                     name, kind, paramiko.PKey.from_type_string(kind, base64.b64decode(b64)))
@@ -203,7 +211,8 @@ class HostGroup:
                 client.close()
                 raise CloudError(
                     f"{where}: host key mismatch: it presented {err.key.get_name()} "
-                    f"{err.key.get_base64()}, the cloud published {', '.join(host.host_keys)}"
+                    f"{err.key.get_base64()}, tpujob expected {', '.join(known)} (published by the "
+                    "cloud, or pinned when first seen); refusing to connect"
                 ) from err
             except paramiko.AuthenticationException as err:
                 client.close()
@@ -216,6 +225,9 @@ class HostGroup:
                                      f"{err or type(err).__name__}") from err
                 time.sleep(delay)
                 delay *= 2
+            except BaseException:   # a key pinned differently, or not recorded: no connection
+                client.close()
+                raise
         raise AssertionError("unreachable")
 
     def execute(self, host: Host, command: str, *, stdin: bytes | None = None,
@@ -275,6 +287,30 @@ class HostGroup:
             channel.close()
             if sink:
                 sink.close()
+
+
+class _PinFirstKey:
+    """paramiko's policy for a host with no known key, in a group that accepts new ones: the
+    key is recorded (accept_new) before the connection goes on; a failure to record refuses."""
+
+    def __init__(self, group: HostGroup, host: Host):
+        self.group, self.host = group, host
+
+    def missing_host_key(self, client, hostname, key) -> None:
+        line = f"{key.get_name()} {key.get_base64()}"
+        with self.group._lock:
+            first = self.group._pinned.get(self.host.index)
+        if first is not None and first != line:   # another connection pinned a different key
+            raise CloudError(f"host {self.host.index} ({hostname}): host key mismatch: it presented "
+                             f"{line}, pinned when first seen: {first}; refusing to connect")
+        if first is None:
+            try:
+                self.group.accept_new(self.host, line)
+            except Exception as err:   # unrecorded, the key would not be held next time: no trust
+                raise CloudError(f"host {self.host.index} ({hostname}): its host key could not be "
+                                 f"recorded ({err}); refusing to connect") from err
+            with self.group._lock:
+                self.group._pinned.setdefault(self.host.index, line)
 
 
 def ensure_ok(results: list[HostResult], action: str) -> None:

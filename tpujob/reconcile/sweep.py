@@ -106,6 +106,14 @@ def policy_of(spec: dict) -> Policy:
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))
 
 
+def slice_network(tpu: dict) -> dict:
+    """The slice request's network fields from the spec's tpu.network (absent in specs stored
+    before it existed: external IPs, the default network)."""
+    net = tpu.get("network") or {}
+    return dict(external_ips=net.get("external_ips", True), network=net.get("network"),
+                subnetwork=net.get("subnetwork"), tags=tuple(net.get("tags", ())))
+
+
 def _runtime_version(spec: dict, accelerator: str) -> str:
     """The spec's runtime_version when it names one; otherwise the default of the attempt's own
     generation: a fallback from v4 to v5e must not boot a v4 image."""
@@ -415,6 +423,7 @@ class Reconciler:
                 labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
                 # The job's disks: clones made at the first attempt, reused after.
                 ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt),
+                **slice_network(tpu),
             )
             if attempt.queued:
                 self.cloud.create_queued_resource(request)
@@ -445,7 +454,9 @@ class Reconciler:
         if slice_ is None:
             slice_ = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
         if slice_.hosts:
-            self.store.update(job.id, host0_ip=slice_.hosts[0].ip)
+            # The address tpujob (and so the user) reaches host 0 on, as `list` shows it.
+            external = slice_network(json.loads(job.spec_json)["spec"]["tpu"])["external_ips"]
+            self.store.update(job.id, host0_ip=slice_.hosts[0].address(external))
         try:
             self.hosts.prepare_and_launch(job, attempt, slice_)
             crash_point("launched")

@@ -1,12 +1,17 @@
 """The sweep's hands on the hosts: sync, setup and launch, status, stop, over SSH.
 
-Host keys come from the cloud (guest attributes) and are verified; logs of every host command
-go to $TPUJOB_HOME/logs/JOB/attempt-N/host-K.log.
+Host keys come from the cloud (guest attributes) and are verified; with `ssh_host_keys:
+accept-new`, a host that published none is trusted on first use and held to that key for the
+rest of the attempt. Logs of every host command go to $TPUJOB_HOME/logs/JOB/attempt-N/host-K.log.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -16,7 +21,7 @@ from tpujob.hosts.fanout import Host, HostGroup, Progress
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.reconcile.decide import HostStatus, Program
-from tpujob.reconcile.sweep import SetupFailed, policy_of
+from tpujob.reconcile.sweep import SetupFailed, policy_of, slice_network
 from tpujob.service import runtime_bundle, secrets, storage
 from tpujob.store.repository import format_job_id
 
@@ -24,6 +29,12 @@ COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
 SYNC_TIMEOUT = 600.0     # per host, for an upload of the code or the runtime
 LAUNCH_TIMEOUT = 120.0   # per host; the launch returns once the program started
 LEASE_MARGIN = 60.0      # a step's lease outlives its timeout by this much
+KEY_POLL_MAX = 10.0      # seconds between guest-attribute reads while waiting for host keys
+
+
+def external_ips(job) -> bool:
+    """Whether tpujob reaches the job's hosts on their external addresses (tpu.network)."""
+    return slice_network(json.loads(job.spec_json)["spec"]["tpu"])["external_ips"]
 
 
 def ssh_port(settings) -> int:
@@ -54,23 +65,75 @@ class SshHostOps:
         self._port: int | None = None
 
     # -- plumbing ----------------------------------------------------------------------------
-    def group(self, job, attempt, slice_) -> HostGroup:
+    def group(self, job, attempt, slice_, keys: dict[int, list[str]] | None = None) -> HostGroup:
         if self._port is None:
             self._port = ssh_port(self.ctx.settings)
-        keys = self.host_keys(job, attempt, slice_)
-        hosts = [Host(h.index, h.external_ip or h.ip, self._port, tuple(keys.get(h.index, ())))
+        keys = self.host_keys(job, attempt, slice_) if keys is None else keys
+        external = external_ips(job)
+        hosts = [Host(h.index, h.address(external), self._port, tuple(keys.get(h.index, ())))
                  for h in slice_.hosts]
-        return HostGroup(hosts, self.user, load_key(self.ctx.settings.home))
+        pin = self._pin_first_key(job, attempt, keys) if self._accept_new else None
+        return HostGroup(hosts, self.user, load_key(self.ctx.settings.home), accept_new=pin)
+
+    @property
+    def _accept_new(self) -> bool:
+        return self.ctx.settings.ssh_host_keys == "accept-new"
 
     def host_keys(self, job, attempt, slice_) -> dict[int, list[str]]:
-        """The slice's host keys: from the attempt's record, else from the cloud (then kept,
-        once every host has published one, so later sweeps make no API call for them)."""
-        if attempt.host_keys:
-            return {int(k): v for k, v in json.loads(attempt.host_keys).items()}
-        keys = self.cloud.host_keys(job.project, attempt.zone, attempt.slice_name)
+        """The slice's host keys: those recorded on the attempt (published by the cloud, or
+        pinned on first use), completed from the cloud's guest attributes, and recorded once
+        every host has one (later sweeps then make no API call for them). A recorded key wins
+        over a published one: it is the key tpujob has trusted this attempt with."""
+        recorded = _recorded_keys(self.ctx.store, job.id, attempt.number)
+        if slice_.hosts and all(recorded.get(h.index) for h in slice_.hosts):
+            return recorded
+        published = self.cloud.host_keys(job.project, attempt.zone, attempt.slice_name)
+        keys = {i: v for i, v in published.items() if v} | recorded
         if slice_.hosts and all(keys.get(h.index) for h in slice_.hosts):
             self.ctx.store.record_host_keys(job.id, attempt.number, json.dumps(keys))
         return keys
+
+    def await_host_keys(self, job, attempt, slice_, timeout: float) -> dict[int, list[str]]:
+        """Every host's published key, waiting for them within the setup timeout (counted from
+        the start of setup): a guest agent publishes its host's keys some time after boot.
+        SetupFailed names the first host still without one then. With accept-new, no wait:
+        a host without a published key is trusted on first use instead."""
+        deadline = (job.state_since or time.time()) + timeout
+        delay, waiting = 0.2, False
+        while True:
+            keys = self.host_keys(job, attempt, slice_)
+            missing = [h.index for h in slice_.hosts if not keys.get(h.index)]
+            if not missing or self._accept_new:
+                return keys
+            left = deadline - time.time()
+            if left <= 0:
+                raise SetupFailed(
+                    f"host {missing[0]} published no SSH host key in guest attributes within "
+                    f"{timeout:.0f}s (is its guest agent running? `tpujob config set ssh_host_keys "
+                    "accept-new` trusts a host's first key instead)")
+            if not waiting:
+                waiting = True
+                self.ctx.store.add_event(job.id, "setup", f"waiting for the SSH host keys of "
+                                         f"{_hosts_text(missing)} in guest attributes")
+            self._renew_lease(job, left + LEASE_MARGIN)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, KEY_POLL_MAX)
+
+    def _pin_first_key(self, job, attempt, keys: dict[int, list[str]]):
+        """HostGroup's accept_new: record a host's first key on the attempt (before the
+        connection goes on), with an event saying so."""
+        lock = threading.Lock()
+
+        def pin(host: Host, line: str) -> None:
+            with lock:
+                merged = keys | _recorded_keys(self.ctx.store, job.id, attempt.number)
+                merged[host.index] = [line]
+                self.ctx.store.record_host_keys(job.id, attempt.number, json.dumps(merged))
+            self.ctx.store.add_event(
+                job.id, "hosts", f"host {host.index} published no SSH host key; accepted "
+                f"{_fingerprint(line)} on first use (ssh_host_keys accept-new), pinned for "
+                f"attempt {attempt.number}")
+        return pin
 
     def log_dir(self, job, attempt) -> Path:
         path = self.ctx.settings.home / "logs" / format_job_id(job.id) / f"attempt-{attempt.number}"
@@ -115,15 +178,16 @@ class SshHostOps:
         host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
         try:
-            self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout)
+            keys = self.await_host_keys(job, attempt, slice_, timeout)
+            self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout, keys)
         finally:  # no host step under way any more: back to the usual lease
             self._renew_lease(job, 0)
 
-    def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout) -> None:
+    def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout, keys) -> None:
         jid = format_job_id(job.id)
         logs = self.log_dir(job, attempt)
         log_of = lambda host: logs / f"host-{host.index}.log"  # noqa: E731
-        with self.group(job, attempt, slice_) as group:
+        with self.group(job, attempt, slice_, keys) as group:
             if spec.get("sync_path"):
                 from tpujob.hosts.sync import sync
 
@@ -211,6 +275,26 @@ class SshHostOps:
     def _log_paths(self, job, attempt):
         logs = self.log_dir(job, attempt)
         return lambda host: logs / f"host-{host.index}.log"
+
+
+def _recorded_keys(store, job_id: int, number: int) -> dict[int, list[str]]:
+    """The host keys recorded on attempt `number`, read afresh (a group may have pinned some)."""
+    row = next((a for a in store.attempts(job_id) if a.number == number), None)
+    if row is None or not row.host_keys:
+        return {}
+    return {int(k): v for k, v in json.loads(row.host_keys).items()}
+
+
+def _fingerprint(line: str) -> str:
+    """OpenSSH's form: "ssh-ed25519 SHA256:..." (what `ssh-keygen -lf` shows)."""
+    kind, b64 = line.split()[:2]
+    digest = base64.b64encode(hashlib.sha256(base64.b64decode(b64)).digest()).decode().rstrip("=")
+    return f"{kind} SHA256:{digest}"
+
+
+def _hosts_text(indices: list[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[:8]) + (f" and {len(indices) - 8} more" if len(indices) > 8 else "")
+    return f"host{'s' if len(indices) > 1 else ''} {shown}"
 
 
 def _command(spec: dict, job_id: str) -> str:

@@ -75,7 +75,7 @@ def _group(ctx: Context, cloud, job, attempt, slice_, host: int | None):
     chosen = [h for h in group.hosts if h.index == host]
     if not chosen:
         raise UsageError(f"--host {host}: the slice has hosts 0 to {len(group.hosts) - 1}")
-    return HostGroup(chosen, group.user, group.pkey)
+    return HostGroup(chosen, group.user, group.pkey, accept_new=group.accept_new)
 
 
 def _ready(ctx: Context, ref: str, host: int | None, attempt: int | None = None):
@@ -358,7 +358,9 @@ def host_status(ctx: Context, job) -> list[HostProgram]:
     slice_ = _slice(cloud, job, row)
     if slice_ is None or slice_.phase != SlicePhase.READY:
         return []
-    ips = {h.index: h.external_ip or h.ip for h in slice_.hosts}
+    from tpujob.service.hostops import external_ips
+
+    ips = {h.index: h.address(external_ips(job)) for h in slice_.hosts}
     group = _group(ctx, cloud, job, row, slice_, None)
     group.retries, group.connect_timeout = 0, 5.0   # `show` answers fast; a dead host is news
     from tpujob.service.storage import host_run_dir_for
