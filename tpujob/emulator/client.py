@@ -50,6 +50,10 @@ class EmulatorClient:
             "method": method, "status": status, "message": message, "grpc_status": grpc_status,
             "reason": reason, "in_operation": in_operation, "times": times})
 
+    def clear_fail_next(self) -> None:
+        """Forget every fail-next fault still pending."""
+        self._request("DELETE", "fail-next")
+
     def kill_host(self, node: str, index: int) -> None:
         self._request("POST", "kill-host", {"node": node, "index": index})
 

@@ -153,6 +153,10 @@ class FailNext:
                 del self._pending[method]
             return fault
 
+    def clear(self) -> None:
+        with self._lock:
+            self._pending.clear()
+
     def pending(self) -> list[dict]:
         with self._lock:
             return [{"method": f.method, "status": f.status, "grpcStatus": f.grpc_status,

@@ -44,7 +44,7 @@ _ROUTES = Map([
     Rule(f"{_LOC}/operations/<rid>", methods=["GET"], endpoint="get_operation"),
     Rule("/emulator/v1/status", methods=["GET"], endpoint="status"),
     Rule("/emulator/v1/faults", methods=["GET", "POST"], endpoint="faults"),
-    Rule("/emulator/v1/fail-next", methods=["GET", "POST"], endpoint="fail_next"),
+    Rule("/emulator/v1/fail-next", methods=["GET", "POST", "DELETE"], endpoint="fail_next"),
     Rule("/emulator/v1/stockout", methods=["POST"], endpoint="stockout"),
     Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
     Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
@@ -184,6 +184,8 @@ class TpuApp:
                 self.emulator.injected.add(parse(_read_json(request)))
             except FaultError as err:
                 raise ApiError(400, str(err)) from None
+        elif request.method == "DELETE":
+            self.emulator.injected.clear()
         return {"pending": self.emulator.injected.pending()}
 
     def _stockout(self, request: Request) -> dict:
