@@ -47,6 +47,13 @@ def test_compute_403_permission_names_the_compute_role():
     assert type(err) is PermissionDenied and "roles/compute.storageAdmin" in str(err)
 
 
+def test_storage_403_names_the_storage_role():
+    err = classify("listing gs://b/runs/", rest(403, "x@p.iam.gserviceaccount.com does not have "
+                                                    "storage.objects.list access to the Google Cloud "
+                                                    "Storage bucket."), "storage.googleapis.com")
+    assert type(err) is PermissionDenied and "roles/storage.objectAdmin" in str(err)
+
+
 def test_service_disabled_says_which_api_to_enable():
     by_text = classify("listing nodes in z", rest(403, DISABLED))
     by_reason = classify("creating disk d", rest(403, "Compute Engine API has not been used in "

@@ -123,3 +123,17 @@ def test_the_client_reaches_the_endpoint(server):
                                     "inOperation": True, "timesLeft": 3}]}
     with pytest.raises(UsageError, match="unknown method"):
         client.fail_next("storage.objects.list", 403, "m")
+
+
+def test_the_cli_lists_the_methods_and_refuses_unknown_ones_without_an_emulator(cli):
+    listed = cli("emulator", "fail-next", "--list")
+    assert listed.code == 0
+    lines = listed.out.splitlines()
+    assert f"{CREATE}  (--in-operation)" in lines and "compute.zoneOperations.wait" in lines
+    assert "tpu.projects.locations.nodes.get" in lines
+    assert "storage.* cannot fail" in lines[-1]
+    bad = cli("emulator", "fail-next", "tpu.projects.locations.nodes.frobnicate", "--status", "403",
+              "--message", "m")
+    assert bad.code == 2 and "unknown method 'tpu.projects.locations.nodes.frobnicate'" in bad.error_line
+    missing = cli("emulator", "fail-next", CREATE, "--status", "403")
+    assert missing.code == 2 and "--status and --message are required" in missing.error_line

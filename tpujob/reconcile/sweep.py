@@ -202,6 +202,7 @@ class Reconciler:
     def sweep(self, job_ids: Optional[list[int]] = None) -> SweepReport:
         started, calls0 = time.monotonic(), self.cloud.api_calls
         report = SweepReport()
+        self.auth_errors.clear()
         jobs = self.store.list_jobs(states=ACTIVE)
         if job_ids is not None:
             wanted = set(job_ids)
