@@ -75,6 +75,11 @@ class StockoutError(CloudError):
     """The zone has no capacity for the accelerator; reconcile falls back to the next entry."""
 
 
+class InternalCreateError(StockoutError):
+    """A create operation ended INTERNAL (code 13), as Google reports some spot stockouts: the
+    same remedy as a capacity miss (backoff, then the next placement), never a refusal."""
+
+
 class CloudRefused(CloudError):
     """The cloud refused a request for good (invalid argument, unknown project or zone, missing
     snapshot): sending the same request again cannot succeed, so a sweep ends the job instead
@@ -83,7 +88,13 @@ class CloudRefused(CloudError):
 
 class QuotaExceeded(CloudRefused):
     """A resource quota (not a request rate, not a stockout) is spent: it takes a quota
-    increase or a deleted slice, not a retry."""
+    increase or a deleted slice, not a retry. `region`/`zone`: where Google says the limit
+    applies (None when it does not say), so a fallback elsewhere can be preferred."""
+
+    def __init__(self, message: str, *, region: str | None = None, zone: str | None = None):
+        super().__init__(message)
+        self.region = region
+        self.zone = zone
 
 
 class PlacementUnavailable(CloudRefused):
@@ -104,6 +115,10 @@ class AuthError(ConfigError):
 
 class PermissionDenied(AuthError):
     """The credentials work but lack a permission for this request (403)."""
+
+
+class ServiceDisabled(PermissionDenied):
+    """The project has not enabled the API the request needs (403 SERVICE_DISABLED)."""
 
 
 class JobDidNotSucceed(TpujobError):

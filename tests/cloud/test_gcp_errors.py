@@ -12,7 +12,7 @@ from google.api_core import exceptions as gexc
 
 from cloud_helpers import PROJECT, ZONE, wait_for_slice
 from tpujob.cloud.base import SlicePhase, SliceRequest
-from tpujob.cloud.gcp import _error, _retryable
+from tpujob.cloud.errors import classify as _error, retryable as _retryable
 from tpujob.errors import (
     AuthError, CloudError, CloudRefused, ConfigError, NotFoundError, PermissionDenied, QuotaExceeded,
     StockoutError,

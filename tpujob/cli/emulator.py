@@ -92,6 +92,44 @@ def register(app: typer.Typer) -> None:
         for s in current["stockouts"]:
             typer.echo(f"stockout: {s['zone']} {s['acceleratorType'] or '(all accelerators)'}")
 
+    @emulator.command("fail-next")
+    def fail_next(
+        method: Optional[str] = typer.Argument(
+            None, help="Discovery method id, e.g. tpu.projects.locations.nodes.create."),
+        status: Optional[int] = typer.Option(None, "--status", help="HTTP status (400 to 599)."),
+        message: Optional[str] = typer.Option(None, "--message", help="Google's error message."),
+        grpc_status: Optional[str] = typer.Option(
+            None, "--grpc-status", help="e.g. PERMISSION_DENIED (default: the status's own)."),
+        reason: Optional[str] = typer.Option(
+            None, "--reason", help="ErrorInfo reason (TPU) or errors[].reason (Compute)."),
+        in_operation: bool = typer.Option(
+            False, "--in-operation", help="The call succeeds; its operation ends with the error."),
+        times: int = typer.Option(1, "--times", min=1, help="How many calls fail."),
+        list_: bool = typer.Option(False, "--list", help="Print the method ids that can fail."),
+    ):
+        """The next calls of METHOD answer Google's error body (replaying a real answer), or with
+        --in-operation succeed and end their long-running operation with it."""
+        from tpujob.emulator import failnext
+
+        if list_:
+            for method_id, has_operation in sorted(failnext.METHODS.items()):
+                typer.echo(f"{method_id}{'  (--in-operation)' if has_operation else ''}")
+            typer.echo("storage.* cannot fail: Cloud Storage is a separate emulator process")
+            return
+        from tpujob.errors import UsageError
+
+        if method not in failnext.METHODS:
+            raise UsageError(f"unknown method {method!r}: `tpujob emulator fail-next --list` shows "
+                             "the methods that can fail" if method else "METHOD is required (or --list)")
+        if status is None or not message:
+            raise UsageError("--status and --message are required")
+        from tpujob.emulator import process
+
+        process.client().fail_next(method, status, message, grpc_status=grpc_status, reason=reason,
+                                   in_operation=in_operation, times=times)
+        where = "in its operation" if in_operation else f"with HTTP {status}"
+        typer.echo(f"next {times} call{'s' if times > 1 else ''} of {method} fail {where}")
+
     @emulator.command("kill-host")
     def kill_host(node: str = typer.Argument(...), index: int = typer.Argument(...)):
         """Kill one host of a node at once (its processes and SSH server)."""

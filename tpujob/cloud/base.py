@@ -136,8 +136,9 @@ class Slice:
 class Cloud(Protocol):
     """Slices on a TPU cloud. Implemented by tpujob.cloud.gcp.GcpCloud (Google or the emulator).
 
-    Errors: StockoutError when a zone has no capacity, NotFoundError for a missing resource on
-    get, CloudError for everything else; deletes of missing resources succeed.
+    Errors: typed by tpujob.cloud.errors (StockoutError when a zone has no capacity,
+    QuotaExceeded, PlacementUnavailable, PermissionDenied, NotFoundError for a missing resource
+    on get, CloudError for what is retried in vain); deletes of missing resources succeed.
     """
 
     api_calls: int  # every HTTP request made, retries and operation polls included

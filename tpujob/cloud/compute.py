@@ -13,12 +13,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from google.api_core import retry as gretry
+from google.api_core import exceptions as gexc
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from tpujob.cloud.gcp import _retryable, invoke
+from tpujob.cloud.errors import classify, invoke, new_retry
 from tpujob.errors import CloudError, NotFoundError
+
+COMPUTE = "compute.googleapis.com"
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,7 @@ class GcpCompute:
         self._credentials = credentials
         self._tpu_endpoint = tpu_endpoint
         self._tpu: Any = None
-        self._retry = gretry.Retry(predicate=_retryable, initial=retry_initial,
-                                   maximum=retry_maximum, multiplier=2.0, timeout=retry_deadline)
+        self._retry = new_retry(retry_initial, retry_maximum, retry_deadline)
         self.api_calls = 0
 
     @classmethod
@@ -219,7 +220,7 @@ class GcpCompute:
             self.api_calls += 1
             return fn(*args, **kwargs)
 
-        return invoke(self._retry, what, attempt)
+        return invoke(self._retry, what, attempt, COMPUTE)
 
     def _wait(self, op: Any, what: str, project: str, zone: str | None, timeout: float) -> None:
         """`wait` on our own operations client until DONE (each call blocks up to ~2 min)."""
@@ -234,7 +235,13 @@ class GcpCompute:
                 op = self._call(what, self._global_ops.wait, project=project, operation=op.name)
         if op.error and op.error.errors:
             first = op.error.errors[0]
-            raise CloudError(f"{what}: {first.code}: {first.message}")
+            if not op.http_error_status_code:
+                raise CloudError(f"{what}: {first.code}: {first.message}")
+            # A failed operation carries the HTTP status the request would have had
+            # (compute.v1 Operation.httpErrorStatusCode): the same classifier as a direct answer.
+            err = gexc.from_http_status(op.http_error_status_code, first.message,
+                                        errors=[{"reason": first.code, "message": first.message}])
+            raise classify(what, err, COMPUTE)
 
 
 def _disk(d: Any) -> DiskInfo:

@@ -8,73 +8,17 @@ pulls in google-cloud-tpu.
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from typing import Any, Callable, Iterator
 
-import requests
 from google.api_core import exceptions as gexc
-from google.api_core import retry as gretry
-from google.auth import exceptions as auth_exc
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from google.protobuf import duration_pb2
 
-from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, slice_phase
-from tpujob.errors import (
-    AUTH_HINT, AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied,
-    QuotaExceeded, StockoutError, UsageError,
-)
-
-# Google's stockout wordings: "There is no more capacity in the zone ...", "Insufficient
-# reserved capacity", "... does not have enough resources available to fulfill the request".
-_STOCKOUT = re.compile(r"no more capacity|insufficient .*capacity|not have enough resources|"
-                       r"stockout", re.IGNORECASE)
-# A spent resource quota ("Quota limit 'TPUV4PodPerProjectPerZoneForTPUAPI' has been exceeded.
-# Limit: 0 in zone ..."), as opposed to a request-rate quota ("Quota exceeded for quota metric
-# 'Requests' and limit 'Requests per minute'", "Maximum number of CreateNode requests per
-# minute"), which passes by itself and is retried.
-_QUOTA = re.compile(r"quota limit '[^']*' has been exceeded|quota '[^']*' exceeded", re.IGNORECASE)
-_RATE = re.compile(r"per ?minute|per ?second|requests|rate", re.IGNORECASE)
-_EXHAUSTED = (gexc.ResourceExhausted, gexc.TooManyRequests)  # gRPC code 8 / HTTP 429
-_TRANSIENT = (gexc.TooManyRequests, gexc.InternalServerError, gexc.BadGateway,
-              gexc.ServiceUnavailable, gexc.GatewayTimeout)
-# The network between us and the API (a dropped connection, a read timeout) or the token
-# endpoint being unreachable: the same remedy as a 503.
-_NETWORK = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
-            auth_exc.TransportError)
-
-
-def _is_stockout(err: Exception) -> bool:
-    return isinstance(err, _EXHAUSTED) and bool(_STOCKOUT.search(str(err)))
-
-
-def _is_quota(err: Exception) -> bool:
-    if not isinstance(err, _EXHAUSTED) or _is_stockout(err):
-        return False
-    match = _QUOTA.search(str(err))
-    return bool(match) and not _RATE.search(match.group(0))
-
-
-def _retryable(err: Exception) -> bool:
-    if isinstance(err, _NETWORK):
-        return True
-    return isinstance(err, _TRANSIENT) and not _is_stockout(err) and not _is_quota(err)
-
-
-def invoke(retry: gretry.Retry, what: str, attempt: Callable[[], Any]) -> Any:
-    """Run `attempt` under `retry`; every failure leaves as a typed error (shared with compute)."""
-    try:
-        return retry(attempt)()
-    except gexc.GoogleAPICallError as err:
-        raise _error(what, err) from err
-    except gexc.RetryError as err:
-        raise CloudError(f"{what}: gave up after retries: {_message(err.cause)}") from err
-    except _NETWORK as err:  # only when a retry deadline of 0 let one through
-        raise CloudError(f"{what}: {_message(err)}") from err
-    except (auth_exc.RefreshError, auth_exc.DefaultCredentialsError) as err:
-        raise AuthError(f"{what}: Google credentials not usable ({_message(err)}); {AUTH_HINT}") from err
-
+from tpujob.cloud.base import Host, Slice, SliceRequest, slice_phase
+from tpujob.cloud.errors import classify, invoke, new_retry
+from tpujob.errors import CloudError, CloudRefused, NotFoundError, UsageError
 
 class GcpCloud:
     """Cloud TPU slices through tpu_v2.TpuClient. `api_calls` counts every request sent."""
@@ -85,8 +29,7 @@ class GcpCloud:
         options = {"api_endpoint": endpoint} if endpoint else None
         self._client = tpu_v2.TpuClient(transport="rest", credentials=credentials,
                                         client_options=options)
-        self._retry = gretry.Retry(predicate=_retryable, initial=retry_initial,
-                                   maximum=retry_maximum, multiplier=2.0, timeout=retry_deadline)
+        self._retry = new_retry(retry_initial, retry_maximum, retry_deadline)
         self.poll_interval = poll_interval
         self.api_calls = 0
 
@@ -106,7 +49,7 @@ class GcpCloud:
         with _parent_must_exist(request):
             op = self._call(what, self._client.create_node, parent=_parent(request),
                             node_id=request.name, node=node)
-            self._wait(op, what, timeout)
+            self._wait(op, what, timeout, create=True)
         return self.get_slice(request.project, request.zone, request.name)
 
     def create_queued_resource(self, request: SliceRequest, timeout: float = 300.0) -> Slice:
@@ -262,8 +205,9 @@ class GcpCloud:
         except NotFoundError:
             return None
 
-    def _wait(self, op: Any, what: str, timeout: float) -> None:
-        """Poll the long-running operation until done; its error becomes a typed error."""
+    def _wait(self, op: Any, what: str, timeout: float, create: bool = False) -> None:
+        """Poll the long-running operation until done; its error becomes a typed error (`create`:
+        the operation of a node create, whose INTERNAL end is a capacity miss)."""
         name = op.operation.name
         deadline = time.monotonic() + timeout
         delay = min(self.poll_interval, 0.01)
@@ -277,7 +221,7 @@ class GcpCloud:
             delay = min(delay * 2, self.poll_interval)
         if current.HasField("error"):
             err = gexc.from_grpc_status(current.error.code, current.error.message)
-            raise _error(what, err)
+            raise classify(what, err, create_operation=create)
 
 
 @contextlib.contextmanager
@@ -294,33 +238,6 @@ def _parent_must_exist(request: SliceRequest) -> Iterator[None]:
 def _all(list_fn: Callable, parent: str) -> list:
     """Every item over every page, inside one retried call (pages follow lazily)."""
     return list(list_fn(parent=parent))
-
-
-def _error(what: str, err: gexc.GoogleAPICallError) -> Exception:
-    message = f"{what}: {_message(err)}"
-    if _is_stockout(err):
-        return StockoutError(message)
-    if _is_quota(err):
-        return QuotaExceeded(message)
-    if isinstance(err, gexc.NotFound):
-        return NotFoundError(message)
-    if isinstance(err, (gexc.AlreadyExists, gexc.Conflict)):
-        return ConflictError(message)
-    if isinstance(err, gexc.Unauthenticated):
-        return AuthError(f"{message}; {AUTH_HINT}")
-    if isinstance(err, gexc.PermissionDenied):
-        return PermissionDenied(f"{message}; check the project and the account's roles, or {AUTH_HINT}")
-    if isinstance(err, gexc.BadRequest):  # InvalidArgument, FailedPrecondition, OutOfRange
-        return CloudRefused(message)
-    return CloudError(message)
-
-
-def _message(err: BaseException | None) -> str:
-    if isinstance(err, gexc.GoogleAPICallError):
-        return f"{type(err).__name__}: {err.message}"
-    if err is not None and not str(err):
-        return type(err).__name__
-    return f"{type(err).__name__}: {err}" if isinstance(err, _NETWORK) else str(err)
 
 
 def _loc(project: str, zone: str) -> str:

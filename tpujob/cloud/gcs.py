@@ -14,7 +14,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud.storage.retry import DEFAULT_RETRY
 
-from tpujob.cloud.gcp import _error, _message
+from tpujob.cloud.errors import classify, describe
 from tpujob.errors import CloudError
 from tpujob.runtime import contract  # pure: the file names the orchestrator reads
 
@@ -94,11 +94,11 @@ class Gcs:
         try:
             return fn(*args)
         except gexc.GoogleAPICallError as err:
-            raise _error(what, err) from err
+            raise classify(what, err, "storage.googleapis.com") from err
         except gexc.RetryError as err:  # retried to the deadline: say what the last try met
-            raise CloudError(f"{what}: {_message(err.cause or err)}") from err
+            raise CloudError(f"{what}: {describe(err.cause or err)}") from err
         except (OSError, ValueError) as err:  # connection refused, a reply that is not JSON
-            raise CloudError(f"{what}: {_message(err)}") from err
+            raise CloudError(f"{what}: {describe(err)}") from err
 
 
 def _time(blob: Any) -> float | None:

@@ -43,6 +43,20 @@ class EmulatorClient:
                                                 "provisioningDelay": provisioning_delay,
                                                 "hostkeysDelay": hostkeys_delay})
 
+    def fail_next(self, method: str, status: int, message: str, grpc_status: str | None = None,
+                  reason: str | None = None, in_operation: bool = False, times: int = 1) -> dict:
+        """The next `times` calls of `method` (a discovery id, e.g.
+        tpu.projects.locations.nodes.create) answer Google's error body for `status`, or with
+        `in_operation` succeed and end their long-running operation with it. Returns the
+        faults still pending."""
+        return self._request("POST", "fail-next", {
+            "method": method, "status": status, "message": message, "grpc_status": grpc_status,
+            "reason": reason, "in_operation": in_operation, "times": times})
+
+    def clear_fail_next(self) -> None:
+        """Forget every fail-next fault still pending."""
+        self._request("DELETE", "fail-next")
+
     def kill_host(self, node: str, index: int) -> None:
         self._request("POST", "kill-host", {"node": node, "index": index})
 

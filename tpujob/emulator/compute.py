@@ -37,12 +37,13 @@ ROUTES = Map([
     Rule(f"{_BASE}/global/snapshots/<name>", methods=["DELETE"], endpoint="delete_snapshot"),
     Rule(f"{_BASE}/zones/<zone>/operations/<name>", methods=["GET"], endpoint="zone_operation"),
     Rule(f"{_BASE}/zones/<zone>/operations/<name>/wait", methods=["POST"],
-         endpoint="zone_operation"),
+         endpoint="zone_operation_wait"),
     Rule(f"{_BASE}/global/operations/<name>", methods=["GET"], endpoint="global_operation"),
-    Rule(f"{_BASE}/global/operations/<name>/wait", methods=["POST"], endpoint="global_operation"),
+    Rule(f"{_BASE}/global/operations/<name>/wait", methods=["POST"],
+         endpoint="global_operation_wait"),
 ], strict_slashes=False)
 
-_API = "https://www.googleapis.com/compute/v1"
+API_ROOT = "https://www.googleapis.com/compute/v1"
 DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd", "pd-extreme", "hyperdisk-ml",
               "hyperdisk-balanced")
 DEFAULT_SIZE_GB = 10
@@ -93,10 +94,10 @@ class ComputeEmulator:
                 target.mkdir(parents=True)
             else:
                 shutil.copytree(source, target, symlinks=True)
-            link = f"{_API}/projects/{project}/zones/{zone}/disks/{name}"
+            link = f"{API_ROOT}/projects/{project}/zones/{zone}/disks/{name}"
             disk = {"kind": "compute#disk", "id": str(uuid.uuid4().int % 2**63), "name": name,
-                    "zone": f"{_API}/projects/{project}/zones/{zone}", "selfLink": link,
-                    "type": f"{_API}/projects/{project}/zones/{zone}/diskTypes/{disk_type}",
+                    "zone": f"{API_ROOT}/projects/{project}/zones/{zone}", "selfLink": link,
+                    "type": f"{API_ROOT}/projects/{project}/zones/{zone}/diskTypes/{disk_type}",
                     "sizeGb": str(body.get("sizeGb") or DEFAULT_SIZE_GB), "status": "READY",
                     "creationTimestamp": now()}
             for key in ("sourceSnapshot", "sourceDisk", "description", "labels"):
@@ -144,7 +145,7 @@ class ComputeEmulator:
             target = self.snapshot_dir(project, name)
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(self.disk_dir(disk_project, zone, disk_name), target, symlinks=True)
-            link = f"{_API}/projects/{project}/global/snapshots/{name}"
+            link = f"{API_ROOT}/projects/{project}/global/snapshots/{name}"
             self._snapshots[(project, name)] = {
                 "kind": "compute#snapshot", "id": str(uuid.uuid4().int % 2**63), "name": name,
                 "selfLink": link, "sourceDisk": disk["selfLink"], "diskSizeGb": disk["sizeGb"],
@@ -168,6 +169,15 @@ class ComputeEmulator:
             del self._snapshots[(project, name)]
             shutil.rmtree(self.snapshot_dir(project, name), ignore_errors=True)
             return self._done_op(project, None, "delete", snapshot["selfLink"])
+
+    def failed_operation(self, project: str, zone: str | None, kind: str, target: str,
+                         error: dict) -> dict:
+        """A DONE operation that changed nothing and carries `error` (fail-next --in-operation)."""
+        with self._lock:
+            op = self._done_op(project, zone, kind, target)
+            stored = self._ops[f"{project}/{zone or 'global'}/{op['name']}"]
+            stored.update(copy_json(error))
+            return copy_json(stored)
 
     def operation(self, project: str, zone: str | None, name: str) -> dict:
         key = f"{project}/{zone or 'global'}/{name}"
@@ -271,9 +281,9 @@ class ComputeEmulator:
         op = {"kind": "compute#operation", "id": str(uuid.uuid4().int % 2**63), "name": name,
               "operationType": kind, "targetLink": target, "status": "DONE", "progress": 100,
               "insertTime": now(), "endTime": now(),
-              "selfLink": f"{_API}/projects/{project}/{where}/operations/{name}"}
+              "selfLink": f"{API_ROOT}/projects/{project}/{where}/operations/{name}"}
         if zone:
-            op["zone"] = f"{_API}/projects/{project}/zones/{zone}"
+            op["zone"] = f"{API_ROOT}/projects/{project}/zones/{zone}"
         self._ops[f"{project}/{zone or 'global'}/{name}"] = op
         return copy_json(op)
 
@@ -306,7 +316,7 @@ def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: dict) ->
         return compute.insert_disk(project, args["zone"], _with_query_source(request))
     if endpoint == "insert_snapshot":
         return compute.insert_snapshot(project, _read_json(request))
-    if endpoint in ("zone_operation", "global_operation"):
+    if endpoint.startswith(("zone_operation", "global_operation")):
         return compute.operation(project, args.get("zone"), args["name"])
     method = getattr(compute, endpoint)
     return method(project, *(args[k] for k in ("zone", "name") if k in args))

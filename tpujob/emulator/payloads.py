@@ -22,14 +22,17 @@ _ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 class ApiError(Exception):
     """An error the server answers as `{"error": {"code", "message", "status"}}`."""
 
-    def __init__(self, code: int, message: str, status: str | None = None):
+    def __init__(self, code: int, message: str, status: str | None = None,
+                 payload: dict | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status or HTTP_STATUS.get(code, "UNKNOWN")
+        self.payload = payload  # the whole body, when a replayed answer gives it (fail-next)
 
     def body(self) -> dict:
-        return {"error": {"code": self.code, "message": self.message, "status": self.status}}
+        return self.payload or {"error": {"code": self.code, "message": self.message,
+                                          "status": self.status}}
 
 
 @dataclass(frozen=True)

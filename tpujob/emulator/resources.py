@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from tpujob.emulator.failnext import FailNext, FaultError, parse
 from tpujob.emulator.machines import MAX_IP_BLOCK
 from tpujob.emulator.payloads import (ABORTED, EXTERNAL_BLOCKS, INTERNAL, RESOURCE_EXHAUSTED,
                                       TPU_RUNTIME_PORT, ApiError, VirtualHost, accelerator_hosts,
@@ -111,6 +112,7 @@ class Emulator:
         self._ids = itertools.count(1)
         self._threads: list[threading.Thread] = []
         self.compute = None  # tpujob.emulator.compute.ComputeEmulator: the disks nodes attach
+        self.injected = FailNext()  # fail-next faults, taken by the server before each call
 
     # ---- the TPU API ------------------------------------------------------------------------
 
@@ -260,6 +262,31 @@ class Emulator:
                 return ApiError(429, "Quota exceeded for quota metric 'Requests' (emulated)")
             return ApiError(503, "The service is currently unavailable (emulated)")
         return None
+
+    def fail_next(self, method: str, status: int, message: str, grpc_status: str | None = None,
+                  reason: str | None = None, in_operation: bool = False, times: int = 1) -> None:
+        """The next `times` calls of `method` (a discovery id) answer this error, or (in_operation)
+        succeed and end their operation with it. The server applies it (failnext.py)."""
+        try:
+            self.injected.add(parse({"method": method, "status": status, "message": message,
+                                     "grpc_status": grpc_status, "reason": reason,
+                                     "in_operation": in_operation, "times": times}))
+        except FaultError as err:
+            raise ApiError(400, str(err)) from None
+
+    def fail_operation(self, parent: str, verb: str, target: str, code: int, message: str) -> dict:
+        """An operation that changed nothing and ends with `code` after the provisioning delay,
+        as a create that finds no capacity ends (fail-next --in-operation)."""
+        with self._lock:
+            op = self._new_op(parent, verb, target)
+
+        def finish() -> None:
+            self._sleep(self.provisioning_delay, None)
+            with self._lock:
+                self._finish_op(op, error=(code, message))
+
+        self._spawn(finish)
+        return op
 
     def set_faults(self, api_error_rate: float | None, provisioning_delay: float | None,
                    hostkeys_delay: float | None = None) -> None:

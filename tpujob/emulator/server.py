@@ -21,6 +21,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
+from tpujob.emulator.failnext import COMPUTE_METHODS, TPU_METHODS, FaultError, parse
 from tpujob.emulator.payloads import ApiError
 from tpujob.emulator.resources import Emulator, MachinesFactory
 
@@ -44,6 +45,7 @@ _ROUTES = Map([
     Rule(f"{_LOC}/acceleratorTypes", methods=["GET"], endpoint="list_accelerator_types"),
     Rule("/emulator/v1/status", methods=["GET"], endpoint="status"),
     Rule("/emulator/v1/faults", methods=["GET", "POST"], endpoint="faults"),
+    Rule("/emulator/v1/fail-next", methods=["GET", "POST", "DELETE"], endpoint="fail_next"),
     Rule("/emulator/v1/stockout", methods=["POST"], endpoint="stockout"),
     Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
     Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
@@ -66,12 +68,17 @@ class TpuApp:
 
                 endpoint, args = compute.ROUTES.bind_to_environ(environ).match()
                 self._inject_fault()
-                return _json(200, compute.handle(self.emulator.compute, request, endpoint,
-                                                 args))(environ, start_response)
+                body = self._replay(COMPUTE_METHODS, endpoint, request, args)
+                if body is None:
+                    body = compute.handle(self.emulator.compute, request, endpoint, args)
+                return _json(200, body)(environ, start_response)
             endpoint, args = _ROUTES.bind_to_environ(environ).match()
+            body = None
             if request.path.startswith("/v2/"):
                 self._inject_fault()
-            body = getattr(self, "_" + endpoint)(request, **args)
+                body = self._replay(TPU_METHODS, endpoint, request, args)
+            if body is None:
+                body = getattr(self, "_" + endpoint)(request, **args)
             response = _json(200, body)
         except ApiError as err:
             response = _json(err.code, err.body())
@@ -87,6 +94,33 @@ class TpuApp:
         injected = self.emulator.inject_api_error()
         if injected:
             raise injected
+
+    def _replay(self, methods: dict, endpoint: str, request: Request, args: dict) -> dict | None:
+        """`fail-next`: a fault pending for this call's method is raised as Google's error body,
+        or (in operation) the call answers an operation that changed nothing and ends with the
+        error; None when no fault is pending. Before the call does anything, as Google's front
+        end refuses."""
+        method = methods.get(endpoint)
+        fault = self.emulator.injected.take(method[0]) if method else None
+        if fault is None:
+            return None
+        on_compute = methods is COMPUTE_METHODS
+        if not fault.in_operation:
+            raise ApiError(fault.status, fault.message, fault.grpc_status,
+                           payload=fault.compute_body() if on_compute else fault.tpu_body())
+        if on_compute:
+            from tpujob.emulator import compute
+
+            kind = "delete" if request.method == "DELETE" else "insert"
+            target = compute.API_ROOT + request.path.removeprefix("/compute/v1")
+            return self.emulator.compute.failed_operation(args["project"], args.get("zone"), kind,
+                                                          target, fault.compute_operation_error())
+        parent = _parent(args["project"], args["zone"])
+        collection = "queuedResources" if endpoint.endswith("_qr") else "nodes"
+        rid = args.get("rid") or request.args.get("nodeId") or request.args.get("queuedResourceId", "")
+        verb = {"POST": "create", "DELETE": "delete", "PATCH": "update"}[request.method]
+        return self.emulator.fail_operation(parent, verb, f"{parent}/{collection}/{rid}",
+                                            fault.grpc_code, fault.message)
 
     # ---- TPU API ----------------------------------------------------------------------------
 
@@ -150,6 +184,16 @@ class TpuApp:
                                      _number(body, "provisioningDelay"),
                                      _number(body, "hostkeysDelay"))
         return self.emulator.faults()
+
+    def _fail_next(self, request: Request) -> dict:
+        if request.method == "POST":
+            try:
+                self.emulator.injected.add(parse(_read_json(request)))
+            except FaultError as err:
+                raise ApiError(400, str(err)) from None
+        elif request.method == "DELETE":
+            self.emulator.injected.clear()
+        return {"pending": self.emulator.injected.pending()}
 
     def _stockout(self, request: Request) -> dict:
         body = _read_json(request)

@@ -15,7 +15,7 @@ from typing import Callable, Optional, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase, SliceRequest
 from tpujob.errors import (
-    CloudError, CloudRefused, ConflictError, JobLocked, NotFoundError, PermissionDenied, QuotaExceeded,
+    AuthError, CloudError, CloudRefused, ConflictError, JobLocked, NotFoundError, PermissionDenied, QuotaExceeded,
     StockoutError, TpujobError, UsageError,
 )
 from tpujob.reconcile.decide import (
@@ -142,6 +142,9 @@ class Reconciler:
         self._run_dir_seen: dict[int, tuple[int, RunDir]] = {}  # job id -> (attempt, files)
         self._hosts_seen: dict[int, tuple] = {}  # job id -> (attempt, slice, host statuses)
         self._snapshot_at = 0.0
+        # Credentials or permissions a create was refused for, by job: what `create` (following
+        # one job) exits 6 with, naming the fix.
+        self.auth_errors: dict[int, AuthError] = {}
 
     # -- observe -----------------------------------------------------------------------------
     def observe_slices(self, jobs: list[Job]) -> tuple[dict[tuple[str, str], Slice], dict[tuple[str, str], str]]:
@@ -207,6 +210,7 @@ class Reconciler:
     def sweep(self, job_ids: Optional[list[int]] = None) -> SweepReport:
         started, calls0 = time.monotonic(), self.cloud.api_calls
         report = SweepReport()
+        self.auth_errors.clear()
         jobs = self.store.list_jobs(states=ACTIVE)
         if job_ids is not None:
             wanted = set(job_ids)
@@ -440,8 +444,15 @@ class Reconciler:
             # For good: a bad request, a missing permission, a missing snapshot or disk, a spent
             # quota. The same create would fail every sweep; decide ends the job instead.
             phase = SlicePhase.NO_QUOTA if isinstance(exc, QuotaExceeded) else SlicePhase.REFUSED
+            if isinstance(exc, AuthError):
+                self.auth_errors[job.id] = exc
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} refused: {exc}")
             return self._decide_on_create(job, attempt, Observation(slice=phase, refusal=str(exc)))
+        except AuthError as exc:  # 401: the sweep's own credentials, not the job's fault
+            self.auth_errors[job.id] = exc
+            self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry "
+                                                  f"once the credentials work: {exc}")
+            return job, state
         except CloudError as exc:
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
             return job, state

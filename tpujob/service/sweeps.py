@@ -67,6 +67,8 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
         for event in events[seen:]:
             on_event(event)
         seen = len(events)
+        if job_id in rec.auth_errors:  # the fix is the user's (a role, an API, a login): say it
+            raise rec.auth_errors[job_id]
         job = ctx.store.get(job_id)
         state = State(job.state)
         if state in ENDED or (not until_ended and state == State.RUNNING):

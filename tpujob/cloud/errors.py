@@ -1,0 +1,227 @@
+"""One classifier of Google's error answers (TPU v2, Compute v1, Cloud Storage), one table.
+
+Every error a client library raises, or a long-running operation ends with, goes through
+`classify`: the first row of RULES that matches decides the typed error and whether the call is
+retried. Each row cites where Google's wording was seen. Over the REST transport api_core
+raises `Forbidden`/`Unauthorized` for 403/401, which are NOT subclasses of
+`PermissionDenied`/`Unauthenticated` (checked with api_core 2.44): both families are matched.
+Import lazily: this pulls in google-api-core.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import requests
+from google.api_core import exceptions as gexc
+from google.api_core import retry as gretry
+from google.auth import exceptions as auth_exc
+
+from tpujob.errors import (
+    AUTH_HINT, AuthError, CloudError, CloudRefused, ConflictError, InternalCreateError,
+    NotFoundError, PermissionDenied, PlacementUnavailable, QuotaExceeded, ServiceDisabled,
+    StockoutError, TpujobError,
+)
+
+_EXHAUSTED = (gexc.ResourceExhausted, gexc.TooManyRequests)  # gRPC 8 / HTTP 429
+_FORBIDDEN = (gexc.PermissionDenied, gexc.Forbidden)  # gRPC 7 / HTTP 403 over REST
+_UNAUTHENTICATED = (gexc.Unauthenticated, gexc.Unauthorized)  # gRPC 16 / HTTP 401 over REST
+_INTERNAL = (gexc.InternalServerError,)  # gRPC 13 INTERNAL and HTTP 500 alike
+_TRANSIENT = (gexc.TooManyRequests, gexc.InternalServerError, gexc.BadGateway,
+              gexc.ServiceUnavailable, gexc.GatewayTimeout)
+# The network between us and the API (a dropped connection, a read timeout) or the token
+# endpoint being unreachable: the same remedy as a 503.
+NETWORK = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+           auth_exc.TransportError)
+
+_RATE = re.compile(r"per ?minute|per ?second|requests per|rate limit", re.IGNORECASE)
+_STOCKOUT = re.compile(r"no more capacity in the zone|not have enough resources available|"
+                       r"insufficient reserved capacity", re.IGNORECASE)
+_QUOTA = re.compile(r"quota limit '([^']*)' has been exceeded|quota '([^']*)' (?:exhausted|exceeded)",
+                    re.IGNORECASE)
+_QUOTA_WHERE = re.compile(r"limit:?\s*[\d.]+\s+in\s+(region|zone)\s+([a-z0-9-]+)", re.IGNORECASE)
+_PLACEMENT = re.compile(r"could not be found in the zonal accelerator configurations|"
+                        r"the accelerator \S+ was not found in zone|"
+                        r"the requested zone \S+ is not supported|"
+                        r"provisioning model is not supported for accelerator type", re.IGNORECASE)
+_LOCATION = re.compile(r"location (\S+?) is not found or access is unauthorized", re.IGNORECASE)
+_DISABLED = re.compile(r"has not been used in project \S+ before or it is disabled", re.IGNORECASE)
+_SERVICE = re.compile(r"\b([a-z0-9-]+\.googleapis\.com)\b")
+_PERMISSION = re.compile(r"permission '([a-z0-9.]+)' denied|required '([a-z0-9.]+)' permission|"
+                         r"does not have ([a-z0-9]+\.[a-z0-9.]+) access", re.IGNORECASE)
+# The predefined role that grants each service's permissions (Google's IAM "roles and
+# permissions" pages: roles/tpu.admin holds tpu.*; Compute Storage Admin disks and snapshots;
+# Storage Object Admin objects, Storage Admin buckets).
+_ROLES = (("tpu.", "roles/tpu.admin"), ("compute.", "roles/compute.storageAdmin"),
+          ("storage.objects.", "roles/storage.objectAdmin"), ("storage.", "roles/storage.admin"))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One error answer: the exception, the API it came from, and whether it ended a create."""
+
+    err: gexc.GoogleAPICallError
+    what: str  # "creating node n1": the request, for the message
+    service: str  # tpu.googleapis.com, compute.googleapis.com, storage.googleapis.com
+    create_operation: bool = False  # the long-running operation of a create ended with it
+
+    @property
+    def text(self) -> str:
+        return " ".join(str(self.err.message).split())
+
+    @property
+    def message(self) -> str:
+        return f"{self.what}: {type(self.err).__name__}: {self.text}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    behaviour: str
+    matches: Callable[[Answer], bool]
+    typed: Callable[[Answer], TpujobError] | None  # None: retried (a CloudError once given up)
+    source: str
+
+
+def _quota(a: Answer) -> QuotaExceeded:
+    where = _QUOTA_WHERE.search(a.text)
+    scope, place = (where.group(1).lower(), where.group(2)) if where else (None, None)
+    return QuotaExceeded(f"{a.message} (a quota increase, or deleting slices that hold it, "
+                         "is what helps)", region=place if scope == "region" else None,
+                         zone=place if scope == "zone" else None)
+
+
+def _permission(a: Answer) -> PermissionDenied:
+    found = _PERMISSION.search(a.text)
+    permission = next((g for g in found.groups() if g), None) if found else None
+    permission = permission or (a.err.metadata or {}).get("permission")
+    if not permission:
+        return PermissionDenied(f"{a.message}; check the project and the account's roles, or {AUTH_HINT}")
+    role = next((r for prefix, r in _ROLES if permission.startswith(prefix)), None)
+    grant = f"grant the account a role holding it (e.g. {role})" if role else "grant it to the account"
+    return PermissionDenied(f"{a.message}; the account lacks permission {permission}: {grant}")
+
+
+def _disabled(a: Answer) -> ServiceDisabled:
+    named = _SERVICE.search(a.text)
+    service = (a.err.metadata or {}).get("service") or (named.group(1) if named else a.service)
+    return ServiceDisabled(f"{a.message}; enable the API: gcloud services enable {service}")
+
+
+def _location(a: Answer) -> PlacementUnavailable:
+    zone = _LOCATION.search(a.text).group(1).rstrip(".")
+    return PlacementUnavailable(f"{a.message} (the project cannot use location {zone}: a "
+                                "fallback placement in another zone may work)")
+
+
+def _reason(a: Answer) -> str:
+    return a.err.reason or next((e.get("reason", "") for e in a.err.errors if isinstance(e, dict)), "")
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("request-rate quota (429 'per minute'): retried with backoff",
+         lambda a: isinstance(a.err, _EXHAUSTED) and bool(_RATE.search(a.text)), None,
+         "marin PR #6198 (\"Maximum number of CreateNode requests per minute\"); api_core 429"),
+    Rule("no capacity (operation code 8 'There is no more capacity in the zone ...', code 9 "
+         "'Insufficient reserved capacity'): StockoutError, backoff then the next placement",
+         lambda a: bool(_STOCKOUT.search(a.text)) and isinstance(
+             a.err, (*_EXHAUSTED, gexc.FailedPrecondition)),
+         lambda a: StockoutError(a.message),
+         "terraform-provider-google#10222 / magic-modules#7297 (\"Error code 8, message: There is "
+         "no more capacity in the zone\"); SkyPilot sky/backends failover handler (codes 8, 9); "
+         "skypilot#4579"),
+    Rule("resource quota spent (429 \"Quota limit '...' has been exceeded. Limit: 0 in region R\", "
+         "QuotaFailure \"Quota '...' exhausted. Limit N in region R\"): QuotaExceeded with its "
+         "region or zone", lambda a: bool(_QUOTA.search(a.text)), _quota,
+         "marin PR #1612; marin#87; SkyPilot failover handler (google.rpc.QuotaFailure branch)"),
+    Rule("INTERNAL (code 13) ending a create operation: InternalCreateError, a capacity miss",
+         lambda a: a.create_operation and isinstance(a.err, _INTERNAL),
+         lambda a: InternalCreateError(f"{a.message} (treated as a capacity miss)"),
+         "issue 10 / FACTS.md: reported for spot v5e stockouts (anecdotal; no public payload)"),
+    Rule("accelerator or provisioning model not offered in the zone, zone without TPUs "
+         "(INVALID_ARGUMENT): PlacementUnavailable",
+         lambda a: isinstance(a.err, gexc.BadRequest) and bool(_PLACEMENT.search(a.text)),
+         lambda a: PlacementUnavailable(a.message),
+         "skypilot#3840 (\"the accelerator v4-128 was not found in zone\"); FACTS.md (gcloud "
+         "queued-resources output: \"could not be found in the zonal accelerator "
+         "configurations\", \"The requested zone ... is not supported\")"),
+    Rule("403 \"Location Z is not found or access is unauthorized\": PlacementUnavailable naming Z",
+         lambda a: bool(_LOCATION.search(a.text)), _location,
+         "SkyPilot sky/backends failover handler and sky/provision/gcp/instance_utils.py"),
+    Rule("403 SERVICE_DISABLED (\"... API has not been used in project P before or it is "
+         "disabled\"): ServiceDisabled, exit 6 with `gcloud services enable API`",
+         lambda a: _reason(a) in ("SERVICE_DISABLED", "accessNotConfigured")
+         or bool(_DISABLED.search(a.text)), _disabled,
+         "GoogleCloudPlatform/emblem#757; google-gemini generative-ai-android#148 (ErrorInfo "
+         "SERVICE_DISABLED, metadata.service)"),
+    Rule("403 \"Permission 'P' denied on ...\" / Compute \"Required 'P' permission\": "
+         "PermissionDenied naming P and a role that grants it (exit 6)",
+         lambda a: isinstance(a.err, _FORBIDDEN), _permission,
+         "tensorflow/tpu#296 (\"Permission 'tpu.nodes.get' denied on ...\"); tensorflow/tpu#859 "
+         "(Compute-style errors[].reason forbidden)"),
+    Rule("401 UNAUTHENTICATED: AuthError with the login hint (exit 6); the sweep retries it",
+         lambda a: isinstance(a.err, _UNAUTHENTICATED),
+         lambda a: AuthError(f"{a.message}; {AUTH_HINT}"), "api_core: Unauthorized over REST"),
+    Rule("404: NotFoundError", lambda a: isinstance(a.err, gexc.NotFound),
+         lambda a: NotFoundError(a.message), "api_core"),
+    Rule("409: ConflictError (a create that got through earlier is adopted)",
+         lambda a: isinstance(a.err, (gexc.AlreadyExists, gexc.Conflict)),
+         lambda a: ConflictError(a.message), "api_core"),
+    Rule("other 400 (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE): CloudRefused",
+         lambda a: isinstance(a.err, gexc.BadRequest), lambda a: CloudRefused(a.message), "api_core"),
+    Rule("other 429, 500, 502, 503, 504: retried with backoff",
+         lambda a: isinstance(a.err, _TRANSIENT), None, "api_core; Google's retry guidance"),
+)
+
+
+def rule_for(answer: Answer) -> Rule | None:
+    return next((rule for rule in RULES if rule.matches(answer)), None)
+
+
+def classify(what: str, err: gexc.GoogleAPICallError, service: str = "tpu.googleapis.com",
+             create_operation: bool = False) -> TpujobError:
+    """The typed error for one answer (a retried kind, once given up on, is a CloudError)."""
+    answer = Answer(err, what, service, create_operation)
+    rule = rule_for(answer)
+    return rule.typed(answer) if rule is not None and rule.typed is not None \
+        else CloudError(answer.message)
+
+
+def retryable(err: Exception) -> bool:
+    """Whether api_core's Retry tries the call again: network trouble and the transient rows."""
+    if isinstance(err, NETWORK):
+        return True
+    if not isinstance(err, gexc.GoogleAPICallError):
+        return False
+    rule = rule_for(Answer(err, "", ""))
+    return rule is not None and rule.typed is None
+
+
+def describe(err: BaseException | None) -> str:
+    """One line for an error that is not an API answer (network, a retry given up)."""
+    if isinstance(err, gexc.GoogleAPICallError):
+        return f"{type(err).__name__}: {err.message}"
+    if err is not None and not str(err):
+        return type(err).__name__
+    return f"{type(err).__name__}: {err}" if isinstance(err, NETWORK) else str(err)
+
+
+def invoke(retry: gretry.Retry, what: str, attempt: Callable[[], Any],
+           service: str = "tpu.googleapis.com") -> Any:
+    """Run `attempt` under `retry`; every failure leaves as a typed error."""
+    try:
+        return retry(attempt)()
+    except gexc.GoogleAPICallError as err:
+        raise classify(what, err, service) from err
+    except gexc.RetryError as err:
+        raise CloudError(f"{what}: gave up after retries: {describe(err.cause)}") from err
+    except NETWORK as err:  # only when a retry deadline of 0 let one through
+        raise CloudError(f"{what}: {describe(err)}") from err
+    except (auth_exc.RefreshError, auth_exc.DefaultCredentialsError) as err:
+        raise AuthError(f"{what}: Google credentials not usable ({describe(err)}); {AUTH_HINT}") from err
+
+
+def new_retry(initial: float, maximum: float, deadline: float) -> gretry.Retry:
+    return gretry.Retry(predicate=retryable, initial=initial, maximum=maximum, multiplier=2.0,
+                        timeout=deadline)
