@@ -112,3 +112,15 @@ def test_a_missing_directory_is_refused(cli, tmp_path):
     result = cli("init", tmp_path / "nope" / "job.yaml")
     assert result.code == 2
     assert result.error_line == f"error: no directory {tmp_path / 'nope'} to write job.yaml in"
+
+
+def test_init_imports_no_cloud_ssh_or_jax(tmp_path):
+    import subprocess
+    import sys
+
+    probe = ("import sys; from tpujob.cli.main import main; code = main(sys.argv[1:]); "
+             "heavy = [m for m in sys.modules if m.split('.')[0] in ('grpc', 'paramiko', 'jax') "
+             "or m.startswith(('google.cloud', 'google.api_core', 'sqlmodel'))]; print(code, heavy)")
+    out = subprocess.run([sys.executable, "-c", probe, "init", str(tmp_path / "job.yaml")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "0 []", out.stderr
