@@ -37,7 +37,11 @@ for p in "$@"; do
   case $p in -*|install) continue ;; esac
   for f in $(cat "$FAKE_ROOT/provides/$p"); do provide "$f"; done
 done""",
-    "ldconfig": '[ -e "$FAKE_ROOT/lib/libfuse.so.2" ] && echo "	libfuse.so.2 (libc6,x86-64) => /lib/libfuse.so.2"; true',
+    "ldconfig": r"""
+[ -e "$FAKE_ROOT/lib/libfuse.so.2" ] && echo "	libfuse.so.2 (libc6,x86-64) => /lib/libfuse.so.2"
+# A machine with many libraries: far more than a pipe holds after the line looked for.
+[ -e "$FAKE_ROOT/many-libraries" ] && for ((i = 0; i < 20000; i++)); do echo "	libx$i.so.1 => /lib/libx$i.so.1"; done
+true""",
     "python3": LOG + r"""
 case "$*" in
   "-c import ensurepip") [ -e "$FAKE_ROOT/lib/ensurepip" ] ;;
@@ -133,6 +137,13 @@ def test_each_missing_package_is_found_and_installed(machine, package):
     result = machine.run()
     assert result.returncode == 0, result.stderr
     assert machine.called("apt-get")[-1] == f"apt-get install -y -qq {package}"
+
+
+def test_a_long_library_list_still_shows_libfuse(machine):
+    (machine.root / "many-libraries").touch()
+    result = machine.run()
+    assert result.returncode == 0, result.stderr
+    assert machine.called("apt-get") == []
 
 
 def test_not_root_it_prints_the_exact_install_line_and_does_nothing_else(machine):
