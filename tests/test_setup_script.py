@@ -32,6 +32,7 @@ STANDINS = {
     "id": '[ "$1" = -u ] && echo "$FAKE_UID"',
     "apt-get": LOG + r"""
 echo "DEBIAN_FRONTEND=${DEBIAN_FRONTEND:-}" >> "$SETUP_CALLS"
+[ "$1" = update ] && [ -e "$FAKE_ROOT/update-fails" ] && exit 100
 [ "$1" = install ] || exit 0
 for p in "$@"; do
   case $p in -*|install) continue ;; esac
@@ -129,6 +130,15 @@ def test_missing_packages_are_installed_as_root_then_the_venv_is_made(machine):
     assert machine.calls.count("DEBIAN_FRONTEND=noninteractive") == 2
     assert machine.called("pip") == ["pip install -q --disable-pip-version-check -e .[runtime,test]"]
     assert "installing libfuse2 cron (for libfuse.so.2 crontab)" in result.stderr
+
+
+def test_a_failed_apt_get_update_still_tries_the_install(machine):
+    machine.remove("cron")
+    (machine.root / "update-fails").touch()
+    result = machine.run()
+    assert result.returncode == 0, result.stderr
+    assert "apt-get update failed" in result.stderr
+    assert machine.called("apt-get") == ["apt-get update -qq", "apt-get install -y -qq cron"]
 
 
 @pytest.mark.parametrize("package", sorted(PROVIDES))
