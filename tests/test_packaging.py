@@ -104,22 +104,27 @@ def test_every_template_renders_from_the_installed_wheel(installed, tmp_path):
         assert checks == {"placeholders_left": False, "quoted": True, "bash_syntax_ok": True}, name
 
 
-# The demo's spec as the demo finds it, from the installed copy; it must also be a valid spec.
+# The demo's spec as the demo finds it, and `tpujob init`'s starter, from the installed copy;
+# both must be valid specs.
 EXAMPLE_PROBE = r"""
 import json
 from tpujob import spec
+from tpujob.catalogue import accelerator
+from tpujob.service import starter
 from tpujob.service.demo import example_spec
 
 path = example_spec()
 resolved, _ = spec.load(path, default_project="p")
-print(json.dumps({"path": str(path), "accelerator": resolved.accelerator}))
+text = starter.render(accelerator("v5p-8"), "mine", "us-east5-a")
+started = spec.resolve(spec.parse(text)[0], default_project="p")
+print(json.dumps({"path": str(path), "accelerator": resolved.accelerator, "starter": started.accelerator}))
 """
 
 
-def test_the_demo_finds_its_example_spec_in_the_installed_wheel(installed, tmp_path):
+def test_the_demo_and_init_find_their_specs_in_the_installed_wheel(installed, tmp_path):
     out = subprocess.run([sys.executable, "-c", EXAMPLE_PROBE], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, env={"PYTHONPATH": str(installed), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert Path(report["path"]).is_relative_to(installed), report
-    assert report["accelerator"] == "v4-16"
+    assert (report["accelerator"], report["starter"]) == ("v4-16", "v5p-8")
