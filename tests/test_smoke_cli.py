@@ -1,5 +1,5 @@
 """The README's two fresh-machine commands stay true: CI runs exactly the README's test command,
-and the demo command installs what exists and calls a real `tpujob` command. (The demo itself
+both start with scripts/setup, and the demo command calls a real `tpujob` command. (The demo itself
 runs end to end in tests/e2e/test_demo.py.)"""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _fresh_machine_commands() -> list[str]:
     """The bash blocks of the README's "On a fresh machine" section, in order."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## On a fresh machine", 1)[1].split("\n## ", 1)[0]
-    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S)]
+    return [block.removesuffix("\n") for block in re.findall(r"```bash\n(.*?)```", section, re.S)]
 
 
 @pytest.fixture(scope="module")
@@ -36,19 +36,20 @@ def commands() -> tuple[str, str]:
 
 def test_ci_runs_exactly_the_readme_test_command(commands):
     _, test_command = commands
-    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    # The last command of the script is the README's test command, word for word.
-    code = [line for line in lines if line and not line.startswith("#")]
-    assert code[-1] == test_command
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    code = [line for line in lines if line.strip() and not line.startswith("#")]
+    # Only the preamble, then the README's test command, character for character.
+    assert code == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', test_command]
+    assert lines[0] == "#!/usr/bin/env bash"
 
 
-def test_both_commands_install_the_same_way_and_only_extras_that_exist(commands):
+def test_both_commands_start_with_the_setup_script(commands):
     demo, tests = commands
-    install_demo, install_tests = demo.rsplit("&&", 1)[0], tests.rsplit("&&", 1)[0]
-    assert install_demo == install_tests
-    extras = re.search(r"\.\[([\w,]+)\]", install_demo).group(1).split(",")
+    # scripts/setup installs the runtime extra; --test adds pytest (tests/test_setup_script.py).
+    assert demo.split(" && ")[0] == "scripts/setup"
+    assert tests.split(" && ") == ["scripts/setup --test", ".venv/bin/pytest -q"]
+    assert (ROOT / "scripts" / "setup").is_file()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert set(extras) <= set(project["optional-dependencies"])
     assert "tpujob" in project["scripts"]  # what .venv/bin/tpujob is
 
 

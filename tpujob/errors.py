@@ -2,7 +2,8 @@
 
 Exit codes (documented in README.md, "Exit codes"):
   0 ok, 1 unexpected, 2 usage or invalid spec, 3 not found,
-  4 conflict (illegal transition, job locked), 5 cloud error, 6 auth/config,
+  4 conflict (illegal transition, job locked, a file `init` will not overwrite), 5 cloud error,
+  6 auth/config,
   7 a job followed to its end (`create --wait`) did not succeed.
 """
 

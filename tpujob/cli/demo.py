@@ -9,8 +9,8 @@ import typer
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def demo(spec: Optional[str] = typer.Option(None, "--spec",
-                                                help="Job spec to run (default: jobs.example.yaml)."),
+    def demo(spec: Optional[str] = typer.Option(None, "--spec", help="Job spec to run (default: the "
+                                                "example shipped with tpujob, jobs.example.yaml)."),
              timeout: float = typer.Option(600.0, help="Seconds to follow the job before giving up.")):
         """Run the example job on the local TPU emulator, start to finish (no Google account).
 

@@ -10,10 +10,11 @@ from tpujob.service.context import Context
 
 
 def example_spec() -> Path:
-    """jobs.example.yaml at the repository root, next to the installed package."""
-    import tpujob
+    """The example job spec, package data of tpujob (the repository's jobs.example.yaml links to
+    it), so that `pip install` then `tpujob demo` works outside the repository."""
+    import importlib.resources
 
-    return Path(tpujob.__file__).resolve().parent.parent / "jobs.example.yaml"
+    return Path(str(importlib.resources.files("tpujob") / "examples" / "demo.yaml"))
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,7 @@ def start(ctx: Context, spec: str | None = None) -> Demo:
                           f"{ctx.settings.cloud!r}: run it with TPUJOB_CLOUD=local")
     path = Path(spec) if spec else example_spec()
     if not path.is_file():
-        hint = "" if spec else " (installed without the repository? pass --spec PATH)"
-        raise NotFoundError(f"no job spec at {path}{hint}")
+        raise NotFoundError(f"no job spec at {path}")
     from tpujob import preflight
 
     preflight.require_emulator()  # before anything is started or recorded
