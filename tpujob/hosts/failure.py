@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from tpujob.hosts.fanout import HostResult
 
 MAX_LINES = 5        # the last non-empty lines kept
-MAX_LINE_CHARS = 200  # a longer line keeps its end, where tools put the reason
+MAX_LINE_CHARS = 300  # a longer line keeps its end, where tools put the reason
 MAX_CHARS = 400      # the whole cause, lines joined with " | "
+MIN_PART = 40        # an older line cut shorter than this is left out instead
 JOIN = " | "
 MASK = "***"
 
@@ -41,23 +42,28 @@ def redact(text: str, secret_values: Iterable[str] = ()) -> str:
 def last_lines(text: str, secret_values: Iterable[str] = (), *, lines: int = MAX_LINES,
                chars: int = MAX_CHARS) -> str:
     """The last `lines` non-empty lines of `text`, redacted, joined into one line of at most
-    `chars` characters (the oldest lines go first when it is too long)."""
+    `chars` characters. The newest lines are kept whole; the oldest one kept loses its start
+    (where a tool's chain of error prefixes is, its reason being at the end)."""
     # Redacted before it is cut: a secret split by a cut must not survive in halves.
     text = redact(text[-(64 * 1024):], secret_values)
-    kept = []
-    for line in reversed(text.splitlines()):
-        line = _CONTROL.sub("", line.rsplit("\r", 1)[-1]).strip()   # a progress bar's last state
+    kept: list[str] = []
+    room = chars
+    for line in reversed(text.split("\n")):
+        line = _CONTROL.sub("", line.rstrip("\r").rsplit("\r", 1)[-1]).strip()  # a progress bar: its last state
         if not line:
             continue
         if len(line) > MAX_LINE_CHARS:
             line = "…" + line[-(MAX_LINE_CHARS - 1):]
+        space = room - (len(JOIN) if kept else 0)
+        if len(line) > space:
+            if space >= min(MIN_PART, chars):
+                kept.insert(0, "…" + line[-(space - 1):])
+            break
         kept.insert(0, line)
+        room = space - len(line)
         if len(kept) == lines:
             break
-    while len(kept) > 1 and len(JOIN.join(kept)) > chars:
-        kept.pop(0)
-    said = JOIN.join(kept)
-    return said if len(said) <= chars else "…" + said[-(chars - 1):]
+    return JOIN.join(kept)
 
 
 def said(result: HostResult, secret_values: Iterable[str] = ()) -> str:
