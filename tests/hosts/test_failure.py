@@ -54,3 +54,5 @@ def test_cause_prefers_stderr_and_says_how_the_step_ended():
     timed_out = HostResult(3, output="pip: still resolving\n", error="timed out after 30s", timed_out=True)
     assert cause(timed_out) == "timed out after 30s: pip: still resolving"
     assert cause(HostResult(4, exit_code=1, stderr="KEY=v TOKEN=abc\n"), ["v"]) == "exit code 1: KEY=*** TOKEN=***"
+    many = cause(HostResult(5, exit_code=1, stderr="x" * 1000 + " why\n"), chars=80)
+    assert many.startswith("exit code 1: …") and many.endswith(" why") and len(many) == len("exit code 1: ") + 80

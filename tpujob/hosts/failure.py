@@ -66,13 +66,14 @@ def last_lines(text: str, secret_values: Iterable[str] = (), *, lines: int = MAX
     return JOIN.join(kept)
 
 
-def said(result: HostResult, secret_values: Iterable[str] = ()) -> str:
+def said(result: HostResult, secret_values: Iterable[str] = (), *, chars: int = MAX_CHARS) -> str:
     """What the host said last: its stderr, or its stdout when stderr was silent."""
-    return last_lines(result.stderr, secret_values) or last_lines(result.output, secret_values)
+    return (last_lines(result.stderr, secret_values, chars=chars)
+            or last_lines(result.output, secret_values, chars=chars))
 
 
-def cause(result: HostResult, secret_values: Iterable[str] = ()) -> str:
+def cause(result: HostResult, secret_values: Iterable[str] = (), *, chars: int = MAX_CHARS) -> str:
     """`exit code 3: boom | ...`: how the host's step ended, then what it said last."""
     how = redact(result.describe(), secret_values)
-    last = said(result, secret_values)
+    last = said(result, secret_values, chars=chars)
     return f"{how}: {last}" if last else how

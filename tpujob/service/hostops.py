@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from tpujob.errors import CloudError, ConfigError, TpujobError
 from tpujob.hosts import program
-from tpujob.hosts.failure import cause, said
+from tpujob.hosts.failure import MAX_CHARS, cause, said
 from tpujob.hosts.fanout import Host, HostGroup, Progress
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
@@ -132,7 +132,7 @@ class SshHostOps:
                 from tpujob.hosts.sync import sync
 
                 self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
-                _sync_ok(sync(group, Path(spec["sync_path"]), f"tpujob-sync/{jid}",
+                _step_ok(sync(group, Path(spec["sync_path"]), f"tpujob-sync/{jid}",
                               progress=self._progress("sync"), timeout=SYNC_TIMEOUT), "sync", hidden)
             runtime = spec["spec"]["run"].get("runtime")
             if runtime is not None:  # the bundled runtime travels like user code
@@ -140,7 +140,7 @@ class SshHostOps:
 
                 bundle = runtime_bundle.build(self.ctx.settings.home, jid, runtime)
                 self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
-                _sync_ok(sync(group, bundle, runtime_bundle.remote_dir(jid),
+                _step_ok(sync(group, bundle, runtime_bundle.remote_dir(jid),
                               progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
                          "runtime upload", hidden)
             self.attach_disks(job, attempt)  # a reused slice may lack one: attach before mounting
@@ -160,8 +160,7 @@ class SshHostOps:
             self._renew_lease(job, LAUNCH_TIMEOUT + LEASE_MARGIN)
             results = program.launch(group, host_attempt, _command(spec, jid), log_paths=log_of,
                                      timeout=LAUNCH_TIMEOUT, progress=self._progress("launch"))
-            _connection_ok(results, "launch", hidden)
-            _failed_for_good(results, "launch", hidden)
+            _step_ok(results, "launch", hidden)
 
     def data_disks(self, job, attempt) -> tuple:
         """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
@@ -239,18 +238,14 @@ def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
             raise TpujobError(f"{what} on host {r.index}: {cause(r, hidden)}")
 
 
-def _failed_for_good(results, what: str, hidden: tuple[str, ...]) -> None:
-    """SetupFailed for the first host where `what` exited non-zero, saying why."""
+def _step_ok(results, what: str, hidden: tuple[str, ...]) -> None:
+    """Sync, setup, launch: a host that could not be reached is retried by a later sweep; one
+    where the step failed (an upload that could not be unpacked on a full disk, say) fails the
+    attempt's setup, saying why."""
+    _connection_ok(results, what, hidden)
     failed = [r for r in results if not r.ok]
     if failed:
         raise SetupFailed(f"{what} on host {failed[0].index}: {cause(failed[0], hidden)}")
-
-
-def _sync_ok(results, what: str, hidden: tuple[str, ...]) -> None:
-    """An upload: a host that could not be reached is retried; one whose unpacking failed (a
-    full disk, say) fails the attempt's setup."""
-    _connection_ok(results, what, hidden)
-    _failed_for_good(results, what, hidden)
 
 
 def _setup_ok(results, what: str, timeout: float, hidden: tuple[str, ...]) -> None:
@@ -262,8 +257,7 @@ def _setup_ok(results, what: str, timeout: float, hidden: tuple[str, ...]) -> No
             raise SetupFailed(f"{what} on host {r.index} timed out after {timeout:.0f}s "
                               f"(the job's setup timeout for {len(results)} hosts)"
                               + (f": {last}" if last else ""))
-    _connection_ok(results, what, hidden)
-    _failed_for_good(results, what, hidden)
+    _step_ok(results, what, hidden)
 
 
 def _ok_or_say_why(results, what: str) -> None:
@@ -273,6 +267,8 @@ def _ok_or_say_why(results, what: str) -> None:
     bad = [r for r in results if not r.ok]
     if not bad:
         return
-    detail = "; ".join(f"host {r.index}: {cause(r)}" for r in bad[:8]) + (
+    shown = bad[:8]
+    room = max(80, MAX_CHARS // len(shown))   # the line stays about as long for 8 hosts as for one
+    detail = "; ".join(f"host {r.index}: {cause(r, chars=room)}" for r in shown) + (
         f" (and {len(bad) - 8} more)" if len(bad) > 8 else "")
     raise CloudError(f"{what} failed on {len(bad)} of {len(results)} hosts: {detail}")
