@@ -153,3 +153,16 @@ def test_mount_bucket_sh_repeats_what_gcsfuse_said_and_names_the_cause(gcs_serve
         NO_BUCKET, "tpujob: bucket gs://gone-bucket does not exist (or this project cannot see it)",
         f"tpujob: gcsfuse could not mount gs://gone-bucket at {mount} (exit 1)"]
     assert not os.path.ismount(mount)
+
+
+def test_a_libfuse_that_does_not_load_is_named_with_its_package(gcs_server, tmp_path):
+    missing = tmp_path / "libfuse.so.2"   # fusepy's own variable, naming a library that is not there
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.info["storage_endpoint"],
+           "FUSE_LIBRARY_PATH": str(missing)}
+    done = subprocess.run([sys.executable, "-m", "tpujob.emulator.gcsfuse", "any-bucket", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("daemonize.Run: readFromProcess: sub-process: gcsfuse: cannot load libfuse "
+                           f"through fusepy ({missing}: cannot open shared object file")
+    assert last.endswith("install it: apt-get install -y fuse libfuse2")

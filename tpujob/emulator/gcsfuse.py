@@ -326,8 +326,9 @@ def open_bucket(client, name: str):
 def serve(args: argparse.Namespace) -> None:
     try:
         from fuse import FUSE, Operations
-    except OSError as exc:  # fusepy's EnvironmentError("Unable to find libfuse"), or a bad library
-        sys.exit(f"{LIBFUSE_MISSING} ({exc})")
+    except OSError as exc:  # FUSE_LIBRARY_PATH names a library that does not load
+        sys.exit(f"gcsfuse: cannot load libfuse through fusepy ({exc}); install it: "
+                 "apt-get install -y fuse libfuse2")
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
@@ -363,8 +364,8 @@ def main(argv: list[str] | None = None) -> None:
         serve(args)
         return
     # Like gcsfuse: return once mounted, keep serving from a process of its own.
-    # Its output goes to a log of its own, not to our stdout: an SSH session waits for every
-    # holder of it. The log is this mount's (two hosts may share /tmp).
+    # Its output goes to a log, not to our stdout: an SSH session waits for every holder of it.
+    # One log per mount: a failed mount's lines are its own, to be repeated below.
     fd, log_path = tempfile.mkstemp(prefix=f"gcsfuse-{args.bucket}-", suffix=".log", dir="/tmp")
     with os.fdopen(fd, "ab") as log:
         child = subprocess.Popen([sys.executable, "-m", "tpujob.emulator.gcsfuse", "--foreground",
