@@ -10,6 +10,8 @@ only_dir={{only_dir}}
 cache_dir={{cache_dir}}
 file_cache_mb={{file_cache_mb}}
 sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo -n"
+# A step that fails under set -e has said why on stderr; this line says which step it was.
+trap 'rc=$?; echo "tpujob: mounting gs://$bucket at $mount_point failed at: $BASH_COMMAND (exit $rc)" >&2' ERR
 
 if mountpoint -q "$mount_point"; then echo "tpujob: $mount_point already mounted"; exit 0; fi
 if ! command -v gcsfuse > /dev/null; then
@@ -35,5 +37,28 @@ if [ -n "$cache_dir" ]; then
 fi
 $sudo_ mkdir -p "$mount_point"
 $sudo_ chown "$(id -u):$(id -g)" "$mount_point"
-gcsfuse "${args[@]}" "$bucket" "$mount_point"
+# gcsfuse's own words, kept to be repeated on failure: in daemon mode (without --foreground) it
+# prints its sub-process's error last, "daemonize.Run: readFromProcess: sub-process: ..."
+# (gcsfuse issues #161, #767, PR #1754); its later logs go to syslog (or --log-file).
+said=$(mktemp "${TMPDIR:-/tmp}/tpujob-gcsfuse.XXXXXX")
+rc=0
+gcsfuse "${args[@]}" "$bucket" "$mount_point" > "$said" 2>&1 || rc=$?
+if [ "$rc" != 0 ]; then
+  grep -v '^[[:space:]]*$' "$said" | tail -n 3 >&2 || true
+  # What the usual causes need (gcsfuse's troubleshooting page: a missing bucket, a service
+  # account without roles/storage.objectAdmin or a VM without the storage scope, a mount point
+  # already mounted or not writable).
+  if grep -q -i "bucket doesn't exist\|unknown bucket\|notFound" "$said"; then
+    echo "tpujob: bucket gs://$bucket does not exist (or this project cannot see it)" >&2
+  elif grep -q -i "Error 403\|forbidden\|permission\|credentials" "$said"; then
+    echo "tpujob: the host's service account may not use gs://$bucket: grant it roles/storage.objectAdmin on the bucket and give the VM the cloud-platform (or storage-full) scope" >&2
+  elif grep -q -i "fusermount\|mount point\|mountpoint" "$said"; then
+    echo "tpujob: mount point $mount_point: already mounted, not empty or not writable?" >&2
+  fi
+  rm -f "$said"
+  echo "tpujob: gcsfuse could not mount gs://$bucket at $mount_point (exit $rc)" >&2
+  exit "$rc"
+fi
+cat "$said"
+rm -f "$said"
 echo "tpujob: mounted gs://$bucket at $mount_point"

@@ -7,6 +7,8 @@ mount_point={{mount_point}}
 read_only={{read_only}}
 device=/dev/disk/by-id/google-$disk
 sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo -n"
+# A step that fails under set -e (mount, mkfs) has said why on stderr; this says which it was.
+trap 'rc=$?; echo "tpujob: mounting disk $disk at $mount_point failed at: $BASH_COMMAND (exit $rc)" >&2' ERR
 
 if mountpoint -q "$mount_point"; then echo "tpujob: $mount_point already mounted"; exit 0; fi
 # An attachment made just now may take a moment to show up.

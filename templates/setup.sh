@@ -26,7 +26,9 @@ if [ -f "$attempt_dir/setup.done" ]; then
   echo "tpujob: setup already done for attempt $attempt"
   exit 0
 fi
-# tpujob's own steps: any failure ends the setup here (set -e), as a setup failure.
+# tpujob's own steps: any failure ends the setup here (set -e), as a setup failure, saying
+# which step it was after the step's own words.
+trap 'rc=$?; echo "tpujob: setup failed at: $BASH_COMMAND (exit $rc)" >&2' ERR
 # The run dir must exist before the program writes its heartbeat there.
 mkdir -p "$run_dir"
 if [ -n "$runtime_packages" ]; then
@@ -42,11 +44,15 @@ fi
 # The job's setup, as written (no set -e imposed on it), bounded by the job's setup timeout
 # (0: none): timeout(1) kills it and its children, so a hung setup cannot outlive the attempt.
 cd "$workdir"
+trap - ERR
 rc=0
 timeout --kill-after=10 "$timeout_seconds" bash -c "$command" < /dev/null || rc=$?
 if [ "$rc" = 124 ]; then
   echo "tpujob: setup timed out after ${timeout_seconds}s" >&2
   exit 124
 fi
-[ "$rc" = 0 ] || exit "$rc"
+if [ "$rc" != 0 ]; then
+  echo "tpujob: the job's setup command exited $rc" >&2
+  exit "$rc"
+fi
 touch "$attempt_dir/setup.done"

@@ -171,8 +171,8 @@ def test_cancel_refuses_when_a_reachable_host_fails_to_stop_the_program(cli, loc
     result = cli("cancel", job)
     assert result.code == 5
     assert result.error_line == (f"error: job {job} not cancelled (still RUNNING): stopping the program failed "
-                                 f"on 1 of 2 hosts: host 1: exit code 1 (tpujob: /home/tpujob/.tpujob/jobs/{job}/"
-                                 "attempt-1/program.pid holds no pid)")
+                                 f"on 1 of 2 hosts: host 1: exit code 1: tpujob: /home/tpujob/.tpujob/jobs/{job}/"
+                                 "attempt-1/program.pid holds no pid")
     data = json.loads(cli("show", "--json", job).out)
     assert data["state"] == "RUNNING" and data["attempts"][0]["ended_at"] is None   # nothing recorded
     pidfile.write_text(good)

@@ -82,3 +82,87 @@ def test_a_real_mount_is_the_bucket(gcs_server, client, tmp_path):
         if os.path.ismount(mount):
             subprocess.run(["umount", "-l", str(mount)], check=False)
     assert not os.path.ismount(mount)
+
+
+# ---- a mount that fails says why ------------------------------------------------------------
+
+NO_BUCKET = ("daemonize.Run: readFromProcess: sub-process: Error while mounting gcsfuse: mountWithArgs: "
+             "mountWithStorageHandle: fs.NewServer: create file system: SetUpBucket: Error in iterating "
+             "through objects: storage: bucket doesn't exist")
+needs_libfuse = pytest.mark.skipif(gcsfuse.libfuse_path() is None, reason="libfuse2 is not installed")
+
+
+def test_without_libfuse_the_mount_names_the_package_to_install(monkeypatch, tmp_path):
+    import ctypes.util
+
+    found = ctypes.util.find_library
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None if name == "fuse" else found(name))
+    monkeypatch.delenv("FUSE_LIBRARY_PATH", raising=False)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")   # never reached
+    with pytest.raises(SystemExit) as exited:
+        gcsfuse.main(["some-bucket", str(tmp_path)])
+    said = str(exited.value.code)
+    assert "libfuse2 is not installed" in said and "apt-get install -y fuse libfuse2" in said
+    assert not os.path.ismount(tmp_path)
+
+
+def test_a_forbidden_bucket_reads_as_googles_refusal(monkeypatch):
+    from google.api_core.exceptions import Forbidden
+
+    class Refusing:   # the one call open_bucket makes, answered as Cloud Storage answers a 403
+        def bucket(self, name):
+            return self
+
+        def exists(self):
+            raise Forbidden("tpu@p.iam.gserviceaccount.com does not have storage.objects.list access")
+
+    with pytest.raises(SystemExit) as exited:
+        gcsfuse.open_bucket(Refusing(), "locked")
+    assert str(exited.value.code).endswith(
+        "SetUpBucket: Error in iterating through objects: googleapi: Error 403: "
+        "tpu@p.iam.gserviceaccount.com does not have storage.objects.list access, forbidden")
+
+
+@needs_libfuse
+def test_a_missing_bucket_is_reported_as_gcsfuse_reports_it(gcs_server, tmp_path):
+    before = set(os.listdir("/tmp"))
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.info["storage_endpoint"]}
+    done = subprocess.run([sys.executable, "-m", "tpujob.emulator.gcsfuse", "no-such-bucket", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == NO_BUCKET
+    assert not [n for n in set(os.listdir("/tmp")) - before if n.startswith("gcsfuse-no-such-bucket")]
+
+
+@needs_libfuse
+def test_mount_bucket_sh_repeats_what_gcsfuse_said_and_names_the_cause(gcs_server, tmp_path):
+    from tpujob.emulator.compute import gcsfuse_shim
+    from tpujob.hosts.scripts import render
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "gcsfuse").write_text(gcsfuse_shim(gcs_server.info["storage_endpoint"]))
+    (tools / "gcsfuse").chmod(0o755)
+    mount = tmp_path / "mnt"
+    script = render("mount_bucket.sh", bucket="gone-bucket", mount_point=mount, read_only=0, metadata_ttl=0,
+                    only_dir="", cache_dir="", file_cache_mb="")
+    done = subprocess.run(["bash", "-c", script], env={**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-3:] == [
+        NO_BUCKET, "tpujob: bucket gs://gone-bucket does not exist (or this project cannot see it)",
+        f"tpujob: gcsfuse could not mount gs://gone-bucket at {mount} (exit 1)"]
+    assert not os.path.ismount(mount)
+
+
+def test_a_libfuse_that_does_not_load_is_named_with_its_package(gcs_server, tmp_path):
+    missing = tmp_path / "libfuse.so.2"   # fusepy's own variable, naming a library that is not there
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.info["storage_endpoint"],
+           "FUSE_LIBRARY_PATH": str(missing)}
+    done = subprocess.run([sys.executable, "-m", "tpujob.emulator.gcsfuse", "any-bucket", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("daemonize.Run: readFromProcess: sub-process: gcsfuse: cannot load libfuse "
+                           f"through fusepy ({missing}: cannot open shared object file")
+    assert last.endswith("install it: apt-get install -y fuse libfuse2")

@@ -11,6 +11,10 @@ the file cache flags (`--cache-dir DIR`, which must exist: mount_bucket.sh makes
 flags (`--stat-cache-max-size-mb`, `--type-cache-max-size-mb`, `--kernel-list-cache-ttl-secs`,
 `--uid`, `--gid`, `--file-mode`, `--dir-mode`) are accepted and ignored. Like gcsfuse it
 returns once the mount is up and serves it from a background process. STORAGE_EMULATOR_HOST says where the API is.
+
+A mount that fails says why on stderr, as gcsfuse does: the daemon's parent prints its
+sub-process's error last (`daemonize.Run: readFromProcess: sub-process: ...`). What this
+emulation adds of its own is the library it needs on the host: libfuse2, through fusepy.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -47,6 +52,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 DIR_MARKER = ".tpujob-gcsfuse-dir"  # see BucketFs.mkdir
+
+LIBFUSE_MISSING = ("gcsfuse: cannot mount: libfuse2 is not installed on this host (fusepy: Unable to "
+                   "find libfuse); install it: apt-get install -y fuse libfuse2")
+# gcsfuse's chain of errors when it cannot set the bucket up, as it prints it for a bucket that
+# does not exist (GoogleCloudPlatform/gcsfuse PR #1754, "daemonized run - failed mount"):
+# "... SetUpBucket: Error in iterating through objects: storage: bucket doesn't exist".
+SET_UP_BUCKET = ("Error while mounting gcsfuse: mountWithArgs: mountWithStorageHandle: fs.NewServer: "
+                 "create file system: SetUpBucket: Error in iterating through objects: ")
+DAEMON_FAILED = "daemonize.Run: readFromProcess: sub-process: "  # gcsfuse issues #161, #767, #1754
+
+
+def libfuse_path() -> str | None:
+    """Where fusepy will load libfuse from, looked up as fusepy does (fuse.py: the
+    FUSE_LIBRARY_PATH variable, else ctypes' find_library("fuse")); None: not installed."""
+    import ctypes.util
+
+    return os.environ.get("FUSE_LIBRARY_PATH") or ctypes.util.find_library("fuse")
 
 
 class BucketFs:
@@ -284,15 +306,34 @@ class BucketFs:
         return 0
 
 
+def open_bucket(client, name: str):
+    """The bucket, or exit with gcsfuse's own account of why it cannot be mounted."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    bucket = client.bucket(name)
+    try:
+        found = bucket.exists()
+    except GoogleAPICallError as exc:  # 403 among them; Go's googleapi.Error reads like this
+        sys.exit(f"{SET_UP_BUCKET}googleapi: Error {exc.code}: {exc.message}, "
+                 f"{exc.reason or type(exc).__name__.lower()}")
+    except Exception as exc:  # noqa: BLE001 - the storage endpoint unreachable, say
+        sys.exit(f"{SET_UP_BUCKET}{type(exc).__name__}: {exc}")
+    if not found:
+        sys.exit(f"{SET_UP_BUCKET}storage: bucket doesn't exist")
+    return bucket
+
+
 def serve(args: argparse.Namespace) -> None:
-    from fuse import FUSE, Operations
+    try:
+        from fuse import FUSE, Operations
+    except OSError as exc:  # FUSE_LIBRARY_PATH names a library that does not load
+        sys.exit(f"gcsfuse: cannot load libfuse through fusepy ({exc}); install it: "
+                 "apt-get install -y fuse libfuse2")
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
     client = storage.Client(project="tpujob-local", credentials=AnonymousCredentials())
-    bucket = client.bucket(args.bucket)
-    if not bucket.exists():
-        sys.exit(f"gcsfuse: bucket {args.bucket} does not exist")
+    bucket = open_bucket(client, args.bucket)
     ops = type("GcsOperations", (BucketFs, Operations), {})(
         bucket, args.only_dir, args.metadata_cache_ttl_secs, args.implicit_dirs)
     ops.rename_dir_limit = args.rename_dir_limit
@@ -301,14 +342,20 @@ def serve(args: argparse.Namespace) -> None:
     # grace, or an unmount, ends it).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     options = {o for opt in args.options for o in opt.split(",") if o}
-    FUSE(ops, args.mount_point, foreground=True, ro="ro" in options, allow_other=True,
-         auto_cache=True, attr_timeout=max(0, args.metadata_cache_ttl_secs),
-         entry_timeout=max(0, args.metadata_cache_ttl_secs), fsname=f"gcsfuse:{args.bucket}")
+    try:
+        FUSE(ops, args.mount_point, foreground=True, ro="ro" in options, allow_other=True,
+             auto_cache=True, attr_timeout=max(0, args.metadata_cache_ttl_secs),
+             entry_timeout=max(0, args.metadata_cache_ttl_secs), fsname=f"gcsfuse:{args.bucket}")
+    except RuntimeError as exc:  # fuse_main failed; libfuse said why on stderr just before
+        sys.exit(f"Error while mounting gcsfuse: mount: libfuse could not mount {args.mount_point} "
+                 f"(fuse_main returned {exc})")
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if libfuse_path() is None:
+        sys.exit(LIBFUSE_MISSING)
     if args.cache_dir and not os.path.isdir(args.cache_dir):
         sys.exit(f"gcsfuse: --cache-dir {args.cache_dir}: no such directory")
     if args.file_cache_max_size_mb < -1:
@@ -318,20 +365,31 @@ def main(argv: list[str] | None = None) -> None:
         return
     # Like gcsfuse: return once mounted, keep serving from a process of its own.
     # Its output goes to a log, not to our stdout: an SSH session waits for every holder of it.
-    log = open(f"/tmp/gcsfuse-{args.bucket}.log", "ab")
-    child = subprocess.Popen([sys.executable, "-m", "tpujob.emulator.gcsfuse", "--foreground",
-                              *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                             start_new_session=True)
+    # One log per mount: a failed mount's lines are its own, to be repeated below.
+    fd, log_path = tempfile.mkstemp(prefix=f"gcsfuse-{args.bucket}-", suffix=".log", dir="/tmp")
+    with os.fdopen(fd, "ab") as log:
+        child = subprocess.Popen([sys.executable, "-m", "tpujob.emulator.gcsfuse", "--foreground",
+                                  *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 start_new_session=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if os.path.ismount(args.mount_point):
             return
         if child.poll() is not None:
-            sys.exit(f"gcsfuse: mounting {args.bucket} at {args.mount_point} failed "
-                     f"(exit {child.returncode})")
+            sys.exit(daemon_failure(log_path, child.returncode))
         time.sleep(0.05)
     child.kill()
     sys.exit(f"gcsfuse: {args.mount_point} was not mounted within 30 s")
+
+
+def daemon_failure(log_path: str, code: int) -> str:
+    """What gcsfuse's parent prints when its daemon could not mount: a few lines the daemon
+    wrote, then its error as `daemonize.Run: readFromProcess: sub-process: ERROR`."""
+    with open(log_path, errors="replace") as log:
+        lines = [line.strip() for line in log.read().splitlines() if line.strip()]
+    os.unlink(log_path)   # the mount is not there: no log to keep for it
+    last = lines[-1] if lines else f"exit status {code}"
+    return "\n".join(lines[:-1][-2:] + [DAEMON_FAILED + last])
 
 
 if __name__ == "__main__":

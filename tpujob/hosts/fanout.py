@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tpujob.errors import CloudError
+from tpujob.hosts.failure import cause
 
 OUTPUT_TAIL = 1 << 20   # bytes of each host's output kept in memory (the log file has it all)
+STDERR_TAIL = 64 << 10  # bytes of its stderr alone: where a failure's cause is (hosts.failure)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class HostResult:
     index: int
     exit_code: int | None = None   # None: it never finished (connection, timeout, cancelled)
     output: str = ""               # stdout and stderr as they came, the last OUTPUT_TAIL bytes
+    stderr: str = ""               # stderr alone, the last STDERR_TAIL bytes
     error: str = ""
     seconds: float = 0.0
     timed_out: bool = False        # the per-host timeout ended it (the host was reachable)
@@ -246,13 +249,28 @@ class HostGroup:
                 self._clients.pop(host.index, None)
             channel = self.client(host).get_transport().open_session(
                 timeout=self.connect_timeout)
-        tail = bytearray()
+        tail, err_tail = bytearray(), bytearray()
         deadline = time.monotonic() + timeout if timeout else None
         if log:
             log.parent.mkdir(parents=True, exist_ok=True)
         sink = open(log, "ab") if log else None
+
+        def keep(chunk: bytes, stderr: bool = False) -> None:
+            nonlocal tail, err_tail
+            if sink:
+                sink.write(chunk)
+                sink.flush()
+            tail += chunk
+            del tail[:-OUTPUT_TAIL]
+            if stderr:
+                err_tail += chunk
+                del err_tail[:-STDERR_TAIL]
+
+        def result(**kwargs) -> HostResult:
+            return HostResult(host.index, output=tail.decode(errors="replace"),
+                              stderr=err_tail.decode(errors="replace"), **kwargs)
+
         try:
-            channel.set_combine_stderr(True)
             channel.settimeout(0.1)
             channel.exec_command(command)
             if stdin:
@@ -262,27 +280,31 @@ class HostGroup:
                 if cancel.is_set():
                     raise _Cancelled()
                 if deadline and time.monotonic() > deadline:
-                    return HostResult(host.index, output=tail.decode(errors="replace"),
-                                      error=f"timed out after {timeout:g}s", timed_out=True)
+                    return result(error=f"timed out after {timeout:g}s", timed_out=True)
+                # Both streams as they come: an unread one would fill the window and stall the other.
+                while channel.recv_stderr_ready():
+                    keep(channel.recv_stderr(32768), stderr=True)
                 try:
                     chunk = channel.recv(32768)
                 except socket.timeout:
                     continue
                 if not chunk:
                     break
-                if sink:
-                    sink.write(chunk)
-                    sink.flush()
-                tail += chunk
-                del tail[:-OUTPUT_TAIL]
+                keep(chunk)
+            while True:   # the channel's end closes both streams: what stderr still holds
+                try:
+                    chunk = channel.recv_stderr(32768)
+                except socket.timeout:
+                    break
+                if not chunk:
+                    break
+                keep(chunk, stderr=True)
             code = channel.recv_exit_status()
-            return HostResult(host.index, exit_code=code if code >= 0 else None,
-                              output=tail.decode(errors="replace"),
-                              error="" if code >= 0 else "the connection ended without an exit "
-                                                         "status (host down?)")
+            return result(exit_code=code if code >= 0 else None,
+                          error="" if code >= 0 else "the connection ended without an exit "
+                                                     "status (host down?)")
         except (OSError, paramiko.SSHException) as err:
-            return HostResult(host.index, output=tail.decode(errors="replace"),
-                              error=f"connection lost: {err or type(err).__name__}")
+            return result(error=f"connection lost: {err or type(err).__name__}")
         finally:
             channel.close()
             if sink:
@@ -314,9 +336,9 @@ class _PinFirstKey:
 
 
 def ensure_ok(results: list[HostResult], action: str) -> None:
-    """Raise CloudError naming every host where `action` failed."""
+    """Raise CloudError naming every host where `action` failed, and why."""
     bad = [r for r in results if not r.ok]
     if bad:
-        detail = "; ".join(f"host {r.index}: {r.describe()}" for r in bad[:8])
+        detail = "; ".join(f"host {r.index}: {cause(r)}" for r in bad[:8])
         more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
         raise CloudError(f"{action} failed on {len(bad)} of {len(results)} hosts: {detail}{more}")

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 from tpujob.errors import CloudError, ConfigError, TpujobError
 from tpujob.hosts import program
+from tpujob.hosts.failure import MAX_CHARS, cause, said
 from tpujob.hosts.fanout import Host, HostGroup, Progress
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
@@ -179,11 +180,14 @@ class SshHostOps:
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
         try:
             keys = self.await_host_keys(job, attempt, slice_, timeout)
-            self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout, keys)
+            self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout, keys,
+                                     tuple(values.values()))
         finally:  # no host step under way any more: back to the usual lease
             self._renew_lease(job, 0)
 
-    def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout, keys) -> None:
+    def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout, keys,
+                            hidden: tuple[str, ...]) -> None:
+        """`hidden`: the job's secret values, redacted from whatever a failing host said."""
         jid = format_job_id(job.id)
         logs = self.log_dir(job, attempt)
         log_of = lambda host: logs / f"host-{host.index}.log"  # noqa: E731
@@ -192,38 +196,35 @@ class SshHostOps:
                 from tpujob.hosts.sync import sync
 
                 self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
-                _connection_ok(sync(group, Path(spec["sync_path"]), f"tpujob-sync/{jid}",
-                                    progress=self._progress("sync"), timeout=SYNC_TIMEOUT), "sync")
+                _step_ok(sync(group, Path(spec["sync_path"]), f"tpujob-sync/{jid}",
+                              progress=self._progress("sync"), timeout=SYNC_TIMEOUT), "sync", hidden)
             runtime = spec["spec"]["run"].get("runtime")
             if runtime is not None:  # the bundled runtime travels like user code
                 from tpujob.hosts.sync import sync
 
                 bundle = runtime_bundle.build(self.ctx.settings.home, jid, runtime)
                 self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
-                _connection_ok(sync(group, bundle, runtime_bundle.remote_dir(jid),
-                                    progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
-                               "runtime upload")
+                _step_ok(sync(group, bundle, runtime_bundle.remote_dir(jid),
+                              progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
+                         "runtime upload", hidden)
             self.attach_disks(job, attempt)  # a reused slice may lack one: attach before mounting
             mounts = storage.mount_script(spec, job.id)  # disks and buckets, before setup
             if mounts:
                 self._renew_lease(job, timeout + LEASE_MARGIN)
                 results = group.run(as_command(mounts, "tpujob-mount"), log_paths=log_of, timeout=timeout,
                                     fail_fast=True, progress=self._progress("mount"))
-                _setup_ok(results, "mount", timeout)
+                _setup_ok(results, "mount", timeout, hidden)
             self._renew_lease(job, timeout + program.SETUP_GRACE + LEASE_MARGIN)
             modules, packages = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
                                  else ((), ()))
             results = program.setup(group, host_attempt, spec["spec"].get("setup") or "",
                                     runtime_modules=modules, runtime_packages=packages,
                                     log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
-            _setup_ok(results, "setup", timeout)
+            _setup_ok(results, "setup", timeout, hidden)
             self._renew_lease(job, LAUNCH_TIMEOUT + LEASE_MARGIN)
             results = program.launch(group, host_attempt, _command(spec, jid), log_paths=log_of,
                                      timeout=LAUNCH_TIMEOUT, progress=self._progress("launch"))
-            _connection_ok(results, "launch")
-            failed = [r for r in results if not r.ok]
-            if failed:
-                raise SetupFailed(f"launch on host {failed[0].index}: {failed[0].describe()}")
+            _step_ok(results, "launch", hidden)
 
     def data_disks(self, job, attempt) -> tuple:
         """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
@@ -314,35 +315,44 @@ def _status(s) -> HostStatus:
     return HostStatus(Program.MISSING)  # absent or lost: no program where one was launched
 
 
-def _connection_ok(results, what: str) -> None:
+def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
     """A host that could not be reached is not a setup failure: the sweep retries later."""
     for r in results:
         if r.exit_code is None:
-            raise TpujobError(f"{what} on host {r.index}: {r.describe()}")
+            raise TpujobError(f"{what} on host {r.index}: {cause(r, hidden)}")
 
 
-def _setup_ok(results, what: str, timeout: float) -> None:
+def _step_ok(results, what: str, hidden: tuple[str, ...]) -> None:
+    """Sync, setup, launch: a host that could not be reached is retried by a later sweep; one
+    where the step failed (an upload that could not be unpacked on a full disk, say) fails the
+    attempt's setup, saying why."""
+    _connection_ok(results, what, hidden)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise SetupFailed(f"{what} on host {failed[0].index}: {cause(failed[0], hidden)}")
+
+
+def _setup_ok(results, what: str, timeout: float, hidden: tuple[str, ...]) -> None:
     """Mount and setup: a host that timed out or failed fails the attempt's setup (clearly
     saying which); one that could not be reached at all is retried by a later sweep."""
     for r in results:
         if r.timed_out or r.exit_code == program.TIMED_OUT:
+            last = said(r, hidden)
             raise SetupFailed(f"{what} on host {r.index} timed out after {timeout:.0f}s "
-                              f"(the job's setup timeout for {len(results)} hosts)")
-    _connection_ok(results, what)
-    failed = [r for r in results if not r.ok]
-    if failed:
-        raise SetupFailed(f"{what} on host {failed[0].index}: {failed[0].describe()}")
+                              f"(the job's setup timeout for {len(results)} hosts)"
+                              + (f": {last}" if last else ""))
+    _step_ok(results, what, hidden)
 
 
 def _ok_or_say_why(results, what: str) -> None:
-    """CloudError naming each host where `what` failed, with the last line its script said
-    (the scripts say why on stderr: "holds no pid", "survived SIGKILL")."""
+    """CloudError naming each host where `what` failed, with the last lines its script said
+    (the scripts say why on stderr: "holds no pid", "survived SIGKILL"). These steps run
+    without the job's secrets; credential-looking pairs are still redacted."""
     bad = [r for r in results if not r.ok]
     if not bad:
         return
-
-    def why(r) -> str:
-        said = r.output.strip().splitlines()[-1:] if r.exit_code is not None else []
-        return f"host {r.index}: {r.describe()}" + (f" ({said[0][:200]})" if said else "")
-    detail = "; ".join(why(r) for r in bad[:8]) + (f" (and {len(bad) - 8} more)" if len(bad) > 8 else "")
+    shown = bad[:8]
+    room = max(80, MAX_CHARS // len(shown))   # the line stays about as long for 8 hosts as for one
+    detail = "; ".join(f"host {r.index}: {cause(r, chars=room)}" for r in shown) + (
+        f" (and {len(bad) - 8} more)" if len(bad) > 8 else "")
     raise CloudError(f"{what} failed on {len(bad)} of {len(results)} hosts: {detail}")
