@@ -23,7 +23,7 @@ from google.protobuf import duration_pb2
 from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, slice_phase
 from tpujob.errors import (
     AUTH_HINT, AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied,
-    QuotaExceeded, StockoutError, UsageError,
+    PlacementUnavailable, QuotaExceeded, StockoutError, UsageError,
 )
 
 # Google's stockout wordings: "There is no more capacity in the zone ...", "Insufficient
@@ -35,6 +35,12 @@ _STOCKOUT = re.compile(r"no more capacity|insufficient .*capacity|not have enoug
 # 'Requests' and limit 'Requests per minute'", "Maximum number of CreateNode requests per
 # minute"), which passes by itself and is retried.
 _QUOTA = re.compile(r"quota limit '[^']*' has been exceeded|quota '[^']*' exceeded", re.IGNORECASE)
+# An accelerator its zone does not offer, or a zone with no TPUs (INVALID_ARGUMENT, as gcloud
+# quotes it: "... could not be found in the zonal accelerator configurations for "ZONE".; the
+# accelerator v6e-1 was not found in zone ZONE [EID: ...]", "The requested zone "ZONE" is not
+# supported."; SkyPilot's older "CloudTpu received an invalid AcceleratorType"; shared/FACTS.md).
+_UNOFFERED = re.compile(r"zonal accelerator configurations|was not found in zone|"
+                        r"requested zone \S+ is not supported|invalid AcceleratorType", re.IGNORECASE)
 _RATE = re.compile(r"per ?minute|per ?second|requests|rate", re.IGNORECASE)
 _EXHAUSTED = (gexc.ResourceExhausted, gexc.TooManyRequests)  # gRPC code 8 / HTTP 429
 _TRANSIENT = (gexc.TooManyRequests, gexc.InternalServerError, gexc.BadGateway,
@@ -298,6 +304,8 @@ def _error(what: str, err: gexc.GoogleAPICallError) -> Exception:
         return AuthError(f"{message}; {AUTH_HINT}")
     if isinstance(err, gexc.PermissionDenied):
         return PermissionDenied(f"{message}; check the project and the account's roles, or {AUTH_HINT}")
+    if isinstance(err, gexc.BadRequest) and _UNOFFERED.search(str(err)):
+        return PlacementUnavailable(message)
     if isinstance(err, gexc.BadRequest):  # InvalidArgument, FailedPrecondition, OutOfRange
         return CloudRefused(message)
     return CloudError(message)
