@@ -23,7 +23,7 @@ run:
 """
 POD = f"""\
 name: pod
-tpu: {{accelerator: v5litepod-16, zone: {ZONE}, queued: false}}
+tpu: {{accelerator: v4-32, zone: {ZONE}, queued: false}}
 disks:
   - {{name: {{disk}}, {{source}} mode: read-only, mount: /mnt/data, type: pd-balanced{{keep}}}}
 run:
