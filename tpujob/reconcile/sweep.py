@@ -309,8 +309,8 @@ class Reconciler:
         spec = json.loads(job.spec_json)
         reuse = bool(attempt is not None and attempt.end_reason in ("failed", "setup_failed", "cancelled"))
         options = placements(spec)
-        # Only where a placement is chosen: the attempts are one more query per job.
-        choosing = len(options) > 1 and State(job.state) in (State.PROVISIONING, State.RECOVERING)
+        # Only where a refused create is decided on: the attempts are one more query per job.
+        choosing = len(options) > 1 and State(job.state) == State.PROVISIONING
         return JobView(
             state=State(job.state), attempt=job.attempt, preemptions=job.preemptions, failures=job.failures,
             nan_restarts=job.nan_restarts, hosts=spec["hosts"],
