@@ -114,3 +114,13 @@ def test_an_unpublished_spot_price_stays_unknown(name):
     acc = accelerator(name)
     assert acc.hourly_cost(spot=True) is None
     assert acc.hourly_cost(spot=False) > 0
+
+
+def test_every_generation_has_its_zones_and_v4_only_one():
+    from tpujob.catalogue import ZONES, offers
+
+    assert set(ZONES) == set(GENERATIONS)
+    assert ZONES["v4"] == {"us-central2-b"}
+    assert offers("us-central2-b", "v4-128") and not offers("us-central2-a", "v4-8")
+    assert offers("us-west4-a", "v5e-8")  # an alias reads as its generation
+    assert not offers("us-central2-b", "v4-7")  # no such accelerator type: offered nowhere

@@ -29,6 +29,7 @@ Sources (checked 2026-11):
   v5e, v5p, v6e: no published per-chip spot figure was found; they stay None and `validate`
   says "unknown" rather than passing the on-demand price off as the spot price. Spot prices
   move (Google may change them up to once a day) and differ by region: these are estimates.
+- Zones per generation: see ZONES below.
 """
 
 from __future__ import annotations
@@ -155,3 +156,57 @@ def generation(name: str) -> Generation:
         raise SpecError(f"{name!r} is neither a TPU generation ({known}) nor an accelerator "
                         f"type like v6e-8")
     return gen
+
+
+# Which zones offer each generation: Google's "TPU regions and zones" page
+# (https://cloud.google.com/tpu/docs/regions-zones, checked 2026-11 in its current English
+# version and its earlier and translated versions, e.g. /tpu/docs/types-zones?hl=de, which also
+# list the single-tenant zones), the union of those versions, plus zones where the live API was
+# seen accepting a create in a public zone-probe log quoting gcloud (v6e: asia-east1-c,
+# asia-northeast1-b, asia-south1-b/c, asia-southeast1-b, southamerica-east1-c,
+# southamerica-west1-a; the same log quotes the refusals the emulator answers elsewhere).
+# SkyPilot's GCP catalogue (built from acceleratorTypes.list) agrees on the US and European
+# rows. v2/v3 sizes differ per zone (v2-32 and up only in us-central1-a): the table is per
+# generation. It may be stale: the live list is acceleratorTypes.list per zone, so `validate`
+# only warns from it, while the emulator refuses what it does not list.
+ZONES: dict[str, frozenset[str]] = {
+    "v2": frozenset({"us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f",
+                     "europe-west4-a", "asia-east1-c"}),
+    "v3": frozenset({"us-central1-a", "us-central1-b", "us-central1-f", "europe-west4-a"}),
+    "v4": frozenset({"us-central2-b"}),
+    "v5litepod": frozenset({"us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a",
+                            "us-east5-a", "us-east5-b", "us-east5-c", "europe-west4-b"}),
+    "v5p": frozenset({"us-central1-a", "us-east5-a", "us-east5-b", "us-east5-c", "us-south1-a",
+                      "europe-west4-b"}),
+    "v6e": frozenset({"us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "us-east5-c",
+                      "us-east4-a", "us-east4-b", "us-west1-c", "europe-west4-a", "asia-east1-c",
+                      "asia-northeast1-b", "asia-south1-b", "asia-south1-c", "asia-southeast1-b",
+                      "southamerica-east1-c", "southamerica-west1-a"}),
+}
+TPU_ZONES: frozenset[str] = frozenset().union(*ZONES.values())
+
+
+def offers(zone: str, accelerator_type: str) -> bool:
+    """Whether Google's published table lists the accelerator's generation in the zone (an
+    accelerator type that does not exist is offered nowhere)."""
+    try:
+        gen = accelerator(accelerator_type).generation
+    except SpecError:
+        return False
+    return zone in ZONES[gen.name]
+
+
+def zones_offering(accelerator_type: str) -> list[str]:
+    return sorted(ZONES[accelerator(accelerator_type).generation.name])
+
+
+def placement_warning(accelerator_type: str, zone: str) -> str | None:
+    """Why Google would refuse this accelerator in this zone, by the published table; None when
+    the table lists it. A warning, not an error: the table may lag Google's live list."""
+    if offers(zone, accelerator_type):
+        return None
+    where = ", ".join(zones_offering(accelerator_type))
+    if zone not in TPU_ZONES:
+        return (f"zone {zone} offers no TPUs in Google's published table; {accelerator_type} "
+                f"is offered in {where}")
+    return f"zone {zone} does not offer {accelerator_type} in Google's published table (it is offered in {where})"

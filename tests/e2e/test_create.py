@@ -80,7 +80,7 @@ def test_json_output_has_no_progress_lines(cli, local_cloud, tmp_path):
 
 
 def test_four_host_slice_runs_the_program_on_every_host(cli, local_cloud, tmp_path):
-    spec = write_spec(tmp_path, accelerator="v5litepod-16", queued="false",
+    spec = write_spec(tmp_path, accelerator="v4-32", queued="false",
                       command="echo $TPUJOB_HOST_INDEX $TPUJOB_COORDINATOR > /mnt/who; echo home > $HOME/where")
     result = cli("create", "--wait", "--keep-slice", spec)
     assert result.code == 0, result.err

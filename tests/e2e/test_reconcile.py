@@ -8,7 +8,7 @@ import time
 import pytest
 
 from reconcile_helpers import (  # noqa: F401 - fixtures
-    FALLBACK_ZONE, ZONE, assert_no_orphans, ctx, host_root, node_ref, project, reconciler, record, resources,
+    FALLBACK_ZONE, V5E, ZONE, assert_no_orphans, ctx, host_root, node_ref, project, reconciler, record, resources,
     running, sweep_until, wait_for_file,
 )
 
@@ -22,7 +22,7 @@ def names(client, project, zones=(ZONE,)):
 
 
 def test_a_preempted_job_runs_again_on_a_new_slice_on_every_host(cli, ctx, local_cloud, project, tmp_path):
-    job = record(ctx, tmp_path, accelerator="v5litepod-16", command=ONCE_PER_ATTEMPT)
+    job = record(ctx, tmp_path, accelerator="v4-32", command=ONCE_PER_ATTEMPT)
     sweep_until(ctx, job.id, running)
     first = ctx.store.current_attempt(job.id).slice_name
     for i in range(4):
@@ -61,7 +61,7 @@ def test_three_preemptions_with_a_budget_of_two_fail_the_job(ctx, local_cloud, p
 
 def test_a_stocked_out_zone_falls_back_to_the_next_one(ctx, local_cloud, project, tmp_path):
     primary = "us-west4-a"  # a zone no other test uses: the stockout touches only this test
-    job = record(ctx, tmp_path, zone=primary, fallback=[FALLBACK_ZONE])
+    job = record(ctx, tmp_path, accelerator=V5E, zone=primary, fallback=[FALLBACK_ZONE])
     local_cloud.stockout(primary)
     try:
         job = sweep_until(ctx, job.id, running)
@@ -75,8 +75,8 @@ def test_a_stocked_out_zone_falls_back_to_the_next_one(ctx, local_cloud, project
 
 
 def test_a_stockout_without_fallback_is_retried_until_capacity_returns(cli, ctx, local_cloud, project, tmp_path):
-    zone = "us-west4-c"  # a zone no other test uses: the stockout touches only this test
-    job = record(ctx, tmp_path, zone=zone)
+    zone = "us-south1-a"  # a zone no other test uses: the stockout touches only this test
+    job = record(ctx, tmp_path, accelerator=V5E, zone=zone)
     local_cloud.stockout(zone)
     try:
         result = cli("requeue")
@@ -97,8 +97,8 @@ def test_a_stockout_without_fallback_is_retried_until_capacity_returns(cli, ctx,
 
 def test_a_queued_resource_waiting_past_the_queue_timeout_moves_to_the_fallback(ctx, local_cloud, project,
                                                                                   tmp_path):
-    primary = "us-west4-b"
-    job = record(ctx, tmp_path, zone=primary, queued=True, fallback=[FALLBACK_ZONE])
+    primary = "us-central1-a"  # a zone no other test uses: the stockout touches only this test
+    job = record(ctx, tmp_path, accelerator=V5E, zone=primary, queued=True, fallback=[FALLBACK_ZONE])
     rec = reconciler(ctx, queue_timeout_seconds=1)
     local_cloud.stockout(primary)
     try:

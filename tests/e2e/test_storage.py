@@ -23,7 +23,7 @@ run:
 """
 POD = f"""\
 name: pod
-tpu: {{accelerator: v5litepod-16, zone: {ZONE}, queued: false}}
+tpu: {{accelerator: v4-32, zone: {ZONE}, queued: false}}
 disks:
   - {{name: {{disk}}, {{source}} mode: read-only, mount: /mnt/data, type: pd-balanced{{keep}}}}
 run:
@@ -109,9 +109,9 @@ def test_clone_and_scale(cli, local_cloud, tmp_path, stored_jobs):
 
 def test_keep_true_keeps_the_clone_and_refusals_spend_nothing(cli, local_cloud, tmp_path, stored_jobs):
     wrong_type = pod_spec(tmp_path, source="snapshot: any,")
-    wrong_type.write_text(wrong_type.read_text().replace("pd-balanced", "pd-standard"))  # v5e
+    wrong_type.write_text(wrong_type.read_text().replace("pd-balanced", "hyperdisk-ml"))  # v4
     refused = cli("create", wrong_type)
-    assert refused.code == 2 and "pd-standard" in refused.error_line
+    assert refused.code == 2 and "hyperdisk-ml" in refused.error_line
     rw = tmp_path / "rw.yaml"
     rw.write_text(MASTER.replace("v4-8", "v4-32"))
     refused = cli("create", rw)

@@ -83,6 +83,30 @@ CASES = [
      Observation(SlicePhase.NO_QUOTA, refusal="Quota limit 'X' has been exceeded"),
      [EndAttempt("refused"), DeleteSlice(),
       Move(State.FAILED, "quota exhausted: Quota limit 'X' has been exceeded", EndReason.NO_CAPACITY)]),
+    # A zone that does not offer the accelerator: the next placement at once (not a capacity
+    # miss, no backoff), passing over those already refused; none left: the spec is wrong.
+    ("zone does not offer it, fallback left", job(State.PROVISIONING, placements=3, blocked_placements=frozenset({1})),
+     Observation(SlicePhase.UNAVAILABLE, refusal="BadRequest: not found in zone"),
+     [EndAttempt("unavailable"), Move(State.RECOVERING, "the zone does not offer the accelerator: BadRequest: "
+                                                          "not found in zone; trying the next placement"),
+      StartAttempt(next_placement=True)]),
+    ("zone does not offer it, no placement left", job(State.PROVISIONING, placements=2, placement=1,
+                                                      blocked_placements=frozenset({0})),
+     Observation(SlicePhase.UNAVAILABLE, refusal="BadRequest: not found in zone"),
+     [EndAttempt("unavailable"), Move(State.FAILED, "the zone does not offer the accelerator: BadRequest: "
+                                                     "not found in zone", EndReason.USER_ERROR)]),
+    # A regional quota of 0: a placement in another region, not the same region's other zones.
+    ("quota spent, a fallback in another region", job(State.PROVISIONING, placements=3,
+                                                      regions=("us-east5", "us-east5", "us-central1")),
+     Observation(SlicePhase.NO_QUOTA, refusal="Limit: 0 in region us-east5"),
+     [EndAttempt("no_quota"), Move(State.RECOVERING, "quota exhausted: Limit: 0 in region us-east5; trying a "
+                                                      "placement in another region"),
+      StartAttempt(next_placement=True)]),
+    ("quota spent, fallbacks only in the same region", job(State.PROVISIONING, placements=2,
+                                                           regions=("us-east5", "us-east5")),
+     Observation(SlicePhase.NO_QUOTA, refusal="Limit: 0 in region us-east5"),
+     [EndAttempt("refused"), DeleteSlice(),
+      Move(State.FAILED, "quota exhausted: Limit: 0 in region us-east5", EndReason.NO_CAPACITY)]),
     ("setting up runs setup", job(State.SETTING_UP), obs(SlicePhase.READY), [SetUp()]),
     ("setup timeout, retry", job(State.SETTING_UP, in_state_seconds=1e6), obs(SlicePhase.READY),
      [StopProgram(), EndAttempt("setup_failed"), Count("failures"),

@@ -17,7 +17,9 @@ from tpujob.reconcile.decide import HostStatus, Program, SlicePhase
 from tpujob.reconcile.sweep import Reconciler
 
 PROJECT = "tpujob-sweep"
-Z1, Z2 = "us-central2-b", "us-east1-d"
+# v4 is offered only in us-central2-b (Google's zone table): the second zone runs a v5e.
+Z1, Z2 = "us-central2-b", "us-central1-a"
+V5E = "v5litepod-4"
 
 
 @pytest.fixture
@@ -69,11 +71,12 @@ def add_job(store, text: str, **tweak):
                          cloud="local")
 
 
-def spec(zone=Z1, fallback="", requeue="", name="sw", tpu_extra=""):
+def spec(zone=Z1, fallback="", requeue="", name="sw", tpu_extra="", accelerator=None):
     fallback = f", fallback: {fallback}" if fallback else ""
     requeue = f", {requeue}" if requeue else ""
+    accelerator = accelerator or ("v4-8" if zone == Z1 else V5E)
     return (f"name: {name}\n"
-            f"tpu: {{accelerator: v4-8, zone: {zone}, queued: false{tpu_extra}{fallback}}}\n"
+            f"tpu: {{accelerator: {accelerator}, zone: {zone}, queued: false{tpu_extra}{fallback}}}\n"
             f"requeue: {{backoff_seconds: 0{requeue}}}\n"
             "run: {command: train}\n")
 
@@ -133,9 +136,10 @@ def test_a_create_the_cloud_refuses_ends_the_job_instead_of_looping(server, stor
     rec.sweep()
     after = store.get(job.id)
     assert (after.state, after.end_reason) == ("FAILED", "user_error")
-    assert [a.end_reason for a in store.attempts(job.id)] == ["refused"]
-    assert any(e.startswith("state: the cloud refused the slice: creating node tpujob-") and "BadRequest" in e
-               for e in events(store, job.id))
+    # Google reads an accelerator type that does not exist as one the zone does not offer.
+    assert [a.end_reason for a in store.attempts(job.id)] == ["unavailable"]
+    assert any(e.startswith("state: the zone does not offer the accelerator: creating node tpujob-")
+               and "BadRequest" in e and "v4-7" in e for e in events(store, job.id))
     seen = len(store.events(job.id))
     rec.sweep()
     assert len(store.events(job.id)) == seen and store.get(job.id).attempt == 1
@@ -160,7 +164,7 @@ def test_a_misspelled_snapshot_ends_the_job_with_its_name(server, store):
 def test_stockouts_everywhere_cycle_the_placements_then_fail_no_capacity(server, store):
     server.emulator.stockout(Z1, None, clear=False)
     server.emulator.stockout(Z2, None, clear=False)
-    job = add_job(store, spec(Z1, f"[{{zone: {Z2}}}]", "max_capacity_retries: 3"))
+    job = add_job(store, spec(Z1, f"[{{accelerator: {V5E}, zone: {Z2}}}]", "max_capacity_retries: 3"))
     rec = Reconciler(store, cloud_for(server), Hosts(), "me")
     rec.sweep()  # PENDING: the primary misses, then (backoff 0) the fallback in the same sweep
     assert (store.get(job.id).state, store.get(job.id).capacity_misses) == ("RECOVERING", 2)

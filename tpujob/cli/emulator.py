@@ -48,7 +48,8 @@ def register(app: typer.Typer) -> None:
                     None, "--grace", min=0,
                     help="Seconds from SIGTERM to SIGKILL (default 5; Google's spot notice is 30).")):
         """Preempt a node: SSH stops, its programs get SIGTERM then SIGKILL after the grace, then the
-        node reads PREEMPTED (as on Google: READY until its hosts are down)."""
+        node reads PREEMPTED, or, made by a queued resource, is deleted while the queued resource
+        reads SUSPENDING, then SUSPENDED (as on Google: READY until its hosts are down)."""
         from tpujob.emulator import process
 
         process.client().preempt(node, grace_seconds=grace)

@@ -32,11 +32,15 @@ def _warn_if_nothing_sweeps(job) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def validate(spec: str = typer.Argument(..., help="Job spec (YAML)."),
+                 strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a placement whose "
+                                             "zone does not offer its accelerator in Google's zone table "
+                                             "instead of warning."),
                  json_out: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON.")):
         """Check a job spec and print what it resolves to (hosts, chips, disks, cost)."""
         from tpujob.service import jobs
 
         resolved = jobs.validate(_ctx(), spec)
+        _print_warnings(jobs.placement_warnings(resolved, strict=strict))
         if json_out:
             render.print_json(resolved.to_json_dict())
             return
@@ -50,7 +54,8 @@ def register(app: typer.Typer) -> None:
                timeout: float = typer.Option(3600.0, help="Seconds to follow before returning."),
                strict: bool = typer.Option(False, "--strict", help="Warnings that would waste quota become "
                                            "errors: refuse the job on an error-level lint finding in its sync "
-                                           "directory or a bucket in another region than the slice."),
+                                           "directory, a bucket in another region than the slice, or a "
+                                           "placement whose zone does not offer its accelerator."),
                json_out: bool = typer.Option(False, "--json")):
         """Record a job, create its slice, set up every host and start the program."""
         from tpujob.service import jobs
@@ -58,6 +63,7 @@ def register(app: typer.Typer) -> None:
         ctx = _ctx()
         if dry_run:
             resolved = jobs.validate(ctx, spec)
+            _print_warnings(jobs.placement_warnings(resolved, strict=strict))
             with _lint_shown():
                 _print_findings(jobs.lint_sync(resolved, strict=strict))
             jobs.check_existing_disks(ctx, resolved)
@@ -204,6 +210,11 @@ def _print_findings(findings) -> None:
 
         *lines, summary = render_text(findings).splitlines()
         typer.echo("\n".join(lines + [f"lint: {summary} in the sync directory"]), err=True)
+
+
+def _print_warnings(messages: list[str]) -> None:
+    for message in messages:
+        typer.echo(f"warning: {message}", err=True)
 
 
 @contextlib.contextmanager

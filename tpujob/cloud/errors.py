@@ -45,7 +45,9 @@ _QUOTA_WHERE = re.compile(r"limit:?\s*[\d.]+\s+in\s+(region|zone)\s+([a-z0-9-]+)
 _PLACEMENT = re.compile(r"could not be found in the zonal accelerator configurations|"
                         r"the accelerator \S+ was not found in zone|"
                         r"the requested zone \S+ is not supported|"
-                        r"provisioning model is not supported for accelerator type", re.IGNORECASE)
+                        r"provisioning model is not supported for accelerator type|"
+                        # the older wording SkyPilot matches (sky/provision/gcp/instance_utils.py)
+                        r"received an invalid AcceleratorType", re.IGNORECASE)
 _LOCATION = re.compile(r"location (\S+?) is not found or access is unauthorized", re.IGNORECASE)
 _DISABLED = re.compile(r"has not been used in project \S+ before or it is disabled", re.IGNORECASE)
 _SERVICE = re.compile(r"\b([a-z0-9-]+\.googleapis\.com)\b")

@@ -24,7 +24,8 @@ class EmulatorClient:
 
     def preempt(self, node: str, grace_seconds: float | None = None) -> dict:
         """`grace_seconds`: from SIGTERM to SIGKILL on the hosts (None: the emulator's default).
-        Returns once the hosts are down and the node reads PREEMPTED (after the grace at most)."""
+        Returns once the hosts are down (after the grace at most) with the node as it then reads:
+        PREEMPTED, or DELETING for a queued resource's node (the queued resource SUSPENDING)."""
         body: dict = {"node": node}
         if grace_seconds is not None:
             body["graceSeconds"] = grace_seconds

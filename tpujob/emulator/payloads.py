@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import random
 import re
 from dataclasses import dataclass
 
-from tpujob.catalogue import accelerator
+from tpujob.catalogue import TPU_ZONES, accelerator, offers
 from tpujob.errors import SpecError
 
 TPU_RUNTIME_PORT = 8470  # what Google publishes in networkEndpoints[].port
@@ -96,6 +97,26 @@ def accelerator_hosts(node_body: dict) -> int:
         return accelerator(name).hosts
     except SpecError as err:
         raise ApiError(400, f"acceleratorType {name!r}: {err}") from err
+
+
+def check_placement(zone: str, node_body: dict) -> None:
+    """Refuse an accelerator type its zone does not offer (tpujob.catalogue.ZONES, Google's
+    published table), or any TPU in a zone with none, as Google does: synchronously, the create
+    call itself answers 400 INVALID_ARGUMENT, for nodes and queued resources alike (gcloud
+    prints "ERROR: (gcloud.alpha.compute.tpus.queued-resources.create) INVALID_ARGUMENT: ..."
+    with no operation issued, in the zone-probe logs and the sayouzone notes that quote these
+    wordings; shared/FACTS.md). An accelerator type that does not exist reads the same."""
+    name = node_body.get("acceleratorType") or ""
+    if offers(zone, name):
+        return
+    eid = f"[EID: 0x{random.getrandbits(64):016x}]"
+    if zone not in TPU_ZONES:
+        raise ApiError(400, f'Cloud TPU received a bad request. The requested zone "{zone}" is not '
+                            f"supported. {eid}")
+    raise ApiError(400, "Cloud TPU received a bad request. The requested accelerator configuration "
+                        f'for accelerator type, "{name}", could not be found in the zonal accelerator '
+                        f'configurations for "{zone}".; the accelerator {name} was not found in zone '
+                        f"{zone} {eid}")
 
 
 def authorized_keys(metadata: dict) -> list[str]:

@@ -21,7 +21,7 @@ from tpujob.emulator.failnext import FailNext, FaultError, parse
 from tpujob.emulator.machines import MAX_IP_BLOCK
 from tpujob.emulator.payloads import (ABORTED, EXTERNAL_BLOCKS, INTERNAL, RESOURCE_EXHAUSTED,
                                       TPU_RUNTIME_PORT, ApiError, VirtualHost, accelerator_hosts,
-                                      authorized_keys, check_id, copy_json, duration_seconds,
+                                      authorized_keys, check_id, check_placement, copy_json, duration_seconds,
                                       external_ip, external_ips_enabled, host_ip, now,
                                       stockout_message)
 
@@ -117,6 +117,7 @@ class Emulator:
     # ---- the TPU API ------------------------------------------------------------------------
 
     def create_node(self, parent: str, node_id: str, body: dict) -> dict:
+        check_placement(parent.rsplit("/", 1)[1], body)
         node = self._new_node(parent, node_id, body, queued_resource=None)
         op = self._new_op(parent, "create", node.name)
         self._spawn(self._provision_node, node, op)
@@ -144,6 +145,13 @@ class Emulator:
             raise ApiError(400, f"updateMask {mask!r} is not emulated (only dataDisks)")
         with self._lock:
             node = self._node(name)
+            if node.body["state"] == "PREEMPTED":
+                # Google refuses to update a preempted node: it must be deleted and re-created
+                # (Google's spot/preemptible TPU pages; ray-project/ray#23182: an update of a
+                # preempted TPU node failing). FAILED_PRECONDITION: the request is fine, the
+                # node's state is not; shared/FACTS.md.
+                raise ApiError(400, f"Node {name} is in state PREEMPTED and cannot be updated; "
+                                    "delete it and create it again", status="FAILED_PRECONDITION")
             known = {d.get("sourceDisk") for d in node.body.get("dataDisks", [])}
             added = [d for d in body.get("dataDisks", []) if d.get("sourceDisk") not in known]
             self._check_disks(name, added, node.body)
@@ -201,6 +209,7 @@ class Emulator:
         if "node" not in specs[0]:
             raise ApiError(400, "tpu.nodeSpec[0].node is required")
         node_body = specs[0]["node"]
+        check_placement((specs[0].get("parent") or parent).rsplit("/", 1)[1], node_body)
         accelerator_hosts(node_body)
         if self.compute and node_body.get("dataDisks"):  # a request Google refuses, not queued
             self.compute.check_types(node_body["dataDisks"], node_body["acceleratorType"])
@@ -320,9 +329,11 @@ class Emulator:
 
     def preempt(self, node_ref: str, grace_seconds: float | None = None) -> dict:
         """SIGTERM on every host, SIGKILL after the grace (default: the emulator's; Google's
-        spot notice is 30 s), then the node PREEMPTED and its queued resource SUSPENDED. As on
-        Google, the node reads READY until its hosts are down, so a sweep cannot delete it
-        while the program writes its SIGTERM checkpoint. Returns once it reads PREEMPTED."""
+        spot notice is 30 s), then the node PREEMPTED, or, for a node of a queued resource, the
+        node deleted while its queued resource reads SUSPENDING, then SUSPENDED once the node is
+        gone. As on Google, the node reads READY until its hosts are down, so a sweep cannot
+        delete it while the program writes its SIGTERM checkpoint. Returns once the hosts are
+        down, with the node as it then reads (PREEMPTED, or DELETING)."""
         grace = self.preempt_grace if grace_seconds is None else grace_seconds
         with self._lock:
             node = self.find_node(node_ref)
@@ -339,11 +350,17 @@ class Emulator:
             with self._lock:
                 node.preempting = False
                 if not node.deleting and not node.gone:  # a node deleted in the grace stays deleted
-                    node.body["state"] = "PREEMPTED"
                     node.body.pop("health", None)
                     qr = self._qrs.get(node.body.get("queuedResource", ""))
                     if qr and not qr.deleting:
-                        qr.set_state("SUSPENDED", initiator="SERVICE")
+                        # QueuedResourceState.State (tpu.v2 discovery document; Google's queued
+                        # resources page): SUSPENDING "the resources ... are being deleted ...
+                        # initiated by the user, or the Cloud TPU service", SUSPENDED "have been
+                        # deleted". A preempted spot queued resource loses its node.
+                        qr.set_state("SUSPENDING", initiator="SERVICE")
+                        self._start_node_delete(node)
+                    else:
+                        node.body["state"] = "PREEMPTED"
                 self._changed.notify_all()
                 body = copy_json(node.body)
         return body
@@ -522,8 +539,11 @@ class Emulator:
             node.gone = True
             node.hosts = []
             qr = self._qrs.get(node.body.get("queuedResource", ""))
-            if qr and not qr.deleting and qr.body["state"]["state"] in ("ACTIVE", "PROVISIONING"):
+            state = qr.body["state"] if qr and not qr.deleting else {}
+            if state.get("state") in ("ACTIVE", "PROVISIONING"):
                 qr.set_state("SUSPENDED", initiator="USER")
+            elif state.get("state") == "SUSPENDING":  # the service's deletion (a preemption) is done
+                qr.set_state("SUSPENDED", initiator=state.get("stateInitiator"))
             self._changed.notify_all()
 
     def _remove_queued_resource(self, qr: _QueuedResource, node: _Node | None) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Optional
 
+from tpujob.reconcile.placement import NO_QUOTA, UNAVAILABLE
 from tpujob.store.states import EndReason, State
 
 
@@ -23,6 +24,7 @@ class SlicePhase(str, Enum):
     STOCKOUT = "STOCKOUT"  # the create was refused for capacity
     REFUSED = "REFUSED"  # the create was refused for good: bad request, permission, missing snapshot
     NO_QUOTA = "NO_QUOTA"  # the create was refused because a resource quota is spent
+    UNAVAILABLE = "UNAVAILABLE"  # the create was refused: the zone does not offer the accelerator
 
 
 class Program(str, Enum):
@@ -60,7 +62,7 @@ class Observation:
     # Since the node's own createTime: the provisioning phase alone, not the queue wait before it.
     # None while no node exists (a queued resource that has not created it yet).
     provisioning_seconds: Optional[float] = None
-    refusal: Optional[str] = None  # the cloud's word on a REFUSED or NO_QUOTA create
+    refusal: Optional[str] = None  # the cloud's word on a REFUSED, NO_QUOTA or UNAVAILABLE create
     run_dir: Optional[RunDir] = None  # only for a RUNNING job whose spec has a run_dir on GCS
 
 
@@ -116,6 +118,9 @@ class JobView:
     in_state_seconds: float  # since the last state change
     unhealthy_seconds: Optional[float] = None  # since the slice was first seen unhealthy
     placements: int = 1  # the primary placement plus tpu.fallback entries
+    placement: int = 0  # the current one's index
+    regions: tuple[str, ...] = ()  # each placement's region, by index (empty: not needed)
+    blocked_placements: frozenset[int] = frozenset()  # refused for good (reconcile.placement.blocked)
     keep_slice: bool = False
     reuse_slice: bool = False  # RECOVERING after a program failure: the slice itself is fine
     job_id: int = 0  # seeds the backoff's jitter
@@ -229,6 +234,23 @@ def _refused(obs: Observation) -> list[Action]:
     return actions + [Move(State.FAILED, f"the cloud refused the slice: {obs.refusal}", EndReason.USER_ERROR)]
 
 
+def _other_placement(job: JobView, other_region: bool) -> bool:
+    """Whether a placement other than the current one is left to try (in another region)."""
+    here = job.regions[job.placement] if other_region and job.regions else None
+    return any(i != job.placement and i not in job.blocked_placements
+               and (here is None or job.regions[i] != here) for i in range(job.placements))
+
+
+def _unavailable(job: JobView, obs: Observation) -> list[Action]:
+    """The zone does not offer the accelerator: no retry can change that, the next placement
+    may (skipping those already refused); with none left, the spec is what is wrong."""
+    why = f"the zone does not offer the accelerator: {obs.refusal}"
+    if _other_placement(job, other_region=False):
+        return [EndAttempt(UNAVAILABLE), Move(State.RECOVERING, f"{why}; trying the next placement"),
+                StartAttempt(next_placement=True)]
+    return [EndAttempt(UNAVAILABLE), Move(State.FAILED, why, EndReason.USER_ERROR)]
+
+
 def _pending(job, obs, policy):
     return [StartAttempt()]
 
@@ -240,6 +262,13 @@ def _provisioning(job, obs, policy):
         return [ResetCount("capacity_misses")] + ready if job.capacity_misses else ready
     if phase == SlicePhase.LOST:
         return _lost(job, policy, "slice lost while provisioning")
+    if phase == SlicePhase.UNAVAILABLE:
+        return _unavailable(job, obs)
+    if phase == SlicePhase.NO_QUOTA and _other_placement(job, other_region=True):
+        # A regional quota of 0 here says nothing of another region's.
+        return [EndAttempt(NO_QUOTA), Move(State.RECOVERING, f"quota exhausted: {obs.refusal}; "
+                                           "trying a placement in another region"),
+                StartAttempt(next_placement=True)]
     if phase in (SlicePhase.REFUSED, SlicePhase.NO_QUOTA):
         return _refused(obs)
     if phase == SlicePhase.STOCKOUT:

@@ -15,14 +15,15 @@ from typing import Callable, Optional, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase, SliceRequest
 from tpujob.errors import (
-    AuthError, CloudError, CloudRefused, ConflictError, JobLocked, NotFoundError, PermissionDenied, QuotaExceeded,
-    StockoutError, TpujobError, UsageError,
+    AuthError, CloudError, CloudRefused, ConflictError, JobLocked, NotFoundError, PermissionDenied,
+    PlacementUnavailable, QuotaExceeded, StockoutError, TpujobError, UsageError,
 )
 from tpujob.reconcile.decide import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostStatus, JobView,
     MarkUnhealthy, Move, Observation, Policy, ResetCount, RunDir, SetUp, SlicePhase, StartAttempt,
     StopProgram, decide,
 )
+from tpujob.reconcile import placement as placing
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, State
 
@@ -319,12 +320,18 @@ class Reconciler:
         now = self.clock()
         spec = json.loads(job.spec_json)
         reuse = bool(attempt is not None and attempt.end_reason in ("failed", "setup_failed", "cancelled"))
+        options = placements(spec)
+        # Only where a refused create is decided on: the attempts are one more query per job.
+        choosing = len(options) > 1 and State(job.state) == State.PROVISIONING
         return JobView(
             state=State(job.state), attempt=job.attempt, preemptions=job.preemptions, failures=job.failures,
             nan_restarts=job.nan_restarts, hosts=spec["hosts"],
             in_state_seconds=now - (job.state_since if job.state_since is not None else job.updated_at),
             unhealthy_seconds=None if job.unhealthy_since is None else now - job.unhealthy_since,
-            placements=len(placements(spec)), keep_slice=job.keep_slice, reuse_slice=reuse,
+            placements=len(options), placement=job.placement,
+            regions=tuple(placing.region_of(zone) for _, zone in options),
+            blocked_placements=placing.blocked(options, self.store.attempts(job.id)) if choosing else frozenset(),
+            keep_slice=job.keep_slice, reuse_slice=reuse,
             job_id=job.id, capacity_misses=job.capacity_misses,
         )
 
@@ -390,7 +397,12 @@ class Reconciler:
         spec = json.loads(job.spec_json)
         options = placements(spec)
         # Past the last fallback, back to the primary: capacity comes back where it was missing.
-        placement = (job.placement + (1 if action.next_placement else 0)) % len(options)
+        # Placements refused for good (the zone does not offer the accelerator, or the region's
+        # quota is spent) are passed over.
+        placement = job.placement
+        if action.next_placement:
+            placement = placing.following(job.placement, len(options),
+                                          placing.blocked(options, self.store.attempts(job.id)))
         accelerator, zone = options[placement]
         if action.reuse_slice and attempt is not None:
             job, new = self.store.start_attempt(
@@ -442,8 +454,10 @@ class Reconciler:
             return self._decide_on_create(job, attempt, Observation(slice=SlicePhase.STOCKOUT))
         except (CloudRefused, PermissionDenied, NotFoundError, UsageError) as exc:
             # For good: a bad request, a missing permission, a missing snapshot or disk, a spent
-            # quota. The same create would fail every sweep; decide ends the job instead.
-            phase = SlicePhase.NO_QUOTA if isinstance(exc, QuotaExceeded) else SlicePhase.REFUSED
+            # quota, a zone that does not offer the accelerator. The same create would fail every
+            # sweep; decide moves on to another placement or ends the job instead.
+            phase = (SlicePhase.NO_QUOTA if isinstance(exc, QuotaExceeded) else
+                     SlicePhase.UNAVAILABLE if isinstance(exc, PlacementUnavailable) else SlicePhase.REFUSED)
             if isinstance(exc, AuthError):
                 self.auth_errors[job.id] = exc
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} refused: {exc}")
@@ -460,6 +474,15 @@ class Reconciler:
         self.store.add_event(job.id, "slice", f"requested {attempt.slice_name} "
                                               f"({'queued resource' if attempt.queued else 'node'})")
         return job, state
+
+    def _lost_under_setup(self, job, attempt) -> Optional[Slice]:
+        """The slice, read again after a setup step failed, when it is gone or dead (preempted
+        meanwhile); None when it still looks usable or cannot be read."""
+        try:
+            again = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        except TpujobError:
+            return None
+        return again if _PHASES[again.phase] in (SlicePhase.LOST, SlicePhase.ABSENT) else None
 
     def _set_up(self, job, attempt, slice_, state):
         if slice_ is None:
@@ -478,6 +501,15 @@ class Reconciler:
             job = self.store.get(job.id)
             return job, State(job.state)
         except TpujobError as exc:  # hosts not answering yet: the next sweep tries again
+            gone = self._lost_under_setup(job, attempt)
+            if gone is not None:  # e.g. a disk attach refused because the node was preempted
+                states = ", ".join(filter(None, (gone.node_state, gone.queued_resource_state))) or "gone"
+                self.store.add_event(job.id, "setup", f"setup stopped, the slice is {states}: {exc}")
+                actions = decide(self._view(self.store.get(job.id), attempt), Observation(slice=SlicePhase.LOST),
+                                 self._policy(job))
+                self._act(self.store.get(job.id), attempt, gone, actions)
+                job = self.store.get(job.id)
+                return job, State(job.state)
             self.store.add_event(job.id, "setup", f"setup will be retried: {exc}")
             return job, state
         job = self.store.transition(job.id, state, State.RUNNING, f"program launched on {len(slice_.hosts)} hosts",

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from tpujob import spec as spec_mod
-from tpujob.errors import CloudError, ConflictError, TpujobError
+from tpujob.errors import CloudError, ConflictError, TpujobError, UsageError
 from tpujob.service.accounting import account
 from tpujob.service.context import Context, make_cloud, make_compute, make_storage
 from tpujob.spec import ResolvedSpec
@@ -22,6 +22,28 @@ def validate(ctx: Context, path: str) -> ResolvedSpec:
     resolved, _ = spec_mod.load(path, default_zone=ctx.settings.zone,
                                 default_project=ctx.default_project)
     return resolved
+
+
+def placement_warnings(resolved: ResolvedSpec, *, strict: bool = False) -> list[str]:
+    """Each placement (the primary, then every fallback) whose zone does not offer its
+    accelerator in Google's published zone table (tpujob.catalogue.ZONES): a warning each, since
+    the table may lag Google's live list, or with `strict` a UsageError (exit 2)."""
+    from tpujob.catalogue import placement_warning
+
+    tpu = resolved.spec.tpu
+    where = [("tpu", resolved.accelerator, resolved.zone)] + [
+        (f"tpu.fallback[{i}]", fb.accelerator or resolved.accelerator, fb.zone or resolved.zone)
+        for i, fb in enumerate(tpu.fallback)]
+    warnings = []
+    for key, accelerator, zone in where:
+        said = placement_warning(accelerator, zone)
+        if said is None:
+            continue
+        message = f"{key}: {said}; Google would refuse the create"
+        if strict:
+            raise UsageError(message + " (refused with --strict)")
+        warnings.append(message)
+    return warnings
 
 
 @dataclass(frozen=True)
@@ -118,10 +140,13 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
     """Validate, lint the sync directory, check that the spec's secrets have values and that
     the cloud can be reached with the credentials at hand, then record. A refused spec, a
     --strict lint error, a missing secret or missing credentials write nothing. A bucket in
-    another region than the slice is a `warn`ing, refused with `strict`."""
+    another region than the slice, or a placement Google's zone table does not list, is a
+    `warn`ing, refused with `strict`."""
     from tpujob.service import storage
 
     resolved = validate(ctx, path)
+    for message in placement_warnings(resolved, strict=strict):
+        warn(message)
     findings = lint_sync(resolved, strict=strict)  # local work: before the cloud is touched
     if resolved.spec.secrets:  # the first setup needs their values: refuse now, not at setup
         from tpujob.service.secrets import resolve

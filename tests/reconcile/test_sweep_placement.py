@@ -1,0 +1,131 @@
+"""The sweep against an in-process emulator (real TPU client, hosts stubbed) when Google refuses
+a placement for good: a zone that does not offer the accelerator, a regional quota of 0; and a
+slice preempted under its setup (a disk attach refused on a PREEMPTED node)."""
+
+from __future__ import annotations
+
+from google.api_core import exceptions as gexc
+
+from test_sweep import PROJECT, V5E, Z1, Z2, Hosts, add_job, cloud_for, events, spec, store  # noqa: F401
+from tpujob.reconcile.sweep import Reconciler
+
+
+def attempts(store, job):
+    return [(a.zone, a.accelerator, a.end_reason) for a in store.attempts(job.id)]
+
+
+def nodes(server, zone):
+    return [n["name"].rsplit("/", 1)[1] for n in server.emulator.list_nodes(f"projects/{PROJECT}/locations/{zone}")]
+
+
+def test_a_zone_that_does_not_offer_the_accelerator_moves_to_the_fallback(server, store):
+    # v5e is not offered in us-central2-b; the fallback zone offers it.
+    job = add_job(store, spec(Z1, f"[{{zone: {Z2}}}]", accelerator=V5E))
+    rec = Reconciler(store, cloud_for(server), Hosts(), "me")
+    rec.sweep()
+    rec.sweep()
+    after = store.get(job.id)
+    assert (after.state, after.zone, after.placement, after.capacity_misses) == ("RUNNING", Z2, 1, 0)
+    assert attempts(store, job) == [(Z1, V5E, "unavailable"), (Z2, V5E, None)]
+    said = events(store, job.id)
+    assert any(e.startswith("state: the zone does not offer the accelerator: creating node tpujob-")
+               and f'could not be found in the zonal accelerator configurations for "{Z1}"' in e
+               and e.endswith("; trying the next placement") for e in said), said
+    assert f"fallback: moving to {V5E} in {Z2}" in said
+
+
+def test_a_zone_that_does_not_offer_the_accelerator_without_fallback_fails_user_error(server, store):
+    job = add_job(store, spec(Z1, accelerator=V5E))
+    rec = Reconciler(store, cloud_for(server), Hosts(), "me")
+    rec.sweep()
+    after = store.get(job.id)
+    assert (after.state, after.end_reason) == ("FAILED", "user_error")
+    assert attempts(store, job) == [(Z1, V5E, "unavailable")]
+    assert any(e.startswith("state: the zone does not offer the accelerator: creating node tpujob-")
+               and f"the accelerator {V5E} was not found in zone {Z1} [EID: 0x" in e for e in events(store, job.id))
+    seen = len(store.events(job.id))
+    rec.sweep()
+    assert len(store.events(job.id)) == seen and nodes(server, Z1) == []
+
+
+def test_when_no_placement_offers_the_accelerator_the_job_fails_after_trying_each_once(server, store):
+    job = add_job(store, spec(Z1, "[{zone: us-east1-d}, {zone: asia-northeast1-a}]", accelerator=V5E))
+    Reconciler(store, cloud_for(server), Hosts(), "me").sweep()
+    after = store.get(job.id)
+    assert (after.state, after.end_reason) == ("FAILED", "user_error")
+    assert attempts(store, job) == [(Z1, V5E, "unavailable"), ("us-east1-d", V5E, "unavailable"),
+                                    ("asia-northeast1-a", V5E, "unavailable")]
+    assert 'The requested zone "asia-northeast1-a" is not supported' in after_event(store, job)
+
+
+def after_event(store, job) -> str:
+    return [e for e in events(store, job.id) if e.startswith("state:")][-1]
+
+
+QUOTA = "Quota limit 'TPUV5sLitepodPreemptiblePerProjectPerRegionForTPUAPI' has been exceeded. Limit: 0 in region {}."
+
+
+def quota_cloud(server, region: str):
+    """The real cloud, whose creates in `region` meet Google's regional-quota answer (HTTP 429),
+    classified by the cloud layer's own _error."""
+    from tpujob.cloud.gcp import GcpCloud, _error
+
+    class NoQuota(GcpCloud):
+        def create_node(self, request, timeout=1800.0):
+            if request.zone.rsplit("-", 1)[0] == region:
+                raise _error(f"creating node {request.name}", gexc.TooManyRequests(QUOTA.format(region)))
+            return super().create_node(request, timeout)
+
+    return cloud_for(server, NoQuota)
+
+
+def test_a_regional_quota_of_zero_moves_to_a_fallback_in_another_region(server, store):
+    job = add_job(store, spec("us-east5-a", f"[{{zone: us-east5-b}}, {{zone: {Z2}}}]", accelerator=V5E))
+    rec = Reconciler(store, quota_cloud(server, "us-east5"), Hosts(), "me")
+    rec.sweep()
+    rec.sweep()
+    after = store.get(job.id)
+    # Not FAILED no_capacity, and us-east5-b (the same region, the same quota) is passed over.
+    assert (after.state, after.zone, after.placement) == ("RUNNING", Z2, 2)
+    assert attempts(store, job) == [("us-east5-a", V5E, "no_quota"), (Z2, V5E, None)]
+    assert any("quota exhausted: creating node" in e and "Limit: 0 in region us-east5" in e
+               and e.endswith("trying a placement in another region") for e in events(store, job.id))
+
+
+def test_a_regional_quota_of_zero_without_a_fallback_elsewhere_fails_no_capacity(server, store):
+    job = add_job(store, spec("us-east5-a", "[{zone: us-east5-b}]", accelerator=V5E))
+    Reconciler(store, quota_cloud(server, "us-east5"), Hosts(), "me").sweep()
+    after = store.get(job.id)
+    assert (after.state, after.end_reason) == ("FAILED", "no_capacity")
+    assert attempts(store, job) == [("us-east5-a", V5E, "refused")]
+    assert after_event(store, job).startswith("state: quota exhausted: creating node")
+
+
+def test_a_disk_attach_refused_on_a_preempted_node_ends_the_attempt_as_a_preemption(server, store):
+    from tpujob.cloud.compute import GcpCompute
+
+    compute = GcpCompute.for_emulator(server.url, server.url)
+    compute.create_disk(PROJECT, Z1, "data", disk_type="pd-balanced", size_gb=10)
+
+    class PreemptedUnderSetup(Hosts):
+        """The slice is preempted as setup begins; setup's first step attaches the job's disk."""
+
+        def prepare_and_launch(self, job, attempt, slice_):
+            if attempt.number == 1:
+                server.emulator.preempt(attempt.slice_name)
+                compute.attach_disk(PROJECT, attempt.zone, attempt.slice_name, "data", read_only=True)
+            super().prepare_and_launch(job, attempt, slice_)
+
+    job = add_job(store, spec(Z1))
+    rec = Reconciler(store, cloud_for(server), PreemptedUnderSetup(), "me")
+    rec.sweep()  # the slice is requested
+    rec.sweep()  # READY: setup meets the preemption; the attempt ends in this very sweep
+    after = store.get(job.id)
+    assert (after.attempt, after.preemptions) == (2, 1) and after.state in ("PROVISIONING", "RUNNING")
+    assert [a.end_reason for a in store.attempts(job.id)] == ["preempted", None]
+    assert any(e.startswith("setup: setup stopped, the slice is PREEMPTED: attaching disk data to tpujob-")
+               and "state PREEMPTED" in e for e in events(store, job.id))
+    first = store.attempts(job.id)[0].slice_name
+    assert first not in nodes(server, Z1)  # deleted: a preempted node holds quota
+    rec.sweep()
+    assert store.get(job.id).state == "RUNNING"

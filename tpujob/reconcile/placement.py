@@ -1,0 +1,53 @@
+"""Which placements (accelerator, zone) a job may still try: pure functions over its attempts.
+
+A placement Google refused for good is skipped until a slice comes up again: one whose zone does
+not offer the accelerator ("unavailable"), and every placement in the region of one refused for
+a spent regional quota ("no_quota": TPU quotas are per region for most families, e.g.
+TPUV6EPreemptiblePerProjectPerRegionForTPUAPI; shared/FACTS.md).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Protocol
+
+UNAVAILABLE = "unavailable"  # attempt end reason: the zone does not offer the accelerator
+NO_QUOTA = "no_quota"  # attempt end reason: a spent quota, moved on to another region
+# Attempts that never got a slice: a run of them, newest first, is what the job is stuck on.
+_NO_SLICE = (UNAVAILABLE, NO_QUOTA, "no_capacity", "refused")
+
+
+class AttemptLike(Protocol):
+    zone: str
+    accelerator: str
+    end_reason: str | None
+
+
+def region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def blocked(options: list[tuple[str, str]], attempts: Iterable[AttemptLike]) -> frozenset[int]:
+    """The placement indexes (into `options`, [(accelerator, zone)]) refused for good since a
+    slice of the job last came up. `attempts` in order, oldest first."""
+    out: set[int] = set()
+    for attempt in reversed(list(attempts)):
+        if attempt.end_reason is None:  # the current attempt, still open
+            continue
+        if attempt.end_reason not in _NO_SLICE:
+            break
+        for i, (accelerator, zone) in enumerate(options):
+            if attempt.end_reason == UNAVAILABLE and (accelerator, zone) == (attempt.accelerator, attempt.zone):
+                out.add(i)
+            elif attempt.end_reason == NO_QUOTA and region_of(zone) == region_of(attempt.zone):
+                out.add(i)
+    return frozenset(out)
+
+
+def following(current: int, count: int, skip: frozenset[int]) -> int:
+    """The placement after `current`, cycling back to the primary, passing over `skip`; the
+    plain next one when every placement is skipped (decide fails the job before that)."""
+    for step in range(1, count + 1):
+        candidate = (current + step) % count
+        if candidate not in skip:
+            return candidate
+    return (current + 1) % count
