@@ -64,8 +64,8 @@ def messages(shown: dict) -> str:
                                         r"it \(e.g. roles/tpu.admin\)"),
     ("api_disabled", "user_error", "refused: .*enable the API: gcloud services enable tpu.googleapis.com"),
     # Placement refusals (no fallback in this spec): FAILED, the zone named.
-    ("accelerator_not_in_zone", "user_error", "the cloud refused the slice: .*zonal accelerator configurations"),
-    ("location_not_found", "user_error", "the cloud refused the slice: .*cannot use location us-east1-d"),
+    ("accelerator_not_in_zone", "user_error", "this placement is refused: .*zonal accelerator configurations"),
+    ("location_not_found", "user_error", "this placement is refused: .*cannot use location us-east1-d"),
 ])
 def test_refusals_end_the_job_once_with_the_reason(cli, ctx, replay, tmp_path, name, end_reason, said):
     import re
@@ -74,7 +74,10 @@ def test_refusals_end_the_job_once_with_the_reason(cli, ctx, replay, tmp_path, n
     replay(name)
     shown = requeue_and_show(cli, job.id)
     assert (shown["state"], shown["end_reason"]) == ("FAILED", end_reason)
-    assert [a["end_reason"] for a in shown["attempts"]] == ["refused"]
+    # A placement the zone does not offer ends its attempt `unavailable` (a fallback could take
+    # over); every other refusal `refused`.
+    placement = name in ("accelerator_not_in_zone", "location_not_found")
+    assert [a["end_reason"] for a in shown["attempts"]] == ["unavailable" if placement else "refused"]
     assert re.search(said, messages(shown)), messages(shown)
     again = requeue_and_show(cli, job.id)  # ended once: a later sweep does not touch it
     assert len(again["events"]) == len(shown["events"]) and again["attempt"] == 1

@@ -42,7 +42,7 @@ def test_without_a_fallback_the_job_fails_user_error_in_google_s_words(cli, ctx,
     after = ctx.store.get(job.id)
     assert (after.state, after.end_reason, after.attempt) == ("FAILED", "user_error", 1)
     ended = [e.message for e in ctx.store.events(job.id) if e.to_state == "FAILED"]
-    assert len(ended) == 1 and ended[0].startswith("the zone does not offer the accelerator: creating ")
+    assert len(ended) == 1 and ended[0].startswith("this placement is refused: creating ")
     assert (f'The requested accelerator configuration for accelerator type, "{V5E}", could not be found in the '
             f'zonal accelerator configurations for "{ZONE}".; the accelerator {V5E} was not found in zone '
             f"{ZONE} [EID: 0x") in ended[0]

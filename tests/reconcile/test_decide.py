@@ -87,13 +87,13 @@ CASES = [
     # miss, no backoff), passing over those already refused; none left: the spec is wrong.
     ("zone does not offer it, fallback left", job(State.PROVISIONING, placements=3, blocked_placements=frozenset({1})),
      Observation(SlicePhase.UNAVAILABLE, refusal="BadRequest: not found in zone"),
-     [EndAttempt("unavailable"), Move(State.RECOVERING, "the zone does not offer the accelerator: BadRequest: "
+     [EndAttempt("unavailable"), Move(State.RECOVERING, "this placement is refused: BadRequest: "
                                                           "not found in zone; trying the next placement"),
       StartAttempt(next_placement=True)]),
     ("zone does not offer it, no placement left", job(State.PROVISIONING, placements=2, placement=1,
                                                       blocked_placements=frozenset({0})),
      Observation(SlicePhase.UNAVAILABLE, refusal="BadRequest: not found in zone"),
-     [EndAttempt("unavailable"), Move(State.FAILED, "the zone does not offer the accelerator: BadRequest: "
+     [EndAttempt("unavailable"), Move(State.FAILED, "this placement is refused: BadRequest: "
                                                      "not found in zone", EndReason.USER_ERROR)]),
     # A regional quota of 0: a placement in another region, not the same region's other zones.
     ("quota spent, a fallback in another region", job(State.PROVISIONING, placements=3,

@@ -138,7 +138,7 @@ def test_a_create_the_cloud_refuses_ends_the_job_instead_of_looping(server, stor
     assert (after.state, after.end_reason) == ("FAILED", "user_error")
     # Google reads an accelerator type that does not exist as one the zone does not offer.
     assert [a.end_reason for a in store.attempts(job.id)] == ["unavailable"]
-    assert any(e.startswith("state: the zone does not offer the accelerator: creating node tpujob-")
+    assert any(e.startswith("state: this placement is refused: creating node tpujob-")
                and "BadRequest" in e and "v4-7" in e for e in events(store, job.id))
     seen = len(store.events(job.id))
     rec.sweep()

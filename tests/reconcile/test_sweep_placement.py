@@ -28,7 +28,7 @@ def test_a_zone_that_does_not_offer_the_accelerator_moves_to_the_fallback(server
     assert (after.state, after.zone, after.placement, after.capacity_misses) == ("RUNNING", Z2, 1, 0)
     assert attempts(store, job) == [(Z1, V5E, "unavailable"), (Z2, V5E, None)]
     said = events(store, job.id)
-    assert any(e.startswith("state: the zone does not offer the accelerator: creating node tpujob-")
+    assert any(e.startswith("state: this placement is refused: creating node tpujob-")
                and f'could not be found in the zonal accelerator configurations for "{Z1}"' in e
                and e.endswith("; trying the next placement") for e in said), said
     assert f"fallback: moving to {V5E} in {Z2}" in said
@@ -41,7 +41,7 @@ def test_a_zone_that_does_not_offer_the_accelerator_without_fallback_fails_user_
     after = store.get(job.id)
     assert (after.state, after.end_reason) == ("FAILED", "user_error")
     assert attempts(store, job) == [(Z1, V5E, "unavailable")]
-    assert any(e.startswith("state: the zone does not offer the accelerator: creating node tpujob-")
+    assert any(e.startswith("state: this placement is refused: creating node tpujob-")
                and f"the accelerator {V5E} was not found in zone {Z1} [EID: 0x" in e for e in events(store, job.id))
     seen = len(store.events(job.id))
     rec.sweep()
@@ -67,13 +67,14 @@ QUOTA = "Quota limit 'TPUV5sLitepodPreemptiblePerProjectPerRegionForTPUAPI' has 
 
 def quota_cloud(server, region: str):
     """The real cloud, whose creates in `region` meet Google's regional-quota answer (HTTP 429),
-    classified by the cloud layer's own _error."""
-    from tpujob.cloud.gcp import GcpCloud, _error
+    classified by the cloud layer's own classifier."""
+    from tpujob.cloud.errors import classify
+    from tpujob.cloud.gcp import GcpCloud
 
     class NoQuota(GcpCloud):
         def create_node(self, request, timeout=1800.0):
             if request.zone.rsplit("-", 1)[0] == region:
-                raise _error(f"creating node {request.name}", gexc.TooManyRequests(QUOTA.format(region)))
+                raise classify(f"creating node {request.name}", gexc.TooManyRequests(QUOTA.format(region)))
             return super().create_node(request, timeout)
 
     return cloud_for(server, NoQuota)

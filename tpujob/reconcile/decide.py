@@ -244,7 +244,7 @@ def _other_placement(job: JobView, other_region: bool) -> bool:
 def _unavailable(job: JobView, obs: Observation) -> list[Action]:
     """The zone does not offer the accelerator: no retry can change that, the next placement
     may (skipping those already refused); with none left, the spec is what is wrong."""
-    why = f"the zone does not offer the accelerator: {obs.refusal}"
+    why = f"this placement is refused: {obs.refusal}"
     if _other_placement(job, other_region=False):
         return [EndAttempt(UNAVAILABLE), Move(State.RECOVERING, f"{why}; trying the next placement"),
                 StartAttempt(next_placement=True)]
