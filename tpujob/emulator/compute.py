@@ -23,7 +23,7 @@ from werkzeug.routing import Map, Rule
 
 from tpujob.emulator.disk_rules import access_mode_at_insert, check_attach
 from tpujob.emulator.host_disks import gcsfuse_shim, prepare_hosts
-from tpujob.emulator.payloads import ApiError, check_id, copy_json, now
+from tpujob.emulator.payloads import ApiError, check_id, copy_json, now, read_json
 
 _BASE = "/compute/v1/projects/<project>"
 ROUTES = Map([
@@ -309,13 +309,11 @@ def _size(path: pathlib.Path) -> int:
 
 def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: dict) -> dict:
     """Serve one matched request (the TPU app routes /compute/v1/ here)."""
-    from tpujob.emulator.server import _read_json
-
     project = args["project"]
     if endpoint == "insert_disk":
         return compute.insert_disk(project, args["zone"], _with_query_source(request))
     if endpoint == "insert_snapshot":
-        return compute.insert_snapshot(project, _read_json(request))
+        return compute.insert_snapshot(project, read_json(request))
     if endpoint.startswith(("zone_operation", "global_operation")):
         return compute.operation(project, args.get("zone"), args["name"])
     method = getattr(compute, endpoint)
@@ -323,9 +321,7 @@ def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: dict) ->
 
 
 def _with_query_source(request: Any) -> dict:
-    from tpujob.emulator.server import _read_json
-
-    body = _read_json(request)
+    body = read_json(request)
     if request.args.get("sourceImage"):
         raise ApiError(400, "images are not emulated: create from a snapshot or a disk")
     return body

@@ -122,3 +122,16 @@ def check_placement(zone: str, node_body: dict) -> None:
 def authorized_keys(metadata: dict) -> list[str]:
     """The lines of `ssh-keys` metadata ("USER:KEY" per line, as on GCE), USER kept."""
     return [line.strip() for line in metadata.get("ssh-keys", "").splitlines() if line.strip()]
+
+
+def read_json(request) -> dict:
+    """A request's JSON body (werkzeug's Request), {} when empty; 400 when not a JSON object."""
+    if not request.get_data():
+        return {}
+    try:
+        body = json.loads(request.get_data())
+    except ValueError as err:
+        raise ApiError(400, f"invalid JSON body: {err}") from err
+    if not isinstance(body, dict):
+        raise ApiError(400, "the JSON body must be an object")
+    return body
