@@ -8,7 +8,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from tpujob.catalogue import TPU_ZONES, accelerator, offers
+from tpujob.catalogue import GENERATIONS, TPU_ZONES, ZONES, accelerator, offers
 from tpujob.errors import SpecError
 
 TPU_RUNTIME_PORT = 8470  # what Google publishes in networkEndpoints[].port
@@ -117,6 +117,18 @@ def check_placement(zone: str, node_body: dict) -> None:
                         f'for accelerator type, "{name}", could not be found in the zonal accelerator '
                         f'configurations for "{zone}".; the accelerator {name} was not found in zone '
                         f"{zone} {eid}")
+
+
+def accelerator_types(parent: str) -> list[dict]:
+    """acceleratorTypes.list of the zone `parent` (projects/P/locations/ZONE) names: every size
+    of each generation tpujob.catalogue.ZONES lists there (the same table check_placement
+    refuses by), as {"acceleratorTypes": [{"name": "PARENT/acceleratorTypes/TYPE", "type":
+    TYPE}, ...]} (Google's reference: https://cloud.google.com/tpu/docs/reference/rest/v2/
+    projects.locations.acceleratorTypes/list; AcceleratorType's `acceleratorConfigs`, {type,
+    topology}, are left out). A zone the table does not list offers nothing."""
+    zone = parent.rsplit("/", 1)[-1]
+    return [{"name": f"{parent}/acceleratorTypes/{gen.name}-{size}", "type": f"{gen.name}-{size}"}
+            for gen in GENERATIONS.values() if zone in ZONES[gen.name] for size in gen.sizes]
 
 
 def authorized_keys(metadata: dict) -> list[str]:

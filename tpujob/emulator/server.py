@@ -22,7 +22,7 @@ from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
 from tpujob.emulator.failnext import COMPUTE_METHODS, TPU_METHODS, FaultError, parse
-from tpujob.emulator.payloads import ApiError, read_json
+from tpujob.emulator.payloads import ApiError, accelerator_types, read_json
 from tpujob.emulator.resources import Emulator, MachinesFactory
 
 log = logging.getLogger(__name__)
@@ -168,8 +168,6 @@ class TpuApp:
         return self.emulator.get_operation(f"{_parent(project, zone)}/operations/{rid}")
 
     def _list_accelerator_types(self, request: Request, project: str, zone: str) -> dict:
-        from tpujob.emulator.zones import accelerator_types
-
         return {"acceleratorTypes": accelerator_types(_parent(project, zone))}
 
     # ---- emulator endpoints -----------------------------------------------------------------
