@@ -18,8 +18,13 @@ def wait_done(http, op: dict) -> dict:
     raise AssertionError("operation never finished")
 
 
+DISKS = "/compute/v1/projects/p/zones/us-central2-b/disks"
+DISK = "projects/p/zones/us-central2-b/disks/d"
+
+
 def test_create_node_operation_and_integer_enums(http):
-    body = {**NODE, "dataDisks": [{"sourceDisk": "projects/p/zones/z/disks/d", "mode": 2}],
+    assert http("POST", DISKS, {"name": "d", "type": "pd-balanced"})[0] == 200
+    body = {**NODE, "dataDisks": [{"sourceDisk": DISK, "mode": 2}],
             "schedulingConfig": {"spot": True}, "unknownField": 1}
     code, op = http("POST", f"{LOC}/nodes?nodeId=n1&$alt=json;enum-encoding=int", body)
     assert code == 200 and op["done"] is False
@@ -30,10 +35,27 @@ def test_create_node_operation_and_integer_enums(http):
     code, node = http("GET", f"{LOC}/nodes/n1")
     assert node["name"] == "projects/p/locations/us-central2-b/nodes/n1"
     assert node["state"] == "READY" and node["health"] == "HEALTHY"
-    assert node["dataDisks"] == [{"sourceDisk": "projects/p/zones/z/disks/d", "mode": "READ_ONLY"}]
+    assert node["dataDisks"] == [{"sourceDisk": DISK, "mode": "READ_ONLY"}]
     assert "unknownField" not in node and node["apiVersion"] == "V2"
     code, listed = http("GET", f"{LOC}/nodes")
     assert [n["name"] for n in listed["nodes"]] == [node["name"]]
+
+
+def test_a_data_disk_that_does_not_exist_refuses_the_create_and_creates_nothing(http):
+    missing = "projects/p/zones/us-central2-b/disks/nope"
+    body = {**NODE, "dataDisks": [{"sourceDisk": missing, "mode": "READ_WRITE"}]}
+    code, answer = http("POST", f"{LOC}/nodes?nodeId=n1", body)
+    assert code == 404
+    assert answer["error"] == {"code": 404, "status": "NOT_FOUND",
+                               "message": f"The resource '{missing}' was not found"}
+    qr = {"tpu": {"nodeSpec": [{"parent": LOC[4:], "nodeId": "n2", "node": body}]}}
+    assert http("POST", f"{LOC}/queuedResources?queuedResourceId=q1", qr)[0] == 404
+    assert http("GET", f"{LOC}/nodes")[1] == {"nodes": []}
+    assert http("GET", f"{LOC}/queuedResources")[1] == {"queuedResources": []}
+    wait_done(http, http("POST", f"{LOC}/nodes?nodeId=n3", NODE)[1])
+    code, answer = http("PATCH", f"{LOC}/nodes/n3?updateMask=dataDisks", {**NODE, **body})
+    assert code == 404 and answer["error"]["message"] == f"The resource '{missing}' was not found"
+    assert "dataDisks" not in http("GET", f"{LOC}/nodes/n3")[1]
 
 
 def test_delete_operation_ends_with_empty_and_the_node_is_gone(http):

@@ -120,3 +120,15 @@ def test_a_preempted_queued_resource_reads_suspending_then_suspended_without_its
             "state": "SUSPENDED", "stateInitiator": "SERVICE"}
         cloud.delete_slice(PROJECT, "us-central2-b", "q1")  # it holds quota until deleted
         assert cloud.get_slice(PROJECT, "us-central2-b", "q1").phase.value == "GONE"
+
+
+def test_accelerator_types_list_exactly_what_create_accepts(server):
+    """One zone table: acceleratorTypes.list (what `doctor` reads) and the create refusal both read
+    tpujob.catalogue.ZONES; e.g. v3 in us-central1-f, which Google's page lists."""
+    listed = cloud_for(server).accelerator_types(PROJECT, "us-central1-f")
+    assert "v3-8" in listed and "v2-8" in listed and "v6e-1" not in listed
+    cloud_for(server).create_node(request("us-central1-f", "v3-8", name="v3"))
+    assert [n["acceleratorType"] for n in server.emulator.list_nodes(
+        f"projects/{PROJECT}/locations/us-central1-f")] == ["v3-8"]
+    with pytest.raises(PlacementUnavailable):
+        cloud_for(server).create_node(request("us-central1-f", "v6e-1"))

@@ -8,7 +8,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from tpujob.catalogue import TPU_ZONES, accelerator, offers
+from tpujob.catalogue import GENERATIONS, TPU_ZONES, ZONES, accelerator, offers
 from tpujob.errors import SpecError
 
 TPU_RUNTIME_PORT = 8470  # what Google publishes in networkEndpoints[].port
@@ -119,6 +119,31 @@ def check_placement(zone: str, node_body: dict) -> None:
                         f"{zone} {eid}")
 
 
+def accelerator_types(parent: str) -> list[dict]:
+    """acceleratorTypes.list of the zone `parent` (projects/P/locations/ZONE) names: every size
+    of each generation tpujob.catalogue.ZONES lists there (the same table check_placement
+    refuses by), as {"acceleratorTypes": [{"name": "PARENT/acceleratorTypes/TYPE", "type":
+    TYPE}, ...]} (Google's reference: https://cloud.google.com/tpu/docs/reference/rest/v2/
+    projects.locations.acceleratorTypes/list; AcceleratorType's `acceleratorConfigs`, {type,
+    topology}, are left out). A zone the table does not list offers nothing."""
+    zone = parent.rsplit("/", 1)[-1]
+    return [{"name": f"{parent}/acceleratorTypes/{gen.name}-{size}", "type": f"{gen.name}-{size}"}
+            for gen in GENERATIONS.values() if zone in ZONES[gen.name] for size in gen.sizes]
+
+
 def authorized_keys(metadata: dict) -> list[str]:
     """The lines of `ssh-keys` metadata ("USER:KEY" per line, as on GCE), USER kept."""
     return [line.strip() for line in metadata.get("ssh-keys", "").splitlines() if line.strip()]
+
+
+def read_json(request) -> dict:
+    """A request's JSON body (werkzeug's Request), {} when empty; 400 when not a JSON object."""
+    if not request.get_data():
+        return {}
+    try:
+        body = json.loads(request.get_data())
+    except ValueError as err:
+        raise ApiError(400, f"invalid JSON body: {err}") from err
+    if not isinstance(body, dict):
+        raise ApiError(400, "the JSON body must be an object")
+    return body

@@ -22,7 +22,7 @@ from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
 from tpujob.emulator.failnext import COMPUTE_METHODS, TPU_METHODS, FaultError, parse
-from tpujob.emulator.payloads import ApiError
+from tpujob.emulator.payloads import ApiError, accelerator_types, read_json
 from tpujob.emulator.resources import Emulator, MachinesFactory
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ class TpuApp:
                                          request.args.get("updateMask", ""), _node_body(request))
 
     def _guest_attributes(self, request: Request, project: str, zone: str, rid: str) -> dict:
-        body = _read_json(request)
+        body = read_json(request)
         return self.emulator.guest_attributes(f"{_parent(project, zone)}/nodes/{rid}",
                                               body.get("queryPath", ""), body.get("workerIds", []))
 
@@ -150,7 +150,7 @@ class TpuApp:
         from google.cloud import tpu_v2  # parses integer or named enums alike
 
         qr_id = request.args.get("queuedResourceId", "")
-        body = _normalise(tpu_v2.QueuedResource, _read_json(request))
+        body = _normalise(tpu_v2.QueuedResource, read_json(request))
         return self.emulator.create_queued_resource(_parent(project, zone), qr_id, body)
 
     def _list_qrs(self, request: Request, project: str, zone: str) -> dict:
@@ -168,8 +168,6 @@ class TpuApp:
         return self.emulator.get_operation(f"{_parent(project, zone)}/operations/{rid}")
 
     def _list_accelerator_types(self, request: Request, project: str, zone: str) -> dict:
-        from tpujob.emulator.zones import accelerator_types
-
         return {"acceleratorTypes": accelerator_types(_parent(project, zone))}
 
     # ---- emulator endpoints -----------------------------------------------------------------
@@ -179,7 +177,7 @@ class TpuApp:
 
     def _faults(self, request: Request) -> dict:
         if request.method == "POST":
-            body = _read_json(request)
+            body = read_json(request)
             self.emulator.set_faults(_number(body, "apiErrorRate"),
                                      _number(body, "provisioningDelay"),
                                      _number(body, "hostkeysDelay"))
@@ -188,7 +186,7 @@ class TpuApp:
     def _fail_next(self, request: Request) -> dict:
         if request.method == "POST":
             try:
-                self.emulator.injected.add(parse(_read_json(request)))
+                self.emulator.injected.add(parse(read_json(request)))
             except FaultError as err:
                 raise ApiError(400, str(err)) from None
         elif request.method == "DELETE":
@@ -196,7 +194,7 @@ class TpuApp:
         return {"pending": self.emulator.injected.pending()}
 
     def _stockout(self, request: Request) -> dict:
-        body = _read_json(request)
+        body = read_json(request)
         if not body.get("zone"):
             raise ApiError(400, "zone is required")
         self.emulator.stockout(body["zone"], body.get("acceleratorType") or None,
@@ -204,14 +202,14 @@ class TpuApp:
         return self.emulator.faults()
 
     def _preempt(self, request: Request) -> dict:
-        body = _read_json(request)
+        body = read_json(request)
         grace = body.get("graceSeconds")
         if grace is not None and (not isinstance(grace, (int, float)) or grace < 0):
             raise ApiError(400, "graceSeconds must be a number >= 0")
         return self.emulator.preempt(_required(body, "node"), grace)
 
     def _kill_host(self, request: Request) -> dict:
-        body = _read_json(request)
+        body = read_json(request)
         index = body.get("index")
         if not isinstance(index, int):
             raise ApiError(400, "index must be an integer")
@@ -300,18 +298,6 @@ def _json(code: int, body: Any) -> Response:
     return Response(json.dumps(body), status=code, mimetype="application/json")
 
 
-def _read_json(request: Request) -> dict:
-    if not request.get_data():
-        return {}
-    try:
-        body = json.loads(request.get_data())
-    except ValueError as err:
-        raise ApiError(400, f"invalid JSON body: {err}") from err
-    if not isinstance(body, dict):
-        raise ApiError(400, "the JSON body must be an object")
-    return body
-
-
 def _normalise(message_type: Any, body: dict) -> dict:
     """The body as the API would store it: enum names, known fields only, camelCase."""
     try:
@@ -325,7 +311,7 @@ def _normalise(message_type: Any, body: dict) -> dict:
 def _node_body(request: Request) -> dict:
     from google.cloud import tpu_v2
 
-    return _normalise(tpu_v2.Node, _read_json(request))
+    return _normalise(tpu_v2.Node, read_json(request))
 
 
 def _number(body: dict, key: str) -> float | None:

@@ -1,0 +1,141 @@
+"""Faults of the emulated TPU API: what tests and `tpujob emulator` inject.
+
+Fail-next answers by method (failnext.py; the server applies them), a random API error rate,
+stockouts by zone (and accelerator type), the delay before host keys are published, and the
+preemption or death of hosts. A mixin of tpujob.emulator.resources.Emulator: it uses the
+emulator's lock, nodes, queued resources and operations.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING
+
+from tpujob.emulator.failnext import FaultError, parse
+from tpujob.emulator.payloads import ApiError, copy_json
+
+if TYPE_CHECKING:
+    from tpujob.emulator.resources import Node
+
+
+class Faults:
+    """The fault half of the Emulator (state: api_error_rate, hostkeys_delay, _stockouts,
+    injected)."""
+
+    def inject_api_error(self) -> ApiError | None:
+        if self.api_error_rate and random.random() < self.api_error_rate:
+            if random.random() < 0.5:
+                return ApiError(429, "Quota exceeded for quota metric 'Requests' (emulated)")
+            return ApiError(503, "The service is currently unavailable (emulated)")
+        return None
+
+    def fail_next(self, method: str, status: int, message: str, grpc_status: str | None = None,
+                  reason: str | None = None, in_operation: bool = False, times: int = 1) -> None:
+        """The next `times` calls of `method` (a discovery id) answer this error, or (in_operation)
+        succeed and end their operation with it. The server applies it (failnext.py)."""
+        try:
+            self.injected.add(parse({"method": method, "status": status, "message": message,
+                                     "grpc_status": grpc_status, "reason": reason,
+                                     "in_operation": in_operation, "times": times}))
+        except FaultError as err:
+            raise ApiError(400, str(err)) from None
+
+    def fail_operation(self, parent: str, verb: str, target: str, code: int, message: str) -> dict:
+        """An operation that changed nothing and ends with `code` after the provisioning delay,
+        as a create that finds no capacity ends (fail-next --in-operation)."""
+        with self._lock:
+            op = self.operations.new(parent, verb, target)
+
+        def finish() -> None:
+            self._sleep(self.provisioning_delay, None)
+            with self._lock:
+                self.operations.finish(op, error=(code, message))
+
+        self._spawn(finish)
+        return op
+
+    def set_faults(self, api_error_rate: float | None, provisioning_delay: float | None,
+                   hostkeys_delay: float | None = None) -> None:
+        with self._lock:
+            if hostkeys_delay is not None:
+                self.hostkeys_delay = hostkeys_delay
+            if api_error_rate is not None:
+                if not 0 <= api_error_rate <= 1:
+                    raise ApiError(400, "apiErrorRate must be between 0 and 1")
+                self.api_error_rate = api_error_rate
+            if provisioning_delay is not None:
+                if provisioning_delay < 0:
+                    raise ApiError(400, "provisioningDelay must not be negative")
+                self.provisioning_delay = provisioning_delay
+
+    def stockout(self, zone: str, accelerator_type: str | None, clear: bool) -> None:
+        with self._lock:
+            if clear:
+                self._stockouts.discard((zone, accelerator_type))
+            else:
+                self._stockouts.add((zone, accelerator_type))
+            self._changed.notify_all()
+
+    def faults(self) -> dict:
+        with self._lock:
+            return {"apiErrorRate": self.api_error_rate,
+                    "provisioningDelay": self.provisioning_delay,
+                    "hostkeysDelay": self.hostkeys_delay,
+                    "stockouts": [{"zone": z, "acceleratorType": a}
+                                  for z, a in sorted(self._stockouts, key=str)]}
+
+    def preempt(self, node_ref: str, grace_seconds: float | None = None) -> dict:
+        """SIGTERM on every host, SIGKILL after the grace (default: the emulator's; Google's
+        spot notice is 30 s), then the node PREEMPTED, or, for a node of a queued resource, the
+        node deleted while its queued resource reads SUSPENDING, then SUSPENDED once the node is
+        gone. As on Google, the node reads READY until its hosts are down, so a sweep cannot
+        delete it while the program writes its SIGTERM checkpoint. Returns once the hosts are
+        down, with the node as it then reads (PREEMPTED, or DELETING)."""
+        grace = self.preempt_grace if grace_seconds is None else grace_seconds
+        with self._lock:
+            node = self.find_node(node_ref)
+            if node.body["state"] != "READY" or node.preempting:
+                state = "being preempted" if node.preempting else node.body["state"]
+                raise ApiError(400, f"node {node.node_id} is {state}, not READY",
+                               status="FAILED_PRECONDITION")
+            node.preempting = True
+            machines = node.machines
+        try:
+            if machines:
+                machines.preempt(grace)
+        finally:
+            with self._lock:
+                node.preempting = False
+                if not node.deleting and not node.gone:  # a node deleted in the grace stays deleted
+                    node.body.pop("health", None)
+                    qr = self._qrs.get(node.body.get("queuedResource", ""))
+                    if qr and not qr.deleting:
+                        # QueuedResourceState.State (tpu.v2 discovery document; Google's queued
+                        # resources page): SUSPENDING "the resources ... are being deleted ...
+                        # initiated by the user, or the Cloud TPU service", SUSPENDED "have been
+                        # deleted". A preempted spot queued resource loses its node.
+                        qr.set_state("SUSPENDING", initiator="SERVICE")
+                        self._start_node_delete(node)
+                    else:
+                        node.body["state"] = "PREEMPTED"
+                self._changed.notify_all()
+                body = copy_json(node.body)
+        return body
+
+    def kill_host(self, node_ref: str, index: int) -> None:
+        with self._lock:
+            node = self.find_node(node_ref)
+            if not 0 <= index < len(node.hosts):
+                raise ApiError(400, f"node {node.node_id} has no host {index}")
+            machines = node.machines
+        if machines:
+            machines.kill_host(index)
+
+    def _hostkeys_published(self, node: Node) -> bool:
+        if self.hostkeys_delay < 0 or node.booted_at is None:
+            return False
+        return time.monotonic() - node.booted_at >= self.hostkeys_delay
+
+    def _stocked_out(self, zone: str, accelerator_type: str | None) -> bool:
+        return (zone, None) in self._stockouts or (zone, accelerator_type) in self._stockouts

@@ -1,0 +1,161 @@
+"""Queued resources of the emulated TPU API: create, read, delete, and their life cycle.
+
+A queued resource asks for one node (multislice is not emulated); the service serves it when its
+zone has capacity, within its validity, and suspends it when its node is preempted. A mixin of
+tpujob.emulator.resources.Emulator: it uses the emulator's lock, nodes and operations.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tpujob.emulator.payloads import (ApiError, accelerator_hosts, check_id, check_placement,
+                                      copy_json, duration_seconds, now)
+
+if TYPE_CHECKING:
+    from tpujob.emulator.resources import Node
+
+
+@dataclass
+class QueuedResource:
+    parent: str
+    qr_id: str
+    body: dict
+    created: float
+    deleting: bool = False
+    gone: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.parent}/queuedResources/{self.qr_id}"
+
+    @property
+    def zone(self) -> str:
+        return self.parent.rsplit("/", 1)[1]
+
+    def set_state(self, state: str, initiator: str | None = None) -> None:
+        self.body["state"] = {"state": state}
+        if initiator:
+            self.body["state"]["stateInitiator"] = initiator
+
+
+class QueuedResources:
+    """The queued-resource half of the Emulator (state in `self._qrs`)."""
+
+    def create_queued_resource(self, parent: str, qr_id: str, body: dict) -> dict:
+        check_id(qr_id, "queuedResourceId")
+        specs = body.get("tpu", {}).get("nodeSpec", [])
+        if len(specs) != 1 or not specs[0].get("nodeId"):
+            raise ApiError(400, "tpu.nodeSpec must hold exactly one node with a nodeId "
+                                "(multislice requests are not emulated)")
+        if "node" not in specs[0]:
+            raise ApiError(400, "tpu.nodeSpec[0].node is required")
+        node_body = specs[0]["node"]
+        check_placement((specs[0].get("parent") or parent).rsplit("/", 1)[1], node_body)
+        accelerator_hosts(node_body)
+        if self.compute and node_body.get("dataDisks"):  # a request Google refuses, not queued
+            self.compute.check_types(node_body["dataDisks"], node_body["acceleratorType"])
+        with self._lock:
+            name = f"{parent}/queuedResources/{qr_id}"
+            if name in self._qrs:
+                raise ApiError(409, f"Resource '{name}' already exists")
+            for key in ("name", "state", "createTime"):
+                body.pop(key, None)
+            body.update(name=name, createTime=now())
+            qr = QueuedResource(parent, qr_id, body, created=time.monotonic())
+            qr.set_state("ACCEPTED")
+            self._qrs[name] = qr
+            op = self.operations.new(parent, "create", name)
+            # Google finishes the create operation once the request is queued, not once served.
+            self.operations.finish(op, response=("QueuedResource", copy_json(qr.body)))
+            op = self.operations.get(op["name"])
+        self._spawn(self._serve_queued_resource, qr)
+        return op
+
+    def get_queued_resource(self, name: str) -> dict:
+        with self._lock:
+            return copy_json(self._qr(name).body)
+
+    def list_queued_resources(self, parent: str) -> list[dict]:
+        with self._lock:
+            return [copy_json(q.body) for q in self._qrs.values() if q.parent == parent]
+
+    def delete_queued_resource(self, name: str, force: bool) -> dict:
+        with self._lock:
+            qr = self._qr(name)
+            node = self._nodes.get(self._node_name_of(qr))
+            state = qr.body["state"]["state"]
+            if node and not force and state not in ("ACCEPTED", "WAITING_FOR_RESOURCES",
+                                                    "FAILED", "SUSPENDED"):
+                raise ApiError(400, f"Queued resource '{name}' has nodes; delete them first or "
+                                    "set force=true", status="FAILED_PRECONDITION")
+            op = self.operations.new(qr.parent, "delete", name)
+            if not qr.deleting:
+                qr.deleting = True
+                qr.set_state("DELETING")
+                if node:
+                    self._start_node_delete(node)
+                self._spawn(self._remove_queued_resource, qr, node)
+            self._spawn(self._finish_when_gone, qr, op)
+            return op
+
+    # ---- life cycle (worker threads) ---------------------------------------------------------
+
+    def _serve_queued_resource(self, qr: QueuedResource) -> None:
+        if not self._sleep(self.provisioning_delay, qr):
+            return
+        with self._lock:
+            qr.set_state("WAITING_FOR_RESOURCES")
+            spec = qr.body["tpu"]["nodeSpec"][0]
+            accel = spec["node"].get("acceleratorType")
+            valid = duration_seconds(qr.body.get("queueingPolicy", {}).get("validUntilDuration"))
+            while self._stocked_out(qr.zone, accel):
+                if qr.deleting or self._closing:
+                    return
+                if valid is not None and time.monotonic() - qr.created > valid:
+                    qr.set_state("FAILED", initiator="SERVICE")
+                    return
+                self._changed.wait(0.2)
+        if not self._sleep(self.provisioning_delay, qr):
+            return
+        with self._lock:
+            if qr.deleting or self._closing:  # deleted between the wait and this lock
+                return
+            try:
+                node = self._new_node(spec.get("parent") or qr.parent, spec["nodeId"],
+                                      copy_json(spec["node"]), queued_resource=qr.name)
+            except ApiError as err:
+                qr.set_state("FAILED", initiator="SERVICE")
+                qr.body["state"]["failedData"] = {"error": {"code": 6, "message": err.message}}
+                return
+            qr.set_state("PROVISIONING")
+        failure = self._bring_up(node)
+        with self._lock:
+            if qr.deleting:
+                return
+            if failure is None and node.body["state"] == "READY":
+                qr.set_state("ACTIVE")
+            elif failure is not None:  # as Google reports a slice that could not be brought up
+                qr.set_state("FAILED", initiator="SERVICE")
+                qr.body["state"]["failedData"] = {"error": {"code": failure[0], "message": failure[1]}}
+
+    def _remove_queued_resource(self, qr: QueuedResource, node: Node | None) -> None:
+        with self._lock:
+            while node is not None and not node.gone and not self._closing:
+                self._changed.wait(0.2)
+        self._sleep(self.provisioning_delay, None)
+        with self._lock:
+            self._qrs.pop(qr.name, None)
+            qr.gone = True
+            self._changed.notify_all()
+
+    def _qr(self, name: str) -> QueuedResource:
+        if name not in self._qrs:
+            raise ApiError(404, f"Resource '{name}' was not found")
+        return self._qrs[name]
+
+    def _node_name_of(self, qr: QueuedResource) -> str:
+        spec = qr.body["tpu"]["nodeSpec"][0]
+        return f"{spec.get('parent') or qr.parent}/nodes/{spec['nodeId']}"
