@@ -147,7 +147,9 @@ def test_preempt_kills_after_the_grace_period(make_machines, client_key):
         "setsid bash -c 'trap \"\" TERM; while :; do sleep 0.05; done' >/dev/null 2>&1 </dev/null &")
     start = time.monotonic()
     m.preempt(grace_seconds=0.5)
-    assert 0.4 < time.monotonic() - start < 3
+    # Killed after the grace, not before; the upper bound only says it does not wait for the
+    # program (generous: a loaded 2-core CI machine is slow to reap namespaces).
+    assert 0.4 < time.monotonic() - start < 10
     assert m.host_pids(0) == []
 
 
