@@ -102,7 +102,8 @@ def policy_of(spec: dict) -> Policy:
                   provision_timeout_seconds=r.provision_timeout_seconds,
                   setup_timeout_seconds=r.setup_timeout_seconds,
                   unhealthy_grace_seconds=r.unhealthy_grace_seconds,
-                  max_capacity_retries=r.max_capacity_retries, nan_exit_code=EXIT_NAN,
+                  max_capacity_retries=r.max_capacity_retries, min_run_seconds=r.min_run_seconds,
+                  nan_exit_code=EXIT_NAN,
                   preempted_exit_code=EXIT_PREEMPTED,
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))
 
@@ -332,7 +333,8 @@ class Reconciler:
             regions=tuple(placing.region_of(zone) for _, zone in options),
             blocked_placements=placing.blocked(options, self.store.attempts(job.id)) if choosing else frozenset(),
             keep_slice=job.keep_slice, reuse_slice=reuse,
-            job_id=job.id, capacity_misses=job.capacity_misses,
+            job_id=job.id, capacity_misses=job.capacity_misses, flaps=job.flaps,
+            last_end=attempt.end_reason if attempt is not None else None,
         )
 
     # -- act ---------------------------------------------------------------------------------
