@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from test_sweep import PROJECT, Z1, Hosts, add_job, cloud_for, events, store  # noqa: F401
 from tpujob.reconcile.sweep import Reconciler
 
@@ -117,3 +119,14 @@ def test_a_preemption_soon_after_the_start_is_a_flap_and_waits(server, store):
     later.sweep()
     stored = store.get(job.id)
     assert (stored.state, stored.attempt, stored.flaps) == ("RUNNING", 2, 1)
+
+
+@pytest.mark.parametrize("value", ["0", "many", "257"])
+def test_a_bad_worker_count_is_refused_before_anything_starts(cli, monkeypatch, tpujob_home, value,
+                                                                no_emulator_left):
+    monkeypatch.setenv("TPUJOB_SWEEP_WORKERS", value)
+    result = cli("requeue")
+    assert result.code == 6
+    assert result.error_line == (f"error: TPUJOB_SWEEP_WORKERS must be a whole number from 1 to 256, "
+                                 f"got {value!r}")
+    assert not (tpujob_home / "tpujob.db").exists()

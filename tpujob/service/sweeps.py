@@ -23,6 +23,7 @@ def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     from tpujob.service.hostops import SshHostOps
     from tpujob.service.storage import GcsRunDirs
 
+    workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
     cloud = make_cloud(ctx.settings)
     user = ctx.settings.ssh_user
     lease_seconds = float(os.environ.get("TPUJOB_LEASE_SECONDS", "300"))
@@ -30,7 +31,7 @@ def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
                       ssh_keys=(f"{user}:{public_key_line(ctx.settings.home)}",),
                       lease_seconds=lease_seconds, run_dirs=GcsRunDirs(ctx.settings),
-                      workers=sweep_workers())
+                      workers=workers)
 
 
 def sweep_workers() -> int:
