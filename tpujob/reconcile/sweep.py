@@ -293,6 +293,7 @@ class Reconciler:
     def reconcile(self, job_id: int, slices: dict[tuple[str, str], Slice], snapshot_at: float) -> bool:
         """decide/act rounds for one job, under its lease. Returns whether anything was done."""
         acted = False
+        self._created.pop(job_id, None)  # left by a round that ended in an error
         for _ in range(MAX_ROUNDS):
             job = self.store.get(job_id)
             if State(job.state) not in ACTIVE:
