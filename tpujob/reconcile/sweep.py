@@ -201,8 +201,6 @@ class Reconciler:
         """Each RUNNING job's program on every host of its READY slice, asked of all those
         slices at once (one SSH round each, in parallel): one by one, a sweep over a few hundred
         running jobs would take minutes. {job id: (attempt number, slice name, statuses)}."""
-        from concurrent.futures import ThreadPoolExecutor
-
         wanted = [(job, attempt, slice_) for job, attempt in running
                   for slice_ in [slices.get((attempt.zone, attempt.slice_name))]
                   if slice_ is not None and _PHASES[slice_.phase] == SlicePhase.READY]
