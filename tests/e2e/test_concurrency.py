@@ -1,7 +1,7 @@
 """8 sweeps at once (separate processes) over 50 jobs while preemptions land: one new slice per
 preemption, no duplicate, no orphan.
 
-On 2 cores this is the slowest e2e test (about 2 minutes): every process checks every RUNNING
+On 2 cores this is one of the slowest e2e tests (about a minute): every process checks every RUNNING
 job over SSH, so the concurrent rounds are kept to the two that matter (the 50 creates, and the
 round the preemptions land in); the in-process sweeps after them only finish what was started.
 """
