@@ -7,7 +7,7 @@ Two measurements, labelled for what they are:
 - waiting (hosts off, queued resources in a stocked-out zone): a steady sweep with no SSH at all,
   the cost of observation alone, for sizes where hosts would not fit on this machine.
 
-    .venv/bin/python scripts/bench_requeue.py [--running 10,100] [--waiting 10,100,500]
+    .venv/bin/python scripts/bench_requeue.py [--running 10,100,200] [--waiting 10,100,500]
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def waiting(size: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--running", default="10,100", help="sizes with hosts on (comma-separated)")
+    parser.add_argument("--running", default="10,100,200", help="sizes with hosts on (comma-separated)")
     parser.add_argument("--waiting", default="10,100,500", help="sizes with hosts off, jobs queued")
     args = parser.parse_args()
     sizes = lambda text: [int(s) for s in text.split(",") if s]  # noqa: E731

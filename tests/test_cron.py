@@ -71,7 +71,7 @@ def test_line_carries_every_setting_the_sweep_reads(tpujob_home, monkeypatch):
     from tpujob import settings as settings_mod
 
     values = {"TPUJOB_SSH_USER": "alice", "TPUJOB_PROJECT": "my-proj", "TPUJOB_ZONE": "us-central2-b",
-              "TPUJOB_LEASE_SECONDS": "900", "TPUJOB_EMULATOR_DIR": "/srv/emu dir"}
+              "TPUJOB_LEASE_SECONDS": "900", "TPUJOB_SWEEP_WORKERS": "4", "TPUJOB_EMULATOR_DIR": "/srv/emu dir"}
     for key, value in values.items():
         monkeypatch.setenv(key, value)
     words = shlex.split(cron.entry("5m", python="/usr/bin/python3").command)
@@ -153,7 +153,8 @@ def test_the_installed_line_sweeps_from_a_bare_environment(crontab, tpujob_home,
     log = (tpujob_home / "logs" / "requeue.log").read_text()
     assert re.match(r"\d{4}-\d\d-\d\dT\S+ sweep: 1 active, 1 acted on", log), log
     swept = ctx.store.get(job.id)
-    assert (swept.state, swept.attempt) == ("PROVISIONING", 1)  # the node was requested
+    # The node's create returns it READY: set up and launched in the same sweep.
+    assert (swept.state, swept.attempt) == ("RUNNING", 1)
     # A second sweep while the lock is held is skipped, not queued behind it.
     with open(tpujob_home / "requeue.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)

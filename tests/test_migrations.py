@@ -74,9 +74,27 @@ def test_capacity_misses_arrive_with_a_zero_for_jobs_already_stored(tmp_path):
                           "cloud, attempt, preemptions, failures, nan_restarts, keep_slice, created_at, "
                           "updated_at) VALUES ('old', 'RECOVERING', '', '{}', 'v4-8', 'z', 'p', 'local', "
                           "2, 0, 0, 0, 0, 1, 1)"))
-    assert migrate(engine) == [5]
+    assert migrate(engine) == list(range(5, LATEST + 1))
     with engine.connect() as conn:
         assert conn.execute(text("SELECT name, capacity_misses FROM job")).all() == [("old", 0)]
+
+
+def test_flaps_arrive_with_a_zero_for_jobs_already_stored(tmp_path):
+    engine = create_engine(_url(tmp_path))
+    # A store as the release before migration 6 left it, with a job in it.
+    for version, name, apply in [m for m in MIGRATIONS if m[0] < 6]:
+        with engine.begin() as conn:
+            migrations._bookkeeping.create_all(conn)
+            apply(conn)
+            conn.execute(migrations._migration.insert().values(version=version, name=name, applied_at=0))
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO job (name, state, spec_yaml, spec_json, accelerator, zone, project, "
+                          "cloud, attempt, preemptions, failures, nan_restarts, keep_slice, created_at, "
+                          "updated_at) VALUES ('old', 'RUNNING', '', '{}', 'v4-8', 'z', 'p', 'local', "
+                          "3, 2, 0, 0, 0, 1, 1)"))
+    assert migrate(engine) == list(range(6, LATEST + 1))
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT name, preemptions, flaps FROM job")).all() == [("old", 2, 0)]
 
 
 def test_engine_for_opens_a_migrated_wal_store(tmp_path):

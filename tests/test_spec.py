@@ -406,6 +406,20 @@ REFUSALS = [
         requeue:
           backoff_seconds: -5  #<
         """), "requeue.backoff_seconds", "greater than or equal to 0"),
+    ("negative-min-run", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        requeue:
+          min_run_seconds: -1  #<
+        """), "requeue.min_run_seconds", "greater than or equal to 0"),
+    ("textual-min-run", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        requeue:
+          min_run_seconds: 10m  #<
+        """), "requeue.min_run_seconds", "valid number"),
     ("zero-queue-timeout", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}

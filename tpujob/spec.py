@@ -127,6 +127,9 @@ class RequeuePolicy(_Model):
     # no_capacity; with the backoff capped at 30 min, 48 misses are about a day of trying.
     max_capacity_retries: int = Field(default=48, ge=0)
     backoff_seconds: float = Field(default=30.0, ge=0, le=86400)
+    # A preemption restarts at once, unless the attempt ran less than this: then it is a flap
+    # and the next attempt waits backoff_seconds, doubled per flap in a row.
+    min_run_seconds: float = Field(default=600.0, ge=0, le=_WEEK)
     queue_timeout_seconds: float = Field(default=6 * 3600.0, gt=0, le=_WEEK)
     provision_timeout_seconds: float = Field(default=30 * 60.0, gt=0, le=_WEEK)
     setup_timeout_seconds: float = Field(default=15 * 60.0, gt=0, le=_WEEK)

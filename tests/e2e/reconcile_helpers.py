@@ -27,17 +27,21 @@ tpu:
   zone: {zone}
   queued: {queued}
   fallback: {fallback}
-requeue: {{backoff_seconds: 0, max_preemptions: {max_preemptions}, max_failures: {max_failures}, max_nan: {max_nan}}}
+requeue: {requeue}
 run:
   command: {command}
 """
 
 
 def spec_text(name="rq", *, command="sleep 600", accelerator="v4-8", zone=ZONE, queued=False,
-              fallback=(), max_preemptions=5, max_failures=0, max_nan=3) -> str:
+              fallback=(), max_preemptions=5, max_failures=0, max_nan=3, backoff_seconds=0,
+              min_run_seconds=None) -> str:
+    """`backoff_seconds=None` and `min_run_seconds=None` leave the key out (its default)."""
+    requeue = dict(backoff_seconds=backoff_seconds, min_run_seconds=min_run_seconds,
+                   max_preemptions=max_preemptions, max_failures=max_failures, max_nan=max_nan)
     return SPEC.format(name=name, accelerator=accelerator, zone=zone, queued=json.dumps(queued),
                        fallback=json.dumps([{"zone": z} for z in fallback]), command=json.dumps(command),
-                       max_preemptions=max_preemptions, max_failures=max_failures, max_nan=max_nan)
+                       requeue=json.dumps({k: v for k, v in requeue.items() if v is not None}))
 
 
 @pytest.fixture

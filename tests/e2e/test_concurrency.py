@@ -1,7 +1,7 @@
 """8 sweeps at once (separate processes) over 50 jobs while preemptions land: one new slice per
 preemption, no duplicate, no orphan.
 
-On 2 cores this is the slowest e2e test (about 2 minutes): every process checks every RUNNING
+On 2 cores this is one of the slowest e2e tests (about a minute): every process checks every RUNNING
 job over SSH, so the concurrent rounds are kept to the two that matter (the 50 creates, and the
 round the preemptions land in); the in-process sweeps after them only finish what was started.
 """
@@ -15,7 +15,7 @@ import pytest
 
 from reconcile_helpers import (  # noqa: F401 - fixtures
     ZONE, assert_consistent, assert_no_orphans, ctx, finish, node_ref, project, reconciler, record_many,
-    requeue_processes,
+    requeue_processes, resources,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -66,4 +66,33 @@ def test_eight_sweeps_over_fifty_jobs_with_preemptions(ctx, local_cloud, project
         expected = 1 if job.id in victims else 0
         assert (job.preemptions, job.attempt) == (expected, expected + 1), job.id
         assert_consistent(ctx, job)
+    assert_no_orphans(ctx, local_cloud, project)
+
+
+PREEMPTED_JOBS = 50
+
+
+def test_eight_parallel_sweeps_over_preempted_jobs_create_one_slice_each(ctx, local_cloud, project, tmp_path):
+    """Every job preempted at once, then eight `tpujob requeue` processes at the same moment, each
+    acting on its jobs in parallel threads (TPUJOB_SWEEP_WORKERS, default 16), with the default
+    backoff: each job gets exactly one new slice, from whichever sweep took its lease first, and
+    runs again on it."""
+    jobs = record_many(ctx, tmp_path, PREEMPTED_JOBS, backoff_seconds=None, min_run_seconds=0)
+    converge(ctx, lambda j: j.state == "RUNNING")  # parallel act: one sweep starts them all
+    for job in jobs:
+        local_cloud.preempt(node_ref(project, ZONE, ctx.store.current_attempt(job.id).slice_name),
+                            grace_seconds=0)
+
+    results = finish(requeue_processes(SWEEPS), timeout=300)
+    for code, _, err in results:
+        assert code == 0, err
+    acted = [int(out.split(" active, ")[1].split(" acted on")[0]) for _, out, _ in results]
+    assert sum(acted) >= PREEMPTED_JOBS  # every job was acted on by some sweep
+
+    for job in ctx.store.list_jobs():
+        assert [(a.number, a.end_reason) for a in ctx.store.attempts(job.id)] == [(1, "preempted"), (2, None)]
+        assert (job.state, job.preemptions, job.flaps) == ("RUNNING", 1, 0), job.id
+        assert_consistent(ctx, job)
+    found = resources(local_cloud, project)
+    assert sorted(found) == sorted(("nodes", ZONE, f"tpujob-{j.id:06d}-2") for j in jobs)
     assert_no_orphans(ctx, local_cloud, project)

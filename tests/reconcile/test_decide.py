@@ -1,6 +1,8 @@
 """decide() as a table: (state, observation, policy) -> actions. Every legal move it makes is
 checked against the transition table, and every row of the table that a sweep drives is reached."""
 
+from dataclasses import replace
+
 import pytest
 
 from tpujob.reconcile.decide import (
@@ -36,9 +38,11 @@ CASES = [
     ("ready -> setting up", job(State.PROVISIONING), obs(SlicePhase.READY),
      [Move(State.SETTING_UP, "slice READY"), SetUp()]),
     ("absent slice re-created", job(State.PROVISIONING), obs(SlicePhase.ABSENT), [CreateSlice()]),
+    # A slice lost before its program ran is a flap: the next attempt waits the backoff.
     ("lost while provisioning", job(State.PROVISIONING), obs(SlicePhase.LOST),
-     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
-      Move(State.RECOVERING, "slice lost while provisioning; preemption 1 of 2 allowed")]),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
+      Move(State.RECOVERING, "slice lost while provisioning; preemption 1 of 2 allowed; ran 0 s, under "
+                             "min_run_seconds (600): flap 1, next attempt in 12 s")]),
     # Capacity misses: wait (10 s base, doubling per miss in a row, plus the job's jitter), then the
     # next placement; FAILED no_capacity only past max_capacity_retries (3) misses in a row.
     ("stockout with fallback", job(State.PROVISIONING, placements=2), obs(SlicePhase.STOCKOUT),
@@ -115,7 +119,7 @@ CASES = [
      [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
       Move(State.FAILED, "setup still running after 16667 min", EndReason.SETUP_FAILED), DeleteSlice()]),
     ("lost during setup", job(State.SETTING_UP, preemptions=2), obs(SlicePhase.LOST),
-     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
       Move(State.FAILED, "slice lost during setup; preemption budget of 2 spent", EndReason.PREEMPTION_BUDGET)]),
     ("running healthy", job(State.RUNNING), obs(SlicePhase.READY, RUN, RUN), []),
     ("running, one host done", job(State.RUNNING), obs(SlicePhase.READY, OK, RUN), []),
@@ -145,17 +149,21 @@ CASES = [
     ("nan budget spent", job(State.RUNNING, nan_restarts=1), obs(SlicePhase.READY, NAN, NAN),
      [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts"),
       Move(State.FAILED, "NaN loss; NaN budget of 1 spent", EndReason.NAN_BUDGET)]),
-    ("preempted while running", job(State.RUNNING), obs(SlicePhase.LOST),
+    # Preempted after running an hour (over min_run_seconds): no backoff, the next attempt now.
+    ("preempted while running", job(State.RUNNING, in_state_seconds=3600), obs(SlicePhase.LOST),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
-      Move(State.RECOVERING, "slice preempted; preemption 1 of 2 allowed")]),
-    ("sigterm exit counts as preemption", job(State.RUNNING), obs(SlicePhase.READY, SIGTERMED, RUN),
+      Move(State.RECOVERING, "slice preempted; preemption 1 of 2 allowed, next attempt now")]),
+    ("sigterm exit counts as preemption", job(State.RUNNING, in_state_seconds=3600),
+     obs(SlicePhase.READY, SIGTERMED, RUN),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
-      Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed")]),
+      Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed, next attempt now")]),
     ("host blip: mark, don't act", job(State.RUNNING), obs(SlicePhase.READY, GONE, RUN), [MarkUnhealthy()]),
     ("host blip within grace", job(State.RUNNING, unhealthy_seconds=30), obs(SlicePhase.READY, GONE, RUN), []),
-    ("host lost past grace", job(State.RUNNING, unhealthy_seconds=600), obs(SlicePhase.READY, GONE, RUN),
+    ("host lost past grace", job(State.RUNNING, unhealthy_seconds=600, in_state_seconds=3600),
+     obs(SlicePhase.READY, GONE, RUN),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
-      Move(State.RECOVERING, "hosts unreachable or program missing for 600 s; preemption 1 of 2 allowed")]),
+      Move(State.RECOVERING, "hosts unreachable or program missing for 600 s; preemption 1 of 2 allowed, "
+                             "next attempt now")]),
     ("recovered from blip", job(State.RUNNING, unhealthy_seconds=30), obs(SlicePhase.READY, RUN, RUN),
      [ClearUnhealthy()]),
     ("recovering backs off", job(State.RECOVERING, in_state_seconds=1), obs(SlicePhase.ABSENT), []),
@@ -173,6 +181,21 @@ CASES = [
     ("recovering after misses in a row, wait over",
      job(State.RECOVERING, in_state_seconds=48, capacity_misses=3, placements=2), obs(SlicePhase.ABSENT),
      [StartAttempt(next_placement=True)]),
+    # After a preemption: no backoff, unless the attempt flapped (doubling per flap in a row).
+    ("recovering after a preemption starts at once",
+     job(State.RECOVERING, in_state_seconds=0, last_end="preempted"), obs(SlicePhase.ABSENT), [StartAttempt()]),
+    ("recovering after a preemption, even after capacity misses before it",
+     job(State.RECOVERING, in_state_seconds=0, last_end="preempted", capacity_misses=2), obs(SlicePhase.ABSENT),
+     [StartAttempt()]),
+    ("recovering after a flap waits the backoff",
+     job(State.RECOVERING, in_state_seconds=11, last_end="preempted", flaps=1), obs(SlicePhase.ABSENT), []),
+    ("recovering after a flap, wait over",
+     job(State.RECOVERING, in_state_seconds=13, last_end="preempted", flaps=1), obs(SlicePhase.ABSENT),
+     [StartAttempt()]),
+    ("recovering after three flaps in a row waits four times as long",
+     job(State.RECOVERING, in_state_seconds=40, last_end="preempted", flaps=3), obs(SlicePhase.ABSENT), []),
+    ("recovering after a failure still backs off",
+     job(State.RECOVERING, in_state_seconds=1, last_end="failed"), obs(SlicePhase.ABSENT), []),
     ("recovering reuses a healthy slice after a failure", job(State.RECOVERING, in_state_seconds=60, reuse_slice=True),
      obs(SlicePhase.READY), [StartAttempt(reuse_slice=True), SetUp()]),
     ("setup script failed", job(State.SETTING_UP), Observation(SlicePhase.READY, setup_error="host 1: exit 2"),
@@ -256,10 +279,10 @@ RUN_DIR_CASES = [
      with_run(SlicePhase.READY, GONE, GONE, run=RunDir(state="nan", step=7)),
      [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts"),
       Move(State.RECOVERING, "NaN loss: slice suspect, moving to new hardware")]),
-    ("status preempted: a preemption", job(State.RUNNING),
+    ("status preempted: a preemption", job(State.RUNNING, in_state_seconds=3600),
      with_run(SlicePhase.READY, RUN, GONE, run=RunDir(state="preempted", step=7)),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
-      Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed")]),
+      Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed, next attempt now")]),
     ("status failed: a failure, with its message", job(State.RUNNING),
      with_run(SlicePhase.READY, RUN, GONE, run=RunDir(state="failed", message="bad data", exit_code=1)),
      [StopProgram(), EndAttempt("failed"), Count("failures"),
@@ -270,10 +293,11 @@ RUN_DIR_CASES = [
      with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=900)), [MarkUnhealthy()]),
     ("stale heartbeat within grace: wait", job(State.RUNNING, unhealthy_seconds=30),
      with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=900)), []),
-    ("stale heartbeat past grace: hung, new slice", job(State.RUNNING, unhealthy_seconds=200),
+    ("stale heartbeat past grace: hung, new slice", job(State.RUNNING, unhealthy_seconds=200, in_state_seconds=3600),
      with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=900)),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
-      Move(State.RECOVERING, "program hung: heartbeat 900 s old, unhealthy for 200 s; preemption 1 of 2 allowed")]),
+      Move(State.RECOVERING, "program hung: heartbeat 900 s old, unhealthy for 200 s; preemption 1 of 2 "
+                             "allowed, next attempt now")]),
     ("heartbeat fresh again: cleared", job(State.RUNNING, unhealthy_seconds=30),
      with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=5)), [ClearUnhealthy()]),
 ]
@@ -282,3 +306,47 @@ RUN_DIR_CASES = [
 @pytest.mark.parametrize("name,view,observation,expected", RUN_DIR_CASES, ids=[c[0] for c in RUN_DIR_CASES])
 def test_decide_reads_the_run_dir(name, view, observation, expected):
     assert decide(view, observation, P) == expected
+
+
+# --- the flap rule: a preemption after a run shorter than min_run_seconds -----------------------
+
+FLAPPY = Policy(max_preemptions=9, max_failures=1, max_nan=1, backoff_seconds=30, min_run_seconds=600)
+
+
+def test_a_preemption_after_a_long_run_restarts_at_once_and_ends_a_run_of_flaps():
+    actions = decide(job(State.RUNNING, in_state_seconds=601, flaps=3), obs(SlicePhase.LOST), FLAPPY)
+    assert ResetCount("flaps") in actions and Count("flaps") not in actions
+    assert actions[-1] == Move(State.RECOVERING, "slice preempted; preemption 1 of 9 allowed, next attempt now")
+    # In RECOVERING after it (the counters as the Move wrote them): no wait at all.
+    after = job(State.RECOVERING, in_state_seconds=0, flaps=0, last_end="preempted")
+    assert FLAPPY.backoff(after) == 0
+    assert decide(after, obs(SlicePhase.ABSENT), FLAPPY) == [StartAttempt()]
+
+
+def test_a_preemption_after_a_short_run_is_a_flap_and_waits():
+    actions = decide(job(State.RUNNING, in_state_seconds=599), obs(SlicePhase.LOST), FLAPPY)
+    assert Count("flaps") in actions
+    move = actions[-1]
+    assert move.to == State.RECOVERING
+    assert "ran 599 s, under min_run_seconds (600): flap 1, next attempt in 3" in move.message
+    after = job(State.RECOVERING, in_state_seconds=0, flaps=1, last_end="preempted")
+    assert 30 <= FLAPPY.backoff(after) < 36
+    assert decide(after, obs(SlicePhase.ABSENT), FLAPPY) == []
+    assert decide(replace(after, in_state_seconds=36), obs(SlicePhase.ABSENT), FLAPPY) == [StartAttempt()]
+
+
+def test_flap_backoff_doubles_per_flap_in_a_row_up_to_the_cap():
+    waits = [FLAPPY.backoff(job(State.RECOVERING, flaps=n, last_end="preempted")) for n in range(0, 10)]
+    base = [0, 30, 60, 120, 240, 480, 960, 1800, 1800, 1800]
+    for wait, floor in zip(waits, base):
+        assert floor <= wait <= floor * 1.2
+    # The message of the flap that starts the wait names that same wait.
+    actions = decide(job(State.RUNNING, in_state_seconds=10, flaps=2), obs(SlicePhase.LOST), FLAPPY)
+    third = FLAPPY.backoff(job(State.RECOVERING, flaps=3, last_end="preempted"))
+    assert actions[-1].message.endswith(f"flap 3, next attempt in {third:.0f} s")
+
+
+def test_min_run_seconds_zero_never_counts_a_flap():
+    policy = replace(FLAPPY, min_run_seconds=0)
+    actions = decide(job(State.RUNNING, in_state_seconds=0.5), obs(SlicePhase.LOST), policy)
+    assert Count("flaps") not in actions and actions[-1].message.endswith("next attempt now")

@@ -121,8 +121,7 @@ def test_one_zone_that_cannot_be_listed_skips_only_its_jobs(server, store):
 def test_a_bug_met_on_one_job_does_not_stop_the_others(server, store):
     a, b = add_job(store, spec(name="a")), add_job(store, spec(name="b"))
     rec = Reconciler(store, cloud_for(server), Hosts(fail_for={a.id}), "me")
-    assert rec.sweep().errors == []  # slices requested; set-up comes once they are READY
-    report = rec.sweep()
+    report = rec.sweep()  # the nodes come up READY at their create: set up in the same sweep
     assert report.errors == [f"job {a.id:06d}: unexpected RuntimeError: a bug in setup"]
     assert store.get(b.id).state == "RUNNING"
     assert "error: unexpected RuntimeError: a bug in setup" in events(store, a.id)

@@ -8,6 +8,7 @@ pulls in google-cloud-tpu.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Any, Callable, Iterator
 
@@ -32,6 +33,7 @@ class GcpCloud:
         self._retry = new_retry(retry_initial, retry_maximum, retry_deadline)
         self.poll_interval = poll_interval
         self.api_calls = 0
+        self._count_lock = threading.Lock()  # a sweep's act workers share one client
 
     @classmethod
     def for_emulator(cls, endpoint: str, **kwargs: Any) -> GcpCloud:
@@ -194,7 +196,8 @@ class GcpCloud:
 
     def _call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         def attempt() -> Any:
-            self.api_calls += 1
+            with self._count_lock:
+                self.api_calls += 1
             return fn(*args, **kwargs)
 
         return invoke(self._retry, what, attempt)

@@ -77,7 +77,8 @@ class Policy:
     setup_timeout_seconds: float = 15 * 60  # per attempt, scaled by host count in `setup_timeout`
     unhealthy_grace_seconds: float = 120
     max_capacity_retries: int = 48
-    max_backoff_seconds: float = 30 * 60  # capacity misses double the wait up to this
+    max_backoff_seconds: float = 30 * 60  # capacity misses and flaps double the wait up to this
+    min_run_seconds: float = 600  # a preemption after a shorter run is a flap
     nan_exit_code: int = 76
     preempted_exit_code: int = 75
     # Exits that say the program or its config is wrong (the runtime's init check, bad config,
@@ -92,19 +93,27 @@ class Policy:
         return self.setup_timeout_seconds * (1 + hosts / 32)
 
     def backoff(self, job: "JobView") -> float:
-        """The wait in RECOVERING before the next attempt: backoff_seconds, doubled for each
-        capacity miss in a row (a zone out of capacity now is likely out in a minute too) up to
-        max_backoff_seconds, plus up to 20% jitter so that jobs preempted or stocked out
-        together do not all come back in the same second. The jitter is a hash of the job id
-        and attempt number, not a random draw: decide stays a pure function."""
-        wait = self.backoff_seconds
-        if job.capacity_misses > 0:
-            wait = min(wait * 2 ** (job.capacity_misses - 1), max(self.max_backoff_seconds, wait))
+        """The wait in RECOVERING before the next attempt. After a preemption: none (a preemption
+        is not the job's fault, and the zone had capacity a moment ago), unless the attempt
+        flapped (ran under min_run_seconds): then backoff_seconds, doubled per flap in a row.
+        After anything else: backoff_seconds, doubled for each capacity miss in a row (a zone
+        out of capacity now is likely out in a minute too). Both doublings stop at
+        max_backoff_seconds. Plus up to 20% jitter so that jobs stocked out or flapping together
+        do not all come back in the same second. The jitter is a hash of the job id and attempt
+        number, not a random draw: decide stays a pure function."""
+        wait, doublings = self.backoff_seconds, job.capacity_misses
+        if job.last_end == PREEMPTED:
+            if job.flaps == 0:
+                return 0.0
+            doublings = job.flaps
+        if doublings > 0:
+            wait = min(wait * 2 ** (doublings - 1), max(self.max_backoff_seconds, wait))
         digest = hashlib.sha256(f"{job.job_id}:{job.attempt}".encode()).digest()
         return wait * (1 + JITTER * int.from_bytes(digest[:4], "big") / 2**32)
 
 
 JITTER = 0.2
+PREEMPTED = "preempted"  # the attempt end reason of a lost slice
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,8 @@ class JobView:
     reuse_slice: bool = False  # RECOVERING after a program failure: the slice itself is fine
     job_id: int = 0  # seeds the backoff's jitter
     capacity_misses: int = 0  # capacity misses in a row, since a slice last came up READY
+    flaps: int = 0  # preemptions in a row after runs shorter than min_run_seconds
+    last_end: Optional[str] = None  # the current attempt's end reason, once it ended
 
 
 # --- actions ------------------------------------------------------------------------------------
@@ -203,13 +214,25 @@ def decide(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
 
 
 def _lost(job: JobView, policy: Policy, why: str) -> list[Action]:
-    """The slice is gone or dead: end the attempt, free the quota, go again within budget."""
-    actions: list[Action] = [EndAttempt("preempted"), DeleteSlice(), Count("preemptions")]
+    """The slice is gone or dead: end the attempt, free the quota, go again within budget, at
+    once unless the attempt ran under min_run_seconds (a flap: the next one waits)."""
+    ran = job.in_state_seconds if job.state == State.RUNNING else 0.0  # never ran: a flap too
+    flap = ran < policy.min_run_seconds
+    actions: list[Action] = [EndAttempt(PREEMPTED), DeleteSlice(), Count("preemptions")]
+    if flap:
+        actions.append(Count("flaps"))
+    elif job.flaps:
+        actions.append(ResetCount("flaps"))
     if job.preemptions + 1 > policy.max_preemptions:
         return actions + [Move(State.FAILED, f"{why}; preemption budget of {policy.max_preemptions} spent",
                                EndReason.PREEMPTION_BUDGET)]
-    return actions + [Move(State.RECOVERING, f"{why}; preemption {job.preemptions + 1} of "
-                                             f"{policy.max_preemptions} allowed")]
+    budget = f"{why}; preemption {job.preemptions + 1} of {policy.max_preemptions} allowed"
+    if not flap:
+        return actions + [Move(State.RECOVERING, f"{budget}, next attempt now")]
+    wait = policy.backoff(replace(job, flaps=job.flaps + 1, last_end=PREEMPTED))
+    return actions + [Move(State.RECOVERING, f"{budget}; ran {ran:.0f} s, under min_run_seconds "
+                                             f"({policy.min_run_seconds:.0f}): flap {job.flaps + 1}, "
+                                             f"next attempt in {wait:.0f} s")]
 
 
 def _no_capacity(job: JobView, policy: Policy, why: str) -> list[Action]:
@@ -220,7 +243,7 @@ def _no_capacity(job: JobView, policy: Policy, why: str) -> list[Action]:
     if misses > policy.max_capacity_retries:
         return actions + [Move(State.FAILED, f"{why}; {policy.max_capacity_retries} capacity retries "
                                              "spent", EndReason.NO_CAPACITY)]
-    wait = policy.backoff(replace(job, capacity_misses=misses))
+    wait = policy.backoff(replace(job, capacity_misses=misses, last_end="no_capacity"))
     where = "the next placement" if job.placements > 1 else "the same placement"
     return actions + [Move(State.RECOVERING, f"{why}; capacity miss {misses} of "
                                              f"{policy.max_capacity_retries} allowed, {where} in {wait:.0f} s")]

@@ -1,7 +1,9 @@
 """observe -> decide -> act, for every active job, under each job's lease.
 
 `requeue` (cron), `watch` (loop) and `create` (follow one job) all run `sweep`.
-Observation is batched: one list of nodes and queued resources per (project, zone).
+Observation is batched: one list of nodes and queued resources per (project, zone). Then each
+job's decide/act runs in a bounded thread pool (`workers`), each under its own lease, so that
+N jobs' slice creation, setup and launch overlap instead of queueing behind one another.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
@@ -48,6 +51,11 @@ def crash_point(name: str) -> None:
 
 # SSH status rounds a sweep runs at once (each a few connections; the hosts are remote).
 HOST_STATUS_WORKERS = 16
+# Jobs acted on at once (TPUJOB_SWEEP_WORKERS): each mostly waits on the cloud and on SSH.
+SWEEP_WORKERS = 16
+# decide -> act rounds for one job in one sweep: slice lost -> RECOVERING -> a new slice, READY
+# when its create returns -> set up and launch. Bounded: a round that changes nothing ends it.
+MAX_ROUNDS = 4
 
 CRASH_POINTS = ("provisioning", "slice-requested", "slice-deleted", "launched", "moved")
 
@@ -102,7 +110,8 @@ def policy_of(spec: dict) -> Policy:
                   provision_timeout_seconds=r.provision_timeout_seconds,
                   setup_timeout_seconds=r.setup_timeout_seconds,
                   unhealthy_grace_seconds=r.unhealthy_grace_seconds,
-                  max_capacity_retries=r.max_capacity_retries, nan_exit_code=EXIT_NAN,
+                  max_capacity_retries=r.max_capacity_retries, min_run_seconds=r.min_run_seconds,
+                  nan_exit_code=EXIT_NAN,
                   preempted_exit_code=EXIT_PREEMPTED,
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))
 
@@ -130,7 +139,7 @@ class Reconciler:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *,
                  ssh_keys: tuple[str, ...] = (), clock: Callable[[], float] = time.time,
                  lease_seconds: float = 300.0, policy_overrides: Optional[dict] = None,
-                 run_dirs: Optional[RunDirs] = None):
+                 run_dirs: Optional[RunDirs] = None, workers: int = SWEEP_WORKERS):
         self.store = store
         self.cloud = cloud
         self.hosts = hosts
@@ -140,6 +149,9 @@ class Reconciler:
         self.lease_seconds = lease_seconds
         self.policy_overrides = policy_overrides or {}
         self.run_dirs = run_dirs
+        self.workers = workers
+        # What a create just returned, by job id: the next round decides on it without a listing.
+        self._created: dict[int, tuple[tuple[str, str], Slice]] = {}
         self._run_dir_seen: dict[int, tuple[int, RunDir]] = {}  # job id -> (attempt, files)
         self._hosts_seen: dict[int, tuple] = {}  # job id -> (attempt, slice, host statuses)
         self._snapshot_at = 0.0
@@ -189,8 +201,6 @@ class Reconciler:
         """Each RUNNING job's program on every host of its READY slice, asked of all those
         slices at once (one SSH round each, in parallel): one by one, a sweep over a few hundred
         running jobs would take minutes. {job id: (attempt number, slice name, statuses)}."""
-        from concurrent.futures import ThreadPoolExecutor
-
         wanted = [(job, attempt, slice_) for job, attempt in running
                   for slice_ in [slices.get((attempt.zone, attempt.slice_name))]
                   if slice_ is not None and _PHASES[slice_.phase] == SlicePhase.READY]
@@ -229,47 +239,87 @@ class Reconciler:
         self._hosts_seen = self.observe_hosts(running, slices)
         self.store.mark_observed([j.id for j in jobs], snapshot_at)
         report.jobs_seen = len(jobs) + len(skipped)
-        for job in jobs:
-            try:
-                self.store.acquire_lease(job.id, self.actor, self.lease_seconds)
-            except JobLocked:
-                report.skipped_locked += 1
-                continue
-            try:
-                if self.reconcile(job.id, slices, snapshot_at):
-                    report.jobs_acted += 1
-            except TpujobError as exc:  # one job's trouble must not stop the others
-                report.errors.append(f"job {job.id:06d}: {exc}")
-                self.store.add_event(job.id, "error", str(exc))
-            except Exception as exc:  # noqa: BLE001 - a bug met on one job must not stop the others
-                report.errors.append(f"job {job.id:06d}: unexpected {type(exc).__name__}: {exc}")
-                try:
-                    self.store.add_event(job.id, "error", f"unexpected {type(exc).__name__}: {exc}")
-                except Exception:  # noqa: BLE001 - the store itself may be what failed
-                    pass
-            finally:
-                self.store.release_lease(job.id, self.actor)
+        for outcome, error in self.act_all(jobs, slices, snapshot_at):
+            report.jobs_acted += outcome == "acted"
+            report.skipped_locked += outcome == "locked"
+            if error:
+                report.errors.append(error)
         report.api_calls = self.cloud.api_calls - calls0
         report.seconds = time.monotonic() - started
         return report
 
+    def act_all(self, jobs: list[Job], slices: dict[tuple[str, str], Slice],
+                snapshot_at: float) -> list[tuple[str, Optional[str]]]:
+        """Every job's decide/act, `workers` at a time: one job's slice creation, setup and launch
+        do not wait for another's. Outcomes in the jobs' order (see act_on)."""
+        act = lambda job: self.act_on(job, slices, snapshot_at)  # noqa: E731
+        if self.workers <= 1 or len(jobs) < 2:
+            return [act(job) for job in jobs]
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(jobs)), thread_name_prefix="tpujob-act") as pool:
+            return list(pool.map(act, jobs))
+
+    def act_on(self, job: Job, slices: dict[tuple[str, str], Slice],
+               snapshot_at: float) -> tuple[str, Optional[str]]:
+        """One job's decide/act under its own lease: ("acted" | "idle" | "locked", the error
+        line or None). Never raises: one job's trouble (or a bug met on it) is reported, recorded
+        as an `error` event, and the other jobs go on."""
+        try:
+            self.store.acquire_lease(job.id, self.actor, self.lease_seconds)
+        except JobLocked:
+            return "locked", None
+        except Exception as exc:  # noqa: BLE001 - the store refused this job's lease: skip it
+            return "idle", f"job {job.id:06d}: lease not taken: {type(exc).__name__}: {exc}"
+        try:
+            return ("acted" if self.reconcile(job.id, slices, snapshot_at) else "idle"), None
+        except TpujobError as exc:
+            return "idle", self._job_error(job.id, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug met on one job must not stop the others
+            return "idle", self._job_error(job.id, f"unexpected {type(exc).__name__}: {exc}")
+        finally:
+            try:
+                self.store.release_lease(job.id, self.actor)
+            except Exception:  # noqa: BLE001 - the lease then expires by itself
+                pass
+
+    def _job_error(self, job_id: int, message: str) -> str:
+        try:
+            self.store.add_event(job_id, "error", message)
+        except Exception:  # noqa: BLE001 - the store itself may be what failed
+            pass
+        return f"job {job_id:06d}: {message}"
+
     def reconcile(self, job_id: int, slices: dict[tuple[str, str], Slice], snapshot_at: float) -> bool:
-        """One decide/act round for one job, under its lease. Returns whether anything was done."""
-        job = self.store.get(job_id)
-        if State(job.state) not in ACTIVE:
-            return False
-        attempt = self.store.current_attempt(job_id)
-        slice_ = self._slice_of(job, attempt, slices, snapshot_at)
-        obs = self._observe(job, attempt, slice_)
-        self._record_steps(job, attempt, obs)
-        actions = decide(self._view(job, attempt), obs, self._policy(job))
-        if actions:
+        """decide/act rounds for one job, under its lease. Returns whether anything was done."""
+        acted = False
+        self._created.pop(job_id, None)  # left by a round that ended in an error
+        for _ in range(MAX_ROUNDS):
+            job = self.store.get(job_id)
+            if State(job.state) not in ACTIVE:
+                break
+            attempt = self.store.current_attempt(job_id)
+            slice_ = self._slice_of(job, attempt, slices, snapshot_at)
+            obs = self._observe(job, attempt, slice_)
+            self._record_steps(job, attempt, obs)
+            actions = decide(self._view(job, attempt), obs, self._policy(job))
+            if not actions:
+                break
             self._act(job, attempt, slice_, actions)
-            if State(job.state) != State.RECOVERING and self.store.get(job_id).state == State.RECOVERING.value:
-                # Just ended an attempt: decide again now, so that a backoff already over (0)
-                # starts the next attempt in this sweep, not one cron interval later.
-                self.reconcile(job_id, {}, snapshot_at)
-        return bool(actions)
+            acted = True
+            created = self._created.pop(job_id, None)
+            after = State(self.store.get(job_id).state)
+            if after == State(job.state):
+                break
+            if after == State.RECOVERING:
+                # Just ended an attempt: decide again now, so that no backoff (a preemption) or
+                # one already over starts the next attempt in this sweep, not a cron interval later.
+                slices = {}
+            elif after == State.PROVISIONING and created is not None:
+                # Just requested a slice: a node create returns once the node is READY, and it
+                # is set up now; a queued resource still waiting ends the rounds.
+                slices = dict([created])
+            else:
+                break
+        return acted
 
     def _slice_of(self, job, attempt, slices, snapshot_at) -> Optional[Slice]:
         if attempt is None:
@@ -332,7 +382,8 @@ class Reconciler:
             regions=tuple(placing.region_of(zone) for _, zone in options),
             blocked_placements=placing.blocked(options, self.store.attempts(job.id)) if choosing else frozenset(),
             keep_slice=job.keep_slice, reuse_slice=reuse,
-            job_id=job.id, capacity_misses=job.capacity_misses,
+            job_id=job.id, capacity_misses=job.capacity_misses, flaps=job.flaps,
+            last_end=attempt.end_reason if attempt is not None else None,
         )
 
     # -- act ---------------------------------------------------------------------------------
@@ -441,10 +492,8 @@ class Reconciler:
                 ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt),
                 **slice_network(tpu),
             )
-            if attempt.queued:
-                self.cloud.create_queued_resource(request)
-            else:
-                self.cloud.create_node(request)
+            create = self.cloud.create_queued_resource if attempt.queued else self.cloud.create_node
+            self._created[job.id] = ((attempt.zone, attempt.slice_name), create(request))
         except ConflictError:
             # The slice exists: an earlier try of this very create got through. Adopt it.
             self.store.add_event(job.id, "slice", f"adopted existing {attempt.slice_name}")

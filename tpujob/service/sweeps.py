@@ -7,6 +7,7 @@ import os
 import time
 from typing import Callable, Optional
 
+from tpujob.errors import ConfigError
 from tpujob.service.context import Context, make_cloud
 from tpujob.store.states import ENDED, State
 
@@ -14,20 +15,40 @@ from tpujob.store.states import ENDED, State
 def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     """The Reconciler every sweep runs. TPUJOB_LEASE_SECONDS (default 300) is how long a job's
     lease outlives a sweep that died holding it: the crash tests shorten it. A long host step
-    (setup) renews the lease for its own timeout first. `progress(step, Progress)` hears each
+    (setup) renews the lease for its own timeout first. TPUJOB_SWEEP_WORKERS (default 16): jobs
+    acted on at once. `progress(step, Progress)` hears each
     host step as hosts finish it."""
     from tpujob.hosts.keys import public_key_line
     from tpujob.reconcile.sweep import Reconciler
     from tpujob.service.hostops import SshHostOps
     from tpujob.service.storage import GcsRunDirs
 
+    workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
     cloud = make_cloud(ctx.settings)
     user = ctx.settings.ssh_user
     lease_seconds = float(os.environ.get("TPUJOB_LEASE_SECONDS", "300"))
     hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease_seconds)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
                       ssh_keys=(f"{user}:{public_key_line(ctx.settings.home)}",),
-                      lease_seconds=lease_seconds, run_dirs=GcsRunDirs(ctx.settings))
+                      lease_seconds=lease_seconds, run_dirs=GcsRunDirs(ctx.settings),
+                      workers=workers)
+
+
+def sweep_workers() -> int:
+    """TPUJOB_SWEEP_WORKERS: how many jobs a sweep acts on at once (default 16)."""
+    from tpujob.reconcile.sweep import SWEEP_WORKERS
+
+    text = os.environ.get("TPUJOB_SWEEP_WORKERS", "").strip()
+    if not text:
+        return SWEEP_WORKERS
+    if not text.isdigit() or not 1 <= int(text) <= MAX_SWEEP_WORKERS:
+        raise ConfigError(f"TPUJOB_SWEEP_WORKERS must be a whole number from 1 to {MAX_SWEEP_WORKERS}, "
+                          f"got {text!r}")
+    return int(text)
+
+
+# Each worker holds SSH connections to a slice's hosts and a store connection.
+MAX_SWEEP_WORKERS = 256
 
 
 def requeue(ctx: Context, job_refs: Optional[list[str]] = None):

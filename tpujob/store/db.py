@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from sqlalchemy import create_engine, event
@@ -12,13 +13,17 @@ from tpujob.settings import redact_url
 from tpujob.store.migrations import migrate
 
 _engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()  # one engine per URL and process, even when threads open it at once
 
 
 def _sqlite_engine(url: str) -> Engine:
     path = url.split("sqlite:///", 1)[1] if url.startswith("sqlite:///") else ""
     if path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+    # Sessions are short and per call; a sweep's act workers (TPUJOB_SWEEP_WORKERS) each hold at
+    # most one connection at a time, so the pool grows with them instead of making them queue.
+    pool = {} if not path or path == ":memory:" else dict(pool_size=8, max_overflow=64, pool_timeout=60)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **pool)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
@@ -51,18 +56,21 @@ def _password(url: str) -> str | None:
 
 def engine_for(url: str) -> Engine:
     """The migrated engine for `url`, created once per process."""
-    engine = _engines.get(url)
-    if engine is None:
-        try:
-            engine = _sqlite_engine(url) if url.startswith("sqlite") else create_engine(url, pool_pre_ping=True)
-        except Exception as exc:  # bad URL or missing driver: a configuration problem
-            shown = redact_url(url)
-            # The driver's message may quote the URL (or its password) too.
-            detail = str(exc).replace(url, shown)
-            password = _password(url)
-            if password:
-                detail = detail.replace(password, "***")
-            raise ConfigError(f"cannot open store {shown!r}: {detail}") from None
-        migrate(engine)
-        _engines[url] = engine
+    with _engines_lock:
+        return _engines.get(url) or _open(url)
+
+
+def _open(url: str) -> Engine:
+    try:
+        engine = _sqlite_engine(url) if url.startswith("sqlite") else create_engine(url, pool_pre_ping=True)
+    except Exception as exc:  # bad URL or missing driver: a configuration problem
+        shown = redact_url(url)
+        # The driver's message may quote the URL (or its password) too.
+        detail = str(exc).replace(url, shown)
+        password = _password(url)
+        if password:
+            detail = detail.replace(password, "***")
+        raise ConfigError(f"cannot open store {shown!r}: {detail}") from None
+    migrate(engine)
+    _engines[url] = engine
     return engine

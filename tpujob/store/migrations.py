@@ -102,6 +102,13 @@ def _v5_capacity_misses(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE job ADD COLUMN capacity_misses INTEGER NOT NULL DEFAULT 0")
 
 
+def _v6_flaps(conn: Connection) -> None:
+    # Preemptions in a row of attempts that ran less than requeue.min_run_seconds: a preemption
+    # restarts at once, but a slice that keeps going down within minutes waits backoff_seconds,
+    # doubled per flap. Reset by a preemption after a longer run, and by `resume`.
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN flaps INTEGER NOT NULL DEFAULT 0")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -109,6 +116,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (3, "job.running_seconds, attempt.resumed_from_step", _v3_accounting),
     (4, "attempt.host_keys", _v4_host_keys),
     (5, "job.capacity_misses", _v5_capacity_misses),
+    (6, "job.flaps", _v6_flaps),
 ]
 
 _bookkeeping = MetaData()

@@ -35,6 +35,7 @@ class Job(SQLModel, table=True):
     placement: int = 0
     running_seconds: float = 0.0
     capacity_misses: int = 0  # capacity misses in a row (stockouts, queue timeouts) since READY
+    flaps: int = 0  # preemptions in a row of attempts that ran under requeue.min_run_seconds
 
 
 class Attempt(SQLModel, table=True):
