@@ -69,10 +69,13 @@ def print_json_rows(rows: list[dict]) -> None:
                + "\n]")
 
 
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(str(c))) for w, c in zip(widths, row)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(headers, widths)).rstrip()]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
+def table(headers: list[str], rows: list[list]) -> str:
+    """Left-aligned columns two spaces apart; each cell as str() shows it.
+
+    Column by column and through one format string per line: cell by cell, `list --all` spent
+    more time here on 10,000 jobs than reading them from the store.
+    """
+    columns = zip(*rows) if rows else [()] * len(headers)
+    widths = [max(len(h), max(map(len, map(str, column)), default=0)) for h, column in zip(headers, columns)]
+    line = "  ".join(f"%-{w}s" for w in widths)
+    return "\n".join([(line % tuple(headers)).rstrip(), *[(line % tuple(row)).rstrip() for row in rows]])
