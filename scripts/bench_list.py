@@ -2,7 +2,11 @@
 
 Fills a store in a temporary TPUJOB_HOME with --jobs jobs (bulk SQL insert into the migrated
 schema), then runs each command --runs times and prints the median wall time:
-`python -c pass` (the interpreter's floor), `tpujob --help`, `tpujob list` and `tpujob list --all`.
+`python -c pass` (the interpreter's floor), `python -c 'import typer, sqlmodel'` (the import floor:
+what any command of a typer + sqlmodel CLI pays before its own work), `tpujob --help`,
+`tpujob list`, `tpujob list --all` and `tpujob list --all --json`, and the ratios of `list` and
+`list --all --json` to the import floor (issue 12's goal: <= 1.2 for both). Commands run
+interleaved, one round at a time, so a change in the machine's load touches them all alike.
 
     .venv/bin/python scripts/bench_list.py [--jobs 10000] [--runs 7]
 """
@@ -43,15 +47,17 @@ def fill(home: Path, jobs: int) -> None:
     engine.dispose()
 
 
-def median_seconds(argv: list[str], runs: int, env: dict) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        times.append(time.perf_counter() - start)
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
-    return statistics.median(times)
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run_once(argv: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
+    return took
 
 
 def main() -> None:
@@ -68,14 +74,27 @@ def main() -> None:
         fill(home, args.jobs)
         active = sum(1 for i in range(args.jobs) if STATES[i % len(STATES)] in ("RUNNING", "PENDING", "RECOVERING"))
         print(f"store: {args.jobs} jobs ({active} active) filled in {time.perf_counter() - start:.2f} s; "
-              f"median of {args.runs} runs, whole process")
+              f"median of {args.runs} runs, whole process; load average {_load()} at the start")
         env = {**os.environ, "TPUJOB_HOME": str(home)}
-        for label, argv in (("python -c pass", [sys.executable, "-c", "pass"]),
-                            ("tpujob --help", tpujob + ["--help"]),
-                            ("tpujob list", tpujob + ["list"]),
-                            ("tpujob list --all", tpujob + ["list", "--all"]),
-                            ("tpujob list --all --json", tpujob + ["list", "--all", "--json"])):
-            print(f"  {label:<26} {median_seconds(argv, args.runs, env) * 1000:8.0f} ms")
+        commands = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "import typer, sqlmodel": [sys.executable, "-c", "import typer, sqlmodel"],
+            "tpujob --help": tpujob + ["--help"],
+            "tpujob list": tpujob + ["list"],
+            "tpujob list --all": tpujob + ["list", "--all"],
+            "tpujob list --all --json": tpujob + ["list", "--all", "--json"],
+        }
+        times: dict[str, list[float]] = {label: [] for label in commands}
+        for _ in range(args.runs):
+            for label, argv in commands.items():
+                times[label].append(run_once(argv, env))
+        median = {label: statistics.median(ts) for label, ts in times.items()}
+        for label in commands:
+            print(f"  {label:<26} {median[label] * 1000:8.0f} ms")
+        floor = median["import typer, sqlmodel"]
+        for label in ("tpujob list", "tpujob list --all --json"):
+            print(f"  {label + ' / import floor':<40} {median[label] / floor:5.2f}x")
+        print(f"load average {_load()} at the end ({os.cpu_count()} cores)")
     finally:
         shutil.rmtree(home, ignore_errors=True)
 

@@ -94,13 +94,13 @@ def register(app: typer.Typer) -> None:
     def list_(all_: bool = typer.Option(False, "--all", "-a", help="Include ended jobs."),
               json_out: bool = typer.Option(False, "--json")):
         """List jobs (active ones unless --all)."""
-        from tpujob.service import jobs
+        from tpujob.service import listing
         from tpujob.service.accounting import goodput
-        from tpujob.store.repository import format_job_id
+        from tpujob.store.ids import format_job_id
 
-        rows = jobs.list_jobs(_ctx(), include_ended=all_)
+        rows = listing.list_jobs(_ctx(), include_ended=all_)
         if json_out:
-            render.print_json([render.job_dict(j) for j in rows])
+            render.print_json_rows([render.job_dict(j) for j in rows])
             return
         now = time.time()
         headers = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "GOODPUT", "HOST0",

@@ -25,7 +25,7 @@ def age(ts: float | None, now: float | None = None) -> str:
 
 def job_dict(job) -> dict:
     from tpujob.service.accounting import goodput
-    from tpujob.store.repository import format_job_id
+    from tpujob.store.ids import format_job_id
 
     return {
         "id": format_job_id(job.id), "name": job.name, "state": job.state, "end_reason": job.end_reason,
@@ -53,10 +53,29 @@ def print_json(data) -> None:
     typer.echo(json.dumps(data, indent=2))
 
 
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(str(c))) for w, c in zip(widths, row)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(headers, widths)).rstrip()]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
+def print_json_rows(rows: list[dict]) -> None:
+    """print_json for a list of flat dicts (scalar values), `list --json`'s shape, to the byte.
+
+    json falls back to its pure-Python encoder whenever `indent` is set, which took longer than
+    everything else `list --all --json` does on 10,000 jobs. Each row goes through the C encoder
+    instead, its item separator carrying the newline and indent; this is exact because a string
+    value's own newlines come out escaped.
+    """
+    if not rows:
+        typer.echo("[]")
+        return
+    encode = json.JSONEncoder(separators=(",\n    ", ": ")).encode
+    typer.echo("[\n" + ",\n".join(f"  {{\n    {encode(row)[1:-1]}\n  }}" if row else "  {}" for row in rows)
+               + "\n]")
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    """Left-aligned columns two spaces apart; each cell as str() shows it.
+
+    Column by column and through one format string per line: cell by cell, `list --all` spent
+    more time here on 10,000 jobs than reading them from the store.
+    """
+    columns = zip(*rows) if rows else [()] * len(headers)
+    widths = [max(len(h), max(map(len, map(str, column)), default=0)) for h, column in zip(headers, columns)]
+    line = "  ".join(f"%-{w}s" for w in widths)
+    return "\n".join([(line % tuple(headers)).rstrip(), *[(line % tuple(row)).rstrip() for row in rows]])

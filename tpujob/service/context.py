@@ -24,6 +24,14 @@ class Context:
         return cls(settings_mod.load())
 
     @cached_property
+    def engine(self):
+        """The store's engine alone: what a command that only reads rows (`list`) needs,
+        without the ORM the Store imports."""
+        from tpujob.store.db import engine_for
+
+        return engine_for(self.settings.database_url)
+
+    @cached_property
     def store(self):
         from tpujob.store.repository import open_store
 

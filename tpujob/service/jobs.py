@@ -1,4 +1,4 @@
-"""Job use cases over the store: validate, plan, create, list, show, cancel, delete, clean."""
+"""Job use cases over the store: validate, plan, create, show, cancel, delete, clean (list: listing.py)."""
 
 from __future__ import annotations
 
@@ -165,10 +165,6 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
             warn(message)
     job, resolved = record(ctx, path, keep_slice=keep_slice)
     return Created(job, resolved, findings)
-
-
-def list_jobs(ctx: Context, include_ended: bool = False):
-    return ctx.store.list_summaries(include_ended=include_ended)
 
 
 @dataclass

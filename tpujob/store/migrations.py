@@ -10,9 +10,11 @@ import time
 from typing import Callable
 
 from sqlalchemy import (
-    Boolean, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text, inspect,
+    Boolean, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text, func, inspect, select,
 )
 from sqlalchemy.engine import Connection, Engine
+
+from tpujob.store.reads import fetch_all
 
 MIGRATION_TABLE = "tpujob_migration"
 
@@ -135,6 +137,16 @@ def applied_versions(engine: Engine) -> list[int]:
         return [row[0] for row in conn.execute(_migration.select().order_by(_migration.c.version))]
 
 
+def is_current(engine: Engine) -> bool:
+    """Whether the latest migration is applied: one read, no lock, on every open of a store."""
+    try:
+        rows = fetch_all(engine, select(func.max(_migration.c.version)))
+    except engine.dialect.loaded_dbapi.Error:  # no bookkeeping table yet: a blank database
+        return False
+    latest = rows[0][0]
+    return latest is not None and latest >= MIGRATIONS[-1][0]
+
+
 def migrate(engine: Engine) -> list[int]:
     """Apply every migration not applied yet; return the versions applied now.
 
@@ -142,6 +154,8 @@ def migrate(engine: Engine) -> list[int]:
     known version. Two processes opening a fresh store at once: the loser's insert of the same
     version fails its transaction, and it re-reads what is applied.
     """
+    if is_current(engine):
+        return []  # every command opens the store: no write lock, no table creation, no reflection
     with engine.begin() as conn:
         _bookkeeping.create_all(conn)
     done = set(applied_versions(engine))

@@ -10,17 +10,9 @@ from sqlalchemy import and_, delete, func, or_, update
 from sqlmodel import Session, col, select
 
 from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
+from tpujob.store.ids import format_job_id, slice_name  # noqa: F401 (callers import them from here)
 from tpujob.store.models import Attempt, Event, Job
 from tpujob.store.states import ENDED, EndReason, State, is_legal
-
-
-def format_job_id(job_id: int) -> str:
-    return f"{job_id:06d}"
-
-
-def slice_name(job_id: int, attempt: int) -> str:
-    """Derived, never random: a retried create of the same attempt finds and adopts its slice."""
-    return f"tpujob-{format_job_id(job_id)}-{attempt}"
 
 
 class Store:
@@ -69,20 +61,6 @@ class Store:
             query = query.where(col(Job.state).not_in([s.value for s in ENDED]))
         with Session(self.engine) as session:
             return list(session.exec(query))
-
-    # What `list` shows: no spec texts, no ORM objects (a store keeps thousands of jobs).
-    SUMMARY_COLUMNS = ("id", "name", "state", "end_reason", "accelerator", "zone", "project", "cloud",
-                       "attempt", "preemptions", "failures", "nan_restarts", "host0_ip", "created_at",
-                       "updated_at", "ended_at", "observed_at", "state_since", "running_seconds")
-
-    def list_summaries(self, include_ended: bool = False) -> list:
-        """Rows with the SUMMARY_COLUMNS as attributes, oldest job first."""
-        columns = [getattr(Job, name) for name in self.SUMMARY_COLUMNS]
-        query = select(*columns).order_by(col(Job.id))
-        if not include_ended:
-            query = query.where(col(Job.state).not_in([s.value for s in ENDED]))
-        with self.engine.connect() as conn:
-            return list(conn.execute(query))
 
     def transition(self, job_id: int, src: State, dst: State, message: str, *,
                    end_reason: Optional[EndReason] = None, owner: Optional[str] = None,

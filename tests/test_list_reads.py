@@ -1,0 +1,106 @@
+"""`list` reads rows without the ORM and without the store's write lock, and prints the same
+text and JSON as before (the JSON through the C encoder, the table through one format string)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tpujob.cli import render
+from tpujob.service.context import Context
+from tpujob.store.states import State
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _add(store, name: str):
+    return store.add_job(name=name, spec_yaml="", spec_json="{}", accelerator="v4-8", zone="us-central2-b",
+                         project="p", cloud="local")
+
+
+def _tpujob(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TPUJOB_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "tpujob.cli.main", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=20)
+
+
+def test_list_answers_while_another_process_holds_the_write_lock(tpujob_home):
+    store = Context.load().store
+    job = _add(store, "held")
+    writer = sqlite3.connect(tpujob_home / "tpujob.db", isolation_level=None)
+    try:
+        # A sweep in the middle of a write: list waits for nothing and shows what is committed.
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE job SET state = 'RUNNING' WHERE id = ?", (job.id,))
+        for args in (["list", "--json"], ["list", "--all"]):
+            done = _tpujob(tpujob_home, *args)
+            assert done.returncode == 0, done.stderr
+            assert "PENDING" in done.stdout and "RUNNING" not in done.stdout
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+PROBE = """
+import json, sys
+from tpujob.cli.main import main
+code = main(sys.argv[1:])
+orm = sorted(m for m in sys.modules if m.split('.')[0] in ('sqlmodel', 'pydantic_settings')
+             or m.startswith(('sqlalchemy.orm', 'tpujob.store.models', 'tpujob.store.repository')))
+print(json.dumps({"code": code, "orm": orm}))
+"""
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "--all", "--json"]])
+def test_list_never_loads_the_orm(tpujob_home, args):
+    store = Context.load().store
+    _add(store, "one")
+    env = {**os.environ, "TPUJOB_HOME": str(tpujob_home)}
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"code": 0, "orm": []}, out.stderr
+
+
+def test_list_goodput_is_computed_from_the_listed_columns(cli, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr("tpujob.store.repository.time.time", lambda: now[0])
+    store = Context.load().store
+    job = _add(store, "half")
+    store.start_attempt(job.id, State.PENDING, State.PROVISIONING, "go", zone="us-central2-b",
+                        accelerator="v4-8", queued=False)
+    store.transition(job.id, State.PROVISIONING, State.SETTING_UP, "ready")
+    now[0] = 1050.0
+    store.transition(job.id, State.SETTING_UP, State.RUNNING, "launched")
+    now[0] = 1100.0
+    store.transition(job.id, State.RUNNING, State.CANCELLED, "stop")  # 50 s running of 100 s
+    row, = json.loads(cli("list", "--all", "--json").out)
+    assert (row["state"], row["goodput"]) == ("CANCELLED", 0.5)
+    assert "50%" in cli("list", "--all").out.splitlines()[1].split()
+
+
+@pytest.mark.parametrize("rows", [
+    [],
+    [{}],
+    [{"id": "000001", "name": 'we"ird\n\tname \u00fc }', "end_reason": None, "goodput": 0.1234,
+      "keep": True, "tiny": 1e-05, "n": -3},
+     {"message": "{\n    }", "x": 0}],
+])
+def test_json_rows_print_exactly_as_indented_json(capsys, rows):
+    render.print_json_rows(rows)
+    fast = capsys.readouterr().out
+    render.print_json(rows)
+    assert fast == capsys.readouterr().out
+
+
+def test_table_aligns_every_cell_as_str_shows_it():
+    text = render.table(["ID", "NAME", "STEP"], [["000001", None, 12345], ["000002", "a-long-name", "-"]])
+    assert text.splitlines() == ["ID      NAME         STEP",
+                                 "000001  None         12345",
+                                 "000002  a-long-name  -"]
+    assert render.table(["ID", "NAME"], []) == "ID  NAME"

@@ -1,0 +1,11 @@
+"""`list`: the jobs' summary rows. Kept apart from jobs.py, whose imports (the spec's pydantic
+models, the ORM) would cost `list` more than reading 10,000 rows does."""
+
+from __future__ import annotations
+
+from tpujob.service.context import Context
+from tpujob.store.summaries import JobSummary, list_summaries
+
+
+def list_jobs(ctx: Context, include_ended: bool = False) -> list[JobSummary]:
+    return list_summaries(ctx.engine, include_ended=include_ended)

@@ -1,0 +1,28 @@
+"""Plain reads for commands that only look (`list`) and for the schema check on every open."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.sql import Select
+
+
+def fetch_all(engine: Engine, query: Select) -> list[tuple]:
+    """Run a Core SELECT on the engine's DBAPI connection; its rows as plain tuples.
+
+    Two costs avoided: the store's `begin` hook (db.py) opens every SQLAlchemy transaction with
+    SQLite's write lock, so a read would queue behind a sweep's writes; and reading an attribute
+    of a SQLAlchemy Row costs about 1 us, as much as the rest of `list`'s work per job. The
+    query's values are rendered inline (literal_binds), so the SQL runs under any DBAPI's
+    paramstyle: only the store's own constants go into these queries, never user input.
+    """
+    sql = str(query.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
+    conn = engine.raw_connection()
+    try:
+        cursor = conn.cursor()
+        try:
+            cursor.execute(sql)
+            return cursor.fetchall()
+        finally:
+            cursor.close()
+    finally:
+        conn.close()  # back to the pool, which rolls back whatever the DBAPI opened
