@@ -4,8 +4,6 @@ slice preempted under its setup (a disk attach refused on a PREEMPTED node)."""
 
 from __future__ import annotations
 
-from google.api_core import exceptions as gexc
-
 from test_sweep import PROJECT, V5E, Z1, Z2, Hosts, add_job, cloud_for, events, spec, store  # noqa: F401
 from tpujob.reconcile.sweep import Reconciler
 
@@ -65,24 +63,17 @@ def after_event(store, job) -> str:
 QUOTA = "Quota limit 'TPUV5sLitepodPreemptiblePerProjectPerRegionForTPUAPI' has been exceeded. Limit: 0 in region {}."
 
 
-def quota_cloud(server, region: str):
-    """The real cloud, whose creates in `region` meet Google's regional-quota answer (HTTP 429),
-    classified by the cloud layer's own classifier."""
-    from tpujob.cloud.errors import classify
-    from tpujob.cloud.gcp import GcpCloud
-
-    class NoQuota(GcpCloud):
-        def create_node(self, request, timeout=1800.0):
-            if request.zone.rsplit("-", 1)[0] == region:
-                raise classify(f"creating node {request.name}", gexc.TooManyRequests(QUOTA.format(region)))
-            return super().create_node(request, timeout)
-
-    return cloud_for(server, NoQuota)
+def no_quota_in(server, region: str):
+    """The emulator answers the next node create with Google's regional-quota 429 (marin PR #1612
+    quotes it), through fail-next: the real client and classifier read it."""
+    server.emulator.fail_next("tpu.projects.locations.nodes.create", 429, QUOTA.format(region),
+                              grpc_status="RESOURCE_EXHAUSTED", times=1)
+    return cloud_for(server)
 
 
 def test_a_regional_quota_of_zero_moves_to_a_fallback_in_another_region(server, store):
     job = add_job(store, spec("us-east5-a", f"[{{zone: us-east5-b}}, {{zone: {Z2}}}]", accelerator=V5E))
-    rec = Reconciler(store, quota_cloud(server, "us-east5"), Hosts(), "me")
+    rec = Reconciler(store, no_quota_in(server, "us-east5"), Hosts(), "me")
     rec.sweep()
     rec.sweep()
     after = store.get(job.id)
@@ -95,7 +86,7 @@ def test_a_regional_quota_of_zero_moves_to_a_fallback_in_another_region(server, 
 
 def test_a_regional_quota_of_zero_without_a_fallback_elsewhere_fails_no_capacity(server, store):
     job = add_job(store, spec("us-east5-a", "[{zone: us-east5-b}]", accelerator=V5E))
-    Reconciler(store, quota_cloud(server, "us-east5"), Hosts(), "me").sweep()
+    Reconciler(store, no_quota_in(server, "us-east5"), Hosts(), "me").sweep()
     after = store.get(job.id)
     assert (after.state, after.end_reason) == ("FAILED", "no_capacity")
     assert attempts(store, job) == [("us-east5-a", V5E, "refused")]
