@@ -137,3 +137,40 @@ def no_emulator_left(tpujob_home):
     if left:
         process.stop(grace=5)
         pytest.fail(f"the test left an emulator running (pid {left['pid']}) in {tpujob_home}")
+
+
+@pytest.fixture
+def real_crontab():
+    """The invoking user's crontab is real: kept, and given back whatever the test does. A file
+    lock serialises the tests that touch it across pytest-xdist workers."""
+    import fcntl
+    import shutil
+    import subprocess
+    import tempfile
+
+    from tpujob.service import cron
+
+    if shutil.which("crontab") is None:
+        pytest.skip("needs the crontab program (apt-get install cron)")
+    with open(Path(tempfile.gettempdir()) / "tpujob-test-crontab.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        saved = cron.read_crontab()
+        try:
+            yield
+        finally:
+            if saved:
+                cron.write_crontab(saved)
+            else:
+                subprocess.run(["crontab", "-r"], capture_output=True)
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Create without a cloud: counts the cloud clients made; the job is recorded, not followed."""
+    from tpujob.cli import jobs as cli_jobs
+    from tpujob.service import jobs
+
+    made: list[str] = []
+    monkeypatch.setattr(jobs, "make_cloud", lambda settings: made.append("cloud"))
+    monkeypatch.setattr(cli_jobs, "follow_job", lambda ctx, job_id, **kw: ctx.store.get(job_id))
+    return made

@@ -4,7 +4,6 @@ before anything is recorded or the cloud is touched."""
 
 from __future__ import annotations
 
-import pytest
 
 # v5e is not offered in us-central2-b; asia-northeast1-a offers no TPUs at all.
 UNOFFERED = ("name: demo\ntpu: {accelerator: v5litepod-4, zone: us-central2-b, project: lab,\n"
@@ -12,18 +11,6 @@ UNOFFERED = ("name: demo\ntpu: {accelerator: v5litepod-4, zone: us-central2-b, p
 OFFERED = "name: demo\ntpu: {accelerator: v5litepod-4, zone: us-west4-a, project: lab}\nrun: {command: x}\n"
 PRIMARY = "warning: tpu: zone us-central2-b does not offer v5litepod-4 in Google's published table"
 FALLBACK = "warning: tpu.fallback[1]: zone asia-northeast1-a offers no TPUs in Google's published table"
-
-
-@pytest.fixture
-def offline(monkeypatch):
-    """Create without a cloud: counts the cloud clients made; the job is recorded, not followed."""
-    from tpujob.cli import jobs as cli_jobs
-    from tpujob.service import jobs
-
-    made: list[str] = []
-    monkeypatch.setattr(jobs, "make_cloud", lambda settings: made.append("cloud"))
-    monkeypatch.setattr(cli_jobs, "follow_job", lambda ctx, job_id, **kw: ctx.store.get(job_id))
-    return made
 
 
 def test_validate_warns_of_each_placement_the_table_does_not_list(cli, spec_file):

@@ -8,8 +8,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 import typer
@@ -25,20 +23,9 @@ OTHER = "17 3 * * * /usr/bin/true # someone else's line"
 
 
 @pytest.fixture
-def crontab():
-    """The invoking user's crontab is real: keep it, and give it back whatever the test does.
-    A file lock serialises tests across pytest-xdist workers."""
-    with open(Path(tempfile.gettempdir()) / "tpujob-test-crontab.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        saved = cron.read_crontab()
-        try:
-            cron.write_crontab(OTHER + "\n")
-            yield
-        finally:
-            if saved:
-                cron.write_crontab(saved)
-            else:
-                subprocess.run(["crontab", "-r"], capture_output=True)
+def crontab(real_crontab):
+    """The real crontab (kept and given back), holding someone else's line first."""
+    cron.write_crontab(OTHER + "\n")
 
 
 @pytest.mark.parametrize("every, schedule", [("1m", "* * * * *"), ("5m", "*/5 * * * *"), ("59m", "*/59 * * * *"),

@@ -3,14 +3,11 @@ checks against the shared emulator (the code path that asks Google on gcp)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -51,20 +48,8 @@ def no_cron(monkeypatch):
 
 
 @pytest.fixture
-def crontab():
-    """The real crontab, saved and given back (as in test_cron.py, under the same lock)."""
-    if shutil.which("crontab") is None:
-        pytest.skip("needs the crontab program (apt-get install cron)")
-    with open(Path(tempfile.gettempdir()) / "tpujob-test-crontab.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        saved = cron.read_crontab()
-        try:
-            yield
-        finally:
-            if saved:
-                cron.write_crontab(saved)
-            else:
-                subprocess.run(["crontab", "-r"], capture_output=True)
+def crontab(real_crontab):
+    """The real crontab, kept and given back (conftest's real_crontab)."""
 
 
 # ---- local checks ------------------------------------------------------------------------------

@@ -61,19 +61,22 @@ def test_reopen_is_a_no_op(tmp_path):
         assert conn.execute(text("SELECT name FROM job")).scalars().all() == ["kept"]
 
 
-def test_capacity_misses_arrive_with_a_zero_for_jobs_already_stored(tmp_path):
-    engine = create_engine(_url(tmp_path))
-    # A store as the release before migration 5 left it, with a job in it.
-    for version, name, apply in [m for m in MIGRATIONS if m[0] < 5]:
+def _store_before(engine, version: int, job_values: str) -> None:
+    """A store as the release before migration `version` left it, with one job in it."""
+    for number, name, apply in [m for m in MIGRATIONS if m[0] < version]:
         with engine.begin() as conn:
             migrations._bookkeeping.create_all(conn)
             apply(conn)
-            conn.execute(migrations._migration.insert().values(version=version, name=name, applied_at=0))
+            conn.execute(migrations._migration.insert().values(version=number, name=name, applied_at=0))
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO job (name, state, spec_yaml, spec_json, accelerator, zone, project, "
                           "cloud, attempt, preemptions, failures, nan_restarts, keep_slice, created_at, "
-                          "updated_at) VALUES ('old', 'RECOVERING', '', '{}', 'v4-8', 'z', 'p', 'local', "
-                          "2, 0, 0, 0, 0, 1, 1)"))
+                          f"updated_at) VALUES ({job_values})"))
+
+
+def test_capacity_misses_arrive_with_a_zero_for_jobs_already_stored(tmp_path):
+    engine = create_engine(_url(tmp_path))
+    _store_before(engine, 5, "'old', 'RECOVERING', '', '{}', 'v4-8', 'z', 'p', 'local', 2, 0, 0, 0, 0, 1, 1")
     assert migrate(engine) == list(range(5, LATEST + 1))
     with engine.connect() as conn:
         assert conn.execute(text("SELECT name, capacity_misses FROM job")).all() == [("old", 0)]
@@ -81,17 +84,7 @@ def test_capacity_misses_arrive_with_a_zero_for_jobs_already_stored(tmp_path):
 
 def test_flaps_arrive_with_a_zero_for_jobs_already_stored(tmp_path):
     engine = create_engine(_url(tmp_path))
-    # A store as the release before migration 6 left it, with a job in it.
-    for version, name, apply in [m for m in MIGRATIONS if m[0] < 6]:
-        with engine.begin() as conn:
-            migrations._bookkeeping.create_all(conn)
-            apply(conn)
-            conn.execute(migrations._migration.insert().values(version=version, name=name, applied_at=0))
-    with engine.begin() as conn:
-        conn.execute(text("INSERT INTO job (name, state, spec_yaml, spec_json, accelerator, zone, project, "
-                          "cloud, attempt, preemptions, failures, nan_restarts, keep_slice, created_at, "
-                          "updated_at) VALUES ('old', 'RUNNING', '', '{}', 'v4-8', 'z', 'p', 'local', "
-                          "3, 2, 0, 0, 0, 1, 1)"))
+    _store_before(engine, 6, "'old', 'RUNNING', '', '{}', 'v4-8', 'z', 'p', 'local', 3, 2, 0, 0, 0, 1, 1")
     assert migrate(engine) == list(range(6, LATEST + 1))
     with engine.connect() as conn:
         assert conn.execute(text("SELECT name, preemptions, flaps FROM job")).all() == [("old", 2, 0)]

@@ -31,18 +31,6 @@ def job_spec(spec_file, tmp_path: Path):
     return write
 
 
-@pytest.fixture
-def offline(monkeypatch):
-    """Create without a cloud: counts the cloud clients made; the job is recorded, not followed."""
-    from tpujob.cli import jobs as cli_jobs
-    from tpujob.service import jobs
-
-    made: list[str] = []
-    monkeypatch.setattr(jobs, "make_cloud", lambda settings: made.append("cloud"))
-    monkeypatch.setattr(cli_jobs, "follow_job", lambda ctx, job_id, **kw: ctx.store.get(job_id))
-    return made
-
-
 def test_findings_are_printed_and_the_job_recorded(cli, job_spec, stored_jobs, offline) -> None:
     result = cli("create", job_spec(MODEL_ERROR))
     assert result.code == 0, result.err
