@@ -167,6 +167,20 @@ REFUSALS = [
             mount: /mnt/data
         run: {command: x}
         """), "disks[0].type", "type 'hyperdisk-ml' is not allowed on v4"),
+    # Every attempt uses the disk type resolved on the primary (one clone per job): a v6e fallback
+    # cannot take the pd-balanced that v5p defaults to, though v6e's own default would pass.
+    ("default-disk-type-refused-by-fallback-generation", _spec("""
+        name: demo
+        tpu:
+          accelerator: v5p-8
+          zone: us-east5-a
+          fallback: [{accelerator: v6e-8, zone: us-east5-b}]
+        disks:
+          - name: data
+            snapshot: snap
+            mount: /mnt/data
+        run: {command: x}
+        """), "disks[0].type", "disk data: type 'pd-balanced' is not allowed on v6e (fallback v6e-8)"),
     ("disk-type-refused-by-fallback-generation", _spec("""
         name: demo
         tpu:

@@ -340,12 +340,16 @@ def _check_only_dir(only_dir: str | None, where: tuple, lines) -> None:
                     f"{only_dir!r} (no leading '/', no '..')", where, lines)
 
 
-def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str) -> dict[str, str]:
+def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str,
+                 chosen: dict[str, str] | None = None) -> dict[str, str]:
+    """Each disk's type on `acc`. `chosen`: the types already resolved on the primary placement,
+    which every attempt uses (one clone per job), so a fallback is checked against those, not
+    against its own generation's default."""
     types = {}
     gen = acc.generation
     for i, disk in enumerate(spec.disks):
         base = ("disks", i)
-        disk_type = disk.type or gen.default_disk_type
+        disk_type = (chosen or {}).get(disk.name) or disk.type or gen.default_disk_type
         if disk_type not in gen.disk_types:
             raise _fail(f"disk {disk.name}: type {disk_type!r} is not allowed on {gen.alias} "
                         f"({where}), which takes {' or '.join(gen.disk_types)}", base + ("type",), lines)
@@ -503,7 +507,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
                 alt = accelerator(entry.accelerator)
             except SpecError as exc:
                 raise _fail(str(exc), base + ("accelerator",), lines) from None
-            _check_disks(spec, alt, lines, f"fallback {alt.name}")
+            _check_disks(spec, alt, lines, f"fallback {alt.name}", chosen=disk_types)
             _check_shared_run_dir(spec, alt, lines)
     _check_network(spec.tpu.network, [zone] + [f.zone for f in spec.tpu.fallback if f.zone], lines)
 
