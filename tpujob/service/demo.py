@@ -38,10 +38,11 @@ def start(ctx: Context, spec: str | None = None) -> Demo:
     path = Path(spec) if spec else example_spec()
     if not path.is_file():
         raise NotFoundError(f"no job spec at {path}")
-    from tpujob import preflight
-
-    preflight.require_emulator()  # before anything is started or recorded
     running = process.status()
+    if running:  # process.start() runs the same preflight itself
+        from tpujob import preflight
+
+        preflight.require_emulator()  # the running emulator's hosts need it: before recording
     info = running or process.start()
     run_dir_bucket = _run_dir_bucket(path)
     if run_dir_bucket:
