@@ -38,3 +38,41 @@ def test_a_key_that_cannot_be_recorded_is_not_trusted(slice_hosts):
 
     (result,) = HostGroup(bare, "tpujob", verified.pkey, accept_new=broken).run("true")
     assert result.exit_code is None and "could not be recorded (the store is gone); refusing" in result.error
+
+
+def test_two_first_connections_at_once_trust_one_key_only():
+    """Two connections to a key-less host meet the policy together, shown different keys (one
+    of them a man in the middle): one key is recorded and pinned, the other is refused."""
+    import threading
+
+    import paramiko
+
+    from tpujob.hosts.fanout import Host, _PinFirstKey
+
+    host = Host(0, "127.0.0.1", 22, ())
+    recording = threading.Event()
+    recorded = []
+
+    def slow_record(h, line):
+        recorded.append(line)
+        recording.set()
+        threading.Event().wait(0.2)   # the second connection arrives while this one records
+
+    group = HostGroup([host], "tpujob", None, accept_new=slow_record)
+    keys = [paramiko.RSAKey.generate(1024), paramiko.RSAKey.generate(1024)]
+    outcomes: list[str] = []
+
+    def connect(key):
+        try:
+            _PinFirstKey(group, host).missing_host_key(None, "127.0.0.1", key)
+            outcomes.append("trusted")
+        except TpujobError as err:
+            outcomes.append(str(err))
+
+    first = threading.Thread(target=connect, args=(keys[0],))
+    first.start()
+    recording.wait(5)
+    connect(keys[1])
+    first.join(5)
+    assert len(recorded) == 1
+    assert sorted(outcomes)[1] == "trusted" and "host key mismatch" in sorted(outcomes)[0]

@@ -320,19 +320,21 @@ class _PinFirstKey:
 
     def missing_host_key(self, client, hostname, key) -> None:
         line = f"{key.get_name()} {key.get_base64()}"
+        # Check, record and pin as one step: two connections to the same key-less host at once
+        # must not both trust what they were shown (the second would go on with its own key).
         with self.group._lock:
             first = self.group._pinned.get(self.host.index)
-        if first is not None and first != line:   # another connection pinned a different key
+            if first is None:
+                try:
+                    self.group.accept_new(self.host, line)
+                except Exception as err:   # unrecorded, the key would not be held next time: no trust
+                    raise CloudError(f"host {self.host.index} ({hostname}): its host key could not "
+                                     f"be recorded ({err}); refusing to connect") from err
+                self.group._pinned[self.host.index] = line
+                return
+        if first != line:   # another connection pinned a different key
             raise CloudError(f"host {self.host.index} ({hostname}): host key mismatch: it presented "
                              f"{line}, pinned when first seen: {first}; refusing to connect")
-        if first is None:
-            try:
-                self.group.accept_new(self.host, line)
-            except Exception as err:   # unrecorded, the key would not be held next time: no trust
-                raise CloudError(f"host {self.host.index} ({hostname}): its host key could not be "
-                                 f"recorded ({err}); refusing to connect") from err
-            with self.group._lock:
-                self.group._pinned.setdefault(self.host.index, line)
 
 
 def ensure_ok(results: list[HostResult], action: str) -> None:
