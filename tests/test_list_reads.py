@@ -84,18 +84,41 @@ def test_list_goodput_is_computed_from_the_listed_columns(cli, monkeypatch):
     assert "50%" in cli("list", "--all").out.splitlines()[1].split()
 
 
-@pytest.mark.parametrize("rows", [
+def _summary(**values):
+    from tpujob.store.summaries import JobSummary
+
+    row = dict(id=7, name="j", state="RUNNING", end_reason=None, accelerator="v4-8", zone="us-central2-b",
+               project="p", cloud="local", attempt=1, preemptions=0, failures=0, nan_restarts=0,
+               host0_ip=None, created_at=1000.0, updated_at=1500.25, ended_at=None, observed_at=None,
+               state_since=1200.0, running_seconds=0.0)
+    return JobSummary(**{**row, **values})
+
+
+@pytest.mark.parametrize("jobs", [
     [],
-    [{}],
-    [{"id": "000001", "name": 'we"ird\n\tname \u00fc }', "end_reason": None, "goodput": 0.1234,
-      "keep": True, "tiny": 1e-05, "n": -3},
-     {"message": "{\n    }", "x": 0}],
+    [_summary()],
+    [_summary(name='we"ird\n\tname \u00fc }', end_reason="preemption_budget", host0_ip="10.0.0.2",
+              ended_at=1999.9999996, observed_at=86399.9999994, state="FAILED", id=1234567),
+     _summary(id=8, name="{\n    }", created_at=1.7e9, updated_at=1.7e9 + 0.5, running_seconds=12.0)],
 ])
-def test_json_rows_print_exactly_as_indented_json(capsys, rows):
-    render.print_json_rows(rows)
+def test_jobs_json_prints_exactly_as_the_indented_job_dicts(capsys, monkeypatch, jobs):
+    monkeypatch.setattr(render.time, "time", lambda: 2000.0)  # goodput of a running job moves with the clock
+    render.print_jobs_json(jobs)
     fast = capsys.readouterr().out
-    render.print_json(rows)
+    render.print_json([render.job_dict(j) for j in jobs])
     assert fast == capsys.readouterr().out
+
+
+def test_iso_times_match_datetime_to_the_second():
+    import random
+    from datetime import datetime, timezone
+
+    random.seed(7)
+    stamps = [0.0, 0.9999994, 0.9999995, 59.5, 86399.9999996, 951782400.0, 4102444799.9999999]
+    stamps += [random.uniform(0, 4.2e9) for _ in range(20000)]
+    assert [render.iso(t) for t in stamps] == [
+        datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds") for t in stamps]
+    assert render.iso(None) is None
 
 
 def test_table_aligns_every_cell_as_str_shows_it():

@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
 
         rows = listing.list_jobs(_ctx(), include_ended=all_)
         if json_out:
-            render.print_json_rows([render.job_dict(j) for j in rows])
+            render.print_jobs_json(rows)
             return
         now = time.time()
         headers = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "GOODPUT", "HOST0",
