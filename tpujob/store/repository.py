@@ -194,7 +194,8 @@ class Store:
     @contextlib.contextmanager
     def lease(self, job_id: int, owner: str, ttl_seconds: float) -> Iterator[Job]:
         """Hold the job's lease for the block: taken on entry (JobLocked when another live owner
-        holds it), released on the way out, exception or not. Yields the job as leased."""
+        holds it), released on the way out, exception or not. Yields the job as leased. Take
+        it outside atomic blocks: inside one, other actors see the lease only once it commits."""
         job = self.acquire_lease(job_id, owner, ttl_seconds)
         try:
             yield job
