@@ -67,10 +67,10 @@ def test_list_never_loads_the_orm(tpujob_home, args):
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"code": 0, "orm": []}, out.stderr
 
 
-def test_list_goodput_is_computed_from_the_listed_columns(cli, monkeypatch):
+def test_list_goodput_is_computed_from_the_listed_columns(cli):
     now = [1000.0]
-    monkeypatch.setattr("tpujob.store.repository.time.time", lambda: now[0])
     store = Context.load().store
+    store.clock = lambda: now[0]
     job = _add(store, "half")
     store.start_attempt(job.id, State.PENDING, State.PROVISIONING, "go", zone="us-central2-b",
                         accelerator="v4-8", queued=False)

@@ -11,11 +11,11 @@ from tpujob.store.states import EndReason, State
 
 
 @pytest.fixture
-def story(monkeypatch):
+def story():
     """A job preempted once (step 120, resumed from 100), then failed: times pinned by hand."""
     now = [1000.0]
-    monkeypatch.setattr("tpujob.store.repository.time.time", lambda: now[0])
     store = Context.load().store
+    store.clock = lambda: now[0]
     job = store.add_job(name="night", spec_yaml="", spec_json="{}", accelerator="v4-8", zone="us-central2-b",
                         project="p", cloud="local")
     now[0] = 1010.0

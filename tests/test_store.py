@@ -165,17 +165,6 @@ def test_a_second_owner_is_locked_out(store):
     assert store.get(job_id).lease_owner == "sweep-a"
 
 
-def test_an_expired_lease_can_be_taken(store):
-    job_id = _add(store).id
-    store.acquire_lease(job_id, "crashed", ttl_seconds=0.2)
-    with pytest.raises(JobLocked):
-        store.acquire_lease(job_id, "sweep-b", ttl_seconds=60)
-    time.sleep(0.3)
-    store.acquire_lease(job_id, "sweep-b", ttl_seconds=60)
-    job = store.get(job_id)
-    assert job.lease_owner == "sweep-b" and job.lease_expires > time.time() + 50
-
-
 def test_release_frees_the_lease_for_its_owner_only(store):
     job_id = _add(store).id
     store.acquire_lease(job_id, "a", ttl_seconds=60)
@@ -189,21 +178,6 @@ def test_release_frees_the_lease_for_its_owner_only(store):
 def test_lease_of_a_missing_job(store):
     with pytest.raises(NotFoundError):
         store.acquire_lease(999999, "a", ttl_seconds=60)
-
-
-def test_a_transition_under_a_lease_needs_the_live_lease(store):
-    job_id = _add(store).id
-    store.acquire_lease(job_id, "a", ttl_seconds=0.2)
-    before = _snapshot(store, job_id)
-    with pytest.raises(JobLocked):
-        _move(store, job_id, State.PENDING, State.PROVISIONING, owner="b")
-    assert _snapshot(store, job_id) == before
-    time.sleep(0.3)
-    with pytest.raises(JobLocked, match="no longer leased to a"):
-        _move(store, job_id, State.PENDING, State.PROVISIONING, owner="a")
-    assert _snapshot(store, job_id) == before
-    store.acquire_lease(job_id, "a", ttl_seconds=60)
-    assert _move(store, job_id, State.PENDING, State.PROVISIONING, owner="a").state == "PROVISIONING"
 
 
 def test_context_lease_waits_then_gives_up(tmp_path, monkeypatch):
@@ -222,6 +196,10 @@ def test_context_lease_waits_then_gives_up(tmp_path, monkeypatch):
     ctx.store.release_lease(job_id, "someone-else")
     with ctx.lease(job_id) as owner:
         assert ctx.store.get(job_id).lease_owner == owner == ctx.actor
+    assert ctx.store.get(job_id).lease_owner is None
+    with pytest.raises(RuntimeError):  # a command that fails under the lease still frees the job
+        with ctx.lease(job_id):
+            raise RuntimeError("cloud call failed")
     assert ctx.store.get(job_id).lease_owner is None
 
 

@@ -54,18 +54,16 @@ class Context:
     def lease(self, job_id: int, ttl_seconds: float = 120.0, wait_seconds: float = 10.0):
         """Hold the job's lease for the block; waits briefly for another actor to finish."""
         deadline = time.monotonic() + wait_seconds
-        while True:
-            try:
-                self.store.acquire_lease(job_id, self.actor, ttl_seconds)
-                break
-            except JobLocked:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.2)
-        try:
+        with contextlib.ExitStack() as held:
+            while True:
+                try:
+                    held.enter_context(self.store.lease(job_id, self.actor, ttl_seconds))
+                    break
+                except JobLocked:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.2)
             yield self.actor
-        finally:
-            self.store.release_lease(job_id, self.actor)
 
 
 def make_cloud(settings: Settings):

@@ -1,12 +1,19 @@
 """The store's operations. Every state change is a compare-and-set with its event row in the
-same transaction; the per-job lease makes one actor (sweep, watch, user command) act at a time."""
+same transaction; the per-job lease makes one actor (sweep, watch, user command) act at a time.
+
+Each method commits alone, unless called inside `with store.atomic():`, whose calls (in that
+thread) share one transaction. Every timestamp comes from the store's clock (`Store(engine,
+clock=...)`), so tests pin time instead of sleeping."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from sqlalchemy import and_, delete, func, or_, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
@@ -16,14 +23,74 @@ from tpujob.store.states import ENDED, EndReason, State, is_legal
 
 
 class Store:
-    def __init__(self, engine):
+    def __init__(self, engine, clock: Callable[[], float] = time.time):
         self.engine = engine
+        self.clock = clock
+        self._local = threading.local()  # this thread's atomic block, if any
+
+    # -- transactions -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Group the store calls of the block (in this thread) into one transaction: all of
+        them commit at the end, or none if an exception leaves the block. A nested block joins
+        the outer one. A lost compare-and-set (IllegalTransition, JobLocked) or an exception
+        leaving a nested block rolls back the whole outer block, even when caught inside it:
+        the block's premise is gone. On SQLite the block holds the write lock throughout."""
+        block = getattr(self._local, "block", None)
+        if block is not None:
+            try:
+                yield
+            except BaseException as exc:
+                block.doom(exc)
+                raise
+            return
+        block = _Block(Session(self.engine, expire_on_commit=False))
+        self._local.block = block
+        try:
+            yield
+            if block.doomed is not None:
+                raise block.doomed
+            block.session.commit()
+        except BaseException:
+            block.session.rollback()
+            raise
+        finally:
+            self._local.block = None
+            block.session.close()
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[Session]:
+        """The session of the current atomic block, or a session of its own committed at the end
+        of the `with` (rolled back if an exception leaves it)."""
+        block = getattr(self._local, "block", None)
+        if block is not None:
+            try:
+                yield block.session
+                block.session.flush()
+            except SQLAlchemyError as exc:  # the transaction itself failed: nothing of it stands
+                block.doom(exc)
+                raise
+            finally:
+                # What a call returns is a snapshot, detached as outside a block; the next call
+                # loads rows afresh instead of finding this one's objects in the identity map.
+                block.session.expunge_all()
+            return
+        with Session(self.engine, expire_on_commit=False) as session:
+            yield session
+            session.commit()
+
+    def _lost(self, error: Exception) -> Exception:
+        """A lost compare-and-set: the error to raise, dooming the atomic block it happened in."""
+        block = getattr(self._local, "block", None)
+        if block is not None:
+            block.doom(error)
+        return error
 
     # -- jobs ---------------------------------------------------------------------------------
     def add_job(self, *, name: str, spec_yaml: str, spec_json: str, accelerator: str, zone: str,
                 project: str, cloud: str, keep_slice: bool = False) -> Job:
-        now = time.time()
-        with Session(self.engine) as session:
+        now = self.clock()
+        with self._tx() as session:
             job = Job(name=name, state=State.PENDING.value, spec_yaml=spec_yaml, spec_json=spec_json,
                       accelerator=accelerator, zone=zone, project=project, cloud=cloud,
                       keep_slice=keep_slice, created_at=now, updated_at=now, state_since=now)
@@ -31,13 +98,12 @@ class Store:
             session.flush()
             session.add(Event(job_id=job.id, at=now, kind="created", to_state=State.PENDING.value,
                               message=f"job {name!r} recorded ({accelerator} in {zone}, cloud {cloud})"))
-            session.commit()
-            session.refresh(job)
+            session.flush()
             return job
 
     def get(self, job_id: int) -> Job:
-        with Session(self.engine) as session:
-            job = session.get(Job, job_id)
+        with self._tx() as session:
+            job = session.get(Job, job_id, populate_existing=True)
             if job is None:
                 raise NotFoundError(f"no job {format_job_id(job_id)}")
             return job
@@ -47,7 +113,7 @@ class Store:
         ref = str(ref).strip()
         if ref.isdigit():
             return self.get(int(ref))
-        with Session(self.engine) as session:
+        with self._tx() as session:
             job = session.exec(select(Job).where(Job.name == ref).order_by(col(Job.id).desc())).first()
         if job is None:
             raise NotFoundError(f"no job with id or name {ref!r}")
@@ -59,7 +125,7 @@ class Store:
             query = query.where(col(Job.state).in_([s.value for s in states]))
         elif not include_ended:
             query = query.where(col(Job.state).not_in([s.value for s in ENDED]))
-        with Session(self.engine) as session:
+        with self._tx() as session:
             return list(session.exec(query))
 
     def transition(self, job_id: int, src: State, dst: State, message: str, *,
@@ -71,7 +137,7 @@ class Store:
             raise IllegalTransition(f"job {format_job_id(job_id)}: {src.value} -> {dst.value} is not allowed")
         if dst == State.FAILED and end_reason is None:
             raise ValueError("a FAILED job needs an end_reason")
-        now = time.time()
+        now = self.clock()
         values = dict(state=dst.value, updated_at=now, state_since=now,
                       end_reason=end_reason.value if end_reason else None)
         values.update(fields)
@@ -85,63 +151,67 @@ class Store:
         where = [Job.id == job_id, Job.state == src.value]
         if owner is not None:
             where += [Job.lease_owner == owner, col(Job.lease_expires) > now]
-        with Session(self.engine) as session:
+        with self._tx() as session:
             result = session.exec(update(Job).where(and_(*where)).values(**values))
             if result.rowcount != 1:
-                session.rollback()
-                current = session.get(Job, job_id)
+                current = session.get(Job, job_id, populate_existing=True)
                 if current is None:
                     raise NotFoundError(f"no job {format_job_id(job_id)}")
                 if owner is not None and current.state == src.value:
-                    raise JobLocked(f"job {format_job_id(job_id)} is no longer leased to {owner}")
-                raise IllegalTransition(
+                    raise self._lost(JobLocked(f"job {format_job_id(job_id)} is no longer leased to {owner}"))
+                raise self._lost(IllegalTransition(
                     f"job {format_job_id(job_id)} is {current.state}, not {src.value}: "
-                    f"cannot move it to {dst.value}")
+                    f"cannot move it to {dst.value}"))
             text = message if end_reason is None else f"{message} ({end_reason.value})"
             session.add(Event(job_id=job_id, at=now, kind="state", from_state=src.value,
                               to_state=dst.value, message=text))
-            session.commit()
-            return session.get(Job, job_id)
+            return session.get(Job, job_id, populate_existing=True)
 
     def update(self, job_id: int, **fields) -> None:
         """Plain field updates (counters, host ip, observed_at) that are not state changes."""
-        with Session(self.engine) as session:
+        with self._tx() as session:
             session.exec(update(Job).where(Job.id == job_id).values(**fields))
-            session.commit()
 
     def mark_observed(self, job_ids: list[int], at: float) -> None:
         """One statement for a whole sweep: when its slices were last looked at."""
         if not job_ids:
             return
-        with Session(self.engine) as session:
+        with self._tx() as session:
             session.exec(update(Job).where(col(Job.id).in_(job_ids)).values(observed_at=at))
-            session.commit()
 
     def add_event(self, job_id: int, kind: str, message: str) -> None:
-        with Session(self.engine) as session:
-            session.add(Event(job_id=job_id, at=time.time(), kind=kind, message=message))
-            session.commit()
+        with self._tx() as session:
+            session.add(Event(job_id=job_id, at=self.clock(), kind=kind, message=message))
 
     def remove(self, job_id: int) -> None:
         """Forget a job entirely (`clean`): its events and attempts go with it."""
-        with Session(self.engine) as session:
+        with self._tx() as session:
             session.exec(delete(Event).where(Event.job_id == job_id))
             session.exec(delete(Attempt).where(Attempt.job_id == job_id))
             session.exec(delete(Job).where(Job.id == job_id))
-            session.commit()
 
     # -- lease --------------------------------------------------------------------------------
-    def acquire_lease(self, job_id: int, owner: str, ttl_seconds: float) -> None:
+    @contextlib.contextmanager
+    def lease(self, job_id: int, owner: str, ttl_seconds: float) -> Iterator[Job]:
+        """Hold the job's lease for the block: taken on entry (JobLocked when another live owner
+        holds it), released on the way out, exception or not. Yields the job as leased. Take
+        it outside atomic blocks: inside one, other actors see the lease only once it commits."""
+        job = self.acquire_lease(job_id, owner, ttl_seconds)
+        try:
+            yield job
+        finally:
+            self.release_lease(job_id, owner)
+
+    def acquire_lease(self, job_id: int, owner: str, ttl_seconds: float) -> Job:
         """Take (or renew) the job's lease; JobLocked when another live actor holds it."""
-        now = time.time()
+        now = self.clock()
         free = or_(col(Job.lease_owner).is_(None), col(Job.lease_expires) <= now, Job.lease_owner == owner)
-        with Session(self.engine) as session:
+        with self._tx() as session:
             result = session.exec(update(Job).where(and_(Job.id == job_id, free))
                                   .values(lease_owner=owner, lease_expires=now + ttl_seconds))
-            session.commit()
+            holder = session.get(Job, job_id, populate_existing=True)
             if result.rowcount == 1:
-                return
-            holder = session.get(Job, job_id)
+                return holder
         if holder is None:
             raise NotFoundError(f"no job {format_job_id(job_id)}")
         left = max(0.0, (holder.lease_expires or now) - now)
@@ -149,10 +219,9 @@ class Store:
                         f"for {left:.0f} s more")
 
     def release_lease(self, job_id: int, owner: str) -> None:
-        with Session(self.engine) as session:
+        with self._tx() as session:
             session.exec(update(Job).where(and_(Job.id == job_id, Job.lease_owner == owner))
                          .values(lease_owner=None, lease_expires=None))
-            session.commit()
 
     # -- attempts and events ------------------------------------------------------------------
     def start_attempt(self, job_id: int, src: State, dst: State, message: str, *, zone: str,
@@ -163,9 +232,9 @@ class Store:
         after the attempt, unless `reuse_slice` names a healthy slice of an earlier attempt."""
         if not is_legal(src, dst):
             raise IllegalTransition(f"job {format_job_id(job_id)}: {src.value} -> {dst.value} is not allowed")
-        now = time.time()
-        with Session(self.engine) as session:
-            job = session.get(Job, job_id)
+        now = self.clock()
+        with self._tx() as session:
+            job = session.get(Job, job_id, populate_existing=True)
             if job is None:
                 raise NotFoundError(f"no job {format_job_id(job_id)}")
             number = job.attempt + 1
@@ -176,9 +245,8 @@ class Store:
                 attempt=number, zone=zone, accelerator=accelerator, state=dst.value, updated_at=now,
                 state_since=now, unhealthy_since=None, end_reason=None, ended_at=None))
             if result.rowcount != 1:
-                session.rollback()
-                raise IllegalTransition(f"job {format_job_id(job_id)} changed concurrently: "
-                                        f"cannot open attempt {number} from {src.value}")
+                raise self._lost(IllegalTransition(f"job {format_job_id(job_id)} changed concurrently: "
+                                                   f"cannot open attempt {number} from {src.value}"))
             attempt = Attempt(job_id=job_id, number=number, slice_name=reuse_slice or slice_name(job_id, number),
                               zone=zone, accelerator=accelerator, queued=queued, started_at=now)
             session.add(attempt)
@@ -186,26 +254,23 @@ class Store:
                               message=f"attempt {number}: slice {attempt.slice_name} ({accelerator} in {zone})"))
             session.add(Event(job_id=job_id, at=now, kind="state", from_state=src.value, to_state=dst.value,
                               message=message))
-            session.commit()
-            session.refresh(attempt)
-            return session.get(Job, job_id), attempt
+            session.flush()
+            return session.get(Job, job_id, populate_existing=True), attempt
 
     def end_attempt(self, job_id: int, number: int, reason: str, last_step: Optional[int] = None) -> None:
-        values = dict(ended_at=time.time(), end_reason=reason)
+        values = dict(ended_at=self.clock(), end_reason=reason)
         if last_step is not None:
             values["last_step"] = last_step
-        with Session(self.engine) as session:
+        with self._tx() as session:
             session.exec(update(Attempt)
                          .where(and_(Attempt.job_id == job_id, Attempt.number == number,
                                      col(Attempt.ended_at).is_(None)))
                          .values(**values))
-            session.commit()
 
     def record_host_keys(self, job_id: int, number: int, host_keys: str) -> None:
-        with Session(self.engine) as session:
+        with self._tx() as session:
             session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
                          .values(host_keys=host_keys))
-            session.commit()
 
     def record_steps(self, job_id: int, number: int, *, last_step: Optional[int] = None,
                      resumed_from_step: Optional[int] = None) -> None:
@@ -214,26 +279,36 @@ class Store:
                   if v is not None}
         if not values:
             return
-        with Session(self.engine) as session:
+        with self._tx() as session:
             session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
                          .values(**values))
-            session.commit()
 
     def attempts(self, job_id: int) -> list[Attempt]:
-        with Session(self.engine) as session:
+        with self._tx() as session:
             return list(session.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))))
 
     def current_attempt(self, job_id: int) -> Optional[Attempt]:
-        with Session(self.engine) as session:
+        with self._tx() as session:
             return session.exec(select(Attempt).where(Attempt.job_id == job_id)
                                 .order_by(col(Attempt.number).desc())).first()
 
     def events(self, job_id: int) -> list[Event]:
-        with Session(self.engine) as session:
+        with self._tx() as session:
             return list(session.exec(select(Event).where(Event.job_id == job_id).order_by(col(Event.id))))
 
 
-def open_store(url: str) -> Store:
+class _Block:
+    """One atomic block: its session, and the error that dooms it to roll back, if any."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.doomed: Optional[BaseException] = None
+
+    def doom(self, error: BaseException) -> None:
+        self.doomed = self.doomed or error
+
+
+def open_store(url: str, clock: Callable[[], float] = time.time) -> Store:
     from tpujob.store.db import engine_for
 
-    return Store(engine_for(url))
+    return Store(engine_for(url), clock=clock)
