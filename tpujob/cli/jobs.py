@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         resolved = jobs.validate(_ctx(), spec)
         _print_warnings(jobs.placement_warnings(resolved, strict=strict))
         if json_out:
-            render.print_json(resolved.to_json_dict())
+            render.print_json(resolved.public_dict())
             return
         _print_resolved(resolved)
 
