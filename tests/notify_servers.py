@@ -121,9 +121,17 @@ class Mailbox:
         self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port, **kwargs)
         self.controller.start()
 
+    def parsed(self) -> list:
+        import email
+        import email.policy
+
+        return [email.message_from_string(m["data"], policy=email.policy.default) for m in self.messages]
+
     def subjects(self) -> list[str]:
-        return [line[len("Subject: "):] for m in self.messages for line in m["data"].splitlines()
-                if line.startswith("Subject: ")]
+        return [str(m["Subject"]) for m in self.parsed()]
+
+    def bodies(self) -> list[str]:
+        return [m.get_content().strip() for m in self.parsed()]
 
     def close(self) -> None:
         self.controller.stop()

@@ -290,6 +290,12 @@ def test_validate_masks_webhook_urls(cli, spec_file):
     assert result.code == 0 and "s3cr3t" not in result.out
 
 
+def test_a_refused_webhook_is_not_quoted(cli, spec_file):
+    result = cli("validate", spec_file(spec_with([{"webhook": f"ftp://hooks.example.org{SECRET_PATH}"}])))
+    assert result.code == 2
+    assert "s3cr3t" not in result.err and "hooks.example.org" not in result.err
+
+
 def test_create_refuses_a_webhook_secret_without_a_value(cli, spec_file, stored_jobs):
     result = cli("create", spec_file(spec_with([{"webhook": "${NO_SUCH_HOOK}"}])))
     assert result.code == 6

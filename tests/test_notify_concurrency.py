@@ -103,7 +103,7 @@ def test_four_sweeps_send_each_notification_exactly_once(tpujob_home, monkeypatc
         expected = sorted(f"tpujob: job {i:06d} 'job-{i - 1}' {state}: to {state}"
                           for i in ids for state in ("RECOVERING", "SUCCEEDED"))
         assert sorted(hook.texts) == expected
-        assert sorted(m["data"].replace("\r\n", "\n").split("\n\n", 1)[1].strip() for m in box.messages) == expected
+        assert sorted(box.bodies()) == expected
         assert sum(o[1] for o in outcomes) == 2 * len(expected)
         rows = [r for i in ids for r in Outboxes(ctx.store.engine).rows(i)]
         assert len(rows) == 2 * len(expected)
