@@ -287,7 +287,9 @@ def test_validate_masks_webhook_urls(cli, spec_file):
     notify = json.loads(result.out)["spec"]["notify"]
     assert notify == [{"webhook": "https://hooks.slack.com/***", "email": None, "on": ["failed"]}]
     result = cli("validate", path)
-    assert result.code == 0 and "s3cr3t" not in result.out
+    assert result.code == 0
+    assert "notify:       webhook https://hooks.slack.com/*** on failed" in result.out.splitlines()
+    assert "s3cr3t" not in result.out
 
 
 def test_a_refused_webhook_is_not_quoted(cli, spec_file):

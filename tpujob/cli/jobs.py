@@ -360,5 +360,8 @@ def _print_resolved(r) -> None:
         lines.append(("disk", f"{name} ({kind})"))
     for b in r.spec.buckets:
         lines.append(("bucket", f"{b.bucket} at {b.mount}"))
+    for channel in r.public_dict()["spec"]["notify"]:
+        target = channel["email"] or f"webhook {channel['webhook']}"
+        lines.append(("notify", f"{target} on {', '.join(channel['on'])}"))
     typer.echo("\n".join(f"{k + ':':<14}{v}" for k, v in lines))
     typer.echo("spec is valid")

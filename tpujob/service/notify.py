@@ -8,6 +8,7 @@ one timeout at most per round of the pool, and is tried again later, with backof
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -92,6 +93,8 @@ def post_webhook(reference: str, text: str, timeout: float) -> None:
             response.read(4096)
     except urllib.error.HTTPError as exc:
         raise SendFailed(f"HTTP {exc.code} {exc.reason}") from None
+    except (http.client.HTTPException, ValueError) as exc:  # not HTTP at all, or a malformed URL
+        raise SendFailed(f"no HTTP answer ({exc.__class__.__name__})") from None
     except urllib.error.URLError as exc:
         raise SendFailed(_reason(exc.reason)) from None
     except (TimeoutError, socket.timeout):

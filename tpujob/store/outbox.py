@@ -16,7 +16,7 @@ from sqlalchemy import and_, delete, or_, update
 from sqlmodel import Session, col, select
 
 from tpujob.store.ids import format_job_id
-from tpujob.store.models import Job, Outbox
+from tpujob.store.models import Event, Job, Outbox
 from tpujob.store.states import State
 
 PENDING, SENT, GAVE_UP = "pending", "sent", "gave_up"
@@ -104,8 +104,6 @@ class Outboxes:
                 attempts=tries, last_error=error, next_try=now + wait, claimed_by=None, claim_expires=None,
                 status=GAVE_UP if give_up else PENDING))
             if give_up and result.rowcount == 1:
-                from tpujob.store.models import Event
-
                 session.add(Event(job_id=row.job_id, at=now, kind="notify",
                                   message=f"gave up notifying notify[{row.channel}] of {row.kind} "
                                           f"after {tries} tries: {error}"))
