@@ -121,6 +121,12 @@ class Mailbox:
         self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port, **kwargs)
         self.controller.start()
 
+    def settings(self, **extra: str) -> dict[str, str]:
+        """The TPUJOB_SMTP_* settings that point tpujob at this server (no STARTTLS)."""
+        values = {"host": "127.0.0.1", "port": str(self.port), "from": "tpujob@example.org",
+                  "starttls": "false", **extra}
+        return {f"TPUJOB_SMTP_{key.upper()}": value for key, value in values.items()}
+
     def parsed(self) -> list:
         import email
         import email.policy

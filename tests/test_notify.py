@@ -27,9 +27,8 @@ def webhook():
 @pytest.fixture
 def mailbox(monkeypatch):
     box = Mailbox()
-    for key, value in (("HOST", "127.0.0.1"), ("PORT", str(box.port)), ("FROM", "tpujob@example.org"),
-                       ("STARTTLS", "false")):
-        monkeypatch.setenv(f"TPUJOB_SMTP_{key}", value)
+    for key, value in box.settings().items():
+        monkeypatch.setenv(key, value)
     yield box
     box.close()
 
@@ -234,9 +233,8 @@ def test_notify_test_sends_to_each_channel_and_says_how_it_went(cli, ctx, spec_f
                                                                 tpujob_home):
     box = Mailbox(username="lab", password="pa55word")
     try:
-        for key, value in (("HOST", "127.0.0.1"), ("PORT", str(box.port)), ("FROM", "tpujob@example.org"),
-                           ("STARTTLS", "false"), ("USERNAME", "lab")):
-            monkeypatch.setenv(f"TPUJOB_SMTP_{key}", value)
+        for key, value in box.settings(username="lab").items():
+            monkeypatch.setenv(key, value)
         tpujob_home.mkdir(parents=True, exist_ok=True)
         (tpujob_home / "secrets.env").write_text("TPUJOB_SMTP_PASSWORD=pa55word\n")
         (tpujob_home / "secrets.env").chmod(0o600)

@@ -72,9 +72,8 @@ def test_four_sweeps_send_each_notification_exactly_once(tpujob_home, monkeypatc
     hook = Webhook(delay=0.02)  # slow enough for sweeps to reach the same rows at once
     box = Mailbox()
     try:
-        for key, value in (("HOST", "127.0.0.1"), ("PORT", str(box.port)), ("FROM", "tpujob@example.org"),
-                           ("STARTTLS", "false")):
-            monkeypatch.setenv(f"TPUJOB_SMTP_{key}", value)
+        for key, value in box.settings().items():
+            monkeypatch.setenv(key, value)
         ctx = Context.load()
         channels = [{"webhook": hook.url(), "on": ["preempted", "succeeded"]},
                     {"email": "me@example.org", "on": ["preempted", "succeeded"]}]

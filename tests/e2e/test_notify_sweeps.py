@@ -25,9 +25,7 @@ def test_four_requeue_processes_notify_each_move_once(ctx, local_cloud, project,
 
     hook, box = Webhook(), Mailbox()
     try:
-        env = {"TPUJOB_SMTP_HOST": "127.0.0.1", "TPUJOB_SMTP_PORT": str(box.port),
-               "TPUJOB_SMTP_FROM": "tpujob@example.org", "TPUJOB_SMTP_STARTTLS": "false"}
-        for key, value in env.items():
+        for key, value in box.settings().items():
             monkeypatch.setenv(key, value)
         channels = [{"webhook": hook.url(), "on": ["preempted", "succeeded", "failed"]},
                     {"email": "me@example.org", "on": ["preempted", "succeeded", "failed"]}]
