@@ -11,7 +11,9 @@ import pytest
 
 # Settings a developer's shell may carry; a test must never see them (nor touch ~/.tpujob).
 _SETTING_VARS = ("TPUJOB_CLOUD", "TPUJOB_PROJECT", "TPUJOB_ZONE", "TPUJOB_SSH_USER", "TPUJOB_DB_URL",
-                 "TPUJOB_DEBUG", "TPUJOB_EMULATOR_DIR", "TPUJOB_SSH_HOST_KEYS")
+                 "TPUJOB_DEBUG", "TPUJOB_EMULATOR_DIR", "TPUJOB_SSH_HOST_KEYS", "TPUJOB_SMTP_HOST",
+                 "TPUJOB_SMTP_PORT", "TPUJOB_SMTP_FROM", "TPUJOB_SMTP_STARTTLS", "TPUJOB_SMTP_USERNAME",
+                 "TPUJOB_SMTP_PASSWORD", "TPUJOB_NOTIFY_TIMEOUT")
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from sqlalchemy.types import TypeDecorator
 
 from tpujob.store import db, migrations
 from tpujob.store.migrations import MIGRATION_TABLE, MIGRATIONS, applied_versions, migrate
-from tpujob.store.models import Attempt, Event, Job
+from tpujob.store.models import Attempt, Event, Job, Outbox
 
 LATEST = MIGRATIONS[-1][0]
 
@@ -40,7 +40,7 @@ def test_migrate_from_blank(tmp_path):
     assert _tables(engine) == set()
     assert applied_versions(engine) == []
     assert migrate(engine) == [v for v, _, _ in MIGRATIONS]
-    assert _tables(engine) == {"job", "attempt", "event", MIGRATION_TABLE}
+    assert _tables(engine) == {"job", "attempt", "event", "outbox", MIGRATION_TABLE}
     assert applied_versions(engine) == list(range(1, LATEST + 1))
     assert _migration_rows(engine) == [(v, n) for v, n, _ in MIGRATIONS]
 
@@ -88,6 +88,16 @@ def test_flaps_arrive_with_a_zero_for_jobs_already_stored(tmp_path):
     assert migrate(engine) == list(range(6, LATEST + 1))
     with engine.connect() as conn:
         assert conn.execute(text("SELECT name, preemptions, flaps FROM job")).all() == [("old", 2, 0)]
+
+
+def test_the_outbox_arrives_empty_beside_jobs_already_stored(tmp_path):
+    engine = create_engine(_url(tmp_path))
+    _store_before(engine, 7, "'old', 'RUNNING', '', '{}', 'v4-8', 'z', 'p', 'local', 1, 0, 0, 0, 0, 1, 1")
+    assert "outbox" not in _tables(engine)
+    assert migrate(engine) == list(range(7, LATEST + 1))
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT name FROM job")).scalars().all() == ["old"]
+        assert conn.execute(text("SELECT count(*) FROM outbox")).scalar() == 0
 
 
 def test_engine_for_opens_a_migrated_wal_store(tmp_path):
@@ -144,7 +154,7 @@ def _kind(sql_type) -> str:
     raise AssertionError(f"unexpected column type {sql_type!r}")
 
 
-@pytest.mark.parametrize("model", [Job, Attempt, Event], ids=lambda m: m.__tablename__)
+@pytest.mark.parametrize("model", [Job, Attempt, Event, Outbox], ids=lambda m: m.__tablename__)
 def test_models_equal_the_migrated_tables(tmp_path, model):
     engine = create_engine(_url(tmp_path))
     migrate(engine)

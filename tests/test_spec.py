@@ -549,6 +549,62 @@ REFUSALS = [
           - WANDB_API_KEY  #<
         run: {command: x}
         """), "secrets[0]", "both in env and in secrets"),
+    ("notify-unknown-key", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        notify:
+          - email: me@example.org
+            when: [failed]  #<
+        """), "notify[0].when", "unknown key"),
+    ("notify-unknown-kind", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        notify:
+          - email: me@example.org
+            on: [failed, finished]  #<
+        """), "notify[0].on[1]", "'succeeded', 'failed', 'preempted', 'nan' or 'cancelled'"),
+    ("notify-webhook-not-http", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        notify:
+          - webhook: ftp://hooks.example.org/s3cr3t  #<
+        """), "notify[0].webhook", "must be an http:// or https:// URL, or ${NAME}"),
+    ("notify-webhook-and-email", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        notify:
+          - webhook: https://hooks.example.org/x  #<
+            email: me@example.org
+        """), "notify[0]", "exactly one of webhook and email"),
+    ("notify-bad-email", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        notify:
+          - email: me-at-example.org  #<
+        """), "notify[0].email", "is not an email address"),
+    ("notify-kind-twice", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        notify:
+          - email: me@example.org
+            on:
+              - failed
+              - failed  #<
+        """), "notify[0].on[1]", "'failed' is listed twice"),
+    ("notify-on-empty", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        notify:
+          - email: me@example.org
+            on: []  #<
+        """), "notify[0].on", "on lists nothing"),
     ("missing-sync-dir", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}

@@ -31,6 +31,13 @@ class Settings:
     ssh_user: str = "tpujob"
     db_url: str = ""
     ssh_host_keys: str = "strict"
+    # Email notifications (docs/notify.md). The password is the secret TPUJOB_SMTP_PASSWORD
+    # (environment, else secrets.env), never a setting: config.yaml is not a secrets file.
+    smtp_host: str = ""
+    smtp_port: str = "587"
+    smtp_from: str = ""
+    smtp_starttls: str = "true"
+    smtp_username: str = ""
 
     @property
     def home(self) -> Path:
@@ -77,6 +84,7 @@ def load() -> Settings:
         if env:
             values[key] = env
     settings = Settings(**values)
+    _check_smtp(settings.smtp_port, settings.smtp_starttls, ConfigError)
     if settings.cloud not in CLOUDS:
         raise ConfigError(f"cloud must be one of {', '.join(CLOUDS)}, not {settings.cloud!r}")
     if settings.ssh_host_keys not in HOST_KEY_POLICIES:
@@ -93,6 +101,10 @@ def set_value(key: str, value: str) -> Settings:
         raise UsageError(f"cloud must be one of {', '.join(CLOUDS)}, not {value!r}")
     if key == "ssh_host_keys" and value not in HOST_KEY_POLICIES:
         raise UsageError(f"ssh_host_keys must be one of {', '.join(HOST_KEY_POLICIES)}, not {value!r}")
+    if key == "smtp_port":
+        _check_smtp(value, "true", UsageError)
+    if key == "smtp_starttls":
+        _check_smtp("25", value, UsageError)
     import yaml
 
     data = _read_file()
@@ -103,6 +115,13 @@ def set_value(key: str, value: str) -> Settings:
     tmp.write_text(yaml.safe_dump(data, sort_keys=True))
     tmp.replace(path)
     return load()
+
+
+def _check_smtp(port: str, starttls: str, error: type) -> None:
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise error(f"smtp_port must be a port number from 1 to 65535, not {port!r}")
+    if starttls not in ("true", "false"):
+        raise error(f"smtp_starttls must be true or false, not {starttls!r}")
 
 
 def as_dict(settings: Settings) -> dict:

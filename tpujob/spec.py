@@ -136,6 +136,21 @@ class RequeuePolicy(_Model):
     unhealthy_grace_seconds: float = Field(default=120.0, ge=0, le=_WEEK)
 
 
+# What a notification channel may be told about (docs/notify.md): each maps to a state move.
+NOTIFY_ON = ("succeeded", "failed", "preempted", "nan", "cancelled")
+NotifyOn = Literal["succeeded", "failed", "preempted", "nan", "cancelled"]
+# `${NAME}`: the webhook URL is the secret NAME's value (environment, else secrets.env), so a
+# Slack URL never reaches the store; a literal URL is kept, and masked wherever it is shown.
+WEBHOOK_SECRET = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+EMAIL_ADDRESS = re.compile(r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;.]+$")
+
+
+class NotifySpec(_Model):
+    webhook: Optional[str] = None
+    email: Optional[str] = None
+    on: list[NotifyOn] = Field(default_factory=lambda: ["succeeded", "failed"])
+
+
 class JobSpec(_Model):
     name: str
     tpu: TpuSpec
@@ -148,6 +163,16 @@ class JobSpec(_Model):
     run: RunSpec
     run_dir: Optional[str] = None
     requeue: RequeuePolicy = Field(default_factory=RequeuePolicy)
+    notify: list[NotifySpec] = Field(default_factory=list)
+
+    @field_validator("notify", mode="before")
+    @classmethod
+    def _on_is_a_key(cls, value):
+        # YAML 1.1 (PyYAML) reads the key `on` as the boolean true.
+        if isinstance(value, list):
+            return [{("on" if k is True else k): v for k, v in item.items()} if isinstance(item, dict) else item
+                    for item in value]
+        return value
 
     @field_validator("env", mode="before")
     @classmethod
@@ -179,8 +204,33 @@ class ResolvedSpec(BaseModel):
     sync_path: Optional[str]
 
     def to_json_dict(self) -> dict:
+        """What the store keeps (a literal webhook URL included: the sweep sends to it)."""
         data = self.model_dump(mode="json")
         return data
+
+    def public_dict(self) -> dict:
+        """What is shown (`validate --json`): webhook URLs masked."""
+        data = self.to_json_dict()
+        for channel in data["spec"]["notify"]:
+            if channel.get("webhook"):
+                channel["webhook"] = mask_webhook(channel["webhook"])
+        return data
+
+
+def mask_webhook(url: str) -> str:
+    """A webhook URL as shown anywhere (show, events, --json, errors): scheme and host only, as
+    the path of a Slack-style URL is its secret. A `${NAME}` reference is shown as written."""
+    if WEBHOOK_SECRET.match(url):
+        return url
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "***"
+    return f"{parts.scheme}://{host}{port}/***" if parts.scheme and host else "***"
 
 
 # --- parsing ----------------------------------------------------------------------------------
@@ -394,6 +444,41 @@ def _check_network(net: NetworkSpec, zones: list[str], lines) -> None:
         seen.add(tag)
 
 
+def _check_notify(channels: list[NotifySpec], lines) -> None:
+    """Each channel is one webhook or one email address. No message quotes a webhook URL: it
+    may be a secret."""
+    from urllib.parse import urlsplit
+
+    for i, channel in enumerate(channels):
+        base = ("notify", i)
+        if (channel.webhook is None) == (channel.email is None):
+            raise _fail("a notify entry has exactly one of webhook and email", base, lines)
+        if channel.webhook is not None and not WEBHOOK_SECRET.match(channel.webhook):
+            try:
+                parts = urlsplit(channel.webhook)
+                host = parts.hostname
+                parts.port  # noqa: B018 (raises on a port that is not a number)
+            except ValueError:
+                host, parts = None, None
+            if parts is None or parts.scheme not in ("http", "https") or not host:
+                raise _fail("webhook must be an http:// or https:// URL, or ${NAME} naming a secret "
+                            "that holds one", base + ("webhook",), lines)
+        if channel.email is not None and not EMAIL_ADDRESS.match(channel.email):
+            raise _fail(f"{channel.email!r} is not an email address", base + ("email",), lines)
+        if not channel.on:
+            raise _fail(f"on lists nothing: give some of {', '.join(NOTIFY_ON)}", base + ("on",), lines)
+        seen = set()
+        for j, kind in enumerate(channel.on):
+            if kind in seen:
+                raise _fail(f"{kind!r} is listed twice", base + ("on", j), lines)
+            seen.add(kind)
+
+
+def webhook_secrets(spec: JobSpec) -> list[str]:
+    """The secret names the spec's webhooks refer to (`${NAME}`)."""
+    return [m.group(1) for c in spec.notify if c.webhook and (m := WEBHOOK_SECRET.match(c.webhook))]
+
+
 def _hourly_cost(acc: Accelerator, provisioning: str) -> float | None:
     """The price per hour of the slice as provisioned: the on-demand list price, or the spot
     (preemptible) price. None where the catalogue has no published spot figure: the on-demand
@@ -510,6 +595,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
             _check_disks(spec, alt, lines, f"fallback {alt.name}", chosen=disk_types)
             _check_shared_run_dir(spec, alt, lines)
     _check_network(spec.tpu.network, [zone] + [f.zone for f in spec.tpu.fallback if f.zone], lines)
+    _check_notify(spec.notify, lines)
 
     return ResolvedSpec(
         spec=spec, accelerator=acc.name, generation=acc.generation.alias, hosts=acc.hosts,

@@ -24,11 +24,12 @@ def register(app: typer.Typer) -> None:
             render.print_json(data)
             return
         for key, value in data.items():
-            typer.echo(f"{(key + ':').ljust(13)} {value}")
+            typer.echo(f"{(key + ':').ljust(15)} {value}")
 
     @config.command("set")
     def set_(key: str, value: str):
-        """Set one setting (cloud, project, zone, ssh_user, db_url, ssh_host_keys)."""
+        """Set one setting (cloud, project, zone, ssh_user, db_url, ssh_host_keys, smtp_host, smtp_port,
+        smtp_from, smtp_starttls, smtp_username)."""
         from tpujob import settings
 
         settings.set_value(key, value)

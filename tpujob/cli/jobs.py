@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         resolved = jobs.validate(_ctx(), spec)
         _print_warnings(jobs.placement_warnings(resolved, strict=strict))
         if json_out:
-            render.print_json(resolved.to_json_dict())
+            render.print_json(resolved.public_dict())
             return
         _print_resolved(resolved)
 
@@ -360,5 +360,8 @@ def _print_resolved(r) -> None:
         lines.append(("disk", f"{name} ({kind})"))
     for b in r.spec.buckets:
         lines.append(("bucket", f"{b.bucket} at {b.mount}"))
+    for channel in r.public_dict()["spec"]["notify"]:
+        target = channel["email"] or f"webhook {channel['webhook']}"
+        lines.append(("notify", f"{target} on {', '.join(channel['on'])}"))
     typer.echo("\n".join(f"{k + ':':<14}{v}" for k, v in lines))
     typer.echo("spec is valid")

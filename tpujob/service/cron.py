@@ -24,11 +24,12 @@ MARKER = "# tpujob-requeue home="
 FLOCK = "/usr/bin/flock"
 # What the sweep reads from the environment and cron's lacks, written into the line when set in
 # the installing shell: every setting (tpujob.settings: TPUJOB_CLOUD, TPUJOB_SSH_USER, ...), the
-# emulator's directory, the lease length and the sweep's workers. Secrets are not: cron reads them from
-# $TPUJOB_HOME/secrets.env (tpujob.service.secrets), never from its command line.
+# emulator's directory, the lease length, the sweep's workers and the notification timeout.
+# Secrets are not: cron reads them from $TPUJOB_HOME/secrets.env (tpujob.service.secrets),
+# never from its command line.
 CARRIED = ("TPUJOB_DB_URL", "TPUJOB_CLOUD",
            *(f"TPUJOB_{key.upper()}" for key in settings_mod.KEYS if key not in ("db_url", "cloud")),
-           "TPUJOB_EMULATOR_DIR", "TPUJOB_LEASE_SECONDS", "TPUJOB_SWEEP_WORKERS")
+           "TPUJOB_EMULATOR_DIR", "TPUJOB_LEASE_SECONDS", "TPUJOB_SWEEP_WORKERS", "TPUJOB_NOTIFY_TIMEOUT")
 
 
 @dataclass(frozen=True)

@@ -148,10 +148,12 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
     for message in placement_warnings(resolved, strict=strict):
         warn(message)
     findings = lint_sync(resolved, strict=strict)  # local work: before the cloud is touched
-    if resolved.spec.secrets:  # the first setup needs their values: refuse now, not at setup
+    # The first setup needs the secrets' values, the first notification its webhook's: refuse now.
+    named = resolved.spec.secrets + spec_mod.webhook_secrets(resolved.spec)
+    if named:
         from tpujob.service.secrets import resolve
 
-        resolve(resolved.spec.secrets)
+        resolve(named)
     make_cloud(ctx.settings)
     spec = resolved.to_json_dict()
     check_existing_disks(ctx, resolved)

@@ -53,20 +53,26 @@ MAX_SWEEP_WORKERS = 256
 
 def requeue(ctx: Context, job_refs: Optional[list[str]] = None):
     """One sweep over the given jobs (all active ones when none are given)."""
+    from tpujob.service.notify import deliver_quietly
+
     ids = None if not job_refs else [ctx.store.find(ref).id for ref in job_refs]
-    return reconciler(ctx).sweep(ids)
+    report = reconciler(ctx).sweep(ids)
+    deliver_quietly(ctx)  # the moves this sweep (or another) committed, told
+    return report
 
 
 def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: Optional[int] = None) -> None:
     """Sweep every `interval` s; registered as a watcher meanwhile (`create` and `doctor` look
     for one: see sweepers)."""
     from tpujob.service import sweepers
+    from tpujob.service.notify import deliver_quietly
 
     rec = reconciler(ctx)
     count = 0
     with sweepers.watching(interval) as heartbeat:
         while max_sweeps is None or count < max_sweeps:
             on_report(rec.sweep())
+            deliver_quietly(ctx)
             heartbeat.touch()
             count += 1
             if max_sweeps is None or count < max_sweeps:
@@ -84,6 +90,7 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
     deadline = time.monotonic() + timeout
     while True:
         rec.sweep([job_id])
+        deliver_quietly(ctx)
         events = ctx.store.events(job_id)
         for event in events[seen:]:
             on_event(event)

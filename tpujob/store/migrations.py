@@ -111,6 +111,32 @@ def _v6_flaps(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE job ADD COLUMN flaps INTEGER NOT NULL DEFAULT 0")
 
 
+def _v7_outbox(conn: Connection) -> None:
+    # Notifications to send, one row per (job, state move, channel), written in the move's own
+    # transaction (at least once); a sweep claims a row by compare-and-set before sending it
+    # (never twice at once). `channel` indexes the spec's notify list: no address or URL here.
+    md = MetaData()
+    Table("job", md, Column("id", Integer, primary_key=True))  # for the foreign key; exists already
+    outbox = Table(
+        "outbox", md,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("job_id", Integer, ForeignKey("job.id"), nullable=False, index=True),
+        Column("event_id", Integer, nullable=False),
+        Column("channel", Integer, nullable=False),
+        Column("kind", String, nullable=False),
+        Column("text", Text, nullable=False),
+        Column("status", String, nullable=False, index=True),
+        Column("created_at", Float, nullable=False),
+        Column("next_try", Float, nullable=False),
+        Column("attempts", Integer, nullable=False, default=0),
+        Column("last_error", Text),
+        Column("claimed_by", String),
+        Column("claim_expires", Float),
+        Column("sent_at", Float),
+    )
+    md.create_all(conn, tables=[outbox])
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -119,6 +145,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (4, "attempt.host_keys", _v4_host_keys),
     (5, "job.capacity_misses", _v5_capacity_misses),
     (6, "job.flaps", _v6_flaps),
+    (7, "outbox", _v7_outbox),
 ]
 
 _bookkeeping = MetaData()

@@ -62,3 +62,21 @@ class Event(SQLModel, table=True):
     message: str
     from_state: Optional[str] = None
     to_state: Optional[str] = None
+
+
+class Outbox(SQLModel, table=True):
+    """A notification to send (store/outbox.py): pending, then sent or gave_up."""
+    id: Optional[int] = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="job.id", index=True)
+    event_id: int
+    channel: int  # index into the spec's notify list
+    kind: str  # succeeded | failed | preempted | nan | cancelled | test
+    text: str
+    status: str = Field(index=True)
+    created_at: float
+    next_try: float
+    attempts: int = 0
+    last_error: Optional[str] = None
+    claimed_by: Optional[str] = None
+    claim_expires: Optional[float] = None
+    sent_at: Optional[float] = None

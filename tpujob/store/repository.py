@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
+from tpujob.store import outbox
 from tpujob.store.ids import format_job_id, slice_name  # noqa: F401 (callers import them from here)
 from tpujob.store.models import Attempt, Event, Job
 from tpujob.store.states import ENDED, EndReason, State, is_legal
@@ -163,8 +164,11 @@ class Store:
                     f"job {format_job_id(job_id)} is {current.state}, not {src.value}: "
                     f"cannot move it to {dst.value}"))
             text = message if end_reason is None else f"{message} ({end_reason.value})"
-            session.add(Event(job_id=job_id, at=now, kind="state", from_state=src.value,
-                              to_state=dst.value, message=text))
+            event = Event(job_id=job_id, at=now, kind="state", from_state=src.value,
+                          to_state=dst.value, message=text)
+            session.add(event)
+            session.flush()
+            outbox.enqueue(session, job_id, event.id, dst, fields, text, now)
             return session.get(Job, job_id, populate_existing=True)
 
     def update(self, job_id: int, **fields) -> None:
@@ -186,6 +190,7 @@ class Store:
     def remove(self, job_id: int) -> None:
         """Forget a job entirely (`clean`): its events and attempts go with it."""
         with self._tx() as session:
+            outbox.remove_for(session, job_id)
             session.exec(delete(Event).where(Event.job_id == job_id))
             session.exec(delete(Attempt).where(Attempt.job_id == job_id))
             session.exec(delete(Job).where(Job.id == job_id))

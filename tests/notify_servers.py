@@ -1,0 +1,143 @@
+"""Local endpoints for the notification tests: a webhook receiver (http.server in a thread), an
+SMTP server (aiosmtpd), a port nothing listens on, and one that accepts and never answers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Webhook:
+    """Records every POST body (JSON) it is sent; `delay` s before answering each."""
+
+    def __init__(self, port: int = 0, delay: float = 0.0, status: int = 200):
+        self.posts: list[dict] = []
+        self.paths: list[str] = []
+        self.delay, self.status = delay, status
+        lock = threading.Lock()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if hook.delay:
+                    time.sleep(hook.delay)
+                with lock:
+                    hook.posts.append(json.loads(body))
+                    hook.paths.append(self.path)
+                self.send_response(hook.status)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str = "/services/T000/B000/s3cr3tPath") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    @property
+    def texts(self) -> list[str]:
+        return [p["text"] for p in self.posts]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Silent:
+    """Accepts connections and never answers a byte."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.held.append(conn)
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def close(self) -> None:
+        self._stop = True
+        self.thread.join()
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+class Mailbox:
+    """An SMTP server on 127.0.0.1 keeping every message it is given."""
+
+    def __init__(self, *, username: str = "", password: str = ""):
+        from aiosmtpd.controller import Controller
+        from aiosmtpd.smtp import AuthResult
+
+        self.messages: list[dict] = []
+        self.logins: list[str] = []
+        box = self
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):
+                box.messages.append({"from": envelope.mail_from, "to": list(envelope.rcpt_tos),
+                                     "data": envelope.content.decode("utf8", "replace")})
+                return "250 OK"
+
+        def authenticate(server, session, envelope, mechanism, auth_data):
+            ok = auth_data.login.decode() == username and auth_data.password.decode() == password
+            if ok:
+                box.logins.append(username)
+            return AuthResult(success=ok)
+
+        kwargs = {}
+        if username:
+            kwargs = dict(authenticator=authenticate, auth_require_tls=False, auth_required=True)
+        self.port = free_port()
+        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port, **kwargs)
+        self.controller.start()
+
+    def settings(self, **extra: str) -> dict[str, str]:
+        """The TPUJOB_SMTP_* settings that point tpujob at this server (no STARTTLS)."""
+        values = {"host": "127.0.0.1", "port": str(self.port), "from": "tpujob@example.org",
+                  "starttls": "false", **extra}
+        return {f"TPUJOB_SMTP_{key.upper()}": value for key, value in values.items()}
+
+    def parsed(self) -> list:
+        import email
+        import email.policy
+
+        return [email.message_from_string(m["data"], policy=email.policy.default) for m in self.messages]
+
+    def subjects(self) -> list[str]:
+        return [str(m["Subject"]) for m in self.parsed()]
+
+    def bodies(self) -> list[str]:
+        return [m.get_content().strip() for m in self.parsed()]
+
+    def close(self) -> None:
+        self.controller.stop()
