@@ -5,7 +5,6 @@ found, a running job's resources never are, `--yes` deletes exactly what was lis
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -60,8 +59,10 @@ def _cloud_names(client, project) -> set[tuple[str, str]]:
 
 
 def test_a_crashed_create_is_found_and_yes_deletes_exactly_what_was_listed(
-        ctx, local_cloud, project, tmp_path, cli):
+        ctx, local_cloud, project, tmp_path, monkeypatch, cli):
     from tpujob.service.context import make_cloud, make_compute
+
+    monkeypatch.setenv("TPUJOB_ZONE", ZONE)  # the store forgets its only job below
 
     # A sweep killed right after its create went through, and the job then forgotten: the
     # node is left behind, labelled with this store's id and the job's.
@@ -85,15 +86,23 @@ def test_a_crashed_create_is_found_and_yes_deletes_exactly_what_was_listed(
     listed = cli("gc", "--json")
     assert listed.code == 0, listed.err
     rows = json.loads(listed.out)
+    # The queued resource came up: its node is listed beside it (the node carries its labels).
     leftovers = {("node", slice_name), ("queued-resource", "tpujob-000077-1"),
-                 ("disk", "master-000077"), ("snapshot", "master-src-000077")}
+                 ("node", "tpujob-000077-1"), ("disk", "master-000077"),
+                 ("snapshot", "master-src-000077")}
     assert _names(rows) == leftovers
-    by_name = {r["name"]: r for r in rows}
+    by_name = {r["name"]: r for r in rows if r["kind"] != "queued-resource"}
     assert by_name[slice_name]["why"] == f"job {job.id:06d} is not in this store (deleted)"
     assert by_name[slice_name]["store"] == _store_id(ctx)
-    assert by_name[slice_name]["cost_per_hour_usd"] == 12.88  # v4-8 on demand
-    assert by_name["master-000077"]["cost_per_hour_usd"] == round(0.10 * 100 / 730, 4)
+    assert by_name[slice_name]["cost_per_hour_usd"] == 3.86  # v4-8 at the spot rate (the spec default)
+    size = compute.get_disk(project, ZONE, "master-000077").size_gb
+    assert by_name["master-000077"]["cost_per_hour_usd"] == round(0.10 * size / 730, 4)  # pd-balanced
     assert all(r["age_seconds"] >= 0 for r in rows)
+    # Every resource made through the cloud layer carries this store's id.
+    assert {r["store"] for r in rows} == {_store_id(ctx)}
+    [qr] = api_list(local_cloud, project, ZONE, "queuedResources")
+    assert qr["tpu"]["nodeSpec"][0]["node"]["labels"] == {"tpujob-job": "000077",
+                                                          "tpujob-store": _store_id(ctx)}
     assert set(rows[0]) == {"kind", "name", "zone", "job", "store", "why", "state", "age_seconds",
                             "cost_per_hour_usd"}
     # The table says the same, with the hint.
@@ -154,6 +163,7 @@ def test_a_running_jobs_resources_are_never_listed(ctx, local_cloud, project, tm
 def test_a_slice_running_a_program_is_kept_whoever_made_it(ctx, local_cloud, project, tmp_path,
                                                          monkeypatch, cli):
     """Another store's slice whose hosts this store can reach and that runs a program stays."""
+    monkeypatch.setenv("TPUJOB_ZONE", ZONE)
     job = sweep_until(ctx, record(ctx, tmp_path, command="sleep 600").id, running)
     # Relabel the store's record away: the job is gone from this store, its slice looks foreign.
     ctx.store.remove(job.id)
@@ -161,8 +171,9 @@ def test_a_slice_running_a_program_is_kept_whoever_made_it(ctx, local_cloud, pro
 
     with engine_for(ctx.settings.database_url).begin() as conn:
         conn.exec_driver_sql("UPDATE store_info SET id = 'anotherstore'")
-    time.sleep(0.1)
-    assert json.loads(cli("gc", "--json", "--min-age", "0").out) == []
+    result = cli("gc", "--json", "--min-age", "0")
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == []
 
 
 def test_bad_input_is_refused_before_anything(ctx, local_cloud, project, cli):
@@ -182,4 +193,5 @@ def test_doctor_counts_the_leftovers(ctx, local_cloud, project, monkeypatch, cli
     report = json.loads(cli("doctor", "--json").out)
     [check] = [c for c in report["cloud"] if c["name"] == "orphans"]
     assert check["status"] == "warning"
-    assert check["detail"].startswith("1 leftover resource no active job owns")
+    # The queued resource and the node it made.
+    assert check["detail"].startswith("2 leftover resources no active job owns")
