@@ -143,14 +143,15 @@ def test_another_stores_resources_wait_for_min_age(ctx, local_cloud, project, tm
 
 
 def test_a_running_jobs_resources_are_never_listed(ctx, local_cloud, project, tmp_path, cli):
-    from tpujob.service.context import make_cloud
+    from tpujob.cloud.gcp import GcpCloud
 
     job = sweep_until(ctx, record(ctx, tmp_path).id, running)
     slice_name = ctx.store.current_attempt(job.id).slice_name
     [node] = api_list(local_cloud, project, ZONE, "nodes")
     assert node["labels"]["tpujob-store"] == _store_id(ctx)
     # The same job id under no store label (made before stores had ids): still not listed.
-    make_cloud(ctx.settings).create_node(_request(project, "legacy", {"tpujob-job": f"{job.id:06d}"}))
+    GcpCloud.for_emulator(local_cloud.url).create_node(
+        _request(project, "legacy", {"tpujob-job": f"{job.id:06d}"}))
     for age in ("0", "3600"):
         result = cli("gc", "--json", "--min-age", age)
         assert result.code == 0, result.err
@@ -158,6 +159,13 @@ def test_a_running_jobs_resources_are_never_listed(ctx, local_cloud, project, tm
     assert cli("gc", "--yes").code == 0
     assert {n["name"].rsplit("/", 1)[-1] for n in api_list(local_cloud, project, ZONE, "nodes")} \
         == {slice_name, "legacy"}
+    # Once the job ended, its slice is an orphan at any age; the unstamped one waits for --min-age.
+    assert cli("cancel", str(job.id)).code == 0
+    rows = json.loads(cli("gc", "--json").out)
+    assert [(r["kind"], r["name"], r["why"]) for r in rows] == [
+        ("node", slice_name, f"job {job.id:06d} ended (CANCELLED)")]
+    assert _names(json.loads(cli("gc", "--json", "--min-age", "0").out)) == {
+        ("node", slice_name), ("node", "legacy")}
 
 
 def test_a_slice_running_a_program_is_kept_whoever_made_it(ctx, local_cloud, project, tmp_path,
