@@ -29,45 +29,50 @@ def _bad(labels: dict) -> tuple[str, str] | None:
 
 
 def check_tpu_labels(labels: dict) -> None:
+    if len(labels or {}) > MAX_LABELS:
+        raise ApiError(400, f"resource labels are invalid: more than {MAX_LABELS} labels")
+    _check(labels, _tpu_refusal)
+
+
+def check_compute_labels(labels: dict) -> None:
+    _check(labels, _compute_refusal)
+
+
+def _check(labels: dict, refusal) -> None:
+    bad = _bad(labels)
+    if bad is not None:
+        raise refusal(*bad)
+
+
+def _tpu_refusal(key: str, value: str) -> ApiError:
     # Cloud TPU's wording, as gcloud printed it for a value with a dot
     # (GoogleCloudPlatform/ml-testing-accelerators#461): "INVALID_ARGUMENT: resource labels are
     # invalid: value "pt-r1.9-resnet50-mp-func-v3-32-1vm" contains invalid character '.' at
     # index 5 for key "test-name"". Other faults (a long value, a bad key) reuse its frame.
-    if len(labels or {}) > MAX_LABELS:
-        raise ApiError(400, f"resource labels are invalid: more than {MAX_LABELS} labels")
-    bad = _bad(labels)
-    if bad is None:
-        return
-    key, value = bad
     if not _KEY.fullmatch(key):
-        raise ApiError(400, f'resource labels are invalid: key "{key}" does not match '
-                            f"{_KEY.pattern}")
-    index = next((i for i, c in enumerate(value) if not re.fullmatch(r"[a-z0-9_-]", c)), None)
+        return ApiError(400, f'resource labels are invalid: key "{key}" does not match {_KEY.pattern}')
+    index = next((i for i, c in enumerate(value) if not _VALUE.fullmatch(c)), None)
     if index is None:
-        raise ApiError(400, f'resource labels are invalid: value "{value}" is longer than 63 '
-                            f'characters for key "{key}"')
-    raise ApiError(400, f'resource labels are invalid: value "{value}" contains invalid character '
-                        f"'{value[index]}' at index {index} for key \"{key}\"")
+        return ApiError(400, f'resource labels are invalid: value "{value}" is longer than 63 '
+                             f'characters for key "{key}"')
+    return ApiError(400, f'resource labels are invalid: value "{value}" contains invalid character '
+                         f"'{value[index]}' at index {index} for key \"{key}\"")
 
 
-def check_compute_labels(labels: dict) -> None:
+def _compute_refusal(key: str, value: str) -> ApiError:
     # Compute Engine's wording (400, reason "invalid"), quoted in oap-project/cloudtik#14 and
     # googleapis/google-cloud-node-core#276: "Invalid value for field 'resource.labels': ''.
     # Label value 'head.default' violates format constraints. The value can only contain
     # lowercase letters, numeric characters, underscores and dashes. The value can be at most
-    # 63 characters long. International characters are allowed." Keys: the same frame.
-    bad = _bad(labels)
-    if bad is None:
-        return
-    key, value = bad
+    # 63 characters long. International characters are allowed." Keys: the same frame, with
+    # the key rule (must start with a lowercase letter).
     if not _KEY.fullmatch(key):
-        raise ApiError(400, f"Invalid value for field 'resource.labels': ''. Label key '{key}' "
-                            "violates format constraints. The key must start with a lowercase "
-                            "character, can only contain lowercase letters, numeric characters, "
-                            "underscores and dashes. The key can be at most 63 characters long. "
-                            "International characters are allowed.", status="invalid")
-    raise ApiError(400, f"Invalid value for field 'resource.labels': ''. Label value '{value}' "
-                        "violates format constraints. The value can only contain lowercase "
-                        "letters, numeric characters, underscores and dashes. The value can be at "
-                        "most 63 characters long. International characters are allowed.",
-                   status="invalid")
+        what = (f"Label key '{key}' violates format constraints. The key must start with a "
+                "lowercase character, can only contain lowercase letters, numeric characters, "
+                "underscores and dashes. The key can be at most 63 characters long.")
+    else:
+        what = (f"Label value '{value}' violates format constraints. The value can only contain "
+                "lowercase letters, numeric characters, underscores and dashes. The value can be "
+                "at most 63 characters long.")
+    return ApiError(400, f"Invalid value for field 'resource.labels': ''. {what} International "
+                         "characters are allowed.", status="invalid")

@@ -222,8 +222,8 @@ def _ssh_runs_program(ctx: Context, cloud) -> Callable[[str, str, Any], bool]:
         if not node.hosts:
             return False
         try:
-            keys = cloud.host_keys(project, zone, node.name)
-            hosts = [Host(h.index, h.address(True), ssh_port(ctx.settings), tuple(keys.get(h.index, ())))
+            keys, port = cloud.host_keys(project, zone, node.name), ssh_port(ctx.settings)
+            hosts = [Host(h.index, h.address(True), port, tuple(keys.get(h.index, ())))
                      for h in node.hosts]
             with HostGroup(hosts, ctx.settings.ssh_user, load_key(ctx.settings.home),
                            connect_timeout=5, retries=1) as group:
