@@ -89,12 +89,16 @@ def find(ctx: Context, zones: list[str] | None = None, min_age: float = DEFAULT_
     compute = compute or make_compute(ctx.settings)
     runs_program = runs_program or _ssh_runs_program(ctx, cloud)
     now = time.time() if now is None else now
+    listed = {zone: (cloud.list_tpu_resources(project, zone), compute.list_disks(project, zone))
+              for zone in zones}
+    snapshots = compute.list_snapshots(project)
+    # The store is read after the cloud: a job is recorded before its first create, so whatever
+    # a list showed belongs to a job this read sees (or to none any more).
     owners = _Owners(ctx, min_age, now)
 
     found: list[Leftover] = []
     nodes_in_use: set[tuple[str, str]] = set()  # (zone, node) kept: their disks stay too
-    for zone in zones:
-        slices = cloud.list_tpu_resources(project, zone)
+    for zone, (slices, disks) in listed.items():
         busy = {r.name for r in slices if r.kind == "node" and owners.foreign(r.labels, r.created)
                 and runs_program(project, zone, r)}
         for r in slices:
@@ -105,13 +109,13 @@ def find(ctx: Context, zones: list[str] | None = None, min_age: float = DEFAULT_
                 continue
             found.append(_leftover(r.kind, r.name, zone, r.labels, why, r.state, r.created, now,
                                    _slice_cost(r)))
-        for d in compute.list_disks(project, zone):
+        for d in disks:
             why = owners.why(d.labels, d.created, "disk")
             if why is None or any((zone, u) in nodes_in_use for u in d.users):
                 continue
             found.append(_leftover("disk", d.name, zone, d.labels, why, d.status, d.created, now,
                                    catalogue.disk_hourly_cost(d.type, d.size_gb)))
-    for s in compute.list_snapshots(project):
+    for s in snapshots:
         why = owners.why(s.labels, s.created, "snapshot")
         if why is not None:
             found.append(_leftover("snapshot", s.name, "", s.labels, why, s.status, s.created, now,
