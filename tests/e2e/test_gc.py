@@ -203,3 +203,26 @@ def test_doctor_counts_the_leftovers(ctx, local_cloud, project, monkeypatch, cli
     assert check["status"] == "warning"
     # The queued resource and the node it made.
     assert check["detail"].startswith("2 leftover resources no active job owns")
+
+
+def test_a_failed_deletion_is_reported_and_the_others_go_on(ctx, local_cloud, project, monkeypatch, cli):
+    from tpujob.service.context import make_compute
+
+    monkeypatch.setenv("TPUJOB_ZONE", ZONE)
+    compute = make_compute(ctx.settings)
+    for name in ("a-000051", "b-000051"):
+        compute.create_disk(project, ZONE, name, disk_type="pd-balanced", labels={"tpujob-job": "000051"})
+    # Compute's 403 for a missing permission (not retried): the first deletion fails.
+    local_cloud.fail_next("compute.disks.delete", 403,
+                          f"Required 'compute.disks.delete' permission for "
+                          f"'projects/{project}/zones/{ZONE}/disks/a-000051'")
+    try:
+        result = cli("gc", "--yes", "--json")
+    finally:
+        local_cloud.clear_fail_next()
+    assert result.code == 5
+    assert "1 of 2 could not be deleted (first: disk a-000051" in result.error_line
+    rows = {r["name"]: r for r in json.loads(result.out)}
+    assert rows["b-000051"]["deleted"] is True and rows["b-000051"]["error"] is None
+    assert rows["a-000051"]["deleted"] is False and "compute.disks.delete" in rows["a-000051"]["error"]
+    assert {d.name for d in compute.list_disks(project, ZONE)} == {"a-000051"}
