@@ -185,11 +185,16 @@ def test_a_slice_running_a_program_is_kept_whoever_made_it(ctx, local_cloud, pro
 
 
 def test_bad_input_is_refused_before_anything(ctx, local_cloud, project, cli):
+    from tpujob.service.context import make_compute
+
+    compute = make_compute(ctx.settings)
+    compute.create_disk(project, ZONE, "c-000052", disk_type="pd-balanced", labels={"tpujob-job": "000052"})
     for args, words in ((("--zone", "mars-1a"), "unknown zone 'mars-1a'"),
                         (("--min-age", "-1", "--zone", ZONE), "--min-age must be 0 or more")):
         result = cli("gc", "--yes", *args)
         assert result.code == 2
         assert words in result.error_line
+    assert [d.name for d in compute.list_disks(project, ZONE)] == ["c-000052"]  # nothing deleted
 
 
 def test_doctor_counts_the_leftovers(ctx, local_cloud, project, monkeypatch, cli):
