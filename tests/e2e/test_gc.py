@@ -28,7 +28,7 @@ def _store_id(context) -> str:
     return store_id(context.engine)
 
 
-def _other_store(monkeypatch, tmp_path, project):
+def _other_store(monkeypatch, tmp_path):
     """A second TPUJOB_HOME on the same project: its Context, then back to the test's home."""
     import os
 
@@ -121,7 +121,7 @@ def test_a_crashed_create_is_found_and_yes_deletes_exactly_what_was_listed(
 def test_another_stores_resources_wait_for_min_age(ctx, local_cloud, project, tmp_path, monkeypatch, cli):
     from tpujob.service.context import make_cloud, make_compute
 
-    other = _other_store(monkeypatch, tmp_path, project)
+    other = _other_store(monkeypatch, tmp_path)
     monkeypatch.setenv("TPUJOB_ZONE", ZONE)
     # Made under the other store's labels, as its create would (its job 1 is not ours).
     theirs = {"tpujob-job": "000001", "tpujob-store": _store_id(other)}
