@@ -243,12 +243,13 @@ def test_every_cloud_check_passes_against_the_emulator(cli, no_cron, local_cloud
     record(spec_file, extra="run_dir: gs://doctor-runs/runs")
     result, data, checks = doctor(cli)
     assert [c["name"] for c in data["cloud"]] == ["credentials", "project", "tpu api", "compute api",
-                                                 "accelerators", "buckets"]
+                                                 "accelerators", "orphans", "buckets"]
     for check in data["cloud"]:
         assert check["status"] == "ok", check
     assert checks["credentials"]["detail"].startswith("anonymous, against the local emulator")
     assert checks["accelerators"]["detail"] == "v4-8 in us-central2-b"
     assert "us-central2" in checks["buckets"]["detail"]
+    assert checks["orphans"]["detail"] == "0 leftover resources (tpujob gc)"
 
 
 @pytest.mark.parametrize("api, method, service, title", [

@@ -40,7 +40,7 @@ def test_migrate_from_blank(tmp_path):
     assert _tables(engine) == set()
     assert applied_versions(engine) == []
     assert migrate(engine) == [v for v, _, _ in MIGRATIONS]
-    assert _tables(engine) == {"job", "attempt", "event", "outbox", MIGRATION_TABLE}
+    assert _tables(engine) == {"job", "attempt", "event", "outbox", "store_info", MIGRATION_TABLE}
     assert applied_versions(engine) == list(range(1, LATEST + 1))
     assert _migration_rows(engine) == [(v, n) for v, n, _ in MIGRATIONS]
 
@@ -203,3 +203,20 @@ def test_a_foreign_key_is_enforced(tmp_path):
     with pytest.raises(IntegrityError, match="FOREIGN KEY"):
         with engine.begin() as conn:
             conn.execute(text("INSERT INTO event (job_id, at, kind, message) VALUES (12345, 1, 'x', 'y')"))
+
+
+def test_the_store_gets_one_random_id_once(tmp_path):
+    """Migration 8: a label-safe id (lowercase hex, <= 63 characters), the same on every open,
+    another for another store."""
+    import re
+
+    from tpujob.store.identity import store_id
+
+    first = db.engine_for(_url(tmp_path))
+    other = db.engine_for(f"sqlite:///{tmp_path / 'other.db'}")
+    ident = store_id(first)
+    assert re.fullmatch(r"[a-z0-9_-]{1,63}", ident)
+    assert store_id(first) == ident and store_id(other) != ident
+    assert migrate(first) == []  # nothing applied twice
+    with first.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM store_info").scalar() == 1

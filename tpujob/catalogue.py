@@ -210,3 +210,26 @@ def placement_warning(accelerator_type: str, zone: str) -> str | None:
         return (f"zone {zone} offers no TPUs in Google's published table; {accelerator_type} "
                 f"is offered in {where}")
     return f"zone {zone} does not offer {accelerator_type} in Google's published table (it is offered in {where})"
+
+
+# Disk and snapshot storage, USD per GiB-month, us-central1 (what `tpujob gc` prices leftovers
+# at). Google's "Disk and image pricing" page (https://cloud.google.com/compute/disks-image-pricing)
+# gives its own examples: "a 200 GB standard Persistent Disk volume would cost $8.00 for the whole
+# month ... a 200 GB SSD Persistent Disk volume would cost $34.00" (pd-standard $0.04, pd-ssd
+# $0.17); pd-balanced $0.10 as quoted from the same page's table (c3x.dev, "GCP persistent disk
+# types cost", 2026). Standard snapshot storage: $0.05 per GB-month regional, us-central1, since
+# 2023-04-01 (Google's "Compute Engine pricing announcement", /compute/pricing-announce).
+# Hyperdisk bills capacity plus provisioned IOPS and throughput: no single per-GB figure, so
+# None ("unknown") rather than a wrong one. A month is 730 hours in Google's billing.
+DISK_USD_PER_GB_MONTH: dict[str, float] = {"pd-standard": 0.04, "pd-balanced": 0.10, "pd-ssd": 0.17}
+SNAPSHOT_USD_PER_GB_MONTH = 0.05
+HOURS_PER_MONTH = 730
+
+
+def disk_hourly_cost(disk_type: str, size_gb: float) -> float | None:
+    price = DISK_USD_PER_GB_MONTH.get(disk_type)
+    return None if price is None else round(price * size_gb / HOURS_PER_MONTH, 4)
+
+
+def snapshot_hourly_cost(storage_bytes: int) -> float:
+    return round(SNAPSHOT_USD_PER_GB_MONTH * storage_bytes / 2**30 / HOURS_PER_MONTH, 4)

@@ -84,7 +84,7 @@ def test_clone_and_scale(cli, local_cloud, tmp_path, stored_jobs):
     node = pod["attempts"][0]["slice_name"]
     clone = disks(cli)[f"data-{pod['id']}"]  # the job's own clone
     assert (clone["source_snapshot"], clone["users"]) == ("master-snap", [node])
-    assert clone["labels"] == {"tpujob-job": pod["id"]}
+    assert clone["labels"] == {"tpujob-job": pod["id"], "tpujob-store": _store_id()}
     for index in range(4):  # every host reads the same files; a write fails read-only
         wait_for(lambda: host_file(local_cloud, node, index, "/home/tpujob/rc").exists())
         assert host_file(local_cloud, node, index, "/home/tpujob/seen").read_text() == "shard-0\n"
@@ -154,7 +154,7 @@ def test_two_jobs_from_one_spec_each_get_their_own_clone(cli, local_cloud, tmp_p
         assert job["state"] == "RUNNING"
         clone = both[f"shard-{jid}"]
         assert clone["users"] == [job["attempts"][0]["slice_name"]]
-        assert clone["labels"] == {"tpujob-job": jid}
+        assert clone["labels"] == {"tpujob-job": jid, "tpujob-store": _store_id()}
         node = job["attempts"][0]["slice_name"]
         wait_for(lambda: host_file(local_cloud, node, 0, "/home/tpujob/seen").exists())
         assert host_file(local_cloud, node, 0, "/home/tpujob/seen").read_text() == "shard-0\n"
@@ -232,3 +232,11 @@ def test_buckets_on_every_host_the_run_dir_and_the_region_check(cli, local_cloud
     assert text.code == 0 and "succeeded at step 42: all done" in text.out
     assert "heartbeat:" in text.out and " ago" in text.out
     assert cli("delete", "shared").code == 0
+
+
+def _store_id() -> str:
+    """This test's store's id: the `tpujob-store` label on what its jobs create."""
+    from tpujob.service.context import Context
+    from tpujob.store.identity import store_id
+
+    return store_id(Context.load().engine)

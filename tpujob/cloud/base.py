@@ -133,6 +133,22 @@ class Slice:
     node_create_time: float | None = None  # epoch seconds of the node's createTime; None: no node
 
 
+@dataclass(frozen=True)
+class TpuResource:
+    """A queued resource or a node as a list shows it: what `tpujob gc` weighs and deletes."""
+
+    kind: str  # "queued-resource" or "node"
+    name: str
+    zone: str
+    state: str
+    labels: dict[str, str] = field(default_factory=dict)  # a queued resource: its node spec's
+    created: float | None = None  # epoch seconds of createTime
+    accelerator_type: str | None = None
+    hosts: tuple[Host, ...] = ()
+    data_disks: tuple[str, ...] = ()  # node: short names of its attached disks
+    spot: bool = False  # spot or preemptible (priced at the spot rate)
+
+
 class Cloud(Protocol):
     """Slices on a TPU cloud. Implemented by tpujob.cloud.gcp.GcpCloud (Google or the emulator).
 

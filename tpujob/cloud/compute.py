@@ -9,6 +9,7 @@ about 2.6 s to import.
 
 from __future__ import annotations
 
+import datetime
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -35,6 +36,7 @@ class DiskInfo:
     users: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # tpujob-job: the job owning a clone
     access_mode: str = ""  # Hyperdisk only: READ_WRITE_SINGLE, READ_ONLY_MANY, READ_WRITE_MANY
+    created: float | None = None  # epoch seconds of creationTimestamp
 
     def to_json_dict(self) -> dict:
         return {"name": self.name, "zone": self.zone, "type": self.type, "size_gb": self.size_gb,
@@ -49,6 +51,8 @@ class SnapshotInfo:
     source_disk: str  # short name
     status: str
     labels: dict[str, str] = field(default_factory=dict)
+    created: float | None = None  # epoch seconds of creationTimestamp
+    storage_bytes: int = 0  # what the snapshot's storage is billed on
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ class GcpCompute:
 
     def __init__(self, endpoint: str | None = None, credentials: Any = None,
                  tpu_endpoint: str | None = None, retry_initial: float = 1.0,
-                 retry_maximum: float = 30.0, retry_deadline: float = 300.0):
+                 retry_maximum: float = 30.0, retry_deadline: float = 300.0,
+                 labels: dict[str, str] | None = None):
         options = {"api_endpoint": endpoint} if endpoint else None
         kwargs = dict(transport="rest", credentials=credentials, client_options=options)
         self._disks = compute_v1.DisksClient(**kwargs)
@@ -82,12 +87,16 @@ class GcpCompute:
         self._tpu_endpoint = tpu_endpoint
         self._tpu: Any = None
         self._retry = new_retry(retry_initial, retry_maximum, retry_deadline)
+        # Put on every disk and snapshot created (the store's id), under the caller's labels.
+        self.labels = dict(labels or {})
         self.api_calls = 0
 
     @classmethod
-    def for_emulator(cls, endpoint: str, tpu_endpoint: str | None = None) -> GcpCompute:
+    def for_emulator(cls, endpoint: str, tpu_endpoint: str | None = None,
+                     labels: dict[str, str] | None = None) -> GcpCompute:
         return cls(endpoint=endpoint, credentials=AnonymousCredentials(),
-                   tpu_endpoint=tpu_endpoint or endpoint, retry_initial=0.05, retry_maximum=0.5)
+                   tpu_endpoint=tpu_endpoint or endpoint, retry_initial=0.05, retry_maximum=0.5,
+                   labels=labels)
 
     # ---- snapshots --------------------------------------------------------------------------
 
@@ -96,7 +105,7 @@ class GcpCompute:
                         ) -> SnapshotInfo:
         what = f"snapshotting disk {disk} as {name}"
         snapshot = compute_v1.Snapshot(name=name, source_disk=disk_path(project, zone, disk),
-                                       labels=labels or {})
+                                       labels={**self.labels, **(labels or {})})
         op = self._call(what, self._snapshots.insert_unary, project=project,
                         snapshot_resource=snapshot)
         self._wait(op, what, project, None, timeout)
@@ -127,7 +136,7 @@ class GcpCompute:
         """A new disk: empty, or a clone of a snapshot (short name or path) or of a disk.
         `read_only`: for many hosts to attach read-only (a Hyperdisk's access mode)."""
         disk = compute_v1.Disk(name=name, type_=f"zones/{zone}/diskTypes/{disk_type}",
-                               labels=labels or {})
+                               labels={**self.labels, **(labels or {})})
         if size_gb:
             disk.size_gb = size_gb
         if snapshot:
@@ -249,9 +258,17 @@ def _disk(d: Any) -> DiskInfo:
                     size_gb=int(d.size_gb), status=d.status,
                     source_snapshot=_short(d.source_snapshot), source_disk=_short(d.source_disk),
                     users=tuple(_short(u) for u in d.users), labels=dict(d.labels),
-                    access_mode=d.access_mode)
+                    access_mode=d.access_mode, created=rfc3339(d.creation_timestamp))
 
 
 def _snapshot(s: Any) -> SnapshotInfo:
     return SnapshotInfo(name=s.name, source_disk=_short(s.source_disk), status=s.status,
-                        labels=dict(s.labels))
+                        labels=dict(s.labels), created=rfc3339(s.creation_timestamp),
+                        storage_bytes=int(s.storage_bytes or 0))
+
+
+def rfc3339(stamp: str) -> float | None:
+    """Epoch seconds of Compute's creationTimestamp ("2024-05-01T10:00:00.000-07:00")."""
+    if not stamp:
+        return None
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

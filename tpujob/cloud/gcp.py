@@ -17,7 +17,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from google.protobuf import duration_pb2
 
-from tpujob.cloud.base import Host, Slice, SliceRequest, slice_phase
+from tpujob.cloud.base import Host, Slice, SliceRequest, TpuResource, slice_phase
 from tpujob.cloud.errors import classify, invoke, new_retry
 from tpujob.errors import CloudError, CloudRefused, NotFoundError, UsageError
 
@@ -26,12 +26,15 @@ class GcpCloud:
 
     def __init__(self, endpoint: str | None = None, credentials: Any = None,
                  retry_initial: float = 1.0, retry_maximum: float = 30.0,
-                 retry_deadline: float = 300.0, poll_interval: float = 2.0):
+                 retry_deadline: float = 300.0, poll_interval: float = 2.0,
+                 labels: dict[str, str] | None = None):
         options = {"api_endpoint": endpoint} if endpoint else None
         self._client = tpu_v2.TpuClient(transport="rest", credentials=credentials,
                                         client_options=options)
         self._retry = new_retry(retry_initial, retry_maximum, retry_deadline)
         self.poll_interval = poll_interval
+        # Put on every node created (the store's id), under the request's own labels.
+        self.labels = dict(labels or {})
         self.api_calls = 0
         self._count_lock = threading.Lock()  # a sweep's act workers share one client
 
@@ -81,7 +84,7 @@ class GcpCloud:
                                                            *request.ssh_keys]))
         node = tpu_v2.Node(
             accelerator_type=request.accelerator_type, runtime_version=request.runtime_version,
-            labels=request.labels, metadata=metadata,
+            labels={**self.labels, **request.labels}, metadata=metadata,
             data_disks=[tpu_v2.AttachedDisk(
                 source_disk=d.source,
                 mode=(tpu_v2.AttachedDisk.DiskMode.READ_ONLY if d.read_only
@@ -148,6 +151,35 @@ class GcpCloud:
             f"listing nodes in {zone}", _all, self._client.list_nodes, parent=loc)}
         return {name: _slice(name, zone, nodes.get(name), qrs.get(name))
                 for name in sorted(nodes.keys() | qrs.keys())}
+
+    def list_tpu_resources(self, project: str, zone: str) -> list[TpuResource]:
+        """Every queued resource and node of the zone, labels and createTime included: one list
+        of each. A queued resource has no labels of its own in tpu.v2 (QueuedResource has no
+        `labels` field): its node spec's node carries them, and so its node once made."""
+        loc = _loc(project, zone)
+        qrs = self._call(f"listing queued resources in {zone}", _all,
+                         self._client.list_queued_resources, parent=loc)
+        nodes = self._call(f"listing nodes in {zone}", _all, self._client.list_nodes, parent=loc)
+        found, spot_queues = [], set()
+        for q in qrs:
+            node = q.tpu.node_spec[0].node if q.tpu.node_spec else None
+            spot = tpu_v2.QueuedResource.pb(q).HasField("spot")
+            if spot:
+                spot_queues.add(q.name)
+            found.append(TpuResource(
+                "queued-resource", _short(q.name), zone, q.state.state.name,
+                labels=dict(node.labels) if node is not None else {}, created=_epoch(q.create_time),
+                accelerator_type=node.accelerator_type if node is not None else None, spot=spot))
+        for n in nodes:
+            found.append(TpuResource(
+                "node", _short(n.name), zone, n.state.name, labels=dict(n.labels),
+                created=_epoch(n.create_time), accelerator_type=n.accelerator_type,
+                hosts=tuple(Host(i, e.ip_address, e.access_config.external_ip or None)
+                            for i, e in enumerate(n.network_endpoints)),
+                data_disks=tuple(_short(d.source_disk) for d in n.data_disks),
+                spot=bool(n.scheduling_config.spot or n.scheduling_config.preemptible
+                          or n.queued_resource in spot_queues)))
+        return found
 
     def accelerator_types(self, project: str, zone: str) -> list[str]:
         """The accelerator types the zone offers ("v4-8", ...): acceleratorTypes.list."""
@@ -253,6 +285,10 @@ def _parent(request: SliceRequest) -> str:
 
 def _short(name: str) -> str:
     return name.rsplit("/", 1)[-1]
+
+
+def _epoch(stamp: Any) -> float | None:
+    return stamp.timestamp() if stamp else None
 
 
 def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:

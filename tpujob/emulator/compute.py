@@ -23,6 +23,7 @@ from werkzeug.routing import Map, Rule
 
 from tpujob.emulator.disk_rules import access_mode_at_insert, check_attach
 from tpujob.emulator.host_disks import gcsfuse_shim, prepare_hosts
+from tpujob.emulator.labels import check_compute_labels
 from tpujob.emulator.payloads import ApiError, check_id, copy_json, now, read_json
 
 _BASE = "/compute/v1/projects/<project>"
@@ -79,6 +80,7 @@ class ComputeEmulator:
     def insert_disk(self, project: str, zone: str, body: dict) -> dict:
         name = body.get("name", "")
         check_id(name, "disk name")
+        check_compute_labels(body.get("labels", {}))
         disk_type = short(body.get("type") or "pd-standard")
         if disk_type not in DISK_TYPES:
             raise ApiError(400, f"Invalid value for field 'resource.type': {disk_type!r}")
@@ -133,6 +135,7 @@ class ComputeEmulator:
     def insert_snapshot(self, project: str, body: dict) -> dict:
         name = body.get("name", "")
         check_id(name, "snapshot name")
+        check_compute_labels(body.get("labels", {}))
         source = body.get("sourceDisk")
         if not source:
             raise ApiError(400, "Required field 'resource.sourceDisk' not specified")

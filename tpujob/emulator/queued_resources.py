@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tpujob.emulator.labels import check_tpu_labels
 from tpujob.emulator.payloads import (ApiError, accelerator_hosts, check_id, check_placement,
                                       copy_json, duration_seconds, now)
 
@@ -53,6 +54,7 @@ class QueuedResources:
         if "node" not in specs[0]:
             raise ApiError(400, "tpu.nodeSpec[0].node is required")
         node_body = specs[0]["node"]
+        check_tpu_labels(node_body.get("labels", {}))
         check_placement((specs[0].get("parent") or parent).rsplit("/", 1)[1], node_body)
         accelerator_hosts(node_body)
         if self.compute and node_body.get("dataDisks"):  # a request Google refuses, not queued

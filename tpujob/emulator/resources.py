@@ -18,6 +18,7 @@ from typing import Any, Callable, Protocol
 
 from tpujob.emulator.failnext import FailNext
 from tpujob.emulator.faults import Faults
+from tpujob.emulator.labels import check_tpu_labels
 from tpujob.emulator.machines import MAX_IP_BLOCK
 from tpujob.emulator.operations import Operations
 from tpujob.emulator.payloads import (ABORTED, EXTERNAL_BLOCKS, INTERNAL, RESOURCE_EXHAUSTED,
@@ -327,6 +328,7 @@ class Emulator(QueuedResources, Faults):
     def _new_node(self, parent: str, node_id: str, body: dict, queued_resource: str | None
                   ) -> Node:
         check_id(node_id, "nodeId")
+        check_tpu_labels(body.get("labels", {}))
         accelerator_hosts(body)
         if not body.get("runtimeVersion"):
             raise ApiError(400, "runtimeVersion is required")

@@ -71,11 +71,20 @@ def make_cloud(settings: Settings):
     from tpujob.cloud.gcp import GcpCloud
 
     if settings.cloud == "gcp":
-        return GcpCloud(credentials=_google_credentials())
+        return GcpCloud(credentials=_google_credentials(), labels=store_labels(settings))
     from tpujob.emulator import process
 
     info = process.ensure_running()
-    return GcpCloud.for_emulator(info["tpu_endpoint"])
+    return GcpCloud.for_emulator(info["tpu_endpoint"], labels=store_labels(settings))
+
+
+def store_labels(settings: Settings) -> dict[str, str]:
+    """The label every resource this store creates carries: its id (`tpujob gc` tells this
+    store's orphans from another store's by it)."""
+    from tpujob.store.db import engine_for
+    from tpujob.store.identity import STORE_LABEL, store_id
+
+    return {STORE_LABEL: store_id(engine_for(settings.database_url))}
 
 
 def _adc_project() -> str:
@@ -105,11 +114,12 @@ def make_compute(settings: Settings):
     from tpujob.cloud.compute import GcpCompute
 
     if settings.cloud == "gcp":
-        return GcpCompute(credentials=_google_credentials())
+        return GcpCompute(credentials=_google_credentials(), labels=store_labels(settings))
     from tpujob.emulator import process
 
     info = process.ensure_running()
-    return GcpCompute.for_emulator(info["compute_endpoint"], info["tpu_endpoint"])
+    return GcpCompute.for_emulator(info["compute_endpoint"], info["tpu_endpoint"],
+                                   labels=store_labels(settings))
 
 
 def make_storage(settings: Settings, start_emulator: bool = True):

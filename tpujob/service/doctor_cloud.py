@@ -57,6 +57,7 @@ def checks(ctx: Context, jobs: list | None) -> list[Check]:
                              lambda: compute.list_disks(project, zone), zone)]
     if tpu.status == OK:
         found.append(accelerators_check(cloud, jobs))
+        found.append(orphans_check(ctx, cloud, compute))
     found.append(buckets_check(settings, info, credentials, project, jobs))
     return found
 
@@ -168,6 +169,24 @@ def accelerators_check(cloud, jobs: list) -> Check:
                      "pick a zone that offers it (gcloud compute tpus accelerator-types list --zone ZONE) "
                      "and re-create the job there")
     return Check("accelerators", OK, ", ".join(f"{a} in {z}" for _, z, a in wanted))
+
+
+def orphans_check(ctx: Context, cloud, compute) -> Check:
+    """What `tpujob gc` would list: the same single batched pass (one list per zone and kind)."""
+    from tpujob.errors import UsageError
+    from tpujob.service import gc
+
+    try:
+        found = gc.find(ctx, cloud=cloud, compute=compute)
+    except UsageError as exc:  # no zone on record yet: nothing made, nothing left over
+        return Check("orphans", OK, f"not looked for: {exc.message}")
+    except TpujobError as exc:
+        return Check("orphans", WARNING, f"could not look for leftovers: {exc.message}")
+    if not found:
+        return Check("orphans", OK, "0 leftover resources (tpujob gc)")
+    cost = sum(x.cost_per_hour_usd or 0 for x in found)
+    return Check("orphans", WARNING, f"{len(found)} leftover resource{'s' if len(found) > 1 else ''} no "
+                 f"active job owns, about ${cost:.2f}/h", "tpujob gc (then tpujob gc --yes)")
 
 
 def buckets_check(settings, info: dict | None, credentials: Any, project: str, jobs: list) -> Check:

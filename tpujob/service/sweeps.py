@@ -84,6 +84,8 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
            on_progress: Optional[Callable] = None, poll: Optional[float] = None):
     """Sweep one job until it runs (or, with until_ended, until it ends); report new events,
     and, through `on_progress(step, Progress)`, each host step (sync, mount, setup, launch)."""
+    from tpujob.service.notify import deliver_quietly
+
     rec = reconciler(ctx, progress=on_progress)
     poll = poll if poll is not None else (0.2 if ctx.settings.cloud == "local" else 5.0)
     seen = 0

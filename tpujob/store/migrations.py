@@ -7,6 +7,7 @@ A migration is frozen once released: it defines the tables as they were at that 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Callable
 
 from sqlalchemy import (
@@ -135,6 +136,15 @@ def _v7_outbox(conn: Connection) -> None:
         Column("sent_at", Float),
     )
     md.create_all(conn, tables=[outbox])
+def _v8_store_id(conn: Connection) -> None:
+    # The store's own id, random, made once: every cloud resource tpujob creates carries it as
+    # the label `tpujob-store`, so two stores in one project (two labs, a deleted and re-made
+    # store) tell their resources apart, and `tpujob gc` knows which orphans are its own. 32
+    # lowercase hex digits: a valid GCP label value (lowercase letters, digits, <= 63 chars).
+    md = MetaData()
+    info = Table("store_info", md, Column("id", String, primary_key=True))
+    md.create_all(conn)
+    conn.execute(info.insert().values(id=uuid.uuid4().hex))
 
 
 # (version, name, function). Append only.
@@ -146,6 +156,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (5, "job.capacity_misses", _v5_capacity_misses),
     (6, "job.flaps", _v6_flaps),
     (7, "outbox", _v7_outbox),
+    (8, "store_info: the store's id", _v8_store_id),
 ]
 
 _bookkeeping = MetaData()

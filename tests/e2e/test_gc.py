@@ -1,0 +1,233 @@
+"""`tpujob gc` against the emulator: leftovers of a crashed create and of a second store are
+found, a running job's resources never are, `--yes` deletes exactly what was listed, and
+`--min-age` holds another store's back. Every test runs in a project of its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reconcile_helpers import (  # noqa: F401 - fixtures
+    ZONE, api_list, ctx, finish, project, record, requeue_processes, running, sweep_until,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _request(project: str, name: str, labels: dict, queued: bool = False):
+    from tpujob.cloud.base import SliceRequest
+
+    return SliceRequest(project=project, zone=ZONE, name=name, accelerator_type="v4-8",
+                        runtime_version="tpu-ubuntu2204-base", queued=queued, labels=labels)
+
+
+def _store_id(context) -> str:
+    from tpujob.store.identity import store_id
+
+    return store_id(context.engine)
+
+
+def _other_store(monkeypatch, tmp_path):
+    """A second TPUJOB_HOME on the same project: its Context, then back to the test's home."""
+    import os
+
+    from tpujob.service.context import Context
+
+    home = os.environ["TPUJOB_HOME"]
+    monkeypatch.setenv("TPUJOB_HOME", str(tmp_path / "other-home"))
+    other = Context.load()
+    _store_id(other)  # opens (creates) its store while its home is set
+    monkeypatch.setenv("TPUJOB_HOME", home)
+    return other
+
+
+def _names(rows) -> set[tuple[str, str]]:
+    return {(r["kind"], r["name"]) for r in rows}
+
+
+def _cloud_names(client, project) -> set[tuple[str, str]]:
+    from tpujob.cloud.compute import GcpCompute
+
+    found = {("node", n["name"].rsplit("/", 1)[-1]) for n in api_list(client, project, ZONE, "nodes")}
+    found |= {("queued-resource", q["name"].rsplit("/", 1)[-1])
+              for q in api_list(client, project, ZONE, "queuedResources")}
+    compute = GcpCompute.for_emulator(client.url)
+    found |= {("disk", d.name) for d in compute.list_disks(project, ZONE)}
+    found |= {("snapshot", s.name) for s in compute.list_snapshots(project)}
+    return found
+
+
+def test_a_crashed_create_is_found_and_yes_deletes_exactly_what_was_listed(
+        ctx, local_cloud, project, tmp_path, monkeypatch, cli):
+    from tpujob.service.context import make_cloud, make_compute
+
+    monkeypatch.setenv("TPUJOB_ZONE", ZONE)  # the store forgets its only job below
+
+    # A sweep killed right after its create went through, and the job then forgotten: the
+    # node is left behind, labelled with this store's id and the job's.
+    job = record(ctx, tmp_path)
+    [(code, out, err)] = finish(requeue_processes(1, env_extra={"TPUJOB_CRASH_AT": "slice-requested"}))
+    assert code == -9, (out, err)
+    slice_name = ctx.store.current_attempt(job.id).slice_name
+    [node] = api_list(local_cloud, project, ZONE, "nodes")
+    assert node["labels"] == {"tpujob-job": f"{job.id:06d}", "tpujob-attempt": "1",
+                              "tpujob-store": _store_id(ctx)}
+    ctx.store.remove(job.id)
+    # A crashed clone: the job's snapshot and disk, and a master nobody labelled.
+    compute = make_compute(ctx.settings)
+    compute.create_disk(project, ZONE, "master", disk_type="pd-balanced", size_gb=100)
+    owner = {"tpujob-job": "000077"}
+    compute.create_snapshot(project, ZONE, "master", "master-src-000077", labels=owner)
+    compute.create_disk(project, ZONE, "master-000077", disk_type="pd-balanced",
+                        snapshot="master-src-000077", labels=owner, read_only=True)
+    make_cloud(ctx.settings).create_queued_resource(_request(project, "tpujob-000077-1", owner, queued=True))
+
+    listed = cli("gc", "--json")
+    assert listed.code == 0, listed.err
+    rows = json.loads(listed.out)
+    # The queued resource came up: its node is listed beside it (the node carries its labels).
+    leftovers = {("node", slice_name), ("queued-resource", "tpujob-000077-1"),
+                 ("node", "tpujob-000077-1"), ("disk", "master-000077"),
+                 ("snapshot", "master-src-000077")}
+    assert _names(rows) == leftovers
+    by_name = {r["name"]: r for r in rows if r["kind"] != "queued-resource"}
+    assert by_name[slice_name]["why"] == f"job {job.id:06d} is not in this store (deleted)"
+    assert by_name[slice_name]["store"] == _store_id(ctx)
+    assert by_name[slice_name]["cost_per_hour_usd"] == 3.86  # v4-8 at the spot rate (the spec default)
+    size = compute.get_disk(project, ZONE, "master-000077").size_gb
+    assert by_name["master-000077"]["cost_per_hour_usd"] == round(0.10 * size / 730, 4)  # pd-balanced
+    assert all(r["age_seconds"] >= 0 for r in rows)
+    # Every resource made through the cloud layer carries this store's id.
+    assert {r["store"] for r in rows} == {_store_id(ctx)}
+    [qr] = api_list(local_cloud, project, ZONE, "queuedResources")
+    assert qr["tpu"]["nodeSpec"][0]["node"]["labels"] == {"tpujob-job": "000077",
+                                                          "tpujob-store": _store_id(ctx)}
+    assert set(rows[0]) == {"kind", "name", "zone", "job", "store", "why", "state", "age_seconds",
+                            "cost_per_hour_usd"}
+    # The table says the same, with the hint.
+    table = cli("gc")
+    assert table.code == 0 and slice_name in table.out and "tpujob gc --yes" in table.out
+
+    before = _cloud_names(local_cloud, project)
+    done = cli("gc", "--yes")
+    assert done.code == 0, done.err
+    assert f"deleted node {slice_name} in {ZONE}" in done.out
+    assert "deleted snapshot master-src-000077" in done.out
+    assert _cloud_names(local_cloud, project) == before - leftovers == {("disk", "master")}
+    assert json.loads(cli("gc", "--json").out) == []
+
+
+def test_another_stores_resources_wait_for_min_age(ctx, local_cloud, project, tmp_path, monkeypatch, cli):
+    from tpujob.service.context import make_cloud, make_compute
+
+    other = _other_store(monkeypatch, tmp_path)
+    monkeypatch.setenv("TPUJOB_ZONE", ZONE)
+    # Made under the other store's labels, as its create would (its job 1 is not ours).
+    theirs = {"tpujob-job": "000001", "tpujob-store": _store_id(other)}
+    make_cloud(ctx.settings).create_node(_request(project, "tpujob-000001-1", theirs))
+    make_compute(ctx.settings).create_disk(project, ZONE, "data-000001", disk_type="pd-balanced",
+                                           labels=theirs)
+    nodes = api_list(local_cloud, project, ZONE, "nodes")
+    assert nodes[0]["labels"]["tpujob-store"] == _store_id(other)  # theirs, not overwritten
+
+    assert json.loads(cli("gc", "--json").out) == []  # younger than the default hour
+    assert json.loads(cli("gc", "--json", "--min-age", "3600").out) == []
+    rows = json.loads(cli("gc", "--json", "--min-age", "0").out)
+    # Its hosts do not take this store's SSH key: not reachable, so not running a program.
+    assert _names(rows) == {("node", "tpujob-000001-1"), ("disk", "data-000001")}
+    assert {r["why"] for r in rows} == {f"another store's ({_store_id(other)}) job 000001"}
+    # The other store sees them as its own orphans (its job 1 is not on its record) at any age.
+    monkeypatch.setenv("TPUJOB_HOME", str(tmp_path / "other-home"))
+    assert _names(json.loads(cli("gc", "--json").out)) == _names(rows)
+
+
+def test_a_running_jobs_resources_are_never_listed(ctx, local_cloud, project, tmp_path, cli):
+    from tpujob.cloud.gcp import GcpCloud
+
+    job = sweep_until(ctx, record(ctx, tmp_path).id, running)
+    slice_name = ctx.store.current_attempt(job.id).slice_name
+    [node] = api_list(local_cloud, project, ZONE, "nodes")
+    assert node["labels"]["tpujob-store"] == _store_id(ctx)
+    # The same job id under no store label (made before stores had ids): still not listed.
+    GcpCloud.for_emulator(local_cloud.url).create_node(
+        _request(project, "legacy", {"tpujob-job": f"{job.id:06d}"}))
+    for age in ("0", "3600"):
+        result = cli("gc", "--json", "--min-age", age)
+        assert result.code == 0, result.err
+        assert json.loads(result.out) == []
+    assert cli("gc", "--yes").code == 0
+    assert {n["name"].rsplit("/", 1)[-1] for n in api_list(local_cloud, project, ZONE, "nodes")} \
+        == {slice_name, "legacy"}
+    # Once the job ended, its slice is an orphan at any age; the unstamped one waits for --min-age.
+    assert cli("cancel", str(job.id)).code == 0
+    rows = json.loads(cli("gc", "--json").out)
+    assert [(r["kind"], r["name"], r["why"]) for r in rows] == [
+        ("node", slice_name, f"job {job.id:06d} ended (CANCELLED)")]
+    assert _names(json.loads(cli("gc", "--json", "--min-age", "0").out)) == {
+        ("node", slice_name), ("node", "legacy")}
+
+
+def test_a_slice_running_a_program_is_kept_whoever_made_it(ctx, local_cloud, project, tmp_path,
+                                                         monkeypatch, cli):
+    """Another store's slice whose hosts this store can reach and that runs a program stays."""
+    monkeypatch.setenv("TPUJOB_ZONE", ZONE)
+    job = sweep_until(ctx, record(ctx, tmp_path, command="sleep 600").id, running)
+    # Relabel the store's record away: the job is gone from this store, its slice looks foreign.
+    ctx.store.remove(job.id)
+    from tpujob.store.db import engine_for
+
+    with engine_for(ctx.settings.database_url).begin() as conn:
+        conn.exec_driver_sql("UPDATE store_info SET id = 'anotherstore'")
+    result = cli("gc", "--json", "--min-age", "0")
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == []
+
+
+def test_bad_input_is_refused_before_anything(ctx, local_cloud, project, cli):
+    from tpujob.service.context import make_compute
+
+    compute = make_compute(ctx.settings)
+    compute.create_disk(project, ZONE, "c-000052", disk_type="pd-balanced", labels={"tpujob-job": "000052"})
+    for args, words in ((("--zone", "mars-1a"), "unknown zone 'mars-1a'"),
+                        (("--min-age", "-1", "--zone", ZONE), "--min-age must be 0 or more")):
+        result = cli("gc", "--yes", *args)
+        assert result.code == 2
+        assert words in result.error_line
+    assert [d.name for d in compute.list_disks(project, ZONE)] == ["c-000052"]  # nothing deleted
+
+
+def test_doctor_counts_the_leftovers(ctx, local_cloud, project, monkeypatch, cli):
+    from tpujob.service.context import make_cloud
+
+    monkeypatch.setenv("TPUJOB_ZONE", ZONE)
+    mine = {"tpujob-job": "000009", "tpujob-store": _store_id(ctx)}
+    make_cloud(ctx.settings).create_queued_resource(_request(project, "tpujob-000009-1", mine, queued=True))
+    report = json.loads(cli("doctor", "--json").out)
+    [check] = [c for c in report["cloud"] if c["name"] == "orphans"]
+    assert check["status"] == "warning"
+    # The queued resource and the node it made.
+    assert check["detail"].startswith("2 leftover resources no active job owns")
+
+
+def test_a_failed_deletion_is_reported_and_the_others_go_on(ctx, local_cloud, project, monkeypatch, cli):
+    from tpujob.service.context import make_compute
+
+    monkeypatch.setenv("TPUJOB_ZONE", ZONE)
+    compute = make_compute(ctx.settings)
+    for name in ("a-000051", "b-000051"):
+        compute.create_disk(project, ZONE, name, disk_type="pd-balanced", labels={"tpujob-job": "000051"})
+    # Compute's 403 for a missing permission (not retried): the first deletion fails.
+    local_cloud.fail_next("compute.disks.delete", 403,
+                          f"Required 'compute.disks.delete' permission for "
+                          f"'projects/{project}/zones/{ZONE}/disks/a-000051'")
+    try:
+        result = cli("gc", "--yes", "--json")
+    finally:
+        local_cloud.clear_fail_next()
+    assert result.code == 5
+    assert "1 of 2 could not be deleted (first: disk a-000051" in result.error_line
+    rows = {r["name"]: r for r in json.loads(result.out)}
+    assert rows["b-000051"]["deleted"] is True and rows["b-000051"]["error"] is None
+    assert rows["a-000051"]["deleted"] is False and "compute.disks.delete" in rows["a-000051"]["error"]
+    assert {d.name for d in compute.list_disks(project, ZONE)} == {"a-000051"}

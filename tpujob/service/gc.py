@@ -1,0 +1,251 @@
+"""`tpujob gc`: cloud resources tpujob made that no active job of this store owns.
+
+What counts: queued resources, nodes, disks and snapshots labelled `tpujob-job` (anything
+without that label is never touched). A resource labelled with this store's id
+(`tpujob-store`) is an orphan when its job ended or is gone from the store, at any age. One
+labelled by another store (or by no store, made before stores had ids) may still be that
+store's live job: it is listed only once older than `min_age` and, for a slice, when no
+program runs on its hosts (asked over SSH; hosts that cannot be reached count as idle).
+
+The cloud is read in one batched pass: per zone one queued-resources list, one nodes list and
+one disks list, and one snapshots list for the project. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from tpujob import catalogue
+from tpujob.errors import TpujobError, UsageError
+from tpujob.service.context import Context, make_cloud, make_compute
+from tpujob.store.identity import JOB_LABEL, STORE_LABEL, store_id
+from tpujob.store.states import ACTIVE, State
+
+DEFAULT_MIN_AGE = 3600
+# Deletion order: a queued resource (with force, which takes its node along), then nodes, then
+# the disks they used (Compute refuses to delete a disk still attached), then snapshots.
+_ORDER = ("queued-resource", "node", "disk", "snapshot")
+
+
+@dataclass(frozen=True)
+class Leftover:
+    kind: str  # queued-resource | node | disk | snapshot
+    name: str
+    zone: str  # "" for a snapshot (global)
+    job: str  # the tpujob-job label
+    store: str  # the tpujob-store label ("" where none)
+    why: str
+    state: str
+    age_seconds: float | None
+    cost_per_hour_usd: float | None  # None: no published price
+
+    def to_json_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Deletion:
+    leftover: Leftover
+    error: str = ""  # "" when deleted
+
+
+def check_options(ctx: Context, zones: list[str], min_age: float) -> None:
+    """Bad input is refused before any cloud call."""
+    if min_age < 0:
+        raise UsageError(f"--min-age must be 0 or more seconds, not {min_age:g}")
+    known = catalogue.TPU_ZONES | {j.zone for j in ctx.store.list_jobs(include_ended=True)}
+    for zone in zones:
+        if zone not in known:
+            raise UsageError(f"unknown zone {zone!r}: not a TPU zone in Google's published table "
+                             "nor the zone of a job on record")
+
+
+def default_zones(ctx: Context) -> list[str]:
+    """The zones of this store's jobs (every attempt's: fallbacks included) and the configured one."""
+    zones = {ctx.settings.zone} if ctx.settings.zone else set()
+    for job in ctx.store.list_jobs(include_ended=True):
+        zones.add(job.zone)
+        zones.update(a.zone for a in ctx.store.attempts(job.id))
+    return sorted(zones)
+
+
+def find(ctx: Context, zones: list[str] | None = None, min_age: float = DEFAULT_MIN_AGE, *,
+         cloud: Any = None, compute: Any = None,
+         runs_program: Callable[[Any, str, Any], bool] | None = None,
+         now: float | None = None) -> list[Leftover]:
+    """Every leftover in the project and zones, in deletion order."""
+    zones = list(zones or [])
+    check_options(ctx, zones, min_age)
+    zones = zones or default_zones(ctx)
+    if not zones:
+        raise UsageError("no zone to look in: no job on record and no zone setting; pass --zone")
+    project = ctx.default_project
+    if not project:
+        raise UsageError("no project: tpujob config set project PROJECT_ID")
+    cloud = cloud or make_cloud(ctx.settings)
+    compute = compute or make_compute(ctx.settings)
+    runs_program = runs_program or _ssh_runs_program(ctx, cloud)
+    now = time.time() if now is None else now
+    listed = {zone: (cloud.list_tpu_resources(project, zone), compute.list_disks(project, zone))
+              for zone in zones}
+    snapshots = compute.list_snapshots(project)
+    # The store is read after the cloud: a job is recorded before its first create, so whatever
+    # a list showed belongs to a job this read sees (or to none any more).
+    owners = _Owners(ctx, min_age, now)
+
+    found: list[Leftover] = []
+    nodes_in_use: set[tuple[str, str]] = set()  # (zone, node) kept: their disks stay too
+    for zone, (slices, disks) in listed.items():
+        busy = {r.name for r in slices if r.kind == "node" and owners.foreign(r.labels, r.created)
+                and runs_program(project, zone, r)}
+        for r in slices:
+            why = owners.why(r.labels, r.created, r.kind)
+            if why is None or r.name in busy:
+                if r.kind == "node":
+                    nodes_in_use.add((zone, r.name))
+                continue
+            found.append(_leftover(r.kind, r.name, zone, r.labels, why, r.state, r.created, now,
+                                   _slice_cost(r)))
+        for d in disks:
+            why = owners.why(d.labels, d.created, "disk")
+            if why is None or any((zone, u) in nodes_in_use for u in d.users):
+                continue
+            found.append(_leftover("disk", d.name, zone, d.labels, why, d.status, d.created, now,
+                                   catalogue.disk_hourly_cost(d.type, d.size_gb)))
+    for s in snapshots:
+        why = owners.why(s.labels, s.created, "snapshot")
+        if why is not None:
+            found.append(_leftover("snapshot", s.name, "", s.labels, why, s.status, s.created, now,
+                                   catalogue.snapshot_hourly_cost(s.storage_bytes)))
+    return sorted(found, key=lambda x: (_ORDER.index(x.kind), x.zone, x.name))
+
+
+def delete(ctx: Context, leftovers: list[Leftover], *, cloud: Any = None, compute: Any = None,
+           on_done: Callable[[Deletion], None] | None = None) -> list[Deletion]:
+    """Delete what `find` listed, in its order; one failure does not stop the rest."""
+    project = ctx.default_project
+    cloud = cloud or make_cloud(ctx.settings)
+    compute = compute or (make_compute(ctx.settings) if any(
+        x.kind in ("disk", "snapshot") for x in leftovers) else None)
+    done = []
+    for x in sorted(leftovers, key=lambda x: _ORDER.index(x.kind)):
+        try:
+            if x.kind == "queued-resource":
+                cloud.delete_queued_resource(project, x.zone, x.name)  # force: its node too
+            elif x.kind == "node":
+                cloud.delete_node(project, x.zone, x.name)
+            elif x.kind == "disk":
+                compute.delete_disk(project, x.zone, x.name)
+            else:
+                compute.delete_snapshot(project, x.name)
+            result = Deletion(x)
+        except TpujobError as exc:
+            result = Deletion(x, exc.message)
+        done.append(result)
+        if on_done:
+            on_done(result)
+    return done
+
+
+class _Owners:
+    """Who owns a labelled resource, from this store's jobs: why it is a leftover, or None."""
+
+    def __init__(self, ctx: Context, min_age: float, now: float):
+        self.me = store_id(ctx.engine)
+        self.min_age, self.now = min_age, now
+        self.jobs = {f"{j.id:06d}": j for j in ctx.store.list_jobs(include_ended=True)}
+
+    def foreign(self, labels: dict, created: float | None) -> bool:
+        """Another store's (or no store's) labelled resource, old enough to be weighed."""
+        return (JOB_LABEL in labels and labels.get(STORE_LABEL) != self.me
+                and self._old(created) and not self._maybe_mine_active(labels))
+
+    def why(self, labels: dict, created: float | None, kind: str) -> str | None:
+        job_ref = labels.get(JOB_LABEL)
+        if not job_ref:
+            return None  # not tpujob's: never touched
+        if labels.get(STORE_LABEL) == self.me:
+            job = self.jobs.get(job_ref)
+            if job is None:
+                return f"job {job_ref} is not in this store (deleted)"
+            if State(job.state) in ACTIVE or _kept(job, kind):
+                return None
+            return f"job {job_ref} ended ({job.state})"
+        if self._maybe_mine_active(labels) or not self._old(created):
+            return None
+        owner = labels.get(STORE_LABEL)
+        return (f"another store's ({owner}) job {job_ref}" if owner
+                else f"job {job_ref} of no store on record (made before store ids)")
+
+    def _maybe_mine_active(self, labels: dict) -> bool:
+        # Made before stores had ids: it may be one of this store's live jobs.
+        job = self.jobs.get(labels.get(JOB_LABEL, ""))
+        return STORE_LABEL not in labels and job is not None and State(job.state) in ACTIVE
+
+    def _old(self, created: float | None) -> bool:
+        return created is not None and self.now - created >= self.min_age
+
+
+def _kept(job, kind: str) -> bool:
+    """What an ended job keeps by the user's wish: its slice (`create --keep-slice`), its clones
+    and their snapshots (a disk with `keep: true`)."""
+    if kind in ("queued-resource", "node"):
+        return bool(job.keep_slice)
+    disks = json.loads(job.spec_json).get("spec", {}).get("disks", [])
+    return any(d.get("keep") for d in disks)
+
+
+def _leftover(kind, name, zone, labels, why, state, created, now, cost) -> Leftover:
+    return Leftover(kind, name, zone, labels.get(JOB_LABEL, ""), labels.get(STORE_LABEL, ""), why,
+                    state, None if created is None else round(now - created, 1), cost)
+
+
+def _slice_cost(r) -> float | None:
+    """A node's price per hour; a queued resource costs nothing itself (its node is billed)."""
+    if r.kind == "queued-resource":
+        return 0.0
+    try:
+        return catalogue.accelerator(r.accelerator_type or "").hourly_cost(spot=r.spot)
+    except TpujobError:
+        return None
+
+
+def _ssh_runs_program(ctx: Context, cloud) -> Callable[[str, str, Any], bool]:
+    """Whether a tpujob program runs on any host of the node, over SSH (templates/running.sh),
+    verifying the hosts' published keys; unreachable hosts (another store's key, a dead
+    slice) count as not running."""
+    from tpujob.hosts.fanout import Host, HostGroup
+    from tpujob.hosts.keys import load_key
+    from tpujob.hosts.scripts import as_command, render
+    from tpujob.service.hostops import ssh_port
+
+    def runs(project: str, zone: str, node) -> bool:
+        if not node.hosts:
+            return False
+        try:
+            keys, port = cloud.host_keys(project, zone, node.name), ssh_port(ctx.settings)
+            hosts = [Host(h.index, h.address(True), port, tuple(keys.get(h.index, ())))
+                     for h in node.hosts]
+            with HostGroup(hosts, ctx.settings.ssh_user, load_key(ctx.settings.home),
+                           connect_timeout=5, retries=1) as group:
+                results = group.run(as_command(render("running.sh"), "tpujob-running"), timeout=30)
+        except TpujobError:
+            return False
+        return any(r.ok and r.output.strip().endswith("running") for r in results)
+
+    return runs
+
+
+def collect(ctx: Context, zones: list[str] | None = None, min_age: float = DEFAULT_MIN_AGE,
+            remove: bool = False, on_done: Callable[[Deletion], None] | None = None
+            ) -> tuple[list[Leftover], list[Deletion]]:
+    """`tpujob gc`: the leftovers, and, with `remove`, each one's deletion."""
+    zones = list(zones or [])
+    check_options(ctx, zones, min_age)  # before a client is made (the emulator started)
+    cloud, compute = make_cloud(ctx.settings), make_compute(ctx.settings)
+    found = find(ctx, zones, min_age, cloud=cloud, compute=compute)
+    return found, (delete(ctx, found, cloud=cloud, compute=compute, on_done=on_done)
+                   if remove else [])
