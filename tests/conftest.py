@@ -176,3 +176,24 @@ def offline(monkeypatch):
     monkeypatch.setattr(jobs, "make_cloud", lambda settings: made.append("cloud"))
     monkeypatch.setattr(cli_jobs, "follow_job", lambda ctx, job_id, **kw: ctx.store.get(job_id))
     return made
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A PostgreSQL server of the session's own (tests/pg_cluster.py). Skipped only where no
+    server binaries are installed; a server that is installed but fails to start fails the tests."""
+    from pg_cluster import Cluster, server_bin
+
+    bindir = server_bin()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (Debian: apt-get install postgresql; "
+                    "`scripts/setup --test` installs them)")
+    cluster = Cluster(bindir).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster) -> str:
+    """The SQLAlchemy URL of a fresh, empty database on the session's PostgreSQL server."""
+    return postgres_cluster.new_database()

@@ -21,6 +21,12 @@ def _url(tmp_path, name="blank.db") -> str:
     return f"sqlite:///{tmp_path / name}"
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path) -> str:
+    """A blank store's URL: a SQLite file, and a fresh database on a real PostgreSQL server."""
+    return _url(tmp_path) if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+
+
 def _tables(engine) -> set[str]:
     return set(inspect(engine).get_table_names())
 
@@ -35,8 +41,8 @@ def test_versions_are_append_only_and_contiguous():
     assert all(name for _, name, _ in MIGRATIONS)
 
 
-def test_migrate_from_blank(tmp_path):
-    engine = create_engine(_url(tmp_path))
+def test_migrate_from_blank(store_url):
+    engine = create_engine(store_url)
     assert _tables(engine) == set()
     assert applied_versions(engine) == []
     assert migrate(engine) == [v for v, _, _ in MIGRATIONS]
@@ -45,17 +51,17 @@ def test_migrate_from_blank(tmp_path):
     assert _migration_rows(engine) == [(v, n) for v, n, _ in MIGRATIONS]
 
 
-def test_reopen_is_a_no_op(tmp_path):
-    engine = create_engine(_url(tmp_path))
+def test_reopen_is_a_no_op(store_url):
+    engine = create_engine(store_url)
     migrate(engine)
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO job (name, state, spec_yaml, spec_json, accelerator, zone, project, "
                           "cloud, attempt, preemptions, failures, nan_restarts, keep_slice, created_at, "
                           "updated_at) VALUES ('kept', 'PENDING', '', '{}', 'v4-8', 'z', 'p', 'local', "
-                          "0, 0, 0, 0, 0, 1, 1)"))
+                          "0, 0, 0, 0, FALSE, 1, 1)"))
     rows = _migration_rows(engine)
     assert migrate(engine) == []
-    assert migrate(create_engine(_url(tmp_path))) == []
+    assert migrate(create_engine(store_url)) == []
     assert _migration_rows(engine) == rows
     with engine.connect() as conn:
         assert conn.execute(text("SELECT name FROM job")).scalars().all() == ["kept"]
@@ -74,25 +80,37 @@ def _store_before(engine, version: int, job_values: str) -> None:
                           f"updated_at) VALUES ({job_values})"))
 
 
-def test_capacity_misses_arrive_with_a_zero_for_jobs_already_stored(tmp_path):
-    engine = create_engine(_url(tmp_path))
-    _store_before(engine, 5, "'old', 'RECOVERING', '', '{}', 'v4-8', 'z', 'p', 'local', 2, 0, 0, 0, 0, 1, 1")
+@pytest.mark.parametrize("version", [v for v, _, _ in MIGRATIONS[1:]])  # from 1: a blank store
+def test_a_store_of_every_earlier_version_migrates_with_its_jobs(store_url, version):
+    engine = create_engine(store_url)
+    _store_before(engine, version, "'old', 'RUNNING', 'name: old', '{}', 'v4-8', 'z', 'p', 'local', "
+                                   "1, 1, 0, 0, FALSE, 1, 2")
+    assert migrate(engine) == list(range(version, LATEST + 1))
+    assert _migration_rows(engine) == [(v, n) for v, n, _ in MIGRATIONS]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT name, state, preemptions, keep_slice, created_at FROM job")).all() == [
+            ("old", "RUNNING", 1, False, 1.0)]
+
+
+def test_capacity_misses_arrive_with_a_zero_for_jobs_already_stored(store_url):
+    engine = create_engine(store_url)
+    _store_before(engine, 5, "'old', 'RECOVERING', '', '{}', 'v4-8', 'z', 'p', 'local', 2, 0, 0, 0, FALSE, 1, 1")
     assert migrate(engine) == list(range(5, LATEST + 1))
     with engine.connect() as conn:
         assert conn.execute(text("SELECT name, capacity_misses FROM job")).all() == [("old", 0)]
 
 
-def test_flaps_arrive_with_a_zero_for_jobs_already_stored(tmp_path):
-    engine = create_engine(_url(tmp_path))
-    _store_before(engine, 6, "'old', 'RUNNING', '', '{}', 'v4-8', 'z', 'p', 'local', 3, 2, 0, 0, 0, 1, 1")
+def test_flaps_arrive_with_a_zero_for_jobs_already_stored(store_url):
+    engine = create_engine(store_url)
+    _store_before(engine, 6, "'old', 'RUNNING', '', '{}', 'v4-8', 'z', 'p', 'local', 3, 2, 0, 0, FALSE, 1, 1")
     assert migrate(engine) == list(range(6, LATEST + 1))
     with engine.connect() as conn:
         assert conn.execute(text("SELECT name, preemptions, flaps FROM job")).all() == [("old", 2, 0)]
 
 
-def test_the_outbox_arrives_empty_beside_jobs_already_stored(tmp_path):
-    engine = create_engine(_url(tmp_path))
-    _store_before(engine, 7, "'old', 'RUNNING', '', '{}', 'v4-8', 'z', 'p', 'local', 1, 0, 0, 0, 0, 1, 1")
+def test_the_outbox_arrives_empty_beside_jobs_already_stored(store_url):
+    engine = create_engine(store_url)
+    _store_before(engine, 7, "'old', 'RUNNING', '', '{}', 'v4-8', 'z', 'p', 'local', 1, 0, 0, 0, FALSE, 1, 1")
     assert "outbox" not in _tables(engine)
     assert migrate(engine) == list(range(7, LATEST + 1))
     with engine.connect() as conn:
@@ -111,10 +129,10 @@ def test_engine_for_opens_a_migrated_wal_store(tmp_path):
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
 
 
-def test_a_failing_migration_leaves_nothing_behind(tmp_path, monkeypatch):
+def test_a_failing_migration_leaves_nothing_behind(store_url, monkeypatch):
     # The store's own engine: it opens every transaction itself, so SQLite's DDL is transactional
-    # (a bare pysqlite engine would autocommit each CREATE).
-    engine = db.engine_for(_url(tmp_path))
+    # (a bare pysqlite engine would autocommit each CREATE); PostgreSQL's DDL is transactional.
+    engine = db.engine_for(store_url)
 
     def broken(conn):
         conn.execute(text("CREATE TABLE half_done (x INTEGER)"))
@@ -155,17 +173,18 @@ def _kind(sql_type) -> str:
 
 
 @pytest.mark.parametrize("model", [Job, Attempt, Event, Outbox], ids=lambda m: m.__tablename__)
-def test_models_equal_the_migrated_tables(tmp_path, model):
-    engine = create_engine(_url(tmp_path))
+def test_models_equal_the_migrated_tables(store_url, model):
+    engine = create_engine(store_url)
     migrate(engine)
     insp = inspect(engine)
     table = model.__table__
     migrated = {c["name"]: c for c in insp.get_columns(table.name)}
+    primary = set(insp.get_pk_constraint(table.name)["constrained_columns"])
     assert set(migrated) == set(table.columns.keys())
     for column in table.columns:
         found = migrated[column.name]
         assert found["nullable"] == column.nullable, column.name
-        assert bool(found["primary_key"]) == column.primary_key, column.name
+        assert (column.name in primary) == column.primary_key, column.name
         assert _kind(found["type"]) == _kind(column.type), column.name
     indexed = {tuple(ix["column_names"]) for ix in insp.get_indexes(table.name)}
     assert indexed == {(c.name,) for c in table.columns if c.index}
@@ -183,8 +202,8 @@ def _open(url: str, barrier, results) -> None:
         results.put(f"{type(exc).__name__}: {exc}")
 
 
-def test_processes_opening_a_blank_store_at_once(tmp_path):
-    url = _url(tmp_path)
+def test_processes_opening_a_blank_store_at_once(store_url):
+    url = store_url
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(3, timeout=60)
     results = ctx.Queue()
@@ -198,21 +217,21 @@ def test_processes_opening_a_blank_store_at_once(tmp_path):
     assert _migration_rows(create_engine(url)) == [(v, n) for v, n, _ in MIGRATIONS]
 
 
-def test_a_foreign_key_is_enforced(tmp_path):
-    engine = db.engine_for(_url(tmp_path))
-    with pytest.raises(IntegrityError, match="FOREIGN KEY"):
+def test_a_foreign_key_is_enforced(store_url):
+    engine = db.engine_for(store_url)
+    with pytest.raises(IntegrityError, match="(?i)foreign key"):
         with engine.begin() as conn:
             conn.execute(text("INSERT INTO event (job_id, at, kind, message) VALUES (12345, 1, 'x', 'y')"))
 
 
-def test_the_store_gets_one_random_id_once(tmp_path):
+def test_the_store_gets_one_random_id_once(tmp_path, store_url):
     """Migration 8: a label-safe id (lowercase hex, <= 63 characters), the same on every open,
     another for another store."""
     import re
 
     from tpujob.store.identity import store_id
 
-    first = db.engine_for(_url(tmp_path))
+    first = db.engine_for(store_url)
     other = db.engine_for(f"sqlite:///{tmp_path / 'other.db'}")
     ident = store_id(first)
     assert re.fullmatch(r"[a-z0-9_-]{1,63}", ident)

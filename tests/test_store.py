@@ -22,16 +22,26 @@ def _url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Store:
-    """One store for the module (opening and migrating one per test costs more than the test);
-    every test works on jobs of its own."""
-    return open_store(_url(tmp_path_factory.mktemp("store")))
+BACKENDS = ["sqlite", "postgresql"]
 
 
-@pytest.fixture
-def fresh_store(tmp_path) -> Store:
-    return open_store(_url(tmp_path))
+def _blank_url(backend: str, tmp_path, request) -> str:
+    """A blank store: a SQLite file, or a fresh database on the session's PostgreSQL server."""
+    if backend == "sqlite":
+        return _url(tmp_path)
+    return request.getfixturevalue("postgres_cluster").new_database()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def store(request, tmp_path_factory) -> Store:
+    """One store per backend for the module (opening and migrating one per test costs more than
+    the test); every test works on jobs of its own."""
+    return open_store(_blank_url(request.param, tmp_path_factory.mktemp("store"), request))
+
+
+@pytest.fixture(params=BACKENDS)
+def fresh_store(request, tmp_path) -> Store:
+    return open_store(_blank_url(request.param, tmp_path, request))
 
 
 def _add(store: Store, name: str = "demo"):
@@ -234,8 +244,9 @@ def _racer(url: str, name: str, job_ids: list[int], barrier, results) -> None:
     results.put((name, won, lease_won, errors))
 
 
-def test_concurrent_writers_one_winner_per_race(tmp_path):
-    url = _url(tmp_path)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_concurrent_writers_one_winner_per_race(backend, tmp_path, request):
+    url = _blank_url(backend, tmp_path, request)
     store = open_store(url)
     job_ids = [_add(store, f"job-{i}").id for i in range(15)]
     ctx = multiprocessing.get_context("spawn")

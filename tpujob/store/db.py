@@ -60,17 +60,35 @@ def engine_for(url: str) -> Engine:
         return _engines.get(url) or _open(url)
 
 
+def _server_engine(url: str) -> Engine:
+    # A sweep's act workers (TPUJOB_SWEEP_WORKERS) each hold one connection at a time: the pool
+    # grows with them. pre_ping: a lab's server restarts; a stale pooled connection is replaced.
+    return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=64, pool_timeout=60)
+
+
+def _store_error(url: str, what: str, exc: Exception) -> ConfigError:
+    """One line naming the store (password hidden) and the driver's first line of cause."""
+    shown = redact_url(url)
+    # The driver's message may quote the URL (or its password) too.
+    cause = str(getattr(exc, "orig", None) or exc).strip()
+    detail = (cause.splitlines()[0][:300] if cause else type(exc).__name__).replace(url, shown)
+    password = _password(url)
+    if password:
+        detail = detail.replace(password, "***")
+    return ConfigError(f"{what} {shown!r}: {detail}")
+
+
 def _open(url: str) -> Engine:
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
     try:
-        engine = _sqlite_engine(url) if url.startswith("sqlite") else create_engine(url, pool_pre_ping=True)
+        engine = _sqlite_engine(url) if url.startswith("sqlite") else _server_engine(url)
     except Exception as exc:  # bad URL or missing driver: a configuration problem
-        shown = redact_url(url)
-        # The driver's message may quote the URL (or its password) too.
-        detail = str(exc).replace(url, shown)
-        password = _password(url)
-        if password:
-            detail = detail.replace(password, "***")
-        raise ConfigError(f"cannot open store {shown!r}: {detail}") from None
-    migrate(engine)
+        raise _store_error(url, "cannot open store", exc) from None
+    try:
+        migrate(engine)  # the first connection: a server that is down or refuses us shows here
+    except (OperationalError, InterfaceError) as exc:
+        engine.dispose()
+        raise _store_error(url, "cannot reach store", exc) from None
     _engines[url] = engine
     return engine

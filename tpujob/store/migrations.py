@@ -185,6 +185,19 @@ def is_current(engine: Engine) -> bool:
     return latest is not None and latest >= MIGRATIONS[-1][0]
 
 
+# Any fixed 64-bit number, the same in every tpujob process: the advisory lock's name.
+_MIGRATION_LOCK = 0x7470756A6F62  # "tpujob"
+
+
+def _one_at_a_time(conn: Connection) -> None:
+    """Hold the store's migration lock until this transaction ends. SQLite's write transactions
+    take the database's write lock up front (BEGIN IMMEDIATE, db.py). PostgreSQL's do not: two
+    processes would both find a table missing and both create it, the second failing with
+    DuplicateTable, so a transaction-level advisory lock serialises them there."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+
+
 def migrate(engine: Engine) -> list[int]:
     """Apply every migration not applied yet; return the versions applied now.
 
@@ -195,6 +208,7 @@ def migrate(engine: Engine) -> list[int]:
     if is_current(engine):
         return []  # every command opens the store: no write lock, no table creation, no reflection
     with engine.begin() as conn:
+        _one_at_a_time(conn)
         _bookkeeping.create_all(conn)
     done = set(applied_versions(engine))
     applied = []
@@ -203,6 +217,7 @@ def migrate(engine: Engine) -> list[int]:
             continue
         try:
             with engine.begin() as conn:
+                _one_at_a_time(conn)
                 if conn.execute(_migration.select().where(_migration.c.version == version)).first():
                     continue
                 apply(conn)
