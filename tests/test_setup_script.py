@@ -26,7 +26,8 @@ LOG = 'printf "%s\\n" "${0##*/} $*" >> "$SETUP_CALLS"'
 # What each package provides, as stand-ins (apt-get "installs" a package by writing them).
 PROVIDES = {"cron": ["crontab"], "procps": ["ps"], "fuse": ["fusermount"],
             "util-linux": ["nsenter", "unshare"], "libfuse2": ["lib/libfuse.so.2"],
-            "python3-venv": ["lib/ensurepip"]}
+            "python3-venv": ["lib/ensurepip"], "postgresql": ["pg_ctlcluster"]}
+TEST_ONLY = {"postgresql"}  # needed by `scripts/setup --test` alone
 
 STANDINS = {
     "id": '[ "$1" = -u ] && echo "$FAKE_UID"',
@@ -144,9 +145,17 @@ def test_a_failed_apt_get_update_still_tries_the_install(machine):
 @pytest.mark.parametrize("package", sorted(PROVIDES))
 def test_each_missing_package_is_found_and_installed(machine, package):
     machine.remove(package)
-    result = machine.run()
+    result = machine.run(*(["--test"] if package in TEST_ONLY else []))
     assert result.returncode == 0, result.stderr
     assert machine.called("apt-get")[-1] == f"apt-get install -y -qq {package}"
+
+
+@pytest.mark.parametrize("package", sorted(TEST_ONLY))
+def test_a_package_only_the_tests_use_is_not_installed_for_the_demo(machine, package):
+    machine.remove(package)
+    result = machine.run()
+    assert result.returncode == 0, result.stderr
+    assert machine.called("apt-get") == []
 
 
 def test_a_long_library_list_still_shows_libfuse(machine):
