@@ -1,0 +1,390 @@
+"""An emulated night: jobs under preemptions, stockouts, API faults, dead hosts and sweeps killed
+at their crash points, then the invariants tpujob promises, checked on what is left.
+
+Against a fresh emulator (hosts on) and a store of its own (SQLite in a temporary TPUJOB_HOME,
+`--db-url URL`, or `--postgres`: a throwaway PostgreSQL server, tests/pg_cluster.py):
+- `--jobs` jobs: every third one the bundled JAX runtime with its run dir on the emulator's
+  gs:// bucket (checkpoint every CHECKPOINT_EVERY steps), the others plain commands, some
+  finishing, some running all night; 1-, 2- and 4-host slices (v4-8, v4-16, v4-32);
+- `tpujob watch` and 4 loops of `tpujob requeue` (each sweep its own process) all night;
+- a chaos loop, seeded (`--seed`), drawing every CHAOS_EVERY s from: a preemption with spot's
+  SIGTERM notice (grace) or without (SIGKILL), a stockout of the zone, API 429/503 answers
+  (api_error_rate), one of Google's replayed create errors (tests/fixtures/gcp_errors), a
+  killed host, and a requeue process SIGKILLed at one of the sweep's crash points.
+After `--minutes`, with every fault off, it sweeps until nothing changes, then checks:
+1. every job RUNNING or in an end state;
+2. every node and queued resource belongs to the live attempt of an active job, none twice,
+   and `tpujob gc --json --min-age 0` finds no orphan;
+3. each job's events in order, every state move legal and chained from the one before;
+4. runtime jobs: steps never go back; an attempt ended by a SIGTERM preemption loses no step,
+   any other loses at most one checkpoint interval.
+It prints the counts (jobs, preemptions, faults, sweeps, crashes, invariants) and goodput, and
+exits 0 only when no invariant was violated.
+
+    .venv/bin/python scripts/soak.py [--minutes 10] [--seed 1] [--jobs 6] [--db-url URL | --postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ZONE = "us-central2-b"
+BUCKET = "tpujob-soak"
+CHECKPOINT_EVERY = 10
+CHAOS_EVERY = 4.0
+REQUEUE_LOOPS = 4
+FIXTURES = ROOT / "tests" / "fixtures" / "gcp_errors"
+# Google's create errors a sweep retries (capacity, internal): replayed, they must not end a job.
+REPLAYED = ("stockout_in_operation", "internal_on_create")
+
+RUNTIME = """\
+name: soak-rt-{i}
+tpu: {{accelerator: {accelerator}, zone: %s, queued: {queued}}}
+run_dir: gs://%s/runs
+requeue: {{backoff_seconds: 2, min_run_seconds: 0, max_preemptions: 1000, max_failures: 20}}
+run:
+  runtime: {{model: tiny, steps: {steps}, batch_size: 8, seq_len: 64, checkpoint_every: %d,
+            log_every: 5, heartbeat_every_s: 1}}
+""" % (ZONE, BUCKET, CHECKPOINT_EVERY)
+
+COMMAND = """\
+name: soak-cmd-{i}
+tpu: {{accelerator: {accelerator}, zone: %s, queued: {queued}}}
+requeue: {{backoff_seconds: 2, min_run_seconds: 0, max_preemptions: 1000, max_failures: 20}}
+run: {{command: {command}}}
+""" % ZONE
+
+
+def tpujob(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tpujob.cli.main", *args], cwd=ROOT, env=env or os.environ,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class Night:
+    """The jobs, the sweepers and the chaos, with what happened counted."""
+
+    def __init__(self, directory: Path, seed: int, jobs: int):
+        from tpujob.emulator import process
+
+        self.directory, self.rng, self.count = directory, random.Random(seed), jobs
+        self.process = process
+        from tpujob.service.context import Context
+
+        process.start(provisioning_delay=0.0, hosts=True)
+        self.client = process.client()
+
+        self.ctx = Context.load()
+        self.faults: Counter = Counter()
+        self.preempted: dict[tuple[int, int], str] = {}  # (job, attempt) -> "sigterm" | "sigkill"
+        self.sweeps = self.crashes = 0
+        self.lock = threading.Lock()
+        self.crash_next: list[str] = []  # crash points armed for the next requeue processes
+        self.stop = threading.Event()
+        self.runtime_jobs: set[int] = set()
+
+    # -- the jobs ---------------------------------------------------------------------------
+    def record_jobs(self) -> None:
+        from tpujob.service import jobs
+        from tpujob.service.context import make_storage
+        from tpujob.service.demo import ensure_bucket
+
+        ensure_bucket(make_storage(self.ctx.settings), BUCKET)
+        four_hosts = 0
+        for i in range(self.count):
+            accelerator = self.rng.choice(["v4-8", "v4-8", "v4-16", "v4-32"])
+            if accelerator == "v4-32":
+                four_hosts += 1
+                accelerator = "v4-32" if four_hosts <= 1 else "v4-16"  # a 2-core machine: one 4-host job
+            queued = "true" if self.rng.random() < 0.5 else "false"
+            if i % 3 == 0:
+                text = RUNTIME.format(i=i, accelerator=accelerator, queued=queued, steps=self.rng.choice([200, 400]))
+            else:
+                command = "sleep 100000" if i % 3 == 1 else f"sleep {self.rng.randint(30, 180)}; exit 0"
+                text = COMMAND.format(i=i, accelerator=accelerator, queued=queued, command=json.dumps(command))
+            path = self.directory / f"job-{i}.yaml"
+            path.write_text(text)
+            job, _ = jobs.record(self.ctx, str(path))
+            if i % 3 == 0:
+                self.runtime_jobs.add(job.id)
+
+    # -- the sweepers -----------------------------------------------------------------------
+    def requeue_loop(self) -> None:
+        while not self.stop.is_set():
+            env = dict(os.environ)
+            with self.lock:
+                point = self.crash_next.pop() if self.crash_next else None
+            if point:
+                env["TPUJOB_CRASH_AT"] = point
+            done = tpujob("requeue", env=env)
+            with self.lock:
+                if done.returncode == -signal.SIGKILL:
+                    self.crashes += 1
+                elif done.returncode == 0:
+                    self.sweeps += 1
+            time.sleep(random.uniform(0.5, 2.0))  # not the seeded draw: threads would reorder it
+
+    def start_sweepers(self) -> list:
+        log = open(self.directory / "watch.log", "w")
+        watch = subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", "watch", "--interval", "3"],
+                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        loops = [threading.Thread(target=self.requeue_loop, daemon=True) for _ in range(REQUEUE_LOOPS)]
+        for loop in loops:
+            loop.start()
+        return [watch, *loops]
+
+    # -- the chaos --------------------------------------------------------------------------
+    def live_nodes(self) -> list[tuple[int, int, str]]:
+        found = []
+        for job in self.ctx.store.list_jobs():
+            attempt = self.ctx.store.current_attempt(job.id)
+            if job.state == "RUNNING" and attempt is not None and attempt.ended_at is None:
+                found.append((job.id, attempt.number, f"projects/{job.project}/locations/{attempt.zone}/nodes/"
+                                                      f"{attempt.slice_name}"))
+        return found
+
+    def preempt(self, job_id: int, number: int, node: str, grace: float) -> None:
+        try:
+            self.client.preempt(node, grace_seconds=grace)
+        except Exception as exc:  # noqa: BLE001 - the node went meanwhile: not a preemption
+            self.faults[f"preempt refused ({type(exc).__name__})"] += 1
+            return
+        kind = "sigterm" if grace > 0 else "sigkill"
+        with self.lock:
+            self.preempted[(job_id, number)] = kind
+        self.faults[f"preemption ({kind})"] += 1
+
+    def chaos(self, until: float) -> None:
+        from tpujob.errors import TpujobError
+
+        while time.monotonic() < until:
+            time.sleep(CHAOS_EVERY * self.rng.uniform(0.5, 1.5))
+            draw = self.rng.choice(["preempt", "preempt", "preempt_grace", "stockout", "api_errors",
+                                    "replay", "kill_host", "crash"])
+            try:
+                self.inject(draw)
+            except TpujobError as exc:  # the node went between the listing and the fault
+                self.faults[f"{draw}: target gone ({type(exc).__name__})"] += 1
+
+    def inject(self, draw: str) -> None:
+        from tpujob.reconcile.sweep import CRASH_POINTS
+
+        nodes = self.live_nodes()
+        if draw in ("preempt", "preempt_grace", "kill_host") and not nodes:
+            return
+        if draw in ("preempt", "preempt_grace"):
+            job_id, number, node = self.rng.choice(nodes)
+            grace = 20.0 if draw == "preempt_grace" else 0.0
+            threading.Thread(target=self.preempt, args=(job_id, number, node, grace), daemon=True).start()
+        elif draw == "stockout":
+            self.client.stockout(ZONE)
+            self.faults["stockout"] += 1
+            threading.Timer(self.rng.uniform(3, 10), lambda: self.client.stockout(ZONE, clear=True)).start()
+        elif draw == "api_errors":
+            self.client.set_faults(api_error_rate=0.2)
+            self.faults["API 429/503 (rate 0.2)"] += 1
+            threading.Timer(self.rng.uniform(2, 6), lambda: self.client.set_faults(api_error_rate=0.0)).start()
+        elif draw == "replay":
+            name = self.rng.choice(REPLAYED)
+            answer = json.loads((FIXTURES / f"{name}.json").read_text())
+            self.client.fail_next(answer["method"], answer["status"], answer["message"],
+                                  grpc_status=answer["grpc_status"], reason=answer["reason"],
+                                  in_operation=answer["in_operation"])
+            self.faults[f"replayed {name}"] += 1
+        elif draw == "kill_host":
+            job_id, number, node = self.rng.choice(nodes)
+            hosts = self.client.hosts(node)
+            self.client.kill_host(node, self.rng.randrange(len(hosts)))
+            self.faults["host killed"] += 1
+        else:
+            with self.lock:
+                self.crash_next.append(self.rng.choice(CRASH_POINTS))
+            self.faults["crash point armed for a requeue"] += 1
+
+    def faults_off(self) -> None:
+        self.client.set_faults(api_error_rate=0.0)
+        self.client.clear_fail_next()
+        self.client.stockout(ZONE, clear=True)
+        with self.lock:
+            self.crash_next.clear()
+
+    def settle(self, limit: float = 300.0) -> int:
+        """Sweep until two sweeps in a row change nothing (and nothing is mid-way); the sweeps."""
+        from tpujob.service.sweeps import reconciler
+        from tpujob.store.states import State
+
+        rec, quiet, sweeps, deadline = reconciler(self.ctx), 0, 0, time.monotonic() + limit
+        moving = {State.PENDING, State.PROVISIONING, State.SETTING_UP, State.RECOVERING}
+        while quiet < 2 and time.monotonic() < deadline:
+            before = [(j.id, j.state, j.attempt) for j in self.ctx.store.list_jobs(include_ended=True)]
+            rec.sweep()
+            sweeps += 1
+            after = [(j.id, j.state, j.attempt) for j in self.ctx.store.list_jobs(include_ended=True)]
+            settled = all(State(s) not in moving for _, s, _ in after)
+            quiet = quiet + 1 if after == before and settled else 0
+            time.sleep(1.0)
+        return sweeps
+
+
+def check(night: Night) -> tuple[list[str], int]:
+    """The invariants: (violations, checks made)."""
+    from tpujob.store.states import ENDED, TRANSITIONS, State
+
+    ctx, violations, checks = night.ctx, [], 0
+    jobs = ctx.store.list_jobs(include_ended=True)
+    live: dict[tuple[str, str], int] = {}
+    for job in jobs:
+        checks += 1
+        if not (State(job.state) in ENDED or job.state == "RUNNING"):
+            violations.append(f"job {job.id} left {job.state}")
+        attempt = ctx.store.current_attempt(job.id)
+        if job.state not in {s.value for s in ENDED} and attempt is not None and attempt.ended_at is None:
+            key = (attempt.zone, attempt.slice_name)
+            if key in live:
+                violations.append(f"slice {key} claimed by jobs {live[key]} and {job.id}")
+            live[key] = job.id
+        # Events: in order, each move legal and chained from the one before.
+        checks += 1
+        events = ctx.store.events(job.id)
+        if [e.id for e in events] != sorted(e.id for e in events) or \
+                any(b.at < a.at for a, b in zip(events, events[1:])):
+            violations.append(f"job {job.id}: events out of order")
+        state = None
+        for event in (e for e in events if e.to_state):
+            if state is not None and (event.from_state != state or
+                                      State(event.to_state) not in TRANSITIONS[State(state)]):
+                violations.append(f"job {job.id}: move {event.from_state} -> {event.to_state} after {state}")
+            state = event.to_state
+        if state != job.state:
+            violations.append(f"job {job.id}: last move to {state}, job {job.state}")
+        if job.id in night.runtime_jobs:
+            checks += 1
+            violations += _steps(job.id, ctx.store.attempts(job.id), night.preempted)
+    # Cloud: every node and queued resource is a live attempt's, once; gc finds no orphan.
+    checks += 1
+    for kind in ("nodes", "queuedResources"):
+        for item in _api_list(night, jobs[0].project if jobs else "soak", kind):
+            name = item["name"].rsplit("/", 1)[-1]
+            if (ZONE, name) not in live:
+                violations.append(f"{kind} {name} belongs to no live attempt")
+    checks += 1
+    gc = tpujob("gc", "--json", "--min-age", "0")
+    if gc.returncode != 0:
+        violations.append(f"tpujob gc exited {gc.returncode}: {gc.stderr.strip()[-300:]}")
+    elif json.loads(gc.stdout):
+        violations.append(f"tpujob gc lists orphans: {[r.get('name') for r in json.loads(gc.stdout)]}")
+    return violations, checks
+
+
+def _steps(job_id: int, attempts: list, preempted: dict) -> list[str]:
+    found = []
+    for before, after in zip(attempts, attempts[1:]):
+        if after.resumed_from_step is None or before.last_step is None:
+            continue
+        resumed_before = before.resumed_from_step or 0
+        if after.resumed_from_step < resumed_before:
+            found.append(f"job {job_id}: attempt {after.number} resumed at step {after.resumed_from_step}, "
+                         f"behind attempt {before.number}'s start {resumed_before}")
+        lost = max(0, before.last_step - after.resumed_from_step)
+        allowed = 0 if preempted.get((job_id, before.number)) == "sigterm" else CHECKPOINT_EVERY
+        if lost > allowed:
+            kind = preempted.get((job_id, before.number), before.end_reason)
+            found.append(f"job {job_id}: attempt {before.number} ({kind}) lost {lost} steps (allowed {allowed})")
+    return found
+
+
+def _api_list(night: Night, project: str, kind: str) -> list[dict]:
+    import urllib.request
+
+    url = f"{night.client.url}/v2/projects/{project}/locations/{ZONE}/{kind}"
+    with urllib.request.urlopen(url) as response:
+        return json.loads(response.read()).get(kind, [])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=6)
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument("--db-url", help="the store's SQLAlchemy URL (default: SQLite in a temporary home)")
+    store.add_argument("--postgres", action="store_true", help="a throwaway PostgreSQL server (Debian's)")
+    args = parser.parse_args()
+
+    directory = Path(tempfile.mkdtemp(prefix="tpujob-soak-"))
+    os.environ.update(TPUJOB_HOME=str(directory / "home"), TPUJOB_EMULATOR_DIR=str(directory / "emulator"),
+                      TPUJOB_PROJECT="soak", TPUJOB_ZONE=ZONE)
+    os.environ.pop("TPUJOB_CRASH_AT", None)
+    cluster = None
+    if args.postgres:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from pg_cluster import Cluster, server_bin
+
+        if server_bin() is None:
+            raise SystemExit("soak: --postgres needs Debian's postgresql (scripts/setup --test installs it)")
+        cluster = Cluster(server_bin()).start()
+        os.environ["TPUJOB_DB_URL"] = cluster.new_database()
+    elif args.db_url:
+        os.environ["TPUJOB_DB_URL"] = args.db_url
+    backend = "PostgreSQL" if args.postgres or (args.db_url or "").startswith("postgres") else "SQLite"
+    print(f"soak: {args.minutes:g} min, seed {args.seed}, {args.jobs} jobs, store on {backend}, in {directory}",
+          flush=True)
+
+    night = Night(directory, args.seed, args.jobs)
+    started = time.monotonic()
+    try:
+        night.record_jobs()
+        sweepers = night.start_sweepers()
+        night.chaos(started + args.minutes * 60)
+        night.faults_off()
+        night.stop.set()
+        watch = sweepers[0]
+        watch.send_signal(signal.SIGINT)
+        for thread in sweepers[1:]:
+            thread.join(timeout=120)
+        watch.wait(timeout=60)
+        night.sweeps += sum(1 for line in (directory / "watch.log").read_text().splitlines() if " sweep: " in line)
+        time.sleep(25)  # preemptions still in their grace end first
+        settle_sweeps = night.settle()
+        violations, checks = check(night)
+        report(night, args, time.monotonic() - started, settle_sweeps, violations, checks)
+    finally:
+        night.stop.set()
+        night.process.stop()
+        if cluster is not None:
+            cluster.stop()
+    return 0 if not violations else 1
+
+
+def report(night: Night, args, seconds: float, settle_sweeps: int, violations: list[str], checks: int) -> None:
+    from tpujob.service.accounting import goodput
+
+    now = time.time()
+    jobs = night.ctx.store.list_jobs(include_ended=True)
+    states = Counter(j.state for j in jobs)
+    preemptions = Counter(v for v in night.preempted.values())
+    print(f"ran {seconds / 60:.1f} min; jobs {len(jobs)}: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+    print(f"preemptions: {sum(preemptions.values())} ({preemptions['sigterm']} with SIGTERM grace, "
+          f"{preemptions['sigkill']} SIGKILL); the store counts {sum(j.preemptions for j in jobs)}")
+    print(f"faults injected: {sum(night.faults.values())} (" +
+          ", ".join(f"{k}: {n}" for k, n in sorted(night.faults.items())) + ")")
+    print(f"sweeps: {night.sweeps} during the night + {settle_sweeps} to settle; sweeps SIGKILLed: {night.crashes}")
+    print(f"invariants: {checks - len(violations)} held, {len(violations)} violated")
+    for line in violations:
+        print(f"  VIOLATED: {line}")
+    print("goodput: " + ", ".join(f"{j.name} {goodput(j, now):.0%}" for j in jobs))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
