@@ -11,8 +11,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Optional
 
-from tpujob.reconcile.placement import NO_QUOTA, UNAVAILABLE
-from tpujob.store.states import EndReason, State
+from tpujob.store.states import AttemptEnd, EndReason, State
 
 
 class SlicePhase(str, Enum):
@@ -102,7 +101,7 @@ class Policy:
         do not all come back in the same second. The jitter is a hash of the job id and attempt
         number, not a random draw: decide stays a pure function."""
         wait, doublings = self.backoff_seconds, job.capacity_misses
-        if job.last_end == PREEMPTED:
+        if job.last_end == AttemptEnd.PREEMPTED:
             if job.flaps == 0:
                 return 0.0
             doublings = job.flaps
@@ -113,7 +112,6 @@ class Policy:
 
 
 JITTER = 0.2
-PREEMPTED = "preempted"  # the attempt end reason of a lost slice
 
 
 @dataclass(frozen=True)
@@ -135,7 +133,7 @@ class JobView:
     job_id: int = 0  # seeds the backoff's jitter
     capacity_misses: int = 0  # capacity misses in a row, since a slice last came up READY
     flaps: int = 0  # preemptions in a row after runs shorter than min_run_seconds
-    last_end: Optional[str] = None  # the current attempt's end reason, once it ended
+    last_end: Optional[AttemptEnd] = None  # the current attempt's end reason, once it ended
 
 
 # --- actions ------------------------------------------------------------------------------------
@@ -175,7 +173,7 @@ class StopProgram(Action):
 
 @dataclass(frozen=True)
 class EndAttempt(Action):
-    reason: str
+    reason: AttemptEnd
 
 
 @dataclass(frozen=True)
@@ -218,7 +216,7 @@ def _lost(job: JobView, policy: Policy, why: str) -> list[Action]:
     once unless the attempt ran under min_run_seconds (a flap: the next one waits)."""
     ran = job.in_state_seconds if job.state == State.RUNNING else 0.0  # never ran: a flap too
     flap = ran < policy.min_run_seconds
-    actions: list[Action] = [EndAttempt(PREEMPTED), DeleteSlice(), Count("preemptions")]
+    actions: list[Action] = [EndAttempt(AttemptEnd.PREEMPTED), DeleteSlice(), Count("preemptions")]
     if flap:
         actions.append(Count("flaps"))
     elif job.flaps:
@@ -229,7 +227,7 @@ def _lost(job: JobView, policy: Policy, why: str) -> list[Action]:
     budget = f"{why}; preemption {job.preemptions + 1} of {policy.max_preemptions} allowed"
     if not flap:
         return actions + [Move(State.RECOVERING, f"{budget}, next attempt now")]
-    wait = policy.backoff(replace(job, flaps=job.flaps + 1, last_end=PREEMPTED))
+    wait = policy.backoff(replace(job, flaps=job.flaps + 1, last_end=AttemptEnd.PREEMPTED))
     return actions + [Move(State.RECOVERING, f"{budget}; ran {ran:.0f} s, under min_run_seconds "
                                              f"({policy.min_run_seconds:.0f}): flap {job.flaps + 1}, "
                                              f"next attempt in {wait:.0f} s")]
@@ -239,11 +237,11 @@ def _no_capacity(job: JobView, policy: Policy, why: str) -> list[Action]:
     """A capacity miss: free what the attempt holds, then wait (growing backoff) and try the next
     placement, cycling back to the primary, until max_capacity_retries misses in a row."""
     misses = job.capacity_misses + 1
-    actions: list[Action] = [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses")]
+    actions: list[Action] = [EndAttempt(AttemptEnd.NO_CAPACITY), DeleteSlice(), Count("capacity_misses")]
     if misses > policy.max_capacity_retries:
         return actions + [Move(State.FAILED, f"{why}; {policy.max_capacity_retries} capacity retries "
                                              "spent", EndReason.NO_CAPACITY)]
-    wait = policy.backoff(replace(job, capacity_misses=misses, last_end="no_capacity"))
+    wait = policy.backoff(replace(job, capacity_misses=misses, last_end=AttemptEnd.NO_CAPACITY))
     where = "the next placement" if job.placements > 1 else "the same placement"
     return actions + [Move(State.RECOVERING, f"{why}; capacity miss {misses} of "
                                              f"{policy.max_capacity_retries} allowed, {where} in {wait:.0f} s")]
@@ -251,7 +249,7 @@ def _no_capacity(job: JobView, policy: Policy, why: str) -> list[Action]:
 
 def _refused(obs: Observation) -> list[Action]:
     """The cloud refused the create for good: asking again every sweep would loop forever."""
-    actions: list[Action] = [EndAttempt("refused"), DeleteSlice()]
+    actions: list[Action] = [EndAttempt(AttemptEnd.REFUSED), DeleteSlice()]
     if obs.slice == SlicePhase.NO_QUOTA:
         return actions + [Move(State.FAILED, f"quota exhausted: {obs.refusal}", EndReason.NO_CAPACITY)]
     return actions + [Move(State.FAILED, f"the cloud refused the slice: {obs.refusal}", EndReason.USER_ERROR)]
@@ -269,9 +267,9 @@ def _unavailable(job: JobView, obs: Observation) -> list[Action]:
     may (skipping those already refused); with none left, the spec is what is wrong."""
     why = f"this placement is refused: {obs.refusal}"
     if _other_placement(job, other_region=False):
-        return [EndAttempt(UNAVAILABLE), Move(State.RECOVERING, f"{why}; trying the next placement"),
+        return [EndAttempt(AttemptEnd.UNAVAILABLE), Move(State.RECOVERING, f"{why}; trying the next placement"),
                 StartAttempt(next_placement=True)]
-    return [EndAttempt(UNAVAILABLE), Move(State.FAILED, why, EndReason.USER_ERROR)]
+    return [EndAttempt(AttemptEnd.UNAVAILABLE), Move(State.FAILED, why, EndReason.USER_ERROR)]
 
 
 def _pending(job, obs, policy):
@@ -289,7 +287,7 @@ def _provisioning(job, obs, policy):
         return _unavailable(job, obs)
     if phase == SlicePhase.NO_QUOTA and _other_placement(job, other_region=True):
         # A regional quota of 0 here says nothing of another region's.
-        return [EndAttempt(NO_QUOTA), Move(State.RECOVERING, f"quota exhausted: {obs.refusal}; "
+        return [EndAttempt(AttemptEnd.NO_QUOTA), Move(State.RECOVERING, f"quota exhausted: {obs.refusal}; "
                                            "trying a placement in another region"),
                 StartAttempt(next_placement=True)]
     if phase in (SlicePhase.REFUSED, SlicePhase.NO_QUOTA):
@@ -319,14 +317,14 @@ def _setting_up(job, obs, policy):
     if obs.slice != SlicePhase.READY:
         return []
     if obs.setup_error is not None:
-        return _failed(job, policy, "setup_failed", f"setup failed: {obs.setup_error}", EndReason.SETUP_FAILED)
+        return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup failed: {obs.setup_error}", EndReason.SETUP_FAILED)
     if job.in_state_seconds > policy.setup_timeout(job.hosts):
-        return _failed(job, policy, "setup_failed", f"setup still running after "
+        return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup still running after "
                        f"{job.in_state_seconds / 60:.0f} min", EndReason.SETUP_FAILED)
     return [SetUp()]
 
 
-def _failed(job, policy, attempt_reason: str, why: str, reason: EndReason,
+def _failed(job, policy, attempt_reason: AttemptEnd, why: str, reason: EndReason,
             retry: bool = True) -> list[Action]:
     actions: list[Action] = [StopProgram(), EndAttempt(attempt_reason), Count("failures")]
     if not retry or job.failures + 1 > policy.max_failures:
@@ -340,7 +338,7 @@ def _running(job, obs, policy):
     if run.state == "succeeded" and not any(h.program == Program.RUNNING for h in obs.hosts):
         # The program said so in the run dir: done, whatever became of the hosts since (a
         # successful run is never re-run, even when a host is unreachable or the slice is gone).
-        actions = [EndAttempt("succeeded"), Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
+        actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
     if obs.slice in (SlicePhase.LOST, SlicePhase.ABSENT):
         return _lost(job, policy, "slice preempted" if obs.slice == SlicePhase.LOST else "slice gone")
@@ -354,7 +352,7 @@ def _running(job, obs, policy):
     hung = run.heartbeat_age is not None and run.heartbeat_age > policy.heartbeat_timeout_seconds
     unhealthy = any(h.program in (Program.UNREACHABLE, Program.MISSING) for h in hosts) or not hosts or hung
     if any(c == policy.nan_exit_code for c in codes):
-        actions: list[Action] = [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts")]
+        actions: list[Action] = [StopProgram(), EndAttempt(AttemptEnd.NAN), DeleteSlice(), Count("nan_restarts")]
         if job.nan_restarts + 1 > policy.max_nan:
             return actions + [Move(State.FAILED, f"NaN loss; NaN budget of {policy.max_nan} spent",
                                    EndReason.NAN_BUDGET)]
@@ -367,11 +365,11 @@ def _running(job, obs, policy):
         said = f" (status.json: {run.message})" if run.state == "failed" and run.message else ""
         fatal = [c for c in failed if c in policy.fatal_exit_codes]
         if fatal:
-            return _failed(job, policy, "failed", f"program exited {fatal[0]}{said}: a code or config "
+            return _failed(job, policy, AttemptEnd.FAILED, f"program exited {fatal[0]}{said}: a code or config "
                            "error, not retried", EndReason.USER_ERROR, retry=False)
-        return _failed(job, policy, "failed", f"program exited {failed[0]}{said}", EndReason.USER_ERROR)
+        return _failed(job, policy, AttemptEnd.FAILED, f"program exited {failed[0]}{said}", EndReason.USER_ERROR)
     if hosts and len(codes) == len(hosts):
-        actions = [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host")]
+        actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, "program exited 0 on every host")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
     if unhealthy:
         if job.unhealthy_seconds is None:

@@ -19,7 +19,7 @@ from typing import Callable, Optional, Protocol
 from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase, SliceRequest
 from tpujob.errors import (
     AuthError, CloudError, CloudRefused, ConflictError, JobLocked, NotFoundError, PermissionDenied,
-    PlacementUnavailable, QuotaExceeded, StockoutError, TpujobError, UsageError,
+    PlacementUnavailable, QuotaExceeded, SetupFailed, StockoutError, TpujobError, UsageError,
 )
 from tpujob.reconcile.decide import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostStatus, JobView,
@@ -27,8 +27,9 @@ from tpujob.reconcile.decide import (
     StopProgram, decide,
 )
 from tpujob.reconcile import placement as placing
+from tpujob.reconcile.policy import placements, policy_of, runtime_version, slice_network
 from tpujob.store.models import Attempt, Job
-from tpujob.store.states import ACTIVE, State
+from tpujob.store.states import ACTIVE, AttemptEnd, State
 
 # Cloud phases as decide sees them. DELETING is a slice on its way out: lost.
 _PHASES = {
@@ -57,11 +58,10 @@ SWEEP_WORKERS = 16
 # when its create returns -> set up and launch. Bounded: a round that changes nothing ends it.
 MAX_ROUNDS = 4
 
+# An attempt that ended so leaves a healthy slice the next attempt may set up again.
+_REUSABLE = (AttemptEnd.FAILED, AttemptEnd.SETUP_FAILED, AttemptEnd.CANCELLED)
+
 CRASH_POINTS = ("provisioning", "slice-requested", "slice-deleted", "launched", "moved")
-
-
-class SetupFailed(TpujobError):
-    """The setup script exited non-zero on a host (a connection error is not this)."""
 
 
 class HostOps(Protocol):
@@ -89,50 +89,6 @@ class SweepReport:
     api_calls: int = 0
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
-
-
-def placements(spec: dict) -> list[tuple[str, str]]:
-    """[(accelerator, zone)] of the primary placement then each fallback, from a resolved spec."""
-    tpu = spec["spec"]["tpu"]
-    first = (spec["accelerator"], spec["zone"])
-    return [first] + [(fb.get("accelerator") or first[0], fb.get("zone") or first[1])
-                      for fb in tpu.get("fallback", [])]
-
-
-def policy_of(spec: dict) -> Policy:
-    from tpujob.runtime.contract import EXIT_CONFIG, EXIT_INIT_CHECK, EXIT_NAN, EXIT_PREEMPTED, EXIT_RECOMPILE
-    from tpujob.spec import RequeuePolicy
-
-    # Through the model: a job recorded before a key existed gets that key's default.
-    r = RequeuePolicy.model_validate(spec["spec"]["requeue"])
-    return Policy(max_preemptions=r.max_preemptions, max_failures=r.max_failures, max_nan=r.max_nan,
-                  backoff_seconds=r.backoff_seconds, queue_timeout_seconds=r.queue_timeout_seconds,
-                  provision_timeout_seconds=r.provision_timeout_seconds,
-                  setup_timeout_seconds=r.setup_timeout_seconds,
-                  unhealthy_grace_seconds=r.unhealthy_grace_seconds,
-                  max_capacity_retries=r.max_capacity_retries, min_run_seconds=r.min_run_seconds,
-                  nan_exit_code=EXIT_NAN,
-                  preempted_exit_code=EXIT_PREEMPTED,
-                  fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))
-
-
-def slice_network(tpu: dict) -> dict:
-    """The slice request's network fields from the spec's tpu.network (absent in specs stored
-    before it existed: external IPs, the default network)."""
-    net = tpu.get("network") or {}
-    return dict(external_ips=net.get("external_ips", True), network=net.get("network"),
-                subnetwork=net.get("subnetwork"), tags=tuple(net.get("tags", ())))
-
-
-def _runtime_version(spec: dict, accelerator: str) -> str:
-    """The spec's runtime_version when it names one; otherwise the default of the attempt's own
-    generation: a fallback from v4 to v5e must not boot a v4 image."""
-    explicit = spec["spec"]["tpu"].get("runtime_version")
-    if explicit:
-        return explicit
-    from tpujob.catalogue import accelerator as lookup
-
-    return lookup(accelerator).generation.runtime_version
 
 
 class Reconciler:
@@ -369,7 +325,7 @@ class Reconciler:
     def _view(self, job: Job, attempt) -> JobView:
         now = self.clock()
         spec = json.loads(job.spec_json)
-        reuse = bool(attempt is not None and attempt.end_reason in ("failed", "setup_failed", "cancelled"))
+        reuse = bool(attempt is not None and attempt.end_reason in _REUSABLE)
         options = placements(spec)
         # Only where a refused create is decided on: the attempts are one more query per job.
         choosing = len(options) > 1 and State(job.state) == State.PROVISIONING
@@ -383,7 +339,7 @@ class Reconciler:
             blocked_placements=placing.blocked(options, self.store.attempts(job.id)) if choosing else frozenset(),
             keep_slice=job.keep_slice, reuse_slice=reuse,
             job_id=job.id, capacity_misses=job.capacity_misses, flaps=job.flaps,
-            last_end=attempt.end_reason if attempt is not None else None,
+            last_end=AttemptEnd(attempt.end_reason) if attempt is not None and attempt.end_reason else None,
         )
 
     # -- act ---------------------------------------------------------------------------------
@@ -485,7 +441,7 @@ class Reconciler:
             request = SliceRequest(
                 project=job.project, zone=attempt.zone, name=attempt.slice_name,
                 accelerator_type=attempt.accelerator,
-                runtime_version=_runtime_version(spec, attempt.accelerator), provisioning=tpu["provisioning"],
+                runtime_version=runtime_version(spec, attempt.accelerator), provisioning=tpu["provisioning"],
                 queued=attempt.queued,
                 labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
                 # The job's disks: clones made at the first attempt, reused after.

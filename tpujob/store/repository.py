@@ -20,7 +20,7 @@ from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
 from tpujob.store import outbox
 from tpujob.store.ids import format_job_id, slice_name  # noqa: F401 (callers import them from here)
 from tpujob.store.models import Attempt, Event, Job
-from tpujob.store.states import ENDED, EndReason, State, is_legal
+from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
 
 
 class Store:
@@ -262,8 +262,9 @@ class Store:
             session.flush()
             return session.get(Job, job_id, populate_existing=True), attempt
 
-    def end_attempt(self, job_id: int, number: int, reason: str, last_step: Optional[int] = None) -> None:
-        values = dict(ended_at=self.clock(), end_reason=reason)
+    def end_attempt(self, job_id: int, number: int, reason: AttemptEnd | str,
+                    last_step: Optional[int] = None) -> None:
+        values = dict(ended_at=self.clock(), end_reason=getattr(reason, "value", reason))
         if last_step is not None:
             values["last_step"] = last_step
         with self._tx() as session:
