@@ -61,7 +61,7 @@ MAX_ROUNDS = 4
 # An attempt that ended so leaves a healthy slice the next attempt may set up again.
 _REUSABLE = (AttemptEnd.FAILED, AttemptEnd.SETUP_FAILED, AttemptEnd.CANCELLED)
 
-CRASH_POINTS = ("provisioning", "slice-requested", "slice-deleted", "launched", "moved")
+CRASH_POINTS = ("placement", "provisioning", "slice-requested", "slice-deleted", "launched", "moved")
 
 
 class HostOps(Protocol):
@@ -418,11 +418,10 @@ class Reconciler:
                 owner=self.actor)
             return job, new, slice_, State.SETTING_UP
         if placement != job.placement:
-            self.store.update(job.id, placement=placement)
-            self.store.add_event(job.id, "fallback", f"moving to {accelerator} in {zone}")
+            crash_point("placement")  # chosen, nothing written yet: the next sweep chooses again
         job, new = self.store.start_attempt(
             job.id, state, State.PROVISIONING, f"creating the slice of attempt {job.attempt + 1}", zone=zone,
-            accelerator=accelerator, queued=spec["spec"]["tpu"]["queued"], owner=self.actor)
+            accelerator=accelerator, queued=spec["spec"]["tpu"]["queued"], owner=self.actor, placement=placement)
         crash_point("provisioning")
         job, state = self._create_slice(job, new, State.PROVISIONING)
         return job, new, None, state
