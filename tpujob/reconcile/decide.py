@@ -1,7 +1,9 @@
 """decide: job + observation + policy -> actions. Pure: no I/O, no clock, no store.
 
-`act` carries the actions out, in order, under the job's lease. Everything a sweep does is
-decided here, so the whole policy is one table-tested function.
+Every state move a sweep makes is a `Move` (or a `StartAttempt`) returned here: act carries the
+actions out, in order, under the job's lease, and what it learns on the way (a create refused,
+a setup script failing, the program launched) comes back as an observation for the next
+decision, never as a move of act's own. So the whole policy is one table-tested function.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Observation:
     provisioning_seconds: Optional[float] = None
     refusal: Optional[str] = None  # the cloud's word on a REFUSED, NO_QUOTA or UNAVAILABLE create
     run_dir: Optional[RunDir] = None  # only for a RUNNING job whose spec has a run_dir on GCS
+    launched: Optional[int] = None  # act just launched the program on this many hosts
 
 
 @dataclass(frozen=True)
@@ -211,40 +214,70 @@ def decide(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     return [] if handler is None else handler(job, obs, policy)
 
 
+@dataclass(frozen=True)
+class Budget:
+    """One way an attempt ends that the job may survive a number of times."""
+    counter: str  # the JobView/Job field counting it
+    limit: str  # the Policy field bounding it
+    end: AttemptEnd  # the attempt's end reason
+    spent: EndReason  # the job's, once the budget is spent
+    stops_program: bool
+    frees_slice: bool  # delete the slice at once; otherwise only once the job FAILED (unless kept)
+
+
+BUDGETS = {b.counter: b for b in (
+    Budget("preemptions", "max_preemptions", AttemptEnd.PREEMPTED, EndReason.PREEMPTION_BUDGET, False, True),
+    Budget("capacity_misses", "max_capacity_retries", AttemptEnd.NO_CAPACITY, EndReason.NO_CAPACITY, False, True),
+    Budget("nan_restarts", "max_nan", AttemptEnd.NAN, EndReason.NAN_BUDGET, True, True),
+    # The program failed on a healthy slice: the next attempt may set it up again.
+    Budget("failures", "max_failures", AttemptEnd.FAILED, EndReason.USER_ERROR, True, False),
+)}
+
+
+def _spend(job: JobView, policy: Policy, counter: str, *, spent_message: str, again_message: str,
+           extra: tuple[Action, ...] = (), end: Optional[AttemptEnd] = None,
+           reason: Optional[EndReason] = None, retry: bool = True) -> list[Action]:
+    """End the attempt, free the slice, count, then FAILED (budget spent, or no retry) or
+    RECOVERING. The count is applied with the Move, in its transaction."""
+    budget = BUDGETS[counter]
+    actions: list[Action] = [StopProgram()] if budget.stops_program else []
+    actions.append(EndAttempt(end or budget.end))
+    if budget.frees_slice:
+        actions.append(DeleteSlice())
+    actions += [Count(counter), *extra]
+    if retry and getattr(job, counter) + 1 <= getattr(policy, budget.limit):
+        return actions + [Move(State.RECOVERING, again_message)]
+    actions.append(Move(State.FAILED, spent_message, reason or budget.spent))
+    return actions if budget.frees_slice or job.keep_slice else actions + [DeleteSlice()]
+
+
 def _lost(job: JobView, policy: Policy, why: str) -> list[Action]:
     """The slice is gone or dead: end the attempt, free the quota, go again within budget, at
     once unless the attempt ran under min_run_seconds (a flap: the next one waits)."""
     ran = job.in_state_seconds if job.state == State.RUNNING else 0.0  # never ran: a flap too
     flap = ran < policy.min_run_seconds
-    actions: list[Action] = [EndAttempt(AttemptEnd.PREEMPTED), DeleteSlice(), Count("preemptions")]
-    if flap:
-        actions.append(Count("flaps"))
-    elif job.flaps:
-        actions.append(ResetCount("flaps"))
-    if job.preemptions + 1 > policy.max_preemptions:
-        return actions + [Move(State.FAILED, f"{why}; preemption budget of {policy.max_preemptions} spent",
-                               EndReason.PREEMPTION_BUDGET)]
+    extra: tuple[Action, ...] = (Count("flaps"),) if flap else (ResetCount("flaps"),) if job.flaps else ()
     budget = f"{why}; preemption {job.preemptions + 1} of {policy.max_preemptions} allowed"
-    if not flap:
-        return actions + [Move(State.RECOVERING, f"{budget}, next attempt now")]
-    wait = policy.backoff(replace(job, flaps=job.flaps + 1, last_end=AttemptEnd.PREEMPTED))
-    return actions + [Move(State.RECOVERING, f"{budget}; ran {ran:.0f} s, under min_run_seconds "
-                                             f"({policy.min_run_seconds:.0f}): flap {job.flaps + 1}, "
-                                             f"next attempt in {wait:.0f} s")]
+    if flap:
+        wait = policy.backoff(replace(job, flaps=job.flaps + 1, last_end=AttemptEnd.PREEMPTED))
+        again = (f"{budget}; ran {ran:.0f} s, under min_run_seconds ({policy.min_run_seconds:.0f}): "
+                 f"flap {job.flaps + 1}, next attempt in {wait:.0f} s")
+    else:
+        again = f"{budget}, next attempt now"
+    return _spend(job, policy, "preemptions", extra=extra, again_message=again,
+                  spent_message=f"{why}; preemption budget of {policy.max_preemptions} spent")
 
 
 def _no_capacity(job: JobView, policy: Policy, why: str) -> list[Action]:
     """A capacity miss: free what the attempt holds, then wait (growing backoff) and try the next
     placement, cycling back to the primary, until max_capacity_retries misses in a row."""
     misses = job.capacity_misses + 1
-    actions: list[Action] = [EndAttempt(AttemptEnd.NO_CAPACITY), DeleteSlice(), Count("capacity_misses")]
-    if misses > policy.max_capacity_retries:
-        return actions + [Move(State.FAILED, f"{why}; {policy.max_capacity_retries} capacity retries "
-                                             "spent", EndReason.NO_CAPACITY)]
     wait = policy.backoff(replace(job, capacity_misses=misses, last_end=AttemptEnd.NO_CAPACITY))
     where = "the next placement" if job.placements > 1 else "the same placement"
-    return actions + [Move(State.RECOVERING, f"{why}; capacity miss {misses} of "
-                                             f"{policy.max_capacity_retries} allowed, {where} in {wait:.0f} s")]
+    return _spend(job, policy, "capacity_misses",
+                  spent_message=f"{why}; {policy.max_capacity_retries} capacity retries spent",
+                  again_message=f"{why}; capacity miss {misses} of {policy.max_capacity_retries} allowed, "
+                                f"{where} in {wait:.0f} s")
 
 
 def _refused(obs: Observation) -> list[Action]:
@@ -312,6 +345,8 @@ def _provisioning(job, obs, policy):
 
 
 def _setting_up(job, obs, policy):
+    if obs.launched is not None:
+        return [Move(State.RUNNING, f"program launched on {obs.launched} hosts")]
     if obs.slice in (SlicePhase.LOST, SlicePhase.ABSENT):
         return _lost(job, policy, "slice lost during setup")
     if obs.slice != SlicePhase.READY:
@@ -326,11 +361,8 @@ def _setting_up(job, obs, policy):
 
 def _failed(job, policy, attempt_reason: AttemptEnd, why: str, reason: EndReason,
             retry: bool = True) -> list[Action]:
-    actions: list[Action] = [StopProgram(), EndAttempt(attempt_reason), Count("failures")]
-    if not retry or job.failures + 1 > policy.max_failures:
-        actions.append(Move(State.FAILED, why, reason))
-        return actions if job.keep_slice else actions + [DeleteSlice()]
-    return actions + [Move(State.RECOVERING, f"{why}; retry {job.failures + 1} of {policy.max_failures}")]
+    return _spend(job, policy, "failures", end=attempt_reason, reason=reason, retry=retry, spent_message=why,
+                  again_message=f"{why}; retry {job.failures + 1} of {policy.max_failures}")
 
 
 def _running(job, obs, policy):
@@ -352,11 +384,8 @@ def _running(job, obs, policy):
     hung = run.heartbeat_age is not None and run.heartbeat_age > policy.heartbeat_timeout_seconds
     unhealthy = any(h.program in (Program.UNREACHABLE, Program.MISSING) for h in hosts) or not hosts or hung
     if any(c == policy.nan_exit_code for c in codes):
-        actions: list[Action] = [StopProgram(), EndAttempt(AttemptEnd.NAN), DeleteSlice(), Count("nan_restarts")]
-        if job.nan_restarts + 1 > policy.max_nan:
-            return actions + [Move(State.FAILED, f"NaN loss; NaN budget of {policy.max_nan} spent",
-                                   EndReason.NAN_BUDGET)]
-        return actions + [Move(State.RECOVERING, "NaN loss: slice suspect, moving to new hardware")]
+        return _spend(job, policy, "nan_restarts", spent_message=f"NaN loss; NaN budget of {policy.max_nan} spent",
+                      again_message="NaN loss: slice suspect, moving to new hardware")
     if any(c == policy.preempted_exit_code for c in codes):
         # The program checkpointed on a preemption notice; the slice goes next.
         return _lost(job, policy, "program stopped on a preemption notice")
