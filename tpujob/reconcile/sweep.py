@@ -18,9 +18,9 @@ from tpujob.cloud.base import Cloud
 from tpujob.errors import JobLocked, TpujobError
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.act import CRASH_POINTS, Actor, Outcome, crash_point  # noqa: F401 (tests import them here)
-from tpujob.reconcile.decide import JobView, Policy, decide
+from tpujob.reconcile.decide import JobView, decide
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices
-from tpujob.reconcile.policy import placements, policy_of
+from tpujob.reconcile.policy import Policy, placements, policy_of
 from tpujob.store.models import Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
 
