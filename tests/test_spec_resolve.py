@@ -108,7 +108,7 @@ def test_spec_error_carries_field_and_line():
 
 
 def test_requeue_timeouts_default_and_reach_the_policy():
-    from tpujob.reconcile.sweep import policy_of
+    from tpujob.reconcile.policy import policy_of
 
     defaults = policy_of(_resolve(VALID).to_json_dict())
     assert (defaults.queue_timeout_seconds, defaults.provision_timeout_seconds, defaults.setup_timeout_seconds,
@@ -126,7 +126,7 @@ def test_requeue_timeouts_default_and_reach_the_policy():
 
 
 def test_a_job_recorded_before_the_new_keys_gets_their_defaults():
-    from tpujob.reconcile.sweep import policy_of
+    from tpujob.reconcile.policy import policy_of
 
     old = _resolve(VALID).to_json_dict()
     old["spec"]["requeue"] = {"max_preemptions": 4, "max_failures": 1, "max_nan": 2, "backoff_seconds": 5.0}

@@ -103,6 +103,10 @@ class PlacementUnavailable(CloudRefused):
     never succeed, but another zone or accelerator from the spec's fallbacks may."""
 
 
+class SetupFailed(TpujobError):
+    """The setup script exited non-zero on a host (a connection error is not this)."""
+
+
 class ConfigError(TpujobError):
     exit_code = EXIT_CONFIG
 

@@ -4,12 +4,13 @@ orphan, attempts and events consistent, the program launched once per attempt.""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
 
 from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE, assert_consistent, assert_no_orphans, ctx, finish, host_root, node_ref, project, reconciler, record,
+    FALLBACK_ZONE, V5E, ZONE, assert_consistent, assert_no_orphans, ctx, finish, host_root, node_ref, project, reconciler, record,
     requeue_processes, running, sweep_until, wait_for_file,
 )
 from tpujob.reconcile.sweep import CRASH_POINTS
@@ -19,8 +20,9 @@ pytestmark = pytest.mark.slow
 LEASE = 1.0  # the dead sweep's lease must expire for the next sweep to act
 COMMAND = 'echo "$TPUJOB_ATTEMPT" >> /mnt/ran; sleep 600'
 # Where each crash point is reached: from a new job (whose node comes up READY at its create, so
-# one sweep goes on to launch it), or from a preemption.
-SCENARIO = {"provisioning": "new", "slice-requested": "new", "launched": "new",
+# one sweep goes on to launch it), from a preemption, or from a stockout of the primary zone (the
+# next attempt moves to the fallback).
+SCENARIO = {"placement": "fallback", "provisioning": "new", "slice-requested": "new", "launched": "new",
             "slice-deleted": "preempted", "moved": "preempted"}
 
 
@@ -30,25 +32,59 @@ def test_every_crash_point_has_a_scenario():
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_a_sweep_killed_at_a_crash_point_converges(point, ctx, local_cloud, project, tmp_path):
+    scenario = SCENARIO[point]
+    if scenario == "fallback":
+        with stocked_out(local_cloud, STOCKED_OUT):
+            job = record(ctx, tmp_path, accelerator=V5E, zone=STOCKED_OUT, fallback=[FALLBACK_ZONE], command=COMMAND)
+            job = crash_then_run(point, ctx, job)
+            # A crash between choosing the fallback and opening its attempt must not skip it:
+            # the next sweep moves to the fallback, not back to the stocked-out primary.
+            assert [(a.zone, a.end_reason) for a in ctx.store.attempts(job.id)] == [
+                (STOCKED_OUT, "no_capacity"), (FALLBACK_ZONE, None)]
+        assert (job.placement, job.zone, job.preemptions, job.failures) == (1, FALLBACK_ZONE, 0, 0)
+        assert [e.message for e in ctx.store.events(job.id) if e.kind == "fallback"] == [
+            f"moving to {V5E} in {FALLBACK_ZONE}"]
+        assert_consistent(ctx, job)
+        assert_no_orphans(ctx, local_cloud, project, (STOCKED_OUT, FALLBACK_ZONE))
+        assert_launched_once(local_cloud, project, FALLBACK_ZONE, ctx.store.current_attempt(job.id).slice_name, 2)
+        return
     job = record(ctx, tmp_path, command=COMMAND)
     rec = reconciler(ctx)
-    scenario = SCENARIO[point]
     if scenario == "preempted":
         sweep_until(ctx, job.id, running, rec=rec)
         local_cloud.preempt(node_ref(project, ZONE, ctx.store.current_attempt(job.id).slice_name))
 
-    [(code, out, err)] = finish(requeue_processes(1, env_extra={"TPUJOB_CRASH_AT": point,
-                                                                "TPUJOB_LEASE_SECONDS": str(LEASE)}))
-    assert code == -9, (out, err)
-    time.sleep(LEASE + 0.2)
-
-    job = sweep_until(ctx, job.id, running, rec=rec)
+    job = crash_then_run(point, ctx, job, rec)
     expected_attempt = 2 if scenario == "preempted" else 1
     assert (job.attempt, job.preemptions, job.failures) == (expected_attempt, expected_attempt - 1, 0)
     assert_consistent(ctx, job)
     assert_no_orphans(ctx, local_cloud, project)
-    slice_name = ctx.store.current_attempt(job.id).slice_name
-    ran = host_root(local_cloud, project, ZONE, slice_name, 0) / "mnt/ran"
-    assert wait_for_file(ran) == f"{expected_attempt}\n"
+    assert_launched_once(local_cloud, project, ZONE, ctx.store.current_attempt(job.id).slice_name, expected_attempt)
+
+
+STOCKED_OUT = "us-east5-c"  # offers v5e; a zone no other test uses: the stockout touches only this test
+
+
+@contextlib.contextmanager
+def stocked_out(local_cloud, zone: str):
+    local_cloud.stockout(zone)
+    try:
+        yield
+    finally:
+        local_cloud.stockout(zone, clear=True)
+
+
+def crash_then_run(point: str, ctx, job, rec=None):
+    """One `tpujob requeue` killed at `point`, then sweeps (after its lease expired) until RUNNING."""
+    [(code, out, err)] = finish(requeue_processes(1, env_extra={"TPUJOB_CRASH_AT": point,
+                                                                "TPUJOB_LEASE_SECONDS": str(LEASE)}))
+    assert code == -9, (out, err)
+    time.sleep(LEASE + 0.2)
+    return sweep_until(ctx, job.id, running, rec=rec or reconciler(ctx))
+
+
+def assert_launched_once(local_cloud, project: str, zone: str, slice_name: str, attempt: int) -> None:
+    ran = host_root(local_cloud, project, zone, slice_name, 0) / "mnt/ran"
+    assert wait_for_file(ran) == f"{attempt}\n"
     time.sleep(0.3)
-    assert ran.read_text() == f"{expected_attempt}\n", "the program was launched twice"
+    assert ran.read_text() == f"{attempt}\n", "the program was launched twice"

@@ -307,7 +307,7 @@ def test_a_setup_past_its_timeout_fails_the_attempt_and_the_lease_outlives_it(cl
     import threading
 
     from tpujob.errors import JobLocked
-    from tpujob.reconcile.decide import Policy
+    from tpujob.reconcile.policy import Policy
     from tpujob.service.context import Context
 
     monkeypatch.setenv("TPUJOB_LEASE_SECONDS", "1")

@@ -198,6 +198,9 @@ CASES = [
      job(State.RECOVERING, in_state_seconds=1, last_end="failed"), obs(SlicePhase.ABSENT), []),
     ("recovering reuses a healthy slice after a failure", job(State.RECOVERING, in_state_seconds=60, reuse_slice=True),
      obs(SlicePhase.READY), [StartAttempt(reuse_slice=True), SetUp()]),
+    # act reports the launch; the move to RUNNING is decide's, like every move.
+    ("the program just launched", job(State.SETTING_UP), Observation(SlicePhase.READY, launched=2),
+     [Move(State.RUNNING, "program launched on 2 hosts")]),
     ("setup script failed", job(State.SETTING_UP), Observation(SlicePhase.READY, setup_error="host 1: exit 2"),
      [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
       Move(State.RECOVERING, "setup failed: host 1: exit 2; retry 1 of 1")]),

@@ -220,10 +220,10 @@ def test_provisioning_is_timed_from_the_node_s_create_time(server, store):
     job = add_job(store, spec())
     rec = Reconciler(store, cloud_for(server), Hosts(), "me", clock=lambda: 10_000.0)
     creating = Slice(name="n", zone=Z1, phase=CloudPhase.PROVISIONING, node_create_time=9_940.0)
-    observed = rec._observe(store.get(job.id), None, creating)
+    observed = rec.observer.observe(store.get(job.id), None, creating)
     assert (observed.slice, observed.provisioning_seconds) == (SlicePhase.PROVISIONING, 60.0)
     queued = Slice(name="n", zone=Z1, phase=CloudPhase.PROVISIONING)  # queued resource, no node yet
-    assert rec._observe(store.get(job.id), None, queued).provisioning_seconds is None
+    assert rec.observer.observe(store.get(job.id), None, queued).provisioning_seconds is None
 
 
 def test_resume_after_no_capacity_starts_the_capacity_budget_again(server):

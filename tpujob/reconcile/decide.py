@@ -1,18 +1,19 @@
 """decide: job + observation + policy -> actions. Pure: no I/O, no clock, no store.
 
-`act` carries the actions out, in order, under the job's lease. Everything a sweep does is
-decided here, so the whole policy is one table-tested function.
+Every state move a sweep makes is a `Move` (or a `StartAttempt`) returned here: act carries the
+actions out, in order, under the job's lease, and what it learns on the way (a create refused,
+a setup script failing, the program launched) comes back as an observation for the next
+decision, never as a move of act's own. So the whole policy is one table-tested function.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Optional
 
-from tpujob.reconcile.placement import NO_QUOTA, UNAVAILABLE
-from tpujob.store.states import EndReason, State
+from tpujob.reconcile.policy import Policy
+from tpujob.store.states import AttemptEnd, EndReason, State
 
 
 class SlicePhase(str, Enum):
@@ -64,56 +65,7 @@ class Observation:
     provisioning_seconds: Optional[float] = None
     refusal: Optional[str] = None  # the cloud's word on a REFUSED, NO_QUOTA or UNAVAILABLE create
     run_dir: Optional[RunDir] = None  # only for a RUNNING job whose spec has a run_dir on GCS
-
-
-@dataclass(frozen=True)
-class Policy:
-    max_preemptions: int
-    max_failures: int
-    max_nan: int
-    backoff_seconds: float
-    queue_timeout_seconds: float = 6 * 3600
-    provision_timeout_seconds: float = 30 * 60  # a node stuck CREATING
-    setup_timeout_seconds: float = 15 * 60  # per attempt, scaled by host count in `setup_timeout`
-    unhealthy_grace_seconds: float = 120
-    max_capacity_retries: int = 48
-    max_backoff_seconds: float = 30 * 60  # capacity misses and flaps double the wait up to this
-    min_run_seconds: float = 600  # a preemption after a shorter run is a flap
-    nan_exit_code: int = 76
-    preempted_exit_code: int = 75
-    # Exits that say the program or its config is wrong (the runtime's init check, bad config,
-    # strict-shapes recompile): running it again on any hardware gives the same answer.
-    fatal_exit_codes: frozenset[int] = frozenset({77, 78, 79})
-    # The runtime rewrites its heartbeat at least every 30 s; ten times that is a hung program
-    # (a stuck collective, a dead coordinator), not a slow step.
-    heartbeat_timeout_seconds: float = 300
-
-    def setup_timeout(self, hosts: int) -> float:
-        # Fan-out is parallel, but installs contend for the same mirrors and buckets.
-        return self.setup_timeout_seconds * (1 + hosts / 32)
-
-    def backoff(self, job: "JobView") -> float:
-        """The wait in RECOVERING before the next attempt. After a preemption: none (a preemption
-        is not the job's fault, and the zone had capacity a moment ago), unless the attempt
-        flapped (ran under min_run_seconds): then backoff_seconds, doubled per flap in a row.
-        After anything else: backoff_seconds, doubled for each capacity miss in a row (a zone
-        out of capacity now is likely out in a minute too). Both doublings stop at
-        max_backoff_seconds. Plus up to 20% jitter so that jobs stocked out or flapping together
-        do not all come back in the same second. The jitter is a hash of the job id and attempt
-        number, not a random draw: decide stays a pure function."""
-        wait, doublings = self.backoff_seconds, job.capacity_misses
-        if job.last_end == PREEMPTED:
-            if job.flaps == 0:
-                return 0.0
-            doublings = job.flaps
-        if doublings > 0:
-            wait = min(wait * 2 ** (doublings - 1), max(self.max_backoff_seconds, wait))
-        digest = hashlib.sha256(f"{job.job_id}:{job.attempt}".encode()).digest()
-        return wait * (1 + JITTER * int.from_bytes(digest[:4], "big") / 2**32)
-
-
-JITTER = 0.2
-PREEMPTED = "preempted"  # the attempt end reason of a lost slice
+    launched: Optional[int] = None  # act just launched the program on this many hosts
 
 
 @dataclass(frozen=True)
@@ -135,7 +87,7 @@ class JobView:
     job_id: int = 0  # seeds the backoff's jitter
     capacity_misses: int = 0  # capacity misses in a row, since a slice last came up READY
     flaps: int = 0  # preemptions in a row after runs shorter than min_run_seconds
-    last_end: Optional[str] = None  # the current attempt's end reason, once it ended
+    last_end: Optional[AttemptEnd] = None  # the current attempt's end reason, once it ended
 
 
 # --- actions ------------------------------------------------------------------------------------
@@ -175,7 +127,7 @@ class StopProgram(Action):
 
 @dataclass(frozen=True)
 class EndAttempt(Action):
-    reason: str
+    reason: AttemptEnd
 
 
 @dataclass(frozen=True)
@@ -213,45 +165,75 @@ def decide(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     return [] if handler is None else handler(job, obs, policy)
 
 
+@dataclass(frozen=True)
+class Budget:
+    """One way an attempt ends that the job may survive a number of times."""
+    counter: str  # the JobView/Job field counting it
+    limit: str  # the Policy field bounding it
+    end: AttemptEnd  # the attempt's end reason
+    spent: EndReason  # the job's, once the budget is spent
+    stops_program: bool
+    frees_slice: bool  # delete the slice at once; otherwise only once the job FAILED (unless kept)
+
+
+BUDGETS = {b.counter: b for b in (
+    Budget("preemptions", "max_preemptions", AttemptEnd.PREEMPTED, EndReason.PREEMPTION_BUDGET, False, True),
+    Budget("capacity_misses", "max_capacity_retries", AttemptEnd.NO_CAPACITY, EndReason.NO_CAPACITY, False, True),
+    Budget("nan_restarts", "max_nan", AttemptEnd.NAN, EndReason.NAN_BUDGET, True, True),
+    # The program failed on a healthy slice: the next attempt may set it up again.
+    Budget("failures", "max_failures", AttemptEnd.FAILED, EndReason.USER_ERROR, True, False),
+)}
+
+
+def _spend(job: JobView, policy: Policy, counter: str, *, spent_message: str, again_message: str,
+           extra: tuple[Action, ...] = (), end: Optional[AttemptEnd] = None,
+           reason: Optional[EndReason] = None, retry: bool = True) -> list[Action]:
+    """End the attempt, free the slice, count, then FAILED (budget spent, or no retry) or
+    RECOVERING. The count is applied with the Move, in its transaction."""
+    budget = BUDGETS[counter]
+    actions: list[Action] = [StopProgram()] if budget.stops_program else []
+    actions.append(EndAttempt(end or budget.end))
+    if budget.frees_slice:
+        actions.append(DeleteSlice())
+    actions += [Count(counter), *extra]
+    if retry and getattr(job, counter) + 1 <= getattr(policy, budget.limit):
+        return actions + [Move(State.RECOVERING, again_message)]
+    actions.append(Move(State.FAILED, spent_message, reason or budget.spent))
+    return actions if budget.frees_slice or job.keep_slice else actions + [DeleteSlice()]
+
+
 def _lost(job: JobView, policy: Policy, why: str) -> list[Action]:
     """The slice is gone or dead: end the attempt, free the quota, go again within budget, at
     once unless the attempt ran under min_run_seconds (a flap: the next one waits)."""
     ran = job.in_state_seconds if job.state == State.RUNNING else 0.0  # never ran: a flap too
     flap = ran < policy.min_run_seconds
-    actions: list[Action] = [EndAttempt(PREEMPTED), DeleteSlice(), Count("preemptions")]
-    if flap:
-        actions.append(Count("flaps"))
-    elif job.flaps:
-        actions.append(ResetCount("flaps"))
-    if job.preemptions + 1 > policy.max_preemptions:
-        return actions + [Move(State.FAILED, f"{why}; preemption budget of {policy.max_preemptions} spent",
-                               EndReason.PREEMPTION_BUDGET)]
+    extra: tuple[Action, ...] = (Count("flaps"),) if flap else (ResetCount("flaps"),) if job.flaps else ()
     budget = f"{why}; preemption {job.preemptions + 1} of {policy.max_preemptions} allowed"
-    if not flap:
-        return actions + [Move(State.RECOVERING, f"{budget}, next attempt now")]
-    wait = policy.backoff(replace(job, flaps=job.flaps + 1, last_end=PREEMPTED))
-    return actions + [Move(State.RECOVERING, f"{budget}; ran {ran:.0f} s, under min_run_seconds "
-                                             f"({policy.min_run_seconds:.0f}): flap {job.flaps + 1}, "
-                                             f"next attempt in {wait:.0f} s")]
+    if flap:
+        wait = policy.backoff(replace(job, flaps=job.flaps + 1, last_end=AttemptEnd.PREEMPTED))
+        again = (f"{budget}; ran {ran:.0f} s, under min_run_seconds ({policy.min_run_seconds:.0f}): "
+                 f"flap {job.flaps + 1}, next attempt in {wait:.0f} s")
+    else:
+        again = f"{budget}, next attempt now"
+    return _spend(job, policy, "preemptions", extra=extra, again_message=again,
+                  spent_message=f"{why}; preemption budget of {policy.max_preemptions} spent")
 
 
 def _no_capacity(job: JobView, policy: Policy, why: str) -> list[Action]:
     """A capacity miss: free what the attempt holds, then wait (growing backoff) and try the next
     placement, cycling back to the primary, until max_capacity_retries misses in a row."""
     misses = job.capacity_misses + 1
-    actions: list[Action] = [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses")]
-    if misses > policy.max_capacity_retries:
-        return actions + [Move(State.FAILED, f"{why}; {policy.max_capacity_retries} capacity retries "
-                                             "spent", EndReason.NO_CAPACITY)]
-    wait = policy.backoff(replace(job, capacity_misses=misses, last_end="no_capacity"))
+    wait = policy.backoff(replace(job, capacity_misses=misses, last_end=AttemptEnd.NO_CAPACITY))
     where = "the next placement" if job.placements > 1 else "the same placement"
-    return actions + [Move(State.RECOVERING, f"{why}; capacity miss {misses} of "
-                                             f"{policy.max_capacity_retries} allowed, {where} in {wait:.0f} s")]
+    return _spend(job, policy, "capacity_misses",
+                  spent_message=f"{why}; {policy.max_capacity_retries} capacity retries spent",
+                  again_message=f"{why}; capacity miss {misses} of {policy.max_capacity_retries} allowed, "
+                                f"{where} in {wait:.0f} s")
 
 
 def _refused(obs: Observation) -> list[Action]:
     """The cloud refused the create for good: asking again every sweep would loop forever."""
-    actions: list[Action] = [EndAttempt("refused"), DeleteSlice()]
+    actions: list[Action] = [EndAttempt(AttemptEnd.REFUSED), DeleteSlice()]
     if obs.slice == SlicePhase.NO_QUOTA:
         return actions + [Move(State.FAILED, f"quota exhausted: {obs.refusal}", EndReason.NO_CAPACITY)]
     return actions + [Move(State.FAILED, f"the cloud refused the slice: {obs.refusal}", EndReason.USER_ERROR)]
@@ -269,9 +251,9 @@ def _unavailable(job: JobView, obs: Observation) -> list[Action]:
     may (skipping those already refused); with none left, the spec is what is wrong."""
     why = f"this placement is refused: {obs.refusal}"
     if _other_placement(job, other_region=False):
-        return [EndAttempt(UNAVAILABLE), Move(State.RECOVERING, f"{why}; trying the next placement"),
+        return [EndAttempt(AttemptEnd.UNAVAILABLE), Move(State.RECOVERING, f"{why}; trying the next placement"),
                 StartAttempt(next_placement=True)]
-    return [EndAttempt(UNAVAILABLE), Move(State.FAILED, why, EndReason.USER_ERROR)]
+    return [EndAttempt(AttemptEnd.UNAVAILABLE), Move(State.FAILED, why, EndReason.USER_ERROR)]
 
 
 def _pending(job, obs, policy):
@@ -289,7 +271,7 @@ def _provisioning(job, obs, policy):
         return _unavailable(job, obs)
     if phase == SlicePhase.NO_QUOTA and _other_placement(job, other_region=True):
         # A regional quota of 0 here says nothing of another region's.
-        return [EndAttempt(NO_QUOTA), Move(State.RECOVERING, f"quota exhausted: {obs.refusal}; "
+        return [EndAttempt(AttemptEnd.NO_QUOTA), Move(State.RECOVERING, f"quota exhausted: {obs.refusal}; "
                                            "trying a placement in another region"),
                 StartAttempt(next_placement=True)]
     if phase in (SlicePhase.REFUSED, SlicePhase.NO_QUOTA):
@@ -314,25 +296,24 @@ def _provisioning(job, obs, policy):
 
 
 def _setting_up(job, obs, policy):
+    if obs.launched is not None:
+        return [Move(State.RUNNING, f"program launched on {obs.launched} hosts")]
     if obs.slice in (SlicePhase.LOST, SlicePhase.ABSENT):
         return _lost(job, policy, "slice lost during setup")
     if obs.slice != SlicePhase.READY:
         return []
     if obs.setup_error is not None:
-        return _failed(job, policy, "setup_failed", f"setup failed: {obs.setup_error}", EndReason.SETUP_FAILED)
+        return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup failed: {obs.setup_error}", EndReason.SETUP_FAILED)
     if job.in_state_seconds > policy.setup_timeout(job.hosts):
-        return _failed(job, policy, "setup_failed", f"setup still running after "
+        return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup still running after "
                        f"{job.in_state_seconds / 60:.0f} min", EndReason.SETUP_FAILED)
     return [SetUp()]
 
 
-def _failed(job, policy, attempt_reason: str, why: str, reason: EndReason,
+def _failed(job, policy, attempt_reason: AttemptEnd, why: str, reason: EndReason,
             retry: bool = True) -> list[Action]:
-    actions: list[Action] = [StopProgram(), EndAttempt(attempt_reason), Count("failures")]
-    if not retry or job.failures + 1 > policy.max_failures:
-        actions.append(Move(State.FAILED, why, reason))
-        return actions if job.keep_slice else actions + [DeleteSlice()]
-    return actions + [Move(State.RECOVERING, f"{why}; retry {job.failures + 1} of {policy.max_failures}")]
+    return _spend(job, policy, "failures", end=attempt_reason, reason=reason, retry=retry, spent_message=why,
+                  again_message=f"{why}; retry {job.failures + 1} of {policy.max_failures}")
 
 
 def _running(job, obs, policy):
@@ -340,7 +321,7 @@ def _running(job, obs, policy):
     if run.state == "succeeded" and not any(h.program == Program.RUNNING for h in obs.hosts):
         # The program said so in the run dir: done, whatever became of the hosts since (a
         # successful run is never re-run, even when a host is unreachable or the slice is gone).
-        actions = [EndAttempt("succeeded"), Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
+        actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
     if obs.slice in (SlicePhase.LOST, SlicePhase.ABSENT):
         return _lost(job, policy, "slice preempted" if obs.slice == SlicePhase.LOST else "slice gone")
@@ -354,11 +335,8 @@ def _running(job, obs, policy):
     hung = run.heartbeat_age is not None and run.heartbeat_age > policy.heartbeat_timeout_seconds
     unhealthy = any(h.program in (Program.UNREACHABLE, Program.MISSING) for h in hosts) or not hosts or hung
     if any(c == policy.nan_exit_code for c in codes):
-        actions: list[Action] = [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts")]
-        if job.nan_restarts + 1 > policy.max_nan:
-            return actions + [Move(State.FAILED, f"NaN loss; NaN budget of {policy.max_nan} spent",
-                                   EndReason.NAN_BUDGET)]
-        return actions + [Move(State.RECOVERING, "NaN loss: slice suspect, moving to new hardware")]
+        return _spend(job, policy, "nan_restarts", spent_message=f"NaN loss; NaN budget of {policy.max_nan} spent",
+                      again_message="NaN loss: slice suspect, moving to new hardware")
     if any(c == policy.preempted_exit_code for c in codes):
         # The program checkpointed on a preemption notice; the slice goes next.
         return _lost(job, policy, "program stopped on a preemption notice")
@@ -367,11 +345,11 @@ def _running(job, obs, policy):
         said = f" (status.json: {run.message})" if run.state == "failed" and run.message else ""
         fatal = [c for c in failed if c in policy.fatal_exit_codes]
         if fatal:
-            return _failed(job, policy, "failed", f"program exited {fatal[0]}{said}: a code or config "
+            return _failed(job, policy, AttemptEnd.FAILED, f"program exited {fatal[0]}{said}: a code or config "
                            "error, not retried", EndReason.USER_ERROR, retry=False)
-        return _failed(job, policy, "failed", f"program exited {failed[0]}{said}", EndReason.USER_ERROR)
+        return _failed(job, policy, AttemptEnd.FAILED, f"program exited {failed[0]}{said}", EndReason.USER_ERROR)
     if hosts and len(codes) == len(hosts):
-        actions = [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host")]
+        actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, "program exited 0 on every host")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
     if unhealthy:
         if job.unhealthy_seconds is None:

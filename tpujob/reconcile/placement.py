@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Iterable, Protocol
 
-UNAVAILABLE = "unavailable"  # attempt end reason: the zone does not offer the accelerator
-NO_QUOTA = "no_quota"  # attempt end reason: a spent quota, moved on to another region
+from tpujob.store.states import AttemptEnd
+
 # Attempts that never got a slice: a run of them, newest first, is what the job is stuck on.
-_NO_SLICE = (UNAVAILABLE, NO_QUOTA, "no_capacity", "refused")
+_NO_SLICE = (AttemptEnd.UNAVAILABLE, AttemptEnd.NO_QUOTA, AttemptEnd.NO_CAPACITY, AttemptEnd.REFUSED)
 
 
 class AttemptLike(Protocol):
@@ -36,9 +36,9 @@ def blocked(options: list[tuple[str, str]], attempts: Iterable[AttemptLike]) -> 
         if attempt.end_reason not in _NO_SLICE:
             break
         for i, (accelerator, zone) in enumerate(options):
-            if attempt.end_reason == UNAVAILABLE and (accelerator, zone) == (attempt.accelerator, attempt.zone):
+            if attempt.end_reason == AttemptEnd.UNAVAILABLE and (accelerator, zone) == (attempt.accelerator, attempt.zone):
                 out.add(i)
-            elif attempt.end_reason == NO_QUOTA and region_of(zone) == region_of(attempt.zone):
+            elif attempt.end_reason == AttemptEnd.NO_QUOTA and region_of(zone) == region_of(attempt.zone):
                 out.add(i)
     return frozenset(out)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tpujob.store.states import AttemptEnd
+
 
 @dataclass(frozen=True)
 class Accounting:
@@ -33,7 +35,7 @@ def account(job, attempts, events, now: float) -> Accounting:
         in_state[state] = in_state.get(state, 0.0) + max(0.0, nxt[0] - at)
     lost = []
     for before, after in zip(attempts, attempts[1:]):
-        if before.end_reason == "preempted" and before.last_step is not None:
+        if before.end_reason == AttemptEnd.PREEMPTED and before.last_step is not None:
             resumed = after.resumed_from_step if after.resumed_from_step is not None else 0
             lost.append({"attempt": before.number, "last_step": before.last_step,
                          "resumed_from_step": resumed, "lost_steps": max(0, before.last_step - resumed)})

@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from tpujob.errors import CloudError, ConfigError, TpujobError
+from tpujob.errors import CloudError, ConfigError, SetupFailed, TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.failure import MAX_CHARS, cause, said
 from tpujob.hosts.fanout import Host, HostGroup, Progress
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.reconcile.decide import HostStatus, Program
-from tpujob.reconcile.sweep import SetupFailed, policy_of, slice_network
+from tpujob.reconcile.policy import policy_of, slice_network
 from tpujob.service import runtime_bundle, secrets, storage
 from tpujob.store.repository import format_job_id
 

@@ -15,7 +15,7 @@ from tpujob.service.accounting import account
 from tpujob.service.context import Context, make_cloud, make_compute, make_storage
 from tpujob.spec import ResolvedSpec
 from tpujob.store.repository import format_job_id, slice_name
-from tpujob.store.states import ENDED, State
+from tpujob.store.states import ENDED, AttemptEnd, State
 
 
 def validate(ctx: Context, path: str) -> ResolvedSpec:
@@ -248,7 +248,7 @@ def cancel(ctx: Context, ref: str):
                 _stop_program(ctx, job, make_cloud(ctx.settings))
             except CloudError as exc:
                 raise CloudError(f"job {format_job_id(job.id)} not cancelled (still {job.state}): {exc}") from exc
-            ctx.store.end_attempt(job.id, job.attempt, "cancelled")
+            ctx.store.end_attempt(job.id, job.attempt, AttemptEnd.CANCELLED)
         return ctx.store.transition(job.id, State(job.state), State.CANCELLED, "cancelled by user", owner=owner)
 
 
@@ -271,7 +271,7 @@ def delete(ctx: Context, ref: str):
                 for name in sorted(set(cloud.list_slices(job.project, zone)) & names):
                     cloud.delete_slice(job.project, zone, name)
                     ctx.store.add_event(job.id, "slice", f"deleted slice {name}")
-            ctx.store.end_attempt(job.id, job.attempt, "deleted")
+            ctx.store.end_attempt(job.id, job.attempt, AttemptEnd.DELETED)
             _delete_clones(ctx, job, attempts)
         if job.state == State.DELETED.value:
             return job

@@ -288,7 +288,7 @@ def read_run_dir(gcs, spec: dict, job_id: int, since: float, now: float) -> RunD
 
 
 class GcsRunDirs:
-    """The sweep's RunDirs (tpujob.reconcile.sweep): the current attempt's files of every
+    """The sweep's RunDirs (tpujob.reconcile.observe): the current attempt's files of every
     RUNNING job with a run dir on GCS."""
 
     def __init__(self, settings):

@@ -20,7 +20,7 @@ from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
 from tpujob.store import outbox
 from tpujob.store.ids import format_job_id, slice_name  # noqa: F401 (callers import them from here)
 from tpujob.store.models import Attempt, Event, Job
-from tpujob.store.states import ENDED, EndReason, State, is_legal
+from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
 
 
 class Store:
@@ -231,10 +231,12 @@ class Store:
     # -- attempts and events ------------------------------------------------------------------
     def start_attempt(self, job_id: int, src: State, dst: State, message: str, *, zone: str,
                       accelerator: str, queued: bool, reuse_slice: Optional[str] = None,
-                      owner: Optional[str] = None) -> tuple[Job, Attempt]:
+                      owner: Optional[str] = None, placement: Optional[int] = None) -> tuple[Job, Attempt]:
         """Open the next attempt, make it the job's current one and move the job from `src` to
         `dst`, in one transaction: a crash leaves either all of it or none. Its slice is named
-        after the attempt, unless `reuse_slice` names a healthy slice of an earlier attempt."""
+        after the attempt, unless `reuse_slice` names a healthy slice of an earlier attempt.
+        `placement` (an index into the spec's placements) moves the job there with a `fallback`
+        event, in the same transaction: a crash cannot leave the move without the attempt."""
         if not is_legal(src, dst):
             raise IllegalTransition(f"job {format_job_id(job_id)}: {src.value} -> {dst.value} is not allowed")
         now = self.clock()
@@ -246,12 +248,16 @@ class Store:
             where = [Job.id == job_id, Job.state == src.value, Job.attempt == job.attempt]
             if owner is not None:
                 where += [Job.lease_owner == owner, col(Job.lease_expires) > now]
+            moved = placement is not None and placement != job.placement
             result = session.exec(update(Job).where(and_(*where)).values(
                 attempt=number, zone=zone, accelerator=accelerator, state=dst.value, updated_at=now,
-                state_since=now, unhealthy_since=None, end_reason=None, ended_at=None))
+                state_since=now, unhealthy_since=None, end_reason=None, ended_at=None,
+                **({"placement": placement} if moved else {})))
             if result.rowcount != 1:
                 raise self._lost(IllegalTransition(f"job {format_job_id(job_id)} changed concurrently: "
                                                    f"cannot open attempt {number} from {src.value}"))
+            if moved:
+                session.add(Event(job_id=job_id, at=now, kind="fallback", message=f"moving to {accelerator} in {zone}"))
             attempt = Attempt(job_id=job_id, number=number, slice_name=reuse_slice or slice_name(job_id, number),
                               zone=zone, accelerator=accelerator, queued=queued, started_at=now)
             session.add(attempt)
@@ -262,8 +268,9 @@ class Store:
             session.flush()
             return session.get(Job, job_id, populate_existing=True), attempt
 
-    def end_attempt(self, job_id: int, number: int, reason: str, last_step: Optional[int] = None) -> None:
-        values = dict(ended_at=self.clock(), end_reason=reason)
+    def end_attempt(self, job_id: int, number: int, reason: AttemptEnd | str,
+                    last_step: Optional[int] = None) -> None:
+        values = dict(ended_at=self.clock(), end_reason=getattr(reason, "value", reason))
         if last_step is not None:
             values["last_step"] = last_step
         with self._tx() as session:

@@ -26,6 +26,21 @@ class EndReason(str, Enum):
     INTERNAL = "internal"
 
 
+class AttemptEnd(str, Enum):
+    """Why one attempt ended (Attempt.end_reason); the job's own end is an EndReason."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the program exited non-zero
+    SETUP_FAILED = "setup_failed"
+    NAN = "nan"
+    PREEMPTED = "preempted"  # the slice was lost
+    NO_CAPACITY = "no_capacity"  # a stockout, a queue or provisioning timeout
+    REFUSED = "refused"  # the create was refused for good
+    UNAVAILABLE = "unavailable"  # the zone does not offer the accelerator
+    NO_QUOTA = "no_quota"  # a spent quota, moved on to another region
+    CANCELLED = "cancelled"
+    DELETED = "deleted"
+
+
 _ACTIVE_EXITS = {State.FAILED, State.CANCELLED, State.DELETED}
 
 # Every legal move. A move not listed here raises IllegalTransition (exit 4).

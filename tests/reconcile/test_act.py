@@ -1,0 +1,70 @@
+"""act against an in-process emulator, hosts stubbed: each action's outcome, and that act never
+moves a job by itself (what it learns goes back to decide, which makes the move)."""
+
+from __future__ import annotations
+
+from test_sweep import Hosts, add_job, cloud_for, spec, store  # noqa: F401 - fixtures
+
+from tpujob.errors import SetupFailed, StockoutError
+from tpujob.reconcile.act import Actor
+from tpujob.reconcile.decide import Move, SetUp, SlicePhase, StartAttempt, decide
+from tpujob.reconcile.sweep import Reconciler
+from tpujob.store.states import State
+
+
+class FailingSetup(Hosts):
+    def prepare_and_launch(self, job, attempt, slice_):
+        raise SetupFailed("setup exited 2 on host 0")
+
+
+def leased(store, job):
+    return store.acquire_lease(job.id, "me", 300)
+
+
+def opened(store, actor, job):
+    """The job's first attempt opened and its node created (READY at once on the emulator)."""
+    outcome = actor.act(leased(store, job), None, None, [StartAttempt()])
+    assert outcome.kind == "done" and outcome.slice.phase.value == "READY"
+    return store.get(job.id), store.current_attempt(job.id), outcome.slice
+
+
+def test_a_launch_is_reported_and_decide_makes_the_move_to_running(server, store):
+    job = add_job(store, spec())
+    actor = Actor(store, cloud_for(server), Hosts(), "me", ssh_keys=(), clock=lambda: 1000.0)
+    job, attempt, ready = opened(store, actor, job)
+    assert job.state == State.PROVISIONING.value
+    outcome = actor.act(job, attempt, ready, [Move(State.SETTING_UP, "slice READY"), SetUp()])
+    assert (outcome.kind, outcome.observed.launched) == ("done", len(ready.hosts))
+    assert store.get(job.id).state == State.SETTING_UP.value  # launched, not moved by act
+    rec = Reconciler(store, cloud_for(server), Hosts(), "me")
+    job = store.get(job.id)
+    assert decide(rec._view(job, attempt), outcome.observed, rec._policy(job)) == [
+        Move(State.RUNNING, f"program launched on {len(ready.hosts)} hosts")]
+
+
+def test_a_failed_setup_is_an_outcome_not_a_move(server, store):
+    job = add_job(store, spec())
+    actor = Actor(store, cloud_for(server), FailingSetup(), "me", ssh_keys=(), clock=lambda: 1000.0)
+    job, attempt, ready = opened(store, actor, job)
+    outcome = actor.act(job, attempt, ready, [Move(State.SETTING_UP, "slice READY"), SetUp()])
+    assert (outcome.kind, outcome.reason) == ("setup_failed", "setup exited 2 on host 0")
+    assert (outcome.observed.slice, outcome.observed.setup_error) == (SlicePhase.READY, "setup exited 2 on host 0")
+    assert store.get(job.id).state == State.SETTING_UP.value
+    assert store.current_attempt(job.id).end_reason is None
+
+
+def test_a_stockout_is_refused_and_the_attempt_stays_open_for_decide(server, store):
+    from tpujob.cloud.gcp import GcpCloud
+
+    class StockedOut(GcpCloud):
+        def create_node(self, request):
+            raise StockoutError("no v4-8 left in us-central2-b")
+
+    job = add_job(store, spec())
+    actor = Actor(store, cloud_for(server, StockedOut), Hosts(), "me", ssh_keys=(), clock=lambda: 1000.0)
+    outcome = actor.act(leased(store, job), None, None, [StartAttempt()])
+    assert (outcome.kind, outcome.observed.slice) == ("refused", SlicePhase.STOCKOUT)
+    after = store.get(job.id)
+    assert (after.state, after.capacity_misses) == (State.PROVISIONING.value, 0)
+    assert store.current_attempt(job.id).end_reason is None
+

@@ -1,0 +1,275 @@
+"""act: carry out decide's actions for one job, in order, under its lease. One handler per
+action type; each returns an Outcome (kopf's handler outcome and controller-runtime's
+Result{RequeueAfter} / TerminalError are the models):
+
+- done: carried out (it may bring what it saw: a slice just created, the program launched);
+- refused(reason): the cloud turned the slice's create down; decide chooses what follows;
+- setup_failed(cause): the setup script failed on a host; decide spends a failure;
+- retry_after(seconds): nothing more now (a transient cloud or SSH error); a later sweep tries.
+
+A handler never moves the job itself: what it learned goes back to decide as an observation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase, SliceRequest
+from tpujob.errors import (
+    AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, PlacementUnavailable,
+    QuotaExceeded, SetupFailed, StockoutError, TpujobError, UsageError,
+)
+from tpujob.reconcile import placement as placing
+from tpujob.reconcile.decide import (
+    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, MarkUnhealthy, Move, Observation,
+    ResetCount, SetUp, SlicePhase, StartAttempt, StopProgram,
+)
+from tpujob.reconcile.observe import PHASES, HostOps
+from tpujob.reconcile.policy import placements, runtime_version, slice_network
+from tpujob.store.models import Attempt, Job
+from tpujob.store.states import State
+
+CRASH_POINTS = ("placement", "provisioning", "slice-requested", "slice-deleted", "launched", "moved")
+
+
+def crash_point(name: str) -> None:
+    """Fault injection for the crash tests: with TPUJOB_CRASH_AT=name the process dies here, as
+    under SIGKILL, and the next sweep must converge all the same."""
+    if os.environ.get("TPUJOB_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # "done" | "refused" | "setup_failed" | "retry_after"
+    reason: str = ""
+    seconds: float = 0.0  # retry_after: not before this (0: the next sweep)
+    observed: Optional[Observation] = None  # what decide is to decide on next, instead of a listing
+    slice: Optional[Slice] = None  # the slice as act last saw it (created, or read again)
+
+
+def done(observed: Optional[Observation] = None, slice_: Optional[Slice] = None) -> Outcome:
+    return Outcome("done", observed=observed, slice=slice_)
+
+
+def refused(phase: SlicePhase, reason: str) -> Outcome:
+    return Outcome("refused", reason, observed=Observation(slice=phase, refusal=reason))
+
+
+def setup_failed(cause: str, slice_: Slice) -> Outcome:
+    return Outcome("setup_failed", cause, observed=Observation(slice=SlicePhase.READY, setup_error=cause),
+                   slice=slice_)
+
+
+def retry_after(seconds: float, reason: str) -> Outcome:
+    return Outcome("retry_after", reason, seconds=seconds)
+
+
+@dataclass
+class _Turn:
+    """One act call's view of the job as its actions change it."""
+    job: Job
+    attempt: Optional[Attempt]
+    slice: Optional[Slice]
+    state: State
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+class Actor:
+    def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *, ssh_keys: tuple[str, ...],
+                 clock: Callable[[], float]):
+        self.store = store
+        self.cloud = cloud
+        self.hosts = hosts
+        self.actor = actor
+        self.ssh_keys = ssh_keys
+        self.clock = clock
+        # Credentials or permissions a create was refused for, by job: what `create` (following
+        # one job) exits 6 with, naming the fix.
+        self.auth_errors: dict[int, AuthError] = {}
+
+    def act(self, job: Job, attempt: Optional[Attempt], slice_: Optional[Slice], actions: list[Action]) -> Outcome:
+        """The actions in order; the first outcome other than a plain done ends them."""
+        turn = _Turn(job, attempt, slice_, State(job.state))
+        outcome = done()
+        for action in actions:
+            outcome = self._handlers[type(action)](self, turn, action)
+            if outcome.kind != "done" or outcome.observed is not None:
+                return outcome
+        if turn.counters:
+            self.store.update(turn.job.id, **turn.counters)
+        return outcome
+
+    # -- one handler per action type -----------------------------------------------------------
+    def _count(self, turn: _Turn, action: Count) -> Outcome:
+        # Applied with the next Move, in its transaction: a crash in between counts nothing.
+        turn.counters[action.counter] = getattr(turn.job, action.counter) + 1
+        return done()
+
+    def _reset_count(self, turn: _Turn, action: ResetCount) -> Outcome:
+        turn.counters[action.counter] = 0
+        return done()
+
+    def _move(self, turn: _Turn, action: Move) -> Outcome:
+        turn.job = self.store.transition(turn.job.id, turn.state, action.to, action.message, end_reason=action.reason,
+                                         owner=self.actor, unhealthy_since=None, **turn.counters)
+        turn.state, turn.counters = action.to, {}
+        crash_point("moved")
+        return done()
+
+    def _end_attempt(self, turn: _Turn, action: EndAttempt) -> Outcome:
+        if turn.attempt is not None:
+            self.store.end_attempt(turn.job.id, turn.attempt.number, action.reason)
+            self._unmount(turn)
+        return done()
+
+    def _unmount(self, turn: _Turn) -> None:
+        """An attempt ending on a slice that stays READY (kept, or reused by the next attempt)
+        leaves none of its disk and bucket mounts behind."""
+        if turn.slice is None or turn.slice.phase != CloudPhase.READY:
+            return
+        try:
+            self.hosts.unmount(turn.job, turn.attempt, turn.slice)
+        except TpujobError as exc:
+            self.store.add_event(turn.job.id, "hosts", f"unmount failed: {exc}")
+
+    def _delete_slice(self, turn: _Turn, action: DeleteSlice) -> Outcome:
+        if turn.attempt is not None:
+            self.cloud.delete_slice(turn.job.project, turn.attempt.zone, turn.attempt.slice_name)
+            crash_point("slice-deleted")
+            self.store.add_event(turn.job.id, "slice", f"deleted slice {turn.attempt.slice_name}")
+        return done()
+
+    def _stop_program(self, turn: _Turn, action: StopProgram) -> Outcome:
+        if turn.attempt is not None and turn.slice is not None and turn.slice.phase == CloudPhase.READY:
+            try:
+                self.hosts.stop_program(turn.job, turn.attempt, turn.slice)
+            except TpujobError as exc:
+                self.store.add_event(turn.job.id, "hosts", f"stop failed: {exc}")
+        return done()
+
+    def _mark_unhealthy(self, turn: _Turn, action: MarkUnhealthy) -> Outcome:
+        self.store.update(turn.job.id, unhealthy_since=self.clock())
+        self.store.add_event(turn.job.id, "health", "hosts unreachable or program missing; re-checking")
+        return done()
+
+    def _clear_unhealthy(self, turn: _Turn, action: ClearUnhealthy) -> Outcome:
+        self.store.update(turn.job.id, unhealthy_since=None)
+        return done()
+
+    def _start_attempt(self, turn: _Turn, action: StartAttempt) -> Outcome:
+        job, attempt = turn.job, turn.attempt
+        spec = json.loads(job.spec_json)
+        if action.reuse_slice and attempt is not None:
+            turn.job, turn.attempt = self.store.start_attempt(
+                job.id, turn.state, State.SETTING_UP, "new attempt on the same slice", zone=attempt.zone,
+                accelerator=attempt.accelerator, queued=attempt.queued, reuse_slice=attempt.slice_name,
+                owner=self.actor)
+            turn.state = State.SETTING_UP
+            return done()
+        options = placements(spec)
+        # Past the last fallback, back to the primary: capacity comes back where it was missing.
+        # Placements refused for good (the zone does not offer the accelerator, or the region's
+        # quota is spent) are passed over.
+        placement = job.placement
+        if action.next_placement:
+            placement = placing.following(job.placement, len(options),
+                                          placing.blocked(options, self.store.attempts(job.id)))
+        accelerator, zone = options[placement]
+        if placement != job.placement:
+            crash_point("placement")  # chosen, nothing written yet: the next sweep chooses again
+        turn.job, turn.attempt = self.store.start_attempt(
+            job.id, turn.state, State.PROVISIONING, f"creating the slice of attempt {job.attempt + 1}", zone=zone,
+            accelerator=accelerator, queued=spec["spec"]["tpu"]["queued"], owner=self.actor, placement=placement)
+        turn.state, turn.slice = State.PROVISIONING, None
+        crash_point("provisioning")
+        return self._create_slice(turn, CreateSlice())
+
+    def _create_slice(self, turn: _Turn, action: CreateSlice) -> Outcome:
+        job, attempt = turn.job, turn.attempt
+        spec = json.loads(job.spec_json)
+        tpu = spec["spec"]["tpu"]
+        try:
+            request = SliceRequest(
+                project=job.project, zone=attempt.zone, name=attempt.slice_name,
+                accelerator_type=attempt.accelerator,
+                runtime_version=runtime_version(spec, attempt.accelerator), provisioning=tpu["provisioning"],
+                queued=attempt.queued,
+                labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
+                # The job's disks: clones made at the first attempt, reused after.
+                ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt),
+                **slice_network(tpu),
+            )
+            create = self.cloud.create_queued_resource if attempt.queued else self.cloud.create_node
+            created = create(request)
+        except ConflictError:
+            # The slice exists: an earlier try of this very create got through. Adopt it.
+            self.store.add_event(job.id, "slice", f"adopted existing {attempt.slice_name}")
+            return done()
+        except StockoutError as exc:
+            self.store.add_event(job.id, "stockout", str(exc))
+            return refused(SlicePhase.STOCKOUT, str(exc))
+        except (CloudRefused, PermissionDenied, NotFoundError, UsageError) as exc:
+            # For good: a bad request, a missing permission, a missing snapshot or disk, a spent
+            # quota, a zone that does not offer the accelerator. The same create would fail every
+            # sweep; decide moves on to another placement or ends the job instead.
+            phase = (SlicePhase.NO_QUOTA if isinstance(exc, QuotaExceeded) else
+                     SlicePhase.UNAVAILABLE if isinstance(exc, PlacementUnavailable) else SlicePhase.REFUSED)
+            if isinstance(exc, AuthError):
+                self.auth_errors[job.id] = exc
+            self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} refused: {exc}")
+            return refused(phase, str(exc))
+        except AuthError as exc:  # 401: the sweep's own credentials, not the job's fault
+            self.auth_errors[job.id] = exc
+            self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry "
+                                                  f"once the credentials work: {exc}")
+            return retry_after(0, str(exc))
+        except CloudError as exc:
+            self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
+            return retry_after(0, str(exc))
+        crash_point("slice-requested")
+        self.store.add_event(job.id, "slice", f"requested {attempt.slice_name} "
+                                              f"({'queued resource' if attempt.queued else 'node'})")
+        return done(slice_=created)
+
+    def _set_up(self, turn: _Turn, action: SetUp) -> Outcome:
+        job, attempt = turn.job, turn.attempt
+        slice_ = turn.slice or self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        if slice_.hosts:
+            # The address tpujob (and so the user) reaches host 0 on, as `list` shows it.
+            external = slice_network(json.loads(job.spec_json)["spec"]["tpu"])["external_ips"]
+            self.store.update(job.id, host0_ip=slice_.hosts[0].address(external))
+        try:
+            self.hosts.prepare_and_launch(job, attempt, slice_)
+            crash_point("launched")
+        except SetupFailed as exc:
+            return setup_failed(str(exc), slice_)
+        except TpujobError as exc:  # hosts not answering yet: the next sweep tries again
+            gone = self._lost_under_setup(job, attempt)
+            if gone is None:
+                self.store.add_event(job.id, "setup", f"setup will be retried: {exc}")
+                return retry_after(0, str(exc))
+            # e.g. a disk attach refused because the node was preempted: decide on that now.
+            states = ", ".join(filter(None, (gone.node_state, gone.queued_resource_state))) or "gone"
+            self.store.add_event(job.id, "setup", f"setup stopped, the slice is {states}: {exc}")
+            return done(Observation(slice=SlicePhase.LOST), gone)
+        return done(Observation(slice=SlicePhase.READY, launched=len(slice_.hosts)), slice_)
+
+    def _lost_under_setup(self, job, attempt) -> Optional[Slice]:
+        """The slice, read again after a setup step failed, when it is gone or dead (preempted
+        meanwhile); None when it still looks usable or cannot be read."""
+        try:
+            again = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        except TpujobError:
+            return None
+        return again if PHASES[again.phase] in (SlicePhase.LOST, SlicePhase.ABSENT) else None
+
+    _handlers: dict[type, Callable[["Actor", _Turn, Action], Outcome]] = {
+        Count: _count, ResetCount: _reset_count, Move: _move, EndAttempt: _end_attempt,
+        DeleteSlice: _delete_slice, StopProgram: _stop_program, MarkUnhealthy: _mark_unhealthy,
+        ClearUnhealthy: _clear_unhealthy, StartAttempt: _start_attempt, CreateSlice: _create_slice, SetUp: _set_up,
+    }

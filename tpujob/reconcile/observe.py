@@ -1,0 +1,158 @@
+"""observe: what decide is told about each job. Batched where it can be: one listing of nodes
+and queued resources per (project, zone), the RUNNING jobs' run dirs in one read, their hosts'
+SSH status rounds at once; then, per job under its lease, its slice's phase and its program."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, Protocol
+
+from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase
+from tpujob.errors import TpujobError
+from tpujob.reconcile.decide import HostStatus, Observation, RunDir, SlicePhase
+from tpujob.store.models import Attempt, Job
+from tpujob.store.states import State
+
+# Cloud phases as decide sees them. DELETING is a slice on its way out: lost.
+PHASES = {
+    CloudPhase.QUEUED: SlicePhase.WAITING,
+    CloudPhase.PROVISIONING: SlicePhase.PROVISIONING,
+    CloudPhase.READY: SlicePhase.READY,
+    CloudPhase.PREEMPTED: SlicePhase.LOST,
+    CloudPhase.FAILED: SlicePhase.LOST,
+    CloudPhase.DELETING: SlicePhase.LOST,
+    CloudPhase.GONE: SlicePhase.ABSENT,
+}
+
+# SSH status rounds a sweep runs at once (each a few connections; the hosts are remote).
+HOST_STATUS_WORKERS = 16
+
+Slices = dict[tuple[str, str], Slice]  # (zone, slice name) -> the slice as listed
+
+
+class HostOps(Protocol):
+    """What the sweep does on the hosts of a READY slice (tpujob.service.hostops)."""
+
+    def prepare_and_launch(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
+    def program_status(self, job: Job, attempt: Attempt, slice_: Slice) -> tuple[HostStatus, ...]: ...
+    def stop_program(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
+    def unmount(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
+    def data_disks(self, job: Job, attempt: Attempt) -> tuple: ...  # the slice request's disks
+
+
+class RunDirs(Protocol):
+    """The run dirs on GCS (tpujob.service.storage.GcsRunDirs): how each program is doing,
+    read without SSH. Jobs whose run dir is host-local are left out of the answer."""
+
+    def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDir]: ...
+
+
+class Observer:
+    def __init__(self, store, cloud: Cloud, hosts: HostOps, clock: Callable[[], float],
+                 run_dirs: Optional[RunDirs] = None):
+        self.store = store
+        self.cloud = cloud
+        self.hosts = hosts
+        self.clock = clock
+        self.run_dirs = run_dirs
+        self._run_dir_seen: dict[int, tuple[int, RunDir]] = {}  # job id -> (attempt, files)
+        self._hosts_seen: dict[int, tuple] = {}  # job id -> (attempt, slice, host statuses)
+        self._snapshot_at = 0.0
+
+    # -- batched, before any job is acted on -------------------------------------------------
+    def slices(self, jobs: list[Job]) -> tuple[Slices, dict[tuple[str, str], str]]:
+        """One list per (project, zone) of the jobs' current attempts: the slices seen, and the
+        (project, zone)s whose listing failed, with why. One zone down (an outage, a project
+        whose permission was revoked) must not blind the sweep to every other zone."""
+        seen: Slices = {}
+        failed: dict[tuple[str, str], str] = {}
+        for project, zone in sorted({(j.project, j.zone) for j in jobs if j.attempt > 0}):
+            try:
+                listed = self.cloud.list_slices(project, zone)
+            except TpujobError as exc:
+                failed[(project, zone)] = str(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - an answer the client could not parse, a bug
+                failed[(project, zone)] = f"unexpected {type(exc).__name__}: {exc}"
+                continue
+            for name, slice_ in listed.items():
+                seen[(zone, name)] = slice_
+        return seen, failed
+
+    def programs(self, jobs: list[Job], slices: Slices, snapshot_at: float, errors: list[str]) -> None:
+        """The RUNNING jobs' run dirs and hosts, asked of all of them at once; kept for `observe`."""
+        self._snapshot_at = snapshot_at
+        running = [(j, a) for j in jobs if j.state == State.RUNNING.value
+                   for a in [self.store.current_attempt(j.id)] if a is not None]
+        self._run_dir_seen = self._read_run_dirs(running, errors)
+        self._hosts_seen = self._ask_hosts(running, slices)
+
+    def _read_run_dirs(self, running: list[tuple[Job, Attempt]], errors: list[str]) -> dict[int, tuple[int, RunDir]]:
+        """The RUNNING jobs' run dirs, read in one batch; a storage error costs only this."""
+        if self.run_dirs is None or not running:
+            return {}
+        try:
+            found = self.run_dirs.read(running, self.clock())
+        except TpujobError as exc:
+            errors.append(f"run dirs: {exc}")
+            return {}
+        numbers = {j.id: a.number for j, a in running}
+        return {job_id: (numbers[job_id], run) for job_id, run in found.items()}
+
+    def _ask_hosts(self, running: list[tuple[Job, Attempt]], slices: Slices) -> dict:
+        """Each RUNNING job's program on every host of its READY slice, asked of all those
+        slices at once (one SSH round each, in parallel): one by one, a sweep over a few hundred
+        running jobs would take minutes. {job id: (attempt number, slice name, statuses)}."""
+        wanted = [(job, attempt, slice_) for job, attempt in running
+                  for slice_ in [slices.get((attempt.zone, attempt.slice_name))]
+                  if slice_ is not None and PHASES[slice_.phase] == SlicePhase.READY]
+        if len(wanted) < 2:
+            return {}  # nothing to overlap: `observe` asks as it goes
+
+        def ask(item):
+            job, attempt, slice_ = item
+            try:
+                return job.id, (attempt.number, slice_.name, self.hosts.program_status(job, attempt, slice_))
+            except Exception:  # noqa: BLE001 - `observe` asks again under the lease and reports it
+                return job.id, None
+
+        with ThreadPoolExecutor(max_workers=min(HOST_STATUS_WORKERS, len(wanted))) as pool:
+            return {job_id: seen for job_id, seen in pool.map(ask, wanted) if seen is not None}
+
+    # -- per job, under its lease --------------------------------------------------------------
+    def slice_of(self, job: Job, attempt, slices: Slices, snapshot_at: float) -> Optional[Slice]:
+        if attempt is None:
+            return None
+        found = slices.get((attempt.zone, attempt.slice_name))
+        # The listing predates a change another actor made (a new attempt, a create): look again.
+        if found is None and (job.state_since or 0) >= snapshot_at - 1:
+            found = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        return found
+
+    def observe(self, job: Job, attempt, slice_) -> Observation:
+        phase = PHASES[slice_.phase] if slice_ is not None else SlicePhase.ABSENT
+        hosts: tuple[HostStatus, ...] = ()
+        if phase == SlicePhase.READY and State(job.state) == State.RUNNING:
+            # The sweep's prefetch, once, unless another actor moved the job since it was taken.
+            seen = self._hosts_seen.pop(job.id, None)
+            if seen is not None and seen[:2] == (attempt.number, slice_.name) \
+                    and (job.state_since or 0) < self._snapshot_at:
+                hosts = seen[2]
+            else:
+                hosts = self.hosts.program_status(job, attempt, slice_)
+        created = slice_.node_create_time if slice_ is not None else None
+        seen = self._run_dir_seen.get(job.id)
+        run_dir = seen[1] if seen and State(job.state) == State.RUNNING and attempt is not None \
+            and seen[0] == attempt.number else None
+        return Observation(slice=phase, hosts=hosts, run_dir=run_dir,
+                           provisioning_seconds=None if created is None else max(0.0, self.clock() - created))
+
+    def record_steps(self, job: Job, attempt, obs: Observation) -> None:
+        """The attempt's progress as the runtime reports it: lost steps per preemption."""
+        steps = [h.step for h in obs.hosts if h.step is not None]
+        if obs.run_dir is not None and obs.run_dir.step is not None:  # status.json: the last step
+            steps.append(obs.run_dir.step)
+        resumed = [h.resumed_from for h in obs.hosts if h.resumed_from is not None]
+        if attempt is not None and (steps or resumed):
+            self.store.record_steps(job.id, attempt.number, last_step=max(steps) if steps else None,
+                                    resumed_from_step=max(resumed) if resumed else None)

@@ -1,0 +1,106 @@
+"""What a job's resolved spec says the sweep may do: its requeue Policy, its placements, the
+runtime version and network of each attempt's slice. Pure functions over the stored spec."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tpujob.store.states import AttemptEnd
+
+if TYPE_CHECKING:
+    from tpujob.reconcile.decide import JobView
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_preemptions: int
+    max_failures: int
+    max_nan: int
+    backoff_seconds: float
+    queue_timeout_seconds: float = 6 * 3600
+    provision_timeout_seconds: float = 30 * 60  # a node stuck CREATING
+    setup_timeout_seconds: float = 15 * 60  # per attempt, scaled by host count in `setup_timeout`
+    unhealthy_grace_seconds: float = 120
+    max_capacity_retries: int = 48
+    max_backoff_seconds: float = 30 * 60  # capacity misses and flaps double the wait up to this
+    min_run_seconds: float = 600  # a preemption after a shorter run is a flap
+    nan_exit_code: int = 76
+    preempted_exit_code: int = 75
+    # Exits that say the program or its config is wrong (the runtime's init check, bad config,
+    # strict-shapes recompile): running it again on any hardware gives the same answer.
+    fatal_exit_codes: frozenset[int] = frozenset({77, 78, 79})
+    # The runtime rewrites its heartbeat at least every 30 s; ten times that is a hung program
+    # (a stuck collective, a dead coordinator), not a slow step.
+    heartbeat_timeout_seconds: float = 300
+
+    def setup_timeout(self, hosts: int) -> float:
+        # Fan-out is parallel, but installs contend for the same mirrors and buckets.
+        return self.setup_timeout_seconds * (1 + hosts / 32)
+
+    def backoff(self, job: "JobView") -> float:
+        """The wait in RECOVERING before the next attempt. After a preemption: none (a preemption
+        is not the job's fault, and the zone had capacity a moment ago), unless the attempt
+        flapped (ran under min_run_seconds): then backoff_seconds, doubled per flap in a row.
+        After anything else: backoff_seconds, doubled for each capacity miss in a row (a zone
+        out of capacity now is likely out in a minute too). Both doublings stop at
+        max_backoff_seconds. Plus up to 20% jitter so that jobs stocked out or flapping together
+        do not all come back in the same second. The jitter is a hash of the job id and attempt
+        number, not a random draw: decide stays a pure function."""
+        wait, doublings = self.backoff_seconds, job.capacity_misses
+        if job.last_end == AttemptEnd.PREEMPTED:
+            if job.flaps == 0:
+                return 0.0
+            doublings = job.flaps
+        if doublings > 0:
+            wait = min(wait * 2 ** (doublings - 1), max(self.max_backoff_seconds, wait))
+        digest = hashlib.sha256(f"{job.job_id}:{job.attempt}".encode()).digest()
+        return wait * (1 + JITTER * int.from_bytes(digest[:4], "big") / 2**32)
+
+
+JITTER = 0.2
+
+
+def placements(spec: dict) -> list[tuple[str, str]]:
+    """[(accelerator, zone)] of the primary placement then each fallback, from a resolved spec."""
+    tpu = spec["spec"]["tpu"]
+    first = (spec["accelerator"], spec["zone"])
+    return [first] + [(fb.get("accelerator") or first[0], fb.get("zone") or first[1])
+                      for fb in tpu.get("fallback", [])]
+
+
+def policy_of(spec: dict) -> Policy:
+    from tpujob.runtime.contract import EXIT_CONFIG, EXIT_INIT_CHECK, EXIT_NAN, EXIT_PREEMPTED, EXIT_RECOMPILE
+    from tpujob.spec import RequeuePolicy
+
+    # Through the model: a job recorded before a key existed gets that key's default.
+    r = RequeuePolicy.model_validate(spec["spec"]["requeue"])
+    return Policy(max_preemptions=r.max_preemptions, max_failures=r.max_failures, max_nan=r.max_nan,
+                  backoff_seconds=r.backoff_seconds, queue_timeout_seconds=r.queue_timeout_seconds,
+                  provision_timeout_seconds=r.provision_timeout_seconds,
+                  setup_timeout_seconds=r.setup_timeout_seconds,
+                  unhealthy_grace_seconds=r.unhealthy_grace_seconds,
+                  max_capacity_retries=r.max_capacity_retries, min_run_seconds=r.min_run_seconds,
+                  nan_exit_code=EXIT_NAN,
+                  preempted_exit_code=EXIT_PREEMPTED,
+                  fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))
+
+
+def slice_network(tpu: dict) -> dict:
+    """The slice request's network fields from the spec's tpu.network (absent in specs stored
+    before it existed: external IPs, the default network)."""
+    net = tpu.get("network") or {}
+    return dict(external_ips=net.get("external_ips", True), network=net.get("network"),
+                subnetwork=net.get("subnetwork"), tags=tuple(net.get("tags", ())))
+
+
+def runtime_version(spec: dict, accelerator: str) -> str:
+    """The spec's runtime_version when it names one; otherwise the default of the attempt's own
+    generation: a fallback from v4 to v5e must not boot a v4 image."""
+    explicit = spec["spec"]["tpu"].get("runtime_version")
+    if explicit:
+        return explicit
+    from tpujob.catalogue import accelerator as lookup
+
+    return lookup(accelerator).generation.runtime_version
