@@ -93,6 +93,7 @@ class Night:
         self.crash_next: list[str] = []  # crash points armed for the next requeue processes
         self.stop = threading.Event()
         self.runtime_jobs: set[int] = set()
+        self.unsettled: list[str] = []  # what still moved when settling gave up
 
     # -- the jobs ---------------------------------------------------------------------------
     def record_jobs(self) -> None:
@@ -220,7 +221,8 @@ class Night:
             self.crash_next.clear()
 
     def settle(self, limit: float = 300.0) -> int:
-        """Sweep until two sweeps in a row change nothing (and nothing is mid-way); the sweeps."""
+        """Sweep until two sweeps in a row change nothing (and nothing is mid-way); the sweeps.
+        Not settling within `limit` s is a violation."""
         from tpujob.service.sweeps import reconciler
         from tpujob.store.states import State
 
@@ -233,7 +235,12 @@ class Night:
             after = [(j.id, j.state, j.attempt) for j in self.ctx.store.list_jobs(include_ended=True)]
             settled = all(State(s) not in moving for _, s, _ in after)
             quiet = quiet + 1 if after == before and settled else 0
+            if os.environ.get("SOAK_DEBUG") and after != before:
+                print("settle:", sorted(set(after) - set(before)), flush=True)
             time.sleep(1.0)
+        if quiet < 2:
+            self.unsettled = [f"job {i} still {s} (attempt {a})" for i, s, a in after if State(s) in moving]
+            self.unsettled = self.unsettled or ["jobs still changing"]
         return sweeps
 
 
@@ -241,7 +248,7 @@ def check(night: Night) -> tuple[list[str], int]:
     """The invariants: (violations, checks made)."""
     from tpujob.store.states import ENDED, TRANSITIONS, State
 
-    ctx, violations, checks = night.ctx, [], 0
+    ctx, violations, checks = night.ctx, [f"not settled after the faults stopped: {u}" for u in night.unsettled], 1
     jobs = ctx.store.list_jobs(include_ended=True)
     live: dict[tuple[str, str], int] = {}
     for job in jobs:

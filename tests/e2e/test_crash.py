@@ -17,7 +17,8 @@ from tpujob.reconcile.sweep import CRASH_POINTS
 
 pytestmark = pytest.mark.slow
 
-LEASE = 1.0  # the dead sweep's lease must expire for the next sweep to act
+LEASE = 3.0  # the dead sweep's lease must expire for the next sweep to act; under 3 s a loaded
+# machine let the lease lapse before the crash point (the fallback scenario makes two creates first)
 COMMAND = 'echo "$TPUJOB_ATTEMPT" >> /mnt/ran; sleep 600'
 # Where each crash point is reached: from a new job (whose node comes up READY at its create, so
 # one sweep goes on to launch it), from a preemption, or from a stockout of the primary zone (the
