@@ -21,7 +21,7 @@ After `--minutes`, with every fault off, it sweeps until nothing changes, then c
 It prints the counts (jobs, preemptions, faults, sweeps, crashes, invariants) and goodput, and
 exits 0 only when no invariant was violated.
 
-    .venv/bin/python scripts/soak.py [--minutes 10] [--seed 1] [--jobs 6] [--db-url URL | --postgres]
+    .venv/bin/python scripts/soak.py [--minutes 10] [--seed 1] [--jobs 6] [--db-url URL | --postgres] [--keep]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,6 +95,8 @@ class Night:
         self.stop = threading.Event()
         self.runtime_jobs: set[int] = set()
         self.unsettled: list[str] = []  # what still moved when settling gave up
+        self.resumptions = 0  # runtime attempts resumed from a checkpoint, checked for lost steps
+        self.preempting: list[threading.Thread] = []  # preemptions within their grace
 
     # -- the jobs ---------------------------------------------------------------------------
     def record_jobs(self) -> None:
@@ -187,7 +190,9 @@ class Night:
         if draw in ("preempt", "preempt_grace"):
             job_id, number, node = self.rng.choice(nodes)
             grace = 20.0 if draw == "preempt_grace" else 0.0
-            threading.Thread(target=self.preempt, args=(job_id, number, node, grace), daemon=True).start()
+            thread = threading.Thread(target=self.preempt, args=(job_id, number, node, grace), daemon=True)
+            thread.start()
+            self.preempting.append(thread)
         elif draw == "stockout":
             self.client.stockout(ZONE)
             self.faults["stockout"] += 1
@@ -277,7 +282,9 @@ def check(night: Night) -> tuple[list[str], int]:
             violations.append(f"job {job.id}: last move to {state}, job {job.state}")
         if job.id in night.runtime_jobs:
             checks += 1
-            violations += _steps(job.id, ctx.store.attempts(job.id), night.preempted)
+            found, resumptions = _steps(job.id, ctx.store.attempts(job.id), night.preempted)
+            violations += found
+            night.resumptions += resumptions
     # Cloud: every node and queued resource is a live attempt's, once; gc finds no orphan.
     checks += 1
     for kind in ("nodes", "queuedResources"):
@@ -294,11 +301,13 @@ def check(night: Night) -> tuple[list[str], int]:
     return violations, checks
 
 
-def _steps(job_id: int, attempts: list, preempted: dict) -> list[str]:
-    found = []
+def _steps(job_id: int, attempts: list, preempted: dict) -> tuple[list[str], int]:
+    """Violations of the step invariant, and how many resumptions were checked."""
+    found, checked = [], 0
     for before, after in zip(attempts, attempts[1:]):
         if after.resumed_from_step is None or before.last_step is None:
             continue
+        checked += 1
         resumed_before = before.resumed_from_step or 0
         if after.resumed_from_step < resumed_before:
             found.append(f"job {job_id}: attempt {after.number} resumed at step {after.resumed_from_step}, "
@@ -308,7 +317,7 @@ def _steps(job_id: int, attempts: list, preempted: dict) -> list[str]:
         if lost > allowed:
             kind = preempted.get((job_id, before.number), before.end_reason)
             found.append(f"job {job_id}: attempt {before.number} ({kind}) lost {lost} steps (allowed {allowed})")
-    return found
+    return found, checked
 
 
 def _api_list(night: Night, project: str, kind: str) -> list[dict]:
@@ -327,6 +336,7 @@ def main() -> int:
     store = parser.add_mutually_exclusive_group()
     store.add_argument("--db-url", help="the store's SQLAlchemy URL (default: SQLite in a temporary home)")
     store.add_argument("--postgres", action="store_true", help="a throwaway PostgreSQL server (Debian's)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (store, logs)")
     args = parser.parse_args()
 
     directory = Path(tempfile.mkdtemp(prefix="tpujob-soak-"))
@@ -362,7 +372,8 @@ def main() -> int:
             thread.join(timeout=120)
         watch.wait(timeout=60)
         night.sweeps += sum(1 for line in (directory / "watch.log").read_text().splitlines() if " sweep: " in line)
-        time.sleep(25)  # preemptions still in their grace end first
+        for thread in night.preempting:  # preemptions still in their grace end first
+            thread.join(timeout=60)
         settle_sweeps = night.settle()
         violations, checks = check(night)
         report(night, args, time.monotonic() - started, settle_sweeps, violations, checks)
@@ -371,6 +382,8 @@ def main() -> int:
         night.process.stop()
         if cluster is not None:
             cluster.stop()
+        if not args.keep:
+            shutil.rmtree(directory, ignore_errors=True)
     return 0 if not violations else 1
 
 
@@ -387,7 +400,8 @@ def report(night: Night, args, seconds: float, settle_sweeps: int, violations: l
     print(f"faults injected: {sum(night.faults.values())} (" +
           ", ".join(f"{k}: {n}" for k, n in sorted(night.faults.items())) + ")")
     print(f"sweeps: {night.sweeps} during the night + {settle_sweeps} to settle; sweeps SIGKILLed: {night.crashes}")
-    print(f"invariants: {checks - len(violations)} held, {len(violations)} violated")
+    print(f"invariants: {checks - len(violations)} held, {len(violations)} violated "
+          f"({night.resumptions} runtime resumptions checked for lost steps)")
     for line in violations:
         print(f"  VIOLATED: {line}")
     print("goodput: " + ", ".join(f"{j.name} {goodput(j, now):.0%}" for j in jobs))
