@@ -40,14 +40,17 @@ def host_file(client, node: str, index: int, path: str) -> Path:
 
 @pytest.fixture
 def running(cli, local_cloud, tmp_path):
-    """A RUNNING job on a 2-host slice: (job id, slice name)."""
+    """A RUNNING job on a 2-host slice: (job id, its node's full name)."""
     spec = tmp_path / "remote.yaml"
     spec.write_text(SPEC)
     result = cli("create", spec)
     assert result.code == 0, result.err
     data = json.loads(cli("show", "--json", "remote").out)
     assert data["state"] == "RUNNING"
-    yield data["id"], data["attempts"][0]["slice_name"]
+    # The node's full name: other tests' jobs in the shared emulator have the same short names
+    # (every fresh store numbers its jobs from 1), in projects of their own.
+    attempt = data["attempts"][0]
+    yield data["id"], f"projects/{data['project']}/locations/{attempt['zone']}/nodes/{attempt['slice_name']}"
     cli("delete", data["id"])
 
 
