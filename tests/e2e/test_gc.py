@@ -15,6 +15,21 @@ from reconcile_helpers import (  # noqa: F401 - fixtures
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True)
+def nothing_left(project, local_cloud):
+    """Slices these tests make outside any job (or whose job they forget) are deleted after each:
+    left in the shared emulator, their short names (every fresh store's tpujob-000001-1) and
+    running hosts broke the tests that came after."""
+    yield
+    from tpujob.service.context import Context, make_cloud
+
+    cloud = make_cloud(Context.load().settings)
+    names = {item["name"].rsplit("/", 1)[-1] for kind in ("queuedResources", "nodes")
+             for item in api_list(local_cloud, project, ZONE, kind)}
+    for name in sorted(names):
+        cloud.delete_slice(project, ZONE, name)
+
+
 def _request(project: str, name: str, labels: dict, queued: bool = False):
     from tpujob.cloud.base import SliceRequest
 
@@ -140,6 +155,10 @@ def test_another_stores_resources_wait_for_min_age(ctx, local_cloud, project, tm
     # The other store sees them as its own orphans (its job 1 is not on its record) at any age.
     monkeypatch.setenv("TPUJOB_HOME", str(tmp_path / "other-home"))
     assert _names(json.loads(cli("gc", "--json").out)) == _names(rows)
+    # And deletes them: nothing of this test is left in the shared emulator (its short names
+    # are every fresh store's job 1).
+    assert cli("gc", "--yes").code == 0
+    assert api_list(local_cloud, project, ZONE, "nodes") == []
 
 
 def test_a_running_jobs_resources_are_never_listed(ctx, local_cloud, project, tmp_path, cli):
