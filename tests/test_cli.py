@@ -176,6 +176,30 @@ def test_cancel_delete_clean(cli, job, tpujob_home):
     assert cli("show", job).code == 3
 
 
+def test_a_cancel_that_loses_its_move_leaves_the_attempt_open(cli, job, monkeypatch):
+    """The attempt ends in the move's transaction: a move lost to another actor ends nothing."""
+    from tpujob.errors import IllegalTransition
+    from tpujob.service import jobs
+    from tpujob.service.context import Context
+    from tpujob.store.repository import Store
+    from tpujob.store.states import State
+
+    store = Context.load().store
+    store.start_attempt(int(job), State.PENDING, State.PROVISIONING, "attempt 1", zone="us-central2-b",
+                        accelerator="v4-8", queued=False)
+    monkeypatch.setattr(jobs, "make_cloud", lambda settings: None)  # no slice to reach
+    monkeypatch.setattr(jobs, "_stop_program", lambda ctx, job, cloud: None)
+
+    def lost(self, *args, **kwargs):
+        raise IllegalTransition("another actor moved it first")
+
+    monkeypatch.setattr(Store, "transition", lost)
+    result = cli("cancel", job)
+    assert result.code == 4 and "another actor moved it first" in result.error_line
+    [attempt] = store.attempts(int(job))
+    assert (attempt.ended_at, attempt.end_reason) == (None, None)
+
+
 # --- exit codes and errors ----------------------------------------------------------------------
 
 def test_exit_codes(cli, job, spec_file):

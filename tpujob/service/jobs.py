@@ -248,8 +248,10 @@ def cancel(ctx: Context, ref: str):
                 _stop_program(ctx, job, make_cloud(ctx.settings))
             except CloudError as exc:
                 raise CloudError(f"job {format_job_id(job.id)} not cancelled (still {job.state}): {exc}") from exc
-            ctx.store.end_attempt(job.id, job.attempt, AttemptEnd.CANCELLED)
-        return ctx.store.transition(job.id, State(job.state), State.CANCELLED, "cancelled by user", owner=owner)
+        with ctx.store.atomic():  # the attempt ends with the move, or neither happens
+            if job.attempt:
+                ctx.store.end_attempt(job.id, job.attempt, AttemptEnd.CANCELLED)
+            return ctx.store.transition(job.id, State(job.state), State.CANCELLED, "cancelled by user", owner=owner)
 
 
 def delete(ctx: Context, ref: str):
@@ -271,11 +273,13 @@ def delete(ctx: Context, ref: str):
                 for name in sorted(set(cloud.list_slices(job.project, zone)) & names):
                     cloud.delete_slice(job.project, zone, name)
                     ctx.store.add_event(job.id, "slice", f"deleted slice {name}")
-            ctx.store.end_attempt(job.id, job.attempt, AttemptEnd.DELETED)
             _delete_clones(ctx, job, attempts)
-        if job.state == State.DELETED.value:
-            return job
-        return ctx.store.transition(job.id, State(job.state), State.DELETED, "deleted by user", owner=owner)
+        with ctx.store.atomic():  # the attempt ends with the move, or neither happens
+            if attempts:
+                ctx.store.end_attempt(job.id, job.attempt, AttemptEnd.DELETED)
+            if job.state == State.DELETED.value:
+                return job
+            return ctx.store.transition(job.id, State(job.state), State.DELETED, "deleted by user", owner=owner)
 
 
 def _delete_clones(ctx: Context, job, attempts) -> None:
