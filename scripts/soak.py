@@ -291,11 +291,11 @@ def check(night: Night) -> tuple[list[str], int]:
             night.resumptions += resumptions
     # Cloud: every node and queued resource is a live attempt's, once; gc finds no orphan.
     checks += 1
-    for kind in ("nodes", "queuedResources"):
-        for item in _api_list(night, jobs[0].project if jobs else "soak", kind):
-            name = item["name"].rsplit("/", 1)[-1]
-            if (ZONE, name) not in live:
-                violations.append(f"{kind} {name} belongs to no live attempt")
+    from tpujob.service.context import make_cloud
+
+    for resource in make_cloud(ctx.settings).list_tpu_resources(ctx.default_project, ZONE):
+        if (ZONE, resource.name) not in live:
+            violations.append(f"{resource.kind} {resource.name} belongs to no live attempt")
     checks += 1
     gc = tpujob("gc", "--json", "--min-age", "0")
     if gc.returncode != 0:
@@ -326,14 +326,6 @@ def _steps(job_id: int, attempts: list, preempted: dict, async_saves: bool) -> t
             kind = preempted.get((job_id, before.number), before.end_reason)
             found.append(f"job {job_id}: attempt {before.number} ({kind}) lost {lost} steps (allowed {allowed})")
     return found, checked
-
-
-def _api_list(night: Night, project: str, kind: str) -> list[dict]:
-    import urllib.request
-
-    url = f"{night.client.url}/v2/projects/{project}/locations/{ZONE}/{kind}"
-    with urllib.request.urlopen(url) as response:
-        return json.loads(response.read()).get(kind, [])
 
 
 def main() -> int:
