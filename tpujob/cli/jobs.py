@@ -113,7 +113,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def show(job: str = typer.Argument(..., help="Job id or name."),
-             json_out: bool = typer.Option(False, "--json")):
+             json_out: bool = typer.Option(False, "--json"),
+             timeline: bool = typer.Option(False, "--timeline",
+                                           help="Draw the attempts as bars over the job's life.")):
         """Show a job: its state, attempts, each host's program (while it runs) and events."""
         from tpujob.service import jobs
 
@@ -135,6 +137,10 @@ def register(app: typer.Typer) -> None:
             data["hosts_error"] = detail.hosts_error
         data["accounting"] = {"preemptions": detail.job.preemptions, "failures": detail.job.failures,
                               "nan_restarts": detail.job.nan_restarts, **dataclasses.asdict(detail.accounting)}
+        if timeline:
+            from tpujob.cli.timeline import timeline_dict
+
+            data["timeline"] = timeline_dict(detail.timeline)
         if json_out:
             render.print_json(data)
             return
@@ -143,6 +149,11 @@ def register(app: typer.Typer) -> None:
             if data[key] is not None:
                 typer.echo(f"{key + ':':<14}{data[key]}")
         _print_accounting(detail.job, detail.accounting)
+        if timeline:
+            from tpujob.cli.timeline import print_timeline
+
+            typer.echo("")
+            print_timeline(detail.timeline)
         if detail.attempts:
             typer.echo("\nattempts:")
             typer.echo(render.table(["#", "SLICE", "ACCELERATOR", "ZONE", "STARTED", "ENDED", "REASON", "STEP"],

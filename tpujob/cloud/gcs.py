@@ -84,6 +84,18 @@ class Gcs:
         return RunFiles(status=content, status_updated=_time(status),
                         heartbeat_updated=files.heartbeat_updated)
 
+    def read_tail(self, bucket: str, name: str, max_bytes: int) -> tuple[bytes, bool] | None:
+        """(the object's last `max_bytes` bytes, whether that left its start out); None when
+        the object is absent."""
+        blob = self._call(f"getting gs://{bucket}/{name}", lambda: self.client.bucket(bucket).get_blob(
+            name, retry=_READ_RETRY, timeout=_READ_TIMEOUT))
+        if blob is None:
+            return None
+        start = max(0, (blob.size or 0) - max_bytes)
+        data = self._call(f"reading gs://{bucket}/{name}", lambda: blob.download_as_bytes(
+            start=start, retry=_READ_RETRY, timeout=_READ_TIMEOUT))
+        return data, start > 0
+
     def bucket_location(self, bucket: str) -> tuple[str, list[str]]:
         """(location, data locations of a custom dual-region) of the bucket, upper case."""
         found = self._call(f"getting bucket {bucket}", self.client.get_bucket, bucket)

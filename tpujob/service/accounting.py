@@ -41,3 +41,18 @@ def account(job, attempts, events, now: float) -> Accounting:
                          "resumed_from_step": resumed, "lost_steps": max(0, before.last_step - resumed)})
     return Accounting(wall_seconds=end - job.created_at, running_seconds=running_seconds(job, end),
                       goodput=goodput(job, now), seconds_in_state=in_state, lost_steps=lost)
+
+
+def slice_cost(attempts, provisioning: str, now: float) -> float | None:
+    """USD spent on slices so far: each attempt's time from its start to its end (or now) at
+    the catalogue's price for its accelerator and the spec's provisioning. None when a price
+    is not published (no estimate passed off as the real one: catalogue.py)."""
+    from tpujob.catalogue import accelerator  # not for `list`, which imports goodput from here
+
+    total = 0.0
+    for a in attempts:
+        price = accelerator(a.accelerator).hourly_cost(spot=provisioning != "on-demand")
+        if price is None:
+            return None
+        total += price * max(0.0, (a.ended_at or now) - a.started_at) / 3600
+    return total

@@ -13,6 +13,7 @@ from tpujob import spec as spec_mod
 from tpujob.errors import CloudError, ConflictError, TpujobError, UsageError
 from tpujob.service.accounting import account
 from tpujob.service.context import Context, make_cloud, make_compute, make_storage
+from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
 from tpujob.store.repository import format_job_id, slice_name
 from tpujob.store.states import ENDED, AttemptEnd, State
@@ -177,6 +178,7 @@ class JobDetail:
     hosts: list | None = None   # remote.HostProgram per host, while the program runs
     hosts_error: str = ""       # why the hosts could not be asked
     accounting: object = None   # service.accounting.Accounting: the night's story in numbers
+    timeline: object = None     # service.timeline.Timeline: the same story as bars
     run_dir: object = None      # service.storage.RunDirView: the current attempt's status.json, heartbeat
     run_dir_error: str = ""     # why the run dir could not be read
 
@@ -187,7 +189,9 @@ def show(ctx: Context, ref: str) -> JobDetail:
     view of the program too (over SSH)."""
     job = ctx.store.find(ref)
     detail = JobDetail(job, ctx.store.attempts(job.id), ctx.store.events(job.id))
-    detail.accounting = account(job, detail.attempts, detail.events, time.time())
+    now = time.time()
+    detail.accounting = account(job, detail.attempts, detail.events, now)
+    detail.timeline = timeline(job, detail.attempts, detail.events, now)
     spec = json.loads(job.spec_json)
     if detail.attempts and spec.get("spec", {}).get("run_dir"):
         from tpujob.cloud.gcs import Gcs

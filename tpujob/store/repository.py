@@ -299,6 +299,17 @@ class Store:
         with self._tx() as session:
             return list(session.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))))
 
+    def attempts_of(self, job_ids: Iterable[int]) -> dict[int, list[Attempt]]:
+        """Every attempt of these jobs in one query: {job id: its attempts in order}."""
+        ids = list(job_ids)
+        found: dict[int, list[Attempt]] = {job_id: [] for job_id in ids}
+        if ids:
+            with self._tx() as session:
+                for row in session.exec(select(Attempt).where(col(Attempt.job_id).in_(ids))
+                                        .order_by(col(Attempt.job_id), col(Attempt.number))):
+                    found[row.job_id].append(row)
+        return found
+
     def current_attempt(self, job_id: int) -> Optional[Attempt]:
         with self._tx() as session:
             return session.exec(select(Attempt).where(Attempt.job_id == job_id)

@@ -1,0 +1,119 @@
+"""What the dashboard's pages show (tpujob/ui): the same store, run dirs and hosts the CLI reads,
+gathered per page. Nothing here renders; the actions are service.jobs' own."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from tpujob.errors import TpujobError
+from tpujob.hosts.failure import redact
+from tpujob.service import curves as curves_mod
+from tpujob.service.accounting import Accounting, account, goodput, slice_cost
+from tpujob.service.context import Context
+from tpujob.service.timeline import Timeline, timeline
+from tpujob.store.states import ENDED, State
+
+LOG_LINES = 40
+LOG_BYTES = 256 << 10  # what is kept of host 0's log while reading it, from its end
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job: object
+    goodput: float
+    cost_usd: float | None  # slice time so far at the catalogue's price; None: no published price
+
+
+@dataclass
+class JobPage:
+    job: object
+    attempts: list
+    events: list
+    accounting: Accounting
+    timeline: Timeline
+    cost_usd: float | None
+    curves: curves_mod.Curves
+    actions: tuple[str, ...]  # what the user may do now: cancel, resume, delete
+    spec_yaml: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _provisioning(job) -> str:
+    return json.loads(job.spec_json)["spec"]["tpu"].get("provisioning", "spot")
+
+
+def job_rows(ctx: Context, *, state: str = "", name: str = "", include_ended: bool = True) -> list[JobRow]:
+    """The jobs page: every job (newest first), filtered by state and a name substring."""
+    jobs = ctx.store.list_jobs(include_ended=include_ended)
+    if state:
+        jobs = [j for j in jobs if j.state == state.upper()]
+    if name:
+        jobs = [j for j in jobs if name.lower() in j.name.lower()]
+    attempts = ctx.store.attempts_of(j.id for j in jobs)
+    now = time.time()
+    return [JobRow(j, goodput(j, now), slice_cost(attempts[j.id], _provisioning(j), now))
+            for j in reversed(jobs)]
+
+
+def actions_for(state: str) -> tuple[str, ...]:
+    """The buttons a job's page offers: service.jobs refuses the others anyway."""
+    found = []
+    if State(state) not in ENDED:
+        found.append("cancel")
+    if State(state) in (State.FAILED, State.CANCELLED):
+        found.append("resume")
+    if state != State.DELETED.value:
+        found.append("delete")
+    return tuple(found)
+
+
+def job_page(ctx: Context, ref: str) -> JobPage:
+    job = ctx.store.find(ref)
+    attempts, events = ctx.store.attempts(job.id), ctx.store.events(job.id)
+    now = time.time()
+    line = timeline(job, attempts, events, now)
+    spec = json.loads(job.spec_json)
+    return JobPage(job=job, attempts=attempts, events=events, accounting=account(job, attempts, events, now),
+                   timeline=line, cost_usd=slice_cost(attempts, _provisioning(job), now),
+                   curves=curves_mod.read(ctx, spec, job.id, line.bars), actions=actions_for(job.state),
+                   spec_yaml=job.spec_yaml)
+
+
+def log_tail(ctx: Context, ref: str, lines: int = LOG_LINES) -> tuple[str, str]:
+    """(the last lines of host 0's log of the current attempt, a note on where they came from).
+    Read as `tpujob logs` reads it: over SSH, else tpujob's local log of the host."""
+    from tpujob.service import remote
+
+    kept = bytearray()
+    notes: list[str] = []
+
+    def out(chunk: bytes) -> None:
+        kept.extend(chunk)
+        del kept[:-LOG_BYTES]
+
+    try:
+        remote.logs(ctx, ref, host=0, out=out, notice=notes.append)
+    except TpujobError as exc:
+        return "", exc.message
+    text = "\n".join(kept.decode(errors="replace").splitlines()[-lines:])
+    return redact(text, _secret_values(ctx, ref)), " ".join(notes)
+
+
+def _secret_values(ctx: Context, ref: str) -> list[str]:
+    """The job's secret values this process can see (environment, secrets.env), redacted from
+    the page: the program may print one. Credential-looking pairs are masked either way."""
+    import os
+
+    from tpujob.errors import ConfigError
+    from tpujob.service import secrets
+
+    names = json.loads(ctx.store.find(ref).spec_json)["spec"].get("secrets", [])
+    if not names:
+        return []
+    try:
+        from_file = secrets.read_file(secrets.secrets_file())
+    except ConfigError:  # a file others can read is not read; its values are not shown either way
+        from_file = {}
+    return [os.environ.get(name) or from_file.get(name, "") for name in names]

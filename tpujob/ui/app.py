@@ -1,0 +1,186 @@
+"""`tpujob ui`: a local web dashboard (Starlette, Jinja2 templates, served by uvicorn) over the
+same service layer as the CLI. Each route reads through service.dashboard or acts through
+service.jobs, then renders a template; nothing here touches the store or the cloud itself.
+
+Security, as Jupyter does it: a random token (or `--token`) is printed once in the URL; the
+first request that carries it gets it back as a cookie (HttpOnly, SameSite=Strict, named for the
+port) and is redirected to the same page without it, so the token leaves the address bar and
+never reaches a Referer. Every page, fragment and static file then needs that cookie (401
+without one, 403 with a wrong one). Actions are POSTs carrying a CSRF field derived from the
+token; SameSite=Strict alone would already keep another site's form from carrying the cookie.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from tpujob.errors import ConflictError, NotFoundError, TpujobError, UsageError
+from tpujob.service import dashboard
+from tpujob.store.ids import format_job_id
+from tpujob.ui import svg
+
+HERE = Path(__file__).parent
+ACTIONS = ("cancel", "resume", "delete")
+STATUS_OF = {NotFoundError: 404, ConflictError: 409, UsageError: 400}
+HEADERS = {
+    # Pages load nothing from elsewhere: a page that tried would be a bug (or an injection).
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                               "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+
+def csrf_of(token: str) -> str:
+    return hmac.new(token.encode(), b"tpujob-ui-csrf", hashlib.sha256).hexdigest()
+
+
+def cookie_name(port: int) -> str:
+    return f"tpujob_ui_{port}"
+
+
+class _TokenGate(BaseHTTPMiddleware):
+    def __init__(self, app, token: str, cookie: str):
+        super().__init__(app)
+        self.token, self.cookie = token, cookie
+
+    async def dispatch(self, request: Request, call_next):
+        given = request.query_params.get("token")
+        if given is not None:
+            if not hmac.compare_digest(given, self.token):
+                return _plain(403, "wrong token: open the URL `tpujob ui` printed")
+            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            response = RedirectResponse(target, status_code=303)
+            response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict",
+                                secure=request.url.scheme == "https")
+            return _headers(response)
+        held = request.cookies.get(self.cookie)
+        if held is None:
+            return _plain(401, "a token is needed: open the URL `tpujob ui` printed (…/?token=...)")
+        if not hmac.compare_digest(held, self.token):
+            return _plain(403, "wrong token: open the URL `tpujob ui` printed")
+        return _headers(await call_next(request))
+
+
+def _plain(status: int, text: str) -> Response:
+    return _headers(PlainTextResponse(text + "\n", status_code=status))
+
+
+def _headers(response: Response) -> Response:
+    response.headers.update(HEADERS)
+    return response
+
+
+def _age(at: float | None) -> str:
+    if not at:
+        return "-"
+    seconds = int(max(0.0, time.time() - at))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def _clock(at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"
+
+
+def _money(usd: float | None) -> str:
+    return "unknown" if usd is None else f"${usd:,.2f}"
+
+
+def make_app(context_factory, token: str, port: int) -> Starlette:
+    """The dashboard's ASGI app. `context_factory()` gives the service layer's Context (one is
+    made once and shared: its store is thread-safe, and Starlette runs these views in threads)."""
+    ctx = context_factory()
+    csrf = csrf_of(token)
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+    env.globals.update(job_id=format_job_id, age=_age, clock=_clock, money=_money, csrf=csrf,
+                       legend=svg.legend, states=("PENDING", "PROVISIONING", "SETTING_UP", "RUNNING",
+                                                  "RECOVERING", "SUCCEEDED", "FAILED", "CANCELLED",
+                                                  "DELETED"))
+
+    def page(template: str, status: int = 200, **values) -> HTMLResponse:
+        return HTMLResponse(env.get_template(template).render(**values), status_code=status)
+
+    def failed(exc: TpujobError) -> HTMLResponse:
+        status = next((code for kind, code in STATUS_OF.items() if isinstance(exc, kind)), 502)
+        return page("error.html", status=status, message=exc.message)
+
+    def jobs(request: Request):
+        state, name = request.query_params.get("state", ""), request.query_params.get("name", "")
+        rows = dashboard.job_rows(ctx, state=state, name=name)
+        template = "jobs_rows.html" if request.url.path.startswith("/fragment") else "jobs.html"
+        return page(template, rows=rows, state=state, name=name)
+
+    def job(request: Request):
+        against = "time" if request.query_params.get("x") == "time" else "step"
+        try:
+            detail = dashboard.job_page(ctx, request.path_params["ref"])
+        except TpujobError as exc:
+            return failed(exc)
+        charts = [(label, svg.curve_svg(detail.curves, key, label, against=against))
+                  for key, label in dashboard.curves_mod.SERIES]
+        template = "job_body.html" if request.query_params.get("fragment") else "job.html"
+        return page(template, d=detail, timeline=svg.timeline_svg(detail.timeline), charts=charts,
+                    against=against, done=request.query_params.get("done", ""))
+
+    def log(request: Request):
+        text, note = dashboard.log_tail(ctx, request.path_params["ref"])
+        return page("log.html", text=text, note=note)
+
+    def confirm(request: Request):
+        action = request.path_params["action"]
+        if action not in ACTIONS:
+            return _plain(404, f"no action {action}")
+        try:
+            detail = ctx.store.find(request.path_params["ref"])
+        except TpujobError as exc:
+            return failed(exc)
+        return page("confirm.html", job=detail, action=action)
+
+    async def act(request: Request):
+        action = request.path_params["action"]
+        if action not in ACTIONS:
+            return _plain(404, f"no action {action}")
+        form = await request.form()
+        if not hmac.compare_digest(str(form.get("csrf", "")), csrf):
+            return _plain(403, "the form's CSRF field is missing or wrong: reload the page")
+        from starlette.concurrency import run_in_threadpool
+        from tpujob.service import jobs as jobs_service
+
+        ref = request.path_params["ref"]
+        try:
+            job = await run_in_threadpool(getattr(jobs_service, action), ctx, ref)
+        except TpujobError as exc:
+            return failed(exc)
+        return RedirectResponse(f"/jobs/{job.id}?done={action}", status_code=303)
+
+    routes = [
+        Route("/", jobs),
+        Route("/fragment/jobs", jobs),
+        Route("/jobs/{ref}", job),
+        Route("/jobs/{ref}/log", log),
+        Route("/jobs/{ref}/{action}", confirm, methods=["GET"]),
+        Route("/jobs/{ref}/{action}", act, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(_TokenGate, token=token, cookie=cookie_name(port))])
