@@ -26,8 +26,9 @@ LOG = 'printf "%s\\n" "${0##*/} $*" >> "$SETUP_CALLS"'
 # What each package provides, as stand-ins (apt-get "installs" a package by writing them).
 PROVIDES = {"cron": ["crontab"], "procps": ["ps"], "fuse": ["fusermount"],
             "util-linux": ["nsenter", "unshare"], "libfuse2": ["lib/libfuse.so.2"],
-            "python3-venv": ["lib/ensurepip"], "postgresql": ["pg_ctlcluster"]}
-TEST_ONLY = {"postgresql"}  # needed by `scripts/setup --test` alone
+            "python3-venv": ["lib/ensurepip"], "postgresql": ["pg_ctlcluster"],
+            "chromium": ["chromium"], "chromium-driver": ["chromedriver"]}
+TEST_ONLY = {"postgresql", "chromium", "chromium-driver"}  # needed by `scripts/setup --test` alone
 
 STANDINS = {
     "id": '[ "$1" = -u ] && echo "$FAKE_UID"',

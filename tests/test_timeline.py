@@ -4,59 +4,22 @@ reading of metrics.jsonl, from a job whose story is pinned by hand."""
 from __future__ import annotations
 
 import json
-import time
 from types import SimpleNamespace
 
 import pytest
 
+from job_story import story  # noqa: F401 - fixture
 from tpujob.service import curves
-from tpujob.service.context import Context
 from tpujob.service.timeline import timeline
-from tpujob.store.states import State
-
-T = time.time() - 1200.0
-
-SPEC = """\
-name: night
-tpu: {accelerator: v4-8, zone: us-central2-b, provisioning: on-demand}
-run: {command: train}
-"""
-
-
-@pytest.fixture
-def story(spec_file):
-    """Created at T+1000 (T: now - 1200 s, so `show`'s now is about T+1200); attempt 1
-    provisions at 1010, sets up at 1020, runs 1080-1090 and is preempted; attempt 2 starts at
-    1130 and runs from 1150."""
-    from tpujob.service import jobs
-
-    now = [T + 1000.0]
-    ctx = Context.load()
-    ctx.store.clock = lambda: now[0]
-    job, _ = jobs.record(ctx, str(spec_file(SPEC)))
-    store = ctx.store
-    for at, step in ((1010.0, lambda: store.start_attempt(job.id, State.PENDING, State.PROVISIONING, "go",
-                                                         zone="us-central2-b", accelerator="v4-8", queued=False)),
-                     (1020.0, lambda: store.transition(job.id, State.PROVISIONING, State.SETTING_UP, "ready")),
-                     (1080.0, lambda: store.transition(job.id, State.SETTING_UP, State.RUNNING, "launched")),
-                     (1090.0, lambda: store.transition(job.id, State.RUNNING, State.RECOVERING, "preempted",
-                                                       preemptions=1)),
-                     (1090.0, lambda: store.end_attempt(job.id, 1, "preempted")),
-                     (1130.0, lambda: store.start_attempt(job.id, State.RECOVERING, State.PROVISIONING, "again",
-                                                         zone="us-central2-b", accelerator="v4-8", queued=False)),
-                     (1140.0, lambda: store.transition(job.id, State.PROVISIONING, State.SETTING_UP, "ready")),
-                     (1150.0, lambda: store.transition(job.id, State.SETTING_UP, State.RUNNING, "launched"))):
-        now[0] = T + at
-        step()
-    return ctx, store.get(job.id)
 
 
 def _line(story):
-    ctx, job = story
+    ctx, job, T = story
     return timeline(job, ctx.store.attempts(job.id), ctx.store.events(job.id), T + 1200.0)
 
 
 def test_each_attempt_is_a_bar_split_by_state_with_the_recovery_on_the_attempt_before_it(story):
+    T = story[2]
     line = _line(story)
     assert (line.start, line.end) == (T + 1000.0, T + 1200.0)
     first, second = line.bars
@@ -84,6 +47,7 @@ def test_show_timeline_draws_a_row_per_attempt_with_the_preemption_marked(cli, s
 def test_show_json_timeline_has_the_bars(cli, story):
     result = cli("show", "--json", "--timeline", "night")
     assert result.code == 0, result.err
+    T = story[2]
     data = json.loads(result.out)["timeline"]
     assert [b["attempt"] for b in data["bars"]] == [1, 2]
     assert [s["state"] for s in data["bars"][0]["spans"]] == ["PROVISIONING", "SETTING_UP", "RUNNING", "RECOVERING"]
@@ -92,6 +56,7 @@ def test_show_json_timeline_has_the_bars(cli, story):
 
 
 def test_metrics_lines_are_tagged_with_the_attempt_they_fall_in(story):
+    T = story[2]
     text = "\n".join([
         json.dumps({"step": 10, "time": T + 1085.0, "loss": 5.0, "tokens_per_s": 100.0, "mfu": None}),
         '{"step": 20, "time": 10',  # a line a crash cut short
@@ -112,7 +77,7 @@ def test_cost_so_far_is_slice_time_at_the_list_price(story):
     from tpujob.catalogue import accelerator
     from tpujob.service.accounting import slice_cost
 
-    ctx, job = story
+    ctx, job, T = story
     price = accelerator("v4-8").hourly_cost(spot=False)
     # Attempt 1 from 1010 to its end at 1090, attempt 2 from 1130 to now (1200).
     assert slice_cost(ctx.store.attempts(job.id), "on-demand", T + 1200.0) == pytest.approx(price * 150 / 3600)
