@@ -352,13 +352,13 @@ def test_db_url_points_the_store_elsewhere(cli, tpujob_home, tmp_path, monkeypat
 
 # --- a light `list` -----------------------------------------------------------------------------
 
-HEAVY = ("google.cloud", "google.api_core", "grpc", "paramiko", "jax")
+HEAVY = ("google.cloud", "google.api_core", "grpc", "paramiko", "jax", "starlette", "uvicorn", "jinja2")
 
 PROBE = """
 import json, sys
 from tpujob.cli.main import main
 code = main(sys.argv[1:])
-heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'paramiko', 'jax')
+heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'paramiko', 'jax', 'starlette', 'uvicorn', 'jinja2')
                or m.startswith(('google.cloud', 'google.api_core')))
 print(json.dumps({"code": code, "heavy": heavy}))
 """

@@ -128,3 +128,11 @@ def test_the_demo_and_init_find_their_specs_in_the_installed_wheel(installed, tm
     report = json.loads(out.stdout)
     assert Path(report["path"]).is_relative_to(installed), report
     assert (report["accelerator"], report["starter"]) == ("v4-16", "v5p-8")
+
+
+def test_the_wheel_carries_the_dashboards_pages_and_script(wheel):
+    """`tpujob ui` from a plain install: its templates and static files are package data."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    ui = ROOT / "tpujob" / "ui"
+    wanted = {f"tpujob/ui/{p.relative_to(ui)}" for sub in ("templates", "static") for p in (ui / sub).iterdir()}
+    assert wanted and wanted <= names, sorted(wanted - names)

@@ -88,3 +88,20 @@ def test_cost_so_far_is_slice_time_at_the_list_price(story):
     assert accelerator("v5litepod-4").hourly_cost(spot=True) is None
     assert slice_cost(v5e, "spot", T + 60.0) is None
     assert slice_cost(v5e, "on-demand", T + 3600.0) == pytest.approx(accelerator("v5litepod-4").hourly_cost(spot=False))
+
+
+def test_the_dashboards_svg_marks_nan_restarts_and_escapes_text():
+    from tpujob.service.timeline import Bar, Mark, Span, Timeline
+    from tpujob.ui import svg
+
+    line = Timeline(0.0, 100.0, (
+        Bar(1, "s-1", "z", 0.0, 50.0, "nan", (Span("RUNNING", 0.0, 40.0), Span("RECOVERING", 40.0, 50.0))),
+        Bar(2, "s-2", "z", 50.0, 100.0, None, (Span("<b>ODD</b>", 50.0, 100.0),))),
+        (Mark(40.0, "nan", 1),))
+    drawn = str(svg.timeline_svg(line))
+    assert drawn.count('<g class="bar"') == 2
+    assert 'class="mark" data-kind="nan" data-attempt="1"' in drawn
+    assert "<b>" not in drawn and "&lt;b&gt;ODD&lt;/b&gt;" in drawn
+    # The mark sits where attempt 1 ended: 40% along the drawn width.
+    x = float(drawn.split('data-kind="nan"')[1].split('d="M')[1].split(",")[0]) + 6
+    assert x == pytest.approx(svg.LABEL + 0.4 * (svg.WIDTH - svg.LABEL - svg.PAD), abs=0.2)
