@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tpujob.catalogue import Accelerator, accelerator
 from tpujob.errors import SpecError
+from tpujob.names import RUN_DIR_MOUNT  # where the run dir's bucket is mounted: no spec mount may take it
 
 JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # GCE disk/snapshot names
@@ -328,10 +329,6 @@ def parse(text: str, source: str = "<spec>") -> tuple[JobSpec, dict[tuple, int]]
 def _fail(message: str, path: tuple, lines: dict[tuple, int]) -> SpecError:
     return SpecError(message, field=_dotted(path), line=lines.get(path))
 
-
-# Where the run dir's bucket is mounted on every host when `run_dir` is set (service/storage.py
-# mounts it there); no spec mount may take it.
-RUN_DIR_MOUNT = "/mnt/tpujob-run"
 
 # Mounting at one of these, or above one (`/`), would hide what the host needs to boot, log in
 # or run the program (the interpreter, home, /tmp's libtpu lockfile).

@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
         from tpujob.cli.jobs import follow_job, raise_unless_succeeded
         from tpujob.service import demo as demo_mod
         from tpujob.service.context import Context
-        from tpujob.store.ids import format_job_id
+        from tpujob.names import format_job_id
 
         ctx = Context.load()
         run = demo_mod.start(ctx, spec)

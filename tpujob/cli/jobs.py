@@ -6,11 +6,12 @@ import contextlib
 import dataclasses
 import threading
 import time
-from typing import List, Optional
+from typing import List
 
 import typer
 
 from tpujob.cli import render
+from tpujob.names import format_job_id
 
 
 def _ctx():
@@ -96,7 +97,6 @@ def register(app: typer.Typer) -> None:
         """List jobs (active ones unless --all)."""
         from tpujob.service import listing
         from tpujob.service.accounting import goodput
-        from tpujob.store.ids import format_job_id
 
         rows = listing.list_jobs(_ctx(), include_ended=all_)
         if json_out:
@@ -211,7 +211,7 @@ def register(app: typer.Typer) -> None:
         ctx = _ctx()
         for ref in jobs_:
             job_id = jobs.clean(ctx, ref)
-            typer.echo(f"job {job_id:06d} cleaned")
+            typer.echo(f"job {format_job_id(job_id)} cleaned")
 
 
 def _print_findings(findings) -> None:
@@ -331,8 +331,8 @@ def raise_unless_succeeded(job, wait: bool) -> None:
 
     if wait and job.state != State.SUCCEEDED.value:
         reason = f" ({job.end_reason})" if job.end_reason else ""
-        raise JobDidNotSucceed(f"job {job.id:06d} ended {job.state}{reason}" if job.ended_at
-                               else f"job {job.id:06d} still {job.state} after the timeout")
+        raise JobDidNotSucceed(f"job {format_job_id(job.id)} ended {job.state}{reason}" if job.ended_at
+                               else f"job {format_job_id(job.id)} still {job.state} after the timeout")
 
 
 def _cost_line(r) -> str:

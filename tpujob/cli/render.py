@@ -47,7 +47,7 @@ JOB_KEYS = ("id", "name", "state", "end_reason", "accelerator", "zone", "project
 
 def job_dict(job) -> dict:
     from tpujob.service.accounting import goodput
-    from tpujob.store.ids import format_job_id
+    from tpujob.names import format_job_id
 
     return dict(zip(JOB_KEYS, (
         format_job_id(job.id), job.name, job.state, job.end_reason, job.accelerator, job.zone, job.project,
@@ -73,7 +73,7 @@ def _json_or_null(text: str | None) -> str:
 def print_jobs_json(jobs: list) -> None:
     """print_json([job_dict(job) for job in jobs]), to the byte."""
     from tpujob.service.accounting import goodput
-    from tpujob.store.ids import format_job_id
+    from tpujob.names import format_job_id
 
     if not jobs:
         typer.echo("[]")

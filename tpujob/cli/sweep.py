@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from tpujob.cli import render
+from tpujob.names import format_job_id
 from tpujob.cli.jobs import _ctx, follow_job, raise_unless_succeeded
 
 
@@ -53,5 +54,5 @@ def register(app: typer.Typer) -> None:
         ctx = _ctx()
         resumed = jobs.resume(ctx, job)
         final = follow_job(ctx, resumed.id, wait=wait, timeout=timeout, quiet=False)
-        typer.echo(f"job {final.id:06d} {final.state}" + (f" ({final.end_reason})" if final.end_reason else ""))
+        typer.echo(f"job {format_job_id(final.id)} {final.state}" + (f" ({final.end_reason})" if final.end_reason else ""))
         raise_unless_succeeded(final, wait)

@@ -23,6 +23,7 @@ from tpujob.errors import (
     AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, PlacementUnavailable,
     QuotaExceeded, SetupFailed, StockoutError, TpujobError, UsageError,
 )
+from tpujob.names import slice_labels
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.decide import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, MarkUnhealthy, Move, Observation,
@@ -200,7 +201,7 @@ class Actor:
                 accelerator_type=attempt.accelerator,
                 runtime_version=runtime_version(spec, attempt.accelerator), provisioning=tpu["provisioning"],
                 queued=attempt.queued,
-                labels={"tpujob-job": f"{job.id:06d}", "tpujob-attempt": str(attempt.number)},
+                labels=slice_labels(job.id, attempt.number),
                 # The job's disks: clones made at the first attempt, reused after.
                 ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt),
                 **slice_network(tpu),

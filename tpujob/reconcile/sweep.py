@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 from tpujob.cloud.base import Cloud
 from tpujob.errors import JobLocked, TpujobError
+from tpujob.names import format_job_id
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.act import CRASH_POINTS, Actor, Outcome, crash_point  # noqa: F401 (tests import them here)
 from tpujob.reconcile.decide import JobView, decide
@@ -113,7 +114,7 @@ class Reconciler:
         except JobLocked:
             return "locked", None
         except Exception as exc:  # noqa: BLE001 - the store refused this job's lease: skip it
-            return "idle", f"job {job.id:06d}: lease not taken: {type(exc).__name__}: {exc}"
+            return "idle", f"job {format_job_id(job.id)}: lease not taken: {type(exc).__name__}: {exc}"
         try:
             return ("acted" if self.reconcile(job.id, slices, snapshot_at) else "idle"), None
         except TpujobError as exc:
@@ -131,7 +132,7 @@ class Reconciler:
             self.store.add_event(job_id, "error", message)
         except Exception:  # noqa: BLE001 - the store itself may be what failed
             pass
-        return f"job {job_id:06d}: {message}"
+        return f"job {format_job_id(job_id)}: {message}"
 
     def reconcile(self, job_id: int, slices: Slices, snapshot_at: float) -> bool:
         """decide -> act rounds for one job, under its lease; returns whether anything was done.

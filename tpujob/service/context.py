@@ -82,7 +82,8 @@ def store_labels(settings: Settings) -> dict[str, str]:
     """The label every resource this store creates carries: its id (`tpujob gc` tells this
     store's orphans from another store's by it)."""
     from tpujob.store.db import engine_for
-    from tpujob.store.identity import STORE_LABEL, store_id
+    from tpujob.names import STORE_LABEL
+    from tpujob.store.identity import store_id
 
     return {STORE_LABEL: store_id(engine_for(settings.database_url))}
 

@@ -21,7 +21,8 @@ from typing import Any, Callable
 from tpujob import catalogue
 from tpujob.errors import TpujobError, UsageError
 from tpujob.service.context import Context, make_cloud, make_compute
-from tpujob.store.identity import JOB_LABEL, STORE_LABEL, store_id
+from tpujob.names import JOB_LABEL, STORE_LABEL, format_job_id
+from tpujob.store.identity import store_id
 from tpujob.store.states import ACTIVE, State
 
 DEFAULT_MIN_AGE = 3600
@@ -156,7 +157,7 @@ class _Owners:
     def __init__(self, ctx: Context, min_age: float, now: float):
         self.me = store_id(ctx.engine)
         self.min_age, self.now = min_age, now
-        self.jobs = {f"{j.id:06d}": j for j in ctx.store.list_jobs(include_ended=True)}
+        self.jobs = {format_job_id(j.id): j for j in ctx.store.list_jobs(include_ended=True)}
 
     def foreign(self, labels: dict, created: float | None) -> bool:
         """Another store's (or no store's) labelled resource, old enough to be weighed."""

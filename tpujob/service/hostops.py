@@ -24,7 +24,7 @@ from tpujob.hosts.keys import load_key
 from tpujob.reconcile.decide import HostStatus, Program
 from tpujob.reconcile.policy import policy_of, slice_network
 from tpujob.service import runtime_bundle, secrets, storage
-from tpujob.store.repository import format_job_id
+from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
 SYNC_TIMEOUT = 600.0     # per host, for an upload of the code or the runtime
@@ -137,7 +137,7 @@ class SshHostOps:
         return pin
 
     def log_dir(self, job, attempt) -> Path:
-        path = self.ctx.settings.home / "logs" / format_job_id(job.id) / f"attempt-{attempt.number}"
+        path = self.ctx.settings.home / local_log_dir(job.id, attempt.number)
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -148,7 +148,7 @@ class SshHostOps:
         spec = json.loads(job.spec_json)
         run = spec["spec"]["run"]
         jid = format_job_id(job.id)
-        workdir = run.get("workdir") or (f"tpujob-sync/{jid}" if spec.get("sync_path") else ".")
+        workdir = run.get("workdir") or (sync_dir(job.id) if spec.get("sync_path") else ".")
         return program.Attempt(
             job_id=jid, attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
@@ -188,7 +188,6 @@ class SshHostOps:
     def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout, keys,
                             hidden: tuple[str, ...]) -> None:
         """`hidden`: the job's secret values, redacted from whatever a failing host said."""
-        jid = format_job_id(job.id)
         logs = self.log_dir(job, attempt)
         log_of = lambda host: logs / f"host-{host.index}.log"  # noqa: E731
         with self.group(job, attempt, slice_, keys) as group:
@@ -196,15 +195,15 @@ class SshHostOps:
                 from tpujob.hosts.sync import sync
 
                 self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
-                _step_ok(sync(group, Path(spec["sync_path"]), f"tpujob-sync/{jid}",
+                _step_ok(sync(group, Path(spec["sync_path"]), sync_dir(job.id),
                               progress=self._progress("sync"), timeout=SYNC_TIMEOUT), "sync", hidden)
             runtime = spec["spec"]["run"].get("runtime")
             if runtime is not None:  # the bundled runtime travels like user code
                 from tpujob.hosts.sync import sync
 
-                bundle = runtime_bundle.build(self.ctx.settings.home, jid, runtime)
+                bundle = runtime_bundle.build(self.ctx.settings.home, job.id, runtime)
                 self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
-                _step_ok(sync(group, bundle, runtime_bundle.remote_dir(jid),
+                _step_ok(sync(group, bundle, runtime_bundle_dir(job.id),
                               progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
                          "runtime upload", hidden)
             self.attach_disks(job, attempt)  # a reused slice may lack one: attach before mounting
@@ -222,7 +221,7 @@ class SshHostOps:
                                     log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
             _setup_ok(results, "setup", timeout, hidden)
             self._renew_lease(job, LAUNCH_TIMEOUT + LEASE_MARGIN)
-            results = program.launch(group, host_attempt, _command(spec, jid), log_paths=log_of,
+            results = program.launch(group, host_attempt, _command(spec, job.id), log_paths=log_of,
                                      timeout=LAUNCH_TIMEOUT, progress=self._progress("launch"))
             _step_ok(results, "launch", hidden)
 
@@ -298,7 +297,7 @@ def _hosts_text(indices: list[int]) -> str:
     return f"host{'s' if len(indices) > 1 else ''} {shown}"
 
 
-def _command(spec: dict, job_id: str) -> str:
+def _command(spec: dict, job_id: int) -> str:
     run = spec["spec"]["run"]
     if run.get("command"):
         return run["command"]

@@ -15,7 +15,7 @@ from tpujob.service.accounting import account
 from tpujob.service.context import Context, make_cloud, make_compute, make_storage
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
-from tpujob.store.repository import format_job_id, slice_name
+from tpujob.names import clone_name, format_job_id, local_log_dir, slice_name, snapshot_name
 from tpujob.store.states import ENDED, AttemptEnd, State
 
 
@@ -57,18 +57,20 @@ class PlanStep:
 def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
     """The resources a create makes, in order, with their names (job id unknown on --dry-run)."""
     spec = resolved.spec
-    jid = format_job_id(job_id) if job_id is not None else "NNNNNN"
-    node = slice_name(job_id, 1) if job_id is not None else f"tpujob-{jid}-1"
-    steps: list[PlanStep] = []
-    from tpujob.service.storage import clone_name
 
+    def named(name: str) -> str:  # on --dry-run, each name as job 0's, with its id shown NNNNNN
+        return name if job_id is not None else name.replace(format_job_id(0), "NNNNNN")
+
+    jid = job_id if job_id is not None else 0
+    node = named(slice_name(jid, 1))
+    steps: list[PlanStep] = []
     # A clone is the job's own: NAME-JOBID.
-    clone = (lambda name: clone_name(name, job_id)) if job_id is not None else (lambda name: f"{name}-{jid}")
-    cloud_name = {d.name: clone(d.name) if d.source_disk or d.snapshot else d.name for d in spec.disks}
+    cloud_name = {d.name: named(clone_name(d.name, jid)) if d.source_disk or d.snapshot else d.name
+                  for d in spec.disks}
     for disk in spec.disks:
         kind = resolved.disk_types[disk.name]
         if disk.source_disk:
-            steps.append(PlanStep("snapshot", f"{disk.name}-src-{jid}", f"of disk {disk.source_disk}"))
+            steps.append(PlanStep("snapshot", named(snapshot_name(disk.name, jid)), f"of disk {disk.source_disk}"))
             steps.append(PlanStep("create disk", cloud_name[disk.name], f"{kind}, clone of that snapshot"))
         elif disk.snapshot:
             steps.append(PlanStep("create disk", cloud_name[disk.name], f"{kind}, clone of snapshot {disk.snapshot}"))
@@ -315,7 +317,7 @@ def resume(ctx: Context, ref: str):
 
 
 def logs_dir(ctx: Context, job_id: int) -> Path:
-    return ctx.settings.home / "logs" / format_job_id(job_id)
+    return ctx.settings.home / local_log_dir(job_id)
 
 
 def clean(ctx: Context, ref: str) -> int:

@@ -208,7 +208,7 @@ def deliver_quietly(ctx: Context) -> None:
 
 def send_test(ctx: Context, ref: str) -> tuple[object, list[Outcome]]:
     """Send a test message to each of the job's channels now (not through the outbox)."""
-    from tpujob.store.ids import format_job_id
+    from tpujob.names import format_job_id
 
     job = ctx.store.find(ref)
     channels = json.loads(job.spec_json)["spec"].get("notify") or []

@@ -19,7 +19,7 @@ from typing import BinaryIO, Callable
 
 from tpujob.errors import CloudError, ConflictError, NotFoundError, UsageError
 from tpujob.service.context import Context, make_cloud
-from tpujob.store.repository import format_job_id
+from tpujob.names import format_job_id, local_log_dir
 
 _NO_LOG = 66  # templates/logs.sh: no program log for that attempt on the host
 
@@ -151,7 +151,7 @@ def _feed(channel, stdin: BinaryIO) -> None:
 # ---- logs -------------------------------------------------------------------------------------
 
 def local_log(ctx: Context, job_id: int, attempt: int, host: int) -> Path:
-    return ctx.settings.home / "logs" / format_job_id(job_id) / f"attempt-{attempt}" / f"host-{host}.log"
+    return ctx.settings.home / local_log_dir(job_id, attempt) / f"host-{host}.log"
 
 
 def logs(ctx: Context, ref: str, *, host: int = 0, attempt: int | None = None,

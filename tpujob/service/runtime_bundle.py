@@ -10,6 +10,7 @@ import yaml
 
 import tpujob.runtime
 from tpujob.hosts.scripts import render
+from tpujob.names import local_job_dir, runtime_bundle_dir
 
 CONFIG_NAME = "runtime.yaml"
 # What a TPU VM needs to run it; the image has none of it. setup.sh installs them unless all of
@@ -18,13 +19,9 @@ REQUIREMENTS = ("jax[tpu]", "optax", "orbax-checkpoint", "pyyaml")
 MODULES = ("jax", "optax", "orbax.checkpoint", "yaml")
 
 
-def remote_dir(job_id: str) -> str:
-    return f"tpujob-runtime/{job_id}"
-
-
-def build(home: Path, job_id: str, runtime_config: dict) -> Path:
+def build(home: Path, job_id: int, runtime_config: dict) -> Path:
     """A directory holding `tpujob/runtime/` (and an empty `tpujob/__init__.py`) and the config."""
-    root = home / "jobs" / job_id / "runtime-bundle"
+    root = home / local_job_dir(job_id) / "runtime-bundle"
     package = root / "tpujob"
     if package.exists():
         shutil.rmtree(package)
@@ -36,6 +33,6 @@ def build(home: Path, job_id: str, runtime_config: dict) -> Path:
     return root
 
 
-def run_command(job_id: str) -> str:
+def run_command(job_id: int) -> str:
     """The program launch.sh runs: templates/runtime.sh, rendered (every value quoted)."""
-    return render("runtime.sh", bundle_dir=remote_dir(job_id), config=CONFIG_NAME)
+    return render("runtime.sh", bundle_dir=runtime_bundle_dir(job_id), config=CONFIG_NAME)

@@ -18,26 +18,12 @@ from tpujob.cloud.base import DataDisk
 from tpujob.errors import ConflictError, NotFoundError, UsageError
 from tpujob.hosts.scripts import render
 from tpujob.runtime import contract
-from tpujob.spec import RUN_DIR_MOUNT  # where the run dir's bucket is mounted on every host
-
-
-
-def _jid(job_id: int) -> str:
-    return f"{job_id:06d}"
-
-
-def snapshot_name(disk_name: str, job_id: int) -> str:
-    return f"{disk_name}-src-{_jid(job_id)}"
+from tpujob.names import (JOB_LABEL, RUN_DIR_MOUNT, clone_name, format_job_id, host_local_run_dir,
+                          job_labels, run_dir_prefix, snapshot_name)
 
 
 def is_clone(disk: dict) -> bool:
     return bool(disk.get("source_disk") or disk.get("snapshot"))
-
-
-def clone_name(disk_name: str, job_id: int) -> str:
-    """The job's own clone: a second job from the same spec must not adopt (and later delete)
-    the first one's."""
-    return f"{disk_name}-{_jid(job_id)}"
 
 
 def device_name(disk: dict, job_id: int) -> str:
@@ -57,7 +43,7 @@ def run_dir_location(spec: dict, job_id: int) -> tuple[str, str] | None:
     if not run_dir:
         return None
     bucket, prefix = split_gs(run_dir)
-    return bucket, f"{prefix}/{_jid(job_id)}" if prefix else _jid(job_id)
+    return bucket, run_dir_prefix(prefix, job_id)
 
 
 def host_run_dir(spec: dict, job_id: int) -> str | None:
@@ -69,7 +55,7 @@ def host_run_dir(spec: dict, job_id: int) -> str | None:
 def host_run_dir_for(spec: dict, job_id: int, ssh_user: str) -> str:
     """TPUJOB_RUN_DIR on the hosts: on GCS when the spec says so, else host-local."""
     home = "/root" if ssh_user == "root" else f"/home/{ssh_user}"
-    return host_run_dir(spec, job_id) or f"{home}/tpujob-runs/{_jid(job_id)}"
+    return host_run_dir(spec, job_id) or host_local_run_dir(home, job_id)
 
 
 # ---- before anything is spent -----------------------------------------------------------------
@@ -123,14 +109,14 @@ def check_disks(compute, spec: dict) -> None:
 
 def data_disks(compute, spec: dict, job_id: int, zone: str) -> tuple[DataDisk, ...]:
     """The node's data disks; makes the clones (and their snapshot) that do not exist yet."""
-    project, owner = spec["project"], {"tpujob-job": _jid(job_id)}
+    project, owner = spec["project"], job_labels(job_id)
     out = []
     for disk in spec["spec"]["disks"]:
         name, kind = device_name(disk, job_id), spec["disk_types"][disk["name"]]
         found = compute.find_disk(project, zone, name)
-        if found is not None and is_clone(disk) and found.labels.get("tpujob-job") != _jid(job_id):
-            raise ConflictError(f"disk {name} exists in {zone} but is not job {_jid(job_id)}'s clone "
-                                f"(label tpujob-job={found.labels.get('tpujob-job', 'none')}): delete "
+        if found is not None and is_clone(disk) and found.labels.get(JOB_LABEL) != format_job_id(job_id):
+            raise ConflictError(f"disk {name} exists in {zone} but is not job {format_job_id(job_id)}'s clone "
+                                f"(label tpujob-job={found.labels.get(JOB_LABEL, 'none')}): delete "
                                 "it or rename the disk in the spec")
         if found is None:
             if disk.get("source_disk"):
@@ -178,7 +164,7 @@ def delete_clones(compute, spec: dict, job_id: int, zones: set[str]) -> list[str
         name = clone_name(disk["name"], job_id)
         for zone in sorted(zones):
             found = compute.find_disk(project, zone, name)
-            if found is not None and found.labels.get("tpujob-job") == _jid(job_id):
+            if found is not None and found.labels.get(JOB_LABEL) == format_job_id(job_id):
                 compute.delete_disk(project, zone, name)
                 deleted.append(f"disk {name}")
         if disk.get("source_disk"):

@@ -8,8 +8,6 @@ from sqlalchemy.engine import Engine
 
 from tpujob.store.reads import fetch_all
 
-STORE_LABEL = "tpujob-store"
-JOB_LABEL = "tpujob-job"
 
 _store_info = Table("store_info", MetaData(), Column("id", String, primary_key=True))
 

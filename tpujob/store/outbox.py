@@ -15,7 +15,7 @@ from typing import Optional
 from sqlalchemy import and_, delete, or_, update
 from sqlmodel import Session, col, select
 
-from tpujob.store.ids import format_job_id
+from tpujob.names import format_job_id
 from tpujob.store.models import Event, Job, Outbox
 from tpujob.store.states import State
 

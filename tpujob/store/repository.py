@@ -18,7 +18,7 @@ from sqlmodel import Session, col, select
 
 from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
 from tpujob.store import outbox
-from tpujob.store.ids import format_job_id, slice_name  # noqa: F401 (callers import them from here)
+from tpujob.names import format_job_id, slice_name
 from tpujob.store.models import Attempt, Event, Job
 from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
 

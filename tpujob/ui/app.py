@@ -29,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 
 from tpujob.errors import ConflictError, NotFoundError, TpujobError, UsageError
 from tpujob.service import dashboard
-from tpujob.store.ids import format_job_id
+from tpujob.names import format_job_id
 from tpujob.ui import svg
 
 HERE = Path(__file__).parent

@@ -1,0 +1,84 @@
+"""Every name tpujob derives from a job: its id as shown, its cloud resources, its directories on
+the hosts and in its run dir, and the labels that tie cloud resources back to it. Derived, never
+random: a retried create of the same attempt finds and adopts what the first try made, and
+`tpujob gc` tells a job's resources by their labels. Pure, and imports nothing (`list` renders ids).
+"""
+
+from __future__ import annotations
+
+# Labels on every queued resource, node, disk and snapshot a job creates (`tpujob gc` reads them).
+JOB_LABEL = "tpujob-job"  # the job id, format_job_id
+STORE_LABEL = "tpujob-store"  # the store's id (store/identity.py): two stores in one project
+ATTEMPT_LABEL = "tpujob-attempt"  # on slices: the attempt number
+
+# Where the run dir's bucket is mounted on every host (`run_dir: gs://...`).
+RUN_DIR_MOUNT = "/mnt/tpujob-run"
+
+
+def format_job_id(job_id: int) -> str:
+    """The id as every command, file name and label shows it: `000042`."""
+    return f"{job_id:06d}"
+
+
+def slice_name(job_id: int, attempt: int) -> str:
+    """The node of an attempt, and its queued resource (same name): `tpujob-000042-3`."""
+    return f"tpujob-{format_job_id(job_id)}-{attempt}"
+
+
+def clone_name(disk_name: str, job_id: int) -> str:
+    """The job's own clone of a disk: a second job from the same spec must not adopt (and later
+    delete) the first one's."""
+    return f"{disk_name}-{format_job_id(job_id)}"
+
+
+def snapshot_name(disk_name: str, job_id: int) -> str:
+    """The snapshot a `source_disk` clone is made from."""
+    return f"{disk_name}-src-{format_job_id(job_id)}"
+
+
+def slice_labels(job_id: int, attempt: int) -> dict[str, str]:
+    return {JOB_LABEL: format_job_id(job_id), ATTEMPT_LABEL: str(attempt)}
+
+
+def job_labels(job_id: int) -> dict[str, str]:
+    """On a job's disk clones and snapshots."""
+    return {JOB_LABEL: format_job_id(job_id)}
+
+
+# ---- on the hosts (paths relative to the SSH user's home unless absolute) ----------------------
+
+def sync_dir(job_id: int) -> str:
+    """Where the spec's `sync` directory lands, and the program's default working directory."""
+    return f"tpujob-sync/{format_job_id(job_id)}"
+
+
+def runtime_bundle_dir(job_id: int) -> str:
+    """Where the bundled runtime (tpujob/runtime and its config) is synced."""
+    return f"tpujob-runtime/{format_job_id(job_id)}"
+
+
+def host_job_dir(job_id: int) -> str:
+    """tpujob's own state on a host: pid files, logs per attempt."""
+    return f".tpujob/jobs/{format_job_id(job_id)}"
+
+
+def host_local_run_dir(home: str, job_id: int) -> str:
+    """TPUJOB_RUN_DIR when the spec has no gs:// run dir: on each host, gone with the slice."""
+    return f"{home}/tpujob-runs/{format_job_id(job_id)}"
+
+
+def run_dir_prefix(prefix: str, job_id: int) -> str:
+    """The job's run dir under the spec's `run_dir: gs://BUCKET/PREFIX`."""
+    return f"{prefix}/{format_job_id(job_id)}" if prefix else format_job_id(job_id)
+
+
+# ---- on this machine, under $TPUJOB_HOME --------------------------------------------------------
+
+def local_job_dir(job_id: int) -> str:
+    """jobs/JOBID: the runtime bundle built for the hosts."""
+    return f"jobs/{format_job_id(job_id)}"
+
+
+def local_log_dir(job_id: int, attempt: int | None = None) -> str:
+    """logs/JOBID[/attempt-N]: each host's setup and launch output (host-K.log), per attempt."""
+    return f"logs/{format_job_id(job_id)}" + (f"/attempt-{attempt}" if attempt is not None else "")
