@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from spec_texts import STORED
 from tpujob.cli import render
 from tpujob.service.context import Context
 from tpujob.store.states import State
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _add(store, name: str):
-    return store.add_job(name=name, spec_yaml="", spec_json="{}", accelerator="v4-8", zone="us-central2-b",
+    return store.add_job(name=name, spec_yaml="", spec_json=STORED, accelerator="v4-8", zone="us-central2-b",
                          project="p", cloud="local")
 
 

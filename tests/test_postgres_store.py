@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, text
 
 from tpujob.errors import IllegalTransition, JobLocked
 from tpujob.store.states import TRANSITIONS, State
+from spec_texts import STORED
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = 4
@@ -71,7 +72,7 @@ def test_four_login_nodes_sharing_one_postgresql_store_win_each_move_once(postgr
     from tpujob.store.repository import open_store
 
     store = open_store(postgres_url)
-    job_ids = [store.add_job(name=f"job-{i}", spec_yaml="name: j\n", spec_json="{}", accelerator="v4-8",
+    job_ids = [store.add_job(name=f"job-{i}", spec_yaml="name: j\n", spec_json=STORED, accelerator="v4-8",
                              zone="us-central2-b", project="p", cloud="local").id for i in range(JOBS)]
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(NODES, timeout=120)
@@ -103,7 +104,7 @@ def test_a_block_that_raises_leaves_nothing_on_postgresql(postgres_url):
     from tpujob.store.repository import open_store
 
     store = open_store(postgres_url)
-    job = store.add_job(name="j", spec_yaml="", spec_json="{}", accelerator="v4-8", zone="z", project="p",
+    job = store.add_job(name="j", spec_yaml="", spec_json=STORED, accelerator="v4-8", zone="z", project="p",
                         cloud="local")
     other = create_engine(postgres_url)
     with pytest.raises(RuntimeError):
@@ -128,7 +129,7 @@ def test_the_cli_on_a_postgresql_store_lists_what_another_node_recorded(postgres
 
     store = open_store(postgres_url)
     for i in range(3):
-        store.add_job(name=f"lab-{i}", spec_yaml="", spec_json="{}", accelerator="v4-8", zone="z",
+        store.add_job(name=f"lab-{i}", spec_yaml="", spec_json=STORED, accelerator="v4-8", zone="z",
                       project="p", cloud="local")
     listed = _tpujob(tmp_path / "other-node", postgres_url, "list", "--json")
     assert listed.returncode == 0, listed.stderr

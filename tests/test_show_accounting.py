@@ -8,6 +8,7 @@ import pytest
 
 from tpujob.service.context import Context
 from tpujob.store.states import EndReason, State
+from spec_texts import STORED
 
 
 @pytest.fixture
@@ -16,7 +17,7 @@ def story():
     now = [1000.0]
     store = Context.load().store
     store.clock = lambda: now[0]
-    job = store.add_job(name="night", spec_yaml="", spec_json="{}", accelerator="v4-8", zone="us-central2-b",
+    job = store.add_job(name="night", spec_yaml="", spec_json=STORED, accelerator="v4-8", zone="us-central2-b",
                         project="p", cloud="local")
     now[0] = 1010.0
     store.start_attempt(job.id, State.PENDING, State.PROVISIONING, "go", zone="us-central2-b",

@@ -3,6 +3,9 @@ the settings, and the requeue policy the sweep reads."""
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import pytest
 
 from spec_texts import VALID, dedent_spec as _spec
@@ -110,7 +113,7 @@ def test_spec_error_carries_field_and_line():
 def test_requeue_timeouts_default_and_reach_the_policy():
     from tpujob.reconcile.policy import policy_of
 
-    defaults = policy_of(_resolve(VALID).to_json_dict())
+    defaults = policy_of(_resolve(VALID))
     assert (defaults.queue_timeout_seconds, defaults.provision_timeout_seconds, defaults.setup_timeout_seconds,
             defaults.unhealthy_grace_seconds, defaults.max_capacity_retries) == (21600, 1800, 900, 120, 48)
     tuned = policy_of(_resolve(VALID + _spec("""
@@ -120,7 +123,7 @@ def test_requeue_timeouts_default_and_reach_the_policy():
           setup_timeout_seconds: 1200.5
           unhealthy_grace_seconds: 30
           max_capacity_retries: 5
-        """)).to_json_dict())
+        """)))
     assert (tuned.queue_timeout_seconds, tuned.provision_timeout_seconds, tuned.setup_timeout_seconds,
             tuned.unhealthy_grace_seconds, tuned.max_capacity_retries) == (7200, 600, 1200.5, 30, 5)
 
@@ -128,9 +131,12 @@ def test_requeue_timeouts_default_and_reach_the_policy():
 def test_a_job_recorded_before_the_new_keys_gets_their_defaults():
     from tpujob.reconcile.policy import policy_of
 
+    from tpujob.job_spec import spec_of
+
     old = _resolve(VALID).to_json_dict()
     old["spec"]["requeue"] = {"max_preemptions": 4, "max_failures": 1, "max_nan": 2, "backoff_seconds": 5.0}
-    policy = policy_of(old)
+    del old["spec"]["notify"], old["spec"]["tpu"]["network"]  # keys later versions added
+    policy = policy_of(spec_of(SimpleNamespace(spec_json=json.dumps(old))))
     assert (policy.max_preemptions, policy.backoff_seconds, policy.queue_timeout_seconds,
             policy.max_capacity_retries) == (4, 5.0, 21600, 48)
     assert policy.fatal_exit_codes == {77, 78, 79}  # the runtime's code/config errors (docs/runtime.md)

@@ -12,6 +12,7 @@ import pytest
 from tpujob.errors import EXIT_CONFLICT, EXIT_NOT_FOUND, IllegalTransition, JobLocked, NotFoundError
 from tpujob.store.repository import Store, format_job_id, open_store, slice_name
 from tpujob.store.states import ACTIVE, ENDED, TRANSITIONS, EndReason, State
+from spec_texts import STORED
 
 PAIRS = [(src, dst) for src in State for dst in State]
 LEGAL = [(s, d) for s, d in PAIRS if d in TRANSITIONS[s]]
@@ -45,7 +46,7 @@ def fresh_store(request, tmp_path) -> Store:
 
 
 def _add(store: Store, name: str = "demo"):
-    return store.add_job(name=name, spec_yaml="name: demo\n", spec_json="{}", accelerator="v4-8",
+    return store.add_job(name=name, spec_yaml="name: demo\n", spec_json=STORED, accelerator="v4-8",
                          zone="us-central2-b", project="p", cloud="local")
 
 

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from spec_texts import STORED
 from tpujob.errors import IllegalTransition, NotFoundError
 from tpujob.store.repository import Store, open_store
 from tpujob.store.states import State
@@ -49,7 +50,7 @@ def store(db) -> Store:
 
 
 def _add(store: Store, name: str = "demo"):
-    return store.add_job(name=name, spec_yaml="name: demo\n", spec_json="{}", accelerator="v4-8",
+    return store.add_job(name=name, spec_yaml="name: demo\n", spec_json=STORED, accelerator="v4-8",
                          zone="us-central2-b", project="p", cloud="local")
 
 

@@ -8,6 +8,7 @@ import pytest
 from tpujob.errors import IllegalTransition, JobLocked
 from tpujob.store.repository import Store, open_store
 from tpujob.store.states import EndReason, State
+from spec_texts import STORED
 
 
 class FakeClock:
@@ -34,7 +35,7 @@ def store(engine, clock) -> Store:
 
 
 def _add(store: Store, name: str = "demo"):
-    return store.add_job(name=name, spec_yaml="name: demo\n", spec_json="{}", accelerator="v4-8",
+    return store.add_job(name=name, spec_yaml="name: demo\n", spec_json=STORED, accelerator="v4-8",
                          zone="us-central2-b", project="p", cloud="local")
 
 

@@ -5,7 +5,6 @@ refuses a create for good, capacity is missing everywhere, or a fallback changes
 from __future__ import annotations
 
 import json
-import textwrap
 from dataclasses import dataclass, field
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from tpujob import spec as spec_mod
 from tpujob.cloud.base import Slice, SlicePhase as CloudPhase
 from tpujob.errors import CloudError
+from tpujob.job_spec import spec_of
 from tpujob.reconcile.decide import HostStatus, Program, SlicePhase
 from tpujob.reconcile.sweep import Reconciler
 
@@ -150,7 +150,7 @@ def test_a_misspelled_snapshot_ends_the_job_with_its_name(server, store):
 
     compute = GcpCompute.for_emulator(server.url, server.url)
     hosts = Hosts(disks=lambda job, attempt: storage.data_disks(
-        compute, json.loads(job.spec_json), job.id, attempt.zone))
+        compute, spec_of(job), job.id, attempt.zone))
     job = add_job(store, spec() + "disks: [{name: data-clone, snapshot: no-such-snap, mount: /mnt/d}]\n")
     rec = Reconciler(store, cloud_for(server), hosts, "me")
     rec.sweep()

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from spec_texts import resolved_spec
 from storage_helpers import PROJECT, ZONE
 from tpujob.cloud.base import DataDisk, SliceRequest
 from tpujob.errors import CloudError
@@ -71,8 +72,8 @@ def test_the_types_google_lists_are_attached(server, compute, cloud):
 
 
 def _spec(zone, *disks):
-    return {"project": PROJECT, "zone": zone, "disk_types": {d["name"]: "hyperdisk-ml" for d in disks},
-            "spec": {"disks": list(disks), "buckets": [], "run_dir": None}}
+    return resolved_spec(project=PROJECT, zone=zone, disks=disks, disk_type="hyperdisk-ml",
+                         accelerator="v6e-8", generation="v6e")
 
 
 def test_a_hyperdisk_ml_master_is_single_writer_and_its_clone_read_only_many(server, compute, cloud):

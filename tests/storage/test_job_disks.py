@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from spec_texts import resolved_spec
 from storage_helpers import PROJECT, ZONE
 from tpujob.cloud.base import SliceRequest
 from tpujob.errors import ConflictError
@@ -12,8 +13,7 @@ from tpujob.service import storage
 
 
 def job_spec(*disks):
-    return {"project": PROJECT, "zone": ZONE, "disk_types": {d["name"]: "pd-balanced" for d in disks},
-            "spec": {"disks": list(disks), "buckets": [], "run_dir": None}}
+    return resolved_spec(project=PROJECT, zone=ZONE, disks=disks)
 
 
 DATA = {"name": "data", "snapshot": "snap", "mode": "read-only", "mount": "/mnt/data"}
@@ -59,9 +59,9 @@ def test_a_reused_slice_lacking_a_disk_gets_it_attached(compute, cloud, snapshot
 
 
 def test_mount_script_names_the_clone_and_the_file_cache():
-    spec = job_spec(DATA)
-    spec["spec"]["buckets"] = [{"bucket": "b", "mount": "/mnt/b", "read_only": False, "metadata_ttl_secs": 60,
-                                "only_dir": None, "cache_dir": "/tmp/cache dir", "file_cache_max_size_mb": 512}]
+    spec = resolved_spec(project=PROJECT, zone=ZONE, disks=[DATA], buckets=[
+        {"bucket": "b", "mount": "/mnt/b", "read_only": False, "metadata_ttl_secs": 60,
+         "only_dir": None, "cache_dir": "/tmp/cache dir", "file_cache_max_size_mb": 512}])
     script = storage.mount_script(spec, 9)
     assert "disk=data-000009" in script
     assert "cache_dir='/tmp/cache dir'" in script and "file_cache_mb=512" in script

@@ -9,6 +9,7 @@ import time
 import pytest
 import requests
 
+from spec_texts import resolved_spec
 from tpujob.cloud.gcs import Gcs
 from tpujob.emulator.server import EmulatorServer
 from tpujob.errors import UsageError
@@ -32,8 +33,8 @@ def gcs(gcs_server):
 
 
 def spec(run_dir=None, buckets=(), zone="us-central2-b"):
-    return {"project": "tpujob-local", "zone": zone,
-            "spec": {"run_dir": run_dir, "buckets": [{"bucket": b} for b in buckets], "disks": []}}
+    return resolved_spec(project="tpujob-local", zone=zone, run_dir=run_dir,
+                         buckets=[{"bucket": b, "mount": f"/mnt/{b}"} for b in buckets])
 
 
 def put(gcs, bucket, name, data):

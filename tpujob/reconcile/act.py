@@ -12,7 +12,6 @@ A handler never moves the job itself: what it learned goes back to decide as an 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from tpujob.errors import (
     AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, PlacementUnavailable,
     QuotaExceeded, SetupFailed, StockoutError, TpujobError, UsageError,
 )
+from tpujob.job_spec import spec_of
 from tpujob.names import slice_labels
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.decide import (
@@ -165,7 +165,7 @@ class Actor:
 
     def _start_attempt(self, turn: _Turn, action: StartAttempt) -> Outcome:
         job, attempt = turn.job, turn.attempt
-        spec = json.loads(job.spec_json)
+        spec = spec_of(job)
         if action.reuse_slice and attempt is not None:
             turn.job, turn.attempt = self.store.start_attempt(
                 job.id, turn.state, State.SETTING_UP, "new attempt on the same slice", zone=attempt.zone,
@@ -186,25 +186,24 @@ class Actor:
             crash_point("placement")  # chosen, nothing written yet: the next sweep chooses again
         turn.job, turn.attempt = self.store.start_attempt(
             job.id, turn.state, State.PROVISIONING, f"creating the slice of attempt {job.attempt + 1}", zone=zone,
-            accelerator=accelerator, queued=spec["spec"]["tpu"]["queued"], owner=self.actor, placement=placement)
+            accelerator=accelerator, queued=spec.spec.tpu.queued, owner=self.actor, placement=placement)
         turn.state, turn.slice = State.PROVISIONING, None
         crash_point("provisioning")
         return self._create_slice(turn, CreateSlice())
 
     def _create_slice(self, turn: _Turn, action: CreateSlice) -> Outcome:
         job, attempt = turn.job, turn.attempt
-        spec = json.loads(job.spec_json)
-        tpu = spec["spec"]["tpu"]
+        spec = spec_of(job)
         try:
             request = SliceRequest(
                 project=job.project, zone=attempt.zone, name=attempt.slice_name,
                 accelerator_type=attempt.accelerator,
-                runtime_version=runtime_version(spec, attempt.accelerator), provisioning=tpu["provisioning"],
+                runtime_version=runtime_version(spec, attempt.accelerator), provisioning=spec.spec.tpu.provisioning,
                 queued=attempt.queued,
                 labels=slice_labels(job.id, attempt.number),
                 # The job's disks: clones made at the first attempt, reused after.
                 ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt),
-                **slice_network(tpu),
+                **slice_network(spec),
             )
             create = self.cloud.create_queued_resource if attempt.queued else self.cloud.create_node
             created = create(request)
@@ -243,7 +242,7 @@ class Actor:
         slice_ = turn.slice or self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
         if slice_.hosts:
             # The address tpujob (and so the user) reaches host 0 on, as `list` shows it.
-            external = slice_network(json.loads(job.spec_json)["spec"]["tpu"])["external_ips"]
+            external = spec_of(job).spec.tpu.network.external_ips
             self.store.update(job.id, host0_ip=slice_.hosts[0].address(external))
         try:
             self.hosts.prepare_and_launch(job, attempt, slice_)

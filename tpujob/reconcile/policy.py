@@ -11,6 +11,7 @@ from tpujob.store.states import AttemptEnd
 
 if TYPE_CHECKING:
     from tpujob.reconcile.decide import JobView
+    from tpujob.spec import ResolvedSpec
 
 
 @dataclass(frozen=True)
@@ -62,20 +63,16 @@ class Policy:
 JITTER = 0.2
 
 
-def placements(spec: dict) -> list[tuple[str, str]]:
+def placements(spec: ResolvedSpec) -> list[tuple[str, str]]:
     """[(accelerator, zone)] of the primary placement then each fallback, from a resolved spec."""
-    tpu = spec["spec"]["tpu"]
-    first = (spec["accelerator"], spec["zone"])
-    return [first] + [(fb.get("accelerator") or first[0], fb.get("zone") or first[1])
-                      for fb in tpu.get("fallback", [])]
+    first = (spec.accelerator, spec.zone)
+    return [first] + [(fb.accelerator or first[0], fb.zone or first[1]) for fb in spec.spec.tpu.fallback]
 
 
-def policy_of(spec: dict) -> Policy:
+def policy_of(spec: ResolvedSpec) -> Policy:
     from tpujob.runtime.contract import EXIT_CONFIG, EXIT_INIT_CHECK, EXIT_NAN, EXIT_PREEMPTED, EXIT_RECOMPILE
-    from tpujob.spec import RequeuePolicy
 
-    # Through the model: a job recorded before a key existed gets that key's default.
-    r = RequeuePolicy.model_validate(spec["spec"]["requeue"])
+    r = spec.spec.requeue
     return Policy(max_preemptions=r.max_preemptions, max_failures=r.max_failures, max_nan=r.max_nan,
                   backoff_seconds=r.backoff_seconds, queue_timeout_seconds=r.queue_timeout_seconds,
                   provision_timeout_seconds=r.provision_timeout_seconds,
@@ -87,18 +84,17 @@ def policy_of(spec: dict) -> Policy:
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))
 
 
-def slice_network(tpu: dict) -> dict:
-    """The slice request's network fields from the spec's tpu.network (absent in specs stored
-    before it existed: external IPs, the default network)."""
-    net = tpu.get("network") or {}
-    return dict(external_ips=net.get("external_ips", True), network=net.get("network"),
-                subnetwork=net.get("subnetwork"), tags=tuple(net.get("tags", ())))
+def slice_network(spec: ResolvedSpec) -> dict:
+    """The slice request's network fields from the spec's tpu.network."""
+    net = spec.spec.tpu.network
+    return dict(external_ips=net.external_ips, network=net.network, subnetwork=net.subnetwork,
+                tags=tuple(net.tags))
 
 
-def runtime_version(spec: dict, accelerator: str) -> str:
+def runtime_version(spec: ResolvedSpec, accelerator: str) -> str:
     """The spec's runtime_version when it names one; otherwise the default of the attempt's own
     generation: a fallback from v4 to v5e must not boot a v4 image."""
-    explicit = spec["spec"]["tpu"].get("runtime_version")
+    explicit = spec.spec.tpu.runtime_version
     if explicit:
         return explicit
     from tpujob.catalogue import accelerator as lookup

@@ -8,7 +8,6 @@ its own lease, so that N jobs' slice creation, setup and launch overlap instead 
 
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -16,6 +15,7 @@ from typing import Callable, Optional
 
 from tpujob.cloud.base import Cloud
 from tpujob.errors import JobLocked, TpujobError
+from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.act import CRASH_POINTS, Actor, Outcome, crash_point  # noqa: F401 (tests import them here)
@@ -180,19 +180,19 @@ class Reconciler:
         return acted
 
     def _policy(self, job: Job) -> Policy:
-        policy = policy_of(json.loads(job.spec_json))
+        policy = policy_of(spec_of(job))
         return replace(policy, **self.policy_overrides) if self.policy_overrides else policy
 
     def _view(self, job: Job, attempt) -> JobView:
         now = self.clock()
-        spec = json.loads(job.spec_json)
+        spec = spec_of(job)
         reuse = bool(attempt is not None and attempt.end_reason in _REUSABLE)
         options = placements(spec)
         # Only where a refused create is decided on: the attempts are one more query per job.
         choosing = len(options) > 1 and State(job.state) == State.PROVISIONING
         return JobView(
             state=State(job.state), attempt=job.attempt, preemptions=job.preemptions, failures=job.failures,
-            nan_restarts=job.nan_restarts, hosts=spec["hosts"],
+            nan_restarts=job.nan_restarts, hosts=spec.hosts,
             in_state_seconds=now - (job.state_since if job.state_since is not None else job.updated_at),
             unhealthy_seconds=None if job.unhealthy_since is None else now - job.unhealthy_since,
             placements=len(options), placement=job.placement,

@@ -62,7 +62,7 @@ def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def read(ctx, spec: dict, job_id: int, bars) -> Curves:
+def read(ctx, spec, job_id: int, bars) -> Curves:
     """The job's curves from its gs:// run dir. A host-local run dir is not read: it lives on
     host 0 only and goes with the slice at a preemption, so it never holds a run's whole story."""
     from tpujob.service.storage import run_dir_location

@@ -3,12 +3,12 @@ gathered per page. Nothing here renders; the actions are service.jobs' own."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 
 from tpujob.errors import TpujobError
 from tpujob.hosts.failure import redact
+from tpujob.job_spec import spec_of
 from tpujob.service import curves as curves_mod
 from tpujob.service.accounting import Accounting, account, goodput, slice_cost
 from tpujob.service.context import Context
@@ -41,7 +41,7 @@ class JobPage:
 
 
 def _provisioning(job) -> str:
-    return json.loads(job.spec_json)["spec"]["tpu"].get("provisioning", "spot")
+    return spec_of(job).spec.tpu.provisioning
 
 
 def job_rows(ctx: Context, *, state: str = "", name: str = "", include_ended: bool = True) -> list[JobRow]:
@@ -74,7 +74,7 @@ def job_page(ctx: Context, ref: str) -> JobPage:
     attempts, events = ctx.store.attempts(job.id), ctx.store.events(job.id)
     now = time.time()
     line = timeline(job, attempts, events, now)
-    spec = json.loads(job.spec_json)
+    spec = spec_of(job)
     return JobPage(job=job, attempts=attempts, events=events, accounting=account(job, attempts, events, now),
                    timeline=line, cost_usd=slice_cost(attempts, _provisioning(job), now),
                    curves=curves_mod.read(ctx, spec, job.id, line.bars), actions=actions_for(job.state),
@@ -109,7 +109,7 @@ def _secret_values(ctx: Context, ref: str) -> list[str]:
     from tpujob.errors import ConfigError
     from tpujob.service import secrets
 
-    names = json.loads(ctx.store.find(ref).spec_json)["spec"].get("secrets", [])
+    names = spec_of(ctx.store.find(ref)).spec.secrets
     if not names:
         return []
     try:

@@ -8,7 +8,6 @@ One cheap call per API: a list in one zone. The cloud libraries are imported her
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -194,8 +193,10 @@ def buckets_check(settings, info: dict | None, credentials: Any, project: str, j
     from tpujob.errors import UsageError
     from tpujob.service import storage
 
-    specs = [json.loads(j.spec_json) for j in jobs]
-    specs = [s for s in specs if s["spec"]["buckets"] or storage.run_dir_location(s, 0)]
+    from tpujob.job_spec import spec_of
+
+    specs = [spec_of(j) for j in jobs]
+    specs = [s for s in specs if s.spec.buckets or storage.run_dir_location(s, 0)]
     if not specs:
         return Check("buckets", OK, "no active job mounts a bucket")
     from tpujob.cloud.gcs import Gcs
@@ -203,7 +204,7 @@ def buckets_check(settings, info: dict | None, credentials: Any, project: str, j
     gcs = Gcs(_storage_client(settings, info, credentials, project))
     warnings, checked = [], set()
     for spec in specs:
-        region = storage.region_of(spec["zone"])
+        region = storage.region_of(spec.zone)
         try:
             warnings += storage.check_bucket_regions(gcs, spec, strict=False)
         except UsageError as exc:  # "bucket B does not exist"

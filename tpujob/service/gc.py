@@ -13,7 +13,6 @@ one disks list, and one snapshots list for the project. Nothing here prints.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -195,8 +194,9 @@ def _kept(job, kind: str) -> bool:
     and their snapshots (a disk with `keep: true`)."""
     if kind in ("queued-resource", "node"):
         return bool(job.keep_slice)
-    disks = json.loads(job.spec_json).get("spec", {}).get("disks", [])
-    return any(d.get("keep") for d in disks)
+    from tpujob.job_spec import spec_of
+
+    return any(d.keep for d in spec_of(job).spec.disks)
 
 
 def _leftover(kind, name, zone, labels, why, state, created, now, cost) -> Leftover:

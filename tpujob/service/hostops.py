@@ -21,10 +21,12 @@ from tpujob.hosts.failure import MAX_CHARS, cause, said
 from tpujob.hosts.fanout import Host, HostGroup, Progress
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
-from tpujob.reconcile.decide import HostStatus, Program
-from tpujob.reconcile.policy import policy_of, slice_network
-from tpujob.service import runtime_bundle, secrets, storage
+from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
+from tpujob.reconcile.decide import HostStatus, Program
+from tpujob.reconcile.policy import policy_of
+from tpujob.service import runtime_bundle, secrets, storage
+from tpujob.spec import ResolvedSpec
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
 SYNC_TIMEOUT = 600.0     # per host, for an upload of the code or the runtime
@@ -35,7 +37,7 @@ KEY_POLL_MAX = 10.0      # seconds between guest-attribute reads while waiting f
 
 def external_ips(job) -> bool:
     """Whether tpujob reaches the job's hosts on their external addresses (tpu.network)."""
-    return slice_network(json.loads(job.spec_json)["spec"]["tpu"])["external_ips"]
+    return spec_of(job).spec.tpu.network.external_ips
 
 
 def ssh_port(settings) -> int:
@@ -145,15 +147,13 @@ class SshHostOps:
                      ) -> program.Attempt:
         """What the host scripts need. Secret values only where the caller passes them: setup
         and launch; status, stop, logs and exec run without them (and so from cron too)."""
-        spec = json.loads(job.spec_json)
-        run = spec["spec"]["run"]
-        jid = format_job_id(job.id)
-        workdir = run.get("workdir") or (sync_dir(job.id) if spec.get("sync_path") else ".")
+        spec = spec_of(job)
+        workdir = spec.spec.run.workdir or (sync_dir(job.id) if spec.sync_path else ".")
         return program.Attempt(
-            job_id=jid, attempt=attempt.number,
+            job_id=format_job_id(job.id), attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
             run_dir=storage.host_run_dir_for(spec, job.id, self.user), workdir=workdir,
-            env=dict(spec["spec"].get("env", {})), secrets=secrets or {},
+            env=dict(spec.spec.env), secrets=secrets or {},
         )
 
     def _renew_lease(self, job, step_seconds: float) -> None:
@@ -171,9 +171,9 @@ class SshHostOps:
 
     # -- HostOps -----------------------------------------------------------------------------
     def prepare_and_launch(self, job, attempt, slice_) -> None:
-        spec = json.loads(job.spec_json)
+        spec = spec_of(job)
         try:
-            values = secrets.resolve(spec["spec"].get("secrets", []))
+            values = secrets.resolve(spec.spec.secrets)
         except ConfigError as exc:  # gone since create: a setup failure, never a retry loop
             raise SetupFailed(str(exc)) from exc
         host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
@@ -191,13 +191,13 @@ class SshHostOps:
         logs = self.log_dir(job, attempt)
         log_of = lambda host: logs / f"host-{host.index}.log"  # noqa: E731
         with self.group(job, attempt, slice_, keys) as group:
-            if spec.get("sync_path"):
+            if spec.sync_path:
                 from tpujob.hosts.sync import sync
 
                 self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
-                _step_ok(sync(group, Path(spec["sync_path"]), sync_dir(job.id),
+                _step_ok(sync(group, Path(spec.sync_path), sync_dir(job.id),
                               progress=self._progress("sync"), timeout=SYNC_TIMEOUT), "sync", hidden)
-            runtime = spec["spec"]["run"].get("runtime")
+            runtime = spec.spec.run.runtime
             if runtime is not None:  # the bundled runtime travels like user code
                 from tpujob.hosts.sync import sync
 
@@ -216,7 +216,7 @@ class SshHostOps:
             self._renew_lease(job, timeout + program.SETUP_GRACE + LEASE_MARGIN)
             modules, packages = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
                                  else ((), ()))
-            results = program.setup(group, host_attempt, spec["spec"].get("setup") or "",
+            results = program.setup(group, host_attempt, spec.spec.setup or "",
                                     runtime_modules=modules, runtime_packages=packages,
                                     log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
             _setup_ok(results, "setup", timeout, hidden)
@@ -227,16 +227,16 @@ class SshHostOps:
 
     def data_disks(self, job, attempt) -> tuple:
         """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
-        spec = json.loads(job.spec_json)
-        if not spec["spec"]["disks"]:
+        spec = spec_of(job)
+        if not spec.spec.disks:
             return ()
         from tpujob.service.context import make_compute
 
         return storage.data_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone)
 
     def attach_disks(self, job, attempt) -> None:
-        spec = json.loads(job.spec_json)
-        if not spec["spec"]["disks"]:
+        spec = spec_of(job)
+        if not spec.spec.disks:
             return
         from tpujob.service.context import make_compute
 
@@ -264,7 +264,7 @@ class SshHostOps:
     def unmount(self, job, attempt, slice_) -> None:
         """Unmount the job's disks and buckets on every host (templates/unmount.sh: a path not
         mounted is skipped, so running it twice is harmless). CloudError where it failed."""
-        script = storage.unmount_script(json.loads(job.spec_json), job.id)
+        script = storage.unmount_script(spec_of(job), job.id)
         if script is None:
             return
         with self.group(job, attempt, slice_) as group:
@@ -297,11 +297,8 @@ def _hosts_text(indices: list[int]) -> str:
     return f"host{'s' if len(indices) > 1 else ''} {shown}"
 
 
-def _command(spec: dict, job_id: int) -> str:
-    run = spec["spec"]["run"]
-    if run.get("command"):
-        return run["command"]
-    return runtime_bundle.run_command(job_id)
+def _command(spec: ResolvedSpec, job_id: int) -> str:
+    return spec.spec.run.command or runtime_bundle.run_command(job_id)
 
 
 def _status(s) -> HostStatus:

@@ -15,6 +15,7 @@ from tpujob.service.accounting import account
 from tpujob.service.context import Context, make_cloud, make_compute, make_storage
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
+from tpujob.job_spec import spec_of
 from tpujob.names import clone_name, format_job_id, local_log_dir, slice_name, snapshot_name
 from tpujob.store.states import ENDED, AttemptEnd, State
 
@@ -133,9 +134,8 @@ def check_existing_disks(ctx: Context, resolved: ResolvedSpec) -> None:
     first missing one): one Compute get each; no client at all when the spec has none."""
     from tpujob.service import storage
 
-    spec = resolved.to_json_dict()
-    if storage.existing_disks(spec):
-        storage.check_existing_disks(make_compute(ctx.settings), spec)
+    if storage.existing_disks(resolved):
+        storage.check_existing_disks(make_compute(ctx.settings), resolved)
 
 
 def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = False,
@@ -158,15 +158,14 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
 
         resolve(named)
     make_cloud(ctx.settings)
-    spec = resolved.to_json_dict()
     check_existing_disks(ctx, resolved)
     if resolved.spec.disks:  # a master held read-write by a dev slice: refused before spending
-        storage.check_disks(make_compute(ctx.settings), spec)
+        storage.check_disks(make_compute(ctx.settings), resolved)
     if resolved.spec.buckets or resolved.spec.run_dir:
         from tpujob.cloud.gcs import Gcs
 
         gcs = Gcs(make_storage(ctx.settings))
-        for message in storage.check_bucket_regions(gcs, spec, strict):
+        for message in storage.check_bucket_regions(gcs, resolved, strict):
             warn(message)
     job, resolved = record(ctx, path, keep_slice=keep_slice)
     return Created(job, resolved, findings)
@@ -194,8 +193,8 @@ def show(ctx: Context, ref: str) -> JobDetail:
     now = time.time()
     detail.accounting = account(job, detail.attempts, detail.events, now)
     detail.timeline = timeline(job, detail.attempts, detail.events, now)
-    spec = json.loads(job.spec_json)
-    if detail.attempts and spec.get("spec", {}).get("run_dir"):
+    spec = spec_of(job)
+    if detail.attempts and spec.spec.run_dir:
         from tpujob.cloud.gcs import Gcs
         from tpujob.service import storage
 
@@ -290,8 +289,8 @@ def delete(ctx: Context, ref: str):
 
 def _delete_clones(ctx: Context, job, attempts) -> None:
     """The job's disk clones and their snapshots go with its slices (unless `keep: true`)."""
-    spec = json.loads(job.spec_json)
-    if not spec["spec"]["disks"]:
+    spec = spec_of(job)
+    if not spec.spec.disks:
         return
     from tpujob.service import storage
 

@@ -20,7 +20,9 @@ from email.message import EmailMessage
 from typing import Optional
 
 from tpujob.errors import ConfigError, NotFoundError, TpujobError, UsageError
+from tpujob.job_spec import spec_of
 from tpujob.service.context import Context
+from tpujob.spec import NotifySpec
 
 # Seconds one send may take (connect, and each read); TPUJOB_NOTIFY_TIMEOUT overrides it.
 SEND_TIMEOUT = 5.0
@@ -58,11 +60,11 @@ def send_timeout() -> float:
     return value
 
 
-def target_of(channel: dict) -> str:
+def target_of(channel: NotifySpec) -> str:
     """The channel as shown: an email address, or a webhook masked (spec.mask_webhook)."""
     from tpujob.spec import mask_webhook
 
-    return channel["email"] if channel.get("email") else f"webhook {mask_webhook(channel['webhook'])}"
+    return channel.email if channel.email else f"webhook {mask_webhook(channel.webhook)}"
 
 
 # -- one send ---------------------------------------------------------------------------------
@@ -142,13 +144,13 @@ def send_email(ctx: Context, address: str, subject: str, text: str, timeout: flo
         raise SendFailed(f"SMTP {s.smtp_host}:{s.smtp_port}: {_reason(exc)}") from None
 
 
-def send(ctx: Context, channel: dict, text: str, timeout: float) -> None:
+def send(ctx: Context, channel: NotifySpec, text: str, timeout: float) -> None:
     """Tell one channel; SendFailed says why not."""
-    if channel.get("webhook"):
-        post_webhook(channel["webhook"], text, timeout)
+    if channel.webhook:
+        post_webhook(channel.webhook, text, timeout)
     else:
         # "tpujob: job 000042 'name' SUCCEEDED: why" -> the subject is up to the state.
-        send_email(ctx, channel["email"], ": ".join(text.split(": ", 2)[:2]), text, timeout)
+        send_email(ctx, channel.email, ": ".join(text.split(": ", 2)[:2]), text, timeout)
 
 
 # -- the outbox -------------------------------------------------------------------------------
@@ -185,14 +187,14 @@ def deliver_due(ctx: Context, *, limit: int = BATCH) -> list[Outcome]:
         return [o for o in pool.map(one, rows) if o is not None]
 
 
-def _channels(ctx: Context, job_ids: set[int]) -> dict[int, dict[int, dict]]:
+def _channels(ctx: Context, job_ids: set[int]) -> dict[int, dict[int, NotifySpec]]:
     found = {}
     for job_id in job_ids:
         try:
             job = ctx.store.get(job_id)
         except NotFoundError:
             continue
-        found[job_id] = dict(enumerate(json.loads(job.spec_json)["spec"].get("notify") or []))
+        found[job_id] = dict(enumerate(spec_of(job).spec.notify))
     return found
 
 
@@ -211,7 +213,7 @@ def send_test(ctx: Context, ref: str) -> tuple[object, list[Outcome]]:
     from tpujob.names import format_job_id
 
     job = ctx.store.find(ref)
-    channels = json.loads(job.spec_json)["spec"].get("notify") or []
+    channels = spec_of(job).spec.notify
     if not channels:
         raise UsageError(f"job {format_job_id(job.id)} has no notify channels in its spec")
     timeout = send_timeout()

@@ -7,7 +7,6 @@ attributes and are verified. Values that reach a remote shell are quoted with sh
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import shlex
@@ -363,9 +362,10 @@ def host_status(ctx: Context, job) -> list[HostProgram]:
     ips = {h.index: h.address(external_ips(job)) for h in slice_.hosts}
     group = _group(ctx, cloud, job, row, slice_, None)
     group.retries, group.connect_timeout = 0, 5.0   # `show` answers fast; a dead host is news
+    from tpujob.job_spec import spec_of
     from tpujob.service.storage import host_run_dir_for
 
-    run_dir = host_run_dir_for(json.loads(job.spec_json), job.id, ctx.settings.ssh_user)
+    run_dir = host_run_dir_for(spec_of(job), job.id, ctx.settings.ssh_user)
     attempt = program.Attempt(format_job_id(job.id), row.number, "", run_dir, "")
     with group:
         statuses = program.status(group, attempt, timeout=15)

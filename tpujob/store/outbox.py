@@ -8,7 +8,6 @@ address or a webhook URL.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Optional
 
@@ -52,10 +51,12 @@ def enqueue(session: Session, job_id: int, event_id: int, dst: State, fields: di
     if kind is None:
         return
     job = session.get(Job, job_id)
-    channels = json.loads(job.spec_json).get("spec", {}).get("notify") or []
+    from tpujob.job_spec import spec_of  # the spec's models: only when a move may notify
+
+    channels = spec_of(job).spec.notify
     text = f"tpujob: job {format_job_id(job_id)} {job.name!r} {dst.value}: {message}"
     for index, channel in enumerate(channels):
-        if kind in channel.get("on", ()):
+        if kind in channel.on:
             session.add(Outbox(job_id=job_id, event_id=event_id, channel=index, kind=kind, text=text,
                                status=PENDING, created_at=now, next_try=now))
 
