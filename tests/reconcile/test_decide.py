@@ -260,9 +260,9 @@ def test_every_move_is_legal_and_every_swept_transition_is_reached():
 
 # --- the run dir on GCS (status.json, heartbeat), read by the sweep without SSH ------------------
 
-from tpujob.reconcile.decide import RunDir  # noqa: E402
+from tpujob.runtime.contract import RunDirStatus  # noqa: E402
 
-DONE = RunDir(state="succeeded", step=100, message="done")
+DONE = RunDirStatus(state="succeeded", step=100, message="done")
 
 
 def with_run(phase, *hosts, run):
@@ -279,30 +279,30 @@ RUN_DIR_CASES = [
     ("status succeeded while a host still runs: wait for it", job(State.RUNNING),
      with_run(SlicePhase.READY, OK, RUN, run=DONE), []),
     ("status nan, hosts unreachable: new hardware", job(State.RUNNING),
-     with_run(SlicePhase.READY, GONE, GONE, run=RunDir(state="nan", step=7)),
+     with_run(SlicePhase.READY, GONE, GONE, run=RunDirStatus(state="nan", step=7)),
      [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts"),
       Move(State.RECOVERING, "NaN loss: slice suspect, moving to new hardware")]),
     ("status preempted: a preemption", job(State.RUNNING, in_state_seconds=3600),
-     with_run(SlicePhase.READY, RUN, GONE, run=RunDir(state="preempted", step=7)),
+     with_run(SlicePhase.READY, RUN, GONE, run=RunDirStatus(state="preempted", step=7)),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed, next attempt now")]),
     ("status failed: a failure, with its message", job(State.RUNNING),
-     with_run(SlicePhase.READY, RUN, GONE, run=RunDir(state="failed", message="bad data", exit_code=1)),
+     with_run(SlicePhase.READY, RUN, GONE, run=RunDirStatus(state="failed", message="bad data", exit_code=1)),
      [StopProgram(), EndAttempt("failed"), Count("failures"),
       Move(State.RECOVERING, "program exited 1 (status.json: bad data); retry 1 of 1")]),
     ("fresh heartbeat: healthy", job(State.RUNNING),
-     with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=20)), []),
+     with_run(SlicePhase.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=20)), []),
     ("stale heartbeat: marked unhealthy", job(State.RUNNING),
-     with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=900)), [MarkUnhealthy()]),
+     with_run(SlicePhase.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)), [MarkUnhealthy()]),
     ("stale heartbeat within grace: wait", job(State.RUNNING, unhealthy_seconds=30),
-     with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=900)), []),
+     with_run(SlicePhase.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)), []),
     ("stale heartbeat past grace: hung, new slice", job(State.RUNNING, unhealthy_seconds=200, in_state_seconds=3600),
-     with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=900)),
+     with_run(SlicePhase.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "program hung: heartbeat 900 s old, unhealthy for 200 s; preemption 1 of 2 "
                              "allowed, next attempt now")]),
     ("heartbeat fresh again: cleared", job(State.RUNNING, unhealthy_seconds=30),
-     with_run(SlicePhase.READY, RUN, RUN, run=RunDir(heartbeat_age=5)), [ClearUnhealthy()]),
+     with_run(SlicePhase.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=5)), [ClearUnhealthy()]),
 ]
 
 

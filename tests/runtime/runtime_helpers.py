@@ -71,9 +71,15 @@ def launch(cache: Path, run_dir: Path, overrides: dict | None = None, devices: i
 
 
 def status(run_dir: Path):
-    from tpujob.runtime.contract import read_status
+    """status.json through the contract's one reader; None before the program wrote one."""
+    from tpujob.runtime.contract import parse_status
 
-    return read_status(run_dir)
+    path = run_dir / "status.json"
+    return parse_status(path.read_text()) if path.exists() else None
+
+
+def heartbeat(run_dir: Path) -> dict:
+    return json.loads((run_dir / "heartbeat").read_text())
 
 
 def metrics(run_dir: Path) -> list[dict]:

@@ -45,27 +45,27 @@ def test_exit_codes_are_distinct_and_clear_of_shell_codes():
 
 
 def test_status_round_trip_and_malformed(tmp_path):
-    assert contract.read_status(tmp_path) is None
     st = contract.Status("nan", 7, "non-finite", compiles=1, exit_code=76, extra={"x": 1})
     contract.write_status(tmp_path, st)
-    back = contract.read_status(tmp_path)
+    back = contract.parse_status((tmp_path / "status.json").read_text())
     assert (back.state, back.step, back.compiles, back.exit_code, back.extra) == (
         "nan", 7, 1, 76, {"x": 1})
-    (tmp_path / "status.json").write_text('{"state": "exploded"}')
     with pytest.raises(ValueError, match="no valid state"):
-        contract.read_status(tmp_path)
-    (tmp_path / "status.json").write_text('{"state": ')
+        contract.parse_status('{"state": "exploded"}')
     with pytest.raises(ValueError, match="not JSON"):
-        contract.read_status(tmp_path)
+        contract.parse_status('{"state": ')
+    # A program's odd value in a field is not fatal: the verdict still counts.
+    odd = contract.parse_status('{"state": "failed", "step": "12", "exit_code": true, "message": 3}')
+    assert (odd.state, odd.step, odd.exit_code, odd.message) == ("failed", 0, None, "3")
 
 
-def test_heartbeat_reading(tmp_path):
-    assert contract.read_heartbeat(tmp_path) is None
-    (tmp_path / "heartbeat").write_text(json.dumps({"time": 5.0, "step": 3, "phase": "training"}))
-    assert contract.read_heartbeat(tmp_path) == contract.Heartbeat(5.0, 3, "training")
-    (tmp_path / "heartbeat").write_text("{}")
-    with pytest.raises(ValueError):
-        contract.read_heartbeat(tmp_path)
+def test_what_the_orchestrator_reads_of_a_run_dir_is_one_type():
+    status = contract.Status("failed", 12, "bad data", exit_code=1)
+    seen = contract.RunDirStatus.of(status, 3.5, url="gs://b/runs/000001")
+    assert (seen.state, seen.step, seen.message, seen.exit_code, seen.heartbeat_age, seen.url) == (
+        "failed", 12, "bad data", 1, 3.5, "gs://b/runs/000001")
+    assert contract.RunDirStatus.of(None, None, problem="status.json is not JSON") == contract.RunDirStatus(
+        problem="status.json is not JSON")
 
 
 @pytest.mark.parametrize("raw, key", [

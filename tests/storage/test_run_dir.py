@@ -74,7 +74,7 @@ def test_a_stale_heartbeat_and_a_broken_status(gcs):
     put(gcs, "runs-b", "000007/status.json", b"{not json")
     seen = storage.read_run_dirs(gcs, [(spec("gs://runs-b"), 7, started)], now=time.time() + 1000)
     assert seen[7].heartbeat_age > 999
-    assert seen[7].state is None and "not a JSON object" in seen[7].problem
+    assert seen[7].state is None and "status.json is not JSON" in seen[7].problem
 
 
 def test_bucket_regions(gcs_server, gcs):

@@ -6,7 +6,6 @@ Import lazily: google-cloud-storage costs about 0.5 s to import.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +28,12 @@ HEARTBEAT, STATUS = contract.HEARTBEAT_FILE, contract.STATUS_FILE
 
 @dataclass(frozen=True)
 class RunFiles:
-    """What one run dir holds, as the orchestrator needs it."""
-    status: dict | None = None  # status.json's content, when newer than `since`
-    status_updated: float | None = None  # object times (the storage service's clock)
+    """What one run dir holds, as the orchestrator needs it: the objects' times (the storage
+    service's clock), and status.json read by the contract's one reader."""
+    status: contract.Status | None = None  # when written after `since`
+    status_updated: float | None = None
     heartbeat_updated: float | None = None
-    status_error: str = ""  # status.json exists but is not JSON
+    status_error: str = ""  # status.json exists but is not a status: why
 
 
 class Gcs:
@@ -75,12 +75,10 @@ class Gcs:
         raw = self._call(f"reading gs://{status.bucket.name}/{status.name}",
                          lambda: fresh.download_as_bytes(retry=_READ_RETRY, timeout=_READ_TIMEOUT))
         try:
-            content = json.loads(raw)
-            if not isinstance(content, dict):
-                raise ValueError("not an object")
+            content = contract.parse_status(raw)
         except ValueError as exc:
             return RunFiles(heartbeat_updated=files.heartbeat_updated, status_updated=_time(status),
-                            status_error=f"status.json is not a JSON object: {exc}")
+                            status_error=str(exc))
         return RunFiles(status=content, status_updated=_time(status),
                         heartbeat_updated=files.heartbeat_updated)
 

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Optional
 
 from tpujob.reconcile.policy import Policy
+from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, EndReason, State
 
 
@@ -44,17 +45,6 @@ class HostStatus:
 
 
 @dataclass(frozen=True)
-class RunDir:
-    """The current attempt's files in the job's run dir on GCS (read without SSH). Files left by
-    an earlier attempt are not this attempt's: the sweep leaves them out."""
-    state: Optional[str] = None  # status.json's state (succeeded/failed/preempted/nan); None: still running
-    step: Optional[int] = None
-    message: str = ""
-    exit_code: Optional[int] = None
-    heartbeat_age: Optional[float] = None  # seconds since the heartbeat was last rewritten
-
-
-@dataclass(frozen=True)
 class Observation:
     slice: SlicePhase
     hosts: tuple[HostStatus, ...] = ()  # observed only when the slice is READY and a program was launched
@@ -64,7 +54,9 @@ class Observation:
     # None while no node exists (a queued resource that has not created it yet).
     provisioning_seconds: Optional[float] = None
     refusal: Optional[str] = None  # the cloud's word on a REFUSED, NO_QUOTA or UNAVAILABLE create
-    run_dir: Optional[RunDir] = None  # only for a RUNNING job whose spec has a run_dir on GCS
+    # The current attempt's run dir on GCS, only for a RUNNING job whose spec has one (files an
+    # earlier attempt left are not this one's: the sweep leaves them out).
+    run_dir: Optional[RunDirStatus] = None
     launched: Optional[int] = None  # act just launched the program on this many hosts
 
 
@@ -317,7 +309,7 @@ def _failed(job, policy, attempt_reason: AttemptEnd, why: str, reason: EndReason
 
 
 def _running(job, obs, policy):
-    run = obs.run_dir or RunDir()
+    run = obs.run_dir or RunDirStatus()
     if run.state == "succeeded" and not any(h.program == Program.RUNNING for h in obs.hosts):
         # The program said so in the run dir: done, whatever became of the hosts since (a
         # successful run is never re-run, even when a host is unreachable or the slice is gone).

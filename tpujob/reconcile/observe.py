@@ -9,7 +9,8 @@ from typing import Callable, Optional, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase
 from tpujob.errors import TpujobError
-from tpujob.reconcile.decide import HostStatus, Observation, RunDir, SlicePhase
+from tpujob.reconcile.decide import HostStatus, Observation, SlicePhase
+from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
 
@@ -44,7 +45,7 @@ class RunDirs(Protocol):
     """The run dirs on GCS (tpujob.service.storage.GcsRunDirs): how each program is doing,
     read without SSH. Jobs whose run dir is host-local are left out of the answer."""
 
-    def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDir]: ...
+    def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDirStatus]: ...
 
 
 class Observer:
@@ -55,7 +56,7 @@ class Observer:
         self.hosts = hosts
         self.clock = clock
         self.run_dirs = run_dirs
-        self._run_dir_seen: dict[int, tuple[int, RunDir]] = {}  # job id -> (attempt, files)
+        self._run_dir_seen: dict[int, tuple[int, RunDirStatus]] = {}  # job id -> (attempt, files)
         self._hosts_seen: dict[int, tuple] = {}  # job id -> (attempt, slice, host statuses)
         self._snapshot_at = 0.0
 
@@ -87,7 +88,7 @@ class Observer:
         self._run_dir_seen = self._read_run_dirs(running, errors)
         self._hosts_seen = self._ask_hosts(running, slices)
 
-    def _read_run_dirs(self, running: list[tuple[Job, Attempt]], errors: list[str]) -> dict[int, tuple[int, RunDir]]:
+    def _read_run_dirs(self, running: list[tuple[Job, Attempt]], errors: list[str]) -> dict[int, tuple[int, RunDirStatus]]:
         """The RUNNING jobs' run dirs, read in one batch; a storage error costs only this."""
         if self.run_dirs is None or not running:
             return {}

@@ -73,60 +73,57 @@ class Status:
 
 
 @dataclass(frozen=True)
-class Heartbeat:
-    time: float
-    step: int
-    phase: str
+class RunDirStatus:
+    """What the orchestrator knows of the current attempt from its run dir, without SSH:
+    status.json's verdict (`state` None while this attempt has written none) and how long ago
+    the heartbeat was rewritten. The sweep decides on it; `show` and the dashboard print it."""
+
+    state: str | None = None
+    step: int | None = None
+    message: str = ""
+    exit_code: int | None = None
+    heartbeat_age: float | None = None  # seconds; None: no heartbeat from this attempt yet
+    problem: str = ""  # status.json exists but is not a status: why (parse_status's words)
+    url: str = ""  # where it was read: gs://BUCKET/PREFIX
+
+    @classmethod
+    def of(cls, status: "Status | None", heartbeat_age: float | None, *, problem: str = "",
+           url: str = "") -> "RunDirStatus":
+        if status is None:
+            return cls(heartbeat_age=heartbeat_age, problem=problem, url=url)
+        return cls(state=status.state, step=status.step, message=status.message, exit_code=status.exit_code,
+                   heartbeat_age=heartbeat_age, problem=problem, url=url)
 
 
 def status_path(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / STATUS_FILE
 
 
-def read_status(run_dir: str | os.PathLike) -> Status | None:
-    """The status the program left in `run_dir`, or None if it has not exited (or never ran).
-
-    Raises ValueError when the file exists but is not a status (a truncated write, a foreign file).
-    """
-    path = status_path(run_dir)
-    try:
-        raw = path.read_text()
-    except FileNotFoundError:
-        return None
-    return parse_status(raw)
-
-
-def parse_status(raw: str) -> Status:
+def parse_status(raw: str | bytes) -> Status:
+    """The one reader of status.json: the runtime's tests, the sweep, `show` and the dashboard
+    all read it here. ValueError says why a file is not a status."""
     try:
         data = json.loads(raw)
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"status.json is not JSON: {e}") from None
     if not isinstance(data, dict) or data.get("state") not in STATES:
         raise ValueError(f"status.json has no valid state (one of {', '.join(STATES)})")
     known = {"state", "step", "message", "compiles", "exit_code", "resumed_from", "time"}
     return Status(
         state=data["state"],
-        step=int(data.get("step", 0)),
+        step=_int(data.get("step"), 0),
         message=str(data.get("message", "")),
-        compiles=int(data.get("compiles", 0)),
-        exit_code=data.get("exit_code"),
-        resumed_from=data.get("resumed_from"),
-        time=data.get("time"),
+        compiles=_int(data.get("compiles"), 0),
+        exit_code=_int(data.get("exit_code"), None),
+        resumed_from=_int(data.get("resumed_from"), None),
+        time=data.get("time") if isinstance(data.get("time"), (int, float)) else None,
         extra={k: v for k, v in data.items() if k not in known},
     )
 
 
-def read_heartbeat(run_dir: str | os.PathLike) -> Heartbeat | None:
-    """The last heartbeat, or None if there is none yet. Raises ValueError on a malformed file."""
-    try:
-        raw = (Path(run_dir) / HEARTBEAT_FILE).read_text()
-    except FileNotFoundError:
-        return None
-    try:
-        data = json.loads(raw)
-        return Heartbeat(time=float(data["time"]), step=int(data["step"]), phase=str(data["phase"]))
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"heartbeat is malformed: {e}") from None
+def _int(value: Any, default: int | None) -> int | None:
+    """An integer field as written, else `default`: a program's odd value is not fatal."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

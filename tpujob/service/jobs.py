@@ -180,7 +180,7 @@ class JobDetail:
     hosts_error: str = ""       # why the hosts could not be asked
     accounting: object = None   # service.accounting.Accounting: the night's story in numbers
     timeline: object = None     # service.timeline.Timeline: the same story as bars
-    run_dir: object = None      # service.storage.RunDirView: the current attempt's status.json, heartbeat
+    run_dir: object = None      # contract.RunDirStatus: the current attempt's status.json, heartbeat
     run_dir_error: str = ""     # why the run dir could not be read
 
 

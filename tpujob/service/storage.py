@@ -12,12 +12,11 @@ the program ended without SSH.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from tpujob.cloud.base import DataDisk
 from tpujob.errors import ConflictError, NotFoundError, UsageError
 from tpujob.hosts.scripts import render
-from tpujob.runtime import contract
+from tpujob.runtime.contract import RunDirStatus
 from tpujob.spec import BucketSpec, DiskSpec, ResolvedSpec
 from tpujob.names import (JOB_LABEL, RUN_DIR_MOUNT, clone_name, format_job_id, host_local_run_dir,
                           job_labels, run_dir_prefix, snapshot_name)
@@ -221,39 +220,14 @@ def unmount_script(spec: ResolvedSpec, job_id: int) -> str | None:
 
 
 
-@dataclass(frozen=True)
-class RunDirView:
-    """The current attempt's status.json and heartbeat, as the sweep and `show` see them."""
-    url: str
-    state: str | None = None
-    step: int | None = None
-    message: str = ""
-    exit_code: int | None = None
-    heartbeat_age: float | None = None
-    problem: str = ""  # status.json unreadable
-
-    def as_observation(self):
-        from tpujob.reconcile.decide import RunDir
-
-        return RunDir(state=self.state, step=self.step, message=self.message,
-                      exit_code=self.exit_code, heartbeat_age=self.heartbeat_age)
-
-
-def _view(url: str, files, since: float, now: float) -> RunDirView:
+def _view(url: str, files, since: float, now: float) -> RunDirStatus:
     # A heartbeat from before this attempt began is an earlier attempt's: none yet.
     age = None if files.heartbeat_updated is None or files.heartbeat_updated < since \
         else max(0.0, now - files.heartbeat_updated)
-    status = files.status or {}
-    if files.status is not None and status.get("state") not in contract.STATES:
-        return RunDirView(url, heartbeat_age=age, problem="status.json has no valid state")
-    step = status.get("step")
-    code = status.get("exit_code")
-    return RunDirView(url, state=status.get("state"), step=step if isinstance(step, int) else None,
-                      message=str(status.get("message", "")), heartbeat_age=age,
-                      exit_code=code if isinstance(code, int) else None, problem=files.status_error)
+    return RunDirStatus.of(files.status, age, problem=files.status_error, url=url)
 
 
-def read_run_dirs(gcs, jobs: list[tuple[ResolvedSpec, int, float]], now: float) -> dict[int, RunDirView]:
+def read_run_dirs(gcs, jobs: list[tuple[ResolvedSpec, int, float]], now: float) -> dict[int, RunDirStatus]:
     """[(spec, job id, attempt start)] -> {job id: what its run dir says about this attempt},
     for the jobs whose run dir is on GCS. One list per bucket and parent prefix (Gcs)."""
     wanted: dict[tuple[str, str], float] = {}
@@ -270,7 +244,7 @@ def read_run_dirs(gcs, jobs: list[tuple[ResolvedSpec, int, float]], now: float) 
             for loc, files in found.items()}
 
 
-def read_run_dir(gcs, spec: ResolvedSpec, job_id: int, since: float, now: float) -> RunDirView | None:
+def read_run_dir(gcs, spec: ResolvedSpec, job_id: int, since: float, now: float) -> RunDirStatus | None:
     """One job's run dir as `show` reports it (None: its run dir is host-local)."""
     return read_run_dirs(gcs, [(spec, job_id, since)], now).get(job_id)
 
@@ -295,7 +269,7 @@ class GcsRunDirs:
 
             self._gcs = Gcs(make_storage(self.settings))
         views = read_run_dirs(self._gcs, specs, now)
-        return {job_id: view.as_observation() for job_id, view in views.items() if not view.problem}
+        return {job_id: view for job_id, view in views.items() if not view.problem}
 
 
 # ---- bucket regions, checked at create --------------------------------------------------------
