@@ -13,6 +13,20 @@ from tpujob.service import curves
 from tpujob.service.timeline import timeline
 
 
+@pytest.fixture
+def ended(story):
+    """The story, cancelled at T+1190: `show` asks the hosts of a RUNNING job over SSH (which
+    would start an emulator for this store); a cancelled one it does not."""
+    from tpujob.store.states import State
+
+    ctx, job, T = story
+    ctx.store.clock = lambda: T + 1190.0
+    with ctx.store.atomic():
+        ctx.store.end_attempt(job.id, 2, "cancelled")
+        ctx.store.transition(job.id, State.RUNNING, State.CANCELLED, "cancelled by user")
+    return story
+
+
 def _line(story):
     ctx, job, T = story
     return timeline(job, ctx.store.attempts(job.id), ctx.store.events(job.id), T + 1200.0)
@@ -32,7 +46,7 @@ def test_each_attempt_is_a_bar_split_by_state_with_the_recovery_on_the_attempt_b
     assert [(m.kind, m.at, m.attempt) for m in line.marks] == [("preempted", T + 1090.0, 1)]
 
 
-def test_show_timeline_draws_a_row_per_attempt_with_the_preemption_marked(cli, story):
+def test_show_timeline_draws_a_row_per_attempt_with_the_preemption_marked(cli, ended, no_emulator_left):
     result = cli("show", "night", "--timeline")
     assert result.code == 0, result.err
     rows = [line for line in result.out.splitlines() if line.startswith("attempt ")]
@@ -44,10 +58,10 @@ def test_show_timeline_draws_a_row_per_attempt_with_the_preemption_marked(cli, s
     assert "█ RUNNING" in result.out and "P preempted" in result.out
 
 
-def test_show_json_timeline_has_the_bars(cli, story):
+def test_show_json_timeline_has_the_bars(cli, ended, no_emulator_left):
     result = cli("show", "--json", "--timeline", "night")
     assert result.code == 0, result.err
-    T = story[2]
+    T = ended[2]
     data = json.loads(result.out)["timeline"]
     assert [b["attempt"] for b in data["bars"]] == [1, 2]
     assert [s["state"] for s in data["bars"][0]["spans"]] == ["PROVISIONING", "SETTING_UP", "RUNNING", "RECOVERING"]
