@@ -31,7 +31,13 @@ fi
 [ -f "$attempt_dir/program.log" ] && log_bytes=$(stat -c %s "$attempt_dir/program.log")
 # A number after "KEY": in a one-line JSON file, or null.
 json_int() { [ -f "$1" ] && grep -o "\"$2\": *[0-9]\+" "$1" | grep -o '[0-9]\+$' | head -n 1 | grep . || echo null; }
-step=$(json_int "$run_dir/heartbeat" step)
-resumed=$(json_int "$run_dir/heartbeat" resumed_from)
+# The run dir outlives attempts (on GCS, or on a reused slice): a heartbeat another attempt
+# wrote says nothing of this one's progress, and read as this one's it would count the steps
+# of the attempt before as this one's (and its resumed-from step too).
+step=null resumed=null
+if [ "$(json_int "$run_dir/heartbeat" attempt)" = "$attempt" ]; then
+  step=$(json_int "$run_dir/heartbeat" step)
+  resumed=$(json_int "$run_dir/heartbeat" resumed_from)
+fi
 printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s, "step": %s, "resumed_from": %s}\n' \
   "$state" "$pid" "$code" "$log_bytes" "$step" "$resumed"

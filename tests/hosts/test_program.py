@@ -186,3 +186,29 @@ def test_status_reads_the_json_line_among_stray_stderr_lines():
     first, second = program.status(Group(), attempt())
     assert (first.state, first.pid, first.step, first.resumed_from) == ("running", 7, 12, 8)
     assert second.state == "unreachable" and "unreadable status" in second.error
+
+
+def _status_line(tmp_path, attempt: int, heartbeat: dict | None) -> dict:
+    import json
+    import subprocess
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if heartbeat is not None:
+        (run_dir / "heartbeat").write_text(json.dumps(heartbeat, sort_keys=True) + "\n")
+    script = render("status.sh", job_dir=str(tmp_path / "job"), attempt=attempt, run_dir=str(run_dir))
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_status_counts_only_this_attempts_heartbeat(tmp_path):
+    """The run dir outlives attempts: attempt 11 starting must not report attempt 10's step and
+    resumed-from step as its own (the store would record them, and count steps lost that were not)."""
+    beat = {"job_id": "000004", "attempt": 10, "host": 0, "step": 120, "resumed_from": 100,
+            "phase": "training", "time": 1.0}
+    assert (_status_line(tmp_path, 10, beat)["step"], _status_line(tmp_path, 10, beat)["resumed_from"]) == (120, 100)
+    mine = _status_line(tmp_path, 11, beat)
+    assert (mine["state"], mine["step"], mine["resumed_from"]) == ("absent", None, None)
+    assert _status_line(tmp_path, 11, {**beat, "attempt": 11, "step": 101})["step"] == 101
+    assert _status_line(tmp_path, 11, {**beat, "attempt": 1})["step"] is None  # 1 is not 11
+    assert _status_line(tmp_path / "none", 11, None)["step"] is None
