@@ -185,7 +185,7 @@ class Night:
                 self.faults[f"{draw}: target gone ({type(exc).__name__})"] += 1
 
     def inject(self, draw: str) -> None:
-        from tpujob.reconcile.sweep import CRASH_POINTS
+        from tpujob.faults import CRASH_POINTS
 
         nodes = self.live_nodes()
         if draw in ("preempt", "preempt_grace", "kill_host") and not nodes:

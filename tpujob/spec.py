@@ -135,6 +135,9 @@ class RequeuePolicy(_Model):
     provision_timeout_seconds: float = Field(default=30 * 60.0, gt=0, le=_WEEK)
     setup_timeout_seconds: float = Field(default=15 * 60.0, gt=0, le=_WEEK)
     unhealthy_grace_seconds: float = Field(default=120.0, ge=0, le=_WEEK)
+    # A heartbeat in the run dir older than this is a hung program (a stuck collective, a dead
+    # coordinator), not a slow step: the runtime rewrites it at least every 30 s.
+    heartbeat_timeout_seconds: float = Field(default=300.0, gt=0, le=_WEEK)
 
 
 # What a notification channel may be told about (docs/notify.md): each maps to a state move.

@@ -19,7 +19,7 @@ def wait_for_slice(cloud, name: str, timeout: float, on_change=None):
         if on_change and state != last:
             on_change(current)
         last = state
-        if current.phase is SlicePhase.READY or current.phase.terminal:
+        if current.phase in (SlicePhase.READY, SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.GONE):
             return current
         assert time.monotonic() < deadline, f"slice {name} still {current.phase.value}"
         time.sleep(0.01)

@@ -37,7 +37,3 @@ def test_every_api_state_has_a_phase():
 def test_slice_phase(node, qr, phase):
     assert slice_phase(node, qr) is phase
 
-
-def test_terminal_phases():
-    assert {p for p in SlicePhase if p.terminal} == {SlicePhase.PREEMPTED, SlicePhase.FAILED,
-                                                     SlicePhase.GONE}

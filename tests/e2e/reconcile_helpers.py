@@ -35,10 +35,11 @@ run:
 
 def spec_text(name="rq", *, command="sleep 600", accelerator="v4-8", zone=ZONE, queued=False,
               fallback=(), max_preemptions=5, max_failures=0, max_nan=3, backoff_seconds=0,
-              min_run_seconds=None) -> str:
-    """`backoff_seconds=None` and `min_run_seconds=None` leave the key out (its default)."""
+              min_run_seconds=None, **requeue_keys) -> str:
+    """`backoff_seconds=None` and `min_run_seconds=None` leave the key out (its default); any
+    other `requeue:` key of the spec (`unhealthy_grace_seconds=1`) goes in as given."""
     requeue = dict(backoff_seconds=backoff_seconds, min_run_seconds=min_run_seconds,
-                   max_preemptions=max_preemptions, max_failures=max_failures, max_nan=max_nan)
+                   max_preemptions=max_preemptions, max_failures=max_failures, max_nan=max_nan, **requeue_keys)
     return SPEC.format(name=name, accelerator=accelerator, zone=zone, queued=json.dumps(queued),
                        fallback=json.dumps([{"zone": z} for z in fallback]), command=json.dumps(command),
                        requeue=json.dumps({k: v for k, v in requeue.items() if v is not None}))
@@ -83,12 +84,10 @@ def record(ctx, tmp_path: Path, name="rq", **kwargs):
     return job
 
 
-def reconciler(ctx, **policy_overrides):
+def reconciler(ctx):
     from tpujob.service.sweeps import reconciler as make
 
-    rec = make(ctx)
-    rec.policy_overrides = policy_overrides
-    return rec
+    return make(ctx)
 
 
 def sweep_until(ctx, job_id: int, done, *, timeout=60.0, rec=None, pause=0.1):

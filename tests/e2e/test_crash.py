@@ -13,7 +13,7 @@ from reconcile_helpers import (  # noqa: F401 - fixtures
     FALLBACK_ZONE, V5E, ZONE, assert_consistent, assert_no_orphans, ctx, finish, host_root, node_ref, project, reconciler, record,
     requeue_processes, running, sweep_until, wait_for_file,
 )
-from tpujob.reconcile.sweep import CRASH_POINTS
+from tpujob.faults import CRASH_POINTS
 
 pytestmark = pytest.mark.slow
 

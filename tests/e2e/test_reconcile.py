@@ -100,8 +100,9 @@ def test_a_stockout_without_fallback_is_retried_until_capacity_returns(cli, ctx,
 def test_a_queued_resource_waiting_past_the_queue_timeout_moves_to_the_fallback(ctx, local_cloud, project,
                                                                                   tmp_path):
     primary = "us-central1-a"  # a zone no other test uses: the stockout touches only this test
-    job = record(ctx, tmp_path, accelerator=V5E, zone=primary, queued=True, fallback=[FALLBACK_ZONE])
-    rec = reconciler(ctx, queue_timeout_seconds=1)
+    job = record(ctx, tmp_path, accelerator=V5E, zone=primary, queued=True, fallback=[FALLBACK_ZONE],
+                 queue_timeout_seconds=1)
+    rec = reconciler(ctx)
     local_cloud.stockout(primary)
     try:
         rec.sweep([job.id])
@@ -170,8 +171,8 @@ def test_a_cancelled_job_is_left_alone_by_sweeps(cli, ctx, local_cloud, project,
 
 
 def test_a_dead_host_is_rechecked_then_treated_as_lost(ctx, local_cloud, project, tmp_path):
-    job = record(ctx, tmp_path)
-    rec = reconciler(ctx, unhealthy_grace_seconds=1)
+    job = record(ctx, tmp_path, unhealthy_grace_seconds=1)
+    rec = reconciler(ctx)
     sweep_until(ctx, job.id, running, rec=rec)
     first = ctx.store.current_attempt(job.id).slice_name
     local_cloud.kill_host(node_ref(project, ZONE, first), 0)

@@ -16,7 +16,7 @@ SPEC = """\
 name: {name}
 tpu: {{accelerator: v4-32, zone: {zone}, queued: false}}
 run_dir: gs://rundir-tests/{prefix}
-requeue: {{backoff_seconds: 0}}
+requeue: {{backoff_seconds: 0, unhealthy_grace_seconds: 0.5, heartbeat_timeout_seconds: {heartbeat_timeout}}}
 run:
   command: |
 {command}
@@ -33,13 +33,13 @@ def bucket(local_cloud):
     return gcs.bucket("rundir-tests")
 
 
-def record(ctx, tmp_path, name, command):
+def record(ctx, tmp_path, name, command, heartbeat_timeout=300):
     from tpujob.service import jobs
 
     prefix = uuid.uuid4().hex[:8]  # the emulator's bucket outlives each test's store
     body = "\n".join("    " + line for line in command.strip().splitlines())
     path = tmp_path / f"{name}.yaml"
-    path.write_text(SPEC.format(name=name, zone=ZONE, prefix=prefix, command=body))
+    path.write_text(SPEC.format(name=name, zone=ZONE, prefix=prefix, command=body, heartbeat_timeout=heartbeat_timeout))
     return jobs.record(ctx, str(path))[0], prefix
 
 
@@ -50,7 +50,7 @@ if [ "$TPUJOB_HOST_INDEX" = 0 ]; then
   printf '{"state": "succeeded", "step": 9, "message": "ok"}' > "$TPUJOB_RUN_DIR/status.json"
 fi
 """)
-    rec = reconciler(ctx, unhealthy_grace_seconds=0.5)
+    rec = reconciler(ctx)
     sweep_until(ctx, job.id, running, rec=rec)
     node = ctx.store.current_attempt(job.id).slice_name
     blob = bucket.blob(f"{prefix}/{job.id:06d}/status.json")
@@ -70,8 +70,8 @@ def test_a_stale_heartbeat_is_a_hung_program(ctx, project, local_cloud, bucket, 
     job, _ = record(ctx, tmp_path, "hung", """
 if [ "$TPUJOB_HOST_INDEX" = 0 ]; then echo '{"time": 0, "step": 3, "phase": "training"}' > "$TPUJOB_RUN_DIR/heartbeat"; fi
 sleep 600
-""")
-    rec = reconciler(ctx, unhealthy_grace_seconds=0.5, heartbeat_timeout_seconds=1)
+""", heartbeat_timeout=1)
+    rec = reconciler(ctx)
     job = sweep_until(ctx, job.id, lambda j: j.attempt == 2, rec=rec, timeout=90, pause=0.3)
     attempts = ctx.store.attempts(job.id)
     assert attempts[0].end_reason == "preempted"

@@ -23,10 +23,6 @@ class SlicePhase(str, enum.Enum):
     DELETING = "DELETING"
     GONE = "GONE"  # neither a node nor a queued resource exists
 
-    @property
-    def terminal(self) -> bool:
-        return self in (SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.GONE)
-
 
 # The one table from Cloud TPU v2 states to phases (Node.State and QueuedResourceState.State
 # in google/cloud/tpu_v2/types/cloud_tpu.py). TERMINATED is maintenance or end of life: the

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tpujob.errors import CloudError
-from tpujob.hosts.failure import cause
+from tpujob.hosts.failure import MAX_CHARS, cause
 
 OUTPUT_TAIL = 1 << 20   # bytes of each host's output kept in memory (the log file has it all)
 STDERR_TAIL = 64 << 10  # bytes of its stderr alone: where a failure's cause is (hosts.failure)
@@ -338,9 +338,14 @@ class _PinFirstKey:
 
 
 def ensure_ok(results: list[HostResult], action: str) -> None:
-    """Raise CloudError naming every host where `action` failed, and why."""
+    """CloudError naming each host where `action` failed, with the last lines its script said
+    (the host scripts say why on stderr: "holds no pid", "survived SIGKILL"), credential-looking
+    pairs redacted. At most 8 hosts are named; the line stays about as long for 8 as for one."""
     bad = [r for r in results if not r.ok]
-    if bad:
-        detail = "; ".join(f"host {r.index}: {cause(r)}" for r in bad[:8])
-        more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
-        raise CloudError(f"{action} failed on {len(bad)} of {len(results)} hosts: {detail}{more}")
+    if not bad:
+        return
+    shown = bad[:8]
+    room = max(80, MAX_CHARS // len(shown))
+    detail = "; ".join(f"host {r.index}: {cause(r, chars=room)}" for r in shown) + (
+        f" (and {len(bad) - 8} more)" if len(bad) > 8 else "")
+    raise CloudError(f"{action} failed on {len(bad)} of {len(results)} hosts: {detail}")

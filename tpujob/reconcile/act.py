@@ -12,8 +12,6 @@ A handler never moves the job itself: what it learned goes back to decide as an 
 
 from __future__ import annotations
 
-import os
-import signal
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -22,6 +20,7 @@ from tpujob.errors import (
     AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, PlacementUnavailable,
     QuotaExceeded, SetupFailed, StockoutError, TpujobError, UsageError,
 )
+from tpujob.faults import crash_point
 from tpujob.job_spec import spec_of
 from tpujob.names import slice_labels
 from tpujob.reconcile import placement as placing
@@ -33,16 +32,6 @@ from tpujob.reconcile.observe import PHASES, HostOps
 from tpujob.reconcile.policy import placements, runtime_version, slice_network
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
-
-CRASH_POINTS = ("placement", "provisioning", "slice-requested", "slice-deleted", "launched", "moved")
-
-
-def crash_point(name: str) -> None:
-    """Fault injection for the crash tests: with TPUJOB_CRASH_AT=name the process dies here, as
-    under SIGKILL, and the next sweep must converge all the same."""
-    if os.environ.get("TPUJOB_CRASH_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
 
 @dataclass(frozen=True)
 class Outcome:

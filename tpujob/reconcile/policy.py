@@ -32,9 +32,7 @@ class Policy:
     # Exits that say the program or its config is wrong (the runtime's init check, bad config,
     # strict-shapes recompile): running it again on any hardware gives the same answer.
     fatal_exit_codes: frozenset[int] = frozenset({77, 78, 79})
-    # The runtime rewrites its heartbeat at least every 30 s; ten times that is a hung program
-    # (a stuck collective, a dead coordinator), not a slow step.
-    heartbeat_timeout_seconds: float = 300
+    heartbeat_timeout_seconds: float = 300  # spec.RequeuePolicy says why
 
     def setup_timeout(self, hosts: int) -> float:
         # Fan-out is parallel, but installs contend for the same mirrors and buckets.
@@ -79,6 +77,7 @@ def policy_of(spec: ResolvedSpec) -> Policy:
                   setup_timeout_seconds=r.setup_timeout_seconds,
                   unhealthy_grace_seconds=r.unhealthy_grace_seconds,
                   max_capacity_retries=r.max_capacity_retries, min_run_seconds=r.min_run_seconds,
+                  heartbeat_timeout_seconds=r.heartbeat_timeout_seconds,
                   nan_exit_code=EXIT_NAN,
                   preempted_exit_code=EXIT_PREEMPTED,
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from tpujob.cloud.base import Cloud
@@ -18,7 +18,7 @@ from tpujob.errors import JobLocked, TpujobError
 from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id
 from tpujob.reconcile import placement as placing
-from tpujob.reconcile.act import CRASH_POINTS, Actor, Outcome, crash_point  # noqa: F401 (tests import them here)
+from tpujob.reconcile.act import Actor, Outcome
 from tpujob.reconcile.decide import JobView, decide
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices
 from tpujob.reconcile.policy import Policy, placements, policy_of
@@ -51,14 +51,13 @@ class SweepReport:
 class Reconciler:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *,
                  ssh_keys: tuple[str, ...] = (), clock: Callable[[], float] = time.time,
-                 lease_seconds: float = 300.0, policy_overrides: Optional[dict] = None,
+                 lease_seconds: float = 300.0,
                  run_dirs: Optional[RunDirs] = None, workers: int = SWEEP_WORKERS):
         self.store = store
         self.cloud = cloud
         self.actor = actor
         self.clock = clock
         self.lease_seconds = lease_seconds
-        self.policy_overrides = policy_overrides or {}
         self.workers = workers
         self.observer = Observer(store, cloud, hosts, clock, run_dirs)
         self.acting = Actor(store, cloud, hosts, actor, ssh_keys=ssh_keys, clock=clock)
@@ -180,8 +179,7 @@ class Reconciler:
         return acted
 
     def _policy(self, job: Job) -> Policy:
-        policy = policy_of(spec_of(job))
-        return replace(policy, **self.policy_overrides) if self.policy_overrides else policy
+        return policy_of(spec_of(job))
 
     def _view(self, job: Job, attempt) -> JobView:
         now = self.clock()

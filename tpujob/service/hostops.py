@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from tpujob.errors import CloudError, ConfigError, SetupFailed, TpujobError
+from tpujob.errors import ConfigError, SetupFailed, TpujobError
 from tpujob.hosts import program
-from tpujob.hosts.failure import MAX_CHARS, cause, said
-from tpujob.hosts.fanout import Host, HostGroup, Progress
+from tpujob.hosts.failure import cause, said
+from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.job_spec import spec_of
@@ -259,7 +259,7 @@ class SshHostOps:
         with self.group(job, attempt, slice_) as group:
             results = program.stop(group, self.host_attempt(job, attempt, slice_), grace_seconds=30,
                                    log_paths=self._log_paths(job, attempt))
-        _ok_or_say_why(results, "stopping the program")
+        ensure_ok(results, "stopping the program")
 
     def unmount(self, job, attempt, slice_) -> None:
         """Unmount the job's disks and buckets on every host (templates/unmount.sh: a path not
@@ -270,7 +270,7 @@ class SshHostOps:
         with self.group(job, attempt, slice_) as group:
             results = group.run(as_command(script, "tpujob-unmount"), timeout=120,
                                 log_paths=self._log_paths(job, attempt))
-        _ok_or_say_why(results, "unmounting the job's disks and buckets")
+        ensure_ok(results, "unmounting the job's disks and buckets")
 
     def _log_paths(self, job, attempt):
         logs = self.log_dir(job, attempt)
@@ -339,16 +339,3 @@ def _setup_ok(results, what: str, timeout: float, hidden: tuple[str, ...]) -> No
                               + (f": {last}" if last else ""))
     _step_ok(results, what, hidden)
 
-
-def _ok_or_say_why(results, what: str) -> None:
-    """CloudError naming each host where `what` failed, with the last lines its script said
-    (the scripts say why on stderr: "holds no pid", "survived SIGKILL"). These steps run
-    without the job's secrets; credential-looking pairs are still redacted."""
-    bad = [r for r in results if not r.ok]
-    if not bad:
-        return
-    shown = bad[:8]
-    room = max(80, MAX_CHARS // len(shown))   # the line stays about as long for 8 hosts as for one
-    detail = "; ".join(f"host {r.index}: {cause(r, chars=room)}" for r in shown) + (
-        f" (and {len(bad) - 8} more)" if len(bad) > 8 else "")
-    raise CloudError(f"{what} failed on {len(bad)} of {len(results)} hosts: {detail}")

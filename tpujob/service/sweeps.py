@@ -18,7 +18,7 @@ def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     (setup) renews the lease for its own timeout first. TPUJOB_SWEEP_WORKERS (default 16): jobs
     acted on at once. `progress(step, Progress)` hears each
     host step as hosts finish it."""
-    from tpujob.hosts.keys import public_key_line
+    from tpujob.hosts.keys import ssh_keys_metadata
     from tpujob.reconcile.sweep import Reconciler
     from tpujob.service.hostops import SshHostOps
     from tpujob.service.storage import GcsRunDirs
@@ -29,7 +29,7 @@ def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     lease_seconds = float(os.environ.get("TPUJOB_LEASE_SECONDS", "300"))
     hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease_seconds)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
-                      ssh_keys=(f"{user}:{public_key_line(ctx.settings.home)}",),
+                      ssh_keys=(ssh_keys_metadata(ctx.settings.home, user),),
                       lease_seconds=lease_seconds, run_dirs=GcsRunDirs(ctx.settings),
                       workers=workers)
 
