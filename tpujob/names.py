@@ -57,9 +57,10 @@ def runtime_bundle_dir(job_id: int) -> str:
     return f"tpujob-runtime/{format_job_id(job_id)}"
 
 
-def host_job_dir(job_id: int) -> str:
-    """tpujob's own state on a host: pid files, logs per attempt."""
-    return f".tpujob/jobs/{format_job_id(job_id)}"
+def host_job_dir(job_id: int | str) -> str:
+    """tpujob's own state on a host: pid files, logs per attempt. `job_id` is the number or the
+    id as TPUJOB_JOB_ID carries it (format_job_id's)."""
+    return f".tpujob/jobs/{job_id if isinstance(job_id, str) else format_job_id(job_id)}"
 
 
 def host_local_run_dir(home: str, job_id: int) -> str:

@@ -8,16 +8,16 @@ import pytest
 
 from tpujob.errors import UsageError
 from tpujob.hosts import program
-from tpujob.hosts.program import Attempt
+from tpujob.hosts.program import HostAttempt
 from tpujob.hosts.scripts import env_payload, render
 
 NASTY = "it's \"quoted\" $(touch /mnt/pwned) `touch /mnt/pwned2`; touch /mnt/pwned3\nline2 $HOME"
 
 
-def attempt(**kw) -> Attempt:
+def attempt(**kw) -> HostAttempt:
     base = dict(job_id="job-1", attempt=1, coordinator="127.0.0.1:8476", run_dir="/mnt/run",
                 workdir="code")
-    return Attempt(**{**base, **kw})
+    return HostAttempt(**{**base, **kw})
 
 
 def wait_state(group, att, state: str, seconds: float = 10) -> list:

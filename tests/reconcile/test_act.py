@@ -7,7 +7,7 @@ from test_sweep import Hosts, add_job, cloud_for, spec, store  # noqa: F401 - fi
 
 from tpujob.errors import SetupFailed, StockoutError
 from tpujob.reconcile.act import Actor
-from tpujob.reconcile.decide import Move, SetUp, SlicePhase, StartAttempt, decide
+from tpujob.reconcile.decide import Move, SetUp, SliceCondition, StartAttempt, decide
 from tpujob.reconcile.sweep import Reconciler
 from tpujob.store.states import State
 
@@ -48,7 +48,7 @@ def test_a_failed_setup_is_an_outcome_not_a_move(server, store):
     job, attempt, ready = opened(store, actor, job)
     outcome = actor.act(job, attempt, ready, [Move(State.SETTING_UP, "slice READY"), SetUp()])
     assert (outcome.kind, outcome.reason) == ("setup_failed", "setup exited 2 on host 0")
-    assert (outcome.observed.slice, outcome.observed.setup_error) == (SlicePhase.READY, "setup exited 2 on host 0")
+    assert (outcome.observed.slice, outcome.observed.setup_error) == (SliceCondition.READY, "setup exited 2 on host 0")
     assert store.get(job.id).state == State.SETTING_UP.value
     assert store.current_attempt(job.id).end_reason is None
 
@@ -63,7 +63,7 @@ def test_a_stockout_is_refused_and_the_attempt_stays_open_for_decide(server, sto
     job = add_job(store, spec())
     actor = Actor(store, cloud_for(server, StockedOut), Hosts(), "me", ssh_keys=(), clock=lambda: 1000.0)
     outcome = actor.act(leased(store, job), None, None, [StartAttempt()])
-    assert (outcome.kind, outcome.observed.slice) == ("refused", SlicePhase.STOCKOUT)
+    assert (outcome.kind, outcome.observed.slice) == ("refused", SliceCondition.STOCKOUT)
     after = store.get(job.id)
     assert (after.state, after.capacity_misses) == (State.PROVISIONING.value, 0)
     assert store.current_attempt(job.id).end_reason is None

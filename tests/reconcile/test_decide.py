@@ -6,18 +6,18 @@ from dataclasses import replace
 import pytest
 
 from tpujob.reconcile.decide import (
-    ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostStatus, JobView, MarkUnhealthy,
-    Move, Observation, Policy, Program, ResetCount, SetUp, SlicePhase, StartAttempt, StopProgram, decide,
+    ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, HostObservation, JobView, MarkUnhealthy,
+    Move, Observation, Policy, Program, ResetCount, SetUp, SliceCondition, StartAttempt, StopProgram, decide,
 )
 from tpujob.store.states import EndReason, State, TRANSITIONS
 
 P = Policy(max_preemptions=2, max_failures=1, max_nan=1, backoff_seconds=10, max_capacity_retries=3)
-RUN = HostStatus(Program.RUNNING)
-OK = HostStatus(Program.EXITED, 0)
-BAD = HostStatus(Program.EXITED, 3)
-NAN = HostStatus(Program.EXITED, P.nan_exit_code)
-SIGTERMED = HostStatus(Program.EXITED, P.preempted_exit_code)
-GONE = HostStatus(Program.UNREACHABLE)
+RUN = HostObservation(Program.RUNNING)
+OK = HostObservation(Program.EXITED, 0)
+BAD = HostObservation(Program.EXITED, 3)
+NAN = HostObservation(Program.EXITED, P.nan_exit_code)
+SIGTERMED = HostObservation(Program.EXITED, P.preempted_exit_code)
+GONE = HostObservation(Program.UNREACHABLE)
 
 
 def job(state, **kw):
@@ -32,176 +32,176 @@ def obs(phase, *hosts, step=None):
 
 CASES = [
     # id, job, observation, expected actions
-    ("pending starts", job(State.PENDING, attempt=0), obs(SlicePhase.ABSENT), [StartAttempt()]),
-    ("provisioning waits", job(State.PROVISIONING), obs(SlicePhase.WAITING), []),
-    ("provisioning creating", job(State.PROVISIONING), obs(SlicePhase.PROVISIONING), []),
-    ("ready -> setting up", job(State.PROVISIONING), obs(SlicePhase.READY),
+    ("pending starts", job(State.PENDING, attempt=0), obs(SliceCondition.ABSENT), [StartAttempt()]),
+    ("provisioning waits", job(State.PROVISIONING), obs(SliceCondition.WAITING), []),
+    ("provisioning creating", job(State.PROVISIONING), obs(SliceCondition.PROVISIONING), []),
+    ("ready -> setting up", job(State.PROVISIONING), obs(SliceCondition.READY),
      [Move(State.SETTING_UP, "slice READY"), SetUp()]),
-    ("absent slice re-created", job(State.PROVISIONING), obs(SlicePhase.ABSENT), [CreateSlice()]),
+    ("absent slice re-created", job(State.PROVISIONING), obs(SliceCondition.ABSENT), [CreateSlice()]),
     # A slice lost before its program ran is a flap: the next attempt waits the backoff.
-    ("lost while provisioning", job(State.PROVISIONING), obs(SlicePhase.LOST),
+    ("lost while provisioning", job(State.PROVISIONING), obs(SliceCondition.LOST),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
       Move(State.RECOVERING, "slice lost while provisioning; preemption 1 of 2 allowed; ran 0 s, under "
                              "min_run_seconds (600): flap 1, next attempt in 12 s")]),
     # Capacity misses: wait (10 s base, doubling per miss in a row, plus the job's jitter), then the
     # next placement; FAILED no_capacity only past max_capacity_retries (3) misses in a row.
-    ("stockout with fallback", job(State.PROVISIONING, placements=2), obs(SlicePhase.STOCKOUT),
+    ("stockout with fallback", job(State.PROVISIONING, placements=2), obs(SliceCondition.STOCKOUT),
      [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
       Move(State.RECOVERING, "zone stocked out; capacity miss 1 of 3 allowed, the next placement in 12 s")]),
-    ("stockout without fallback retries the same placement", job(State.PROVISIONING), obs(SlicePhase.STOCKOUT),
+    ("stockout without fallback retries the same placement", job(State.PROVISIONING), obs(SliceCondition.STOCKOUT),
      [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
       Move(State.RECOVERING, "zone stocked out; capacity miss 1 of 3 allowed, the same placement in 12 s")]),
     ("third stockout in a row waits longer", job(State.PROVISIONING, placements=2, capacity_misses=2),
-     obs(SlicePhase.STOCKOUT),
+     obs(SliceCondition.STOCKOUT),
      [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
       Move(State.RECOVERING, "zone stocked out; capacity miss 3 of 3 allowed, the next placement in 47 s")]),
     ("stockout past the capacity budget fails", job(State.PROVISIONING, placements=2, capacity_misses=3),
-     obs(SlicePhase.STOCKOUT),
+     obs(SliceCondition.STOCKOUT),
      [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
       Move(State.FAILED, "zone stocked out; 3 capacity retries spent", EndReason.NO_CAPACITY)]),
     ("queue timeout without fallback keeps its place", job(State.PROVISIONING, in_state_seconds=1e6),
-     obs(SlicePhase.WAITING), []),
+     obs(SliceCondition.WAITING), []),
     ("queue timeout with a fallback moves on", job(State.PROVISIONING, in_state_seconds=7 * 3600, placements=3),
-     obs(SlicePhase.WAITING),
+     obs(SliceCondition.WAITING),
      [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
       Move(State.RECOVERING, "queued for 7.0 h without capacity; capacity miss 1 of 3 allowed, "
                              "the next placement in 12 s")]),
     # Provisioning is timed from the node's createTime: hours in the queue do not count.
     ("capacity after a long queue is not stuck", job(State.PROVISIONING, in_state_seconds=2 * 3600),
-     Observation(SlicePhase.PROVISIONING, provisioning_seconds=60), []),
+     Observation(SliceCondition.PROVISIONING, provisioning_seconds=60), []),
     ("queued resource provisioning, node not there yet", job(State.PROVISIONING, in_state_seconds=1e6),
-     Observation(SlicePhase.PROVISIONING), []),
+     Observation(SliceCondition.PROVISIONING), []),
     ("node stuck provisioning", job(State.PROVISIONING, in_state_seconds=2 * 3600),
-     Observation(SlicePhase.PROVISIONING, provisioning_seconds=31 * 60),
+     Observation(SliceCondition.PROVISIONING, provisioning_seconds=31 * 60),
      [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
       Move(State.RECOVERING, "slice stuck provisioning for 31 min; capacity miss 1 of 3 allowed, "
                              "the same placement in 12 s")]),
-    ("ready after capacity misses clears them", job(State.PROVISIONING, capacity_misses=2), obs(SlicePhase.READY),
+    ("ready after capacity misses clears them", job(State.PROVISIONING, capacity_misses=2), obs(SliceCondition.READY),
      [ResetCount("capacity_misses"), Move(State.SETTING_UP, "slice READY"), SetUp()]),
     # A create refused for good ends the job, not loops on it.
     ("create refused: user error", job(State.PROVISIONING),
-     Observation(SlicePhase.REFUSED, refusal="InvalidArgument: bad accelerator"),
+     Observation(SliceCondition.REFUSED, refusal="InvalidArgument: bad accelerator"),
      [EndAttempt("refused"), DeleteSlice(),
       Move(State.FAILED, "the cloud refused the slice: InvalidArgument: bad accelerator", EndReason.USER_ERROR)]),
     ("create refused: quota", job(State.PROVISIONING),
-     Observation(SlicePhase.NO_QUOTA, refusal="Quota limit 'X' has been exceeded"),
+     Observation(SliceCondition.NO_QUOTA, refusal="Quota limit 'X' has been exceeded"),
      [EndAttempt("refused"), DeleteSlice(),
       Move(State.FAILED, "quota exhausted: Quota limit 'X' has been exceeded", EndReason.NO_CAPACITY)]),
     # A zone that does not offer the accelerator: the next placement at once (not a capacity
     # miss, no backoff), passing over those already refused; none left: the spec is wrong.
     ("zone does not offer it, fallback left", job(State.PROVISIONING, placements=3, blocked_placements=frozenset({1})),
-     Observation(SlicePhase.UNAVAILABLE, refusal="BadRequest: not found in zone"),
+     Observation(SliceCondition.UNAVAILABLE, refusal="BadRequest: not found in zone"),
      [EndAttempt("unavailable"), Move(State.RECOVERING, "this placement is refused: BadRequest: "
                                                           "not found in zone; trying the next placement"),
       StartAttempt(next_placement=True)]),
     ("zone does not offer it, no placement left", job(State.PROVISIONING, placements=2, placement=1,
                                                       blocked_placements=frozenset({0})),
-     Observation(SlicePhase.UNAVAILABLE, refusal="BadRequest: not found in zone"),
+     Observation(SliceCondition.UNAVAILABLE, refusal="BadRequest: not found in zone"),
      [EndAttempt("unavailable"), Move(State.FAILED, "this placement is refused: BadRequest: "
                                                      "not found in zone", EndReason.USER_ERROR)]),
     # A regional quota of 0: a placement in another region, not the same region's other zones.
     ("quota spent, a fallback in another region", job(State.PROVISIONING, placements=3,
                                                       regions=("us-east5", "us-east5", "us-central1")),
-     Observation(SlicePhase.NO_QUOTA, refusal="Limit: 0 in region us-east5"),
+     Observation(SliceCondition.NO_QUOTA, refusal="Limit: 0 in region us-east5"),
      [EndAttempt("no_quota"), Move(State.RECOVERING, "quota exhausted: Limit: 0 in region us-east5; trying a "
                                                       "placement in another region"),
       StartAttempt(next_placement=True)]),
     ("quota spent, fallbacks only in the same region", job(State.PROVISIONING, placements=2,
                                                            regions=("us-east5", "us-east5")),
-     Observation(SlicePhase.NO_QUOTA, refusal="Limit: 0 in region us-east5"),
+     Observation(SliceCondition.NO_QUOTA, refusal="Limit: 0 in region us-east5"),
      [EndAttempt("refused"), DeleteSlice(),
       Move(State.FAILED, "quota exhausted: Limit: 0 in region us-east5", EndReason.NO_CAPACITY)]),
-    ("setting up runs setup", job(State.SETTING_UP), obs(SlicePhase.READY), [SetUp()]),
-    ("setup timeout, retry", job(State.SETTING_UP, in_state_seconds=1e6), obs(SlicePhase.READY),
+    ("setting up runs setup", job(State.SETTING_UP), obs(SliceCondition.READY), [SetUp()]),
+    ("setup timeout, retry", job(State.SETTING_UP, in_state_seconds=1e6), obs(SliceCondition.READY),
      [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
       Move(State.RECOVERING, "setup still running after 16667 min; retry 1 of 1")]),
-    ("setup timeout, budget spent", job(State.SETTING_UP, in_state_seconds=1e6, failures=1), obs(SlicePhase.READY),
+    ("setup timeout, budget spent", job(State.SETTING_UP, in_state_seconds=1e6, failures=1), obs(SliceCondition.READY),
      [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
       Move(State.FAILED, "setup still running after 16667 min", EndReason.SETUP_FAILED), DeleteSlice()]),
-    ("lost during setup", job(State.SETTING_UP, preemptions=2), obs(SlicePhase.LOST),
+    ("lost during setup", job(State.SETTING_UP, preemptions=2), obs(SliceCondition.LOST),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
       Move(State.FAILED, "slice lost during setup; preemption budget of 2 spent", EndReason.PREEMPTION_BUDGET)]),
-    ("running healthy", job(State.RUNNING), obs(SlicePhase.READY, RUN, RUN), []),
-    ("running, one host done", job(State.RUNNING), obs(SlicePhase.READY, OK, RUN), []),
-    ("succeeded", job(State.RUNNING), obs(SlicePhase.READY, OK, OK),
+    ("running healthy", job(State.RUNNING), obs(SliceCondition.READY, RUN, RUN), []),
+    ("running, one host done", job(State.RUNNING), obs(SliceCondition.READY, OK, RUN), []),
+    ("succeeded", job(State.RUNNING), obs(SliceCondition.READY, OK, OK),
      [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host"), DeleteSlice()]),
-    ("succeeded, slice kept", job(State.RUNNING, keep_slice=True), obs(SlicePhase.READY, OK, OK),
+    ("succeeded, slice kept", job(State.RUNNING, keep_slice=True), obs(SliceCondition.READY, OK, OK),
      [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host")]),
-    ("failure retried", job(State.RUNNING), obs(SlicePhase.READY, BAD, RUN),
+    ("failure retried", job(State.RUNNING), obs(SliceCondition.READY, BAD, RUN),
      [StopProgram(), EndAttempt("failed"), Count("failures"), Move(State.RECOVERING, "program exited 3; retry 1 of 1")]),
-    ("failure, budget spent", job(State.RUNNING, failures=1), obs(SlicePhase.READY, BAD, OK),
+    ("failure, budget spent", job(State.RUNNING, failures=1), obs(SliceCondition.READY, BAD, OK),
      [StopProgram(), EndAttempt("failed"), Count("failures"),
       Move(State.FAILED, "program exited 3", EndReason.USER_ERROR), DeleteSlice()]),
     # The runtime's init check, config error and strict recompile (77-79): never retried, even
     # with retries left, since the same code and config fail the same way on any hardware.
-    ("config error not retried", job(State.RUNNING), obs(SlicePhase.READY, HostStatus(Program.EXITED, 78), RUN),
+    ("config error not retried", job(State.RUNNING), obs(SliceCondition.READY, HostObservation(Program.EXITED, 78), RUN),
      [StopProgram(), EndAttempt("failed"), Count("failures"),
       Move(State.FAILED, "program exited 78: a code or config error, not retried", EndReason.USER_ERROR),
       DeleteSlice()]),
     ("init check refusal beside a plain failure", job(State.RUNNING),
-     obs(SlicePhase.READY, BAD, HostStatus(Program.EXITED, 77)),
+     obs(SliceCondition.READY, BAD, HostObservation(Program.EXITED, 77)),
      [StopProgram(), EndAttempt("failed"), Count("failures"),
       Move(State.FAILED, "program exited 77: a code or config error, not retried", EndReason.USER_ERROR),
       DeleteSlice()]),
-    ("nan -> new hardware", job(State.RUNNING), obs(SlicePhase.READY, NAN, RUN),
+    ("nan -> new hardware", job(State.RUNNING), obs(SliceCondition.READY, NAN, RUN),
      [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts"),
       Move(State.RECOVERING, "NaN loss: slice suspect, moving to new hardware")]),
-    ("nan budget spent", job(State.RUNNING, nan_restarts=1), obs(SlicePhase.READY, NAN, NAN),
+    ("nan budget spent", job(State.RUNNING, nan_restarts=1), obs(SliceCondition.READY, NAN, NAN),
      [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts"),
       Move(State.FAILED, "NaN loss; NaN budget of 1 spent", EndReason.NAN_BUDGET)]),
     # Preempted after running an hour (over min_run_seconds): no backoff, the next attempt now.
-    ("preempted while running", job(State.RUNNING, in_state_seconds=3600), obs(SlicePhase.LOST),
+    ("preempted while running", job(State.RUNNING, in_state_seconds=3600), obs(SliceCondition.LOST),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "slice preempted; preemption 1 of 2 allowed, next attempt now")]),
     ("sigterm exit counts as preemption", job(State.RUNNING, in_state_seconds=3600),
-     obs(SlicePhase.READY, SIGTERMED, RUN),
+     obs(SliceCondition.READY, SIGTERMED, RUN),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed, next attempt now")]),
-    ("host blip: mark, don't act", job(State.RUNNING), obs(SlicePhase.READY, GONE, RUN), [MarkUnhealthy()]),
-    ("host blip within grace", job(State.RUNNING, unhealthy_seconds=30), obs(SlicePhase.READY, GONE, RUN), []),
+    ("host blip: mark, don't act", job(State.RUNNING), obs(SliceCondition.READY, GONE, RUN), [MarkUnhealthy()]),
+    ("host blip within grace", job(State.RUNNING, unhealthy_seconds=30), obs(SliceCondition.READY, GONE, RUN), []),
     ("host lost past grace", job(State.RUNNING, unhealthy_seconds=600, in_state_seconds=3600),
-     obs(SlicePhase.READY, GONE, RUN),
+     obs(SliceCondition.READY, GONE, RUN),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "hosts unreachable or program missing for 600 s; preemption 1 of 2 allowed, "
                              "next attempt now")]),
-    ("recovered from blip", job(State.RUNNING, unhealthy_seconds=30), obs(SlicePhase.READY, RUN, RUN),
+    ("recovered from blip", job(State.RUNNING, unhealthy_seconds=30), obs(SliceCondition.READY, RUN, RUN),
      [ClearUnhealthy()]),
-    ("recovering backs off", job(State.RECOVERING, in_state_seconds=1), obs(SlicePhase.ABSENT), []),
-    ("recovering starts a new attempt", job(State.RECOVERING, in_state_seconds=60), obs(SlicePhase.ABSENT),
+    ("recovering backs off", job(State.RECOVERING, in_state_seconds=1), obs(SliceCondition.ABSENT), []),
+    ("recovering starts a new attempt", job(State.RECOVERING, in_state_seconds=60), obs(SliceCondition.ABSENT),
      [StartAttempt()]),
-    ("recovering deletes a leftover slice first", job(State.RECOVERING, in_state_seconds=60), obs(SlicePhase.LOST),
+    ("recovering deletes a leftover slice first", job(State.RECOVERING, in_state_seconds=60), obs(SliceCondition.LOST),
      [DeleteSlice(), StartAttempt()]),
     ("recovering after a capacity miss tries the next placement",
-     job(State.RECOVERING, in_state_seconds=13, capacity_misses=1, placements=2), obs(SlicePhase.ABSENT),
+     job(State.RECOVERING, in_state_seconds=13, capacity_misses=1, placements=2), obs(SliceCondition.ABSENT),
      [StartAttempt(next_placement=True)]),
     ("recovering after a capacity miss, one placement", job(State.RECOVERING, in_state_seconds=13, capacity_misses=1),
-     obs(SlicePhase.ABSENT), [StartAttempt()]),
+     obs(SliceCondition.ABSENT), [StartAttempt()]),
     ("recovering backs off longer after misses in a row",
-     job(State.RECOVERING, in_state_seconds=40, capacity_misses=3, placements=2), obs(SlicePhase.ABSENT), []),
+     job(State.RECOVERING, in_state_seconds=40, capacity_misses=3, placements=2), obs(SliceCondition.ABSENT), []),
     ("recovering after misses in a row, wait over",
-     job(State.RECOVERING, in_state_seconds=48, capacity_misses=3, placements=2), obs(SlicePhase.ABSENT),
+     job(State.RECOVERING, in_state_seconds=48, capacity_misses=3, placements=2), obs(SliceCondition.ABSENT),
      [StartAttempt(next_placement=True)]),
     # After a preemption: no backoff, unless the attempt flapped (doubling per flap in a row).
     ("recovering after a preemption starts at once",
-     job(State.RECOVERING, in_state_seconds=0, last_end="preempted"), obs(SlicePhase.ABSENT), [StartAttempt()]),
+     job(State.RECOVERING, in_state_seconds=0, last_end="preempted"), obs(SliceCondition.ABSENT), [StartAttempt()]),
     ("recovering after a preemption, even after capacity misses before it",
-     job(State.RECOVERING, in_state_seconds=0, last_end="preempted", capacity_misses=2), obs(SlicePhase.ABSENT),
+     job(State.RECOVERING, in_state_seconds=0, last_end="preempted", capacity_misses=2), obs(SliceCondition.ABSENT),
      [StartAttempt()]),
     ("recovering after a flap waits the backoff",
-     job(State.RECOVERING, in_state_seconds=11, last_end="preempted", flaps=1), obs(SlicePhase.ABSENT), []),
+     job(State.RECOVERING, in_state_seconds=11, last_end="preempted", flaps=1), obs(SliceCondition.ABSENT), []),
     ("recovering after a flap, wait over",
-     job(State.RECOVERING, in_state_seconds=13, last_end="preempted", flaps=1), obs(SlicePhase.ABSENT),
+     job(State.RECOVERING, in_state_seconds=13, last_end="preempted", flaps=1), obs(SliceCondition.ABSENT),
      [StartAttempt()]),
     ("recovering after three flaps in a row waits four times as long",
-     job(State.RECOVERING, in_state_seconds=40, last_end="preempted", flaps=3), obs(SlicePhase.ABSENT), []),
+     job(State.RECOVERING, in_state_seconds=40, last_end="preempted", flaps=3), obs(SliceCondition.ABSENT), []),
     ("recovering after a failure still backs off",
-     job(State.RECOVERING, in_state_seconds=1, last_end="failed"), obs(SlicePhase.ABSENT), []),
+     job(State.RECOVERING, in_state_seconds=1, last_end="failed"), obs(SliceCondition.ABSENT), []),
     ("recovering reuses a healthy slice after a failure", job(State.RECOVERING, in_state_seconds=60, reuse_slice=True),
-     obs(SlicePhase.READY), [StartAttempt(reuse_slice=True), SetUp()]),
+     obs(SliceCondition.READY), [StartAttempt(reuse_slice=True), SetUp()]),
     # act reports the launch; the move to RUNNING is decide's, like every move.
-    ("the program just launched", job(State.SETTING_UP), Observation(SlicePhase.READY, launched=2),
+    ("the program just launched", job(State.SETTING_UP), Observation(SliceCondition.READY, launched=2),
      [Move(State.RUNNING, "program launched on 2 hosts")]),
-    ("setup script failed", job(State.SETTING_UP), Observation(SlicePhase.READY, setup_error="host 1: exit 2"),
+    ("setup script failed", job(State.SETTING_UP), Observation(SliceCondition.READY, setup_error="host 1: exit 2"),
      [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
       Move(State.RECOVERING, "setup failed: host 1: exit 2; retry 1 of 1")]),
 ]
@@ -214,7 +214,7 @@ def test_decide(name, view, observation, expected):
 
 @pytest.mark.parametrize("state", [State.SUCCEEDED, State.FAILED, State.CANCELLED, State.DELETED])
 def test_ended_jobs_are_never_touched(state):
-    for phase in SlicePhase:
+    for phase in SliceCondition:
         assert decide(job(state), obs(phase, OK, BAD), P) == []
 
 
@@ -271,38 +271,38 @@ def with_run(phase, *hosts, run):
 
 RUN_DIR_CASES = [
     ("status succeeded, a host unreachable past grace: succeeded, never re-run",
-     job(State.RUNNING, hosts=4, unhealthy_seconds=600), with_run(SlicePhase.READY, OK, OK, OK, GONE, run=DONE),
+     job(State.RUNNING, hosts=4, unhealthy_seconds=600), with_run(SliceCondition.READY, OK, OK, OK, GONE, run=DONE),
      [EndAttempt("succeeded"), Move(State.SUCCEEDED, "status.json: succeeded at step 100"), DeleteSlice()]),
     ("status succeeded, slice preempted since: succeeded", job(State.RUNNING, keep_slice=True),
-     with_run(SlicePhase.LOST, run=DONE),
+     with_run(SliceCondition.LOST, run=DONE),
      [EndAttempt("succeeded"), Move(State.SUCCEEDED, "status.json: succeeded at step 100")]),
     ("status succeeded while a host still runs: wait for it", job(State.RUNNING),
-     with_run(SlicePhase.READY, OK, RUN, run=DONE), []),
+     with_run(SliceCondition.READY, OK, RUN, run=DONE), []),
     ("status nan, hosts unreachable: new hardware", job(State.RUNNING),
-     with_run(SlicePhase.READY, GONE, GONE, run=RunDirStatus(state="nan", step=7)),
+     with_run(SliceCondition.READY, GONE, GONE, run=RunDirStatus(state="nan", step=7)),
      [StopProgram(), EndAttempt("nan"), DeleteSlice(), Count("nan_restarts"),
       Move(State.RECOVERING, "NaN loss: slice suspect, moving to new hardware")]),
     ("status preempted: a preemption", job(State.RUNNING, in_state_seconds=3600),
-     with_run(SlicePhase.READY, RUN, GONE, run=RunDirStatus(state="preempted", step=7)),
+     with_run(SliceCondition.READY, RUN, GONE, run=RunDirStatus(state="preempted", step=7)),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed, next attempt now")]),
     ("status failed: a failure, with its message", job(State.RUNNING),
-     with_run(SlicePhase.READY, RUN, GONE, run=RunDirStatus(state="failed", message="bad data", exit_code=1)),
+     with_run(SliceCondition.READY, RUN, GONE, run=RunDirStatus(state="failed", message="bad data", exit_code=1)),
      [StopProgram(), EndAttempt("failed"), Count("failures"),
       Move(State.RECOVERING, "program exited 1 (status.json: bad data); retry 1 of 1")]),
     ("fresh heartbeat: healthy", job(State.RUNNING),
-     with_run(SlicePhase.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=20)), []),
+     with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=20)), []),
     ("stale heartbeat: marked unhealthy", job(State.RUNNING),
-     with_run(SlicePhase.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)), [MarkUnhealthy()]),
+     with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)), [MarkUnhealthy()]),
     ("stale heartbeat within grace: wait", job(State.RUNNING, unhealthy_seconds=30),
-     with_run(SlicePhase.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)), []),
+     with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)), []),
     ("stale heartbeat past grace: hung, new slice", job(State.RUNNING, unhealthy_seconds=200, in_state_seconds=3600),
-     with_run(SlicePhase.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)),
+     with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "program hung: heartbeat 900 s old, unhealthy for 200 s; preemption 1 of 2 "
                              "allowed, next attempt now")]),
     ("heartbeat fresh again: cleared", job(State.RUNNING, unhealthy_seconds=30),
-     with_run(SlicePhase.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=5)), [ClearUnhealthy()]),
+     with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=5)), [ClearUnhealthy()]),
 ]
 
 
@@ -317,25 +317,25 @@ FLAPPY = Policy(max_preemptions=9, max_failures=1, max_nan=1, backoff_seconds=30
 
 
 def test_a_preemption_after_a_long_run_restarts_at_once_and_ends_a_run_of_flaps():
-    actions = decide(job(State.RUNNING, in_state_seconds=601, flaps=3), obs(SlicePhase.LOST), FLAPPY)
+    actions = decide(job(State.RUNNING, in_state_seconds=601, flaps=3), obs(SliceCondition.LOST), FLAPPY)
     assert ResetCount("flaps") in actions and Count("flaps") not in actions
     assert actions[-1] == Move(State.RECOVERING, "slice preempted; preemption 1 of 9 allowed, next attempt now")
     # In RECOVERING after it (the counters as the Move wrote them): no wait at all.
     after = job(State.RECOVERING, in_state_seconds=0, flaps=0, last_end="preempted")
     assert FLAPPY.backoff(after) == 0
-    assert decide(after, obs(SlicePhase.ABSENT), FLAPPY) == [StartAttempt()]
+    assert decide(after, obs(SliceCondition.ABSENT), FLAPPY) == [StartAttempt()]
 
 
 def test_a_preemption_after_a_short_run_is_a_flap_and_waits():
-    actions = decide(job(State.RUNNING, in_state_seconds=599), obs(SlicePhase.LOST), FLAPPY)
+    actions = decide(job(State.RUNNING, in_state_seconds=599), obs(SliceCondition.LOST), FLAPPY)
     assert Count("flaps") in actions
     move = actions[-1]
     assert move.to == State.RECOVERING
     assert "ran 599 s, under min_run_seconds (600): flap 1, next attempt in 3" in move.message
     after = job(State.RECOVERING, in_state_seconds=0, flaps=1, last_end="preempted")
     assert 30 <= FLAPPY.backoff(after) < 36
-    assert decide(after, obs(SlicePhase.ABSENT), FLAPPY) == []
-    assert decide(replace(after, in_state_seconds=36), obs(SlicePhase.ABSENT), FLAPPY) == [StartAttempt()]
+    assert decide(after, obs(SliceCondition.ABSENT), FLAPPY) == []
+    assert decide(replace(after, in_state_seconds=36), obs(SliceCondition.ABSENT), FLAPPY) == [StartAttempt()]
 
 
 def test_flap_backoff_doubles_per_flap_in_a_row_up_to_the_cap():
@@ -344,12 +344,12 @@ def test_flap_backoff_doubles_per_flap_in_a_row_up_to_the_cap():
     for wait, floor in zip(waits, base):
         assert floor <= wait <= floor * 1.2
     # The message of the flap that starts the wait names that same wait.
-    actions = decide(job(State.RUNNING, in_state_seconds=10, flaps=2), obs(SlicePhase.LOST), FLAPPY)
+    actions = decide(job(State.RUNNING, in_state_seconds=10, flaps=2), obs(SliceCondition.LOST), FLAPPY)
     third = FLAPPY.backoff(job(State.RECOVERING, flaps=3, last_end="preempted"))
     assert actions[-1].message.endswith(f"flap 3, next attempt in {third:.0f} s")
 
 
 def test_min_run_seconds_zero_never_counts_a_flap():
     policy = replace(FLAPPY, min_run_seconds=0)
-    actions = decide(job(State.RUNNING, in_state_seconds=0.5), obs(SlicePhase.LOST), policy)
+    actions = decide(job(State.RUNNING, in_state_seconds=0.5), obs(SliceCondition.LOST), policy)
     assert Count("flaps") not in actions and actions[-1].message.endswith("next attempt now")

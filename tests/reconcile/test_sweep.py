@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from tpujob import spec as spec_mod
-from tpujob.cloud.base import Slice, SlicePhase as CloudPhase
+from tpujob.cloud.base import Slice, SlicePhase
 from tpujob.errors import CloudError
 from tpujob.job_spec import spec_of
-from tpujob.reconcile.decide import HostStatus, Program, SlicePhase
+from tpujob.reconcile.decide import HostObservation, Program, SliceCondition
 from tpujob.reconcile.sweep import Reconciler
 
 PROJECT = "tpujob-sweep"
@@ -43,7 +43,7 @@ class Hosts:
         self.launched.append((job.id, attempt.number))
 
     def program_status(self, job, attempt, slice_):
-        return tuple(HostStatus(Program.RUNNING) for _ in slice_.hosts)
+        return tuple(HostObservation(Program.RUNNING) for _ in slice_.hosts)
 
     def stop_program(self, job, attempt, slice_):
         pass
@@ -219,10 +219,10 @@ def test_an_explicit_runtime_version_is_kept_on_every_fallback(server, store):
 def test_provisioning_is_timed_from_the_node_s_create_time(server, store):
     job = add_job(store, spec())
     rec = Reconciler(store, cloud_for(server), Hosts(), "me", clock=lambda: 10_000.0)
-    creating = Slice(name="n", zone=Z1, phase=CloudPhase.PROVISIONING, node_create_time=9_940.0)
+    creating = Slice(name="n", zone=Z1, phase=SlicePhase.PROVISIONING, node_create_time=9_940.0)
     observed = rec.observer.observe(store.get(job.id), None, creating)
-    assert (observed.slice, observed.provisioning_seconds) == (SlicePhase.PROVISIONING, 60.0)
-    queued = Slice(name="n", zone=Z1, phase=CloudPhase.PROVISIONING)  # queued resource, no node yet
+    assert (observed.slice, observed.provisioning_seconds) == (SliceCondition.PROVISIONING, 60.0)
+    queued = Slice(name="n", zone=Z1, phase=SlicePhase.PROVISIONING)  # queued resource, no node yet
     assert rec.observer.observe(store.get(job.id), None, queued).provisioning_seconds is None
 
 
@@ -265,7 +265,7 @@ def test_the_running_jobs_hosts_are_asked_at_once_and_once_per_sweep(server, sto
                 try:
                     self.barrier.wait()
                 except threading.BrokenBarrierError:
-                    return tuple(HostStatus(Program.UNREACHABLE) for _ in slice_.hosts)
+                    return tuple(HostObservation(Program.UNREACHABLE) for _ in slice_.hosts)
             return super().program_status(job, attempt, slice_)
 
     hosts = MeetingHosts()

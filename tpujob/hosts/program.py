@@ -15,23 +15,24 @@ from typing import Callable
 
 from tpujob.hosts.fanout import Host, HostGroup, HostResult, Progress
 from tpujob.hosts.scripts import as_command, env_payload, render
+from tpujob.names import host_job_dir
 
 
 @dataclass(frozen=True)
-class Attempt:
+class HostAttempt:
     """What the host scripts need to know about one attempt of a job."""
     job_id: str
     attempt: int
     coordinator: str           # host 0's address:port (TPUJOB_COORDINATOR)
     run_dir: str               # the shared run directory (TPUJOB_RUN_DIR)
     workdir: str               # where the program runs on each host (the synced code)
-    job_dir: str = ""          # host-side state; default .tpujob/jobs/JOB_ID under the home
+    job_dir: str = ""          # host-side state; default names.host_job_dir under the home
     env: dict[str, str] = field(default_factory=dict)       # the spec's env
     secrets: dict[str, str] = field(default_factory=dict)   # forwarded, never logged or stored
 
     @property
     def host_dir(self) -> str:
-        return self.job_dir or f".tpujob/jobs/{self.job_id}"
+        return self.job_dir or host_job_dir(self.job_id)
 
     def environment(self, host: Host, num_hosts: int) -> dict[str, str]:
         """The runtime contract, then the spec's env, then secrets (later ones win)."""
@@ -58,7 +59,7 @@ TIMED_OUT = 124   # setup.sh's exit code when the job's setup ran past its timeo
 SETUP_GRACE = 30  # seconds tpujob waits past the setup timeout for the host's own answer
 
 
-def setup(group: HostGroup, attempt: Attempt, command: str, *, runtime_modules: tuple[str, ...] = (),
+def setup(group: HostGroup, attempt: HostAttempt, command: str, *, runtime_modules: tuple[str, ...] = (),
           runtime_packages: tuple[str, ...] = (), log_paths: LogPaths = None,
           timeout: float | None = None, progress: Callable[[Progress], None] | None = None
           ) -> list[HostResult]:
@@ -77,7 +78,7 @@ def setup(group: HostGroup, attempt: Attempt, command: str, *, runtime_modules: 
                      fail_fast=True, progress=progress)
 
 
-def launch(group: HostGroup, attempt: Attempt, command: str, *, log_paths: LogPaths = None,
+def launch(group: HostGroup, attempt: HostAttempt, command: str, *, log_paths: LogPaths = None,
            timeout: float | None = 120, stale_grace_seconds: float = 10,
            progress: Callable[[Progress], None] | None = None) -> list[HostResult]:
     """Start `command` detached on every host; returns once every host has started it.
@@ -91,7 +92,7 @@ def launch(group: HostGroup, attempt: Attempt, command: str, *, log_paths: LogPa
                      log_paths=log_paths, timeout=timeout, progress=progress)
 
 
-def stop(group: HostGroup, attempt: Attempt, *, grace_seconds: float = 30,
+def stop(group: HostGroup, attempt: HostAttempt, *, grace_seconds: float = 30,
          log_paths: LogPaths = None) -> list[HostResult]:
     """SIGTERM the program on every host, SIGKILL what is left after the grace period."""
     script = render("stop.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
@@ -100,7 +101,7 @@ def stop(group: HostGroup, attempt: Attempt, *, grace_seconds: float = 30,
                      timeout=grace_seconds + 30)
 
 
-def status(group: HostGroup, attempt: Attempt, *, timeout: float = 30) -> list[HostStatus]:
+def status(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> list[HostStatus]:
     """Each host's view of the program; unreachable hosts say so instead of raising."""
     script = render("status.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, run_dir=attempt.run_dir)
     out = []
@@ -122,5 +123,5 @@ def status(group: HostGroup, attempt: Attempt, *, timeout: float = 30) -> list[H
     return out
 
 
-def _env(group: HostGroup, attempt: Attempt) -> Callable[[Host], bytes]:
+def _env(group: HostGroup, attempt: HostAttempt) -> Callable[[Host], bytes]:
     return lambda host: env_payload(attempt.environment(host, len(group.hosts)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase, SliceRequest
+from tpujob.cloud.base import Cloud, Slice, SlicePhase, SliceRequest
 from tpujob.errors import (
     AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, PlacementUnavailable,
     QuotaExceeded, SetupFailed, StockoutError, TpujobError, UsageError,
@@ -26,7 +26,7 @@ from tpujob.names import slice_labels
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.decide import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, MarkUnhealthy, Move, Observation,
-    ResetCount, SetUp, SlicePhase, StartAttempt, StopProgram,
+    ResetCount, SetUp, SliceCondition, StartAttempt, StopProgram,
 )
 from tpujob.reconcile.observe import PHASES, HostOps
 from tpujob.reconcile.policy import placements, runtime_version, slice_network
@@ -46,12 +46,12 @@ def done(observed: Optional[Observation] = None, slice_: Optional[Slice] = None)
     return Outcome("done", observed=observed, slice=slice_)
 
 
-def refused(phase: SlicePhase, reason: str) -> Outcome:
+def refused(phase: SliceCondition, reason: str) -> Outcome:
     return Outcome("refused", reason, observed=Observation(slice=phase, refusal=reason))
 
 
 def setup_failed(cause: str, slice_: Slice) -> Outcome:
-    return Outcome("setup_failed", cause, observed=Observation(slice=SlicePhase.READY, setup_error=cause),
+    return Outcome("setup_failed", cause, observed=Observation(slice=SliceCondition.READY, setup_error=cause),
                    slice=slice_)
 
 
@@ -120,7 +120,7 @@ class Actor:
     def _unmount(self, turn: _Turn) -> None:
         """An attempt ending on a slice that stays READY (kept, or reused by the next attempt)
         leaves none of its disk and bucket mounts behind."""
-        if turn.slice is None or turn.slice.phase != CloudPhase.READY:
+        if turn.slice is None or turn.slice.phase != SlicePhase.READY:
             return
         try:
             self.hosts.unmount(turn.job, turn.attempt, turn.slice)
@@ -135,7 +135,7 @@ class Actor:
         return done()
 
     def _stop_program(self, turn: _Turn, action: StopProgram) -> Outcome:
-        if turn.attempt is not None and turn.slice is not None and turn.slice.phase == CloudPhase.READY:
+        if turn.attempt is not None and turn.slice is not None and turn.slice.phase == SlicePhase.READY:
             try:
                 self.hosts.stop_program(turn.job, turn.attempt, turn.slice)
             except TpujobError as exc:
@@ -202,13 +202,13 @@ class Actor:
             return done()
         except StockoutError as exc:
             self.store.add_event(job.id, "stockout", str(exc))
-            return refused(SlicePhase.STOCKOUT, str(exc))
+            return refused(SliceCondition.STOCKOUT, str(exc))
         except (CloudRefused, PermissionDenied, NotFoundError, UsageError) as exc:
             # For good: a bad request, a missing permission, a missing snapshot or disk, a spent
             # quota, a zone that does not offer the accelerator. The same create would fail every
             # sweep; decide moves on to another placement or ends the job instead.
-            phase = (SlicePhase.NO_QUOTA if isinstance(exc, QuotaExceeded) else
-                     SlicePhase.UNAVAILABLE if isinstance(exc, PlacementUnavailable) else SlicePhase.REFUSED)
+            phase = (SliceCondition.NO_QUOTA if isinstance(exc, QuotaExceeded) else
+                     SliceCondition.UNAVAILABLE if isinstance(exc, PlacementUnavailable) else SliceCondition.REFUSED)
             if isinstance(exc, AuthError):
                 self.auth_errors[job.id] = exc
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} refused: {exc}")
@@ -246,8 +246,8 @@ class Actor:
             # e.g. a disk attach refused because the node was preempted: decide on that now.
             states = ", ".join(filter(None, (gone.node_state, gone.queued_resource_state))) or "gone"
             self.store.add_event(job.id, "setup", f"setup stopped, the slice is {states}: {exc}")
-            return done(Observation(slice=SlicePhase.LOST), gone)
-        return done(Observation(slice=SlicePhase.READY, launched=len(slice_.hosts)), slice_)
+            return done(Observation(slice=SliceCondition.LOST), gone)
+        return done(Observation(slice=SliceCondition.READY, launched=len(slice_.hosts)), slice_)
 
     def _lost_under_setup(self, job, attempt) -> Optional[Slice]:
         """The slice, read again after a setup step failed, when it is gone or dead (preempted
@@ -256,7 +256,7 @@ class Actor:
             again = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
         except TpujobError:
             return None
-        return again if PHASES[again.phase] in (SlicePhase.LOST, SlicePhase.ABSENT) else None
+        return again if PHASES[again.phase] in (SliceCondition.LOST, SliceCondition.ABSENT) else None
 
     _handlers: dict[type, Callable[["Actor", _Turn, Action], Outcome]] = {
         Count: _count, ResetCount: _reset_count, Move: _move, EndAttempt: _end_attempt,

@@ -17,7 +17,7 @@ from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, EndReason, State
 
 
-class SlicePhase(str, Enum):
+class SliceCondition(str, Enum):
     ABSENT = "ABSENT"  # no node and no queued resource by the attempt's name
     WAITING = "WAITING"  # queued resource accepted, waiting for capacity
     PROVISIONING = "PROVISIONING"  # capacity found, node being created
@@ -37,7 +37,7 @@ class Program(str, Enum):
 
 
 @dataclass(frozen=True)
-class HostStatus:
+class HostObservation:
     program: Program
     exit_code: Optional[int] = None
     step: Optional[int] = None  # the runtime contract's heartbeat, where the program keeps one
@@ -46,8 +46,8 @@ class HostStatus:
 
 @dataclass(frozen=True)
 class Observation:
-    slice: SlicePhase
-    hosts: tuple[HostStatus, ...] = ()  # observed only when the slice is READY and a program was launched
+    slice: SliceCondition
+    hosts: tuple[HostObservation, ...] = ()  # observed only when the slice is READY and a program was launched
     last_step: Optional[int] = None  # from the runtime's status/heartbeat, when known
     setup_error: Optional[str] = None  # the setup script failed on a host (not a connection error)
     # Since the node's own createTime: the provisioning phase alone, not the queue wait before it.
@@ -226,7 +226,7 @@ def _no_capacity(job: JobView, policy: Policy, why: str) -> list[Action]:
 def _refused(obs: Observation) -> list[Action]:
     """The cloud refused the create for good: asking again every sweep would loop forever."""
     actions: list[Action] = [EndAttempt(AttemptEnd.REFUSED), DeleteSlice()]
-    if obs.slice == SlicePhase.NO_QUOTA:
+    if obs.slice == SliceCondition.NO_QUOTA:
         return actions + [Move(State.FAILED, f"quota exhausted: {obs.refusal}", EndReason.NO_CAPACITY)]
     return actions + [Move(State.FAILED, f"the cloud refused the slice: {obs.refusal}", EndReason.USER_ERROR)]
 
@@ -254,33 +254,33 @@ def _pending(job, obs, policy):
 
 def _provisioning(job, obs, policy):
     phase = obs.slice
-    if phase == SlicePhase.READY:
+    if phase == SliceCondition.READY:
         ready: list[Action] = [Move(State.SETTING_UP, "slice READY"), SetUp()]
         return [ResetCount("capacity_misses")] + ready if job.capacity_misses else ready
-    if phase == SlicePhase.LOST:
+    if phase == SliceCondition.LOST:
         return _lost(job, policy, "slice lost while provisioning")
-    if phase == SlicePhase.UNAVAILABLE:
+    if phase == SliceCondition.UNAVAILABLE:
         return _unavailable(job, obs)
-    if phase == SlicePhase.NO_QUOTA and _other_placement(job, other_region=True):
+    if phase == SliceCondition.NO_QUOTA and _other_placement(job, other_region=True):
         # A regional quota of 0 here says nothing of another region's.
         return [EndAttempt(AttemptEnd.NO_QUOTA), Move(State.RECOVERING, f"quota exhausted: {obs.refusal}; "
                                            "trying a placement in another region"),
                 StartAttempt(next_placement=True)]
-    if phase in (SlicePhase.REFUSED, SlicePhase.NO_QUOTA):
+    if phase in (SliceCondition.REFUSED, SliceCondition.NO_QUOTA):
         return _refused(obs)
-    if phase == SlicePhase.STOCKOUT:
+    if phase == SliceCondition.STOCKOUT:
         return _no_capacity(job, policy, "zone stocked out")
     # PROVISIONING state counts from the request: for a queued resource, that is the queue wait.
-    if phase == SlicePhase.WAITING and job.in_state_seconds > policy.queue_timeout_seconds:
+    if phase == SliceCondition.WAITING and job.in_state_seconds > policy.queue_timeout_seconds:
         if job.placements > 1:
             return _no_capacity(job, policy, f"queued for {job.in_state_seconds / 3600:.1f} h without capacity")
         return []  # keep our place in the only queue we have
     # The node's own age, not the state's: a node that got capacity after hours in the queue has
     # only just started provisioning.
-    if (phase == SlicePhase.PROVISIONING and obs.provisioning_seconds is not None
+    if (phase == SliceCondition.PROVISIONING and obs.provisioning_seconds is not None
             and obs.provisioning_seconds > policy.provision_timeout_seconds):
         return _no_capacity(job, policy, f"slice stuck provisioning for {obs.provisioning_seconds / 60:.0f} min")
-    if phase == SlicePhase.ABSENT:
+    if phase == SliceCondition.ABSENT:
         # A crash between opening the attempt and creating its slice, or a create that failed
         # transiently: issue it again (idempotent: the name is the attempt's).
         return [CreateSlice()]
@@ -290,9 +290,9 @@ def _provisioning(job, obs, policy):
 def _setting_up(job, obs, policy):
     if obs.launched is not None:
         return [Move(State.RUNNING, f"program launched on {obs.launched} hosts")]
-    if obs.slice in (SlicePhase.LOST, SlicePhase.ABSENT):
+    if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
         return _lost(job, policy, "slice lost during setup")
-    if obs.slice != SlicePhase.READY:
+    if obs.slice != SliceCondition.READY:
         return []
     if obs.setup_error is not None:
         return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup failed: {obs.setup_error}", EndReason.SETUP_FAILED)
@@ -315,9 +315,9 @@ def _running(job, obs, policy):
         # successful run is never re-run, even when a host is unreachable or the slice is gone).
         actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
-    if obs.slice in (SlicePhase.LOST, SlicePhase.ABSENT):
-        return _lost(job, policy, "slice preempted" if obs.slice == SlicePhase.LOST else "slice gone")
-    if obs.slice != SlicePhase.READY:
+    if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
+        return _lost(job, policy, "slice preempted" if obs.slice == SliceCondition.LOST else "slice gone")
+    if obs.slice != SliceCondition.READY:
         return []
     hosts = obs.hosts
     codes = [h.exit_code for h in hosts if h.program == Program.EXITED]
@@ -359,10 +359,10 @@ def _running(job, obs, policy):
 def _recovering(job, obs, policy):
     if job.in_state_seconds < policy.backoff(job):
         return []
-    if job.reuse_slice and obs.slice == SlicePhase.READY:
+    if job.reuse_slice and obs.slice == SliceCondition.READY:
         return [StartAttempt(reuse_slice=True), SetUp()]
     actions: list[Action] = []
-    if obs.slice not in (SlicePhase.ABSENT,):
+    if obs.slice not in (SliceCondition.ABSENT,):
         actions.append(DeleteSlice())
     # After a capacity miss the next placement gets its turn; after a preemption the job stays
     # where it last had capacity.

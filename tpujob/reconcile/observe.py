@@ -7,22 +7,22 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Protocol
 
-from tpujob.cloud.base import Cloud, Slice, SlicePhase as CloudPhase
+from tpujob.cloud.base import Cloud, Slice, SlicePhase
 from tpujob.errors import TpujobError
-from tpujob.reconcile.decide import HostStatus, Observation, SlicePhase
+from tpujob.reconcile.decide import HostObservation, Observation, SliceCondition
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
 
 # Cloud phases as decide sees them. DELETING is a slice on its way out: lost.
 PHASES = {
-    CloudPhase.QUEUED: SlicePhase.WAITING,
-    CloudPhase.PROVISIONING: SlicePhase.PROVISIONING,
-    CloudPhase.READY: SlicePhase.READY,
-    CloudPhase.PREEMPTED: SlicePhase.LOST,
-    CloudPhase.FAILED: SlicePhase.LOST,
-    CloudPhase.DELETING: SlicePhase.LOST,
-    CloudPhase.GONE: SlicePhase.ABSENT,
+    SlicePhase.QUEUED: SliceCondition.WAITING,
+    SlicePhase.PROVISIONING: SliceCondition.PROVISIONING,
+    SlicePhase.READY: SliceCondition.READY,
+    SlicePhase.PREEMPTED: SliceCondition.LOST,
+    SlicePhase.FAILED: SliceCondition.LOST,
+    SlicePhase.DELETING: SliceCondition.LOST,
+    SlicePhase.GONE: SliceCondition.ABSENT,
 }
 
 # SSH status rounds a sweep runs at once (each a few connections; the hosts are remote).
@@ -35,7 +35,7 @@ class HostOps(Protocol):
     """What the sweep does on the hosts of a READY slice (tpujob.service.hostops)."""
 
     def prepare_and_launch(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
-    def program_status(self, job: Job, attempt: Attempt, slice_: Slice) -> tuple[HostStatus, ...]: ...
+    def program_status(self, job: Job, attempt: Attempt, slice_: Slice) -> tuple[HostObservation, ...]: ...
     def stop_program(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
     def unmount(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
     def data_disks(self, job: Job, attempt: Attempt) -> tuple: ...  # the slice request's disks
@@ -106,7 +106,7 @@ class Observer:
         running jobs would take minutes. {job id: (attempt number, slice name, statuses)}."""
         wanted = [(job, attempt, slice_) for job, attempt in running
                   for slice_ in [slices.get((attempt.zone, attempt.slice_name))]
-                  if slice_ is not None and PHASES[slice_.phase] == SlicePhase.READY]
+                  if slice_ is not None and PHASES[slice_.phase] == SliceCondition.READY]
         if len(wanted) < 2:
             return {}  # nothing to overlap: `observe` asks as it goes
 
@@ -131,9 +131,9 @@ class Observer:
         return found
 
     def observe(self, job: Job, attempt, slice_) -> Observation:
-        phase = PHASES[slice_.phase] if slice_ is not None else SlicePhase.ABSENT
-        hosts: tuple[HostStatus, ...] = ()
-        if phase == SlicePhase.READY and State(job.state) == State.RUNNING:
+        phase = PHASES[slice_.phase] if slice_ is not None else SliceCondition.ABSENT
+        hosts: tuple[HostObservation, ...] = ()
+        if phase == SliceCondition.READY and State(job.state) == State.RUNNING:
             # The sweep's prefetch, once, unless another actor moved the job since it was taken.
             seen = self._hosts_seen.pop(job.id, None)
             if seen is not None and seen[:2] == (attempt.number, slice_.name) \

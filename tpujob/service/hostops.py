@@ -23,7 +23,7 @@ from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
-from tpujob.reconcile.decide import HostStatus, Program
+from tpujob.reconcile.decide import HostObservation, Program
 from tpujob.reconcile.policy import policy_of
 from tpujob.service import runtime_bundle, secrets, storage
 from tpujob.spec import ResolvedSpec
@@ -144,12 +144,12 @@ class SshHostOps:
         return path
 
     def host_attempt(self, job, attempt, slice_, *, secrets: Optional[dict[str, str]] = None
-                     ) -> program.Attempt:
+                     ) -> program.HostAttempt:
         """What the host scripts need. Secret values only where the caller passes them: setup
         and launch; status, stop, logs and exec run without them (and so from cron too)."""
         spec = spec_of(job)
         workdir = spec.spec.run.workdir or (sync_dir(job.id) if spec.sync_path else ".")
-        return program.Attempt(
+        return program.HostAttempt(
             job_id=format_job_id(job.id), attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
             run_dir=storage.host_run_dir_for(spec, job.id, self.user), workdir=workdir,
@@ -244,13 +244,13 @@ class SshHostOps:
                                            attempt.slice_name):
             self.ctx.store.add_event(job.id, "disk", f"attached disk {name} to {attempt.slice_name}")
 
-    def program_status(self, job, attempt, slice_) -> tuple[HostStatus, ...]:
+    def program_status(self, job, attempt, slice_) -> tuple[HostObservation, ...]:
         host_attempt = self.host_attempt(job, attempt, slice_)
         try:
             with self.group(job, attempt, slice_) as group:
                 statuses = program.status(group, host_attempt, timeout=30)
         except TpujobError:
-            return tuple(HostStatus(Program.UNREACHABLE) for _ in slice_.hosts)
+            return tuple(HostObservation(Program.UNREACHABLE) for _ in slice_.hosts)
         return tuple(_status(s) for s in statuses)
 
     def stop_program(self, job, attempt, slice_) -> None:
@@ -301,14 +301,14 @@ def _command(spec: ResolvedSpec, job_id: int) -> str:
     return spec.spec.run.command or runtime_bundle.run_command(job_id)
 
 
-def _status(s) -> HostStatus:
+def _status(s) -> HostObservation:
     if s.state == "running":
-        return HostStatus(Program.RUNNING, step=s.step, resumed_from=s.resumed_from)
+        return HostObservation(Program.RUNNING, step=s.step, resumed_from=s.resumed_from)
     if s.state == "exited":
-        return HostStatus(Program.EXITED, s.exit_code, step=s.step, resumed_from=s.resumed_from)
+        return HostObservation(Program.EXITED, s.exit_code, step=s.step, resumed_from=s.resumed_from)
     if s.state == "unreachable":
-        return HostStatus(Program.UNREACHABLE)
-    return HostStatus(Program.MISSING)  # absent or lost: no program where one was launched
+        return HostObservation(Program.UNREACHABLE)
+    return HostObservation(Program.MISSING)  # absent or lost: no program where one was launched
 
 
 def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:

@@ -159,7 +159,7 @@ def logs(ctx: Context, ref: str, *, host: int = 0, attempt: int | None = None,
     `follow`). When the slice or host cannot be reached, tpujob's local log of that host
     (setup and launch output) is shown instead, and `notice` says so."""
     from tpujob.cloud.base import SlicePhase
-    from tpujob.hosts.program import Attempt as HostAttempt
+    from tpujob.hosts.program import HostAttempt
     from tpujob.hosts.scripts import as_command, render
 
     if host < 0:
@@ -366,7 +366,7 @@ def host_status(ctx: Context, job) -> list[HostProgram]:
     from tpujob.service.storage import host_run_dir_for
 
     run_dir = host_run_dir_for(spec_of(job), job.id, ctx.settings.ssh_user)
-    attempt = program.Attempt(format_job_id(job.id), row.number, "", run_dir, "")
+    attempt = program.HostAttempt(format_job_id(job.id), row.number, "", run_dir, "")
     with group:
         statuses = program.status(group, attempt, timeout=15)
     return [HostProgram(s.index, ips.get(s.index, ""), s.state, s.exit_code, s.error, s.step)
