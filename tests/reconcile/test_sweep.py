@@ -146,10 +146,10 @@ def test_a_create_the_cloud_refuses_ends_the_job_instead_of_looping(server, stor
 
 def test_a_misspelled_snapshot_ends_the_job_with_its_name(server, store):
     from tpujob.cloud.compute import GcpCompute
-    from tpujob.service import storage
+    from tpujob.service import disks
 
     compute = GcpCompute.for_emulator(server.url, server.url)
-    hosts = Hosts(disks=lambda job, attempt: storage.data_disks(
+    hosts = Hosts(disks=lambda job, attempt: disks.data_disks(
         compute, spec_of(job), job.id, attempt.zone))
     job = add_job(store, spec() + "disks: [{name: data-clone, snapshot: no-such-snap, mount: /mnt/d}]\n")
     rec = Reconciler(store, cloud_for(server), hosts, "me")

@@ -13,7 +13,7 @@ from spec_texts import resolved_spec
 from storage_helpers import PROJECT, ZONE
 from tpujob.cloud.base import DataDisk, SliceRequest
 from tpujob.errors import CloudError
-from tpujob.service import storage
+from tpujob.service import disks
 
 V6E_ZONE = "us-east5-b"  # a zone Google offers v6e in (ZONE, us-central2-b, is v4's)
 RUNTIME = {"v4": "tpu-ubuntu2204-base", "v6e": "v2-alpha-tpuv6e"}
@@ -78,12 +78,12 @@ def _spec(zone, *disks):
 
 def test_a_hyperdisk_ml_master_is_single_writer_and_its_clone_read_only_many(server, compute, cloud):
     master = {"name": "master", "mode": "read-write", "mount": "/mnt/master"}
-    storage.data_disks(compute, _spec(V6E_ZONE, master), 1, V6E_ZONE)
+    disks.data_disks(compute, _spec(V6E_ZONE, master), 1, V6E_ZONE)
     assert _emulated(server, V6E_ZONE, "master")["accessMode"] == "READ_WRITE_SINGLE"
     assert compute.get_disk(PROJECT, V6E_ZONE, "master").access_mode == "READ_WRITE_SINGLE"
 
     clone = {"name": "data", "source_disk": "master", "mode": "read-only", "mount": "/mnt/data"}
-    (disk,) = storage.data_disks(compute, _spec(V6E_ZONE, clone), 2, V6E_ZONE)
+    (disk,) = disks.data_disks(compute, _spec(V6E_ZONE, clone), 2, V6E_ZONE)
     assert _emulated(server, V6E_ZONE, "data-000002")["accessMode"] == "READ_ONLY_MANY"
 
     # The clone goes to every host of a pod, read-only; the master to one host, read-write.

@@ -13,7 +13,7 @@ from spec_texts import resolved_spec
 from tpujob.cloud.gcs import Gcs
 from tpujob.emulator.server import EmulatorServer
 from tpujob.errors import UsageError
-from tpujob.service import storage
+from tpujob.service import buckets, run_dirs
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_the_sweep_reads_each_attempts_files_in_one_list_per_prefix(gcs):
     later = time.time() + 5  # job 2's attempt began after its files: an earlier attempt's
 
     calls = gcs.api_calls
-    seen = storage.read_run_dirs(gcs, [(spec("gs://runs-a/exp"), 1, started),
+    seen = run_dirs.read_run_dirs(gcs, [(spec("gs://runs-a/exp"), 1, started),
                                        (spec("gs://runs-a/exp/"), 2, later),
                                        (spec("gs://runs-a/exp"), 3, started),
                                        (spec(None), 4, started)], now=time.time())
@@ -72,7 +72,7 @@ def test_a_stale_heartbeat_and_a_broken_status(gcs):
     started = time.time() - 1
     put(gcs, "runs-b", "000007/heartbeat", b"{}")
     put(gcs, "runs-b", "000007/status.json", b"{not json")
-    seen = storage.read_run_dirs(gcs, [(spec("gs://runs-b"), 7, started)], now=time.time() + 1000)
+    seen = run_dirs.read_run_dirs(gcs, [(spec("gs://runs-b"), 7, started)], now=time.time() + 1000)
     assert seen[7].heartbeat_age > 999
     assert seen[7].state is None and "status.json is not JSON" in seen[7].problem
 
@@ -85,17 +85,17 @@ def test_bucket_regions(gcs_server, gcs):
     assert requests.patch(url, json={"location": "EUROPE-WEST4"}, timeout=10).ok
     assert gcs.bucket_location("near") == ("US", [])
 
-    assert storage.check_bucket_regions(gcs, spec("gs://near/runs", ["near"]), strict=True) == []
-    warnings = storage.check_bucket_regions(gcs, spec(None, ["near", "far"]), strict=False)
+    assert buckets.check_bucket_regions(gcs, spec("gs://near/runs", ["near"]), strict=True) == []
+    warnings = buckets.check_bucket_regions(gcs, spec(None, ["near", "far"]), strict=False)
     assert len(warnings) == 1
     assert "bucket far is in EUROPE-WEST4, the slice in us-central2" in warnings[0]
     assert "egress" in warnings[0]
     with pytest.raises(UsageError, match="far is in EUROPE-WEST4.*--strict"):
-        storage.check_bucket_regions(gcs, spec("gs://far/runs"), strict=True)
+        buckets.check_bucket_regions(gcs, spec("gs://far/runs"), strict=True)
     # A US bucket is far from a European slice; a European one is not.
-    assert storage.check_bucket_regions(gcs, spec(None, ["far"], zone="europe-west4-a"), True) == []
+    assert buckets.check_bucket_regions(gcs, spec(None, ["far"], zone="europe-west4-a"), True) == []
     with pytest.raises(UsageError, match="does not exist"):
-        storage.check_bucket_regions(gcs, spec(None, ["nope"]), strict=False)
+        buckets.check_bucket_regions(gcs, spec(None, ["nope"]), strict=False)
 
 
 @pytest.mark.parametrize("location,data,region,ok", [
@@ -106,4 +106,4 @@ def test_bucket_regions(gcs_server, gcs):
     ("ASIA-EAST1", [], "us-central2", False),
 ])
 def test_serves_region(location, data, region, ok):
-    assert storage.serves_region(location, data, region) is ok
+    assert buckets.serves_region(location, data, region) is ok

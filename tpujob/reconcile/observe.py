@@ -42,7 +42,7 @@ class HostOps(Protocol):
 
 
 class RunDirs(Protocol):
-    """The run dirs on GCS (tpujob.service.storage.GcsRunDirs): how each program is doing,
+    """The run dirs on GCS (tpujob.service.run_dirs.GcsRunDirs): how each program is doing,
     read without SSH. Jobs whose run dir is host-local are left out of the answer."""
 
     def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDirStatus]: ...

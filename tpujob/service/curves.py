@@ -65,7 +65,7 @@ def _number(value) -> float | None:
 def read(ctx, spec, job_id: int, bars) -> Curves:
     """The job's curves from its gs:// run dir. A host-local run dir is not read: it lives on
     host 0 only and goes with the slice at a preemption, so it never holds a run's whole story."""
-    from tpujob.service.storage import run_dir_location
+    from tpujob.service.run_dirs import run_dir_location
 
     location = run_dir_location(spec, job_id)
     if location is None:

@@ -23,7 +23,7 @@ _RETRY_DEADLINE = 20.0  # seconds of retries on 429/503: a checklist should not 
 # is disabled. Enable it by visiting https://console.developers.google.com/apis/api/
 # tpu.googleapis.com/overview?project=123 then retry." with reason SERVICE_DISABLED (quoted in
 # GoogleCloudPlatform/emblem#757 and vertex-ai-samples#476).
-_MISSING_BUCKET = re.compile(r"bucket (\S+) does not exist")  # service/storage.py's refusal
+_MISSING_BUCKET = re.compile(r"bucket (\S+) does not exist")  # service/buckets.py's refusal
 _DISABLED = re.compile(r"has not been used in project|or it is disabled|SERVICE_DISABLED", re.IGNORECASE)
 
 
@@ -191,12 +191,12 @@ def orphans_check(ctx: Context, cloud, compute) -> Check:
 def buckets_check(settings, info: dict | None, credentials: Any, project: str, jobs: list) -> Check:
     """Each active job's buckets (run dir included) exist and sit in its slice's region."""
     from tpujob.errors import UsageError
-    from tpujob.service import storage
+    from tpujob.service import buckets, run_dirs
 
     from tpujob.job_spec import spec_of
 
     specs = [spec_of(j) for j in jobs]
-    specs = [s for s in specs if s.spec.buckets or storage.run_dir_location(s, 0)]
+    specs = [s for s in specs if s.spec.buckets or run_dirs.run_dir_location(s, 0)]
     if not specs:
         return Check("buckets", OK, "no active job mounts a bucket")
     from tpujob.cloud.gcs import Gcs
@@ -204,9 +204,9 @@ def buckets_check(settings, info: dict | None, credentials: Any, project: str, j
     gcs = Gcs(_storage_client(settings, info, credentials, project))
     warnings, checked = [], set()
     for spec in specs:
-        region = storage.region_of(spec.zone)
+        region = buckets.region_of(spec.zone)
         try:
-            warnings += storage.check_bucket_regions(gcs, spec, strict=False)
+            warnings += buckets.check_bucket_regions(gcs, spec, strict=False)
         except UsageError as exc:  # "bucket B does not exist"
             named = _MISSING_BUCKET.search(exc.message)
             return Check("buckets", ERROR, exc.message,

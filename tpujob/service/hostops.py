@@ -25,7 +25,7 @@ from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.decide import HostObservation, Program
 from tpujob.reconcile.policy import policy_of
-from tpujob.service import runtime_bundle, secrets, storage
+from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets
 from tpujob.spec import ResolvedSpec
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
@@ -152,7 +152,7 @@ class SshHostOps:
         return program.HostAttempt(
             job_id=format_job_id(job.id), attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
-            run_dir=storage.host_run_dir_for(spec, job.id, self.user), workdir=workdir,
+            run_dir=run_dirs.host_run_dir_for(spec, job.id, self.user), workdir=workdir,
             env=dict(spec.spec.env), secrets=secrets or {},
         )
 
@@ -207,10 +207,10 @@ class SshHostOps:
                               progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
                          "runtime upload", hidden)
             self.attach_disks(job, attempt)  # a reused slice may lack one: attach before mounting
-            mounts = storage.mount_script(spec, job.id)  # disks and buckets, before setup
-            if mounts:
+            script = mounts.mount_script(spec, job.id)  # disks and buckets, before setup
+            if script:
                 self._renew_lease(job, timeout + LEASE_MARGIN)
-                results = group.run(as_command(mounts, "tpujob-mount"), log_paths=log_of, timeout=timeout,
+                results = group.run(as_command(script, "tpujob-mount"), log_paths=log_of, timeout=timeout,
                                     fail_fast=True, progress=self._progress("mount"))
                 _setup_ok(results, "mount", timeout, hidden)
             self._renew_lease(job, timeout + program.SETUP_GRACE + LEASE_MARGIN)
@@ -232,7 +232,7 @@ class SshHostOps:
             return ()
         from tpujob.service.context import make_compute
 
-        return storage.data_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone)
+        return disks.data_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone)
 
     def attach_disks(self, job, attempt) -> None:
         spec = spec_of(job)
@@ -240,7 +240,7 @@ class SshHostOps:
             return
         from tpujob.service.context import make_compute
 
-        for name in storage.attach_missing(make_compute(self.ctx.settings), spec, job.id, attempt.zone,
+        for name in disks.attach_missing(make_compute(self.ctx.settings), spec, job.id, attempt.zone,
                                            attempt.slice_name):
             self.ctx.store.add_event(job.id, "disk", f"attached disk {name} to {attempt.slice_name}")
 
@@ -264,7 +264,7 @@ class SshHostOps:
     def unmount(self, job, attempt, slice_) -> None:
         """Unmount the job's disks and buckets on every host (templates/unmount.sh: a path not
         mounted is skipped, so running it twice is harmless). CloudError where it failed."""
-        script = storage.unmount_script(spec_of(job), job.id)
+        script = mounts.unmount_script(spec_of(job), job.id)
         if script is None:
             return
         with self.group(job, attempt, slice_) as group:

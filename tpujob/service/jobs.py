@@ -132,10 +132,10 @@ def lint_sync(resolved: ResolvedSpec, *, strict: bool = False) -> list:
 def check_existing_disks(ctx: Context, resolved: ResolvedSpec) -> None:
     """The read-only disks the job does not clone must exist (NotFoundError, exit 3, names the
     first missing one): one Compute get each; no client at all when the spec has none."""
-    from tpujob.service import storage
+    from tpujob.service import disks
 
-    if storage.existing_disks(resolved):
-        storage.check_existing_disks(make_compute(ctx.settings), resolved)
+    if disks.existing_disks(resolved):
+        disks.check_existing_disks(make_compute(ctx.settings), resolved)
 
 
 def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = False,
@@ -145,7 +145,7 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
     --strict lint error, a missing secret or missing credentials write nothing. A bucket in
     another region than the slice, or a placement Google's zone table does not list, is a
     `warn`ing, refused with `strict`."""
-    from tpujob.service import storage
+    from tpujob.service import buckets, disks
 
     resolved = validate(ctx, path)
     for message in placement_warnings(resolved, strict=strict):
@@ -160,12 +160,12 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
     make_cloud(ctx.settings)
     check_existing_disks(ctx, resolved)
     if resolved.spec.disks:  # a master held read-write by a dev slice: refused before spending
-        storage.check_disks(make_compute(ctx.settings), resolved)
+        disks.check_disks(make_compute(ctx.settings), resolved)
     if resolved.spec.buckets or resolved.spec.run_dir:
         from tpujob.cloud.gcs import Gcs
 
         gcs = Gcs(make_storage(ctx.settings))
-        for message in storage.check_bucket_regions(gcs, resolved, strict):
+        for message in buckets.check_bucket_regions(gcs, resolved, strict):
             warn(message)
     job, resolved = record(ctx, path, keep_slice=keep_slice)
     return Created(job, resolved, findings)
@@ -196,10 +196,10 @@ def show(ctx: Context, ref: str) -> JobDetail:
     spec = spec_of(job)
     if detail.attempts and spec.spec.run_dir:
         from tpujob.cloud.gcs import Gcs
-        from tpujob.service import storage
+        from tpujob.service import run_dirs
 
         try:
-            detail.run_dir = storage.read_run_dir(Gcs(make_storage(ctx.settings, start_emulator=False)),
+            detail.run_dir = run_dirs.read_run_dir(Gcs(make_storage(ctx.settings, start_emulator=False)),
                                                   spec, job.id,
                                                   detail.attempts[-1].started_at, time.time())
         except TpujobError as exc:
@@ -292,10 +292,10 @@ def _delete_clones(ctx: Context, job, attempts) -> None:
     spec = spec_of(job)
     if not spec.spec.disks:
         return
-    from tpujob.service import storage
+    from tpujob.service import disks
 
     compute = make_compute(ctx.settings)
-    for what in storage.delete_clones(compute, spec, job.id, {a.zone for a in attempts}):
+    for what in disks.delete_clones(compute, spec, job.id, {a.zone for a in attempts}):
         ctx.store.add_event(job.id, "disk", f"deleted {what}")
 
 

@@ -363,7 +363,7 @@ def host_status(ctx: Context, job) -> list[HostProgram]:
     group = _group(ctx, cloud, job, row, slice_, None)
     group.retries, group.connect_timeout = 0, 5.0   # `show` answers fast; a dead host is news
     from tpujob.job_spec import spec_of
-    from tpujob.service.storage import host_run_dir_for
+    from tpujob.service.run_dirs import host_run_dir_for
 
     run_dir = host_run_dir_for(spec_of(job), job.id, ctx.settings.ssh_user)
     attempt = program.HostAttempt(format_job_id(job.id), row.number, "", run_dir, "")

@@ -21,7 +21,7 @@ def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     from tpujob.hosts.keys import ssh_keys_metadata
     from tpujob.reconcile.sweep import Reconciler
     from tpujob.service.hostops import SshHostOps
-    from tpujob.service.storage import GcsRunDirs
+    from tpujob.service.run_dirs import GcsRunDirs
 
     workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
     cloud = make_cloud(ctx.settings)

@@ -1,0 +1,29 @@
+"""The job spec: YAML -> a typed, validated model (models.py), with each field's YAML line kept
+for errors (lines.py), resolved against the TPU catalogue and the settings (resolution.py).
+
+Every refusal is one SpecError naming the field (and its YAML line), raised before anything is
+written or spent. What other modules use is re-exported here: `from tpujob.spec import ResolvedSpec`.
+"""
+
+from __future__ import annotations
+
+from tpujob.spec.models import (
+    JOB_NAME, RESOURCE_NAME, BUCKET_NAME, ENV_NAME, ZONE_NAME, PROVISIONING, NETWORK_REF,
+    SUBNETWORK_REF, NETWORK_TAG, Fallback, NetworkSpec, TpuSpec, DiskSpec, BucketSpec, RunSpec,
+    RequeuePolicy, NOTIFY_ON, NotifyOn, WEBHOOK_SECRET, EMAIL_ADDRESS, NotifySpec, JobSpec,
+    ResolvedSpec, mask_webhook,
+)
+from tpujob.spec.lines import (
+    parse,
+)
+from tpujob.spec.resolution import (
+    SYSTEM_DIRS, NO_MOUNTS_INSIDE, webhook_secrets, resolve, load,
+)
+
+__all__ = [
+    'JOB_NAME', 'RESOURCE_NAME', 'BUCKET_NAME', 'ENV_NAME', 'ZONE_NAME', 'PROVISIONING',
+    'NETWORK_REF', 'SUBNETWORK_REF', 'NETWORK_TAG', 'Fallback', 'NetworkSpec', 'TpuSpec',
+    'DiskSpec', 'BucketSpec', 'RunSpec', 'RequeuePolicy', 'NOTIFY_ON', 'NotifyOn',
+    'WEBHOOK_SECRET', 'EMAIL_ADDRESS', 'NotifySpec', 'JobSpec', 'ResolvedSpec', 'mask_webhook',
+    'parse', 'SYSTEM_DIRS', 'NO_MOUNTS_INSIDE', 'webhook_secrets', 'resolve', 'load'
+]

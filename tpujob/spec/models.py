@@ -1,0 +1,227 @@
+"""The job spec's models: what a spec may say, field by field (pydantic, strict, frozen), and the
+resolved spec the store keeps (`ResolvedSpec`). Field-local rules live here; the rules that need
+the catalogue or the settings are resolve.py's."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # GCE disk/snapshot names
+BUCKET_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ZONE_NAME = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+PROVISIONING = ("spot", "on-demand", "preemptible")
+# Network and subnetwork as the Compute API takes them (compute.v1 discovery document,
+# NetworkInterface.network/subnetwork): a name, or a full or partial URL of the resource.
+# Tags: compute.v1 Tags.items, "1-63 characters long, and comply with RFC1035".
+_PROJECT = r"(?:[a-z0-9.-]+:)?[a-z][-a-z0-9]{4,28}[a-z0-9]"
+_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_COMPUTE_URL = r"(?:https://(?:www|compute)\.googleapis\.com/compute/(?:v1|beta|alpha)/)?"
+NETWORK_REF = re.compile(rf"^(?:{_NAME}|{_COMPUTE_URL}(?:projects/{_PROJECT}/)?global/networks/{_NAME})$")
+SUBNETWORK_REF = re.compile(rf"^(?:{_NAME}|{_COMPUTE_URL}(?:projects/{_PROJECT}/)?"
+                            rf"regions/(?P<region>[a-z]+-[a-z]+[0-9]+)/subnetworks/{_NAME})$")
+NETWORK_TAG = re.compile(rf"^{_NAME}$")
+
+
+class _Model(BaseModel):
+    # strict: YAML's `true` is not the number 1, nor `"5"` a count.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Fallback(_Model):
+    accelerator: Optional[str] = None
+    zone: Optional[str] = None
+
+
+class NetworkSpec(_Model):
+    """The node's networkConfig and tags (tpu.v2 Node.networkConfig, Node.tags)."""
+    # gcloud sends enableExternalIps = not --internal-ips: external addresses unless asked not to.
+    external_ips: bool = True
+    network: Optional[str] = None  # a name or a resource path; None: Google's "default"
+    subnetwork: Optional[str] = None
+    tags: list[str] = Field(default_factory=list)  # firewall targets
+
+
+class TpuSpec(_Model):
+    accelerator: str
+    zone: Optional[str] = None
+    project: Optional[str] = None
+    runtime_version: Optional[str] = None
+    provisioning: Literal["spot", "on-demand", "preemptible"] = "spot"
+    queued: bool = True
+    fallback: list[Fallback] = Field(default_factory=list)
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
+
+
+class DiskSpec(_Model):
+    name: str  # a clone's cloud name is NAME-JOBID (one clone per job)
+    source_disk: Optional[str] = None  # snapshot this master now, then clone
+    snapshot: Optional[str] = None  # clone from this snapshot
+    mode: Literal["read-only", "read-write"] = "read-only"
+    mount: str
+    type: Optional[str] = None
+    size_gb: Optional[int] = Field(default=None, gt=0, le=65536)
+    keep: bool = False
+
+    @model_validator(mode="after")
+    def _room_for_the_job_id(self):
+        if (self.source_disk or self.snapshot) and len(self.name) > 56:
+            raise ValueError(f"a clone's name may have at most 56 characters: the clone is named "
+                             f"{self.name}-JOBID, and disk names have at most 63")
+        return self
+
+
+class BucketSpec(_Model):
+    bucket: str
+    mount: str
+    read_only: bool = False
+    # gcsfuse's default; 0 for checkpoint directories that must be strongly consistent.
+    metadata_ttl_secs: int = Field(default=60, ge=-1)
+    only_dir: Optional[str] = None
+    # gcsfuse's file cache (v2 flags --cache-dir, --file-cache-max-size-mb): repeated reads of
+    # the same data (epochs) come from local disk. Off unless cache_dir is given; -1 = no limit.
+    cache_dir: Optional[str] = None
+    file_cache_max_size_mb: Optional[int] = Field(default=None, ge=-1)
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _absolute_cache_dir(cls, value):
+        if value is not None and (not value.startswith("/") or ".." in value.split("/")):
+            raise ValueError("cache_dir must be an absolute path on the hosts, e.g. /tmp/gcsfuse-cache")
+        return value
+
+    @model_validator(mode="after")
+    def _cache_size_needs_dir(self):
+        if self.file_cache_max_size_mb is not None and self.cache_dir is None:
+            raise ValueError("file_cache_max_size_mb needs cache_dir (gcsfuse caches files there)")
+        return self
+
+
+class RunSpec(_Model):
+    command: Optional[str] = None
+    runtime: Optional[dict[str, Any]] = None
+    workdir: Optional[str] = None
+
+
+_WEEK = 7 * 86400
+
+
+class RequeuePolicy(_Model):
+    max_preemptions: int = Field(default=20, ge=0)
+    max_failures: int = Field(default=0, ge=0)
+    max_nan: int = Field(default=3, ge=0)
+    # Capacity misses (stockout, queue timeout, stuck provisioning) in a row before FAILED
+    # no_capacity; with the backoff capped at 30 min, 48 misses are about a day of trying.
+    max_capacity_retries: int = Field(default=48, ge=0)
+    backoff_seconds: float = Field(default=30.0, ge=0, le=86400)
+    # A preemption restarts at once, unless the attempt ran less than this: then it is a flap
+    # and the next attempt waits backoff_seconds, doubled per flap in a row.
+    min_run_seconds: float = Field(default=600.0, ge=0, le=_WEEK)
+    queue_timeout_seconds: float = Field(default=6 * 3600.0, gt=0, le=_WEEK)
+    provision_timeout_seconds: float = Field(default=30 * 60.0, gt=0, le=_WEEK)
+    setup_timeout_seconds: float = Field(default=15 * 60.0, gt=0, le=_WEEK)
+    unhealthy_grace_seconds: float = Field(default=120.0, ge=0, le=_WEEK)
+    # A heartbeat in the run dir older than this is a hung program (a stuck collective, a dead
+    # coordinator), not a slow step: the runtime rewrites it at least every 30 s.
+    heartbeat_timeout_seconds: float = Field(default=300.0, gt=0, le=_WEEK)
+
+
+# What a notification channel may be told about (docs/notify.md): each maps to a state move.
+NOTIFY_ON = ("succeeded", "failed", "preempted", "nan", "cancelled")
+NotifyOn = Literal["succeeded", "failed", "preempted", "nan", "cancelled"]
+# `${NAME}`: the webhook URL is the secret NAME's value (environment, else secrets.env), so a
+# Slack URL never reaches the store; a literal URL is kept, and masked wherever it is shown.
+WEBHOOK_SECRET = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+EMAIL_ADDRESS = re.compile(r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;.]+$")
+
+
+class NotifySpec(_Model):
+    webhook: Optional[str] = None
+    email: Optional[str] = None
+    on: list[NotifyOn] = Field(default_factory=lambda: ["succeeded", "failed"])
+
+
+class JobSpec(_Model):
+    name: str
+    tpu: TpuSpec
+    disks: list[DiskSpec] = Field(default_factory=list)
+    buckets: list[BucketSpec] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: list[str] = Field(default_factory=list)
+    setup: Optional[str] = None
+    sync: Optional[str] = None
+    run: RunSpec
+    run_dir: Optional[str] = None
+    requeue: RequeuePolicy = Field(default_factory=RequeuePolicy)
+    notify: list[NotifySpec] = Field(default_factory=list)
+
+    @field_validator("notify", mode="before")
+    @classmethod
+    def _on_is_a_key(cls, value):
+        # YAML 1.1 (PyYAML) reads the key `on` as the boolean true.
+        if isinstance(value, list):
+            return [{("on" if k is True else k): v for k, v in item.items()} if isinstance(item, dict) else item
+                    for item in value]
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _scalars_as_strings(cls, value):
+        # YAML reads `STEPS: 100` as an int; environment values are strings.
+        if isinstance(value, dict):
+            return {k: (str(v).lower() if isinstance(v, bool) else str(v))
+                    if isinstance(v, (int, float, bool)) else v for k, v in value.items()}
+        return value
+
+
+class ResolvedSpec(BaseModel):
+    """The spec with every default decided: what `validate` prints and the store keeps."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spec: JobSpec
+    accelerator: str
+    generation: str
+    hosts: int
+    chips: int
+    cores: int
+    zone: str
+    project: str
+    runtime_version: str
+    disk_types: dict[str, str]
+    cost_per_hour_usd: Optional[float]  # at the spec's provisioning; None: no published price
+    on_demand_cost_per_hour_usd: Optional[float] = None  # the list price, for comparison
+    sync_path: Optional[str]
+
+    def to_json_dict(self) -> dict:
+        """What the store keeps (a literal webhook URL included: the sweep sends to it)."""
+        data = self.model_dump(mode="json")
+        return data
+
+    def public_dict(self) -> dict:
+        """What is shown (`validate --json`): webhook URLs masked."""
+        data = self.to_json_dict()
+        for channel in data["spec"]["notify"]:
+            if channel.get("webhook"):
+                channel["webhook"] = mask_webhook(channel["webhook"])
+        return data
+
+
+def mask_webhook(url: str) -> str:
+    """A webhook URL as shown anywhere (show, events, --json, errors): scheme and host only, as
+    the path of a Slack-style URL is its secret. A `${NAME}` reference is shown as written."""
+    if WEBHOOK_SECRET.match(url):
+        return url
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "***"
+    return f"{parts.scheme}://{host}{port}/***" if parts.scheme and host else "***"
