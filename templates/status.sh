@@ -33,9 +33,13 @@ fi
 json_int() { [ -f "$1" ] && grep -o "\"$2\": *[0-9]\+" "$1" | grep -o '[0-9]\+$' | head -n 1 | grep . || echo null; }
 # The run dir outlives attempts (on GCS, or on a reused slice): a heartbeat another attempt
 # wrote says nothing of this one's progress, and read as this one's it would count the steps
-# of the attempt before as this one's (and its resumed-from step too).
+# of the attempt before as this one's (and its resumed-from step too). Whose it is: its
+# "attempt" (TPUJOB_ATTEMPT, docs/runtime.md); a program that leaves that out is believed
+# only for a heartbeat written since this attempt's launch.
 step=null resumed=null
-if [ "$(json_int "$run_dir/heartbeat" attempt)" = "$attempt" ]; then
+said=$(json_int "$run_dir/heartbeat" attempt)
+if [ "$said" = "$attempt" ] || { [ "$said" = null ] && [ -f "$attempt_dir/program.pid" ] \
+    && [ "$run_dir/heartbeat" -nt "$attempt_dir/program.pid" ]; }; then
   step=$(json_int "$run_dir/heartbeat" step)
   resumed=$(json_int "$run_dir/heartbeat" resumed_from)
 fi

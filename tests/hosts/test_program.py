@@ -212,3 +212,14 @@ def test_status_counts_only_this_attempts_heartbeat(tmp_path):
     assert _status_line(tmp_path, 11, {**beat, "attempt": 11, "step": 101})["step"] == 101
     assert _status_line(tmp_path, 11, {**beat, "attempt": 1})["step"] is None  # 1 is not 11
     assert _status_line(tmp_path / "none", 11, None)["step"] is None
+    # A program that leaves "attempt" out: believed for a heartbeat written since the launch.
+    import os
+
+    unsigned = {k: v for k, v in beat.items() if k != "attempt"}
+    launched = tmp_path / "job" / "attempt-11" / "program.pid"
+    launched.parent.mkdir(parents=True)
+    launched.write_text("999999\n")
+    os.utime(launched, (1000, 1000))
+    assert _status_line(tmp_path, 11, unsigned)["step"] == 120  # written now, after the launch
+    os.utime(tmp_path / "run" / "heartbeat", (500, 500))
+    assert _status_line(tmp_path, 11, None)["step"] is None  # from before it
