@@ -9,7 +9,6 @@ Exit codes (documented in README.md, "Exit codes"):
 
 from __future__ import annotations
 
-EXIT_OK = 0
 EXIT_UNEXPECTED = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
