@@ -1,6 +1,7 @@
 """The dashboard in a real headless browser (Debian's Chromium, driven by Selenium through its
-chromedriver), against a runtime job on the emulator: the jobs page lists it running; after a
-preemption its page shows two attempts on the timeline and a loss curve with points from both;
+chromedriver), against a runtime job on the emulator: the jobs page lists it running; after two
+preemptions its page shows the attempts on the timeline, the preemptions marked, and a loss
+curve with points from the attempts that ended;
 cancel is refused without the token and works through the page; the jobs page follows a
 state change without a reload. Screenshots go to the test's tmp dir."""
 
@@ -126,13 +127,18 @@ def test_the_dashboard_shows_a_preempted_job_and_cancels_it(cli, local_cloud, sh
         lines = blob.download_as_bytes().decode().splitlines() if blob is not None else []
         return any(json.loads(line)["time"] > since for line in lines if line.strip())
 
-    data = _requeue_until(cli, lambda d: d["state"] == "RUNNING" and logged_after(0), 120, "attempt 1 logs")
-    local_cloud.preempt(node_ref(project, ZONE, data["attempts"][0]["slice_name"]), grace_seconds=30)
-    data = _requeue_until(cli, lambda d: d["attempt"] == 2 and d["state"] == "RUNNING", 180, "attempt 2 runs")
+    # Two attempts that trained and were preempted with spot's notice: gcsfuse uploads a file
+    # at close, so an attempt's metrics reach the bucket when its program ends.
+    for number in (1, 2):
+        data = _requeue_until(cli, lambda d: d["attempt"] == number and d["state"] == "RUNNING"
+                              and (d["attempts"][-1]["last_step"] or 0)
+                              >= (d["attempts"][-1]["resumed_from_step"] or 0) + 6, 180, f"attempt {number} trains")
+        local_cloud.preempt(node_ref(project, ZONE, data["attempts"][-1]["slice_name"]), grace_seconds=30)
+    _requeue_until(cli, lambda d: d["attempt"] == 3 and d["state"] == "RUNNING", 180, "attempt 3 runs")
     from tpujob.service.context import Context
 
-    started = Context.load().store.attempts(job_id)[1].started_at
-    _requeue_until(cli, lambda d: logged_after(started), 120, "attempt 2 logs")
+    second = Context.load().store.attempts(job_id)[1]
+    assert logged_after(second.started_at), "attempt 2's metrics never reached the bucket"
 
     # The jobs page, through the printed URL: the job is listed running.
     driver = chromium
@@ -148,14 +154,14 @@ def test_the_dashboard_shows_a_preempted_job_and_cancels_it(cli, local_cloud, sh
     row.find_element(By.LINK_TEXT, job_ref).click()
     _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.timeline"), "timeline drawn")
     bars = driver.find_elements(By.CSS_SELECTOR, "svg.timeline g.bar")
-    assert [b.get_attribute("data-attempt") for b in bars] == ["1", "2"]
+    assert [b.get_attribute("data-attempt") for b in bars] == ["1", "2", "3"]
     marks = driver.find_elements(By.CSS_SELECTOR, 'svg.timeline path.mark[data-kind="preempted"]')
-    assert [m.get_attribute("data-attempt") for m in marks] == ["1"]
-    running = driver.find_elements(By.CSS_SELECTOR, 'svg.timeline g.bar[data-attempt="2"] rect[data-state="RUNNING"]')
-    assert running, "attempt 2's bar shows it running"
+    assert [m.get_attribute("data-attempt") for m in marks] == ["1", "2"]
+    running = driver.find_elements(By.CSS_SELECTOR, 'svg.timeline g.bar[data-attempt="3"] rect[data-state="RUNNING"]')
+    assert running, "attempt 3's bar shows it running"
     series = driver.find_elements(By.CSS_SELECTOR, 'svg.curve[data-metric="loss"] polyline.series')
     points = {s.get_attribute("data-attempt"): int(s.get_attribute("data-points")) for s in series}
-    assert set(points) == {"1", "2"} and min(points.values()) >= 1, points
+    assert {"1", "2"} <= set(points) and min(points.values()) >= 1, points
     assert driver.find_elements(By.CSS_SELECTOR, 'svg.curve[data-metric="loss"] line.resume[data-attempt="2"]')
     log = _wait(driver, lambda d: d.find_element(By.ID, "log").text.strip() not in ("", "reading…")
                 and d.find_element(By.ID, "log").text, "host 0's log loaded")

@@ -82,7 +82,7 @@ class Trainer:
         run_dir = host.run_dir
         info = {"job_id": host.job_id, "attempt": host.attempt, "host": host.host_index}
         self.heartbeat = Heartbeat(run_dir, cfg.heartbeat_every_s, self.is_main, info)
-        self.metrics = MetricsLog(run_dir, self.is_main, cfg.heartbeat_every_s)
+        self.metrics = MetricsLog(run_dir, self.is_main)
         ckpt_dir = cfg.checkpoint_dir or str((run_dir / contract.CHECKPOINT_DIR).absolute())
         self.ckpt = Checkpointer(ckpt_dir, cfg.keep, cfg.async_checkpoint)
         self.compiler = train.StepCompiler(cfg, self.mesh)

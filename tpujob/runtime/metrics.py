@@ -12,31 +12,15 @@ from .contract import HEARTBEAT_FILE, METRICS_FILE, write_json_atomic
 
 
 class MetricsLog:
-    """Appends one JSON object per line; a no-op on hosts other than 0.
+    """Appends one JSON object per line; a no-op on hosts other than 0."""
 
-    On a gcsfuse run dir a write reaches the bucket only at close or fsync (gcsfuse stages
-    writes locally and uploads "on close/fsync": its v2.9.1 release notes), so the file is
-    closed and reopened at most every `sync_every_s`: the dashboard's curves follow the run
-    that closely, and each reopen uploads the file whole, which bounds its cost. (Not fsync:
-    on the emulator's hosts an fsync from the training thread of a 2-host run made JAX's
-    coordination service abort the job at its end, "tried to connect with a different
-    incarnation"; closing does not.)
-    """
-
-    def __init__(self, run_dir: Path, enabled: bool, sync_every_s: float = 10.0):
-        self._path = run_dir / METRICS_FILE
-        self._file = self._path.open("a") if enabled else None
-        self._sync_every = sync_every_s
-        self._synced = time.monotonic()
+    def __init__(self, run_dir: Path, enabled: bool):
+        self._file = (run_dir / METRICS_FILE).open("a") if enabled else None
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
             self._file.write(json.dumps(record, sort_keys=True) + "\n")
             self._file.flush()
-            if time.monotonic() - self._synced >= self._sync_every:
-                self._file.close()  # gcsfuse uploads it now
-                self._file = self._path.open("a")
-                self._synced = time.monotonic()
 
     def close(self) -> None:
         if self._file is not None:
