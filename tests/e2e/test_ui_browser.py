@@ -163,9 +163,10 @@ def test_the_dashboard_shows_a_preempted_job_and_cancels_it(cli, local_cloud, sh
     points = {s.get_attribute("data-attempt"): int(s.get_attribute("data-points")) for s in series}
     assert {"1", "2"} <= set(points) and min(points.values()) >= 1, points
     assert driver.find_elements(By.CSS_SELECTOR, 'svg.curve[data-metric="loss"] line.resume[data-attempt="2"]')
-    log = _wait(driver, lambda d: d.find_element(By.ID, "log").text.strip() not in ("", "reading…")
-                and d.find_element(By.ID, "log").text, "host 0's log loaded")
-    assert "step" in log, log
+    # Host 0's log is read again every 15 s: attempt 3's program may not have printed a step when
+    # the page opened (a loaded machine spends a while importing JAX), but its steps show up live.
+    _wait(driver, lambda d: "step" in d.find_element(By.ID, "log").text, "host 0's log shows steps",
+          timeout=120)
     driver.save_screenshot(str(tmp_path / "job.png"))
 
     # Without the token: the confirm page and the action are refused, and nothing moves.
