@@ -379,10 +379,15 @@ def main() -> int:
         night.faults_off()
         night.stop.set()
         watch = sweepers[0]
-        watch.send_signal(signal.SIGINT)
+        watch.send_signal(signal.SIGTERM)  # it stops once its sweep under way is done
         for thread in sweepers[1:]:
             thread.join(timeout=120)
-        watch.wait(timeout=60)
+        try:
+            watch.wait(timeout=300)
+        except subprocess.TimeoutExpired:  # a sweep stuck past any host step's lease: a crash
+            watch.kill()
+            watch.wait()
+            night.crashes += 1
         night.sweeps += sum(1 for line in (directory / "watch.log").read_text().splitlines() if " sweep: " in line)
         for thread in night.preempting:  # preemptions still in their grace end first
             thread.join(timeout=60)

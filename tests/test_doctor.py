@@ -350,7 +350,9 @@ def test_tpujob_watch_registers_itself_while_it_runs(cli, no_cron, local_cloud, 
             time.sleep(0.1)
         assert doctor(cli)[2]["sweeper"]["status"] == "ok"
     finally:
-        watch.send_signal(signal.SIGINT)  # Ctrl-C: the watch ends and unregisters
-        watch.wait(timeout=30)
+        # systemctl stop: the watch finishes the sweep under way, unregisters and exits 0.
+        # (SIGTERM, not Ctrl-C's SIGINT: a process started in the background ignores SIGINT.)
+        watch.send_signal(signal.SIGTERM)
+        assert watch.wait(timeout=30) == 0, watch.stderr.read().decode()
     assert sweepers.running_watchers() == []
     assert not list((tpujob_home / "watchers").glob("*.json"))

@@ -39,10 +39,18 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def watch(interval: float = typer.Option(60.0, help="Seconds between sweeps."),
               count: Optional[int] = typer.Option(None, help="Stop after this many sweeps.")):
-        """Sweep in a loop in the foreground (for tmux or systemd); Ctrl-C stops it."""
+        """Sweep in a loop in the foreground (for tmux or systemd); Ctrl-C stops it at once,
+        SIGTERM (systemctl stop, kill) once the sweep under way has finished."""
+        import signal
+        import threading
+
         from tpujob.service import sweeps
 
-        sweeps.watch(_ctx(), interval, _print_report, max_sweeps=count)
+        stop = threading.Event()
+        # A sweep cut short holds its jobs' leases until they expire (up to a host step's timeout):
+        # stopping between sweeps lets the next sweeper, anywhere, act on them at once.
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        sweeps.watch(_ctx(), interval, _print_report, max_sweeps=count, stop=stop)
 
     @app.command()
     def resume(job: str = typer.Argument(..., help="Job id or name."),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Callable, Optional
 
@@ -61,22 +62,24 @@ def requeue(ctx: Context, job_refs: Optional[list[str]] = None):
     return report
 
 
-def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: Optional[int] = None) -> None:
-    """Sweep every `interval` s; registered as a watcher meanwhile (`create` and `doctor` look
-    for one: see sweepers)."""
+def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: Optional[int] = None,
+          stop: Optional[threading.Event] = None) -> None:
+    """Sweep every `interval` s until `max_sweeps` or `stop` is set (checked between sweeps);
+    registered as a watcher meanwhile (`create` and `doctor` look for one: see sweepers)."""
     from tpujob.service import sweepers
     from tpujob.service.notify import deliver_quietly
 
     rec = reconciler(ctx)
+    stop = stop or threading.Event()
     count = 0
     with sweepers.watching(interval) as heartbeat:
-        while max_sweeps is None or count < max_sweeps:
+        while (max_sweeps is None or count < max_sweeps) and not stop.is_set():
             on_report(rec.sweep())
             deliver_quietly(ctx)
             heartbeat.touch()
             count += 1
             if max_sweeps is None or count < max_sweeps:
-                time.sleep(interval)
+                stop.wait(interval)
 
 
 def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
