@@ -102,6 +102,12 @@ class PlacementUnavailable(CloudRefused):
     never succeed, but another zone or accelerator from the spec's fallbacks may."""
 
 
+class HostsUnreachable(CloudError):
+    """A host step could not reach a host (no SSH connection, or one lost mid-step): not a
+    setup failure. The sweep retries, and replaces the slice if its hosts stay unreachable past
+    the job's unhealthy grace."""
+
+
 class SetupFailed(TpujobError):
     """The setup script exited non-zero on a host (a connection error is not this)."""
 

@@ -186,3 +186,39 @@ def test_a_dead_host_is_rechecked_then_treated_as_lost(ctx, local_cloud, project
     assert any("unreachable" in e.message for e in ctx.store.events(job.id))
     assert names(local_cloud, project) == [ctx.store.current_attempt(job.id).slice_name]
     assert job.unhealthy_since is None
+
+
+def test_a_host_that_dies_in_setup_is_replaced_after_the_grace_not_the_setup_timeout(ctx, local_cloud, project,
+                                                                                      tmp_path):
+    import threading
+
+    from tpujob.service import jobs
+
+    from reconcile_helpers import spec_text
+
+    path = tmp_path / "dies-in-setup.yaml"
+    # A setup that takes a while, so the host dies under it; the setup timeout (15 min by
+    # default) is not what ends the attempt.
+    path.write_text(spec_text("dies", unhealthy_grace_seconds=1) + "setup: sleep 3\n")
+    job, _ = jobs.record(ctx, str(path))
+    rec = reconciler(ctx)
+    under_way = threading.Thread(target=rec.sweep, args=([job.id],))
+    under_way.start()
+    deadline = time.monotonic() + 60
+    while ctx.store.get(job.id).state != "SETTING_UP":
+        assert time.monotonic() < deadline, ctx.store.get(job.id).state
+        time.sleep(0.05)
+    first = ctx.store.current_attempt(job.id).slice_name
+    local_cloud.kill_host(node_ref(project, ZONE, first), 0)
+    under_way.join(timeout=120)
+    marked = ctx.store.get(job.id)
+    assert (marked.state, marked.attempt) == ("SETTING_UP", 1) and marked.unhealthy_since is not None
+    time.sleep(1.2)
+    job = sweep_until(ctx, job.id, lambda j: j.attempt == 2 and j.state == "RUNNING", rec=rec)
+    events = [e.message for e in ctx.store.events(job.id)]
+    assert any("hosts unreachable during setup for" in m for m in events), events
+    # One event for the mark, not one per sweep that found the host dead.
+    assert sum("setup will be retried" in m for m in events) == 1, events
+    assert ctx.store.attempts(job.id)[0].end_reason == "preempted"
+    assert names(local_cloud, project) == [ctx.store.current_attempt(job.id).slice_name]
+    assert job.unhealthy_since is None

@@ -121,6 +121,13 @@ CASES = [
     ("lost during setup", job(State.SETTING_UP, preemptions=2), obs(SliceCondition.LOST),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
       Move(State.FAILED, "slice lost during setup; preemption budget of 2 spent", EndReason.PREEMPTION_BUDGET)]),
+    # act marks the job unhealthy when setup cannot reach a host: a host that died there.
+    ("setup: a host unreachable within grace", job(State.SETTING_UP, unhealthy_seconds=30), obs(SliceCondition.READY),
+     [SetUp()]),
+    ("setup: a host unreachable past grace", job(State.SETTING_UP, unhealthy_seconds=600), obs(SliceCondition.READY),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
+      Move(State.RECOVERING, "hosts unreachable during setup for 600 s; preemption 1 of 2 allowed; ran 0 s, "
+                             "under min_run_seconds (600): flap 1, next attempt in 12 s")]),
     ("running healthy", job(State.RUNNING), obs(SliceCondition.READY, RUN, RUN), []),
     ("running, one host done", job(State.RUNNING), obs(SliceCondition.READY, OK, RUN), []),
     ("succeeded", job(State.RUNNING), obs(SliceCondition.READY, OK, OK),

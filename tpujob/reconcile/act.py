@@ -18,7 +18,7 @@ from typing import Callable, Optional
 from tpujob.cloud.base import Cloud, Slice, SlicePhase, SliceRequest
 from tpujob.errors import (
     AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, PlacementUnavailable,
-    QuotaExceeded, SetupFailed, StockoutError, TpujobError, UsageError,
+    HostsUnreachable, QuotaExceeded, SetupFailed, StockoutError, TpujobError, UsageError,
 )
 from tpujob.faults import crash_point
 from tpujob.job_spec import spec_of
@@ -238,16 +238,33 @@ class Actor:
             crash_point("launched")
         except SetupFailed as exc:
             return setup_failed(str(exc), slice_)
-        except TpujobError as exc:  # hosts not answering yet: the next sweep tries again
+        except TpujobError as exc:  # hosts not answering (yet): the next sweep tries again
             gone = self._lost_under_setup(job, attempt)
             if gone is None:
-                self.store.add_event(job.id, "setup", f"setup will be retried: {exc}")
-                return retry_after(0, str(exc))
+                return self._retry_setup(turn, exc)
             # e.g. a disk attach refused because the node was preempted: decide on that now.
             states = ", ".join(filter(None, (gone.node_state, gone.queued_resource_state))) or "gone"
             self.store.add_event(job.id, "setup", f"setup stopped, the slice is {states}: {exc}")
             return done(Observation(slice=SliceCondition.LOST), gone)
         return done(Observation(slice=SliceCondition.READY, launched=len(slice_.hosts)), slice_)
+
+    def _retry_setup(self, turn: _Turn, exc: TpujobError) -> Outcome:
+        """Setup goes on at the next sweep. A host that cannot be reached marks the job
+        unhealthy from the first such round (decide replaces the slice once that lasts past the
+        unhealthy grace: a host that died in setup never answers again, however long setup may
+        take); any other trouble clears the mark. One event per mark, not one per sweep."""
+        job = turn.job
+        unreachable = isinstance(exc, HostsUnreachable)
+        if unreachable and job.unhealthy_since is None:
+            with self.store.atomic():  # the mark and its event together
+                self.store.update(job.id, unhealthy_since=self.clock())
+                self.store.add_event(job.id, "setup", f"setup will be retried: {exc}; the slice is "
+                                     "replaced if its hosts stay unreachable")
+        elif not unreachable:
+            if job.unhealthy_since is not None:
+                self.store.update(job.id, unhealthy_since=None)
+            self.store.add_event(job.id, "setup", f"setup will be retried: {exc}")
+        return retry_after(0, str(exc))
 
     def _lost_under_setup(self, job, attempt) -> Optional[Slice]:
         """The slice, read again after a setup step failed, when it is gone or dead (preempted

@@ -296,6 +296,9 @@ def _setting_up(job, obs, policy):
         return []
     if obs.setup_error is not None:
         return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup failed: {obs.setup_error}", EndReason.SETUP_FAILED)
+    if job.unhealthy_seconds is not None and job.unhealthy_seconds > policy.unhealthy_grace_seconds:
+        # Marked by act when setup could not reach a host: one that died there never answers.
+        return _lost(job, policy, f"hosts unreachable during setup for {job.unhealthy_seconds:.0f} s")
     if job.in_state_seconds > policy.setup_timeout(job.hosts):
         return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup still running after "
                        f"{job.in_state_seconds / 60:.0f} min", EndReason.SETUP_FAILED)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from tpujob.errors import ConfigError, SetupFailed, TpujobError
+from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.failure import cause, said
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
@@ -315,7 +315,7 @@ def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
     """A host that could not be reached is not a setup failure: the sweep retries later."""
     for r in results:
         if r.exit_code is None:
-            raise TpujobError(f"{what} on host {r.index}: {cause(r, hidden)}")
+            raise HostsUnreachable(f"{what} on host {r.index}: {cause(r, hidden)}")
 
 
 def _step_ok(results, what: str, hidden: tuple[str, ...]) -> None:
