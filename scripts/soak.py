@@ -17,8 +17,10 @@ After `--minutes`, with every fault off, it sweeps until nothing changes, then c
 2. every node and queued resource belongs to the live attempt of an active job, none twice,
    and `tpujob gc --json --min-age 0` finds no orphan;
 3. each job's events in order, every state move legal and chained from the one before;
-4. runtime jobs: steps never go back; an attempt ended by a SIGTERM preemption loses no step,
-   any other at most one checkpoint interval (two with async saves: docs/runtime.md).
+4. runtime jobs: steps never go back; an attempt ended by a SIGTERM preemption loses no step
+   when its program wrote its checkpoint within the grace (status.json `preempted`, read as the
+   preemption returns), any other at most one checkpoint interval (two with async saves:
+   docs/runtime.md).
 It prints the counts (jobs, preemptions, faults, sweeps, crashes, invariants) and goodput, and
 exits 0 only when no invariant was violated.
 
@@ -165,15 +167,35 @@ class Night:
         return found
 
     def preempt(self, job_id: int, number: int, node: str, grace: float) -> None:
+        asked = time.time()
         try:
-            self.client.preempt(node, grace_seconds=grace)
+            self.client.preempt(node, grace_seconds=grace)  # returns once the hosts are down
         except Exception as exc:  # noqa: BLE001 - the node went meanwhile: not a preemption
             self.faults[f"preempt refused ({type(exc).__name__})"] += 1
             return
         kind = "sigterm" if grace > 0 else "sigkill"
+        if grace > 0 and job_id in self.runtime_jobs and not self.saved_in_grace(job_id, asked):
+            # The notice came, but the checkpoint (after any save still in flight) was not
+            # written before the kill: what it may lose is bounded as without notice.
+            kind = "sigterm, checkpoint not written in the grace"
         with self.lock:
             self.preempted[(job_id, number)] = kind
         self.faults[f"preemption ({kind})"] += 1
+
+    def saved_in_grace(self, job_id: int, since: float) -> bool:
+        """Whether the runtime's status.json says it stopped on the notice with its checkpoint
+        written (contract.STATE_PREEMPTED), after `since`: the run dir's word, read from the
+        bucket before the next attempt can write there."""
+        from tpujob.names import format_job_id
+        from tpujob.runtime.contract import STATE_PREEMPTED, STATUS_FILE, parse_status
+        from tpujob.service.context import make_storage
+
+        blob = make_storage(self.ctx.settings).bucket(BUCKET).get_blob(f"runs/{format_job_id(job_id)}/{STATUS_FILE}")
+        try:
+            status = parse_status(blob.download_as_bytes()) if blob is not None else None
+        except ValueError:
+            return False
+        return status is not None and status.state == STATE_PREEMPTED and (status.time or 0) > since
 
     def chaos(self, until: float) -> None:
         from tpujob.errors import TpujobError
@@ -316,7 +338,8 @@ def _steps(job_id: int, attempts: list, preempted: dict, killed: set,
            async_saves: bool) -> tuple[list[str], int]:
     """Violations of the step invariant, and how many resumptions were checked. An attempt
     preempted with SIGTERM grace loses no step, unless a host of it had been killed (then its
-    program died without notice). Without notice (SIGKILL, a dead host) an attempt loses at
+    program died without notice) or its checkpoint was not written within the grace (a save
+    still in flight is waited for first; status.json then never said `preempted`). Without notice (SIGKILL, a dead host) an attempt loses at
     most one checkpoint interval with synchronous saves; with async ones the save of the step
     before may still be in flight when the host dies (the next save waits for it), so up to two
     (docs/runtime.md)."""
@@ -412,8 +435,10 @@ def report(night: Night, args, seconds: float, settle_sweeps: int, violations: l
     states = Counter(j.state for j in jobs)
     preemptions = Counter(v for v in night.preempted.values())
     print(f"ran {seconds / 60:.1f} min; jobs {len(jobs)}: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
-    print(f"preemptions: {sum(preemptions.values())} ({preemptions['sigterm']} with SIGTERM grace, "
-          f"{preemptions['sigkill']} SIGKILL); the store counts {sum(j.preemptions for j in jobs)}")
+    late = preemptions["sigterm, checkpoint not written in the grace"]
+    print(f"preemptions: {sum(preemptions.values())} ({preemptions['sigterm'] + late} with SIGTERM grace, "
+          f"{late} of them runtime jobs whose checkpoint did not fit in it; {preemptions['sigkill']} SIGKILL); "
+          f"the store counts {sum(j.preemptions for j in jobs)}")
     print(f"faults injected: {sum(night.faults.values())} (" +
           ", ".join(f"{k}: {n}" for k, n in sorted(night.faults.items())) + ")")
     print(f"sweeps: {night.sweeps} during the night + {settle_sweeps} to settle; sweeps SIGKILLed: {night.crashes}")
