@@ -88,8 +88,10 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
+    """The committed checkpoints (a step directory without its commit file is a killed save)."""
     ckpt = run_dir / "checkpoints"
-    return sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit()) if ckpt.exists() else []
+    return sorted(int(p.name) for p in ckpt.iterdir()
+                  if p.name.isdigit() and (p / "commit_success.txt").exists()) if ckpt.exists() else []
 
 
 def load_checkpoint(run_dir: Path, step: int) -> dict[str, np.ndarray]:

@@ -101,6 +101,41 @@ def test_checkpoints_keep_only_the_last_k(tmp_path):
     again.close()
 
 
+def test_a_step_directory_without_its_commit_file_is_not_restored(tmp_path):
+    """What a host killed mid-save leaves on gcsfuse (it renames a directory by copying each
+    object, then deleting): a step directory holding some of its arrays. It is not the latest;
+    the step before it restores, and the step can be saved again."""
+    import shutil
+
+    import jax.numpy as jnp
+
+    from tpujob.runtime.checkpoint import Checkpointer
+
+    def state(step):
+        return {"w": jnp.full((4,), float(step)), "b": jnp.zeros((2,)), "step": jnp.asarray(step)}
+
+    ckpt = Checkpointer(str(tmp_path / "ckpt"), keep=3, use_async=False)
+    for step in (10, 20):
+        ckpt.save(step, state(step))
+    ckpt.wait()
+    ckpt.close()
+    partial = tmp_path / "ckpt" / "30"
+    shutil.copytree(tmp_path / "ckpt" / "20", partial)
+    for marker in partial.rglob("commit_success.txt"):
+        marker.unlink()
+    shards = [p for p in (partial / "default").rglob("*") if p.is_file() and p.parent.name == "d"]
+    assert shards
+    for shard in shards[::2]:  # the copy was cut short: half of the array data is missing
+        shard.unlink()
+    again = Checkpointer(str(tmp_path / "ckpt"), keep=3, use_async=False)
+    assert again.latest_step() == 20
+    assert float(again.restore(20, state(0))["w"][0]) == 20.0
+    again.save(30, state(30))
+    again.wait()
+    assert again.latest_step() == 30 and float(again.restore(30, state(0))["w"][0]) == 30.0
+    again.close()
+
+
 @pytest.mark.parametrize("address", ["not-a-host", "host:", ":8476", "host:port", "host:0",
                                      "host:70000", "two words:80"])
 def test_a_malformed_coordinator_is_a_config_error_naming_it(address, tmp_path):

@@ -2,8 +2,15 @@
 
 Async by default: `save` returns once the arrays are copied off the devices, and the write to
 the run dir (gcsfuse, or gs:// through tensorstore) overlaps the next steps. Before a preemption
-exit, `wait` makes sure the last save is committed. Orbax writes into a temporary directory and
-renames it when complete, so a SIGKILL mid-write leaves the previous checkpoint as the latest.
+exit, `wait` makes sure the last save is committed.
+
+A save is committed by a `commit_success.txt` written last into its step directory, never by
+renaming a temporary directory: gcsfuse renames a directory by copying and then deleting each
+object, so a host killed mid-rename left a step directory with some arrays missing that Orbax's
+default (rename) mode took for complete, and every later attempt failed restoring it. Orbax
+documents COMMIT_FILE as the mode for gcsfuse (`orbax.checkpoint.options.AtomicityOptions`); it
+is right on a local disk too, so it is the mode everywhere. A step without the file is not a
+checkpoint: the previous one stays the latest.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import time
 from typing import Any
 
 import orbax.checkpoint as ocp
+from orbax.checkpoint import options as ocp_options
 
 
 class Checkpointer:
@@ -21,6 +29,7 @@ class Checkpointer:
             enable_async_checkpointing=use_async,
             create=True,
             cleanup_tmp_directories=True,  # leftovers of a save killed mid-write
+            atomicity_options=ocp_options.AtomicityOptions(mode=ocp_options.AtomicityMode.COMMIT_FILE),
         )
         self._manager = ocp.CheckpointManager(directory, options=options)
         self.seconds = 0.0  # time the train loop spent blocked in checkpointing
