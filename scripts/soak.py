@@ -20,7 +20,9 @@ After `--minutes`, with every fault off, it sweeps until nothing changes, then c
 4. runtime jobs: steps never go back; an attempt ended by a SIGTERM preemption loses no step
    when its program wrote its checkpoint within the grace (status.json `preempted`, read as the
    preemption returns), any other at most one checkpoint interval (two with async saves:
-   docs/runtime.md).
+   docs/runtime.md);
+5. runtime jobs: no attempt failed unless a host of it was killed (nothing in the night is a
+   program error; a checkpoint left unrestorable was one).
 It prints the counts (jobs, preemptions, faults, sweeps, crashes, invariants) and goodput, and
 exits 0 only when no invariant was violated.
 
@@ -313,10 +315,11 @@ def check(night: Night) -> tuple[list[str], int]:
         if state != job.state:
             violations.append(f"job {job.id}: last move to {state}, job {job.state}")
         if job.id in night.runtime_jobs:
-            checks += 1
-            found, resumptions = _steps(job.id, ctx.store.attempts(job.id), night.preempted, night.killed,
+            checks += 2
+            attempts = ctx.store.attempts(job.id)
+            found, resumptions = _steps(job.id, attempts, night.preempted, night.killed,
                                         night.runtime_jobs[job.id])
-            violations += found
+            violations += found + _failures(job.id, attempts, events, night.killed)
             night.resumptions += resumptions
     # Cloud: every node and queued resource is a live attempt's, once; gc finds no orphan.
     checks += 1
@@ -332,6 +335,20 @@ def check(night: Night) -> tuple[list[str], int]:
     elif json.loads(gc.stdout):
         violations.append(f"tpujob gc lists orphans: {[r.get('name') for r in json.loads(gc.stdout)]}")
     return violations, checks
+
+
+def _failures(job_id: int, attempts: list, events: list, killed: set) -> list[str]:
+    """The runtime fails only where the night made it: no fault here is a program error, so an
+    attempt that ended `failed` without a host of it killed (its peers may then abort) is a
+    violation, told with the sweep's cause (a checkpoint that cannot be restored was one)."""
+    found = []
+    for attempt in attempts:
+        if attempt.end_reason != "failed" or (job_id, attempt.number) in killed:
+            continue
+        # The move out of RUNNING that ended it: the first after its start.
+        causes = [e.message for e in events if e.from_state == "RUNNING" and e.at >= attempt.started_at]
+        found.append(f"job {job_id}: attempt {attempt.number} failed: {(causes or ['?'])[0][:300]}")
+    return found
 
 
 def _steps(job_id: int, attempts: list, preempted: dict, killed: set,
