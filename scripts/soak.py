@@ -143,6 +143,10 @@ class Night:
                 env["TPUJOB_CRASH_AT"] = point
             done = tpujob("requeue", env=env)
             with self.lock:
+                if done.stderr.strip():   # kept with --keep: what a sweep said, to diagnose a stall
+                    with open(self.directory / "requeue.log", "a") as log:
+                        log.write(f"{time.strftime('%H:%M:%S')} exit {done.returncode} "
+                                  f"(crash point {point}):\n{done.stderr}")
                 if done.returncode == -signal.SIGKILL:
                     self.crashes += 1
                 elif done.returncode == 0:
@@ -261,7 +265,7 @@ class Night:
         """Sweep until two sweeps in a row change nothing (and nothing is mid-way); the sweeps.
         Not settling within `limit` s is a violation. The limit allows for a sweep SIGKILLed at
         a crash point just before the night ended: its job waits out the lease it held
-        (TPUJOB_LEASE_SECONDS, 300 s by default), then needs a new attempt set up and running."""
+        (TPUJOB_LEASE_SECONDS, 90 s by default), then needs a new attempt set up and running."""
         from tpujob.service.sweeps import reconciler
         from tpujob.store.states import State
 

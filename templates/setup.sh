@@ -22,6 +22,15 @@ attempt_dir=$job_dir/attempt-$attempt
 while IFS= read -r -d '' pair; do export "$pair"; done
 
 mkdir -p "$attempt_dir" "$workdir"
+# One setup of an attempt at a time: a sweep that died in the middle of one leaves it running
+# here (nothing stops a command whose SSH client went away), and the next sweep's setup waits
+# for it, within the setup timeout, then finds it done or runs it again (flock(1), util-linux).
+exec 9> "$attempt_dir/setup.lock"
+lock_wait=(); [ "$timeout_seconds" = 0 ] || lock_wait=(-w "$timeout_seconds")
+if ! flock "${lock_wait[@]}" 9; then
+  echo "tpujob: an earlier setup of attempt $attempt is still running after ${timeout_seconds}s" >&2
+  exit 124
+fi
 if [ -f "$attempt_dir/setup.done" ]; then
   echo "tpujob: setup already done for attempt $attempt"
   exit 0
@@ -46,7 +55,8 @@ fi
 cd "$workdir"
 trap - ERR
 rc=0
-timeout --kill-after=10 "$timeout_seconds" bash -c "$command" < /dev/null || rc=$?
+# Not holding the lock (9>&-): a daemon the command leaves behind must not keep it.
+timeout --kill-after=10 "$timeout_seconds" bash -c "$command" < /dev/null 9>&- || rc=$?
 if [ "$rc" = 124 ]; then
   echo "tpujob: setup timed out after ${timeout_seconds}s" >&2
   exit 124

@@ -186,6 +186,30 @@ def test_release_frees_the_lease_for_its_owner_only(store):
     store.acquire_lease(job_id, "b", ttl_seconds=60)
 
 
+def test_a_kept_lease_outlives_its_ttl_while_held_and_is_free_after(store):
+    """keep_alive renews the lease from a thread for as long as the block runs (a setup of many
+    minutes), while its TTL stays what a dead holder keeps the job for."""
+    job_id = _add(store).id
+    with store.lease(job_id, "sweep-a", 0.8, keep_alive=True):
+        deadline = time.monotonic() + 2.5   # three TTLs
+        while time.monotonic() < deadline:
+            with pytest.raises(JobLocked):
+                store.acquire_lease(job_id, "sweep-b", ttl_seconds=60)
+            time.sleep(0.1)
+    assert store.get(job_id).lease_owner is None
+    store.acquire_lease(job_id, "sweep-b", ttl_seconds=60)
+    store.release_lease(job_id, "sweep-b")
+
+
+def test_an_unkept_lease_lapses_after_its_ttl(store):
+    """What a sweep that died leaves behind: the lease is free once its TTL has passed."""
+    job_id = _add(store).id
+    store.acquire_lease(job_id, "dead-sweep", ttl_seconds=0.3)
+    time.sleep(0.5)
+    store.acquire_lease(job_id, "next-sweep", ttl_seconds=60)
+    store.release_lease(job_id, "next-sweep")
+
+
 def test_lease_of_a_missing_job(store):
     with pytest.raises(NotFoundError):
         store.acquire_lease(999999, "a", ttl_seconds=60)

@@ -35,14 +35,16 @@ run:
 
 def spec_text(name="rq", *, command="sleep 600", accelerator="v4-8", zone=ZONE, queued=False,
               fallback=(), max_preemptions=5, max_failures=0, max_nan=3, backoff_seconds=0,
-              min_run_seconds=None, **requeue_keys) -> str:
+              min_run_seconds=None, setup=None, **requeue_keys) -> str:
     """`backoff_seconds=None` and `min_run_seconds=None` leave the key out (its default); any
-    other `requeue:` key of the spec (`unhealthy_grace_seconds=1`) goes in as given."""
+    other `requeue:` key of the spec (`unhealthy_grace_seconds=1`) goes in as given. `setup`:
+    the job's setup command, if any."""
     requeue = dict(backoff_seconds=backoff_seconds, min_run_seconds=min_run_seconds,
                    max_preemptions=max_preemptions, max_failures=max_failures, max_nan=max_nan, **requeue_keys)
-    return SPEC.format(name=name, accelerator=accelerator, zone=zone, queued=json.dumps(queued),
+    text = SPEC.format(name=name, accelerator=accelerator, zone=zone, queued=json.dumps(queued),
                        fallback=json.dumps([{"zone": z} for z in fallback]), command=json.dumps(command),
                        requeue=json.dumps({k: v for k, v in requeue.items() if v is not None}))
+    return text + (f"setup: {json.dumps(setup)}\n" if setup is not None else "")
 
 
 @pytest.fixture

@@ -63,6 +63,39 @@ def test_a_sweep_killed_at_a_crash_point_converges(point, ctx, local_cloud, proj
     assert_launched_once(local_cloud, project, ZONE, ctx.store.current_attempt(job.id).slice_name, expected_attempt)
 
 
+def test_a_sweep_killed_in_a_long_setup_frees_the_job_within_its_lease(ctx, local_cloud, project, tmp_path):
+    """A sweep SIGKILLed while the job's setup runs on its host: its lease, renewed while it
+    lived, lapses after TPUJOB_LEASE_SECONDS, not after the setup's timeout (15 min), and the
+    setup it left running goes on. The next sweep's setup of the attempt waits for that one
+    (setup.sh's lock), finds it done and launches: the setup ran once, the program once."""
+    job = record(ctx, tmp_path, command=COMMAND, setup='echo "$TPUJOB_ATTEMPT" >> /mnt/setup-ran; sleep 6')
+    [sweep] = requeue_processes(1, env_extra={"TPUJOB_LEASE_SECONDS": str(LEASE)})
+    ran = _setup_started(ctx, local_cloud, project, job.id)
+    sweep.kill()
+    sweep.communicate(timeout=30)
+    time.sleep(LEASE + 0.2)
+    job = sweep_until(ctx, job.id, running, timeout=90)
+    assert (job.attempt, job.preemptions, job.failures) == (1, 0, 0)
+    assert ran.read_text() == "1\n", "the setup ran twice"
+    assert_consistent(ctx, job)
+    assert_no_orphans(ctx, local_cloud, project)
+    assert_launched_once(local_cloud, project, ZONE, ctx.store.current_attempt(job.id).slice_name, 1)
+
+
+def _setup_started(ctx, local_cloud, project: str, job_id: int, timeout=90.0):
+    """Host 0's /mnt/setup-ran once the job's setup has written it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        attempt = ctx.store.current_attempt(job_id)
+        if attempt is not None and ctx.store.get(job_id).state == "SETTING_UP":
+            with contextlib.suppress(Exception):  # the node may not be listed yet
+                ran = host_root(local_cloud, project, ZONE, attempt.slice_name, 0) / "mnt/setup-ran"
+                if ran.exists():
+                    return ran
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id}'s setup never started: {ctx.store.get(job_id).state}")
+
+
 STOCKED_OUT = "us-east5-c"  # offers v5e; a zone no other test uses: the stockout touches only this test
 
 

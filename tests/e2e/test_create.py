@@ -302,7 +302,7 @@ def test_cancel_needs_no_secret_and_a_relaunch_without_one_fails_its_setup(cli, 
 
 def test_a_setup_past_its_timeout_fails_the_attempt_and_the_lease_outlives_it(cli, local_cloud, tmp_path,
                                                                              monkeypatch):
-    """The lease is renewed for the setup's timeout: a second actor cannot take the job (and
+    """The lease is kept alive through the setup: a second actor cannot take the job (and
     run setup on the same hosts) while a setup longer than TPUJOB_LEASE_SECONDS runs."""
     import threading
 

@@ -27,6 +27,9 @@ from tpujob.store.states import ACTIVE, AttemptEnd, State
 
 # Jobs acted on at once (TPUJOB_SWEEP_WORKERS): each mostly waits on the cloud and on SSH.
 SWEEP_WORKERS = 16
+# How long a job's lease outlives a sweep that died holding it (TPUJOB_LEASE_SECONDS). While
+# the sweep lives, a thread renews it (Store.lease's keep_alive), through a setup of any length.
+LEASE_SECONDS = 90.0
 # Rounds for one job in one sweep: slice lost -> RECOVERING -> a new slice, READY when its create
 # returns -> set up and launch. Bounded: a round that changes nothing ends it.
 MAX_ROUNDS = 4
@@ -51,7 +54,7 @@ class SweepReport:
 class Reconciler:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *,
                  ssh_keys: tuple[str, ...] = (), clock: Callable[[], float] = time.time,
-                 lease_seconds: float = 300.0,
+                 lease_seconds: float = LEASE_SECONDS,
                  run_dirs: Optional[RunDirs] = None, workers: int = SWEEP_WORKERS):
         self.store = store
         self.cloud = cloud
@@ -108,7 +111,7 @@ class Reconciler:
         line or None). Never raises: one job's trouble (or a bug met on it) is reported, recorded
         as an `error` event, and the other jobs go on."""
         try:
-            lease = self.store.lease(job.id, self.actor, self.lease_seconds)
+            lease = self.store.lease(job.id, self.actor, self.lease_seconds, keep_alive=True)
             lease.__enter__()
         except JobLocked:
             return "locked", None

@@ -31,7 +31,6 @@ from tpujob.spec import ResolvedSpec
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
 SYNC_TIMEOUT = 600.0     # per host, for an upload of the code or the runtime
 LAUNCH_TIMEOUT = 120.0   # per host; the launch returns once the program started
-LEASE_MARGIN = 60.0      # a step's lease outlives its timeout by this much
 KEY_POLL_MAX = 10.0      # seconds between guest-attribute reads while waiting for host keys
 
 
@@ -53,9 +52,10 @@ ProgressSink = Callable[[str, Progress], None]   # (step name, where the fan-out
 
 class SshHostOps:
     """`progress`, when given, hears each host step (sync, mount, setup, launch) as hosts
-    finish it; `actor` is the lease holder the sweep acts as: its lease on the job is renewed
-    before each host step, for at least that step's timeout, so that no other sweep can take
-    the job (and run setup on the same hosts) while one is under way."""
+    finish it; `actor` is the lease holder the sweep acts as: before each host step it checks
+    that the job is still its own (the sweep's lease keeper renews it throughout), so that no
+    two sweeps run setup on the same hosts. Should the sweep die in a step, the step may go on
+    on the hosts: setup.sh's lock makes the next sweep's setup of that attempt wait for it."""
 
     def __init__(self, ctx, cloud, *, progress: Optional[ProgressSink] = None,
                  actor: Optional[str] = None, lease_seconds: float = 300.0):
@@ -118,7 +118,7 @@ class SshHostOps:
                 waiting = True
                 self.ctx.store.add_event(job.id, "setup", f"waiting for the SSH host keys of "
                                          f"{_hosts_text(missing)} in guest attributes")
-            self._renew_lease(job, left + LEASE_MARGIN)
+            self._renew_lease(job)
             time.sleep(min(delay, left))
             delay = min(delay * 2, KEY_POLL_MAX)
 
@@ -156,13 +156,11 @@ class SshHostOps:
             env=dict(spec.spec.env), secrets=secrets or {},
         )
 
-    def _renew_lease(self, job, step_seconds: float) -> None:
-        """Hold the job for the step about to run (at least the usual lease); JobLocked (the
-        sweep retries later) when another actor took it meanwhile: then this one must not touch
-        the hosts. Should this process die in the step, the job waits that long: the step may
-        still be running on the hosts."""
+    def _renew_lease(self, job) -> None:
+        """Renew the job's lease before a host step; JobLocked (the sweep retries later) when
+        another actor took it meanwhile: then this one must not touch the hosts."""
         if self.actor is not None:
-            self.ctx.store.acquire_lease(job.id, self.actor, max(self.lease_seconds, step_seconds))
+            self.ctx.store.acquire_lease(job.id, self.actor, self.lease_seconds)
 
     def _progress(self, step: str):
         if self.progress is None:
@@ -178,12 +176,9 @@ class SshHostOps:
             raise SetupFailed(str(exc)) from exc
         host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
-        try:
-            keys = self.await_host_keys(job, attempt, slice_, timeout)
-            self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout, keys,
-                                     tuple(values.values()))
-        finally:  # no host step under way any more: back to the usual lease
-            self._renew_lease(job, 0)
+        keys = self.await_host_keys(job, attempt, slice_, timeout)
+        self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout, keys,
+                                 tuple(values.values()))
 
     def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout, keys,
                             hidden: tuple[str, ...]) -> None:
@@ -194,7 +189,7 @@ class SshHostOps:
             if spec.sync_path:
                 from tpujob.hosts.sync import sync
 
-                self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
+                self._renew_lease(job)
                 _step_ok(sync(group, Path(spec.sync_path), sync_dir(job.id),
                               progress=self._progress("sync"), timeout=SYNC_TIMEOUT), "sync", hidden)
             runtime = spec.spec.run.runtime
@@ -202,25 +197,25 @@ class SshHostOps:
                 from tpujob.hosts.sync import sync
 
                 bundle = runtime_bundle.build(self.ctx.settings.home, job.id, runtime)
-                self._renew_lease(job, SYNC_TIMEOUT + LEASE_MARGIN)
+                self._renew_lease(job)
                 _step_ok(sync(group, bundle, runtime_bundle_dir(job.id),
                               progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
                          "runtime upload", hidden)
             self.attach_disks(job, attempt)  # a reused slice may lack one: attach before mounting
             script = mounts.mount_script(spec, job.id)  # disks and buckets, before setup
             if script:
-                self._renew_lease(job, timeout + LEASE_MARGIN)
+                self._renew_lease(job)
                 results = group.run(as_command(script, "tpujob-mount"), log_paths=log_of, timeout=timeout,
                                     fail_fast=True, progress=self._progress("mount"))
                 _setup_ok(results, "mount", timeout, hidden)
-            self._renew_lease(job, timeout + program.SETUP_GRACE + LEASE_MARGIN)
+            self._renew_lease(job)
             modules, packages = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
                                  else ((), ()))
             results = program.setup(group, host_attempt, spec.spec.setup or "",
                                     runtime_modules=modules, runtime_packages=packages,
                                     log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
             _setup_ok(results, "setup", timeout, hidden)
-            self._renew_lease(job, LAUNCH_TIMEOUT + LEASE_MARGIN)
+            self._renew_lease(job)
             results = program.launch(group, host_attempt, _command(spec, job.id), log_paths=log_of,
                                      timeout=LAUNCH_TIMEOUT, progress=self._progress("launch"))
             _step_ok(results, "launch", hidden)

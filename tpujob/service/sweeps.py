@@ -14,20 +14,20 @@ from tpujob.store.states import ENDED, State
 
 
 def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
-    """The Reconciler every sweep runs. TPUJOB_LEASE_SECONDS (default 300) is how long a job's
-    lease outlives a sweep that died holding it: the crash tests shorten it. A long host step
-    (setup) renews the lease for its own timeout first. TPUJOB_SWEEP_WORKERS (default 16): jobs
-    acted on at once. `progress(step, Progress)` hears each
-    host step as hosts finish it."""
+    """The Reconciler every sweep runs. TPUJOB_LEASE_SECONDS (default 90) is how long a job's
+    lease outlives a sweep that died holding it (the crash tests shorten it); while the sweep
+    lives it is renewed, however long a host step (setup) takes. TPUJOB_SWEEP_WORKERS (default
+    16): jobs acted on at once. `progress(step, Progress)` hears each host step as hosts
+    finish it."""
     from tpujob.hosts.keys import ssh_keys_metadata
-    from tpujob.reconcile.sweep import Reconciler
+    from tpujob.reconcile.sweep import LEASE_SECONDS, Reconciler
     from tpujob.service.hostops import SshHostOps
     from tpujob.service.run_dirs import GcsRunDirs
 
     workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
     cloud = make_cloud(ctx.settings)
     user = ctx.settings.ssh_user
-    lease_seconds = float(os.environ.get("TPUJOB_LEASE_SECONDS", "300"))
+    lease_seconds = float(os.environ.get("TPUJOB_LEASE_SECONDS", str(LEASE_SECONDS)))
     hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease_seconds)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
                       ssh_keys=(ssh_keys_metadata(ctx.settings.home, user),),

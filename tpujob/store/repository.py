@@ -197,15 +197,40 @@ class Store:
 
     # -- lease --------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def lease(self, job_id: int, owner: str, ttl_seconds: float) -> Iterator[Job]:
+    def lease(self, job_id: int, owner: str, ttl_seconds: float, *,
+              keep_alive: bool = False) -> Iterator[Job]:
         """Hold the job's lease for the block: taken on entry (JobLocked when another live owner
         holds it), released on the way out, exception or not. Yields the job as leased. Take
-        it outside atomic blocks: inside one, other actors see the lease only once it commits."""
+        it outside atomic blocks: inside one, other actors see the lease only once it commits.
+
+        With `keep_alive`, a thread renews it every quarter of `ttl_seconds` for as long as the
+        block runs, however long that is (a setup of many minutes): a process that dies in the
+        block frees the job within `ttl_seconds`, not after its longest step's timeout. The
+        thread stops renewing once another actor holds the lease (the block's next
+        compare-and-set, made with `owner=`, then fails)."""
         job = self.acquire_lease(job_id, owner, ttl_seconds)
+        done = threading.Event()
+        keeper = None
+        if keep_alive:
+            keeper = threading.Thread(target=self._keep_lease, args=(job_id, owner, ttl_seconds, done),
+                                      name=f"tpujob-lease-{job_id}", daemon=True)
+            keeper.start()
         try:
             yield job
         finally:
+            done.set()
+            if keeper is not None:
+                keeper.join()
             self.release_lease(job_id, owner)
+
+    def _keep_lease(self, job_id: int, owner: str, ttl_seconds: float, done: threading.Event) -> None:
+        while not done.wait(ttl_seconds / 4):
+            try:
+                self.acquire_lease(job_id, owner, ttl_seconds)
+            except JobLocked:
+                return   # lost: another actor has the job now; the block finds out on its next write
+            except Exception:  # noqa: BLE001 - a busy or unreachable store: the next tick tries again
+                continue
 
     def acquire_lease(self, job_id: int, owner: str, ttl_seconds: float) -> Job:
         """Take (or renew) the job's lease; JobLocked when another live actor holds it."""
