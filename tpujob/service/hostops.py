@@ -55,10 +55,11 @@ class SshHostOps:
     finish it; `actor` is the lease holder the sweep acts as: before each host step it checks
     that the job is still its own (the sweep's lease keeper renews it throughout), so that no
     two sweeps run setup on the same hosts. Should the sweep die in a step, the step may go on
-    on the hosts: setup.sh's lock makes the next sweep's setup of that attempt wait for it."""
+    on the hosts: setup.sh's lock makes the next sweep's setup of that attempt wait for it.
+    `lease_seconds` (with `actor`) is the TTL the sweep holds its leases for."""
 
     def __init__(self, ctx, cloud, *, progress: Optional[ProgressSink] = None,
-                 actor: Optional[str] = None, lease_seconds: float = 300.0):
+                 actor: Optional[str] = None, lease_seconds: Optional[float] = None):
         self.ctx = ctx
         self.cloud = cloud
         self.user = ctx.settings.ssh_user
