@@ -5,6 +5,7 @@ Every way out writes status.json (host 0) and exits with a code from contract.EX
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -42,15 +43,41 @@ def _failed(message: str, code: int, step: int = 0, **kw) -> contract.Status:
     return contract.Status(contract.STATE_FAILED, step, message, exit_code=code, **kw)
 
 
+def _usage() -> argparse.ArgumentParser:
+    env = "\n".join(f"  {name:<20} {what}" for name, what in (
+        (contract.ENV_RUN_DIR, "shared run dir: status.json, heartbeat, metrics, checkpoints (required)"),
+        (contract.ENV_JOB_ID, "the job's id"),
+        (contract.ENV_ATTEMPT, "the attempt's number"),
+        (contract.ENV_HOST_INDEX, "this host's index in the slice (0 writes status.json)"),
+        (contract.ENV_NUM_HOSTS, "hosts in the slice"),
+        (contract.ENV_COORDINATOR, "host 0's ip:port for jax.distributed")))
+    codes = "\n".join(f"  {code:<3} {what}" for code, what in contract.EXIT_CODES.items())
+    return argparse.ArgumentParser(
+        prog="python -m tpujob.runtime", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="tpujob's bundled JAX training runtime: restores the latest checkpoint in the "
+                    "run dir, trains, checkpoints, reports (docs/runtime.md).",
+        epilog=f"environment (set by tpujob on every host):\n{env}\n\nexit codes:\n{codes}")
+
+
+def _config_path(argv: list[str]) -> str | int:
+    """CONFIG's path, or the exit code: 0 after --help, EXIT_CONFIG for a usage error."""
+    parser = _usage()
+    parser.add_argument("config", metavar="CONFIG", help="the runtime config (YAML)")
+    try:
+        return parser.parse_args(argv).config
+    except SystemExit as stop:  # argparse has printed the usage or the error
+        return 0 if stop.code == 0 else contract.EXIT_CONFIG
+
+
 def main(argv: list[str]) -> int:
+    config = _config_path(argv)
+    if isinstance(config, int):
+        return config
     host_tag = os.environ.get(contract.ENV_HOST_INDEX, "0")
     # Orbax and absl log every save at INFO: keep theirs at WARNING, ours at INFO.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s host{host_tag} %(levelname)s %(message)s")
     log.setLevel(logging.INFO)
-    if len(argv) != 1:
-        print("usage: python -m tpujob.runtime CONFIG.yaml", file=sys.stderr)
-        return contract.EXIT_CONFIG
     # Until jax.distributed is up, the environment is all there is to tell host 0; a broken
     # environment is still reported in the run dir it names, if any.
     raw_run_dir = os.environ.get(contract.ENV_RUN_DIR)
@@ -59,7 +86,7 @@ def main(argv: list[str]) -> int:
     try:
         host = read_env(os.environ)
         host.run_dir.mkdir(parents=True, exist_ok=True)
-        cfg = load_config(argv[0])
+        cfg = load_config(config)
     except ConfigError as e:
         log.error("config: %s", e)
         _status(run_dir, is_main, _failed(str(e), contract.EXIT_CONFIG))

@@ -66,16 +66,26 @@ class Context:
             yield self.actor
 
 
-def make_cloud(settings: Settings):
-    """The Cloud for the configured target: Google (ADC), or the local emulator (started if needed)."""
+def make_cloud(settings: Settings, start_emulator: bool = True):
+    """The Cloud for the configured target: Google (ADC), or the local emulator, started first
+    unless `start_emulator` is off (a look, e.g. `show`, starts nothing)."""
     from tpujob.cloud.gcp import GcpCloud
 
     if settings.cloud == "gcp":
         return GcpCloud(credentials=_google_credentials(), labels=store_labels(settings))
+    info = local_emulator(start_emulator)
+    return GcpCloud.for_emulator(info["tpu_endpoint"], labels=store_labels(settings))
+
+
+def local_emulator(start: bool = True) -> dict:
+    """The local emulator's endpoints: started when it is not running, unless `start` is off,
+    then ConfigError (exit 6) naming the command that starts it."""
     from tpujob.emulator import process
 
-    info = process.ensure_running()
-    return GcpCloud.for_emulator(info["tpu_endpoint"], labels=store_labels(settings))
+    info = process.ensure_running() if start else process.status()
+    if info is None:
+        raise ConfigError("the local emulator is not running (`tpujob emulator start`)")
+    return info
 
 
 def store_labels(settings: Settings) -> dict[str, str]:
@@ -116,9 +126,7 @@ def make_compute(settings: Settings):
 
     if settings.cloud == "gcp":
         return GcpCompute(credentials=_google_credentials(), labels=store_labels(settings))
-    from tpujob.emulator import process
-
-    info = process.ensure_running()
+    info = local_emulator()
     return GcpCompute.for_emulator(info["compute_endpoint"], info["tpu_endpoint"],
                                    labels=store_labels(settings))
 
@@ -133,10 +141,6 @@ def make_storage(settings: Settings, start_emulator: bool = True):
                               credentials=_google_credentials())
     from google.auth.credentials import AnonymousCredentials
 
-    from tpujob.emulator import process
-
-    info = process.ensure_running() if start_emulator else process.status()
-    if info is None:
-        raise ConfigError("the local emulator is not running (`tpujob emulator start`)")
+    info = local_emulator(start_emulator)
     return storage.Client(project="tpujob-local", credentials=AnonymousCredentials(),
                           client_options={"api_endpoint": info["storage_endpoint"]})

@@ -353,7 +353,7 @@ def host_status(ctx: Context, job) -> list[HostProgram]:
     if not job.attempt:
         return []
     row = _attempt(ctx, job, None)
-    cloud = make_cloud(ctx.settings)
+    cloud = make_cloud(ctx.settings, start_emulator=False)  # a look starts nothing
     slice_ = _slice(cloud, job, row)
     if slice_ is None or slice_.phase != SlicePhase.READY:
         return []
