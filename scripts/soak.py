@@ -112,9 +112,9 @@ class Night:
     def record_jobs(self) -> None:
         from tpujob.service import jobs
         from tpujob.service.context import make_storage
-        from tpujob.service.demo import ensure_bucket
+        from tpujob.service.buckets import create_local_bucket
 
-        ensure_bucket(make_storage(self.ctx.settings), BUCKET)
+        create_local_bucket(make_storage(self.ctx.settings), BUCKET)
         four_hosts = 0
         for i in range(self.count):
             accelerator = self.rng.choice(["v4-8", "v4-8", "v4-16", "v4-32"])

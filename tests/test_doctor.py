@@ -295,7 +295,7 @@ def test_a_missing_bucket_is_an_error_and_a_far_one_a_warning(cli, no_cron, loca
     result, _, checks = doctor(cli)
     assert result.code == 6 and checks["buckets"]["status"] == "error"
     assert "doctor-no-such-bucket does not exist" in checks["buckets"]["detail"]
-    assert checks["buckets"]["fix"] == "gcloud storage buckets create gs://doctor-no-such-bucket --location us-central2"
+    assert checks["buckets"]["fix"] == "tpujob emulator create-bucket doctor-no-such-bucket"
     jobs.cancel(Context.load(), str(job.id))
 
     gcs = make_storage(Context.load().settings)

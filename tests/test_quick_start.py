@@ -28,3 +28,19 @@ def test_runtime_help_prints_its_usage_and_exits_0():
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: python -m tpujob.runtime")
     assert "TPUJOB_RUN_DIR" in done.stdout and "CONFIG" in done.stdout
+
+
+def test_a_missing_bucket_is_refused_naming_the_command_that_creates_it(cli, spec_file, stored_jobs,
+                                                                        local_cloud):
+    spec = spec_file("name: nobucket\ntpu: {accelerator: v4-8, zone: us-central2-b}\n"
+                     "run_dir: gs://quick-start-no-bucket/runs\nrun: {command: 'true'}\n")
+    refused = cli("create", spec)
+    assert refused.code == 2
+    assert refused.error_line == ("error: bucket quick-start-no-bucket does not exist: create it with "
+                                  "`tpujob emulator create-bucket quick-start-no-bucket`")
+    assert stored_jobs() == 0
+    made = cli("emulator", "create-bucket", "quick-start-no-bucket")
+    assert made.code == 0 and made.out == "bucket gs://quick-start-no-bucket created\n"
+    again = cli("emulator", "create-bucket", "quick-start-no-bucket")
+    assert again.code == 0 and again.out == "bucket gs://quick-start-no-bucket exists already\n"
+    assert cli("create", "--dry-run", spec).code == 0

@@ -51,6 +51,14 @@ class SpecError(UsageError):
         self.line = line
 
 
+class MissingBucket(UsageError):
+    """A bucket the job names does not exist; `fix` is the command that creates it."""
+
+    def __init__(self, bucket: str, fix: str):
+        super().__init__(f"bucket {bucket} does not exist: create it with `{fix}`")
+        self.bucket, self.fix = bucket, fix
+
+
 class NotFoundError(TpujobError):
     exit_code = EXIT_NOT_FOUND
 

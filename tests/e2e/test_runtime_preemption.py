@@ -55,13 +55,13 @@ def test_a_preempted_runtime_resumes_from_its_sigterm_checkpoint_and_loses_no_st
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from tpujob.service.demo import ensure_bucket
+    from tpujob.service.buckets import create_local_bucket
 
     bucket_name = f"rtp-{uuid.uuid4().hex[:8]}"
     endpoint = shared_emulator["storage_endpoint"]
     client = storage.Client(project=project, credentials=AnonymousCredentials(),
                             client_options={"api_endpoint": endpoint})
-    ensure_bucket(client, bucket_name)
+    create_local_bucket(client, bucket_name)
     bucket = client.bucket(bucket_name)
     spec = tmp_path / "rtp.yaml"
     spec.write_text(SPEC.replace("BUCKET", bucket_name))

@@ -110,12 +110,12 @@ def test_the_dashboard_shows_a_preempted_job_and_cancels_it(cli, local_cloud, sh
     from google.cloud import storage
     from selenium.webdriver.common.by import By
 
-    from tpujob.service.demo import ensure_bucket
+    from tpujob.service.buckets import create_local_bucket
 
     bucket_name = f"uib-{uuid.uuid4().hex[:8]}"
     client = storage.Client(project=project, credentials=AnonymousCredentials(),
                             client_options={"api_endpoint": shared_emulator["storage_endpoint"]})
-    ensure_bucket(client, bucket_name)
+    create_local_bucket(client, bucket_name)
     spec = tmp_path / "uib.yaml"
     spec.write_text(SPEC.replace("BUCKET", bucket_name))
     assert cli("create", spec).code == 0

@@ -94,8 +94,12 @@ def test_bucket_regions(gcs_server, gcs):
         buckets.check_bucket_regions(gcs, spec("gs://far/runs"), strict=True)
     # A US bucket is far from a European slice; a European one is not.
     assert buckets.check_bucket_regions(gcs, spec(None, ["far"], zone="europe-west4-a"), True) == []
-    with pytest.raises(UsageError, match="does not exist"):
+    with pytest.raises(UsageError, match="does not exist: create it with `gcloud storage buckets create "
+                                         "gs://nope --project .* --location us-central2`"):
         buckets.check_bucket_regions(gcs, spec(None, ["nope"]), strict=False)
+    with pytest.raises(UsageError, match="bucket nope does not exist: create it with "
+                                         "`tpujob emulator create-bucket nope`"):
+        buckets.check_bucket_regions(gcs, spec(None, ["nope"]), strict=False, cloud="local")
 
 
 @pytest.mark.parametrize("location,data,region,ok", [

@@ -32,4 +32,6 @@ def register(app: typer.Typer) -> None:
         for args in (["list", "--all"], ["show", jid]):
             typer.echo(f"\n$ tpujob {' '.join(args)}")
             app(args=args, prog_name="tpujob", standalone_mode=False)
+        typer.echo("\nThe emulator keeps running (its slices, disks and buckets with it) for the next "
+                   "`tpujob` command; stop it with `tpujob emulator stop`.", err=True)
         raise_unless_succeeded(job, wait=True)

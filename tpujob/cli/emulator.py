@@ -131,6 +131,16 @@ def register(app: typer.Typer) -> None:
         where = "in its operation" if in_operation else f"with HTTP {status}"
         typer.echo(f"next {times} call{'s' if times > 1 else ''} of {method} fail {where}")
 
+    @emulator.command("create-bucket")
+    def create_bucket(bucket: str = typer.Argument(..., help="Bucket name, without gs://.")):
+        """Create a bucket in the emulator's Cloud Storage (`gcloud storage buckets create` on
+        Google); one that exists is left as it is."""
+        from tpujob.service.buckets import create_local_bucket
+        from tpujob.service.context import local_storage
+
+        made = create_local_bucket(local_storage(), bucket)
+        typer.echo(f"bucket gs://{bucket} {'created' if made else 'exists already'}")
+
     @emulator.command("kill-host")
     def kill_host(node: str = typer.Argument(...), index: int = typer.Argument(...)):
         """Kill one host of a node at once (its processes and SSH server)."""

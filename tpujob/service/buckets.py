@@ -3,7 +3,7 @@ mounts, or its run dir's, in another region than the slice is slow and costs egr
 
 from __future__ import annotations
 
-from tpujob.errors import NotFoundError, UsageError
+from tpujob.errors import MissingBucket, NotFoundError, UsageError
 from tpujob.service.run_dirs import run_dir_location
 from tpujob.spec import ResolvedSpec
 
@@ -29,10 +29,29 @@ def serves_region(location: str, data_locations: list[str], region: str) -> bool
     return location.lower() == region
 
 
-def check_bucket_regions(gcs, spec: ResolvedSpec, strict: bool) -> list[str]:
+def create_command(bucket: str, spec: ResolvedSpec, cloud: str) -> str:
+    """The command that creates `bucket` where the job's slice is: on Google, in the slice's
+    region; on the local cloud, in the emulator's Cloud Storage."""
+    if cloud == "local":
+        return f"tpujob emulator create-bucket {bucket}"
+    return (f"gcloud storage buckets create gs://{bucket} --project {spec.project} "
+            f"--location {region_of(spec.zone)}")
+
+
+def create_local_bucket(client, bucket: str) -> bool:
+    """Create `bucket` in the emulator's Cloud Storage (`client`) unless it exists; whether it
+    was made."""
+    if client.lookup_bucket(bucket) is not None:
+        return False
+    client.create_bucket(bucket)
+    return True
+
+
+def check_bucket_regions(gcs, spec: ResolvedSpec, strict: bool, cloud: str = "gcp") -> list[str]:
     """Each bucket the job mounts (and its run dir's) against the slice's region: a warning per
-    cross-region bucket, or a UsageError with `strict`. A bucket that does not exist is refused;
-    one whose metadata we may not read (storage.buckets.get) is a warning."""
+    cross-region bucket, or a UsageError with `strict`. A bucket that does not exist is refused
+    (MissingBucket, naming the command that creates it on `cloud`); one whose metadata we may
+    not read (storage.buckets.get) is a warning."""
     from tpujob.errors import CloudError
 
     region = region_of(spec.zone)
@@ -45,7 +64,7 @@ def check_bucket_regions(gcs, spec: ResolvedSpec, strict: bool) -> list[str]:
         try:
             where, data = gcs.bucket_location(name)
         except NotFoundError:
-            raise UsageError(f"bucket {name} does not exist") from None
+            raise MissingBucket(name, create_command(name, spec, cloud)) from None
         except CloudError as exc:
             warnings.append(f"could not check the location of bucket {name}: {exc}")
             continue

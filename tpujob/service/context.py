@@ -139,7 +139,13 @@ def make_storage(settings: Settings, start_emulator: bool = True):
     if settings.cloud == "gcp":
         return storage.Client(project=settings.effective_project or None,
                               credentials=_google_credentials())
+    return local_storage(start_emulator)
+
+
+def local_storage(start_emulator: bool = True):
+    """The local emulator's Cloud Storage, whatever cloud is configured."""
     from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
 
     info = local_emulator(start_emulator)
     return storage.Client(project="tpujob-local", credentials=AnonymousCredentials(),

@@ -46,9 +46,10 @@ def start(ctx: Context, spec: str | None = None) -> Demo:
     info = running or process.start()
     run_dir_bucket = _run_dir_bucket(path)
     if run_dir_bucket:
+        from tpujob.service.buckets import create_local_bucket
         from tpujob.service.context import make_storage
 
-        ensure_bucket(make_storage(ctx.settings), run_dir_bucket)
+        create_local_bucket(make_storage(ctx.settings), run_dir_bucket)
     job = jobs.create(ctx, str(path)).job
     return Demo(job, path, info["tpu_endpoint"], started_emulator=running is None)
 
@@ -67,9 +68,3 @@ def _run_dir_bucket(path: Path) -> str | None:
     located = split_gs(run_dir) if isinstance(run_dir, str) else None
     return located[0] if located else None
 
-
-def ensure_bucket(client, bucket: str) -> None:
-    """Create `bucket` on the emulator's Cloud Storage if missing: a fresh emulator has none,
-    and the hosts' gcsfuse mounts the run dir's bucket before the program starts."""
-    if client.lookup_bucket(bucket) is None:
-        client.create_bucket(bucket)

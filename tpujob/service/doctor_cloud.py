@@ -23,7 +23,6 @@ _RETRY_DEADLINE = 20.0  # seconds of retries on 429/503: a checklist should not 
 # is disabled. Enable it by visiting https://console.developers.google.com/apis/api/
 # tpu.googleapis.com/overview?project=123 then retry." with reason SERVICE_DISABLED (quoted in
 # GoogleCloudPlatform/emblem#757 and vertex-ai-samples#476).
-_MISSING_BUCKET = re.compile(r"bucket (\S+) does not exist")  # service/buckets.py's refusal
 _DISABLED = re.compile(r"has not been used in project|or it is disabled|SERVICE_DISABLED", re.IGNORECASE)
 
 
@@ -190,7 +189,7 @@ def orphans_check(ctx: Context, cloud, compute) -> Check:
 
 def buckets_check(settings, info: dict | None, credentials: Any, project: str, jobs: list) -> Check:
     """Each active job's buckets (run dir included) exist and sit in its slice's region."""
-    from tpujob.errors import UsageError
+    from tpujob.errors import MissingBucket
     from tpujob.service import buckets, run_dirs
 
     from tpujob.job_spec import spec_of
@@ -204,15 +203,11 @@ def buckets_check(settings, info: dict | None, credentials: Any, project: str, j
     gcs = Gcs(_storage_client(settings, info, credentials, project))
     warnings, checked = [], set()
     for spec in specs:
-        region = buckets.region_of(spec.zone)
         try:
-            warnings += buckets.check_bucket_regions(gcs, spec, strict=False)
-        except UsageError as exc:  # "bucket B does not exist"
-            named = _MISSING_BUCKET.search(exc.message)
-            return Check("buckets", ERROR, exc.message,
-                         f"gcloud storage buckets create gs://{named.group(1) if named else 'BUCKET'} "
-                         f"--location {region}")
-        checked.add(region)
+            warnings += buckets.check_bucket_regions(gcs, spec, strict=False, cloud=settings.cloud)
+        except MissingBucket as exc:
+            return Check("buckets", ERROR, f"bucket {exc.bucket} does not exist", exc.fix)
+        checked.add(buckets.region_of(spec.zone))
     if warnings:
         return Check("buckets", WARNING, "; ".join(dict.fromkeys(warnings)),
                      "move the data to a bucket in the slice's region, or the job to the bucket's")

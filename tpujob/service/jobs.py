@@ -165,7 +165,7 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
         from tpujob.cloud.gcs import Gcs
 
         gcs = Gcs(make_storage(ctx.settings))
-        for message in buckets.check_bucket_regions(gcs, resolved, strict):
+        for message in buckets.check_bucket_regions(gcs, resolved, strict, ctx.settings.cloud):
             warn(message)
     job, resolved = record(ctx, path, keep_slice=keep_slice)
     return Created(job, resolved, findings)
