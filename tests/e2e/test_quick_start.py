@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TPUJOB = str(Path(sys.executable).parent / "tpujob")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the demo, then a job followed to its end
 
 
 def quick_start() -> list[list[str]]:
@@ -42,7 +42,8 @@ def serve_once(argv: list[str]) -> str:
         lines = [proc.stdout.readline() for _ in range(2)]
         url = lines[1].strip()
         assert url.startswith("http://127.0.0.1:8765/?token="), "".join(lines) + proc.stderr.read()
-        with urllib.request.urlopen(url, timeout=30) as page:
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())  # keeps the token's cookie
+        with browser.open(url, timeout=30) as page:
             assert page.status == 200 and "demo" in page.read().decode()
         return url
     finally:
