@@ -58,13 +58,10 @@ class Observation:
     # earlier attempt left are not this one's: the sweep leaves them out).
     run_dir: Optional[RunDirStatus] = None
     launched: Optional[int] = None  # act just launched the program on this many hosts
-    # How far a NO_QUOTA or UNAVAILABLE refusal reaches: "zone" (a PerProjectPerZone quota, or a
-    # zone this project may not use: LOCATION_POLICY_VIOLATED), "region" (a regional quota);
-    # None: a quota of unknown scope counts as regional, a placement as its (accelerator, zone).
+    # How far a NO_QUOTA or UNAVAILABLE refusal reaches: "zone" (a zonal quota, LOCATION_POLICY_
+    # VIOLATED), "region"; None: a quota counts as regional, a placement as (accelerator, zone).
     scope: Optional[str] = None
-    # The refused slice still exists and holds quota (a queued resource that ended FAILED stays
-    # until deleted): it is deleted before the next placement.
-    holds_slice: bool = False
+    holds_slice: bool = False  # the refused slice holds quota until deleted (a FAILED queued resource)
 
 
 @dataclass(frozen=True)
@@ -240,8 +237,7 @@ def _refused(obs: Observation) -> list[Action]:
 
 
 def _other_placement(job: JobView, other_region: bool, other_zone: bool = False) -> bool:
-    """Whether a placement other than the current one is left to try (in another region, or
-    another zone)."""
+    """Whether a placement other than the current one is left (in another region, or zone)."""
     here = job.regions[job.placement] if other_region and job.regions else None
     zone = job.zones[job.placement] if other_zone and job.zones else None
     return any(i != job.placement and i not in job.blocked_placements
@@ -292,10 +288,8 @@ def _provisioning(job, obs, policy):
         return _lost(job, policy, "slice lost while provisioning")
     if phase == SliceCondition.UNAVAILABLE:
         return _unavailable(job, obs)
-    if phase == SliceCondition.NO_QUOTA:
-        elsewhere = _no_quota(job, obs)
-        if elsewhere is not None:
-            return elsewhere
+    if phase == SliceCondition.NO_QUOTA and (elsewhere := _no_quota(job, obs)) is not None:
+        return elsewhere
     if phase in (SliceCondition.REFUSED, SliceCondition.NO_QUOTA):
         return _refused(obs)
     if phase == SliceCondition.STOCKOUT:
