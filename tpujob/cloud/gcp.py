@@ -297,11 +297,9 @@ def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:
     detail = ""
     if node is not None and node.health_description:
         detail = node.health_description
-    failure = None
     if qr is not None and qr.state.failed_data.error.message:
         detail = qr.state.failed_data.error.message
-    if qr_state == "FAILED":
-        failure = _queued_resource_failure(name, qr)
+    failure = _queued_resource_failure(name, qr) if qr_state == "FAILED" else None
     accelerator = node.accelerator_type if node is not None else (
         qr.tpu.node_spec[0].node.accelerator_type if qr is not None and qr.tpu.node_spec else None)
     # The node's own createTime: when capacity was found and its hosts started coming up (a
@@ -314,7 +312,7 @@ def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:
                  node_create_time=created.timestamp() if created else None, failure=failure)
 
 
-def _queued_resource_failure(name: str, qr: Any) -> Any:
+def _queued_resource_failure(name: str, qr: Any) -> Exception:
     """Why a queued resource ended FAILED, typed like a create error: its failedData.error
     (google.rpc.Status) through the classifier. FAILED is "a late-found problem with the
     request, or no capacity within its constraints" (tpu.v2 discovery, QueuedResourceState);
@@ -322,8 +320,7 @@ def _queued_resource_failure(name: str, qr: Any) -> Any:
     from tpujob.errors import StockoutError
 
     state = qr.state
-    initiator = state.state_initiator.name if state.state_initiator else "STATE_INITIATOR_UNSPECIFIED"
-    what = f"queued resource {name} FAILED (stateInitiator {initiator})"
+    what = f"queued resource {name} FAILED (stateInitiator {state.state_initiator.name})"
     if state.failed_data.error.code or state.failed_data.error.message:
         return classify(what, status_error(state.failed_data.error), create_operation=True)
     return StockoutError(f"{what} without failedData.error: no capacity within its constraints "
