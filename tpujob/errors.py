@@ -97,17 +97,44 @@ class CloudRefused(CloudError):
 class QuotaExceeded(CloudRefused):
     """A resource quota (not a request rate, not a stockout) is spent: it takes a quota
     increase or a deleted slice, not a retry. `region`/`zone`: where Google says the limit
-    applies (None when it does not say), so a fallback elsewhere can be preferred."""
+    applies (None when it does not say), so a fallback elsewhere can be preferred; `scope`:
+    "zone" or "region" (from the place, or the quota's PerProjectPer{Zone,Region} name), None
+    when Google says neither."""
 
-    def __init__(self, message: str, *, region: str | None = None, zone: str | None = None):
+    def __init__(self, message: str, *, region: str | None = None, zone: str | None = None,
+                 scope: str | None = None):
         super().__init__(message)
         self.region = region
         self.zone = zone
+        self.scope = scope or ("zone" if zone else "region" if region else None)
 
 
 class PlacementUnavailable(CloudRefused):
     """The zone does not offer the accelerator (or offers no TPUs at all): this placement can
     never succeed, but another zone or accelerator from the spec's fallbacks may."""
+
+
+class LocationDenied(PlacementUnavailable):
+    """403 LOCATION_POLICY_VIOLATED: this project may not use the zone (an organisation's
+    resource-location policy, or a zone that needs allowlisting such as us-central2-b). Not a
+    role or login problem: another placement may work, and with none left the spec's zone is a
+    configuration error (exit 6) naming the zone."""
+
+    exit_code = EXIT_CONFIG
+
+    def __init__(self, message: str, *, zone: str | None = None):
+        super().__init__(message)
+        self.zone = zone
+
+
+class ReservationUnavailable(PlacementUnavailable):
+    """The create names (or the project requires) a reservation the zone does not have: this
+    placement cannot succeed as asked, another zone may."""
+
+
+class SlicePreempted(CloudError):
+    """The slice was preempted while the call was in flight (operation code 3 "update is not
+    supported while in state PREEMPTED"): a preemption, not a refusal."""
 
 
 class HostsUnreachable(CloudError):
@@ -137,6 +164,11 @@ class PermissionDenied(AuthError):
 
 class ServiceDisabled(PermissionDenied):
     """The project has not enabled the API the request needs (403 SERVICE_DISABLED)."""
+
+
+class BillingDisabled(PermissionDenied):
+    """403: the project's billing is disabled, or is a free-trial account Cloud TPU refuses; the
+    fix is in Cloud Billing, not in IAM."""
 
 
 class JobDidNotSucceed(TpujobError):

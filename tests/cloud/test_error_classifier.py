@@ -126,3 +126,85 @@ def test_other_bad_requests_are_plain_refusals():
 
 def test_every_row_cites_a_source():
     assert all(rule.source and rule.behaviour for rule in RULES)
+
+
+# --- issue 22: Google's answers that say more than their status (tests/fixtures/gcp_errors) ----
+
+FIXTURES = __import__("pathlib").Path(__file__).resolve().parent.parent / "fixtures" / "gcp_errors"
+
+
+def replayed(name: str):
+    """A fixture as the client raises it: over REST api_core's exception with `details` (ErrorInfo
+    reason/domain/metadata, QuotaFailure); in an operation, the google.rpc.Status through
+    status_error (what gcp.py does for an operation's `error` and a queued resource's failedData)."""
+    import json
+
+    from google.protobuf import any_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    from tpujob.cloud.errors import status_error
+    from tpujob.emulator.failnext import GRPC_CODES
+
+    answer = json.loads((FIXTURES / f"{name}.json").read_text())
+    info = None
+    if answer["reason"]:
+        info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": answer["reason"],
+                "domain": answer.get("domain", "googleapis.com"), "metadata": answer.get("metadata", {})}
+    if not answer["in_operation"]:
+        return gexc.from_http_status(answer["status"], answer["message"], details=[info] if info else [],
+                                     error_info=info)
+    status = status_pb2.Status(code=GRPC_CODES[answer["grpc_status"]], message=answer["message"])
+    if info:
+        packed = any_pb2.Any()
+        packed.Pack(error_details_pb2.ErrorInfo(reason=info["reason"], domain=info["domain"],
+                                                metadata=info["metadata"]))
+        status.details.append(packed)
+    return status_error(status)
+
+
+@pytest.mark.parametrize("name, typed, exit_code, said", [
+    ("location_policy_violated", "LocationDenied", 6, "this project may not use zone us-central2-b"),
+    ("quota_zone", "QuotaExceeded", 5, "Limit 4 in zone us-central1-a"),
+    ("billing_disabled", "BillingDisabled", 6, "gcloud billing projects link 1051023892108"),
+    ("free_trial_billing", "BillingDisabled", 6, "not available on a free-trial billing account"),
+    ("user_project_denied", "PermissionDenied", 6,
+     "grant it roles/serviceusage.serviceUsageConsumer there (gcloud projects add-iam-policy-binding "
+     "bamboo-precept-lgxtn"),
+    ("preempted_code_3", "SlicePreempted", 5, "update is not supported while in state PREEMPTED"),
+    ("reservation_required", "ReservationUnavailable", 5, "a reservation problem"),
+])
+def test_googles_answers_get_their_own_type_and_fix(name, typed, exit_code, said):
+    err = classify("creating node n1", replayed(name), create_operation=True)
+    assert (type(err).__name__, err.exit_code) == (typed, exit_code)
+    assert said in str(err)
+    # Never the generic advice a role or a login problem gets.
+    assert "gcloud auth" not in str(err) and "check the project and the account's roles" not in str(err)
+    assert not retryable(replayed(name))
+
+
+def test_the_zone_of_a_location_denial_comes_from_errorinfo_metadata_first():
+    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "LOCATION_POLICY_VIOLATED",
+            "metadata": {"location": "europe-west4-b"}}
+    err = classify("creating node n1", gexc.from_http_status(403, "Region access is unavailable.",
+                                                             details=[info], error_info=info))
+    assert err.zone == "europe-west4-b" and "may not use zone europe-west4-b" in str(err)
+
+
+@pytest.mark.parametrize("text, scope", [
+    ("Quota 'TPUV5sLitepodServingPerProjectPerZoneForTPUAPI' exhausted. Limit 4 in zone us-central1-a", "zone"),
+    ("Quota limit 'TPUV6EPreemptiblePerProjectPerRegionForTPUAPI' has been exceeded. Limit: 0 in region us-east5.",
+     "region"),
+    ("Quota 'TPUV5PPreemptiblePerProjectPerZoneForTPUAPI' exhausted.", "zone"),  # the name alone says it
+    ("Quota 'SOMETHING' exhausted.", None),
+])
+def test_a_quota_carries_its_scope(text, scope):
+    assert classify("creating node n1", rest(429, text)).scope == scope
+
+
+def test_quota_failure_violations_are_read_when_the_message_says_little():
+    violation = {"subject": "TPUV6EPreemptiblePerProjectPerZoneForTPUAPI",
+                 "description": "Quota 'TPUV6EPreemptiblePerProjectPerZoneForTPUAPI' exhausted. Limit 0 in zone us-east5-b"}
+    detail = {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [violation]}
+    err = classify("creating node n1", gexc.from_http_status(429, "Quota exceeded.", details=[detail]))
+    assert type(err) is QuotaExceeded and (err.scope, err.zone) == ("zone", "us-east5-b")
+    assert "Limit 0 in zone us-east5-b" in str(err)

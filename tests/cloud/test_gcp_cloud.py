@@ -177,6 +177,10 @@ def test_queued_resource_past_its_valid_until_fails(cloud, server):
     cloud.create_queued_resource(request("late", "v4-8", queued=True, valid_until_seconds=1))
     s = wait_for_slice(cloud, "late", timeout=10)
     assert (s.phase, s.queued_resource_state) == (SlicePhase.FAILED, "FAILED")
+    # No failedData.error: "no capacity within its constraints" (QueuedResourceState), a capacity miss.
+    from tpujob.errors import StockoutError
+
+    assert isinstance(s.failure, StockoutError) and "stateInitiator SERVICE" in str(s.failure)
 
 
 def test_preempted_node_and_suspended_queued_resource_are_preempted(cloud, server):

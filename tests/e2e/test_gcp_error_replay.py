@@ -27,14 +27,22 @@ def payload(name: str) -> dict:
 def replay(cli, local_cloud):
     """`tpujob emulator fail-next` with a fixture's answer; faults left pending are dropped after."""
 
-    def arm(name: str, times: int = 1) -> dict:
+    def arm(name: str, times: int = 1, method: str | None = None, in_operation: bool | None = None) -> dict:
+        """`method`/`in_operation`: replay the answer on another call (a queued resource's create,
+        whose --in-operation ends the queued resource FAILED with it in failedData)."""
         answer = payload(name)
-        args = ["emulator", "fail-next", answer["method"], "--status", answer["status"],
+        args = ["emulator", "fail-next", method or answer["method"], "--status", answer["status"],
                 "--message", answer["message"], "--grpc-status", answer["grpc_status"],
                 "--times", times]
         if answer["reason"]:
             args += ["--reason", answer["reason"]]
-        if answer["in_operation"]:
+        if answer.get("domain"):
+            args += ["--domain", answer["domain"]]
+        for key, value in answer.get("metadata", {}).items():
+            args += ["--metadata", f"{key}={value}"]
+        for violation in answer.get("quota_violations", []):
+            args += ["--quota-violation", f"{violation['subject']}={violation['description']}"]
+        if answer["in_operation"] if in_operation is None else in_operation:
             args.append("--in-operation")
         result = cli(*args)
         assert result.code == 0, result.err

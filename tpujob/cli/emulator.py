@@ -104,8 +104,14 @@ def register(app: typer.Typer) -> None:
         reason: Optional[str] = typer.Option(
             None, "--reason", help="ErrorInfo reason (TPU) or errors[].reason (Compute)."),
         in_operation: bool = typer.Option(
-            False, "--in-operation", help="The call succeeds; its operation ends with the error."),
+            False, "--in-operation", help="The call succeeds; its operation ends with the error (a "
+            "queued resource's create: the queued resource is accepted, then ends FAILED with it)."),
         times: int = typer.Option(1, "--times", min=1, help="How many calls fail."),
+        domain: Optional[str] = typer.Option(None, "--domain", help="ErrorInfo domain (default googleapis.com)."),
+        metadata: Optional[list[str]] = typer.Option(
+            None, "--metadata", help="ErrorInfo metadata KEY=VALUE (repeatable), e.g. location=us-central2-b."),
+        quota_violation: Optional[list[str]] = typer.Option(
+            None, "--quota-violation", help="A QuotaFailure violation SUBJECT=DESCRIPTION (repeatable)."),
         list_: bool = typer.Option(False, "--list", help="Print the method ids that can fail."),
     ):
         """The next calls of METHOD answer Google's error body (replaying a real answer), or with
@@ -124,10 +130,17 @@ def register(app: typer.Typer) -> None:
                              "the methods that can fail" if method else "METHOD is required (or --list)")
         if status is None or not message:
             raise UsageError("--status and --message are required")
+        pairs = {}
+        for flag, given in (("--metadata", metadata or []), ("--quota-violation", quota_violation or [])):
+            if any("=" not in item for item in given):
+                raise UsageError(f"{flag} takes KEY=VALUE")
+            pairs[flag] = [item.split("=", 1) for item in given]
         from tpujob.emulator import process
 
-        process.client().fail_next(method, status, message, grpc_status=grpc_status, reason=reason,
-                                   in_operation=in_operation, times=times)
+        process.client().fail_next(
+            method, status, message, grpc_status=grpc_status, reason=reason, in_operation=in_operation,
+            times=times, domain=domain, metadata=dict(pairs["--metadata"]),
+            quota_violations=[{"subject": k, "description": v} for k, v in pairs["--quota-violation"]])
         where = "in its operation" if in_operation else f"with HTTP {status}"
         typer.echo(f"next {times} call{'s' if times > 1 else ''} of {method} fail {where}")
 

@@ -127,6 +127,9 @@ class Slice:
     labels: dict[str, str] = field(default_factory=dict)
     detail: str = ""  # why it failed or what it waits for, when the API says
     node_create_time: float | None = None  # epoch seconds of the node's createTime; None: no node
+    # A queued resource that ended FAILED: its failedData.error typed like a create error
+    # (tpujob.errors: StockoutError, QuotaExceeded, PlacementUnavailable, CloudRefused, ...).
+    failure: Exception | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@ from google.api_core import retry as gretry
 from google.auth import exceptions as auth_exc
 
 from tpujob.errors import (
-    AUTH_HINT, AuthError, CloudError, CloudRefused, ConflictError, InternalCreateError,
-    NotFoundError, PermissionDenied, PlacementUnavailable, QuotaExceeded, ServiceDisabled,
-    StockoutError, TpujobError,
+    AUTH_HINT, AuthError, BillingDisabled, CloudError, CloudRefused, ConflictError,
+    InternalCreateError, LocationDenied, NotFoundError, PermissionDenied, PlacementUnavailable,
+    QuotaExceeded, ReservationUnavailable, ServiceDisabled, SlicePreempted, StockoutError,
+    TpujobError,
 )
 
 _EXHAUSTED = (gexc.ResourceExhausted, gexc.TooManyRequests)  # gRPC 8 / HTTP 429
@@ -42,6 +43,22 @@ _STOCKOUT = re.compile(r"no more capacity in the zone|not have enough resources 
 _QUOTA = re.compile(r"quota limit '([^']*)' has been exceeded|quota '([^']*)' (?:exhausted|exceeded)",
                     re.IGNORECASE)
 _QUOTA_WHERE = re.compile(r"limit:?\s*[\d.]+\s+in\s+(region|zone)\s+([a-z0-9-]+)", re.IGNORECASE)
+# The quota's own name says its scope when the wording names no place (TPU quota ids read
+# TPUV...PerProjectPer{Zone,Region}ForTPUAPI: shared/facts/operations.md, SkyPilot's handler).
+_QUOTA_SCOPE = re.compile(r"PerProjectPer(Zone|Region)", re.IGNORECASE)
+# LOCATION_POLICY_VIOLATED's wording, as gcloud printed it for a TPU create in us-central2-b
+# (sayouzone/gemma3-sft tpu/README.md): the ErrorInfo reason decides where present.
+_LOCATION_POLICY = re.compile(r"permission denied on 'locations/([a-z0-9-]+)' \(or it may not exist\)",
+                              re.IGNORECASE)
+_RESERVATION = re.compile(r"reservation\b[^.;]*\b(?:not found|does not exist|was not found)|"
+                          r"target reservation must be specified", re.IGNORECASE)
+_PREEMPTED = re.compile(r"not supported while in state PREEMPTED", re.IGNORECASE)
+_BILLING = re.compile(r"requires billing to be enabled|has billing disabled|billing account for "
+                      r"project '?\S+'? is not found|billing account[^.]* is disabled", re.IGNORECASE)
+_FREE_TRIAL = re.compile(r"free[- ]trial billing account", re.IGNORECASE)
+_USER_PROJECT = re.compile(r"caller does not have required permission to use project ([a-z0-9-]+)",
+                           re.IGNORECASE)
+_PROJECT = re.compile(r"projects/([a-z0-9-]+)", re.IGNORECASE)
 _PLACEMENT = re.compile(r"could not be found in the zonal accelerator configurations|"
                         r"the accelerator \S+ was not found in zone|"
                         r"the requested zone \S+ is not supported|"
@@ -77,6 +94,36 @@ class Answer:
     def message(self) -> str:
         return f"{self.what}: {type(self.err).__name__}: {self.text}"
 
+    @property
+    def reason(self) -> str:
+        """google.rpc.ErrorInfo's reason (api_core parses it from `error.details`; a Compute
+        body's `errors[].reason` otherwise), or ""."""
+        return self.err.reason or next((e.get("reason", "") for e in self.err.errors
+                                        if isinstance(e, dict)), "")
+
+    @property
+    def info(self) -> dict:
+        """ErrorInfo's metadata (e.g. {"location": ZONE, "consumer": "projects/P", "service"})."""
+        return dict(self.err.metadata or {})
+
+    @property
+    def violations(self) -> list[str]:
+        """google.rpc.QuotaFailure's violations, "subject: description" each: over REST the
+        details stay JSON dicts, from an operation's google.rpc.Status they are messages."""
+        found = []
+        for detail in self.err.details or ():
+            if isinstance(detail, dict):
+                if detail.get("@type", "").endswith("google.rpc.QuotaFailure"):
+                    found += [f"{v.get('subject', '')}: {v.get('description', '')}"
+                              for v in detail.get("violations", [])]
+            elif type(detail).__name__ == "QuotaFailure":
+                found += [f"{v.subject}: {v.description}" for v in detail.violations]
+        return found
+
+    @property
+    def quota_text(self) -> str:
+        return " ".join([self.text, *self.violations])
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -87,11 +134,51 @@ class Rule:
 
 
 def _quota(a: Answer) -> QuotaExceeded:
-    where = _QUOTA_WHERE.search(a.text)
+    text = a.quota_text
+    where = _QUOTA_WHERE.search(text)
+    named = _QUOTA_SCOPE.search(text)
     scope, place = (where.group(1).lower(), where.group(2)) if where else (None, None)
-    return QuotaExceeded(f"{a.message} (a quota increase, or deleting slices that hold it, "
-                         "is what helps)", region=place if scope == "region" else None,
-                         zone=place if scope == "zone" else None)
+    scope = scope or (named.group(1).lower() if named else None)
+    extra = "; ".join(v for v in a.violations if v.split(": ", 1)[-1] not in a.text)
+    return QuotaExceeded(f"{a.message}{f' ({extra})' if extra else ''} (a quota increase, or "
+                         "deleting slices that hold it, is what helps)",
+                         region=place if scope == "region" else None,
+                         zone=place if scope == "zone" else None, scope=scope)
+
+
+def _location_policy(a: Answer) -> LocationDenied:
+    named = _LOCATION_POLICY.search(a.text)
+    zone = a.info.get("location") or (named.group(1) if named else None)
+    return LocationDenied(f"{a.message} (LOCATION_POLICY_VIOLATED: this project may not use zone "
+                          f"{zone or '(unnamed)'}, an organisation policy or a zone that needs "
+                          "allowlisting; not a role or login problem: choose another zone)", zone=zone)
+
+
+def _reservation(a: Answer) -> ReservationUnavailable:
+    return ReservationUnavailable(f"{a.message} (a reservation problem: this zone has no reservation "
+                                  "the request can use; another placement may work, or name an "
+                                  "existing reservation)")
+
+
+def _project(a: Answer, found: re.Match | None = None) -> str:
+    named = _PROJECT.search(a.info.get("consumer", "")) or _PROJECT.search(a.text)
+    return (found.group(1) if found else None) or (named.group(1) if named else "PROJECT")
+
+
+def _billing(a: Answer) -> BillingDisabled:
+    if _FREE_TRIAL.search(a.text):
+        return BillingDisabled(f"{a.message}; Cloud TPU is not available on a free-trial billing "
+                               "account: upgrade it to a paid account in the console's Billing page")
+    return BillingDisabled(f"{a.message}; billing is disabled for the project: link a billing account "
+                           f"(gcloud billing projects link {_project(a)} --billing-account=ACCOUNT_ID)")
+
+
+def _user_project(a: Answer) -> PermissionDenied:
+    project = _project(a, _USER_PROJECT.search(a.text))
+    return PermissionDenied(f"{a.message}; the account may not use project {project}: grant it "
+                            f"roles/serviceusage.serviceUsageConsumer there (gcloud projects "
+                            f"add-iam-policy-binding {project} --member=ACCOUNT "
+                            "--role=roles/serviceusage.serviceUsageConsumer)")
 
 
 def _permission(a: Answer) -> PermissionDenied:
@@ -118,7 +205,7 @@ def _location(a: Answer) -> PlacementUnavailable:
 
 
 def _reason(a: Answer) -> str:
-    return a.err.reason or next((e.get("reason", "") for e in a.err.errors if isinstance(e, dict)), "")
+    return a.reason
 
 
 RULES: tuple[Rule, ...] = (
@@ -134,9 +221,13 @@ RULES: tuple[Rule, ...] = (
          "no more capacity in the zone\"); SkyPilot sky/backends failover handler (codes 8, 9); "
          "skypilot#4579"),
     Rule("resource quota spent (429 \"Quota limit '...' has been exceeded. Limit: 0 in region R\", "
-         "QuotaFailure \"Quota '...' exhausted. Limit N in region R\"): QuotaExceeded with its "
-         "region or zone", lambda a: bool(_QUOTA.search(a.text)), _quota,
-         "marin PR #1612; marin#87; SkyPilot failover handler (google.rpc.QuotaFailure branch)"),
+         "QuotaFailure \"Quota '...' exhausted. Limit N in region R\" or \"... in zone Z\", in the "
+         "message or in google.rpc.QuotaFailure violations): QuotaExceeded with its scope (zone or "
+         "region, from the wording or the quota's PerProjectPer{Zone,Region} name)",
+         lambda a: bool(_QUOTA.search(a.quota_text)), _quota,
+         "marin PR #1612; marin#87; SkyPilot failover handler (google.rpc.QuotaFailure branch); "
+         "sayouzone/gemma3-sft tpu/README.md (\"Quota 'TPUV5sLitepodServingPerProjectPerZoneForTPUAPI' "
+         "exhausted. Limit 4 in zone us-central1-a\")"),
     Rule("INTERNAL (code 13) ending a create operation: InternalCreateError, a capacity miss",
          lambda a: a.create_operation and isinstance(a.err, _INTERNAL),
          lambda a: InternalCreateError(f"{a.message} (treated as a capacity miss)"),
@@ -148,6 +239,39 @@ RULES: tuple[Rule, ...] = (
          "skypilot#3840 (\"the accelerator v4-128 was not found in zone\"); FACTS.md (gcloud "
          "queued-resources output: \"could not be found in the zonal accelerator "
          "configurations\", \"The requested zone ... is not supported\")"),
+    Rule("operation code 3 \"update is not supported while in state PREEMPTED\": the slice was "
+         "preempted under the call, SlicePreempted (a preemption, not a refusal)",
+         lambda a: bool(_PREEMPTED.search(a.text)), lambda a: SlicePreempted(a.message),
+         "SkyPilot sky/backends/cloud_vm_ray_backend.py (\"Error code 3 means TPU is preempted during "
+         "creation\", quoting {'code': 3, 'message': 'Cloud TPU received a bad request. update is not "
+         "supported while in state PREEMPTED [EID: 0x73013519f5b7feb2]'})"),
+    Rule("403 ErrorInfo LOCATION_POLICY_VIOLATED (\"Permission denied on 'locations/Z' (or it may "
+         "not exist).\"): LocationDenied naming Z, a placement this project may not use",
+         lambda a: a.reason == "LOCATION_POLICY_VIOLATED" or bool(_LOCATION_POLICY.search(a.text)),
+         _location_policy,
+         "sayouzone/gemma3-sft tpu/README.md (gcloud tpu-vm create in us-central2-b: ErrorInfo reason "
+         "LOCATION_POLICY_VIOLATED, metadata {consumer, location, service: tpu.googleapis.com})"),
+    Rule("a reservation the request needs is missing (\"Reservation ... not found\", \"A target "
+         "reservation must be specified ...\"): ReservationUnavailable, the next placement",
+         lambda a: bool(_RESERVATION.search(a.text)) and not isinstance(a.err, _EXHAUSTED), _reservation,
+         "hashicorp/terraform-provider-google#24153 (\"Error code 3, message: Cloud TPU received an "
+         "invalid argument. A target reservation must be specified when the host project has at least "
+         "one ...\"); \"Reservation not found\": issue 22's wording, no public TPU payload found"),
+    Rule("403 billing disabled (ErrorInfo BILLING_DISABLED, \"This API method requires billing to be "
+         "enabled\", \"has billing disabled\") or a free-trial billing account: BillingDisabled with "
+         "the billing fix (exit 6)",
+         lambda a: isinstance(a.err, _FORBIDDEN) and (a.reason == "BILLING_DISABLED" or bool(
+             _BILLING.search(a.text)) or bool(_FREE_TRIAL.search(a.text))), _billing,
+         "GoogleCloudPlatform/php-docs-samples#1235 (ErrorInfo BILLING_DISABLED, metadata {service, "
+         "consumer}); GoogleCloudPlatform/java-docs-samples#276 (\"has billing disabled\"); "
+         "tensorflow/tpu#124 (\"cannot create a TPU Node on a project linked to a free-trial billing "
+         "account\")"),
+    Rule("403 ErrorInfo USER_PROJECT_DENIED (\"Caller does not have required permission to use "
+         "project P\"): PermissionDenied naming roles/serviceusage.serviceUsageConsumer on P",
+         lambda a: isinstance(a.err, _FORBIDDEN) and (a.reason == "USER_PROJECT_DENIED" or bool(
+             _USER_PROJECT.search(a.text))), _user_project,
+         "lbjlaq/Antigravity-Manager#3050 (full body: ErrorInfo USER_PROJECT_DENIED, metadata "
+         "{consumer, containerInfo, service}); google-github-actions/auth#250"),
     Rule("403 \"Location Z is not found or access is unauthorized\": PlacementUnavailable naming Z",
          lambda a: bool(_LOCATION.search(a.text)), _location,
          "SkyPilot sky/backends failover handler and sky/provision/gcp/instance_utils.py"),
@@ -175,6 +299,27 @@ RULES: tuple[Rule, ...] = (
     Rule("other 429, 500, 502, 503, 504: retried with backoff",
          lambda a: isinstance(a.err, _TRANSIENT), None, "api_core; Google's retry guidance"),
 )
+
+
+def status_error(status: Any) -> gexc.GoogleAPICallError:
+    """The exception for a google.rpc.Status that an operation (`error`) or a queued resource
+    (`state.failedData.error`) ended with, its details unpacked as api_core does for gRPC
+    (google.api_core.exceptions._parse_grpc_error_details): ErrorInfo gives reason, domain and
+    metadata, QuotaFailure its violations."""
+    from google.rpc import error_details_pb2
+
+    details, info = [], None
+    for detail in status.details:
+        for kind in (error_details_pb2.ErrorInfo, error_details_pb2.QuotaFailure):
+            if detail.Is(kind.DESCRIPTOR):
+                unpacked = kind()
+                detail.Unpack(unpacked)
+                details.append(unpacked)
+                info = unpacked if kind is error_details_pb2.ErrorInfo else info
+                break
+        else:
+            details.append(detail)
+    return gexc.from_grpc_status(status.code, status.message, details=details, error_info=info)
 
 
 def rule_for(answer: Answer) -> Rule | None:

@@ -12,13 +12,12 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from google.api_core import exceptions as gexc
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from google.protobuf import duration_pb2
 
 from tpujob.cloud.base import Host, Slice, SliceRequest, TpuResource, slice_phase
-from tpujob.cloud.errors import classify, invoke, new_retry
+from tpujob.cloud.errors import classify, invoke, new_retry, status_error
 from tpujob.errors import CloudError, CloudRefused, NotFoundError, UsageError
 
 class GcpCloud:
@@ -255,8 +254,7 @@ class GcpCloud:
             time.sleep(delay)
             delay = min(delay * 2, self.poll_interval)
         if current.HasField("error"):
-            err = gexc.from_grpc_status(current.error.code, current.error.message)
-            raise classify(what, err, create_operation=create)
+            raise classify(what, status_error(current.error), create_operation=create)
 
 
 @contextlib.contextmanager
@@ -301,6 +299,7 @@ def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:
         detail = node.health_description
     if qr is not None and qr.state.failed_data.error.message:
         detail = qr.state.failed_data.error.message
+    failure = _queued_resource_failure(name, qr) if qr_state == "FAILED" else None
     accelerator = node.accelerator_type if node is not None else (
         qr.tpu.node_spec[0].node.accelerator_type if qr is not None and qr.tpu.node_spec else None)
     # The node's own createTime: when capacity was found and its hosts started coming up (a
@@ -310,4 +309,19 @@ def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:
                  node_state=node_state, queued_resource_state=qr_state,
                  accelerator_type=accelerator, hosts=hosts,
                  labels=dict(node.labels) if node is not None else {}, detail=detail,
-                 node_create_time=created.timestamp() if created else None)
+                 node_create_time=created.timestamp() if created else None, failure=failure)
+
+
+def _queued_resource_failure(name: str, qr: Any) -> Exception:
+    """Why a queued resource ended FAILED, typed like a create error: its failedData.error
+    (google.rpc.Status) through the classifier. FAILED is "a late-found problem with the
+    request, or no capacity within its constraints" (tpu.v2 discovery, QueuedResourceState);
+    without an error the second: a capacity miss."""
+    from tpujob.errors import StockoutError
+
+    state = qr.state
+    what = f"queued resource {name} FAILED (stateInitiator {state.state_initiator.name})"
+    if state.failed_data.error.code or state.failed_data.error.message:
+        return classify(what, status_error(state.failed_data.error), create_operation=True)
+    return StockoutError(f"{what} without failedData.error: no capacity within its constraints "
+                         "(e.g. its valid-until passed)")

@@ -45,14 +45,18 @@ class EmulatorClient:
                                                 "hostkeysDelay": hostkeys_delay})
 
     def fail_next(self, method: str, status: int, message: str, grpc_status: str | None = None,
-                  reason: str | None = None, in_operation: bool = False, times: int = 1) -> dict:
+                  reason: str | None = None, in_operation: bool = False, times: int = 1,
+                  domain: str | None = None, metadata: dict | None = None,
+                  quota_violations: list | None = None) -> dict:
         """The next `times` calls of `method` (a discovery id, e.g.
         tpu.projects.locations.nodes.create) answer Google's error body for `status`, or with
         `in_operation` succeed and end their long-running operation with it. Returns the
-        faults still pending."""
+        faults still pending. `domain`/`metadata` fill the ErrorInfo of `reason`,
+        `quota_violations` ([{subject, description}]) a QuotaFailure detail."""
         return self._request("POST", "fail-next", {
             "method": method, "status": status, "message": message, "grpc_status": grpc_status,
-            "reason": reason, "in_operation": in_operation, "times": times})
+            "reason": reason, "in_operation": in_operation, "times": times, "domain": domain,
+            "metadata": metadata, "quota_violations": quota_violations})
 
     def clear_fail_next(self) -> None:
         """Forget every fail-next fault still pending."""

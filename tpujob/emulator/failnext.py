@@ -10,7 +10,7 @@ Standard library only: the CLI's `--list` imports this without the emulator's de
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # The emulator's routes (server.py, compute.py) -> discovery method id, and whether the method
 # answers a long-running operation (then --in-operation applies).
@@ -79,19 +79,47 @@ class Fault:
     reason: str | None
     in_operation: bool
     times: int
+    domain: str | None = None  # ErrorInfo.domain (default googleapis.com)
+    metadata: dict[str, str] = field(default_factory=dict)  # ErrorInfo.metadata
+    quota_violations: list[dict] = field(default_factory=list)  # QuotaFailure [{subject, description}]
 
     @property
     def grpc_code(self) -> int:
         return GRPC_CODES[self.grpc_status]
 
-    def tpu_body(self) -> dict:
-        """Google's JSON error body for the TPU API (google.rpc.Status over HTTP); a reason goes
-        in a google.rpc.ErrorInfo detail, as Google sends SERVICE_DISABLED (google-gemini/
-        deprecated-generative-ai-android#148 quotes one: domain googleapis.com)."""
-        error: dict = {"code": self.status, "message": self.message, "status": self.grpc_status}
+    def details(self) -> list[dict]:
+        """google.rpc.Status.details as Google's TPU bodies carry them: a google.rpc.ErrorInfo
+        {reason, domain, metadata} (LOCATION_POLICY_VIOLATED with {consumer, location, service}:
+        sayouzone/gemma3-sft tpu/README.md; USER_PROJECT_DENIED: lbjlaq/Antigravity-Manager#3050;
+        SERVICE_DISABLED: google-gemini/deprecated-generative-ai-android#148) and a
+        google.rpc.QuotaFailure {violations[{subject, description}]} (google/rpc/error_details.proto;
+        SkyPilot's failover handler reads it)."""
+        found: list[dict] = []
         if self.reason:
-            error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                                 "reason": self.reason, "domain": "googleapis.com"}]
+            info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": self.reason,
+                    "domain": self.domain or "googleapis.com"}
+            if self.metadata:
+                info["metadata"] = dict(self.metadata)
+            found.append(info)
+        if self.quota_violations:
+            found.append({"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                          "violations": [dict(v) for v in self.quota_violations]})
+        return found
+
+    def rpc_status(self) -> dict:
+        """The google.rpc.Status an operation's `error`, or a queued resource's
+        failedData.error, carries."""
+        status: dict = {"code": self.grpc_code, "message": self.message}
+        if self.details():
+            status["details"] = self.details()
+        return status
+
+    def tpu_body(self) -> dict:
+        """Google's JSON error body for the TPU API (google.rpc.Status over HTTP, with its
+        details)."""
+        error: dict = {"code": self.status, "message": self.message, "status": self.grpc_status}
+        if self.details():
+            error["details"] = self.details()
         return {"error": error}
 
     def compute_body(self) -> dict:
@@ -129,7 +157,25 @@ def parse(body: dict) -> Fault:
     if in_operation and not METHODS[method]:
         raise FaultError(f"{method} answers no long-running operation: --in-operation does not apply")
     reason = body.get("reason") or None
-    return Fault(method, status, message, grpc_status, reason, in_operation, times)
+    domain = body.get("domain") or None
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in metadata.items()):
+        raise FaultError("metadata must map strings to strings (ErrorInfo.metadata)")
+    violations = body.get("quota_violations") or []
+    if not isinstance(violations, list) or not all(
+            isinstance(v, dict) and set(v) <= {"subject", "description"} and v.get("description")
+            for v in violations):
+        raise FaultError("quota_violations must be [{subject, description}] (QuotaFailure.violations)")
+    if (domain or metadata) and not reason:
+        raise FaultError("ErrorInfo domain and metadata need a reason")
+    if method.startswith("compute.") and (domain or metadata or violations):
+        # Compute answers `errors[]` (its older JSON-API shape): no source here shows its
+        # ErrorInfo/QuotaFailure details, so they are not invented.
+        raise FaultError("ErrorInfo metadata, domain and QuotaFailure details are replayed on "
+                         "tpu.* methods only")
+    return Fault(method, status, message, grpc_status, reason, in_operation, times, domain,
+                 dict(metadata), [dict(v) for v in violations])
 
 
 class FailNext:

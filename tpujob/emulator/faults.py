@@ -31,26 +31,30 @@ class Faults:
         return None
 
     def fail_next(self, method: str, status: int, message: str, grpc_status: str | None = None,
-                  reason: str | None = None, in_operation: bool = False, times: int = 1) -> None:
+                  reason: str | None = None, in_operation: bool = False, times: int = 1,
+                  domain: str | None = None, metadata: dict | None = None,
+                  quota_violations: list | None = None) -> None:
         """The next `times` calls of `method` (a discovery id) answer this error, or (in_operation)
         succeed and end their operation with it. The server applies it (failnext.py)."""
         try:
             self.injected.add(parse({"method": method, "status": status, "message": message,
                                      "grpc_status": grpc_status, "reason": reason,
-                                     "in_operation": in_operation, "times": times}))
+                                     "in_operation": in_operation, "times": times, "domain": domain,
+                                     "metadata": metadata, "quota_violations": quota_violations}))
         except FaultError as err:
             raise ApiError(400, str(err)) from None
 
-    def fail_operation(self, parent: str, verb: str, target: str, code: int, message: str) -> dict:
-        """An operation that changed nothing and ends with `code` after the provisioning delay,
-        as a create that finds no capacity ends (fail-next --in-operation)."""
+    def fail_operation(self, parent: str, verb: str, target: str, status: dict) -> dict:
+        """An operation that changed nothing and ends with `status` (google.rpc.Status: code,
+        message, details) after the provisioning delay, as a create that finds no capacity ends
+        (fail-next --in-operation)."""
         with self._lock:
             op = self.operations.new(parent, verb, target)
 
         def finish() -> None:
             self._sleep(self.provisioning_delay, None)
             with self._lock:
-                self.operations.finish(op, error=(code, message))
+                self.operations.finish(op, error=status)
 
         self._spawn(finish)
         return op

@@ -30,12 +30,13 @@ class Operations:
         return copy_json(op)
 
     def finish(self, op: dict, response: tuple[str, Any] | None = None,
-               error: tuple[int, str] | None = None) -> None:
+               error: tuple[int, str] | dict | None = None) -> None:
         stored = self._ops[op["name"]]
         stored["done"] = True
         stored["metadata"]["endTime"] = now()
-        if error:
-            stored["error"] = {"code": error[0], "message": error[1]}
+        if error:  # google.rpc.Status: {code, message[, details]}
+            stored["error"] = dict(error) if isinstance(error, dict) else {"code": error[0],
+                                                                           "message": error[1]}
         else:
             kind, body = response
             package = "google.protobuf" if kind == "Empty" else "google.cloud.tpu.v2"

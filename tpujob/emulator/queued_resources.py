@@ -27,6 +27,7 @@ class QueuedResource:
     created: float
     deleting: bool = False
     gone: bool = False
+    failure: dict | None = None  # fail-next --in-operation: end FAILED with this failedData.error
 
     @property
     def name(self) -> str:
@@ -45,7 +46,8 @@ class QueuedResource:
 class QueuedResources:
     """The queued-resource half of the Emulator (state in `self._qrs`)."""
 
-    def create_queued_resource(self, parent: str, qr_id: str, body: dict) -> dict:
+    def create_queued_resource(self, parent: str, qr_id: str, body: dict,
+                               failure: dict | None = None) -> dict:
         check_id(qr_id, "queuedResourceId")
         specs = body.get("tpu", {}).get("nodeSpec", [])
         if len(specs) != 1 or not specs[0].get("nodeId"):
@@ -66,7 +68,7 @@ class QueuedResources:
             for key in ("name", "state", "createTime"):
                 body.pop(key, None)
             body.update(name=name, createTime=now())
-            qr = QueuedResource(parent, qr_id, body, created=time.monotonic())
+            qr = QueuedResource(parent, qr_id, body, created=time.monotonic(), failure=failure)
             qr.set_state("ACCEPTED")
             self._qrs[name] = qr
             op = self.operations.new(parent, "create", name)
@@ -109,6 +111,13 @@ class QueuedResources:
         if not self._sleep(self.provisioning_delay, qr):
             return
         with self._lock:
+            if qr.failure is not None and not (qr.deleting or self._closing):
+                # A problem found once queued: FAILED by the service, the error in failedData,
+                # holding its place (and quota) until deleted (cloud.google.com/tpu/docs/queued-resources).
+                qr.set_state("FAILED", initiator="SERVICE")
+                qr.body["state"]["failedData"] = {"error": copy_json(qr.failure)}
+                self._changed.notify_all()
+                return
             qr.set_state("WAITING_FOR_RESOURCES")
             spec = qr.body["tpu"]["nodeSpec"][0]
             accel = spec["node"].get("acceleratorType")

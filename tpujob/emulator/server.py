@@ -115,12 +115,16 @@ class TpuApp:
             target = compute.API_ROOT + request.path.removeprefix("/compute/v1")
             return self.emulator.compute.failed_operation(args["project"], args.get("zone"), kind,
                                                           target, fault.compute_operation_error())
+        if endpoint == "create_qr":
+            # Google ends a queued resource's create operation once the request is queued; what
+            # goes wrong later shows as state FAILED with failedData.error (tpu.v2 discovery,
+            # QueuedResourceState): the queued resource is accepted, then ends FAILED with it.
+            return self._create_qr(request, failure=fault.rpc_status(), **args)
         parent = _parent(args["project"], args["zone"])
         collection = "queuedResources" if endpoint.endswith("_qr") else "nodes"
         rid = args.get("rid") or request.args.get("nodeId") or request.args.get("queuedResourceId", "")
         verb = {"POST": "create", "DELETE": "delete", "PATCH": "update"}[request.method]
-        return self.emulator.fail_operation(parent, verb, f"{parent}/{collection}/{rid}",
-                                            fault.grpc_code, fault.message)
+        return self.emulator.fail_operation(parent, verb, f"{parent}/{collection}/{rid}", fault.rpc_status())
 
     # ---- TPU API ----------------------------------------------------------------------------
 
@@ -146,12 +150,12 @@ class TpuApp:
         return self.emulator.guest_attributes(f"{_parent(project, zone)}/nodes/{rid}",
                                               body.get("queryPath", ""), body.get("workerIds", []))
 
-    def _create_qr(self, request: Request, project: str, zone: str) -> dict:
+    def _create_qr(self, request: Request, project: str, zone: str, failure: dict | None = None) -> dict:
         from google.cloud import tpu_v2  # parses integer or named enums alike
 
         qr_id = request.args.get("queuedResourceId", "")
         body = _normalise(tpu_v2.QueuedResource, read_json(request))
-        return self.emulator.create_queued_resource(_parent(project, zone), qr_id, body)
+        return self.emulator.create_queued_resource(_parent(project, zone), qr_id, body, failure=failure)
 
     def _list_qrs(self, request: Request, project: str, zone: str) -> dict:
         return {"queuedResources": self.emulator.list_queued_resources(_parent(project, zone))}

@@ -17,8 +17,8 @@ from typing import Callable, Optional
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase, SliceRequest
 from tpujob.errors import (
-    AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, PlacementUnavailable,
-    HostsUnreachable, QuotaExceeded, SetupFailed, StockoutError, TpujobError, UsageError,
+    AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, LocationDenied,
+    HostsUnreachable, SetupFailed, SlicePreempted, StockoutError, TpujobError, UsageError,
 )
 from tpujob.faults import crash_point
 from tpujob.job_spec import spec_of
@@ -28,7 +28,7 @@ from tpujob.reconcile.decide import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, MarkUnhealthy, Move, Observation,
     ResetCount, SetUp, SliceCondition, StartAttempt, StopProgram,
 )
-from tpujob.reconcile.observe import PHASES, HostOps
+from tpujob.reconcile.observe import PHASES, HostOps, refusal_of
 from tpujob.reconcile.policy import placements, runtime_version, slice_network
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
@@ -46,8 +46,8 @@ def done(observed: Optional[Observation] = None, slice_: Optional[Slice] = None)
     return Outcome("done", observed=observed, slice=slice_)
 
 
-def refused(phase: SliceCondition, reason: str) -> Outcome:
-    return Outcome("refused", reason, observed=Observation(slice=phase, refusal=reason))
+def refused(phase: SliceCondition, reason: str, scope: Optional[str] = None) -> Outcome:
+    return Outcome("refused", reason, observed=Observation(slice=phase, refusal=reason, scope=scope))
 
 
 def setup_failed(cause: str, slice_: Slice) -> Outcome:
@@ -81,6 +81,9 @@ class Actor:
         # Credentials or permissions a create was refused for, by job: what `create` (following
         # one job) exits 6 with, naming the fix.
         self.auth_errors: dict[int, AuthError] = {}
+        # Zones this project may not use (LOCATION_POLICY_VIOLATED), by job: what `create` exits 6
+        # with when the job ends on it, a configuration error naming the zone.
+        self.config_errors: dict[int, LocationDenied] = {}
 
     def act(self, job: Job, attempt: Optional[Attempt], slice_: Optional[Slice], actions: list[Action]) -> Outcome:
         """The actions in order; the first outcome other than a plain done ends them."""
@@ -203,16 +206,20 @@ class Actor:
         except StockoutError as exc:
             self.store.add_event(job.id, "stockout", str(exc))
             return refused(SliceCondition.STOCKOUT, str(exc))
+        except SlicePreempted as exc:  # preempted under its create: decide counts a preemption
+            self.store.add_event(job.id, "slice", f"create of {attempt.slice_name} ended on a preemption: {exc}")
+            return done(Observation(slice=SliceCondition.LOST))
         except (CloudRefused, PermissionDenied, NotFoundError, UsageError) as exc:
             # For good: a bad request, a missing permission, a missing snapshot or disk, a spent
             # quota, a zone that does not offer the accelerator. The same create would fail every
             # sweep; decide moves on to another placement or ends the job instead.
-            phase = (SliceCondition.NO_QUOTA if isinstance(exc, QuotaExceeded) else
-                     SliceCondition.UNAVAILABLE if isinstance(exc, PlacementUnavailable) else SliceCondition.REFUSED)
+            phase, scope = refusal_of(exc)
             if isinstance(exc, AuthError):
                 self.auth_errors[job.id] = exc
+            if isinstance(exc, LocationDenied):
+                self.config_errors[job.id] = exc
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} refused: {exc}")
-            return refused(phase, str(exc))
+            return refused(phase, str(exc), scope)
         except AuthError as exc:  # 401: the sweep's own credentials, not the job's fault
             self.auth_errors[job.id] = exc
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry "

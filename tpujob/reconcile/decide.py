@@ -58,6 +58,10 @@ class Observation:
     # earlier attempt left are not this one's: the sweep leaves them out).
     run_dir: Optional[RunDirStatus] = None
     launched: Optional[int] = None  # act just launched the program on this many hosts
+    # How far a NO_QUOTA or UNAVAILABLE refusal reaches: "zone" (a zonal quota, LOCATION_POLICY_
+    # VIOLATED), "region"; None: a quota counts as regional, a placement as (accelerator, zone).
+    scope: Optional[str] = None
+    holds_slice: bool = False  # the refused slice holds quota until deleted (a FAILED queued resource)
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class JobView:
     placements: int = 1  # the primary placement plus tpu.fallback entries
     placement: int = 0  # the current one's index
     regions: tuple[str, ...] = ()  # each placement's region, by index (empty: not needed)
+    zones: tuple[str, ...] = ()  # each placement's zone, by index (empty: not needed)
     blocked_placements: frozenset[int] = frozenset()  # refused for good (reconcile.placement.blocked)
     keep_slice: bool = False
     reuse_slice: bool = False  # RECOVERING after a program failure: the slice itself is fine
@@ -231,21 +236,43 @@ def _refused(obs: Observation) -> list[Action]:
     return actions + [Move(State.FAILED, f"the cloud refused the slice: {obs.refusal}", EndReason.USER_ERROR)]
 
 
-def _other_placement(job: JobView, other_region: bool) -> bool:
-    """Whether a placement other than the current one is left to try (in another region)."""
+def _other_placement(job: JobView, other_region: bool, other_zone: bool = False) -> bool:
+    """Whether a placement other than the current one is left (in another region, or zone)."""
     here = job.regions[job.placement] if other_region and job.regions else None
+    zone = job.zones[job.placement] if other_zone and job.zones else None
     return any(i != job.placement and i not in job.blocked_placements
-               and (here is None or job.regions[i] != here) for i in range(job.placements))
+               and (here is None or job.regions[i] != here) and (zone is None or job.zones[i] != zone)
+               for i in range(job.placements))
+
+
+def _freed(obs: Observation) -> list[Action]:
+    return [DeleteSlice()] if obs.holds_slice else []
 
 
 def _unavailable(job: JobView, obs: Observation) -> list[Action]:
-    """The zone does not offer the accelerator: no retry can change that, the next placement
-    may (skipping those already refused); with none left, the spec is what is wrong."""
+    """The zone does not offer the accelerator (or a reservation it needs), or this project may
+    not use the zone at all (scope "zone"): no retry can change that, the next placement may
+    (skipping those already refused); with none left, the spec is what is wrong."""
     why = f"this placement is refused: {obs.refusal}"
-    if _other_placement(job, other_region=False):
-        return [EndAttempt(AttemptEnd.UNAVAILABLE), Move(State.RECOVERING, f"{why}; trying the next placement"),
+    whole_zone = obs.scope == "zone"
+    end = EndAttempt(AttemptEnd.LOCATION_DENIED if whole_zone else AttemptEnd.UNAVAILABLE)
+    if _other_placement(job, other_region=False, other_zone=whole_zone):
+        return [end, *_freed(obs), Move(State.RECOVERING, f"{why}; trying the next placement"),
                 StartAttempt(next_placement=True)]
-    return [EndAttempt(AttemptEnd.UNAVAILABLE), Move(State.FAILED, why, EndReason.USER_ERROR)]
+    return [end, *_freed(obs), Move(State.FAILED, why, EndReason.USER_ERROR)]
+
+
+def _no_quota(job: JobView, obs: Observation) -> Optional[list[Action]]:
+    """A spent quota: a zonal one (PerProjectPerZone, "in zone Z") says nothing of the region's
+    other zones, a regional one (or one of unknown scope) nothing of another region's. None:
+    no such placement is left (the job ends)."""
+    zonal = obs.scope == "zone"
+    if not _other_placement(job, other_region=not zonal, other_zone=zonal):
+        return None
+    where = "another zone" if zonal else "another region"
+    return [EndAttempt(AttemptEnd.NO_ZONE_QUOTA if zonal else AttemptEnd.NO_QUOTA), *_freed(obs),
+            Move(State.RECOVERING, f"quota exhausted: {obs.refusal}; trying a placement in {where}"),
+            StartAttempt(next_placement=True)]
 
 
 def _pending(job, obs, policy):
@@ -261,15 +288,14 @@ def _provisioning(job, obs, policy):
         return _lost(job, policy, "slice lost while provisioning")
     if phase == SliceCondition.UNAVAILABLE:
         return _unavailable(job, obs)
-    if phase == SliceCondition.NO_QUOTA and _other_placement(job, other_region=True):
-        # A regional quota of 0 here says nothing of another region's.
-        return [EndAttempt(AttemptEnd.NO_QUOTA), Move(State.RECOVERING, f"quota exhausted: {obs.refusal}; "
-                                           "trying a placement in another region"),
-                StartAttempt(next_placement=True)]
+    if phase == SliceCondition.NO_QUOTA and (elsewhere := _no_quota(job, obs)) is not None:
+        return elsewhere
     if phase in (SliceCondition.REFUSED, SliceCondition.NO_QUOTA):
         return _refused(obs)
     if phase == SliceCondition.STOCKOUT:
-        return _no_capacity(job, policy, "zone stocked out")
+        # A queued resource that ended FAILED for capacity says why in its failedData.
+        return _no_capacity(job, policy, f"queued resource failed: {obs.refusal}" if obs.holds_slice
+                            else "zone stocked out")
     # PROVISIONING state counts from the request: for a queued resource, that is the queue wait.
     if phase == SliceCondition.WAITING and job.in_state_seconds > policy.queue_timeout_seconds:
         if job.placements > 1:

@@ -8,7 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase
-from tpujob.errors import TpujobError
+from tpujob.errors import (
+    LocationDenied, PlacementUnavailable, QuotaExceeded, SlicePreempted, StockoutError, TpujobError,
+)
 from tpujob.reconcile.decide import HostObservation, Observation, SliceCondition
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.models import Attempt, Job
@@ -24,6 +26,23 @@ PHASES = {
     SlicePhase.DELETING: SliceCondition.LOST,
     SlicePhase.GONE: SliceCondition.ABSENT,
 }
+
+
+
+def refusal_of(exc: BaseException) -> tuple[SliceCondition, str | None]:
+    """How decide sees a create refused, or a queued resource that ended FAILED, with the same
+    typed error (tpujob.cloud.errors): the condition, and how far it reaches ("zone", "region",
+    or None: the placement itself)."""
+    if isinstance(exc, SlicePreempted):
+        return SliceCondition.LOST, None
+    if isinstance(exc, StockoutError):
+        return SliceCondition.STOCKOUT, None
+    if isinstance(exc, QuotaExceeded):
+        return SliceCondition.NO_QUOTA, exc.scope
+    if isinstance(exc, PlacementUnavailable):
+        return SliceCondition.UNAVAILABLE, "zone" if isinstance(exc, LocationDenied) else None
+    return SliceCondition.REFUSED, None
+
 
 # SSH status rounds a sweep runs at once (each a few connections; the hosts are remote).
 HOST_STATUS_WORKERS = 16
@@ -141,6 +160,13 @@ class Observer:
                 hosts = seen[2]
             else:
                 hosts = self.hosts.program_status(job, attempt, slice_)
+        if phase == SliceCondition.LOST and slice_.failure is not None \
+                and State(job.state) == State.PROVISIONING:
+            # A queued resource that ended FAILED is a refusal of its request, not a preemption:
+            # its failedData.error decides, as the same error ending a create would.
+            phase, scope = refusal_of(slice_.failure)
+            if phase != SliceCondition.LOST:
+                return Observation(slice=phase, refusal=str(slice_.failure), scope=scope, holds_slice=True)
         created = slice_.node_create_time if slice_ is not None else None
         seen = self._run_dir_seen.get(job.id)
         run_dir = seen[1] if seen and State(job.state) == State.RUNNING and attempt is not None \

@@ -3,7 +3,10 @@
 A placement Google refused for good is skipped until a slice comes up again: one whose zone does
 not offer the accelerator ("unavailable"), and every placement in the region of one refused for
 a spent regional quota ("no_quota": TPU quotas are per region for most families, e.g.
-TPUV6EPreemptiblePerProjectPerRegionForTPUAPI; shared/FACTS.md).
+TPUV6EPreemptiblePerProjectPerRegionForTPUAPI; shared/FACTS.md), and every placement in the zone
+of one refused for a spent zonal quota ("no_zone_quota": ...PerProjectPerZoneForTPUAPI, "in zone
+Z"; shared/facts/operations.md) or for a zone the project may not use ("location_denied":
+LOCATION_POLICY_VIOLATED).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from typing import Iterable, Protocol
 from tpujob.store.states import AttemptEnd
 
 # Attempts that never got a slice: a run of them, newest first, is what the job is stuck on.
-_NO_SLICE = (AttemptEnd.UNAVAILABLE, AttemptEnd.NO_QUOTA, AttemptEnd.NO_CAPACITY, AttemptEnd.REFUSED)
+_NO_SLICE = (AttemptEnd.UNAVAILABLE, AttemptEnd.NO_QUOTA, AttemptEnd.NO_CAPACITY, AttemptEnd.REFUSED,
+             AttemptEnd.NO_ZONE_QUOTA, AttemptEnd.LOCATION_DENIED)
 
 
 class AttemptLike(Protocol):
@@ -40,6 +44,9 @@ def blocked(options: list[tuple[str, str]], attempts: Iterable[AttemptLike]) -> 
                 out.add(i)
             elif attempt.end_reason == AttemptEnd.NO_QUOTA and region_of(zone) == region_of(attempt.zone):
                 out.add(i)
+            elif attempt.end_reason in (AttemptEnd.NO_ZONE_QUOTA, AttemptEnd.LOCATION_DENIED) \
+                    and zone == attempt.zone:
+                out.add(i)  # a zonal quota, or a zone the project may not use: every accelerator there
     return frozenset(out)
 
 

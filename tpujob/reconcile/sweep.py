@@ -69,10 +69,15 @@ class Reconciler:
     def auth_errors(self):
         return self.acting.auth_errors
 
+    @property
+    def config_errors(self):
+        return self.acting.config_errors
+
     def sweep(self, job_ids: Optional[list[int]] = None) -> SweepReport:
         started, calls0 = time.monotonic(), self.cloud.api_calls
         report = SweepReport()
         self.auth_errors.clear()
+        self.config_errors.clear()
         jobs = self.store.list_jobs(states=ACTIVE)
         if job_ids is not None:
             wanted = set(job_ids)
@@ -198,6 +203,7 @@ class Reconciler:
             unhealthy_seconds=None if job.unhealthy_since is None else now - job.unhealthy_since,
             placements=len(options), placement=job.placement,
             regions=tuple(placing.region_of(zone) for _, zone in options),
+            zones=tuple(zone for _, zone in options),
             blocked_placements=placing.blocked(options, self.store.attempts(job.id)) if choosing else frozenset(),
             keep_slice=job.keep_slice, reuse_slice=reuse,
             job_id=job.id, capacity_misses=job.capacity_misses, flaps=job.flaps,

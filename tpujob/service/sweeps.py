@@ -104,6 +104,8 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
             raise rec.auth_errors[job_id]
         job = ctx.store.get(job_id)
         state = State(job.state)
+        if state == State.FAILED and job_id in rec.config_errors:  # a zone the project may not use
+            raise rec.config_errors[job_id]
         if state in ENDED or (not until_ended and state == State.RUNNING):
             return job
         if time.monotonic() > deadline:

@@ -37,6 +37,8 @@ class AttemptEnd(str, Enum):
     REFUSED = "refused"  # the create was refused for good
     UNAVAILABLE = "unavailable"  # the zone does not offer the accelerator
     NO_QUOTA = "no_quota"  # a spent quota, moved on to another region
+    NO_ZONE_QUOTA = "no_zone_quota"  # a spent zonal quota, moved on to another zone
+    LOCATION_DENIED = "location_denied"  # the project may not use the zone (LOCATION_POLICY_VIOLATED)
     CANCELLED = "cancelled"
     DELETED = "deleted"
 
