@@ -5,6 +5,7 @@ Result{RequeueAfter} / TerminalError are the models):
 - done: carried out (it may bring what it saw: a slice just created, the program launched);
 - refused(reason): the cloud turned the slice's create down; decide chooses what follows;
 - setup_failed(cause): the setup script failed on a host; decide spends a failure;
+- ssh_refused(cause): a host answered SSH but refused tpujob's key; decide ends the job;
 - retry_after(seconds): nothing more now (a transient cloud or SSH error); a later sweep tries.
 
 A handler never moves the job itself: what it learned goes back to decide as an observation.
@@ -18,7 +19,7 @@ from typing import Callable, Optional
 from tpujob.cloud.base import Cloud, Slice, SlicePhase, SliceRequest
 from tpujob.errors import (
     AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, PlacementUnavailable,
-    HostsUnreachable, QuotaExceeded, SetupFailed, StockoutError, TpujobError, UsageError,
+    HostsUnreachable, QuotaExceeded, SetupFailed, SshAuthRefused, StockoutError, TpujobError, UsageError,
 )
 from tpujob.faults import crash_point
 from tpujob.job_spec import spec_of
@@ -35,7 +36,7 @@ from tpujob.store.states import State
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # "done" | "refused" | "setup_failed" | "retry_after"
+    kind: str  # "done" | "refused" | "setup_failed" | "ssh_refused" | "retry_after"
     reason: str = ""
     seconds: float = 0.0  # retry_after: not before this (0: the next sweep)
     observed: Optional[Observation] = None  # what decide is to decide on next, instead of a listing
@@ -52,6 +53,12 @@ def refused(phase: SliceCondition, reason: str) -> Outcome:
 
 def setup_failed(cause: str, slice_: Slice) -> Outcome:
     return Outcome("setup_failed", cause, observed=Observation(slice=SliceCondition.READY, setup_error=cause),
+                   slice=slice_)
+
+
+def ssh_refused(cause: str, slice_: Slice) -> Outcome:
+    """The hosts refused tpujob's SSH key: decide ends the job (never "unreachable")."""
+    return Outcome("ssh_refused", cause, observed=Observation(slice=SliceCondition.READY, ssh_refused=cause),
                    slice=slice_)
 
 
@@ -238,6 +245,8 @@ class Actor:
             crash_point("launched")
         except SetupFailed as exc:
             return setup_failed(str(exc), slice_)
+        except SshAuthRefused as exc:
+            return ssh_refused(str(exc), slice_)
         except TpujobError as exc:  # hosts not answering (yet): the next sweep tries again
             gone = self._lost_under_setup(job, attempt)
             if gone is None:

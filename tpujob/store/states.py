@@ -24,6 +24,7 @@ class EndReason(str, Enum):
     PREEMPTION_BUDGET = "preemption_budget"
     NAN_BUDGET = "nan_budget"
     INTERNAL = "internal"
+    SSH_REFUSED = "ssh_refused"  # the hosts refused tpujob's SSH key (OS Login, a role)
 
 
 class AttemptEnd(str, Enum):
@@ -39,6 +40,7 @@ class AttemptEnd(str, Enum):
     NO_QUOTA = "no_quota"  # a spent quota, moved on to another region
     CANCELLED = "cancelled"
     DELETED = "deleted"
+    SSH_REFUSED = "ssh_refused"  # the hosts answered SSH but refused tpujob's key
 
 
 _ACTIVE_EXITS = {State.FAILED, State.CANCELLED, State.DELETED}
