@@ -127,6 +127,7 @@ class Slice:
     labels: dict[str, str] = field(default_factory=dict)
     detail: str = ""  # why it failed or what it waits for, when the API says
     node_create_time: float | None = None  # epoch seconds of the node's createTime; None: no node
+    metadata: dict[str, str] = field(default_factory=dict)  # the node's (enable-oslogin: OS Login)
 
 
 @dataclass(frozen=True)

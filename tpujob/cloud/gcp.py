@@ -310,4 +310,5 @@ def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:
                  node_state=node_state, queued_resource_state=qr_state,
                  accelerator_type=accelerator, hosts=hosts,
                  labels=dict(node.labels) if node is not None else {}, detail=detail,
-                 node_create_time=created.timestamp() if created else None)
+                 node_create_time=created.timestamp() if created else None,
+                 metadata=dict(node.metadata) if node is not None else {})

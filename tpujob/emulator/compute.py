@@ -76,7 +76,7 @@ class ComputeEmulator:
         """compute.projects.get: the Project fields tpujob reads (compute.v1.json revision
         20261106, Project and Metadata): commonInstanceMetadata holds `enable-oslogin` while
         `tpujob emulator oslogin on` is set, as a project with OS Login enabled shows it."""
-        items = self.oslogin.project_metadata() if self.oslogin is not None else []
+        items = self.oslogin.project_metadata(project) if self.oslogin is not None else []
         return {"kind": "compute#project", "name": project, "id": str(zlib.crc32(project.encode())),
                 "selfLink": f"{API_ROOT}/projects/{project}",
                 "commonInstanceMetadata": {"kind": "compute#metadata", "items": items,

@@ -81,49 +81,54 @@ def _flag(value) -> bool | None:
     return None if value is None else str(value).strip().lower() == "true"
 
 
+_OFF = {"enabled": False, "required": False, "role": True}
+
+
 class OsLogin:
-    """The switches and every profile's keys. Thread-safe; methods raise ApiError."""
+    """Each project's switches (OS Login is a project's setting; tests each use their own
+    project on one emulator) and every profile's keys (a profile is the account's, in every
+    project). Thread-safe; methods raise ApiError."""
 
     def __init__(self):
-        self.enabled = False
-        self.required = False
-        self.role = True  # the account holds roles/compute.osLogin: hosts let it in
+        self._policy: dict[str, dict] = {}  # project -> {enabled, required, role}
         self._keys: dict[str, dict[str, dict]] = {}  # email -> fingerprint -> SshPublicKey
         self._lock = threading.Lock()
 
     # ---- switches ---------------------------------------------------------------------------
-    def set(self, enabled: bool, required: bool = False, role: bool = True) -> dict:
+    def set(self, project: str, enabled: bool, required: bool = False, role: bool = True) -> dict:
+        """`role`: the account holds roles/compute.osLogin on the project (hosts let it in)."""
         with self._lock:
-            self.enabled, self.required, self.role = enabled, enabled and required, role
-            return self.state()
+            self._policy[project] = {"enabled": enabled, "required": enabled and required, "role": role}
+        return self.state(project)
 
-    def state(self) -> dict:
-        return {"enabled": self.enabled, "required": self.required, "role": self.role}
+    def state(self, project: str) -> dict:
+        with self._lock:
+            return {"project": project, **self._policy.get(project, _OFF)}
 
     # ---- what the rest of the emulator asks ---------------------------------------------------
-    def project_metadata(self) -> list[dict]:
+    def project_metadata(self, project: str) -> list[dict]:
         """commonInstanceMetadata.items: `enable-oslogin` as `gcloud compute project-info
         add-metadata --metadata enable-oslogin=TRUE` sets it, while OS Login is on."""
-        return [{"key": "enable-oslogin", "value": "TRUE"}] if self.enabled else []
+        return [{"key": "enable-oslogin", "value": "TRUE"}] if self.state(project)["enabled"] else []
 
     def check_node(self, project: str, node_body: dict) -> None:
         """A node's create under --require: `enable-oslogin` other than true is refused."""
         value = (node_body.get("metadata") or {}).get("enable-oslogin")
-        if self.required and value is not None and not _flag(value):
+        if self.state(project)["required"] and value is not None and not _flag(value):
             raise require_refusal(project)
 
-    def on_for(self, node_metadata: dict) -> bool:
+    def on_for(self, project: str, node_metadata: dict) -> bool:
         """OS Login on a node: its own `enable-oslogin`, else the project's."""
         node = _flag((node_metadata or {}).get("enable-oslogin"))
-        return node if node is not None else self.enabled
+        return node if node is not None else self.state(project)["enabled"]
 
-    def accepts(self, username: str, key_type: str, key_b64: str) -> bool:
+    def accepts(self, project: str, username: str, key_type: str, key_b64: str) -> bool:
         """A login under OS Login: a key imported into a profile whose POSIX username is
         `username`, not expired, by an account allowed to log in."""
         now_usec = int(time.time() * 1_000_000)
+        if not self.state(project)["role"]:
+            return False
         with self._lock:
-            if not self.role:
-                return False
             for email, keys in self._keys.items():
                 if posix_username(email) != username:
                     continue

@@ -294,10 +294,12 @@ class Emulator(QueuedResources, Faults):
     def _login_check(self, node: Node):
         """The hosts' OS Login: None lets the `ssh-keys` metadata decide (OS Login off for the
         node, read at each login: `tpujob emulator oslogin` applies to running nodes too)."""
+        project = node.parent.split("/")[1]
+
         def check(username: str, key_type: str, key_b64: str) -> bool | None:
-            if not self.oslogin.on_for(node.body.get("metadata", {})):
+            if not self.oslogin.on_for(project, node.body.get("metadata", {})):
                 return None
-            return self.oslogin.accepts(username, key_type, key_b64)
+            return self.oslogin.accepts(project, username, key_type, key_b64)
         return check
 
     def _start_node_delete(self, node: Node) -> None:

@@ -231,9 +231,9 @@ class TpuApp:
     def _oslogin(self, request: Request) -> dict:
         if request.method == "POST":
             body = read_json(request)
-            self.emulator.oslogin.set(bool(body.get("enabled")), bool(body.get("required")),
-                                      body.get("role", True) is not False)
-        return self.emulator.oslogin.state()
+            return self.emulator.oslogin.set(_required(body, "project"), bool(body.get("enabled")),
+                                             bool(body.get("required")), body.get("role", True) is not False)
+        return self.emulator.oslogin.state(_required(request.args, "project"))
 
 
 class EmulatorServer:

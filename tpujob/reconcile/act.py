@@ -78,12 +78,13 @@ class _Turn:
 
 class Actor:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *, ssh_keys: tuple[str, ...],
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], metadata: Optional[dict[str, str]] = None):
         self.store = store
         self.cloud = cloud
         self.hosts = hosts
         self.actor = actor
         self.ssh_keys = ssh_keys
+        self.metadata = dict(metadata or {})  # on every node created (enable-oslogin: FALSE, opted out)
         self.clock = clock
         # Credentials or permissions a create was refused for, by job: what `create` (following
         # one job) exits 6 with, naming the fix.
@@ -198,7 +199,7 @@ class Actor:
                 queued=attempt.queued,
                 labels=slice_labels(job.id, attempt.number),
                 # The job's disks: clones made at the first attempt, reused after.
-                ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt),
+                ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt), metadata=self.metadata,
                 **slice_network(spec),
             )
             create = self.cloud.create_queued_resource if attempt.queued else self.cloud.create_node
