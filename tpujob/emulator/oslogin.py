@@ -28,6 +28,7 @@ manage-oslogin-in-an-org: "setting it false in VM or project metadata is rejecte
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import threading
 import time
@@ -65,7 +66,12 @@ def fingerprint(key_line: str) -> str:
     """SshPublicKey.fingerprint: "the SHA-256 fingerprint" (discovery); its exact form is not
     documented: here the hex SHA-256 of the key's blob."""
     parts = key_line.split()
-    blob = base64.b64decode(parts[1]) if len(parts) > 1 else key_line.encode()
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except (IndexError, binascii.Error):
+        # SshPublicKey.key: "Public key text in SSH format" (discovery); Google's answer to one
+        # that is not (gcloud quoted in GoogleCloudPlatform/compute-image-tools#487).
+        raise ApiError(400, "Request contains an invalid argument.") from None
     return hashlib.sha256(blob).hexdigest()
 
 
