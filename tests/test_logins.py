@@ -123,3 +123,13 @@ def test_ssh_os_login_setting_is_validated(tpujob_home, monkeypatch):
     monkeypatch.setenv("TPUJOB_SSH_OS_LOGIN", "no")
     with pytest.raises(ConfigError):
         settings.load()
+
+
+def test_validate_says_the_org_policy_may_refuse_the_opt_out(cli, spec_file, monkeypatch):
+    spec = spec_file('name: j\ntpu: {accelerator: v4-8, zone: us-central2-b}\nrun:\n  command: "true"\n')
+    assert "enable-oslogin" not in cli("validate", spec).err
+    monkeypatch.setenv("TPUJOB_SSH_OS_LOGIN", "false")
+    result = cli("validate", spec)
+    assert result.code == 0
+    assert ("warning: ssh_os_login false: the job's nodes are created with enable-oslogin FALSE; an organisation "
+            "policy (constraints/compute.requireOsLogin) may refuse") in result.err

@@ -26,6 +26,13 @@ POLICY_NOTE = ("an organisation policy (constraints/compute.requireOsLogin) may 
 ROLE_FIX = "roles/compute.osLogin (roles/compute.osAdminLogin for sudo)"
 
 
+def opt_out_warnings(settings) -> list[str]:
+    """What `validate` and `create` say under `ssh_os_login: false`."""
+    if not settings.os_login_opt_out:
+        return []
+    return [f"ssh_os_login false: the job's nodes are created with enable-oslogin FALSE; {POLICY_NOTE}"]
+
+
 @dataclass(frozen=True)
 class Login:
     user: str
