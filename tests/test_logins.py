@@ -133,3 +133,21 @@ def test_validate_says_the_org_policy_may_refuse_the_opt_out(cli, spec_file, mon
     assert result.code == 0
     assert ("warning: ssh_os_login false: the job's nodes are created with enable-oslogin FALSE; an organisation "
             "policy (constraints/compute.requireOsLogin) may refuse") in result.err
+
+
+def test_a_look_only_login_reads_the_profile_and_imports_nothing():
+    @dataclass
+    class Reading(FakeOsLogin):
+        held: tuple = ()
+
+        def login_profile(self, account, project):
+            self.calls.append(("profile", account, project))
+            return Profile("sa_123", self.held)
+
+    client = Reading(enabled={"p": True})
+    found = Logins(Settings(), lambda: KEY, client=client, account="me@x", register=False)
+    with pytest.raises(SshAuthRefused):
+        found.for_slice("p", {})
+    client.held = ("ssh-ed25519 AAAAkey",)
+    assert found.for_slice("p", {}).user == "sa_123"
+    assert not [c for c in client.calls if c[0] == "import"]

@@ -144,6 +144,7 @@ class TpuResource:
     hosts: tuple[Host, ...] = ()
     data_disks: tuple[str, ...] = ()  # node: short names of its attached disks
     spot: bool = False  # spot or preemptible (priced at the spot rate)
+    metadata: dict[str, str] = field(default_factory=dict)  # a node's (enable-oslogin: who logs in)
 
 
 class Cloud(Protocol):

@@ -178,7 +178,7 @@ class GcpCloud:
                             for i, e in enumerate(n.network_endpoints)),
                 data_disks=tuple(_short(d.source_disk) for d in n.data_disks),
                 spot=bool(n.scheduling_config.spot or n.scheduling_config.preemptible
-                          or n.queued_resource in spot_queues)))
+                          or n.queued_resource in spot_queues), metadata=dict(n.metadata)))
         return found
 
     def accelerator_types(self, project: str, zone: str) -> list[str]:

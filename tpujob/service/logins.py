@@ -64,8 +64,11 @@ class Logins:
     cloud once per project and reused, so a sweep over many jobs costs one of each."""
 
     def __init__(self, settings, public_key: Callable[[], str], *, client=None, account=None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, register: bool = True):
+        """`register=False` only looks (gc, doctor): the profile is read, and a key not in it
+        yet is a refusal instead of an import."""
         self.settings = settings
+        self.register = register
         self._public_key = public_key
         self._client = client
         self._account = account
@@ -119,6 +122,11 @@ class Logins:
             seen = self._imported.get(project)
         if seen is not None and self.clock() - seen[0] < KEY_TTL_SECONDS / 2:
             return seen[1]
+        if not self.register:
+            profile = self.client.login_profile(self.account, project)
+            if not profile.holds(self._public_key()):
+                raise SshAuthRefused(f"tpujob's SSH key is not in the OS Login profile of {self.account}")
+            return profile.username
         try:
             profile = self.client.import_key(self.account, project, self._public_key(), KEY_TTL_SECONDS)
         except (CloudRefused, AuthError) as exc:  # refused for good (a role, the API): no login
