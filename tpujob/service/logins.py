@@ -20,6 +20,7 @@ from typing import Callable, Optional
 from tpujob.errors import AuthError, CloudRefused, SshAuthRefused
 
 KEY_TTL_SECONDS = 7 * 24 * 3600.0  # the imported key's expiry: a week, renewed at half of it
+PROJECT_TTL_SECONDS = 600.0  # a watch reads a project's enable-oslogin again after this
 OPT_OUT = {"enable-oslogin": "FALSE"}  # node metadata under `ssh_os_login: false`
 POLICY_NOTE = ("an organisation policy (constraints/compute.requireOsLogin) may refuse "
                "`enable-oslogin: FALSE`, and the create then fails with its message")
@@ -74,7 +75,7 @@ class Logins:
         self._account = account
         self.clock = clock
         self._lock = threading.Lock()
-        self._project: dict[str, Optional[bool]] = {}
+        self._project: dict[str, tuple[float, Optional[bool]]] = {}  # project -> (when read, value)
         self._imported: dict[str, tuple[float, str]] = {}  # project -> (when, POSIX user)
 
     @property
@@ -99,11 +100,12 @@ class Logins:
 
     def project_enabled(self, project: str) -> Optional[bool]:
         with self._lock:
-            if project in self._project:
-                return self._project[project]
+            seen = self._project.get(project)
+        if seen is not None and self.clock() - seen[0] < PROJECT_TTL_SECONDS:
+            return seen[1]
         found = self.client.project_enabled(project)
         with self._lock:
-            self._project[project] = found
+            self._project[project] = (self.clock(), found)
         return found
 
     def for_slice(self, project: str, node_metadata: dict[str, str]) -> Login:
