@@ -103,3 +103,22 @@ def GcpUser(local_cloud, project) -> str:
     from tpujob.cloud.oslogin import GcpOsLogin
 
     return GcpOsLogin.for_emulator(local_cloud.url).login_profile(emulator_account(local_cloud), project).username
+
+
+def test_a_running_jobs_hosts_refusing_the_key_end_it_in_one_sweep(cli, ctx, project, local_cloud, tmp_path):
+    # Running under OS Login; then the account loses roles/compute.osLogin. The next sweep's
+    # status round is refused on every host: FAILED at once, not "unreachable" for the grace
+    # and then a new slice.
+    assert cli("emulator", "oslogin", "on", "--project", project).code == 0
+    job = record(ctx, tmp_path, max_preemptions=5)
+    job = sweep_until(ctx, job.id, lambda j: j.state in ("RUNNING", "FAILED"), timeout=90)
+    assert job.state == "RUNNING", [e.message for e in ctx.store.events(job.id)]
+    assert cli("emulator", "oslogin", "on", "--no-role", "--project", project).code == 0
+    assert cli("requeue", str(job.id)).code == 0
+    shown = json.loads(cli("show", str(job.id), "--json").out)
+    said = "\n".join(e["message"] for e in shown["events"])
+    assert shown["state"] == "FAILED" and shown["end_reason"] == "ssh_refused", said
+    assert f"hosts refused tpujob's SSH key for user {GcpUser(local_cloud, project)}" in said
+    assert "hosts unreachable" not in said
+    assert [a["end_reason"] for a in shown["attempts"]] == ["ssh_refused"]
+    assert resources(local_cloud, project) == []
