@@ -178,6 +178,16 @@ class OsLogin:
         return {}
 
 
+def host_login(oslogin: OsLogin, project: str, node_metadata):
+    """A node's hosts' login check: None lets the `ssh-keys` metadata decide (OS Login off for
+    the node); read at each login, so `tpujob emulator oslogin` applies to running nodes too."""
+    def check(username: str, key_type: str, key_b64: str) -> bool | None:
+        if not oslogin.on_for(project, node_metadata()):
+            return None
+        return oslogin.accepts(project, username, key_type, key_b64)
+    return check
+
+
 def handle(oslogin: OsLogin, request, endpoint: str, args: dict, project: str) -> dict:
     """One matched /v1/users/ request. `user` is users/{email}'s last part, URL-decoded."""
     email = urllib.parse.unquote(args["user"])

@@ -21,7 +21,7 @@ from tpujob.emulator.faults import Faults
 from tpujob.emulator.labels import check_tpu_labels
 from tpujob.emulator.machines import MAX_IP_BLOCK
 from tpujob.emulator.operations import Operations
-from tpujob.emulator.oslogin import OsLogin
+from tpujob.emulator.oslogin import OsLogin, host_login
 from tpujob.emulator.payloads import (ABORTED, EXTERNAL_BLOCKS, INTERNAL, RESOURCE_EXHAUSTED,
                                       TPU_RUNTIME_PORT, ApiError, VirtualHost, accelerator_hosts,
                                       authorized_keys, check_id, check_placement, copy_json,
@@ -258,7 +258,8 @@ class Emulator(QueuedResources, Faults):
                 machines = self._factory(
                     root=self.root / "hosts" / node.node_id, node_id=node.node_id,
                     num_hosts=hosts_count, authorized_keys=keys, ip_block=node.ip_block,
-                    ssh_port=self.ssh_port, external_ips=externals, login=self._login_check(node))
+                    ssh_port=self.ssh_port, external_ips=externals, login=host_login(
+                        self.oslogin, node.parent.split("/")[1], lambda: node.body.get("metadata", {})))
                 hosts = machines.start()
                 self._expose_disks(node, machines, node.body.get("dataDisks", []))
             except Exception as err:  # the node shows the failure, as a broken TPU VM would
@@ -290,17 +291,6 @@ class Emulator(QueuedResources, Faults):
             node.body["health"] = "HEALTHY"
             self._changed.notify_all()
         return None
-
-    def _login_check(self, node: Node):
-        """The hosts' OS Login: None lets the `ssh-keys` metadata decide (OS Login off for the
-        node, read at each login: `tpujob emulator oslogin` applies to running nodes too)."""
-        project = node.parent.split("/")[1]
-
-        def check(username: str, key_type: str, key_b64: str) -> bool | None:
-            if not self.oslogin.on_for(project, node.body.get("metadata", {})):
-                return None
-            return self.oslogin.accepts(project, username, key_type, key_b64)
-        return check
 
     def _start_node_delete(self, node: Node) -> None:
         if node.deleting:
