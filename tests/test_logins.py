@@ -151,3 +151,12 @@ def test_a_look_only_login_reads_the_profile_and_imports_nothing():
     client.held = ("ssh-ed25519 AAAAkey",)
     assert found.for_slice("p", {}).user == "sa_123"
     assert not [c for c in client.calls if c[0] == "import"]
+
+
+def test_expired_credentials_are_not_a_refusal_the_next_sweep_retries():
+    from tpujob.errors import AuthError
+
+    client = FakeOsLogin(enabled={"p": True}, refuse=AuthError("Request had invalid authentication credentials."))
+    with pytest.raises(AuthError) as caught:
+        logins(client).for_slice("p", {})
+    assert not isinstance(caught.value, SshAuthRefused)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from tpujob.errors import AuthError, CloudRefused, SshAuthRefused
+from tpujob.errors import CloudRefused, PermissionDenied, SshAuthRefused
 
 KEY_TTL_SECONDS = 7 * 24 * 3600.0  # the imported key's expiry: a week, renewed at half of it
 PROJECT_TTL_SECONDS = 600.0  # a watch reads a project's enable-oslogin again after this
@@ -131,7 +131,8 @@ class Logins:
             return profile.username
         try:
             profile = self.client.import_key(self.account, project, self._public_key(), KEY_TTL_SECONDS)
-        except (CloudRefused, AuthError) as exc:  # refused for good (a role, the API): no login
+        except (CloudRefused, PermissionDenied) as exc:  # for good (a role, the API): no login
+            # (a 401, the sweep's own credentials, is retried by the next sweep instead)
             raise SshAuthRefused(
                 f"OS Login is enabled on project {project} and refused to register tpujob's SSH key for "
                 f"{self.account}: {exc}; fix: grant {self.account} {ROLE_FIX} on project {project} and "
