@@ -243,7 +243,7 @@ def test_every_cloud_check_passes_against_the_emulator(cli, no_cron, local_cloud
     record(spec_file, extra="run_dir: gs://doctor-runs/runs")
     result, data, checks = doctor(cli)
     assert [c["name"] for c in data["cloud"]] == ["credentials", "project", "tpu api", "compute api",
-                                                 "accelerators", "orphans", "buckets"]
+                                                 "accelerators", "orphans", "os login", "buckets"]
     for check in data["cloud"]:
         assert check["status"] == "ok", check
     assert checks["credentials"]["detail"].startswith("anonymous, against the local emulator")

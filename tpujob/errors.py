@@ -143,6 +143,12 @@ class HostsUnreachable(CloudError):
     the job's unhealthy grace."""
 
 
+class SshAuthRefused(CloudError):
+    """A host answered SSH but refused tpujob's key (paramiko's AuthenticationException): not a
+    host that cannot be reached. Waiting does not change it (OS Login, a missing role, a key
+    not in `ssh-keys`), so the job ends at once instead of replacing the slice again and again."""
+
+
 class SetupFailed(TpujobError):
     """The setup script exited non-zero on a host (a connection error is not this)."""
 

@@ -16,6 +16,10 @@ CLOUDS = ("local", "gcp")
 # How SSH trusts a host: `strict` only with the key the cloud published in guest attributes;
 # `accept-new` also trusts a host that published none on first use, then holds it to that key.
 HOST_KEY_POLICIES = ("strict", "accept-new")
+# OS Login (the issue's `ssh.os_login`): `true` follows the project (and node) `enable-oslogin`,
+# registering tpujob's key through OS Login where it is on; `false` opts the job's nodes out
+# with node metadata `enable-oslogin: FALSE` (an organisation policy may refuse that).
+OS_LOGIN_CHOICES = ("true", "false")
 LOCAL_PROJECT = "tpujob-local"
 
 
@@ -31,6 +35,7 @@ class Settings:
     ssh_user: str = "tpujob"
     db_url: str = ""
     ssh_host_keys: str = "strict"
+    ssh_os_login: str = "true"
     # Email notifications (docs/notify.md). The password is the secret TPUJOB_SMTP_PASSWORD
     # (environment, else secrets.env), never a setting: config.yaml is not a secrets file.
     smtp_host: str = ""
@@ -46,6 +51,11 @@ class Settings:
     @property
     def database_url(self) -> str:
         return self.db_url or f"sqlite:///{self.home / 'tpujob.db'}"
+
+    @property
+    def os_login_opt_out(self) -> bool:
+        """`ssh_os_login: false`: nodes are created with `enable-oslogin: FALSE`."""
+        return self.ssh_os_login == "false"
 
     @property
     def effective_project(self) -> str:
@@ -90,6 +100,8 @@ def load() -> Settings:
     if settings.ssh_host_keys not in HOST_KEY_POLICIES:
         raise ConfigError(f"ssh_host_keys must be one of {', '.join(HOST_KEY_POLICIES)}, "
                           f"not {settings.ssh_host_keys!r}")
+    if settings.ssh_os_login not in OS_LOGIN_CHOICES:
+        raise ConfigError(f"ssh_os_login must be true or false, not {settings.ssh_os_login!r}")
     return settings
 
 
@@ -101,6 +113,8 @@ def set_value(key: str, value: str) -> Settings:
         raise UsageError(f"cloud must be one of {', '.join(CLOUDS)}, not {value!r}")
     if key == "ssh_host_keys" and value not in HOST_KEY_POLICIES:
         raise UsageError(f"ssh_host_keys must be one of {', '.join(HOST_KEY_POLICIES)}, not {value!r}")
+    if key == "ssh_os_login" and value not in OS_LOGIN_CHOICES:
+        raise UsageError(f"ssh_os_login must be true or false, not {value!r}")
     if key == "smtp_port":
         _check_smtp(value, "true", UsageError)
     if key == "smtp_starttls":

@@ -25,7 +25,8 @@ class Endpoint:
 class RecordingMachines:
     made: list["RecordingMachines"] = []
 
-    def __init__(self, root, node_id, num_hosts, authorized_keys, ip_block, ssh_port, external_ips=None):
+    def __init__(self, root, node_id, num_hosts, authorized_keys, ip_block, ssh_port, external_ips=None,
+                 login=None):
         self.args = dict(root=root, node_id=node_id, num_hosts=num_hosts,
                          authorized_keys=authorized_keys, ip_block=ip_block, ssh_port=ssh_port,
                          external_ips=external_ips)

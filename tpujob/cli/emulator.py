@@ -163,6 +163,39 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"host {index} of {node} killed")
 
 
+    @emulator.command("oslogin")
+    def oslogin(
+        switch: Optional[str] = typer.Argument(None, help="on or off (none: show the state)."),
+        require: bool = typer.Option(
+            False, "--require", help="Also the organisation policy constraints/compute.requireOsLogin: "
+                                     "a node created with enable-oslogin FALSE is refused."),
+        no_role: bool = typer.Option(
+            False, "--no-role", help="The account lacks roles/compute.osLogin: keys import, hosts refuse "
+                                     "the login."),
+        project: Optional[str] = typer.Option(
+            None, "--project", help="The emulated project (default: the configured one, tpujob-local)."),
+    ):
+        """OS Login for the emulated projects: once on, their metadata reads enable-oslogin TRUE and
+        the hosts accept only keys imported through the OS Login API, as the profile's POSIX user."""
+        from tpujob import settings
+        from tpujob.errors import UsageError
+        from tpujob.emulator import process
+
+        project = project or settings.load().effective_project
+        if switch not in (None, "on", "off"):
+            raise UsageError(f"oslogin takes on or off, not {switch!r}")
+        if switch != "on" and (require or no_role):
+            raise UsageError("--require and --no-role go with `oslogin on`")
+        state = process.client().oslogin(project, None if switch is None else switch == "on",
+                                         required=require, role=not no_role)
+        if not state["enabled"]:
+            typer.echo(f"OS Login off in {project}: hosts take the keys in their ssh-keys metadata")
+            return
+        typer.echo(f"OS Login on in {project}: project metadata enable-oslogin TRUE, hosts take only OS Login keys"
+                   + ("; constraints/compute.requireOsLogin enforced" if state["required"] else "")
+                   + ("; the account lacks roles/compute.osLogin" if not state["role"] else ""))
+
+
 def _show(info: dict | None, as_json: bool) -> None:
     if as_json:
         print_json({"running": True, **info} if info else {"running": False})

@@ -40,8 +40,11 @@ def register(app: typer.Typer) -> None:
         """Check a job spec and print what it resolves to (hosts, chips, disks, cost)."""
         from tpujob.service import jobs
 
-        resolved = jobs.validate(_ctx(), spec)
-        _print_warnings(jobs.placement_warnings(resolved, strict=strict))
+        from tpujob.service.logins import opt_out_warnings
+
+        ctx = _ctx()
+        resolved = jobs.validate(ctx, spec)
+        _print_warnings(jobs.placement_warnings(resolved, strict=strict) + opt_out_warnings(ctx.settings))
         if json_out:
             render.print_json(resolved.public_dict())
             return
@@ -61,7 +64,10 @@ def register(app: typer.Typer) -> None:
         """Record a job, create its slice, set up every host and start the program."""
         from tpujob.service import jobs
 
+        from tpujob.service.logins import opt_out_warnings
+
         ctx = _ctx()
+        _print_warnings(opt_out_warnings(ctx.settings))
         if dry_run:
             resolved = jobs.validate(ctx, spec)
             _print_warnings(jobs.placement_warnings(resolved, strict=strict))

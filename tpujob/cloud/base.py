@@ -130,6 +130,7 @@ class Slice:
     # A queued resource that ended FAILED: its failedData.error typed like a create error
     # (tpujob.errors: StockoutError, QuotaExceeded, PlacementUnavailable, CloudRefused, ...).
     failure: Exception | None = field(default=None, compare=False)
+    metadata: dict[str, str] = field(default_factory=dict)  # the node's (enable-oslogin: OS Login)
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class TpuResource:
     hosts: tuple[Host, ...] = ()
     data_disks: tuple[str, ...] = ()  # node: short names of its attached disks
     spot: bool = False  # spot or preemptible (priced at the spot rate)
+    metadata: dict[str, str] = field(default_factory=dict)  # a node's (enable-oslogin: who logs in)
 
 
 class Cloud(Protocol):

@@ -294,6 +294,12 @@ RULES: tuple[Rule, ...] = (
     Rule("409: ConflictError (a create that got through earlier is adopted)",
          lambda a: isinstance(a.err, (gexc.AlreadyExists, gexc.Conflict)),
          lambda a: ConflictError(a.message), "api_core"),
+    Rule("an organisation policy's refusal (Compute 412 conditionNotMet \"Constraint constraints/C "
+         "violated for project ...\"): CloudRefused, never retried",
+         lambda a: isinstance(a.err, gexc.PreconditionFailed) and "violated for project" in a.text,
+         lambda a: CloudRefused(a.message),
+         "GoogleCloudPlatform/solutions-builder docs/TROUBLESHOOTING.md (constraints/compute."
+         "requireShieldedVm, 412 conditionNotMet); tests/fixtures/gcp_errors/org_policy_violated.json"),
     Rule("other 400 (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE): CloudRefused",
          lambda a: isinstance(a.err, gexc.BadRequest), lambda a: CloudRefused(a.message), "api_core"),
     Rule("other 429, 500, 502, 503, 504: retried with backoff",

@@ -177,7 +177,7 @@ class GcpCloud:
                             for i, e in enumerate(n.network_endpoints)),
                 data_disks=tuple(_short(d.source_disk) for d in n.data_disks),
                 spot=bool(n.scheduling_config.spot or n.scheduling_config.preemptible
-                          or n.queued_resource in spot_queues)))
+                          or n.queued_resource in spot_queues), metadata=dict(n.metadata)))
         return found
 
     def accelerator_types(self, project: str, zone: str) -> list[str]:
@@ -309,7 +309,8 @@ def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:
                  node_state=node_state, queued_resource_state=qr_state,
                  accelerator_type=accelerator, hosts=hosts,
                  labels=dict(node.labels) if node is not None else {}, detail=detail,
-                 node_create_time=created.timestamp() if created else None, failure=failure)
+                 node_create_time=created.timestamp() if created else None, failure=failure,
+                 metadata=dict(node.metadata) if node is not None else {})
 
 
 def _queued_resource_failure(name: str, qr: Any) -> Exception:

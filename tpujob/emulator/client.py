@@ -65,6 +65,16 @@ class EmulatorClient:
     def kill_host(self, node: str, index: int) -> None:
         self._request("POST", "kill-host", {"node": node, "index": index})
 
+    def oslogin(self, project: str, enabled: bool | None = None, required: bool = False,
+                role: bool = True) -> dict:
+        """OS Login for `project`: on (hosts take only keys imported through OS Login), with
+        `required` (constraints/compute.requireOsLogin refuses enable-oslogin FALSE), or without
+        `role` (the account lacks roles/compute.osLogin: hosts refuse it); None: just read it."""
+        if enabled is None:
+            return self._request("GET", f"oslogin?{urllib.parse.urlencode({'project': project})}")
+        return self._request("POST", "oslogin", {"project": project, "enabled": enabled,
+                                                 "required": required, "role": role})
+
     def hosts(self, node: str) -> list[dict]:
         """Each host of the node: index, ip, externalIp (or null), sshPort, hostKey, root (its
         filesystem, or null), sshConnections (connections accepted per address)."""

@@ -17,6 +17,7 @@ import pathlib
 import shutil
 import threading
 import uuid
+import zlib
 from typing import Any
 
 from werkzeug.routing import Map, Rule
@@ -42,6 +43,7 @@ ROUTES = Map([
     Rule(f"{_BASE}/global/operations/<name>", methods=["GET"], endpoint="global_operation"),
     Rule(f"{_BASE}/global/operations/<name>/wait", methods=["POST"],
          endpoint="global_operation_wait"),
+    Rule(_BASE, methods=["GET"], endpoint="get_project"),
 ], strict_slashes=False)
 
 API_ROOT = "https://www.googleapis.com/compute/v1"
@@ -66,6 +68,19 @@ class ComputeEmulator:
         self._ops: dict[str, dict] = {}
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
+        self.oslogin = None  # tpujob.emulator.oslogin.OsLogin: the project's enable-oslogin
+
+    # ---- the project -------------------------------------------------------------------------
+
+    def get_project(self, project: str) -> dict:
+        """compute.projects.get: the Project fields tpujob reads (compute.v1.json revision
+        20261106, Project and Metadata): commonInstanceMetadata holds `enable-oslogin` while
+        `tpujob emulator oslogin on` is set, as a project with OS Login enabled shows it."""
+        items = self.oslogin.project_metadata(project) if self.oslogin is not None else []
+        return {"kind": "compute#project", "name": project, "id": str(zlib.crc32(project.encode())),
+                "selfLink": f"{API_ROOT}/projects/{project}",
+                "commonInstanceMetadata": {"kind": "compute#metadata", "items": items,
+                                           "fingerprint": "dGVzdA=="}}
 
     # ---- paths ------------------------------------------------------------------------------
 

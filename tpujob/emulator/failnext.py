@@ -40,6 +40,7 @@ COMPUTE_METHODS: dict[str, tuple[str, bool]] = {
     "zone_operation_wait": ("compute.zoneOperations.wait", False),
     "global_operation": ("compute.globalOperations.get", False),
     "global_operation_wait": ("compute.globalOperations.wait", False),
+    "get_project": ("compute.projects.get", False),
 }
 METHODS: dict[str, bool] = {mid: op for mid, op in [*TPU_METHODS.values(), *COMPUTE_METHODS.values()]}
 

@@ -58,13 +58,16 @@ class HostSshServer:
     """Listens on (ip, port); every connection runs commands on the host's namespace."""
 
     def __init__(self, ip: str, port: int, host_key: paramiko.PKey, authorized: set,
-                 holder_pid: int, label: str, external_ip: str | None = None):
+                 holder_pid: int, label: str, external_ip: str | None = None, login=None):
         self.ip, self.port, self.label = ip, port, label
         # A worker with an external address answers on it too (Google NATs it 1:1 to the
         # internal one); here it is a second loopback address of the same server.
         self.addresses = [ip] + ([external_ip] if external_ip else [])
         self.host_key = host_key
         self.authorized = authorized
+        # OS Login: (user, key type, base64) -> whether OS Login lets it in; None when OS Login is
+        # off for the node, and the `ssh-keys` metadata (authorized) decides as before.
+        self.login = login
         self.holder_pid = holder_pid
         self._socks: list[socket.socket] = []
         # Connections accepted per local address, for tests (which address a client used).
@@ -180,14 +183,17 @@ class _Session(paramiko.ServerInterface):
         name, b64 = key.get_name(), key.get_base64()
         if not _USER.fullmatch(username):
             return paramiko.AUTH_FAILED
-        for user, kind, data in self.server.authorized:
-            if kind == name and data == b64 and user in (None, username):
-                self.user = username
-                # The home exists from the first login on, as on a VM whose guest agent
-                # creates the users named in `ssh-keys`.
-                os.makedirs(f"/proc/{self.server.holder_pid}/root{self.home}", exist_ok=True)
-                return paramiko.AUTH_SUCCESSFUL
-        return paramiko.AUTH_FAILED
+        verdict = self.server.login(username, name, b64) if self.server.login else None
+        if verdict is None:  # OS Login off: the `ssh-keys` metadata decides
+            verdict = any(kind == name and data == b64 and user in (None, username)
+                          for user, kind, data in self.server.authorized)
+        if not verdict:
+            return paramiko.AUTH_FAILED
+        self.user = username
+        # The home exists from the first login on, as on a VM whose guest agent creates the
+        # users named in `ssh-keys` (or OS Login's NSS module, its profile's user).
+        os.makedirs(f"/proc/{self.server.holder_pid}/root{self.home}", exist_ok=True)
+        return paramiko.AUTH_SUCCESSFUL
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
         if kind == "session":

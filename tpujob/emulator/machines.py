@@ -137,7 +137,7 @@ class SliceMachines:
 
     def __init__(self, root: pathlib.Path, node_id: str, num_hosts: int,
                  authorized_keys: list[str], ip_block: int, ssh_port: int,
-                 external_ips: list[str] | None = None):
+                 external_ips: list[str] | None = None, login=None):
         if not 1 <= ip_block <= MAX_IP_BLOCK:
             raise ValueError(f"ip_block {ip_block} is outside 1..{MAX_IP_BLOCK}")
         if not 1 <= num_hosts <= 254:
@@ -146,6 +146,7 @@ class SliceMachines:
         self.node_id = node_id
         self.ssh_port = ssh_port
         self._keys = parse_authorized_keys(authorized_keys)
+        self._login = login  # (user, key type, base64) -> True/False under OS Login, None: metadata keys
         if external_ips and len(external_ips) != num_hosts:
             raise ValueError(f"{len(external_ips)} external addresses for {num_hosts} hosts")
         # external_ips: a second address per host, where its SSH server also answers.
@@ -181,7 +182,7 @@ class SliceMachines:
             host.server = HostSshServer(
                 ip=host.ip, port=self.ssh_port, host_key=key, authorized=self._keys,
                 holder_pid=host.holder.pid, label=f"{self.node_id}/{host.index}",
-                external_ip=host.external_ip)
+                external_ip=host.external_ip, login=self._login)
             host.server.start()
             endpoints.append(HostEndpoint(host.index, host.ip, self.ssh_port,
                                           f"{key.get_name()} {key.get_base64()}"))

@@ -58,6 +58,7 @@ class QueuedResources:
         node_body = specs[0]["node"]
         check_tpu_labels(node_body.get("labels", {}))
         check_placement((specs[0].get("parent") or parent).rsplit("/", 1)[1], node_body)
+        self.oslogin.check_node(parent.split("/")[1], node_body)  # constraints/compute.requireOsLogin
         accelerator_hosts(node_body)
         if self.compute and node_body.get("dataDisks"):  # a request Google refuses, not queued
             self.compute.check_types(node_body["dataDisks"], node_body["acceleratorType"])

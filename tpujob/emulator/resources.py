@@ -21,6 +21,7 @@ from tpujob.emulator.faults import Faults
 from tpujob.emulator.labels import check_tpu_labels
 from tpujob.emulator.machines import MAX_IP_BLOCK
 from tpujob.emulator.operations import Operations
+from tpujob.emulator.oslogin import OsLogin, host_login
 from tpujob.emulator.payloads import (ABORTED, EXTERNAL_BLOCKS, INTERNAL, RESOURCE_EXHAUSTED,
                                       TPU_RUNTIME_PORT, ApiError, VirtualHost, accelerator_hosts,
                                       authorized_keys, check_id, check_placement, copy_json,
@@ -91,11 +92,13 @@ class Emulator(QueuedResources, Faults):
         self._threads: list[threading.Thread] = []
         self.compute = None  # tpujob.emulator.compute.ComputeEmulator: the disks nodes attach
         self.injected = FailNext()  # fail-next faults, taken by the server before each call
+        self.oslogin = OsLogin()  # `tpujob emulator oslogin`: the API, the hosts' logins, the policy
 
     # ---- the TPU API ------------------------------------------------------------------------
 
     def create_node(self, parent: str, node_id: str, body: dict) -> dict:
         check_placement(parent.rsplit("/", 1)[1], body)
+        self.oslogin.check_node(parent.split("/")[1], body)  # constraints/compute.requireOsLogin
         node = self._new_node(parent, node_id, body, queued_resource=None)
         op = self.operations.new(parent, "create", node.name)
         self._spawn(self._provision_node, node, op)
@@ -255,7 +258,8 @@ class Emulator(QueuedResources, Faults):
                 machines = self._factory(
                     root=self.root / "hosts" / node.node_id, node_id=node.node_id,
                     num_hosts=hosts_count, authorized_keys=keys, ip_block=node.ip_block,
-                    ssh_port=self.ssh_port, external_ips=externals)
+                    ssh_port=self.ssh_port, external_ips=externals, login=host_login(
+                        self.oslogin, node.parent.split("/")[1], lambda: node.body.get("metadata", {})))
                 hosts = machines.start()
                 self._expose_disks(node, machines, node.body.get("dataDisks", []))
             except Exception as err:  # the node shows the failure, as a broken TPU VM would

@@ -50,6 +50,7 @@ _ROUTES = Map([
     Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
     Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
     Rule("/emulator/v1/hosts", methods=["GET"], endpoint="hosts"),
+    Rule("/emulator/v1/oslogin", methods=["GET", "POST"], endpoint="oslogin"),
 ], strict_slashes=False)
 
 
@@ -71,6 +72,14 @@ class TpuApp:
                 body = self._replay(COMPUTE_METHODS, endpoint, request, args)
                 if body is None:
                     body = compute.handle(self.emulator.compute, request, endpoint, args)
+                return _json(200, body)(environ, start_response)
+            if request.path.startswith("/v1/users/"):  # the OS Login API (oslogin.py)
+                from tpujob.emulator import oslogin
+
+                endpoint, args = oslogin.ROUTES.bind_to_environ(environ).match()
+                self._inject_fault()
+                body = oslogin.handle(self.emulator.oslogin, request, endpoint, args,
+                                      self.info.get("project", DEFAULT_PROJECT))
                 return _json(200, body)(environ, start_response)
             endpoint, args = _ROUTES.bind_to_environ(environ).match()
             body = None
@@ -223,6 +232,13 @@ class TpuApp:
     def _hosts(self, request: Request) -> dict:
         return {"hosts": self.emulator.hosts(_required(request.args, "node"))}
 
+    def _oslogin(self, request: Request) -> dict:
+        if request.method == "POST":
+            body = read_json(request)
+            return self.emulator.oslogin.set(_required(body, "project"), bool(body.get("enabled")),
+                                             bool(body.get("required")), body.get("role", True) is not False)
+        return self.emulator.oslogin.state(_required(request.args, "project"))
+
 
 class EmulatorServer:
     """The emulator in this process: TPU API + faults on one port, Cloud Storage on another.
@@ -242,6 +258,7 @@ class EmulatorServer:
         from tpujob.emulator.compute import ComputeEmulator
 
         self.emulator.compute = ComputeEmulator(self.state_dir / "compute")
+        self.emulator.compute.oslogin = self.emulator.oslogin  # projects.get: enable-oslogin
         self._app = TpuApp(self.emulator, {})
         self._http = make_server(host, port, self._app, threaded=True)
         url = f"http://{host}:{self._http.server_port}"
@@ -255,7 +272,10 @@ class EmulatorServer:
                                           data_dir=str(self.state_dir / "storage"))
             storage_url = f"http://{host}:{storage_port}"
         self.emulator.compute.storage_endpoint = storage_url
+        from tpujob.emulator.oslogin import ACCOUNT
+
         self.info = {"tpu_endpoint": url, "compute_endpoint": url, "storage_endpoint": storage_url,
+                     "oslogin_endpoint": url, "account": ACCOUNT,
                      "project": project, "ssh_port": self.emulator.ssh_port, "pid": os.getpid()}
         self._app.info = self.info
         self._thread: threading.Thread | None = None

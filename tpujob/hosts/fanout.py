@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tpujob.errors import CloudError
+from tpujob.errors import CloudError, SshAuthRefused
 from tpujob.hosts.failure import MAX_CHARS, cause
 
 OUTPUT_TAIL = 1 << 20   # bytes of each host's output kept in memory (the log file has it all)
@@ -43,6 +43,7 @@ class HostResult:
     error: str = ""
     seconds: float = 0.0
     timed_out: bool = False        # the per-host timeout ended it (the host was reachable)
+    auth_refused: bool = False     # the host answered SSH but refused the key (not unreachable)
 
     @property
     def ok(self) -> bool:
@@ -154,6 +155,8 @@ class HostGroup:
                 result = fn(host, state.cancel)
             except _Cancelled:
                 result = HostResult(host.index, error="cancelled: another host failed")
+            except SshAuthRefused as err:
+                result = HostResult(host.index, error=str(err), auth_refused=True)
             except CloudError as err:
                 result = HostResult(host.index, error=str(err))
             except (OSError, paramiko.SSHException) as err:
@@ -218,9 +221,11 @@ class HostGroup:
                     "cloud, or pinned when first seen); refusing to connect"
                 ) from err
             except paramiko.AuthenticationException as err:
+                # The host answered and said no: retrying the same key cannot help, and it is
+                # not a host that is down (service.hostops says why, OS Login or metadata).
                 client.close()
-                raise CloudError(f"{where}: SSH authentication as {self.user!r} failed "
-                                 "(is tpujob's key in the node's ssh-keys metadata?)") from err
+                raise SshAuthRefused(f"{where}: SSH authentication as {self.user!r} refused: "
+                                     f"{err or type(err).__name__}") from err
             except (OSError, paramiko.SSHException) as err:
                 client.close()
                 if attempt == self.retries:

@@ -45,7 +45,7 @@ class HostAttempt:
 @dataclass(frozen=True)
 class HostStatus:
     index: int
-    state: str                  # absent | running | exited | lost | unreachable
+    state: str                  # absent | running | exited | lost | unreachable | refused
     exit_code: int | None = None
     pid: int | None = None
     log_bytes: int = 0
@@ -106,6 +106,9 @@ def status(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> li
     script = render("status.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, run_dir=attempt.run_dir)
     out = []
     for result in group.run(as_command(script, "tpujob-status"), timeout=timeout):
+        if result.auth_refused:  # answered, but refused tpujob's key: not unreachable
+            out.append(HostStatus(result.index, "refused", error=result.describe()))
+            continue
         if not result.ok:
             out.append(HostStatus(result.index, "unreachable", error=result.describe()))
             continue

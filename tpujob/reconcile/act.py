@@ -5,6 +5,7 @@ Result{RequeueAfter} / TerminalError are the models):
 - done: carried out (it may bring what it saw: a slice just created, the program launched);
 - refused(reason): the cloud turned the slice's create down; decide chooses what follows;
 - setup_failed(cause): the setup script failed on a host; decide spends a failure;
+- ssh_refused(cause): a host answered SSH but refused tpujob's key; decide ends the job;
 - retry_after(seconds): nothing more now (a transient cloud or SSH error); a later sweep tries.
 
 A handler never moves the job itself: what it learned goes back to decide as an observation.
@@ -18,7 +19,7 @@ from typing import Callable, Optional
 from tpujob.cloud.base import Cloud, Slice, SlicePhase, SliceRequest
 from tpujob.errors import (
     AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, LocationDenied,
-    HostsUnreachable, SetupFailed, SlicePreempted, StockoutError, TpujobError, UsageError,
+    HostsUnreachable, SetupFailed, SlicePreempted, SshAuthRefused, StockoutError, TpujobError, UsageError,
 )
 from tpujob.faults import crash_point
 from tpujob.job_spec import spec_of
@@ -35,7 +36,7 @@ from tpujob.store.states import State
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # "done" | "refused" | "setup_failed" | "retry_after"
+    kind: str  # "done" | "refused" | "setup_failed" | "ssh_refused" | "retry_after"
     reason: str = ""
     seconds: float = 0.0  # retry_after: not before this (0: the next sweep)
     observed: Optional[Observation] = None  # what decide is to decide on next, instead of a listing
@@ -55,6 +56,12 @@ def setup_failed(cause: str, slice_: Slice) -> Outcome:
                    slice=slice_)
 
 
+def ssh_refused(cause: str, slice_: Slice) -> Outcome:
+    """The hosts refused tpujob's SSH key: decide ends the job (never "unreachable")."""
+    return Outcome("ssh_refused", cause, observed=Observation(slice=SliceCondition.READY, ssh_refused=cause),
+                   slice=slice_)
+
+
 def retry_after(seconds: float, reason: str) -> Outcome:
     return Outcome("retry_after", reason, seconds=seconds)
 
@@ -71,12 +78,13 @@ class _Turn:
 
 class Actor:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *, ssh_keys: tuple[str, ...],
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], metadata: Optional[dict[str, str]] = None):
         self.store = store
         self.cloud = cloud
         self.hosts = hosts
         self.actor = actor
         self.ssh_keys = ssh_keys
+        self.metadata = dict(metadata or {})  # on every node created (enable-oslogin: FALSE, opted out)
         self.clock = clock
         # Credentials or permissions a create was refused for, by job: what `create` (following
         # one job) exits 6 with, naming the fix.
@@ -194,7 +202,7 @@ class Actor:
                 queued=attempt.queued,
                 labels=slice_labels(job.id, attempt.number),
                 # The job's disks: clones made at the first attempt, reused after.
-                ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt),
+                ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt), metadata=self.metadata,
                 **slice_network(spec),
             )
             create = self.cloud.create_queued_resource if attempt.queued else self.cloud.create_node
@@ -245,6 +253,8 @@ class Actor:
             crash_point("launched")
         except SetupFailed as exc:
             return setup_failed(str(exc), slice_)
+        except SshAuthRefused as exc:
+            return ssh_refused(str(exc), slice_)
         except TpujobError as exc:  # hosts not answering (yet): the next sweep tries again
             gone = self._lost_under_setup(job, attempt)
             if gone is None:

@@ -34,6 +34,7 @@ class Program(str, Enum):
     EXITED = "exited"
     MISSING = "missing"  # no trace of a launch on the host (fresh host, or wiped)
     UNREACHABLE = "unreachable"
+    REFUSED = "refused"  # the host answered SSH but refused tpujob's key: waiting cannot help
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class HostObservation:
     exit_code: Optional[int] = None
     step: Optional[int] = None  # the runtime contract's heartbeat, where the program keeps one
     resumed_from: Optional[int] = None
+    refusal: Optional[str] = None  # REFUSED: why, and the fix (service.hostops words it)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class Observation:
     # VIOLATED), "region"; None: a quota counts as regional, a placement as (accelerator, zone).
     scope: Optional[str] = None
     holds_slice: bool = False  # the refused slice holds quota until deleted (a FAILED queued resource)
+    ssh_refused: Optional[str] = None  # setup met hosts refusing tpujob's SSH key: why, and the fix
 
 
 @dataclass(frozen=True)
@@ -320,6 +323,8 @@ def _setting_up(job, obs, policy):
         return _lost(job, policy, "slice lost during setup")
     if obs.slice != SliceCondition.READY:
         return []
+    if obs.ssh_refused is not None:
+        return _ssh_refused(job, obs.ssh_refused)
     if obs.setup_error is not None:
         return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup failed: {obs.setup_error}", EndReason.SETUP_FAILED)
     if job.unhealthy_seconds is not None and job.unhealthy_seconds > policy.unhealthy_grace_seconds:
@@ -329,6 +334,14 @@ def _setting_up(job, obs, policy):
         return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup still running after "
                        f"{job.in_state_seconds / 60:.0f} min", EndReason.SETUP_FAILED)
     return [SetUp()]
+
+
+def _ssh_refused(job: JobView, why: str) -> list[Action]:
+    """The hosts answered SSH and refused tpujob's key (OS Login, a missing role): no new slice
+    logs in any better, so the job ends in this sweep, the slice freed (unless kept), never
+    re-created as if the hosts were unreachable."""
+    actions: list[Action] = [EndAttempt(AttemptEnd.SSH_REFUSED), Move(State.FAILED, why, EndReason.SSH_REFUSED)]
+    return actions if job.keep_slice else actions + [DeleteSlice()]
 
 
 def _failed(job, policy, attempt_reason: AttemptEnd, why: str, reason: EndReason,
@@ -349,6 +362,9 @@ def _running(job, obs, policy):
     if obs.slice != SliceCondition.READY:
         return []
     hosts = obs.hosts
+    refused = next((h.refusal or "hosts refused tpujob's SSH key" for h in hosts if h.program == Program.REFUSED), None)
+    if refused is not None:
+        return _ssh_refused(job, refused)
     codes = [h.exit_code for h in hosts if h.program == Program.EXITED]
     # status.json's verdict counts as host 0's exit code (it is what host 0 exits with).
     codes += {"nan": [policy.nan_exit_code], "preempted": [policy.preempted_exit_code],

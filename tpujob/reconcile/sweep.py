@@ -53,7 +53,8 @@ class SweepReport:
 
 class Reconciler:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *,
-                 ssh_keys: tuple[str, ...] = (), clock: Callable[[], float] = time.time,
+                 ssh_keys: tuple[str, ...] = (), metadata: Optional[dict[str, str]] = None,
+                 clock: Callable[[], float] = time.time,
                  lease_seconds: float = LEASE_SECONDS,
                  run_dirs: Optional[RunDirs] = None, workers: int = SWEEP_WORKERS):
         self.store = store
@@ -63,7 +64,7 @@ class Reconciler:
         self.lease_seconds = lease_seconds
         self.workers = workers
         self.observer = Observer(store, cloud, hosts, clock, run_dirs)
-        self.acting = Actor(store, cloud, hosts, actor, ssh_keys=ssh_keys, clock=clock)
+        self.acting = Actor(store, cloud, hosts, actor, ssh_keys=ssh_keys, clock=clock, metadata=metadata)
 
     @property
     def auth_errors(self):

@@ -131,6 +131,59 @@ def make_compute(settings: Settings):
                                    labels=store_labels(settings))
 
 
+def make_oslogin(settings: Settings):
+    """OS Login and the project's metadata (google-cloud-os-login, -compute) on Google, or on the
+    local emulator (started if needed)."""
+    from tpujob.cloud.oslogin import GcpOsLogin
+
+    if settings.cloud == "gcp":
+        return GcpOsLogin(credentials=_google_credentials())
+    from tpujob.emulator import process
+
+    info = process.ensure_running()
+    return GcpOsLogin.for_emulator(info.get("oslogin_endpoint") or info["tpu_endpoint"])
+
+
+def login_account(settings: Settings) -> str:
+    """The account whose OS Login profile holds tpujob's key: on the local cloud the emulator's
+    own (anonymous credentials carry none); on gcp the email of Application Default Credentials,
+    read from the credentials where they hold it (a service account key, an impersonated
+    account, `account` in an authorized-user file), else from the ID token a refresh brings
+    (gcloud's application-default login asks for the email scope)."""
+    if settings.cloud != "gcp":
+        from tpujob.emulator import process
+
+        return process.ensure_running().get("account") or ""
+    return credentials_email(_google_credentials())
+
+
+def credentials_email(credentials) -> str:
+    email = getattr(credentials, "service_account_email", None) or getattr(credentials, "account", None)
+    if email and email != "default":  # Compute Engine's is "default" until refreshed
+        return email
+    from google.auth.exceptions import GoogleAuthError
+    from google.auth.transport.requests import Request
+
+    try:
+        credentials.refresh(Request())
+    except GoogleAuthError as exc:
+        raise ConfigError(f"Google credentials cannot get a token ({exc}); gcloud auth "
+                          "application-default login") from exc
+    email = getattr(credentials, "service_account_email", None)
+    if email and email != "default":
+        return email
+    token = getattr(credentials, "id_token", None)
+    if token:
+        from google.auth import jwt
+
+        email = jwt.decode(token, verify=False).get("email")
+        if email:
+            return email
+    raise ConfigError("OS Login needs the email of the Google account tpujob acts as, and the "
+                      "credentials do not say it: run `gcloud auth application-default login` "
+                      "(it asks for the email scope), or set `tpujob config set ssh_os_login false`")
+
+
 def make_storage(settings: Settings, start_emulator: bool = True):
     """A google-cloud-storage client: Google (ADC), or the emulator's Cloud Storage, started
     first unless `start_emulator` is off (a read-only look, e.g. `show`, starts nothing)."""

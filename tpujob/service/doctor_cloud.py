@@ -56,6 +56,7 @@ def checks(ctx: Context, jobs: list | None) -> list[Check]:
     if tpu.status == OK:
         found.append(accelerators_check(cloud, jobs))
         found.append(orphans_check(ctx, cloud, compute))
+    found.append(oslogin_check(ctx, project, info, credentials))
     found.append(buckets_check(settings, info, credentials, project, jobs))
     return found
 
@@ -185,6 +186,50 @@ def orphans_check(ctx: Context, cloud, compute) -> Check:
     cost = sum(x.cost_per_hour_usd or 0 for x in found)
     return Check("orphans", WARNING, f"{len(found)} leftover resource{'s' if len(found) > 1 else ''} no "
                  f"active job owns, about ${cost:.2f}/h", "tpujob gc (then tpujob gc --yes)")
+
+
+def oslogin_check(ctx: Context, project: str, info: dict | None, credentials: Any) -> Check:
+    """OS Login in the project (its enable-oslogin metadata), whether tpujob's key is in the
+    account's OS Login profile and the user it logs in as, and what `ssh_os_login: false`
+    does there. Only reads: the key is imported by the next setup, not here."""
+    from tpujob.cloud.oslogin import GcpOsLogin
+    from tpujob.hosts.keys import key_path, public_key_line
+    from tpujob.service.context import credentials_email
+    from tpujob.service.logins import POLICY_NOTE
+
+    settings = ctx.settings
+    try:
+        if info is not None:
+            client = GcpOsLogin.for_emulator(info.get("oslogin_endpoint") or info["tpu_endpoint"],
+                                             retry_deadline=_RETRY_DEADLINE)
+        else:
+            client = GcpOsLogin(credentials=credentials, retry_deadline=_RETRY_DEADLINE)
+        enabled = client.project_enabled(project)
+    except TpujobError as exc:
+        return Check("os login", WARNING, f"could not read project {project}'s enable-oslogin: {exc.message}")
+    if settings.os_login_opt_out:
+        detail = (f"{'on' if enabled else 'off'} in project {project}; ssh_os_login false: nodes are created "
+                  f"with enable-oslogin FALSE and tpujob logs in as {settings.ssh_user} with the key in their "
+                  f"ssh-keys metadata; {POLICY_NOTE}")
+        if enabled:
+            return Check("os login", WARNING, detail, "tpujob config set ssh_os_login true")
+        return Check("os login", OK, detail)
+    if not enabled:
+        return Check("os login", OK, f"off in project {project}: tpujob logs in as {settings.ssh_user} with the "
+                     "key in the nodes' ssh-keys metadata")
+    try:
+        account = info.get("account", "") if info is not None else credentials_email(credentials)
+        profile = client.login_profile(account, project)
+    except TpujobError as exc:
+        return Check("os login", ERROR, f"on in project {project}, and the OS Login profile cannot be read: "
+                     f"{exc.message}", "grant the account roles/compute.osLogin on the project and enable "
+                     "oslogin.googleapis.com, or tpujob config set ssh_os_login false")
+    registered = key_path(settings.home).exists() and profile.holds(public_key_line(settings.home))
+    user = profile.username or "(none yet: OS Login makes one at the first import)"
+    return Check("os login", OK, f"on in project {project}: tpujob's key is "
+                 f"{'registered' if registered else 'not registered yet (the next setup registers it)'} in the "
+                 f"OS Login profile of {account}; it logs in as {user}; with ssh_os_login false nodes would "
+                 f"opt out (enable-oslogin FALSE), which {POLICY_NOTE.split(' (')[0]} may refuse")
 
 
 def buckets_check(settings, info: dict | None, credentials: Any, project: str, jobs: list) -> Check:

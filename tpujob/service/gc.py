@@ -223,6 +223,11 @@ def _ssh_runs_program(ctx: Context, cloud) -> Callable[[str, str, Any], bool]:
     from tpujob.hosts.scripts import as_command, render
     from tpujob.service.hostops import ssh_port
 
+    from tpujob.hosts.keys import public_key_line
+    from tpujob.service.logins import Logins
+
+    logins = Logins(ctx.settings, lambda: public_key_line(ctx.settings.home), register=False)  # only looks
+
     def runs(project: str, zone: str, node) -> bool:
         if not node.hosts:
             return False
@@ -230,7 +235,8 @@ def _ssh_runs_program(ctx: Context, cloud) -> Callable[[str, str, Any], bool]:
             keys, port = cloud.host_keys(project, zone, node.name), ssh_port(ctx.settings)
             hosts = [Host(h.index, h.address(True), port, tuple(keys.get(h.index, ())))
                      for h in node.hosts]
-            with HostGroup(hosts, ctx.settings.ssh_user, load_key(ctx.settings.home),
+            user = logins.for_slice(project, node.metadata).user  # OS Login's user where it is on
+            with HostGroup(hosts, user, load_key(ctx.settings.home),
                            connect_timeout=5, retries=1) as group:
                 results = group.run(as_command(render("running.sh"), "tpujob-running"), timeout=30)
         except TpujobError:

@@ -12,10 +12,11 @@ import hashlib
 import json
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, TpujobError
+from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.failure import cause, said
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
@@ -59,16 +60,24 @@ class SshHostOps:
     `lease_seconds` (with `actor`) is the TTL the sweep holds its leases for."""
 
     def __init__(self, ctx, cloud, *, progress: Optional[ProgressSink] = None,
-                 actor: Optional[str] = None, lease_seconds: Optional[float] = None):
+                 actor: Optional[str] = None, lease_seconds: Optional[float] = None, logins=None):
+        from tpujob.hosts.keys import public_key_line
+        from tpujob.service.logins import Logins
+
         self.ctx = ctx
         self.cloud = cloud
-        self.user = ctx.settings.ssh_user
+        # Who logs in on a slice: OS Login's POSIX user or ssh_user (service.logins).
+        self.logins = logins or Logins(ctx.settings, lambda: public_key_line(ctx.settings.home))
         self.progress = progress
         self.actor = actor
         self.lease_seconds = lease_seconds
         self._port: int | None = None
 
     # -- plumbing ----------------------------------------------------------------------------
+    def login(self, job, slice_):
+        """The login on the job's slice (service.logins.Login): its user, and why, for a refusal."""
+        return self.logins.for_slice(job.project, slice_.metadata)
+
     def group(self, job, attempt, slice_, keys: dict[int, list[str]] | None = None) -> HostGroup:
         if self._port is None:
             self._port = ssh_port(self.ctx.settings)
@@ -77,7 +86,8 @@ class SshHostOps:
         hosts = [Host(h.index, h.address(external), self._port, tuple(keys.get(h.index, ())))
                  for h in slice_.hosts]
         pin = self._pin_first_key(job, attempt, keys) if self._accept_new else None
-        return HostGroup(hosts, self.user, load_key(self.ctx.settings.home), accept_new=pin)
+        user = self.login(job, slice_).user
+        return HostGroup(hosts, user, load_key(self.ctx.settings.home), accept_new=pin)
 
     @property
     def _accept_new(self) -> bool:
@@ -153,7 +163,7 @@ class SshHostOps:
         return program.HostAttempt(
             job_id=format_job_id(job.id), attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
-            run_dir=run_dirs.host_run_dir_for(spec, job.id, self.user), workdir=workdir,
+            run_dir=run_dirs.host_run_dir_for(spec, job.id, self.login(job, slice_).user), workdir=workdir,
             env=dict(spec.spec.env), secrets=secrets or {},
         )
 
@@ -178,8 +188,11 @@ class SshHostOps:
         host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
         keys = self.await_host_keys(job, attempt, slice_, timeout)
-        self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout, keys,
-                                 tuple(values.values()))
+        try:
+            self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout, keys,
+                                     tuple(values.values()))
+        except SshAuthRefused as exc:  # the hosts said no to the key: say why, and the fix
+            raise SshAuthRefused(self.login(job, slice_).refusal(str(exc))) from exc
 
     def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout, keys,
                             hidden: tuple[str, ...]) -> None:
@@ -241,13 +254,20 @@ class SshHostOps:
             self.ctx.store.add_event(job.id, "disk", f"attached disk {name} to {attempt.slice_name}")
 
     def program_status(self, job, attempt, slice_) -> tuple[HostObservation, ...]:
-        host_attempt = self.host_attempt(job, attempt, slice_)
         try:
+            host_attempt = self.host_attempt(job, attempt, slice_)
             with self.group(job, attempt, slice_) as group:
                 statuses = program.status(group, host_attempt, timeout=30)
+        except SshAuthRefused as exc:  # OS Login refused the key's registration
+            return tuple(HostObservation(Program.REFUSED, refusal=str(exc)) for _ in slice_.hosts)
         except TpujobError:
             return tuple(HostObservation(Program.UNREACHABLE) for _ in slice_.hosts)
-        return tuple(_status(s) for s in statuses)
+        observed = tuple(_status(s) for s in statuses)
+        refused = next((s for s in statuses if s.state == "refused"), None)
+        if refused is None:
+            return observed
+        why = self.login(job, slice_).refusal(f"host {refused.index}: {refused.error}")
+        return tuple(replace(o, refusal=why) if o.program == Program.REFUSED else o for o in observed)
 
     def stop_program(self, job, attempt, slice_) -> None:
         """Stop the program on every host; CloudError naming the hosts where that failed
@@ -304,11 +324,17 @@ def _status(s) -> HostObservation:
         return HostObservation(Program.EXITED, s.exit_code, step=s.step, resumed_from=s.resumed_from)
     if s.state == "unreachable":
         return HostObservation(Program.UNREACHABLE)
+    if s.state == "refused":
+        return HostObservation(Program.REFUSED)
     return HostObservation(Program.MISSING)  # absent or lost: no program where one was launched
 
 
 def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
-    """A host that could not be reached is not a setup failure: the sweep retries later."""
+    """A host that could not be reached is not a setup failure: the sweep retries later. One
+    that answered and refused tpujob's key is neither: SshAuthRefused (the job ends)."""
+    for r in results:
+        if r.auth_refused:
+            raise SshAuthRefused(f"{what} on host {r.index}: {r.error}")
     for r in results:
         if r.exit_code is None:
             raise HostsUnreachable(f"{what} on host {r.index}: {cause(r, hidden)}")

@@ -365,7 +365,7 @@ def host_status(ctx: Context, job) -> list[HostProgram]:
     from tpujob.job_spec import spec_of
     from tpujob.service.run_dirs import host_run_dir_for
 
-    run_dir = host_run_dir_for(spec_of(job), job.id, ctx.settings.ssh_user)
+    run_dir = host_run_dir_for(spec_of(job), job.id, group.user)  # OS Login's user, where it is on
     attempt = program.HostAttempt(format_job_id(job.id), row.number, "", run_dir, "")
     with group:
         statuses = program.status(group, attempt, timeout=15)

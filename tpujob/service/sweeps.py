@@ -31,6 +31,7 @@ def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease_seconds)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
                       ssh_keys=(ssh_keys_metadata(ctx.settings.home, user),),
+                      metadata=hosts.logins.node_metadata(),
                       lease_seconds=lease_seconds, run_dirs=GcsRunDirs(ctx.settings),
                       workers=workers)
 

@@ -24,6 +24,7 @@ class EndReason(str, Enum):
     PREEMPTION_BUDGET = "preemption_budget"
     NAN_BUDGET = "nan_budget"
     INTERNAL = "internal"
+    SSH_REFUSED = "ssh_refused"  # the hosts refused tpujob's SSH key (OS Login, a role)
 
 
 class AttemptEnd(str, Enum):
@@ -41,6 +42,7 @@ class AttemptEnd(str, Enum):
     LOCATION_DENIED = "location_denied"  # the project may not use the zone (LOCATION_POLICY_VIOLATED)
     CANCELLED = "cancelled"
     DELETED = "deleted"
+    SSH_REFUSED = "ssh_refused"  # the hosts answered SSH but refused tpujob's key
 
 
 _ACTIVE_EXITS = {State.FAILED, State.CANCELLED, State.DELETED}

@@ -1,0 +1,124 @@
+"""OS Login end to end on the emulator (`tpujob emulator oslogin on [--require] [--no-role]`):
+a project with OS Login on ignores the `ssh-keys` metadata, so tpujob registers its key through
+the OS Login API and logs in as the profile's POSIX user; `ssh_os_login: false` opts the nodes
+out, which the organisation policy refuses under --require; hosts that refuse the key end the
+job in one sweep, with the cause and the fix, and no second slice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reconcile_helpers import ZONE, ctx, host_root, project, record, resources, sweep_until  # noqa: F401
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+def emulator_account(local_cloud) -> str:
+    return local_cloud.status()["account"]
+
+
+def test_job_runs_as_the_os_login_profiles_user_with_the_key_registered(cli, ctx, project, local_cloud, tmp_path):
+    from tpujob.cloud.oslogin import GcpOsLogin
+    from tpujob.hosts.keys import public_key_line
+
+    assert cli("emulator", "oslogin", "on").code == 0  # the configured project: this test's
+    job = record(ctx, tmp_path, command="echo ran as $USER > $HOME/who.txt")
+    job = sweep_until(ctx, job.id, lambda j: j.state in ("SUCCEEDED", "FAILED"), timeout=90)
+    events = "\n".join(e.message for e in ctx.store.events(job.id))
+    assert job.state == "SUCCEEDED", events
+
+    # The key is in the account's OS Login profile, and the login was the profile's POSIX user
+    # (a service account's sa_<id>, never built from the email).
+    oslogin = GcpOsLogin.for_emulator(local_cloud.url)
+    profile = oslogin.login_profile(emulator_account(local_cloud), project)
+    assert profile.holds(public_key_line(ctx.settings.home))
+    assert profile.username.startswith("sa_")
+    attempt = ctx.store.current_attempt(job.id)
+    assert attempt.end_reason == "succeeded"
+
+
+def test_os_login_user_is_the_one_the_hosts_see(cli, ctx, project, local_cloud, tmp_path):
+    from tpujob.cloud.oslogin import GcpOsLogin
+
+    assert cli("emulator", "oslogin", "on", "--project", project).code == 0
+    job = record(ctx, tmp_path, command="echo ran as $USER > $HOME/who.txt; sleep 600")
+    job = sweep_until(ctx, job.id, lambda j: j.state in ("RUNNING", "FAILED"), timeout=90)
+    assert job.state == "RUNNING", [e.message for e in ctx.store.events(job.id)]
+    user = GcpOsLogin.for_emulator(local_cloud.url).login_profile(emulator_account(local_cloud), project).username
+    root = host_root(local_cloud, project, ZONE, ctx.store.current_attempt(job.id).slice_name, 0)
+    who = root / "home" / user / "who.txt"
+    sweep_until(ctx, job.id, lambda j: who.exists(), timeout=30)
+    assert who.read_text().strip() == f"ran as {user}"
+    assert not (root / "home" / ctx.settings.ssh_user).exists()  # the metadata user never logged in
+
+
+def test_require_refuses_the_opt_out_with_the_org_policy_wording(cli, ctx, project, local_cloud, tmp_path,
+                                                                   monkeypatch):
+    assert cli("emulator", "oslogin", "on", "--require", "--project", project).code == 0
+    monkeypatch.setenv("TPUJOB_SSH_OS_LOGIN", "false")
+    job = record(ctx, tmp_path)
+    assert cli("requeue", str(job.id)).code == 0
+    shown = json.loads(cli("show", str(job.id), "--json").out)
+    assert shown["state"] == "FAILED" and shown["end_reason"] == "user_error"
+    said = "\n".join(e["message"] for e in shown["events"])
+    assert "Constraint constraints/compute.requireOsLogin violated for project projects/" + project in said
+    assert resources(local_cloud, project) == []  # nothing left to pay for
+
+
+def test_opt_out_logs_in_with_the_metadata_key_while_the_project_has_os_login(cli, ctx, project, local_cloud,
+                                                                              tmp_path, monkeypatch):
+    assert cli("emulator", "oslogin", "on", "--project", project).code == 0
+    monkeypatch.setenv("TPUJOB_SSH_OS_LOGIN", "false")
+    job = record(ctx, tmp_path, command="true")
+    job = sweep_until(ctx, job.id, lambda j: j.state in ("SUCCEEDED", "FAILED"), timeout=90)
+    assert job.state == "SUCCEEDED", [e.message for e in ctx.store.events(job.id)]
+
+
+def test_hosts_refusing_the_key_fail_the_job_in_one_sweep_without_a_second_slice(cli, ctx, project, local_cloud,
+                                                                                 tmp_path):
+    # OS Login on, the key imports, but the account lacks roles/compute.osLogin: every host
+    # answers SSH and refuses the login. Before: "hosts unreachable", a preemption after the
+    # grace, the slice deleted and created again, up to max_preemptions times.
+    assert cli("emulator", "oslogin", "on", "--no-role", "--project", project).code == 0
+    job = record(ctx, tmp_path, max_preemptions=5, unhealthy_grace_seconds=1)
+    assert cli("requeue", str(job.id)).code == 0
+    shown = json.loads(cli("show", str(job.id), "--json").out)
+    said = "\n".join(e["message"] for e in shown["events"])
+    assert shown["state"] == "FAILED", said
+    assert shown["end_reason"] == "ssh_refused"
+    user = GcpUser(local_cloud, project)
+    assert f"hosts refused tpujob's SSH key for user {user}" in said
+    assert f"OS Login is enabled on project {project}" in said
+    assert "roles/compute.osLogin" in said and "ssh_os_login false" in said
+    assert "unreachable" not in said
+    assert [a["number"] for a in shown["attempts"]] == [1] and shown["preemptions"] == 0
+    assert resources(local_cloud, project) == []  # the one slice deleted, no second one made
+    assert cli("requeue", str(job.id)).code == 0  # a later sweep leaves the ended job alone
+    assert resources(local_cloud, project) == []
+
+
+def GcpUser(local_cloud, project) -> str:
+    from tpujob.cloud.oslogin import GcpOsLogin
+
+    return GcpOsLogin.for_emulator(local_cloud.url).login_profile(emulator_account(local_cloud), project).username
+
+
+def test_a_running_jobs_hosts_refusing_the_key_end_it_in_one_sweep(cli, ctx, project, local_cloud, tmp_path):
+    # Running under OS Login; then the account loses roles/compute.osLogin. The next sweep's
+    # status round is refused on every host: FAILED at once, not "unreachable" for the grace
+    # and then a new slice.
+    assert cli("emulator", "oslogin", "on", "--project", project).code == 0
+    job = record(ctx, tmp_path, max_preemptions=5)
+    job = sweep_until(ctx, job.id, lambda j: j.state in ("RUNNING", "FAILED"), timeout=90)
+    assert job.state == "RUNNING", [e.message for e in ctx.store.events(job.id)]
+    assert cli("emulator", "oslogin", "on", "--no-role", "--project", project).code == 0
+    assert cli("requeue", str(job.id)).code == 0
+    shown = json.loads(cli("show", str(job.id), "--json").out)
+    said = "\n".join(e["message"] for e in shown["events"])
+    assert shown["state"] == "FAILED" and shown["end_reason"] == "ssh_refused", said
+    assert f"hosts refused tpujob's SSH key for user {GcpUser(local_cloud, project)}" in said
+    assert "hosts unreachable" not in said
+    assert [a["end_reason"] for a in shown["attempts"]] == ["ssh_refused"]
+    assert resources(local_cloud, project) == []

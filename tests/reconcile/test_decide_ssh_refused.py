@@ -1,0 +1,61 @@
+"""decide() on hosts that answer SSH and refuse tpujob's key (OS Login, a missing role): the job
+ends in this decision, FAILED ssh_refused with the cause, the slice freed unless kept, never
+counted as a preemption and never re-created (as an unreachable host would be)."""
+
+import pytest
+
+from tpujob.reconcile.decide import (
+    DeleteSlice, EndAttempt, HostObservation, JobView, MarkUnhealthy, Move, Observation, Policy, Program,
+    SetUp, SliceCondition, decide,
+)
+from tpujob.store.states import AttemptEnd, EndReason, State, is_legal
+
+P = Policy(max_preemptions=20, max_failures=3, max_nan=1, backoff_seconds=10, unhealthy_grace_seconds=120)
+WHY = ("hosts refused tpujob's SSH key for user sa_1: OS Login is enabled on project p ...; "
+       "fix: grant ... roles/compute.osLogin")
+REFUSED = HostObservation(Program.REFUSED, refusal=WHY)
+RUN = HostObservation(Program.RUNNING)
+GONE = HostObservation(Program.UNREACHABLE)
+
+
+def job(state, **kw):
+    base = dict(attempt=1, preemptions=0, failures=0, nan_restarts=0, hosts=2, in_state_seconds=5.0)
+    base.update(kw)
+    return JobView(state=state, **base)
+
+
+ENDS = [EndAttempt(AttemptEnd.SSH_REFUSED), Move(State.FAILED, WHY, EndReason.SSH_REFUSED)]
+
+CASES = [
+    ("setup refused: FAILED at once, slice deleted", job(State.SETTING_UP),
+     Observation(slice=SliceCondition.READY, ssh_refused=WHY), ENDS + [DeleteSlice()]),
+    ("setup refused on a kept slice: the slice stays", job(State.SETTING_UP, keep_slice=True),
+     Observation(slice=SliceCondition.READY, ssh_refused=WHY), ENDS),
+    # Already marked unhealthy past the grace (as "unreachable" used to be): still no preemption.
+    ("setup refused past the unhealthy grace", job(State.SETTING_UP, unhealthy_seconds=500.0),
+     Observation(slice=SliceCondition.READY, ssh_refused=WHY), ENDS + [DeleteSlice()]),
+    ("running, one host refuses", job(State.RUNNING),
+     Observation(slice=SliceCondition.READY, hosts=(RUN, REFUSED)), ENDS + [DeleteSlice()]),
+    ("running, every host refuses, first sweep", job(State.RUNNING, in_state_seconds=3600.0),
+     Observation(slice=SliceCondition.READY, hosts=(REFUSED, REFUSED)), ENDS + [DeleteSlice()]),
+    # An unreachable host is still what it was: marked, re-checked, replaced after the grace.
+    ("running, a host unreachable: marked, not failed", job(State.RUNNING),
+     Observation(slice=SliceCondition.READY, hosts=(RUN, GONE)), [MarkUnhealthy()]),
+    ("setting up without a refusal goes on", job(State.SETTING_UP),
+     Observation(slice=SliceCondition.READY), [SetUp()]),
+]
+
+
+@pytest.mark.parametrize("name,view,observation,expected", CASES, ids=[c[0] for c in CASES])
+def test_decide_on_a_refused_key(name, view, observation, expected):
+    actions = decide(view, observation, P)
+    assert actions == expected
+    for action in actions:
+        if isinstance(action, Move):
+            assert is_legal(view.state, action.to)
+
+
+def test_a_refused_host_without_its_words_still_says_what_happened():
+    actions = decide(job(State.RUNNING), Observation(slice=SliceCondition.READY,
+                                                    hosts=(HostObservation(Program.REFUSED),)), P)
+    assert Move(State.FAILED, "hosts refused tpujob's SSH key", EndReason.SSH_REFUSED) in actions

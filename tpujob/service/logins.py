@@ -1,0 +1,146 @@
+"""Who tpujob logs in as on a slice's hosts: OS Login's POSIX user, or `ssh_user` with the key
+in the node's `ssh-keys` metadata. And, when the hosts refuse the key, why and what fixes it.
+
+OS Login is on for a node when its own `enable-oslogin` metadata says so, else when its
+project's does (cloud/oslogin.py; shared/facts/operations.md, "OS Login"). With it on, metadata
+keys are ignored: tpujob's key is imported into the OS Login profile of the account tpujob acts
+as, with an expiry (renewed by any process that logs in once half of it has passed), and the
+login is the profile's POSIX username. `ssh_os_login: false` creates nodes with
+`enable-oslogin: FALSE` instead (node metadata overrides the project's), which an organisation
+policy (constraints/compute.requireOsLogin) may refuse.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from tpujob.errors import CloudRefused, PermissionDenied, SshAuthRefused
+
+KEY_TTL_SECONDS = 7 * 24 * 3600.0  # the imported key's expiry: a week, renewed at half of it
+PROJECT_TTL_SECONDS = 600.0  # a watch reads a project's enable-oslogin again after this
+OPT_OUT = {"enable-oslogin": "FALSE"}  # node metadata under `ssh_os_login: false`
+POLICY_NOTE = ("an organisation policy (constraints/compute.requireOsLogin) may refuse "
+               "`enable-oslogin: FALSE`, and the create then fails with its message")
+ROLE_FIX = "roles/compute.osLogin (roles/compute.osAdminLogin for sudo)"
+
+
+def opt_out_warnings(settings) -> list[str]:
+    """What `validate` and `create` say under `ssh_os_login: false`."""
+    if not settings.os_login_opt_out:
+        return []
+    return [f"ssh_os_login false: the job's nodes are created with enable-oslogin FALSE; {POLICY_NOTE}"]
+
+
+@dataclass(frozen=True)
+class Login:
+    user: str
+    os_login: bool
+    project: str
+    account: str = ""  # OS Login only: whose profile holds the key
+    node_says: Optional[str] = None  # the node's own enable-oslogin, when it has one
+
+    def refusal(self, cause: str) -> str:
+        """The event when the hosts refuse tpujob's key: the cause, why, and the fix."""
+        if self.os_login:
+            where = (f"the node's metadata sets enable-oslogin={self.node_says}" if self.node_says is not None
+                     else f"OS Login is enabled on project {self.project}")
+            return (f"hosts refused tpujob's SSH key for user {self.user}: {where}, so hosts take only keys "
+                    f"registered through OS Login; tpujob's key is registered in the OS Login profile of "
+                    f"{self.account} (user {self.user}) and still refused ({cause}); fix: grant {self.account} "
+                    f"{ROLE_FIX} on project {self.project}, or `tpujob config set ssh_os_login false` "
+                    f"(nodes get enable-oslogin: FALSE; {POLICY_NOTE}); then `tpujob resume`")
+        why = ("the node's metadata sets enable-oslogin=FALSE" if self.node_says is not None
+               else f"OS Login is off on project {self.project}")
+        return (f"hosts refused tpujob's SSH key for user {self.user}: {why}, so the key in the node's ssh-keys "
+                f"metadata should let it in, and did not ({cause}); fix: check whether OS Login is enforced "
+                f"on the project (gcloud compute project-info describe --project {self.project}) or the "
+                f"node's metadata was changed, then `tpujob resume`")
+
+
+class Logins:
+    """One per sweep (or command): the project's setting and the key's import, asked of the
+    cloud once per project and reused, so a sweep over many jobs costs one of each."""
+
+    def __init__(self, settings, public_key: Callable[[], str], *, client=None, account=None,
+                 clock: Callable[[], float] = time.time, register: bool = True):
+        """`register=False` only looks (gc, doctor): the profile is read, and a key not in it
+        yet is a refusal instead of an import."""
+        self.settings = settings
+        self.register = register
+        self._public_key = public_key
+        self._client = client
+        self._account = account
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._project: dict[str, tuple[float, Optional[bool]]] = {}  # project -> (when read, value)
+        self._imported: dict[str, tuple[float, str]] = {}  # project -> (when, POSIX user)
+
+    @property
+    def client(self):
+        if self._client is None:
+            from tpujob.service.context import make_oslogin
+
+            self._client = make_oslogin(self.settings)
+        return self._client
+
+    @property
+    def account(self) -> str:
+        if self._account is None:
+            from tpujob.service.context import login_account
+
+            self._account = login_account(self.settings)
+        return self._account
+
+    def node_metadata(self) -> dict[str, str]:
+        """What a new node's metadata carries for OS Login: the opt-out, or nothing."""
+        return dict(OPT_OUT) if self.settings.os_login_opt_out else {}
+
+    def project_enabled(self, project: str) -> Optional[bool]:
+        with self._lock:
+            seen = self._project.get(project)
+        if seen is not None and self.clock() - seen[0] < PROJECT_TTL_SECONDS:
+            return seen[1]
+        found = self.client.project_enabled(project)
+        with self._lock:
+            self._project[project] = (self.clock(), found)
+        return found
+
+    def for_slice(self, project: str, node_metadata: dict[str, str]) -> Login:
+        """The login for a slice whose node carries `node_metadata`."""
+        from tpujob.cloud.oslogin import ENABLE_KEY, effective
+
+        node_says = (node_metadata or {}).get(ENABLE_KEY)
+        # A node that says nothing follows the project; one that does needs no project read.
+        enabled = effective(node_says, None if node_says is not None else self.project_enabled(project))
+        if not enabled:
+            return Login(self.settings.ssh_user, False, project, node_says=node_says)
+        return Login(self._import(project), True, project, self.account, node_says)
+
+    def _import(self, project: str) -> str:
+        with self._lock:
+            seen = self._imported.get(project)
+        if seen is not None and self.clock() - seen[0] < KEY_TTL_SECONDS / 2:
+            return seen[1]
+        if not self.register:
+            profile = self.client.login_profile(self.account, project)
+            if not profile.holds(self._public_key()):
+                raise SshAuthRefused(f"tpujob's SSH key is not in the OS Login profile of {self.account}")
+            return profile.username
+        try:
+            profile = self.client.import_key(self.account, project, self._public_key(), KEY_TTL_SECONDS)
+        except (CloudRefused, PermissionDenied) as exc:  # for good (a role, the API): no login
+            # (a 401, the sweep's own credentials, is retried by the next sweep instead)
+            raise SshAuthRefused(
+                f"OS Login is enabled on project {project} and refused to register tpujob's SSH key for "
+                f"{self.account}: {exc}; fix: grant {self.account} {ROLE_FIX} on project {project} and "
+                f"enable oslogin.googleapis.com, or `tpujob config set ssh_os_login false` ({POLICY_NOTE})"
+            ) from exc
+        if not profile.username:
+            raise SshAuthRefused(f"the OS Login profile of {self.account} has no POSIX account after "
+                                 "tpujob's key was imported: OS Login gives no user to log in as")
+        with self._lock:
+            self._imported[project] = (self.clock(), profile.username)
+        return profile.username
