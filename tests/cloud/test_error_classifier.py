@@ -208,3 +208,18 @@ def test_quota_failure_violations_are_read_when_the_message_says_little():
     err = classify("creating node n1", gexc.from_http_status(429, "Quota exceeded.", details=[detail]))
     assert type(err) is QuotaExceeded and (err.scope, err.zone) == ("zone", "us-east5-b")
     assert "Limit 0 in zone us-east5-b" in str(err)
+
+
+@pytest.mark.parametrize("text", [
+    "Reservation not found",  # issue 22's wording (no public TPU payload found)
+    "Reservation 'projects/p/zones/us-east5-a/reservations/r' does not exist.",
+    "Cloud TPU received an invalid argument. A target reservation must be specified when the host project "
+    "has at least one",  # hashicorp/terraform-provider-google#24153
+])
+def test_reservation_wordings_end_the_placement_saying_so(text):
+    err = classify("creating node n1", rest(400, text))
+    assert type(err).__name__ == "ReservationUnavailable" and isinstance(err, PlacementUnavailable)
+    assert "a reservation problem" in str(err)
+    # Not a reservation refusal: a stockout of reserved capacity stays a capacity miss.
+    assert type(classify("creating node n1", operation(8, "Insufficient reserved capacity. Contact customer "
+                                                          "support to increase your reservation."))) is StockoutError
