@@ -115,3 +115,15 @@ def test_a_key_that_is_not_ssh_text_is_refused_with_googles_400(server):
     with pytest.raises(ApiError) as caught:
         server.emulator.oslogin.import_key(ACCOUNT, {"key": "ssh-ed25519 not-base64!"}, "p")
     assert caught.value.code == 400 and caught.value.message == "Request contains an invalid argument."
+
+
+def test_require_refuses_a_queued_resource_whose_node_opts_out(server):
+    from dataclasses import replace
+
+    server.emulator.oslogin.set("p-req-qr", True, required=True)
+    cloud = GcpCloud.for_emulator(server.url)
+    queued = replace(request("p-req-qr", {"enable-oslogin": "false"}), queued=True)
+    with pytest.raises(CloudRefused) as caught:
+        cloud.create_queued_resource(queued)
+    assert "constraints/compute.requireOsLogin" in str(caught.value)
+    assert cloud.list_slices("p-req-qr", "us-central2-b") == {}  # nothing queued
