@@ -153,6 +153,26 @@ def test_preempt_kills_after_the_grace_period(make_machines, client_key):
     assert m.host_pids(0) == []
 
 
+def test_a_preempted_hosts_namespace_stays_pinned_until_its_programs_are_gone(make_machines, client_key):
+    # The namespace holder outlives every other process of the host: a mount namespace whose
+    # last process exits is freed and its id may go to the next one made (another emulator's
+    # host, a preflight's `unshare`), which a scan by that id during the grace would then kill
+    # (seen: "namespace set-up failed" and `unshare true` exiting -9 beside a preemption).
+    import threading
+
+    m, eps = make_machines(1)
+    run(connect(eps[0], client_key[0]),
+        "setsid bash -c 'trap \"\" TERM; while :; do sleep 0.05; done' >/dev/null 2>&1 </dev/null &")
+    holder = m._hosts[0].holder
+    preempting = threading.Thread(target=m.preempt, kwargs={"grace_seconds": 2.0})
+    preempting.start()
+    time.sleep(1.0)  # inside the grace: the program ignores SIGTERM
+    assert holder.poll() is None, "the holder died with SIGTERM: its namespace id is free to reuse"
+    assert len(m.host_pids(0)) >= 2  # the holder and the program
+    preempting.join(30)
+    assert holder.poll() is not None and m.host_pids(0) == []
+
+
 def test_kill_host_takes_one_host_down_at_once(make_machines, client_key):
     m, eps = make_machines(2)
     for ep in eps:

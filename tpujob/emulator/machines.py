@@ -124,7 +124,8 @@ class _Host:
             self.holder.wait(timeout=5)
             err = self.holder.stderr.read().decode(errors="replace").strip() if self.holder.stderr \
                 else ""
-            raise RuntimeError(f"host {self.index}: namespace set-up failed: {err}")
+            raise RuntimeError(f"host {self.index}: namespace set-up failed (exit "
+                               f"{self.holder.returncode}): {err}")
         self.holder.stdout.close()
         self.holder.stderr.close()
         st = os.stat(f"/proc/{self.holder.pid}/ns/mnt")
@@ -192,26 +193,26 @@ class SliceMachines:
         """SSH stops answering; every process on every host gets SIGTERM, then SIGKILL after
         the grace period. Blocks until the hosts are dead (at most about grace_seconds)."""
         hosts = self._take_down(list(range(len(self._hosts))))
-        namespaces = {h.ns for h in hosts}
-        _signal_all(namespaces, signal.SIGTERM)
+        namespaces, holders = _pinned(hosts)
+        _signal_all(namespaces, signal.SIGTERM, spare=holders)
         deadline = time.monotonic() + grace_seconds
-        while time.monotonic() < deadline and _pids_by_namespace(namespaces):
+        while time.monotonic() < deadline and _pids_by_namespace(namespaces, spare=holders):
             if self._stopping.wait(0.05):
                 break
-        _kill_all(namespaces)
+        _kill_all(namespaces, spare=holders)
         self._reap(hosts)
 
     def kill_host(self, index: int) -> None:
         """That host dies at once: processes killed, SSH gone."""
         hosts = self._take_down([index])
-        _kill_all({h.ns for h in hosts})
+        _kill_all(*_pinned(hosts))
         self._reap(hosts)
 
     def stop(self) -> None:
         """Node deleted: every process killed, SSH servers closed, directories removed."""
         self._stopping.set()
         hosts = self._take_down(list(range(len(self._hosts))))
-        _kill_all({h.ns for h in hosts})
+        _kill_all(*_pinned(hosts))
         self._reap(hosts)
         for host in self._hosts:   # holders of hosts that never finished starting
             if host.holder and host.holder.poll() is None:
@@ -232,17 +233,29 @@ class SliceMachines:
 
     @staticmethod
     def _reap(hosts: list[_Host]) -> None:
+        """End the holders, last: their namespaces are empty but for them now."""
         for host in hosts:
             if host.holder:
+                host.holder.kill()
                 host.holder.wait()
 
 
-def _pids_by_namespace(namespaces: set) -> dict[tuple[int, int], list[int]]:
-    """Live processes grouped by mount namespace, for the namespaces asked about."""
+def _pinned(hosts: list[_Host]) -> tuple[set, frozenset[int]]:
+    """The hosts' mount namespaces, and their holders' pids, which every signal spares until
+    the rest of the namespace is gone: a namespace whose last process exits is freed, and the
+    kernel may give its id to the next one made (another emulator's host, any `unshare`), whose
+    processes a later scan by that id would kill. A holder is our own unreaped child, so its
+    pid is ours too, and _reap ends it last."""
+    return ({h.ns for h in hosts if h.ns},
+            frozenset(h.holder.pid for h in hosts if h.holder and h.holder.poll() is None))
+
+
+def _pids_by_namespace(namespaces: set, spare: frozenset[int] = frozenset()) -> dict[tuple[int, int], list[int]]:
+    """Live processes grouped by mount namespace, for the namespaces asked about (but `spare`)."""
     found: dict[tuple[int, int], list[int]] = {}
     me = os.getpid()
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not entry.name.isdigit() or int(entry.name) == me or int(entry.name) in spare:
             continue
         try:
             st = os.stat(f"/proc/{entry.name}/ns/mnt")
@@ -254,9 +267,9 @@ def _pids_by_namespace(namespaces: set) -> dict[tuple[int, int], list[int]]:
     return found
 
 
-def _signal_all(namespaces: set, sig: int) -> int:
+def _signal_all(namespaces: set, sig: int, spare: frozenset[int] = frozenset()) -> int:
     sent = 0
-    for pids in _pids_by_namespace(namespaces).values():
+    for pids in _pids_by_namespace(namespaces, spare).values():
         for pid in pids:
             try:
                 os.kill(pid, sig)
@@ -266,11 +279,11 @@ def _signal_all(namespaces: set, sig: int) -> int:
     return sent
 
 
-def _kill_all(namespaces: set) -> None:
-    # A process may fork while we scan: repeat until a scan finds nobody.
+def _kill_all(namespaces: set, spare: frozenset[int] = frozenset()) -> None:
+    # A process may fork while we scan: repeat until a scan finds nobody (but `spare`).
     namespaces = {ns for ns in namespaces if ns}
     deadline = time.monotonic() + 10
-    while namespaces and _signal_all(namespaces, signal.SIGKILL):
+    while namespaces and _signal_all(namespaces, signal.SIGKILL, spare):
         if time.monotonic() > deadline:
             log.warning("processes keep appearing in %s", namespaces)
             return
