@@ -21,6 +21,7 @@ from tpujob.emulator.faults import Faults
 from tpujob.emulator.labels import check_tpu_labels
 from tpujob.emulator.machines import MAX_IP_BLOCK
 from tpujob.emulator.operations import Operations
+from tpujob.emulator.node_updates import DATA_DISKS, apply_documented, mask_paths
 from tpujob.emulator.payloads import (ABORTED, EXTERNAL_BLOCKS, INTERNAL, RESOURCE_EXHAUSTED,
                                       TPU_RUNTIME_PORT, ApiError, VirtualHost, accelerator_hosts,
                                       authorized_keys, check_id, check_placement, copy_json,
@@ -117,10 +118,10 @@ class Emulator(QueuedResources, Faults):
             self._spawn(self._finish_when_gone, node, op)
             return op
 
-    def update_node(self, name: str, mask: str, body: dict) -> dict:
-        """PATCH with updateMask=dataDisks: attach the disks not attached yet (others: 400)."""
-        if mask != "dataDisks":
-            raise ApiError(400, f"updateMask {mask!r} is not emulated (only dataDisks)")
+    def update_node(self, name: str, mask: str, body: dict, api_version: str = "v2") -> dict:
+        """PATCH: the documented mask fields (node_updates.py); `data_disks` on v2alpha1 only,
+        attaching the disks not attached yet."""
+        paths = mask_paths(mask, api_version)
         with self._lock:
             node = self._node(name)
             if node.body["state"] == "PREEMPTED":
@@ -131,8 +132,10 @@ class Emulator(QueuedResources, Faults):
                 raise ApiError(400, f"Node {name} is in state PREEMPTED and cannot be updated; "
                                     "delete it and create it again", status="FAILED_PRECONDITION")
             known = {d.get("sourceDisk") for d in node.body.get("dataDisks", [])}
-            added = [d for d in body.get("dataDisks", []) if d.get("sourceDisk") not in known]
+            added = [d for d in body.get("dataDisks", []) if d.get("sourceDisk") not in known] \
+                if DATA_DISKS in paths else []
             self._check_disks(name, added, node.body)
+            apply_documented(node.body, paths, body)
             node.body["dataDisks"] = node.body.get("dataDisks", []) + added
             machines = node.machines if node.body["state"] == "READY" else None
             op = self.operations.new(node.parent, "update", name)

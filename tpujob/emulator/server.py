@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PROJECT = "tpujob-local"
 _LOC = "/v2/projects/<project>/locations/<zone>"
+_LOC_ALPHA = "/v2alpha1/projects/<project>/locations/<zone>"
 
 _ROUTES = Map([
     Rule(f"{_LOC}/nodes", methods=["POST"], endpoint="create_node"),
@@ -43,6 +44,12 @@ _ROUTES = Map([
     Rule(f"{_LOC}/queuedResources/<rid>", methods=["DELETE"], endpoint="delete_qr"),
     Rule(f"{_LOC}/operations/<rid>", methods=["GET"], endpoint="get_operation"),
     Rule(f"{_LOC}/acceleratorTypes", methods=["GET"], endpoint="list_accelerator_types"),
+    # v2alpha1: what tpujob reads there (upcomingMaintenance, which google-cloud-tpu's v2 Node
+    # lacks) and gcloud's alpha attach-disk (data_disks, node_updates.py).
+    Rule(f"{_LOC_ALPHA}/nodes", methods=["GET"], endpoint="list_nodes"),
+    Rule(f"{_LOC_ALPHA}/nodes/<rid>", methods=["GET"], endpoint="get_node"),
+    Rule(f"{_LOC_ALPHA}/nodes/<rid>", methods=["PATCH"], endpoint="update_node"),
+    Rule(f"{_LOC_ALPHA}/operations/<rid>", methods=["GET"], endpoint="get_operation"),
     Rule("/emulator/v1/status", methods=["GET"], endpoint="status"),
     Rule("/emulator/v1/faults", methods=["GET", "POST"], endpoint="faults"),
     Rule("/emulator/v1/fail-next", methods=["GET", "POST", "DELETE"], endpoint="fail_next"),
@@ -74,11 +81,13 @@ class TpuApp:
                 return _json(200, body)(environ, start_response)
             endpoint, args = _ROUTES.bind_to_environ(environ).match()
             body = None
-            if request.path.startswith("/v2/"):
+            if request.path.startswith(("/v2/", "/v2alpha1/")):
                 self._inject_fault()
                 body = self._replay(TPU_METHODS, endpoint, request, args)
             if body is None:
                 body = getattr(self, "_" + endpoint)(request, **args)
+            if request.path.startswith("/v2alpha1/"):
+                body = _typed_as(body, "v2alpha1")
             response = _json(200, body)
         except ApiError as err:
             response = _json(err.code, err.body())
@@ -139,7 +148,8 @@ class TpuApp:
 
     def _update_node(self, request: Request, project: str, zone: str, rid: str) -> dict:
         return self.emulator.update_node(f"{_parent(project, zone)}/nodes/{rid}",
-                                         request.args.get("updateMask", ""), _node_body(request))
+                                         request.args.get("updateMask", ""), _node_body(request),
+                                         api_version=request.path.split("/")[1])
 
     def _guest_attributes(self, request: Request, project: str, zone: str, rid: str) -> dict:
         body = read_json(request)
@@ -312,6 +322,20 @@ def _node_body(request: Request) -> dict:
     from google.cloud import tpu_v2
 
     return _normalise(tpu_v2.Node, read_json(request))
+
+
+def _typed_as(body: Any, version: str) -> Any:
+    """An answer as the API `version` types it: operations carry `@type`
+    `type.googleapis.com/google.cloud.tpu.VERSION.Node` (and OperationMetadata), which the
+    version's client unpacks; the JSON of Node is the same in v2 and v2alpha1 for what the
+    emulator serves."""
+    if isinstance(body, dict):
+        return {k: (v.replace("google.cloud.tpu.v2.", f"google.cloud.tpu.{version}.")
+                    if k == "@type" and isinstance(v, str) else _typed_as(v, version))
+                for k, v in body.items()}
+    if isinstance(body, list):
+        return [_typed_as(v, version) for v in body]
+    return body
 
 
 def _number(body: dict, key: str) -> float | None:
