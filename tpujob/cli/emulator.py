@@ -56,6 +56,17 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"node {node} preempted")
 
     @emulator.command()
+    def maintenance(node: str = typer.Argument(..., help="Node id (or full resource name)."),
+                    in_: float = typer.Option(0.0, "--in", min=0,
+                                              help="Seconds until the window opens (0: at once).")):
+        """Announce maintenance on a node: it reads upcomingMaintenance (PENDING) until the window
+        opens, then health UNHEALTHY_MAINTENANCE, and its hosts go down as in a preemption."""
+        from tpujob.emulator import process
+
+        process.client().maintenance(node, in_seconds=in_)
+        typer.echo(f"maintenance announced on {node}: window opens in {in_:g} s")
+
+    @emulator.command()
     def stockout(
         zone: str = typer.Argument(...),
         accelerator: Optional[str] = typer.Argument(None, help="Only this accelerator type."),

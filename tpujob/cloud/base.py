@@ -116,6 +116,16 @@ class SliceRequest:
 
 
 @dataclass(frozen=True)
+class MaintenanceWindow:
+    """Node.upcomingMaintenance (tpu.v2.json UpcomingMaintenance): SCHEDULED or UNSCHEDULED,
+    PENDING or ONGOING, and when its window opens (epoch seconds; None if the API gives none)."""
+
+    type: str
+    status: str
+    start: float | None = None
+
+
+@dataclass(frozen=True)
 class Slice:
     name: str
     zone: str
@@ -127,6 +137,11 @@ class Slice:
     labels: dict[str, str] = field(default_factory=dict)
     detail: str = ""  # why it failed or what it waits for, when the API says
     node_create_time: float | None = None  # epoch seconds of the node's createTime; None: no node
+    # Node.health (tpu.v2.json): HEALTHY, TIMEOUT, UNHEALTHY_TENSORFLOW, UNHEALTHY_MAINTENANCE;
+    # None when unspecified or no node. Symptoms as "TYPE (worker N): details".
+    health: str | None = None
+    symptoms: tuple[str, ...] = ()
+    maintenance: MaintenanceWindow | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Protocol
 
 from tpujob.emulator.failnext import FailNext
 from tpujob.emulator.faults import Faults
+from tpujob.emulator.maintenance import Maintenance
 from tpujob.emulator.labels import check_tpu_labels
 from tpujob.emulator.machines import MAX_IP_BLOCK
 from tpujob.emulator.operations import Operations
@@ -69,7 +70,7 @@ class Node:
         return self.parent.rsplit("/", 1)[1]
 
 
-class Emulator(QueuedResources, Faults):
+class Emulator(QueuedResources, Faults, Maintenance):
     """The whole emulated TPU API state. Methods raise ApiError; the server turns it into JSON."""
 
     def __init__(self, root: pathlib.Path, provisioning_delay: float = 0.2, ssh_port: int = 22,
@@ -339,7 +340,8 @@ class Emulator(QueuedResources, Faults):
             name = f"{parent}/nodes/{node_id}"
             if name in self._nodes:
                 raise ApiError(409, f"Resource '{name}' already exists")
-            for key in ("name", "state", "networkEndpoints", "health", "createTime", "id"):
+            for key in ("name", "state", "networkEndpoints", "health", "createTime", "id",
+                        "healthDescription", "symptoms", "upcomingMaintenance"):  # output only
                 body.pop(key, None)
             body.update(name=name, state="CREATING", createTime=now(), apiVersion="V2",
                         id=str(random.randrange(1, 2**62)))

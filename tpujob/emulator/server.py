@@ -56,6 +56,7 @@ _ROUTES = Map([
     Rule("/emulator/v1/stockout", methods=["POST"], endpoint="stockout"),
     Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
     Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
+    Rule("/emulator/v1/maintenance", methods=["POST"], endpoint="maintenance"),
     Rule("/emulator/v1/hosts", methods=["GET"], endpoint="hosts"),
 ], strict_slashes=False)
 
@@ -225,6 +226,11 @@ class TpuApp:
             raise ApiError(400, "index must be an integer")
         self.emulator.kill_host(_required(body, "node"), index)
         return {}
+
+    def _maintenance(self, request: Request) -> dict:
+        body = read_json(request)
+        after = _number(body, "inSeconds") or 0.0
+        return self.emulator.announce_maintenance(_required(body, "node"), after)
 
     def _hosts(self, request: Request) -> dict:
         return {"hosts": self.emulator.hosts(_required(request.args, "node"))}
