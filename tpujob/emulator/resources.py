@@ -80,6 +80,9 @@ class Emulator(QueuedResources, Faults, Maintenance):
         self.api_error_rate = 0.0
         # Seconds after boot before a node's guest attributes carry its host keys; < 0: never.
         self.hostkeys_delay = 0.0
+        # How long a fresh host's unattended-upgrades holds the dpkg frontend lock (apt.py):
+        # "a few seconds"; `tpujob emulator image --apt-lock-seconds`.
+        self.apt_lock_seconds = 3.0
         self.ssh_port = ssh_port
         self.preempt_grace = preempt_grace
         self._factory = machines_factory
@@ -261,6 +264,8 @@ class Emulator(QueuedResources, Faults, Maintenance):
                     num_hosts=hosts_count, authorized_keys=keys, ip_block=node.ip_block,
                     ssh_port=self.ssh_port, external_ips=externals)
                 hosts = machines.start()
+                if hasattr(machines, "hold_apt_lock"):
+                    machines.hold_apt_lock(self.apt_lock_seconds)  # first boot: apt.py
                 self._expose_disks(node, machines, node.body.get("dataDisks", []))
             except Exception as err:  # the node shows the failure, as a broken TPU VM would
                 log.exception("starting the hosts of %s failed", node.name)

@@ -57,6 +57,7 @@ _ROUTES = Map([
     Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
     Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
     Rule("/emulator/v1/maintenance", methods=["POST"], endpoint="maintenance"),
+    Rule("/emulator/v1/image", methods=["GET", "POST"], endpoint="image"),
     Rule("/emulator/v1/hosts", methods=["GET"], endpoint="hosts"),
 ], strict_slashes=False)
 
@@ -226,6 +227,21 @@ class TpuApp:
             raise ApiError(400, "index must be an integer")
         self.emulator.kill_host(_required(body, "node"), index)
         return {}
+
+    def _image(self, request: Request) -> dict:
+        """What hosts booted from now on have: the seconds unattended-upgrades holds the dpkg
+        lock after boot, and whether gcsfuse is installed (emulator/apt.py)."""
+        if request.method == "POST":
+            body = read_json(request)
+            seconds = _number(body, "aptLockSeconds")
+            if seconds is not None:
+                if seconds < 0:
+                    raise ApiError(400, "aptLockSeconds must not be negative")
+                self.emulator.apt_lock_seconds = seconds
+            if body.get("gcsfuse") is not None:
+                self.emulator.compute.image_gcsfuse = bool(body["gcsfuse"])
+        return {"aptLockSeconds": self.emulator.apt_lock_seconds,
+                "gcsfuse": self.emulator.compute.image_gcsfuse}
 
     def _maintenance(self, request: Request) -> dict:
         body = read_json(request)
