@@ -50,6 +50,8 @@ run: {{command: "true"}}
         assert ("fallback zone us-central1-a: disk master is a read-write master, a zonal disk in "
                 f"{ZONE} that cannot be attached in us-central1-a") in refused.error_line
     assert stored_jobs() == 0
+    by_hand = cli("disk", "clone", "snap", "--type", "hyperdisk-balanced", "--zone", "us-east5-b")
+    assert by_hand.code == 2 and GOOGLE in by_hand.error_line
 
 
 def test_a_clone_follows_the_job_to_a_fallback_zone_from_the_snapshot(cli, local_cloud, tmp_path, project):

@@ -171,6 +171,10 @@ def snapshot(ctx: Context, disk: str, name: str | None = None, zone: str | None 
 
 def clone(ctx: Context, snapshot_name: str, name: str | None = None, disk_type: str = "pd-balanced",
           zone: str | None = None):
+    from tpujob.catalogue import NEVER_READ_ONLY
+
+    if disk_type in NEVER_READ_ONLY:  # a clone is for many hosts, read-only
+        raise UsageError(f"{NEVER_READ_ONLY[disk_type]} Clone to hyperdisk-ml (or pd-balanced) instead")
     project, zone = _where(ctx, zone)
     return make_compute(ctx.settings).create_disk(project, zone, _name(name or f"{snapshot_name}-clone"),
                                                   disk_type=disk_type, snapshot=_name(snapshot_name),
