@@ -178,8 +178,8 @@ CASES = [
       Move(State.RECOVERING, "scheduled maintenance window opens in 120 s: checkpoint requested, slice "
                              "replaced; preemption 1 of 2 allowed, next attempt now")]),
     ("maintenance window past the next sweep waits", job(State.RUNNING, in_state_seconds=3600),
-     replace(obs(SliceCondition.READY, RUN, RUN), health="HEALTHY", maintenance_in_seconds=P.maintenance_lead_seconds + 1,
-             maintenance_type="SCHEDULED"), []),
+     replace(obs(SliceCondition.READY, RUN, RUN), health="HEALTHY",
+             maintenance_in_seconds=P.maintenance_lead_seconds + 1, maintenance_type="SCHEDULED"), []),
     ("maintenance after success changes nothing", job(State.RUNNING, in_state_seconds=3600),
      replace(obs(SliceCondition.READY, OK, OK), maintenance_in_seconds=0, maintenance_type="UNSCHEDULED"),
      [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host"), DeleteSlice()]),

@@ -80,9 +80,7 @@ class Emulator(QueuedResources, Faults, Maintenance):
         self.api_error_rate = 0.0
         # Seconds after boot before a node's guest attributes carry its host keys; < 0: never.
         self.hostkeys_delay = 0.0
-        # How long a fresh host's unattended-upgrades holds the dpkg frontend lock (apt.py):
-        # "a few seconds"; `tpujob emulator image --apt-lock-seconds`.
-        self.apt_lock_seconds = 3.0
+        self.apt_lock_seconds = 3.0  # a fresh host's dpkg lock held after boot (apt.py; `image`)
         self.ssh_port = ssh_port
         self.preempt_grace = preempt_grace
         self._factory = machines_factory

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Optional
 
+from tpujob.reconcile.maintenance import maintenance_reason
 from tpujob.reconcile.policy import Policy
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, EndReason, State
@@ -58,7 +59,7 @@ class Observation:
     # earlier attempt left are not this one's: the sweep leaves them out).
     run_dir: Optional[RunDirStatus] = None
     launched: Optional[int] = None  # act just launched the program on this many hosts
-    # Node.health, its description, and Node.upcomingMaintenance's window: seconds until it
+    # Node.health, its description and symptoms, and Node.upcomingMaintenance's window: seconds until it
     # opens (<= 0: open) and its type (SCHEDULED, UNSCHEDULED), from the zone's one list call.
     health: Optional[str] = None
     health_detail: str = ""
@@ -300,7 +301,7 @@ def _setting_up(job, obs, policy):
         return _lost(job, policy, "slice lost during setup")
     if obs.slice != SliceCondition.READY:
         return []
-    maintenance = _maintenance(obs, policy)
+    maintenance = maintenance_reason(obs, policy.maintenance_lead_seconds)
     if maintenance:
         return _lost(job, policy, f"{maintenance}: slice replaced before the program starts")
     if obs.setup_error is not None:
@@ -318,20 +319,6 @@ def _failed(job, policy, attempt_reason: AttemptEnd, why: str, reason: EndReason
             retry: bool = True) -> list[Action]:
     return _spend(job, policy, "failures", end=attempt_reason, reason=reason, retry=retry, spent_message=why,
                   again_message=f"{why}; retry {job.failures + 1} of {policy.max_failures}")
-
-
-def _maintenance(obs: Observation, policy: Policy) -> Optional[str]:
-    """Why the slice must be left before Google's maintenance takes it (None: no need): health
-    UNHEALTHY_MAINTENANCE, or a window opening before the next sweep would see it."""
-    if obs.health == "UNHEALTHY_MAINTENANCE":
-        return "slice under maintenance (health UNHEALTHY_MAINTENANCE" + \
-            (f": {obs.health_detail})" if obs.health_detail else ")")
-    if obs.maintenance_in_seconds is not None and obs.maintenance_in_seconds <= policy.maintenance_lead_seconds:
-        kind = f"{obs.maintenance_type.lower()} " if obs.maintenance_type else ""
-        when = (f"opens in {obs.maintenance_in_seconds:.0f} s" if obs.maintenance_in_seconds > 0
-                else "is open")
-        return f"{kind}maintenance window {when}"
-    return None
 
 
 def _running(job, obs, policy):
@@ -369,7 +356,7 @@ def _running(job, obs, policy):
     if hosts and len(codes) == len(hosts):
         actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, "program exited 0 on every host")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
-    maintenance = _maintenance(obs, policy)
+    maintenance = maintenance_reason(obs, policy.maintenance_lead_seconds)
     if maintenance:
         # A checkpoint request (SIGTERM, then the grace), as on a preemption notice; the slice is
         # replaced and the move counts as a preemption.

@@ -149,7 +149,8 @@ class Observer:
         return Observation(slice=phase, hosts=hosts, run_dir=run_dir,
                            provisioning_seconds=None if created is None else max(0.0, self.clock() - created),
                            health=slice_.health if slice_ is not None else None,
-                           health_detail=slice_.detail if slice_ is not None and slice_.health else "",
+                           health_detail="; ".join(filter(None, (slice_.detail, *slice_.symptoms)))
+                           if slice_ is not None and slice_.health else "",
                            maintenance_in_seconds=None if window is None or window.start is None
                            else window.start - self.clock(),
                            maintenance_type=window.type if window is not None else "")
