@@ -32,13 +32,17 @@ run:
 
 
 @pytest.fixture
-def fresh_image(local_cloud):
+def fresh_image(cli, local_cloud):
     """Hosts of nodes created in the test boot with the lock held this long (and, if asked,
-    without gcsfuse); the emulator's image as it was afterwards."""
+    without gcsfuse): `tpujob emulator image`; the emulator's image as it was afterwards."""
     before = local_cloud.image()
 
     def boot(seconds: float, gcsfuse: bool) -> None:
-        local_cloud.image(apt_lock_seconds=seconds, gcsfuse=gcsfuse)
+        said = cli("emulator", "image", "--apt-lock-seconds", seconds,
+                   "--with-gcsfuse" if gcsfuse else "--without-gcsfuse")
+        assert said.code == 0, said.err
+        assert said.out == (f"hosts boot with the dpkg lock held {seconds:g} s, gcsfuse "
+                            f"{'installed' if gcsfuse else 'not installed'}\n")
 
     yield boot
     local_cloud.image(apt_lock_seconds=before["aptLockSeconds"], gcsfuse=before["gcsfuse"])

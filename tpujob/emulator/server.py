@@ -2,7 +2,8 @@
 endpoints, Cloud Storage.
 
 TPU API paths are Google's (`/v2/projects/P/locations/Z/nodes...`, see
-google/cloud/tpu_v2/services/tpu/transports/rest_base.py). The fault and status endpoints live
+google/cloud/tpu_v2/services/tpu/transports/rest_base.py), and the v2alpha1 nodes subset that
+gcloud's alpha attach-disk uses (emulator/node_updates.py). The fault and status endpoints live
 under `/emulator/v1/`. Cloud Storage is gcp-storage-emulator's server on its own port.
 """
 
