@@ -14,14 +14,18 @@ sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo -n"
 trap 'rc=$?; echo "tpujob: mounting gs://$bucket at $mount_point failed at: $BASH_COMMAND (exit $rc)" >&2' ERR
 
 if mountpoint -q "$mount_point"; then echo "tpujob: $mount_point already mounted"; exit 0; fi
-if ! command -v gcsfuse > /dev/null; then
-  # Google's apt repository for gcsfuse (TPU VM images do not ship it).
+if ! command -v gcsfuse > /dev/null; then  # installed already (an image, an earlier attempt): skipped
+  # Google's apt repository for gcsfuse (cloud.google.com/storage/docs/cloud-storage-fuse/install;
+  # whether TPU VM images ship gcsfuse is unknown, so install it when it is missing).
   release=$(lsb_release -c -s)
   curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg \
     | $sudo_ tee /usr/share/keyrings/cloud.google.asc > /dev/null
   echo "deb [signed-by=/usr/share/keyrings/cloud.google.asc] https://packages.cloud.google.com/apt gcsfuse-$release main" \
     | $sudo_ tee /etc/apt/sources.list.d/gcsfuse.list > /dev/null
-  $sudo_ apt-get update -q && $sudo_ apt-get install -y -q gcsfuse
+  # A fresh TPU VM's unattended-upgrades holds the dpkg lock at first boot: wait for it (apt >=
+  # 1.9.11) instead of failing "Could not get lock /var/lib/dpkg/lock-frontend" (exit 100).
+  wait_lock=(-o DPkg::Lock::Timeout=300)
+  $sudo_ apt-get "${wait_lock[@]}" update -q && $sudo_ apt-get "${wait_lock[@]}" install -y -q gcsfuse
 fi
 args=(--implicit-dirs --metadata-cache-ttl-secs "$metadata_ttl")
 # Checkpointers (Orbax) write a temporary directory and rename it when complete: gcsfuse

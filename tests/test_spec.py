@@ -167,6 +167,45 @@ REFUSALS = [
             mount: /mnt/data
         run: {command: x}
         """), "disks[0].type", "type 'hyperdisk-ml' is not allowed on v4"),
+    # Google refuses it: "hyperdisk-balanced disk type cannot be attached in read-only mode."
+    # (google/cloud-forensics-utils#530), so a clone for many hosts is never hyperdisk-balanced.
+    ("hyperdisk-balanced-read-only", _spec("""
+        name: demo
+        tpu: {accelerator: v6e-16, zone: us-east5-b}
+        disks:
+          - name: data
+            snapshot: snap
+            type: hyperdisk-balanced  #<
+            mount: /mnt/data
+        run: {command: x}
+        """), "disks[0].type", "disk data: hyperdisk-balanced disk type cannot be attached in read-only "
+        "mode. (v6e-16); give it type hyperdisk-ml to attach it read-only"),
+    # A zonal disk does not move: no empty disk in its place in another zone.
+    ("read-write-master-with-fallback-zone", _spec("""
+        name: demo
+        tpu:
+          accelerator: v4-8
+          zone: us-central2-b
+          fallback:
+            - zone: us-central1-a  #<
+        disks:
+          - name: master
+            mode: read-write
+            mount: /mnt/master
+        run: {command: x}
+        """), "tpu.fallback[0].zone", "fallback zone us-central1-a: disk master is a read-write master, a "
+        "zonal disk in us-central2-b that cannot be attached in us-central1-a; clone it"),
+    ("existing-disk-with-fallback-zone", _spec("""
+        name: demo
+        tpu:
+          accelerator: v5litepod-8
+          zone: us-west4-a
+          fallback: [{zone: us-central1-a}]  #<
+        disks:
+          - name: data
+            mount: /mnt/data
+        run: {command: x}
+        """), "tpu.fallback[0].zone", "disk data is a read-only disk that is not a clone"),
     # Every attempt uses the disk type resolved on the primary (one clone per job): a v6e fallback
     # cannot take the pd-balanced that v5p defaults to, though v6e's own default would pass.
     ("default-disk-type-refused-by-fallback-generation", _spec("""

@@ -62,16 +62,17 @@ def test_read_write_disk_on_a_single_host():
     assert r.hosts == 1 and r.disk_types == {"master": "pd-balanced"}
 
 
-@pytest.mark.parametrize("acc, zone, disk_type", [
-    ("v5litepod-16", "us-west4-a", "hyperdisk-ml"),
-    ("v5p-16", "us-east5-a", "hyperdisk-ml"),
-    ("v6e-8", "us-east5-b", "hyperdisk-balanced"),
+@pytest.mark.parametrize("acc, zone, disk_type, source", [
+    ("v5litepod-16", "us-west4-a", "hyperdisk-ml", "snapshot: snap"),
+    ("v5p-16", "us-east5-a", "hyperdisk-ml", "snapshot: snap"),
+    # hyperdisk-balanced is never read-only (test_spec.py): a master on one host.
+    ("v6e-8", "us-east5-b", "hyperdisk-balanced", "mode: read-write"),
 ])
-def test_the_generations_other_disk_types_are_taken(acc, zone, disk_type):
+def test_the_generations_other_disk_types_are_taken(acc, zone, disk_type, source):
     r = _resolve(_spec(f"""
         name: demo
         tpu: {{accelerator: {acc}, zone: {zone}}}
-        disks: [{{name: data, snapshot: snap, mount: /mnt/data, type: {disk_type}}}]
+        disks: [{{name: data, {source}, mount: /mnt/data, type: {disk_type}}}]
         run: {{command: x}}
         """))
     assert r.disk_types == {"data": disk_type}

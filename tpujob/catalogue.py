@@ -71,6 +71,12 @@ DISK_TYPES = {
     "v6e": ("hyperdisk-ml", "hyperdisk-balanced"),
 }
 
+# Disk types Google never attaches read-only, with Compute's own refusal: 400 badRequest on
+# attachDisk, "hyperdisk-balanced disk type cannot be attached in read-only mode." (quoted in
+# google/cloud-forensics-utils#530); openshift/openshift-docs#93588: "For GCP hyperdisk-balanced
+# disks: ReadOnlyMany is not supported". One table: spec validation and the emulator's Compute.
+NEVER_READ_ONLY = {"hyperdisk-balanced": "hyperdisk-balanced disk type cannot be attached in read-only mode."}
+
 _V5P_SIZES = (8, 16, 32, 64) + tuple(range(128, 12288 + 1, 128))
 
 GENERATIONS: dict[str, Generation] = {

@@ -64,8 +64,8 @@ def test_an_offered_placement_is_created(server):
     assert cloud_for(server).create_node(request("europe-west4-a", "v6e-1")).phase.value == "READY"
 
 
-def _patch(server, name: str, body: dict) -> tuple[int, dict]:
-    url = f"{server.url}/v2/projects/{PROJECT}/locations/us-central2-b/nodes/{name}?updateMask=dataDisks"
+def _patch(server, name: str, body: dict, version: str = "v2alpha1", mask: str = "dataDisks") -> tuple[int, dict]:
+    url = f"{server.url}/{version}/projects/{PROJECT}/locations/us-central2-b/nodes/{name}?updateMask={mask}"
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PATCH",
                                  headers={"Content-Type": "application/json"})
     try:
@@ -88,8 +88,6 @@ def test_updating_a_preempted_node_is_refused_failed_precondition(server):
         {"sourceDisk": f"projects/{PROJECT}/zones/us-central2-b/disks/data", "mode": "READ_ONLY"}]})
     assert (code, body["error"]["status"]) == (400, "FAILED_PRECONDITION")
     assert "PREEMPTED" in body["error"]["message"]
-    with pytest.raises(CloudRefused, match="attaching disk data to n1: BadRequest: .*state PREEMPTED"):
-        compute.attach_disk(PROJECT, "us-central2-b", "n1", "data", read_only=True)
     assert "dataDisks" not in server.emulator.get_node(f"projects/{PROJECT}/locations/us-central2-b/nodes/n1")
 
 
@@ -132,3 +130,29 @@ def test_accelerator_types_list_exactly_what_create_accepts(server):
         f"projects/{PROJECT}/locations/us-central1-f")] == ["v3-8"]
     with pytest.raises(PlacementUnavailable):
         cloud_for(server).create_node(request("us-central1-f", "v6e-1"))
+
+
+def test_v2_updates_only_the_documented_fields_and_v2alpha1_attaches_disks(server):
+    """tpu.v2.json nodes.patch: "Supported fields: [description, tags, labels, metadata,
+    network_config.enable_external_ips]"; gcloud's alpha attach-disk patches data_disks on
+    v2alpha1 (emulator/node_updates.py)."""
+    from tpujob.cloud.compute import GcpCompute
+
+    cloud = cloud_for(server)
+    cloud.create_node(SliceRequest(project=PROJECT, zone="us-central2-b", name="n1", accelerator_type="v4-8",
+                                   runtime_version="tpu-ubuntu2204-base"))
+    compute = GcpCompute.for_emulator(server.url, server.url)
+    compute.create_disk(PROJECT, "us-central2-b", "data", disk_type="pd-balanced", size_gb=10)
+    disk = {"dataDisks": [{"sourceDisk": f"projects/{PROJECT}/zones/us-central2-b/disks/data",
+                           "mode": "READ_ONLY"}]}
+    code, body = _patch(server, "n1", disk, version="v2")
+    assert (code, body["error"]["status"]) == (400, "INVALID_ARGUMENT")
+    assert body["error"]["message"] == ("FieldMask path 'data_disks' must be one of the following: [description, "
+                                        "tags, labels, metadata, network_config.enable_external_ips].")
+    node = f"projects/{PROJECT}/locations/us-central2-b/nodes/n1"
+    assert "dataDisks" not in server.emulator.get_node(node)
+    code, body = _patch(server, "n1", {"labels": {"team": "a"}}, version="v2", mask="labels")
+    assert code == 200 and server.emulator.get_node(node)["labels"] == {"team": "a"}
+    code, body = _patch(server, "n1", disk)
+    assert code == 200 and body["done"] and body["response"]["@type"].endswith("tpu.v2alpha1.Node")
+    assert [d["sourceDisk"].rsplit("/", 1)[-1] for d in server.emulator.get_node(node)["dataDisks"]] == ["data"]

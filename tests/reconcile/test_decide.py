@@ -164,6 +164,31 @@ CASES = [
      obs(SliceCondition.READY, SIGTERMED, RUN),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed, next attempt now")]),
+    # Google's maintenance (Node.health, Node.upcomingMaintenance): a checkpoint request, then a new
+    # slice, counted as a preemption; a window later than the next sweep waits for that sweep.
+    ("maintenance health: checkpoint and replace", job(State.RUNNING, in_state_seconds=3600),
+     replace(obs(SliceCondition.READY, RUN, RUN), health="UNHEALTHY_MAINTENANCE", health_detail="rescheduling"),
+     [StopProgram(), EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "slice under maintenance (health UNHEALTHY_MAINTENANCE: rescheduling): checkpoint "
+                             "requested, slice replaced; preemption 1 of 2 allowed, next attempt now")]),
+    ("maintenance window within the sweep interval", job(State.RUNNING, in_state_seconds=3600),
+     replace(obs(SliceCondition.READY, RUN, RUN), health="HEALTHY", maintenance_in_seconds=120,
+             maintenance_type="SCHEDULED"),
+     [StopProgram(), EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "scheduled maintenance window opens in 120 s: checkpoint requested, slice "
+                             "replaced; preemption 1 of 2 allowed, next attempt now")]),
+    ("maintenance window past the next sweep waits", job(State.RUNNING, in_state_seconds=3600),
+     replace(obs(SliceCondition.READY, RUN, RUN), health="HEALTHY",
+             maintenance_in_seconds=P.maintenance_lead_seconds + 1, maintenance_type="SCHEDULED"), []),
+    ("maintenance after success changes nothing", job(State.RUNNING, in_state_seconds=3600),
+     replace(obs(SliceCondition.READY, OK, OK), maintenance_in_seconds=0, maintenance_type="UNSCHEDULED"),
+     [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host"), DeleteSlice()]),
+    ("maintenance during setup replaces the slice", job(State.SETTING_UP),
+     replace(obs(SliceCondition.READY), maintenance_in_seconds=-5, maintenance_type="UNSCHEDULED"),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
+      Move(State.RECOVERING, "unscheduled maintenance window is open: slice replaced before the program starts; "
+                             "preemption 1 of 2 allowed; ran 0 s, under min_run_seconds (600): flap 1, next "
+                             "attempt in 12 s")]),
     ("host blip: mark, don't act", job(State.RUNNING), obs(SliceCondition.READY, GONE, RUN), [MarkUnhealthy()]),
     ("host blip within grace", job(State.RUNNING, unhealthy_seconds=30), obs(SliceCondition.READY, GONE, RUN), []),
     ("host lost past grace", job(State.RUNNING, unhealthy_seconds=600, in_state_seconds=3600),

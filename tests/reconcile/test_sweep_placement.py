@@ -93,29 +93,33 @@ def test_a_regional_quota_of_zero_without_a_fallback_elsewhere_fails_no_capacity
     assert after_event(store, job).startswith("state: quota exhausted: creating node")
 
 
-def test_a_disk_attach_refused_on_a_preempted_node_ends_the_attempt_as_a_preemption(server, store):
-    from tpujob.cloud.compute import GcpCompute
+def test_a_node_update_refused_on_a_preempted_node_ends_the_attempt_as_a_preemption(server, store):
+    from google.cloud import tpu_v2
+    from google.protobuf import field_mask_pb2
 
-    compute = GcpCompute.for_emulator(server.url, server.url)
-    compute.create_disk(PROJECT, Z1, "data", disk_type="pd-balanced", size_gb=10)
+    cloud = cloud_for(server)
 
     class PreemptedUnderSetup(Hosts):
-        """The slice is preempted as setup begins; setup's first step attaches the job's disk."""
+        """The slice is preempted as setup begins; setup's first step updates the node (a
+        documented mask field: tpu.v2.json nodes.patch)."""
 
         def prepare_and_launch(self, job, attempt, slice_):
             if attempt.number == 1:
                 server.emulator.preempt(attempt.slice_name)
-                compute.attach_disk(PROJECT, attempt.zone, attempt.slice_name, "data", read_only=True)
+                name = f"projects/{PROJECT}/locations/{attempt.zone}/nodes/{attempt.slice_name}"
+                cloud._call(f"labelling node {attempt.slice_name}", cloud._client.update_node,
+                            node=tpu_v2.Node(name=name, labels={"step": "setup"}),
+                            update_mask=field_mask_pb2.FieldMask(paths=["labels"]))
             super().prepare_and_launch(job, attempt, slice_)
 
     job = add_job(store, spec(Z1))
-    rec = Reconciler(store, cloud_for(server), PreemptedUnderSetup(), "me")
+    rec = Reconciler(store, cloud, PreemptedUnderSetup(), "me")
     rec.sweep()  # the slice is requested
     rec.sweep()  # READY: setup meets the preemption; the attempt ends in this very sweep
     after = store.get(job.id)
     assert (after.attempt, after.preemptions) == (2, 1) and after.state in ("PROVISIONING", "RUNNING")
     assert [a.end_reason for a in store.attempts(job.id)] == ["preempted", None]
-    assert any(e.startswith("setup: setup stopped, the slice is PREEMPTED: attaching disk data to tpujob-")
+    assert any(e.startswith("setup: setup stopped, the slice is PREEMPTED: labelling node tpujob-")
                and "state PREEMPTED" in e for e in events(store, job.id))
     first = store.attempts(job.id)[0].slice_name
     assert first not in nodes(server, Z1)  # deleted: a preempted node holds quota

@@ -76,9 +76,7 @@ def test_attach_at_create_and_later_and_the_in_use_rules(server, compute, cloud)
     with pytest.raises(CloudError, match="already being used"):
         compute.delete_disk(PROJECT, ZONE, "master")
 
-    cloud.create_node(_request("pod", "v4-32", []))
-    compute.attach_disk(PROJECT, ZONE, "pod", "data", read_only=True)
-    compute.attach_disk(PROJECT, ZONE, "pod", "data", read_only=True)  # again: nothing to do
+    cloud.create_node(_request("pod", "v4-32", [DataDisk(data, read_only=True)]))
     attached = {(d.node, d.source, d.read_only) for d in compute.node_disks(PROJECT, ZONE)}
     assert attached == {("dev", source, False), ("pod", data, True)}
 

@@ -1,5 +1,5 @@
 """What Google refuses about a TPU's disks, through the real clients against the emulator: a
-disk type the generation does not take (node create, queued-resource create, attach later), a
+disk type the generation does not take (node create, queued-resource create), a
 Hyperdisk's access mode against the attach mode, an access mode on a Persistent Disk; and the
 access modes tpujob gives a Hyperdisk ML master and its clone."""
 
@@ -54,9 +54,6 @@ def test_a_disk_type_the_generation_does_not_take_is_refused_everywhere(server, 
     _nothing_left(cloud, zone)
     assert _emulated(server, zone, "data").get("users") is None
 
-    cloud.create_node(_request("later", accelerator, zone, []))
-    with pytest.raises(CloudError, match=wording):
-        compute.attach_disk(PROJECT, zone, "later", "data", read_only=False)
     assert compute.node_disks(PROJECT, zone) == []
 
 
@@ -131,3 +128,36 @@ def test_compute_keeps_access_modes_to_hyperdisk(server):
     assert "accessMode" not in _emulated(server, ZONE, "plain")
     insert("hd", "hyperdisk-ml")
     assert _emulated(server, ZONE, "hd")["accessMode"] == "READ_WRITE_SINGLE"  # Compute's default
+
+
+def test_hyperdisk_balanced_is_never_read_only(server, compute, cloud):
+    """Compute's insert of a READ_ONLY_MANY hyperdisk-balanced and the TPU's read-only attach of
+    one in any access mode are refused with Google's 400 (tests/fixtures/gcp_errors/
+    hyperdisk_balanced_read_only.json, quoted in google/cloud-forensics-utils#530)."""
+    import json
+    import urllib.error
+    import urllib.request
+    from pathlib import Path
+
+    google = json.loads((Path(__file__).parent.parent / "fixtures" / "gcp_errors"
+                         / "hyperdisk_balanced_read_only.json").read_text())
+    url = f"{server.url}/compute/v1/projects/{PROJECT}/zones/{V6E_ZONE}/disks"
+
+    def insert(name, mode):
+        body = {"name": name, "type": f"zones/{V6E_ZONE}/diskTypes/hyperdisk-balanced", "accessMode": mode}
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    assert insert("clone", "READ_ONLY_MANY") == (google["status"], google["body"])
+    with pytest.raises(CloudError, match=re.escape(google["message"])):  # through compute_v1 too
+        compute.create_disk(PROJECT, V6E_ZONE, "clone", disk_type="hyperdisk-balanced", read_only=True)
+    assert compute.find_disk(PROJECT, V6E_ZONE, "clone") is None
+    assert insert("shared", "READ_WRITE_MANY")[0] == 200
+    with pytest.raises(CloudError, match=re.escape(google["message"])):
+        cloud.create_node(_request("ro", "v6e-16", V6E_ZONE, [DataDisk(_source(V6E_ZONE, "shared"))]))
+    _nothing_left(cloud, V6E_ZONE)

@@ -1,5 +1,6 @@
 """A job's disks against the emulated Compute and TPU APIs: one clone per job, reused by its
-attempts, attached to a reused slice that lacks it, deleted with the job and only with it."""
+attempts, named when a reused slice lacks it, cloned from the global snapshot in a fallback
+zone (never an empty disk there), deleted with the job and only with it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from spec_texts import resolved_spec
 from storage_helpers import PROJECT, ZONE
 from tpujob.cloud.base import SliceRequest
-from tpujob.errors import ConflictError
+from tpujob.errors import ConflictError, UsageError
 from tpujob.service import disks, mounts
 
 
@@ -47,15 +48,19 @@ def test_a_disk_of_the_clones_name_that_is_not_the_jobs_is_neither_adopted_nor_d
     assert compute.find_disk(PROJECT, ZONE, "data-000007") is not None
 
 
-def test_a_reused_slice_lacking_a_disk_gets_it_attached(compute, cloud, snapshot):
+def test_a_reused_slice_lacking_a_disk_is_named_not_patched(compute, cloud, snapshot):
+    """Google's v2 UpdateNode documents no data_disks: a node gets its disks at create only."""
     spec = job_spec(DATA)
     cloud.create_node(SliceRequest(project=PROJECT, zone=ZONE, name="tpujob-000008-1",
                                    accelerator_type="v4-32", runtime_version="tpu-ubuntu2204-base",
                                    provisioning="on-demand"))
-    assert disks.attach_missing(compute, spec, 8, ZONE, "tpujob-000008-1") == ["data-000008"]
-    assert [(d.node, d.read_only) for d in compute.node_disks(PROJECT, ZONE)] == [("tpujob-000008-1", True)]
-    assert compute.get_disk(PROJECT, ZONE, "data-000008").users == ("tpujob-000008-1",)
-    assert disks.attach_missing(compute, spec, 8, ZONE, "tpujob-000008-1") == []  # attached already
+    assert disks.missing_disks(compute, spec, 8, ZONE, "tpujob-000008-1") == ["data-000008"]
+    assert compute.node_disks(PROJECT, ZONE) == []
+    (disk,) = disks.data_disks(compute, spec, 8, ZONE)
+    cloud.create_node(SliceRequest(project=PROJECT, zone=ZONE, name="tpujob-000008-2",
+                                   accelerator_type="v4-32", runtime_version="tpu-ubuntu2204-base",
+                                   provisioning="on-demand", data_disks=(disk,)))
+    assert disks.missing_disks(compute, spec, 8, ZONE, "tpujob-000008-2") == []
 
 
 def test_mount_script_names_the_clone_and_the_file_cache():
@@ -65,3 +70,24 @@ def test_mount_script_names_the_clone_and_the_file_cache():
     script = mounts.mount_script(spec, 9)
     assert "disk=data-000009" in script
     assert "cache_dir='/tmp/cache dir'" in script and "file_cache_mb=512" in script
+
+
+FALLBACK_ZONE = "us-central1-a"
+
+
+def test_a_fallback_zone_gets_a_clone_of_the_global_snapshot_never_an_empty_disk(compute):
+    """The master lives in the primary zone: its snapshot (global) is taken there and the clone
+    made from it in the fallback zone; a read-write master cannot follow and is not replaced by
+    an empty disk of its name."""
+    compute.create_disk(PROJECT, ZONE, "master", disk_type="pd-balanced")
+    spec = job_spec({"name": "data", "source_disk": "master", "mode": "read-only", "mount": "/mnt/data"})
+    (disk,) = disks.data_disks(compute, spec, 9, FALLBACK_ZONE)
+    assert disk.source.endswith(f"/zones/{FALLBACK_ZONE}/disks/data-000009")
+    clone = compute.get_disk(PROJECT, FALLBACK_ZONE, "data-000009")
+    assert clone.source_snapshot == "data-src-000009"
+    assert compute.get_snapshot(PROJECT, "data-src-000009").source_disk == "master"
+
+    master = job_spec({"name": "master", "mode": "read-write", "mount": "/mnt/master"})
+    with pytest.raises(UsageError, match=f"disk master is in {ZONE} and cannot be attached in {FALLBACK_ZONE}"):
+        disks.data_disks(compute, master, 9, FALLBACK_ZONE)
+    assert compute.find_disk(PROJECT, FALLBACK_ZONE, "master") is None

@@ -56,6 +56,29 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"node {node} preempted")
 
     @emulator.command()
+    def image(apt_lock_seconds: Optional[float] = typer.Option(
+                  None, min=0, help="Seconds unattended-upgrades holds the dpkg lock after boot (default 3)."),
+              gcsfuse: Optional[bool] = typer.Option(
+                  None, "--with-gcsfuse/--without-gcsfuse", help="Whether hosts boot with gcsfuse installed.")):
+        """What the hosts of nodes created from now on boot with, as a fresh TPU VM image."""
+        from tpujob.emulator import process
+
+        answer = process.client().image(apt_lock_seconds, gcsfuse)
+        typer.echo(f"hosts boot with the dpkg lock held {answer['aptLockSeconds']:g} s, gcsfuse "
+                   f"{'installed' if answer['gcsfuse'] else 'not installed'}")
+
+    @emulator.command()
+    def maintenance(node: str = typer.Argument(..., help="Node id (or full resource name)."),
+                    in_: float = typer.Option(0.0, "--in", min=0,
+                                              help="Seconds until the window opens (0: at once).")):
+        """Announce maintenance on a node: it reads upcomingMaintenance (PENDING) until the window
+        opens, then health UNHEALTHY_MAINTENANCE, and its hosts go down as in a preemption."""
+        from tpujob.emulator import process
+
+        process.client().maintenance(node, in_seconds=in_)
+        typer.echo(f"maintenance announced on {node}: window opens in {in_:g} s")
+
+    @emulator.command()
     def stockout(
         zone: str = typer.Argument(...),
         accelerator: Optional[str] = typer.Argument(None, help="Only this accelerator type."),

@@ -116,6 +116,16 @@ class SliceRequest:
 
 
 @dataclass(frozen=True)
+class MaintenanceWindow:
+    """Node.upcomingMaintenance (tpu.v2.json UpcomingMaintenance): SCHEDULED or UNSCHEDULED,
+    PENDING or ONGOING, and when its window opens (epoch seconds; None if the API gives none)."""
+
+    type: str
+    status: str
+    start: float | None = None
+
+
+@dataclass(frozen=True)
 class Slice:
     name: str
     zone: str
@@ -131,6 +141,11 @@ class Slice:
     # (tpujob.errors: StockoutError, QuotaExceeded, PlacementUnavailable, CloudRefused, ...).
     failure: Exception | None = field(default=None, compare=False)
     metadata: dict[str, str] = field(default_factory=dict)  # the node's (enable-oslogin: OS Login)
+    # Node.health (tpu.v2.json): HEALTHY, TIMEOUT, UNHEALTHY_TENSORFLOW, UNHEALTHY_MAINTENANCE;
+    # None when unspecified or no node. Symptoms as "TYPE (worker N): details".
+    health: str | None = None
+    symptoms: tuple[str, ...] = ()
+    maintenance: MaintenanceWindow | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Disks and snapshots over google-cloud-compute (REST), and attaching disks to TPU nodes.
+"""Disks and snapshots over google-cloud-compute (REST), and the disks attached to TPU nodes.
 
 compute_v1's own `operation.result()` polls through an operations client it builds with
 Google's default endpoint, whatever `client_options` say (against the emulator it tried the
@@ -71,7 +71,8 @@ def _short(ref: str) -> str:
 
 
 class GcpCompute:
-    """Snapshots, clones, disks; attach to TPU nodes. `api_calls` counts every request sent."""
+    """Snapshots, clones, disks; the disks TPU nodes hold (attached when GcpCloud creates them).
+    `api_calls` counts every request sent."""
 
     def __init__(self, endpoint: str | None = None, credentials: Any = None,
                  tpu_endpoint: str | None = None, retry_initial: float = 1.0,
@@ -192,26 +193,6 @@ class GcpCompute:
         return [NodeDisk(_short(n.name), d.source_disk,
                          d.mode == tpu_v2.AttachedDisk.DiskMode.READ_ONLY)
                 for n in nodes for d in n.data_disks]
-
-    def attach_disk(self, project: str, zone: str, node: str, disk: str, read_only: bool,
-                    timeout: float = 600.0) -> None:
-        """Attach an existing disk to an existing node (what `gcloud ... attach-disk` does)."""
-        from google.cloud import tpu_v2
-        from google.protobuf import field_mask_pb2
-
-        client = self._tpu_client()
-        name = f"projects/{project}/locations/{zone}/nodes/{node}"
-        current = self._call(f"getting node {node}", client.get_node, name=name)
-        source = disk_path(project, zone, disk)
-        if any(d.source_disk == source for d in current.data_disks):
-            return
-        mode = tpu_v2.AttachedDisk.DiskMode
-        current.data_disks.append(tpu_v2.AttachedDisk(
-            source_disk=source, mode=mode.READ_ONLY if read_only else mode.READ_WRITE))
-        what = f"attaching disk {disk} to {node}"
-        op = self._call(what, client.update_node, node=current,
-                        update_mask=field_mask_pb2.FieldMask(paths=["data_disks"]))
-        self._call(what, op.result, timeout=timeout)
 
     def _tpu_client(self):
         from google.cloud import tpu_v2

@@ -8,6 +8,7 @@ pulls in google-cloud-tpu.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -16,7 +17,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from google.protobuf import duration_pb2
 
-from tpujob.cloud.base import Host, Slice, SliceRequest, TpuResource, slice_phase
+from tpujob.cloud.base import Host, MaintenanceWindow, Slice, SliceRequest, TpuResource, slice_phase
 from tpujob.cloud.errors import classify, invoke, new_retry, status_error
 from tpujob.errors import CloudError, CloudRefused, NotFoundError, UsageError
 
@@ -36,6 +37,7 @@ class GcpCloud:
         self.labels = dict(labels or {})
         self.api_calls = 0
         self._count_lock = threading.Lock()  # a sweep's act workers share one client
+        self._raw = _RawNodes(self._client)
 
     @classmethod
     def for_emulator(cls, endpoint: str, **kwargs: Any) -> GcpCloud:
@@ -135,9 +137,10 @@ class GcpCloud:
         loc = _loc(project, zone)
         qr = self._get_or_none(f"getting queued resource {name}", self._client.get_queued_resource,
                                f"{loc}/queuedResources/{name}")
-        node = self._get_or_none(f"getting node {name}", self._client.get_node,
-                                 f"{loc}/nodes/{name}")
-        return _slice(name, zone, node, qr)
+        with self._raw.keeping() as raw:
+            node = self._get_or_none(f"getting node {name}", self._client.get_node,
+                                     f"{loc}/nodes/{name}")
+        return _slice(name, zone, node, qr, raw)
 
     def list_slices(self, project: str, zone: str) -> dict[str, Slice]:
         """Every slice in the zone from one queued-resources list and one nodes list, in that
@@ -146,9 +149,10 @@ class GcpCloud:
         qrs = {_short(q.name): q for q in self._call(
             f"listing queued resources in {zone}", _all, self._client.list_queued_resources,
             parent=loc)}
-        nodes = {_short(n.name): n for n in self._call(
-            f"listing nodes in {zone}", _all, self._client.list_nodes, parent=loc)}
-        return {name: _slice(name, zone, nodes.get(name), qrs.get(name))
+        with self._raw.keeping() as raw:  # the same answer's upcomingMaintenance: no extra call
+            nodes = {_short(n.name): n for n in self._call(
+                f"listing nodes in {zone}", _all, self._client.list_nodes, parent=loc)}
+        return {name: _slice(name, zone, nodes.get(name), qrs.get(name), raw)
                 for name in sorted(nodes.keys() | qrs.keys())}
 
     def list_tpu_resources(self, project: str, zone: str) -> list[TpuResource]:
@@ -268,6 +272,54 @@ def _parent_must_exist(request: SliceRequest) -> Iterator[None]:
                            f"enabled, and is {request.zone!r} a TPU zone?)") from err
 
 
+class _RawNodes:
+    """Each node's `upcomingMaintenance` from the JSON Google answered, by node name.
+
+    google-cloud-tpu 1.28's v2 `Node` has no such field and its REST transport drops the fields
+    it does not know (shared/facts/operations.md; tpu.v2.json has it since 2026-10); v2alpha1's
+    `Node` has it but that client has no REST transport. So the answer to the very list (or get)
+    the client made is read as the transport's session received it: a `requests` response hook,
+    on this thread only, while `keeping()` is open. No request of its own."""
+
+    def __init__(self, client: Any):
+        self._local = threading.local()
+        session = getattr(client._transport, "_session", None)  # the REST transport's AuthorizedSession
+        if session is not None:
+            session.hooks.setdefault("response", []).append(self._seen)
+
+    @contextlib.contextmanager
+    def keeping(self) -> Iterator[dict[str, dict]]:
+        self._local.kept = kept = {}
+        try:
+            yield kept
+        finally:
+            self._local.kept = None
+
+    def _seen(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        kept = getattr(self._local, "kept", None)
+        if kept is None or not response.ok or "/nodes" not in response.url:
+            return
+        try:
+            body = response.json()
+        except ValueError:
+            return
+        for node in body.get("nodes", [body]) if isinstance(body, dict) else ():
+            if isinstance(node, dict) and isinstance(node.get("upcomingMaintenance"), dict):
+                kept[node.get("name", "")] = node["upcomingMaintenance"]
+
+
+def _window(raw: dict | None) -> MaintenanceWindow | None:
+    if not raw:
+        return None
+    start = raw.get("windowStartTime")
+    try:
+        at = datetime.datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp() if start else None
+    except ValueError:
+        at = None
+    return MaintenanceWindow(type=raw.get("type", "UNKNOWN_TYPE"),
+                             status=raw.get("maintenanceStatus", "UNKNOWN"), start=at)
+
+
 def _all(list_fn: Callable, parent: str) -> list:
     """Every item over every page, inside one retried call (pages follow lazily)."""
     return list(list_fn(parent=parent))
@@ -289,7 +341,7 @@ def _epoch(stamp: Any) -> float | None:
     return stamp.timestamp() if stamp else None
 
 
-def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:
+def _slice(name: str, zone: str, node: Any, qr: Any, raw: dict[str, dict] | None = None) -> Slice:
     node_state = node.state.name if node is not None else None
     qr_state = qr.state.state.name if qr is not None else None
     hosts = tuple(Host(i, e.ip_address, e.access_config.external_ip or None)
@@ -310,7 +362,8 @@ def _slice(name: str, zone: str, node: Any, qr: Any) -> Slice:
                  accelerator_type=accelerator, hosts=hosts,
                  labels=dict(node.labels) if node is not None else {}, detail=detail,
                  node_create_time=created.timestamp() if created else None, failure=failure,
-                 metadata=dict(node.metadata) if node is not None else {})
+                 metadata=dict(node.metadata) if node is not None else {},
+                 **(_health(node, raw or {}) if node is not None else {}))
 
 
 def _queued_resource_failure(name: str, qr: Any) -> Exception:
@@ -326,3 +379,11 @@ def _queued_resource_failure(name: str, qr: Any) -> Exception:
         return classify(what, status_error(state.failed_data.error), create_operation=True)
     return StockoutError(f"{what} without failedData.error: no capacity within its constraints "
                          "(e.g. its valid-until passed)")
+
+
+def _health(node: Any, raw: dict[str, dict]) -> dict:
+    health = node.health.name if node.health else None
+    symptoms = tuple(f"{s.symptom_type.name} (worker {s.worker_id or '?'}): {s.details}".rstrip(": ")
+                     for s in node.symptoms)
+    return {"health": None if health == "HEALTH_UNSPECIFIED" else health, "symptoms": symptoms,
+            "maintenance": _window(raw.get(node.name))}

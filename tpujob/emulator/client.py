@@ -32,6 +32,15 @@ class EmulatorClient:
         # The call lasts as long as the hosts take to die: up to the grace (the default is 5 s).
         return self._request("POST", "preempt", body, timeout=self.timeout + (grace_seconds or 5.0) + 30)
 
+    def image(self, apt_lock_seconds: float | None = None, gcsfuse: bool | None = None) -> dict:
+        """What hosts booted from now on have (emulator/apt.py); None leaves a setting as it is."""
+        return self._request("POST", "image", {"aptLockSeconds": apt_lock_seconds, "gcsfuse": gcsfuse})
+
+    def maintenance(self, node: str, in_seconds: float = 0.0) -> dict:
+        """Announce maintenance on a node, its window opening `in_seconds` from now (0: at once,
+        unscheduled); the node as it then reads (emulator/maintenance.py)."""
+        return self._request("POST", "maintenance", {"node": node, "inSeconds": in_seconds})
+
     def stockout(self, zone: str, accelerator_type: str | None = None, clear: bool = False) -> dict:
         return self._request("POST", "stockout",
                              {"zone": zone, "acceleratorType": accelerator_type, "clear": clear})

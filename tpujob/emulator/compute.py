@@ -22,6 +22,7 @@ from typing import Any
 
 from werkzeug.routing import Map, Rule
 
+from tpujob.emulator import apt
 from tpujob.emulator.disk_rules import access_mode_at_insert, check_attach
 from tpujob.emulator.host_disks import gcsfuse_shim, prepare_hosts
 from tpujob.emulator.labels import check_compute_labels
@@ -63,6 +64,9 @@ class ComputeEmulator:
     def __init__(self, root: pathlib.Path, storage_endpoint: str | None = None):
         self.root = pathlib.Path(root)
         self.storage_endpoint = storage_endpoint  # for the hosts' gcsfuse
+        # Unknown whether Google's TPU VM images ship gcsfuse (every peer installs it:
+        # shared/facts/operations.md); `tpujob emulator image --without-gcsfuse` boots hosts without.
+        self.image_gcsfuse = True
         self._disks: dict[tuple[str, str, str], dict] = {}
         self._snapshots: dict[tuple[str, str], dict] = {}
         self._ops: dict[str, dict] = {}
@@ -244,10 +248,14 @@ class ComputeEmulator:
                     disk["users"] = sorted(disk["tpujobModes"])
 
     def prepare(self, host_pids: list[list[int]], attachments: list) -> None:
-        """The node's hosts get its disks, and gcsfuse on PATH when Cloud Storage runs."""
-        tools = {"gcsfuse": gcsfuse_shim(self.storage_endpoint)} if self.storage_endpoint else {}
-        if attachments or tools:
-            prepare_hosts(host_pids, attachments, tools)
+        """The node's hosts get its disks, apt's tools (apt.py), and gcsfuse when Cloud Storage
+        runs: on PATH if the image ships it (`image_gcsfuse`), else for `apt-get install`."""
+        tools = {name: apt.shim(name) for name in ("apt-get", "curl", "lsb_release")}
+        if self.storage_endpoint:
+            tools[apt.GCSFUSE_PACKAGE] = gcsfuse_shim(self.storage_endpoint)
+            if self.image_gcsfuse:
+                tools["gcsfuse"] = tools[apt.GCSFUSE_PACKAGE]
+        prepare_hosts(host_pids, attachments, tools)
 
     def release(self, node_name: str) -> None:
         with self._lock:

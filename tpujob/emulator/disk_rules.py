@@ -13,7 +13,7 @@ Sources:
 
 from __future__ import annotations
 
-from tpujob.catalogue import generation
+from tpujob.catalogue import NEVER_READ_ONLY, generation
 from tpujob.emulator.payloads import ApiError
 from tpujob.errors import SpecError
 
@@ -39,6 +39,15 @@ def access_mode_at_insert(disk_type: str, body: dict) -> str | None:
             raise ApiError(400, f"Invalid value for field 'resource.accessMode': '{mode}'. Cannot "
                                 f"specify the access mode field for '{disk_type}' disks.")
         return None
+    if mode == "READ_ONLY_MANY" and disk_type in NEVER_READ_ONLY:
+        # hyperdisk-balanced takes READ_WRITE_SINGLE or READ_WRITE_MANY, never READ_ONLY_MANY
+        # (openshift/openshift-docs#93588). No payload of Compute's insert refusal was found: it
+        # answers with its attach refusal's 400 body (google/cloud-forensics-utils#530), the
+        # one real wording for this disk type and read-only use (catalogue.NEVER_READ_ONLY).
+        message = NEVER_READ_ONLY[disk_type]
+        raise ApiError(400, message, payload={"error": {
+            "code": 400, "message": message,
+            "errors": [{"message": message, "domain": "global", "reason": "badRequest"}]}})
     return mode or "READ_WRITE_SINGLE"
 
 
@@ -62,7 +71,7 @@ def check_attach(disk: dict, read_only: bool, accelerator_type: str) -> None:
     if not is_hyperdisk(disk_type):
         return
     mode = disk.get("accessMode", "READ_WRITE_SINGLE")
-    if read_only and mode == "READ_WRITE_SINGLE":
+    if read_only and (mode == "READ_WRITE_SINGLE" or disk_type in NEVER_READ_ONLY):
         # Compute's answer (400 badRequest) to a read-only attach of a single-writer Hyperdisk,
         # quoted in google/cloud-forensics-utils#530.
         raise ApiError(400, f"{disk_type} disk type cannot be attached in read-only mode.")

@@ -68,8 +68,13 @@ def _helper(plan: dict) -> None:
                 with open(f"{_TOOLS}/{name}", "w") as f:
                     f.write(text)
                 os.chmod(f"{_TOOLS}/{name}", 0o755)
+            # Writable per host (upper and work dirs on this host's /dev/disk tmpfs): apt-get
+            # installs gcsfuse there (apt.py).
+            os.makedirs(f"{_TOOLS}-upper", exist_ok=True)
+            os.makedirs(f"{_TOOLS}-work", exist_ok=True)
             subprocess.run(["mount", "-t", "overlay", "tpujob-tools", "-o",
-                            f"lowerdir={_TOOLS}:{plan['bin']}", plan["bin"]], check=True)
+                            f"lowerdir={_TOOLS}:{plan['bin']},upperdir={_TOOLS}-upper,workdir={_TOOLS}-work",
+                            plan["bin"]], check=True)
         for (_, name, read_only), tree in zip(plan["disks"], host_trees):
             target = f"{BY_ID}/google-{name}"
             if target in mounted:

@@ -46,6 +46,11 @@ def kept_paths() -> list[str]:
     return sorted(p for p in covered if not any(p != q and p.startswith(q + "/") for q in covered))
 
 
+# Per host too, where they exist on this machine: apt's and dpkg's state (the frontend lock a
+# fresh VM's unattended-upgrades holds, Google's repository and key for gcsfuse: apt.py).
+HOST_PATHS = {"dpkg": "/var/lib/dpkg", "apt-sources": "/etc/apt/sources.list.d",
+              "keyrings": "/usr/share/keyrings"}
+
 # Outside every host's own directories: where kept paths wait while those are mounted over.
 _STAGE = "/run/tpujob-emulator-stage"
 
@@ -101,6 +106,10 @@ class _Host:
         kept = kept_paths()
         os.makedirs(_STAGE, exist_ok=True)
         args = [_STAGE, str(len(kept)), *kept]
+        for name, target in HOST_PATHS.items():  # first: their sources may lie under /tmp or /root
+            if os.path.isdir(target):
+                (self.root / name).mkdir(exist_ok=True)
+                args += [str(self.root / name), target]
         for name in self._mount_order():
             args += [str(self.root / name), f"/{name}"]
         self.holder = subprocess.Popen(
@@ -188,6 +197,20 @@ class SliceMachines:
             endpoints.append(HostEndpoint(host.index, host.ip, self.ssh_port,
                                           f"{key.get_name()} {key.get_base64()}"))
         return endpoints
+
+    def hold_apt_lock(self, seconds: float) -> None:
+        """On every host, `unattended-upgr` holds the dpkg frontend lock for `seconds` from now
+        (apt.py), as at a fresh TPU VM's first boot; returns once each holds it."""
+        if seconds <= 0:
+            return
+        holders = [subprocess.Popen(
+            ["nsenter", "-t", str(host.holder.pid), "-m", "--", sys.executable, "-m", "tpujob.emulator.apt",
+             "hold", str(seconds)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, start_new_session=True) for host in self._hosts if host.holder]
+        for holder in holders:
+            holder.stdout.readline()  # "held" (or EOF, if the host died meanwhile)
+            holder.stdout.close()
+            threading.Thread(target=holder.wait, daemon=True).start()  # reaped when it lets go
 
     def preempt(self, grace_seconds: float) -> None:
         """SSH stops answering; every process on every host gets SIGTERM, then SIGKILL after

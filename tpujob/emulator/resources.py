@@ -18,10 +18,12 @@ from typing import Any, Callable, Protocol
 
 from tpujob.emulator.failnext import FailNext
 from tpujob.emulator.faults import Faults
+from tpujob.emulator.maintenance import Maintenance
 from tpujob.emulator.labels import check_tpu_labels
 from tpujob.emulator.machines import MAX_IP_BLOCK
 from tpujob.emulator.operations import Operations
 from tpujob.emulator.oslogin import OsLogin, host_login
+from tpujob.emulator.node_updates import DATA_DISKS, apply_documented, mask_paths
 from tpujob.emulator.payloads import (ABORTED, EXTERNAL_BLOCKS, INTERNAL, RESOURCE_EXHAUSTED,
                                       TPU_RUNTIME_PORT, ApiError, VirtualHost, accelerator_hosts,
                                       authorized_keys, check_id, check_placement, copy_json,
@@ -69,7 +71,7 @@ class Node:
         return self.parent.rsplit("/", 1)[1]
 
 
-class Emulator(QueuedResources, Faults):
+class Emulator(QueuedResources, Faults, Maintenance):
     """The whole emulated TPU API state. Methods raise ApiError; the server turns it into JSON."""
 
     def __init__(self, root: pathlib.Path, provisioning_delay: float = 0.2, ssh_port: int = 22,
@@ -79,6 +81,7 @@ class Emulator(QueuedResources, Faults):
         self.api_error_rate = 0.0
         # Seconds after boot before a node's guest attributes carry its host keys; < 0: never.
         self.hostkeys_delay = 0.0
+        self.apt_lock_seconds = 3.0  # a fresh host's dpkg lock held after boot (apt.py; `image`)
         self.ssh_port = ssh_port
         self.preempt_grace = preempt_grace
         self._factory = machines_factory
@@ -120,10 +123,10 @@ class Emulator(QueuedResources, Faults):
             self._spawn(self._finish_when_gone, node, op)
             return op
 
-    def update_node(self, name: str, mask: str, body: dict) -> dict:
-        """PATCH with updateMask=dataDisks: attach the disks not attached yet (others: 400)."""
-        if mask != "dataDisks":
-            raise ApiError(400, f"updateMask {mask!r} is not emulated (only dataDisks)")
+    def update_node(self, name: str, mask: str, body: dict, api_version: str = "v2") -> dict:
+        """PATCH: the documented mask fields (node_updates.py); `data_disks` on v2alpha1 only,
+        attaching the disks not attached yet."""
+        paths = mask_paths(mask, api_version)
         with self._lock:
             node = self._node(name)
             if node.body["state"] == "PREEMPTED":
@@ -134,8 +137,10 @@ class Emulator(QueuedResources, Faults):
                 raise ApiError(400, f"Node {name} is in state PREEMPTED and cannot be updated; "
                                     "delete it and create it again", status="FAILED_PRECONDITION")
             known = {d.get("sourceDisk") for d in node.body.get("dataDisks", [])}
-            added = [d for d in body.get("dataDisks", []) if d.get("sourceDisk") not in known]
+            added = [d for d in body.get("dataDisks", []) if d.get("sourceDisk") not in known] \
+                if DATA_DISKS in paths else []
             self._check_disks(name, added, node.body)
+            apply_documented(node.body, paths, body)
             node.body["dataDisks"] = node.body.get("dataDisks", []) + added
             machines = node.machines if node.body["state"] == "READY" else None
             op = self.operations.new(node.parent, "update", name)
@@ -261,6 +266,8 @@ class Emulator(QueuedResources, Faults):
                     ssh_port=self.ssh_port, external_ips=externals, login=host_login(
                         self.oslogin, node.parent.split("/")[1], lambda: node.body.get("metadata", {})))
                 hosts = machines.start()
+                if hasattr(machines, "hold_apt_lock"):
+                    machines.hold_apt_lock(self.apt_lock_seconds)  # first boot: apt.py
                 self._expose_disks(node, machines, node.body.get("dataDisks", []))
             except Exception as err:  # the node shows the failure, as a broken TPU VM would
                 log.exception("starting the hosts of %s failed", node.name)
@@ -340,7 +347,8 @@ class Emulator(QueuedResources, Faults):
             name = f"{parent}/nodes/{node_id}"
             if name in self._nodes:
                 raise ApiError(409, f"Resource '{name}' already exists")
-            for key in ("name", "state", "networkEndpoints", "health", "createTime", "id"):
+            for key in ("name", "state", "networkEndpoints", "health", "createTime", "id",
+                        "healthDescription", "symptoms", "upcomingMaintenance"):  # output only
                 body.pop(key, None)
             body.update(name=name, state="CREATING", createTime=now(), apiVersion="V2",
                         id=str(random.randrange(1, 2**62)))

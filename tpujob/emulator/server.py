@@ -2,7 +2,8 @@
 endpoints, Cloud Storage.
 
 TPU API paths are Google's (`/v2/projects/P/locations/Z/nodes...`, see
-google/cloud/tpu_v2/services/tpu/transports/rest_base.py). The fault and status endpoints live
+google/cloud/tpu_v2/services/tpu/transports/rest_base.py), and the v2alpha1 nodes subset that
+gcloud's alpha attach-disk uses (emulator/node_updates.py). The fault and status endpoints live
 under `/emulator/v1/`. Cloud Storage is gcp-storage-emulator's server on its own port.
 """
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PROJECT = "tpujob-local"
 _LOC = "/v2/projects/<project>/locations/<zone>"
+_LOC_ALPHA = "/v2alpha1/projects/<project>/locations/<zone>"
 
 _ROUTES = Map([
     Rule(f"{_LOC}/nodes", methods=["POST"], endpoint="create_node"),
@@ -43,12 +45,20 @@ _ROUTES = Map([
     Rule(f"{_LOC}/queuedResources/<rid>", methods=["DELETE"], endpoint="delete_qr"),
     Rule(f"{_LOC}/operations/<rid>", methods=["GET"], endpoint="get_operation"),
     Rule(f"{_LOC}/acceleratorTypes", methods=["GET"], endpoint="list_accelerator_types"),
+    # v2alpha1: what tpujob reads there (upcomingMaintenance, which google-cloud-tpu's v2 Node
+    # lacks) and gcloud's alpha attach-disk (data_disks, node_updates.py).
+    Rule(f"{_LOC_ALPHA}/nodes", methods=["GET"], endpoint="list_nodes"),
+    Rule(f"{_LOC_ALPHA}/nodes/<rid>", methods=["GET"], endpoint="get_node"),
+    Rule(f"{_LOC_ALPHA}/nodes/<rid>", methods=["PATCH"], endpoint="update_node"),
+    Rule(f"{_LOC_ALPHA}/operations/<rid>", methods=["GET"], endpoint="get_operation"),
     Rule("/emulator/v1/status", methods=["GET"], endpoint="status"),
     Rule("/emulator/v1/faults", methods=["GET", "POST"], endpoint="faults"),
     Rule("/emulator/v1/fail-next", methods=["GET", "POST", "DELETE"], endpoint="fail_next"),
     Rule("/emulator/v1/stockout", methods=["POST"], endpoint="stockout"),
     Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
     Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
+    Rule("/emulator/v1/maintenance", methods=["POST"], endpoint="maintenance"),
+    Rule("/emulator/v1/image", methods=["GET", "POST"], endpoint="image"),
     Rule("/emulator/v1/hosts", methods=["GET"], endpoint="hosts"),
     Rule("/emulator/v1/oslogin", methods=["GET", "POST"], endpoint="oslogin"),
 ], strict_slashes=False)
@@ -83,11 +93,13 @@ class TpuApp:
                 return _json(200, body)(environ, start_response)
             endpoint, args = _ROUTES.bind_to_environ(environ).match()
             body = None
-            if request.path.startswith("/v2/"):
+            if request.path.startswith(("/v2/", "/v2alpha1/")):
                 self._inject_fault()
                 body = self._replay(TPU_METHODS, endpoint, request, args)
             if body is None:
                 body = getattr(self, "_" + endpoint)(request, **args)
+            if request.path.startswith("/v2alpha1/"):
+                body = _typed_as(body, "v2alpha1")
             response = _json(200, body)
         except ApiError as err:
             response = _json(err.code, err.body())
@@ -152,7 +164,8 @@ class TpuApp:
 
     def _update_node(self, request: Request, project: str, zone: str, rid: str) -> dict:
         return self.emulator.update_node(f"{_parent(project, zone)}/nodes/{rid}",
-                                         request.args.get("updateMask", ""), _node_body(request))
+                                         request.args.get("updateMask", ""), _node_body(request),
+                                         api_version=request.path.split("/")[1])
 
     def _guest_attributes(self, request: Request, project: str, zone: str, rid: str) -> dict:
         body = read_json(request)
@@ -228,6 +241,26 @@ class TpuApp:
             raise ApiError(400, "index must be an integer")
         self.emulator.kill_host(_required(body, "node"), index)
         return {}
+
+    def _image(self, request: Request) -> dict:
+        """What hosts booted from now on have: the seconds unattended-upgrades holds the dpkg
+        lock after boot, and whether gcsfuse is installed (emulator/apt.py)."""
+        if request.method == "POST":
+            body = read_json(request)
+            seconds = _number(body, "aptLockSeconds")
+            if seconds is not None:
+                if seconds < 0:
+                    raise ApiError(400, "aptLockSeconds must not be negative")
+                self.emulator.apt_lock_seconds = seconds
+            if body.get("gcsfuse") is not None:
+                self.emulator.compute.image_gcsfuse = bool(body["gcsfuse"])
+        return {"aptLockSeconds": self.emulator.apt_lock_seconds,
+                "gcsfuse": self.emulator.compute.image_gcsfuse}
+
+    def _maintenance(self, request: Request) -> dict:
+        body = read_json(request)
+        after = _number(body, "inSeconds") or 0.0
+        return self.emulator.announce_maintenance(_required(body, "node"), after)
 
     def _hosts(self, request: Request) -> dict:
         return {"hosts": self.emulator.hosts(_required(request.args, "node"))}
@@ -336,6 +369,20 @@ def _node_body(request: Request) -> dict:
     from google.cloud import tpu_v2
 
     return _normalise(tpu_v2.Node, read_json(request))
+
+
+def _typed_as(body: Any, version: str) -> Any:
+    """An answer as the API `version` types it: operations carry `@type`
+    `type.googleapis.com/google.cloud.tpu.VERSION.Node` (and OperationMetadata), which the
+    version's client unpacks; the JSON of Node is the same in v2 and v2alpha1 for what the
+    emulator serves."""
+    if isinstance(body, dict):
+        return {k: (v.replace("google.cloud.tpu.v2.", f"google.cloud.tpu.{version}.")
+                    if k == "@type" and isinstance(v, str) else _typed_as(v, version))
+                for k, v in body.items()}
+    if isinstance(body, list):
+        return [_typed_as(v, version) for v in body]
+    return body
 
 
 def _number(body: dict, key: str) -> float | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Optional
 
+from tpujob.reconcile.maintenance import maintenance_reason
 from tpujob.reconcile.policy import Policy
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, EndReason, State
@@ -65,6 +66,12 @@ class Observation:
     scope: Optional[str] = None
     holds_slice: bool = False  # the refused slice holds quota until deleted (a FAILED queued resource)
     ssh_refused: Optional[str] = None  # setup met hosts refusing tpujob's SSH key: why, and the fix
+    # Node.health, its description and symptoms, and Node.upcomingMaintenance's window: seconds until it
+    # opens (<= 0: open) and its type (SCHEDULED, UNSCHEDULED), from the zone's one list call.
+    health: Optional[str] = None
+    health_detail: str = ""
+    maintenance_in_seconds: Optional[float] = None
+    maintenance_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -325,6 +332,9 @@ def _setting_up(job, obs, policy):
         return []
     if obs.ssh_refused is not None:
         return _ssh_refused(job, obs.ssh_refused)
+    maintenance = maintenance_reason(obs, policy.maintenance_lead_seconds)
+    if maintenance:
+        return _lost(job, policy, f"{maintenance}: slice replaced before the program starts")
     if obs.setup_error is not None:
         return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup failed: {obs.setup_error}", EndReason.SETUP_FAILED)
     if job.unhealthy_seconds is not None and job.unhealthy_seconds > policy.unhealthy_grace_seconds:
@@ -388,6 +398,11 @@ def _running(job, obs, policy):
     if hosts and len(codes) == len(hosts):
         actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, "program exited 0 on every host")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
+    maintenance = maintenance_reason(obs, policy.maintenance_lead_seconds)
+    if maintenance:
+        # A checkpoint request (SIGTERM, then the grace), as on a preemption notice; the slice is
+        # replaced and the move counts as a preemption.
+        return [StopProgram(), *_lost(job, policy, f"{maintenance}: checkpoint requested, slice replaced")]
     if unhealthy:
         if job.unhealthy_seconds is None:
             return [MarkUnhealthy()]

@@ -171,8 +171,15 @@ class Observer:
         seen = self._run_dir_seen.get(job.id)
         run_dir = seen[1] if seen and State(job.state) == State.RUNNING and attempt is not None \
             and seen[0] == attempt.number else None
+        window = slice_.maintenance if slice_ is not None else None
         return Observation(slice=phase, hosts=hosts, run_dir=run_dir,
-                           provisioning_seconds=None if created is None else max(0.0, self.clock() - created))
+                           provisioning_seconds=None if created is None else max(0.0, self.clock() - created),
+                           health=slice_.health if slice_ is not None else None,
+                           health_detail="; ".join(filter(None, (slice_.detail, *slice_.symptoms)))
+                           if slice_ is not None and slice_.health else "",
+                           maintenance_in_seconds=None if window is None or window.start is None
+                           else window.start - self.clock(),
+                           maintenance_type=window.type if window is not None else "")
 
     def record_steps(self, job: Job, attempt, obs: Observation) -> None:
         """The attempt's progress as the runtime reports it: lost steps per preemption."""

@@ -33,6 +33,7 @@ class Policy:
     # strict-shapes recompile): running it again on any hardware gives the same answer.
     fatal_exit_codes: frozenset[int] = frozenset({77, 78, 79})
     heartbeat_timeout_seconds: float = 300  # spec.RequeuePolicy says why
+    maintenance_lead_seconds: float = 300  # spec.RequeuePolicy says why
 
     def setup_timeout(self, hosts: int) -> float:
         # Fan-out is parallel, but installs contend for the same mirrors and buckets.
@@ -78,6 +79,7 @@ def policy_of(spec: ResolvedSpec) -> Policy:
                   unhealthy_grace_seconds=r.unhealthy_grace_seconds,
                   max_capacity_retries=r.max_capacity_retries, min_run_seconds=r.min_run_seconds,
                   heartbeat_timeout_seconds=r.heartbeat_timeout_seconds,
+                  maintenance_lead_seconds=r.maintenance_lead_seconds,
                   nan_exit_code=EXIT_NAN,
                   preempted_exit_code=EXIT_PREEMPTED,
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))

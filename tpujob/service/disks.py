@@ -92,12 +92,19 @@ def data_disks(compute, spec: ResolvedSpec, job_id: int, zone: str) -> tuple[Dat
                 try:
                     compute.get_snapshot(project, snap)
                 except NotFoundError:
-                    compute.create_snapshot(project, zone, disk.source_disk, snap, labels=owner)
+                    # The master lives in the primary zone; the snapshot is global, so a
+                    # fallback zone's clone comes from it too.
+                    compute.create_snapshot(project, spec.zone, disk.source_disk, snap, labels=owner)
                 compute.create_disk(project, zone, name, disk_type=kind, snapshot=snap,
                                     size_gb=disk.size_gb, labels=owner, read_only=True)
             elif disk.snapshot:
                 compute.create_disk(project, zone, name, disk_type=kind, snapshot=disk.snapshot,
                                     size_gb=disk.size_gb, labels=owner, read_only=True)
+            elif zone != spec.zone:
+                # Never an empty disk in place of the data disk: a zonal disk does not move
+                # (validate refuses such a fallback zone; a spec stored before it did lands here).
+                raise UsageError(f"disk {name} is in {spec.zone} and cannot be attached in {zone}; "
+                                 "clone it (snapshot: or source_disk:) to use a fallback zone")
             elif disk.mode == "read-write":  # a new master: formatted by mount_disk.sh
                 compute.create_disk(project, zone, name, disk_type=kind, size_gb=disk.size_gb)
             else:
@@ -108,18 +115,13 @@ def data_disks(compute, spec: ResolvedSpec, job_id: int, zone: str) -> tuple[Dat
     return tuple(out)
 
 
-def attach_missing(compute, spec: ResolvedSpec, job_id: int, zone: str, node: str) -> list[str]:
-    """Attach to an existing node the job's disks it lacks (a slice reused by a new attempt
-    that was made without one, or lost it to a detach by hand), before they are mounted. What
-    was attached, by name."""
+def missing_disks(compute, spec: ResolvedSpec, job_id: int, zone: str, node: str) -> list[str]:
+    """The job's disks an existing node lacks (a slice reused by a new attempt that lost one to a
+    detach by hand), by name. They cannot be added: Google's v2 UpdateNode documents no
+    `data_disks` in its mask (tpu.v2.json nodes.patch), so disks are attached at create only."""
     attached = {d.source for d in compute.node_disks(spec.project, zone) if d.node == node}
-    done = []
-    for disk in data_disks(compute, spec, job_id, zone):
-        if disk.source not in attached:
-            name = disk.source.rsplit("/", 1)[-1]
-            compute.attach_disk(spec.project, zone, node, name, read_only=disk.read_only)
-            done.append(name)
-    return done
+    return [d.source.rsplit("/", 1)[-1] for d in data_disks(compute, spec, job_id, zone)
+            if d.source not in attached]
 
 
 def delete_clones(compute, spec: ResolvedSpec, job_id: int, zones: set[str]) -> list[str]:
@@ -169,6 +171,10 @@ def snapshot(ctx: Context, disk: str, name: str | None = None, zone: str | None 
 
 def clone(ctx: Context, snapshot_name: str, name: str | None = None, disk_type: str = "pd-balanced",
           zone: str | None = None):
+    from tpujob.catalogue import NEVER_READ_ONLY
+
+    if disk_type in NEVER_READ_ONLY:  # a clone is for many hosts, read-only
+        raise UsageError(f"{NEVER_READ_ONLY[disk_type]} Clone to hyperdisk-ml (or pd-balanced) instead")
     project, zone = _where(ctx, zone)
     return make_compute(ctx.settings).create_disk(project, zone, _name(name or f"{snapshot_name}-clone"),
                                                   disk_type=disk_type, snapshot=_name(snapshot_name),

@@ -215,7 +215,7 @@ class SshHostOps:
                 _step_ok(sync(group, bundle, runtime_bundle_dir(job.id),
                               progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
                          "runtime upload", hidden)
-            self.attach_disks(job, attempt)  # a reused slice may lack one: attach before mounting
+            self.check_disks(job, attempt)  # a reused slice may lack one: say so before mounting
             script = mounts.mount_script(spec, job.id)  # disks and buckets, before setup
             if script:
                 self._renew_lease(job)
@@ -243,15 +243,20 @@ class SshHostOps:
 
         return disks.data_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone)
 
-    def attach_disks(self, job, attempt) -> None:
+    def check_disks(self, job, attempt) -> None:
+        """SetupFailed when the slice lacks one of the job's disks: Google attaches disks to a
+        TPU node at create only (v2's UpdateNode documents no `data_disks`)."""
         spec = spec_of(job)
         if not spec.spec.disks:
             return
         from tpujob.service.context import make_compute
 
-        for name in disks.attach_missing(make_compute(self.ctx.settings), spec, job.id, attempt.zone,
-                                           attempt.slice_name):
-            self.ctx.store.add_event(job.id, "disk", f"attached disk {name} to {attempt.slice_name}")
+        missing = disks.missing_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone,
+                                      attempt.slice_name)
+        if missing:
+            raise SetupFailed(f"slice {attempt.slice_name} lacks disk {', '.join(missing)} (detached by "
+                              "hand?): the TPU API attaches disks only when it creates a node; delete the "
+                              "slice and the next attempt creates it with its disks")
 
     def program_status(self, job, attempt, slice_) -> tuple[HostObservation, ...]:
         try:

@@ -128,6 +128,9 @@ class RequeuePolicy(_Model):
     # A heartbeat in the run dir older than this is a hung program (a stuck collective, a dead
     # coordinator), not a slow step: the runtime rewrites it at least every 30 s.
     heartbeat_timeout_seconds: float = Field(default=300.0, gt=0, le=_WEEK)
+    # A maintenance window opening within this many seconds is acted on now (checkpoint, new
+    # slice): the sweep's interval (cron's default is 5 min), so the next sweep is not too late.
+    maintenance_lead_seconds: float = Field(default=300.0, ge=0, le=_WEEK)
 
 
 # What a notification channel may be told about (docs/notify.md): each maps to a state move.

@@ -8,7 +8,7 @@ import posixpath
 import re
 from pathlib import Path
 
-from tpujob.catalogue import Accelerator, accelerator
+from tpujob.catalogue import NEVER_READ_ONLY, Accelerator, accelerator
 from tpujob.errors import SpecError
 from tpujob.names import RUN_DIR_MOUNT  # where the run dir's bucket is mounted: no spec mount may take it
 from tpujob.spec.lines import dotted, parse
@@ -90,12 +90,30 @@ def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str,
         if disk_type not in gen.disk_types:
             raise _fail(f"disk {disk.name}: type {disk_type!r} is not allowed on {gen.alias} "
                         f"({where}), which takes {' or '.join(gen.disk_types)}", base + ("type",), lines)
+        if disk.mode == "read-only" and disk_type in NEVER_READ_ONLY:
+            raise _fail(f"disk {disk.name}: {NEVER_READ_ONLY[disk_type]} ({where}); give it type "
+                        f"{' or '.join(t for t in gen.disk_types if t not in NEVER_READ_ONLY)} to "
+                        "attach it read-only", base + ("type",), lines)
         if disk.mode == "read-write" and acc.multi_host:
             raise _fail(f"a read-write disk cannot be attached to {acc.name} ({acc.hosts} hosts, {where}): "
                         "multi-host slices attach disks read-only; clone it (snapshot + clone) and "
                         "mount the clone read-only", base + ("mode",), lines)
         types[disk.name] = disk_type
     return types
+
+
+def _check_fallback_zone(spec: JobSpec, zone: str, fallback_zone: str, where: tuple, lines) -> None:
+    """A disk is zonal: one that is not a clone (a read-write master, or a disk that must exist)
+    cannot follow the job to a fallback in another zone, and tpujob never makes an empty disk
+    there in its place. A clone can: it is made from the (global) snapshot in that zone."""
+    if fallback_zone == zone:
+        return
+    for disk in spec.disks:
+        if not (disk.source_disk or disk.snapshot):
+            what = "read-write master" if disk.mode == "read-write" else "read-only disk that is not a clone"
+            raise _fail(f"fallback zone {fallback_zone}: disk {disk.name} is a {what}, a zonal disk "
+                        f"in {zone} that cannot be attached in {fallback_zone}; clone it (snapshot: or "
+                        "source_disk:, read-only) or drop this fallback's zone", where, lines)
 
 
 def _check_shared_run_dir(spec: JobSpec, acc: Accelerator, lines) -> None:
@@ -274,6 +292,8 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
             raise _fail("a fallback names an accelerator, a zone or both", base, lines)
         if entry.zone is not None and not ZONE_NAME.match(entry.zone):
             raise _fail(f"{entry.zone!r} is not a zone like us-central2-b", base + ("zone",), lines)
+        if entry.zone is not None:
+            _check_fallback_zone(spec, zone, entry.zone, base + ("zone",), lines)
         if entry.accelerator is not None:
             try:
                 alt = accelerator(entry.accelerator)
