@@ -180,7 +180,7 @@ run_dir: gs://shared-runs/exp
 run:
   command: |
     if [ "$TPUJOB_HOST_INDEX" = 0 ]; then echo from-host-0 > /mnt/shared/hello.txt; fi
-    for i in $(seq 150); do [ -f /mnt/shared/hello.txt ] && break; sleep 0.2; done
+    for i in $(seq 600); do [ -f /mnt/shared/hello.txt ] && break; sleep 0.2; done  # 2 min: a loaded CI
     cat /mnt/shared/hello.txt > "$HOME/seen"
     if [ "$TPUJOB_HOST_INDEX" = 0 ]; then
       printf '{{"time": 0, "step": 42, "phase": "exiting"}}' > "$TPUJOB_RUN_DIR/heartbeat"

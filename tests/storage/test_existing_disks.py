@@ -42,6 +42,7 @@ def test_a_missing_read_only_disk_is_refused_before_anything_is_recorded_or_crea
         refused = cli(*args, _spec(spec_file, "no-such-data"))
         assert refused.code == 3, refused
         assert "disk no-such-data does not exist in us-central2-b" in refused.error_line
+        assert f"`tpujob disk clone SNAPSHOT --name no-such-data --zone {ZONE}`" in refused.error_line
         assert refused.out == ""
     assert stored_jobs() == 0
     assert _resources(clients) == before  # no slice, and no empty disk made for it
@@ -73,3 +74,24 @@ def test_an_existing_single_writer_hyperdisk_is_refused_for_read_only_use(cli, s
             "attached read-only") in refused.error_line
     assert stored_jobs() == 0
     compute.delete_disk(PROJECT, zone, "reader-master")
+
+
+def test_a_clones_missing_snapshot_or_master_is_refused_naming_what_makes_it(cli, spec_file, stored_jobs,
+                                                                               clients):
+    before = _resources(clients)
+    snap = spec_file(f"name: reader\ntpu: {{accelerator: v4-8, zone: {ZONE}, queued: false}}\n"
+                     "disks: [{name: data, snapshot: no-such-snap, mount: /mnt/data}]\nrun: {command: 'true'}\n")
+    refused = cli("create", snap)
+    assert refused.code == 3
+    assert refused.error_line == (
+        f"error: snapshot no-such-snap (the source of disk data) does not exist in {PROJECT}: make it from "
+        f"the disk holding the data with `tpujob disk snapshot DISK --name no-such-snap --zone {ZONE}`")
+    master = spec_file(f"name: reader\ntpu: {{accelerator: v4-8, zone: {ZONE}, queued: false}}\n"
+                       "disks: [{name: data, source_disk: no-such-master, mount: /mnt/data}]\n"
+                       "run: {command: 'true'}\n")
+    refused = cli("create", "--dry-run", master)
+    assert refused.code == 3
+    assert refused.error_line.startswith(f"error: disk no-such-master (source_disk of data) does not exist in "
+                                         f"{ZONE} ({PROJECT}): make it read-write on a single-host dev slice")
+    assert stored_jobs() == 0
+    assert _resources(clients) == before

@@ -29,7 +29,12 @@ def test_the_file_cache_is_part_of_a_bucket(cli, spec_file):
     assert "value error" not in relative.error_line
 
 
-def test_a_clone_is_named_after_its_job(cli, spec_file):
+def test_a_clone_is_named_after_its_job(cli, spec_file, local_cloud):
+    from tpujob.service.context import Context, make_compute
+
+    compute = make_compute(Context.load().settings)  # the clone's snapshot must exist (create checks)
+    compute.create_disk("p", "us-central2-b", "seed", disk_type="pd-balanced", size_gb=10)
+    compute.create_snapshot("p", "us-central2-b", "seed", "s")
     long_name = "d" * 57
     refused = cli("validate", spec_file(SPEC.format(
         extra=f"disks: [{{name: {long_name}, snapshot: s, mount: /mnt/d}}]")))

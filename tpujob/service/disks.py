@@ -34,20 +34,35 @@ def existing_disks(spec: ResolvedSpec) -> list[DiskSpec]:
     return [d for d in spec.spec.disks if d.mode == "read-only" and not is_clone(d)]
 
 
+def sourced_disks(spec: ResolvedSpec) -> list[DiskSpec]:
+    """The disks whose data must exist before the job: those not cloned, read-only, and the
+    clones' sources (a snapshot, or the master disk to snapshot)."""
+    return existing_disks(spec) + [d for d in spec.spec.disks if is_clone(d)]
+
+
 def check_existing_disks(compute, spec: ResolvedSpec) -> None:
-    """One Compute get per disk of `existing_disks`: missing is NotFoundError (exit 3); a type
-    the generation does not take, or a Hyperdisk not made for read-only use, is UsageError
-    (the attach would be refused)."""
+    """One Compute get per disk of `sourced_disks`: a missing disk or snapshot is NotFoundError
+    (exit 3) naming the command that makes it; a type the generation does not take, or a
+    Hyperdisk not made for read-only use, is UsageError (the attach would be refused)."""
     from tpujob.catalogue import generation
 
     project, zone = spec.project, spec.zone
     takes = generation(spec.generation).disk_types
+    for disk in spec.spec.disks:
+        if disk.snapshot:
+            _check_snapshot(compute, project, zone, disk)
+        elif disk.source_disk and compute.find_disk(project, zone, disk.source_disk) is None:
+            raise NotFoundError(f"disk {disk.source_disk} (source_disk of {disk.name}) does not exist in "
+                                f"{zone} ({project}): make it read-write on a single-host dev slice (a "
+                                "missing master is created empty there, docs/storage.md), or name the disk "
+                                "that holds the data")
     for disk in existing_disks(spec):
         found = compute.find_disk(project, zone, disk.name)
         if found is None:
             raise NotFoundError(f"disk {disk.name} does not exist in {zone} ({project}): a read-only "
-                                "disk that is not a clone must exist before the job; give snapshot: or "
-                                "source_disk: to clone one")
+                                "disk that is not a clone must exist before the job; create it from a "
+                                f"snapshot with `tpujob disk clone SNAPSHOT --name {disk.name} --zone {zone}`, "
+                                "or give snapshot: or source_disk: to clone one")
         if found.type not in takes:
             raise UsageError(f"disk {disk.name} is {found.type}; {spec.accelerator} takes "
                              f"{' or '.join(takes)}: clone it (snapshot: and type:)")
@@ -55,6 +70,15 @@ def check_existing_disks(compute, spec: ResolvedSpec) -> None:
             raise UsageError(f"disk {disk.name} is a {found.type} disk with access mode "
                              "READ_WRITE_SINGLE, which cannot be attached read-only: clone it "
                              "(snapshot: or source_disk:), tpujob makes clones READ_ONLY_MANY")
+
+
+def _check_snapshot(compute, project: str, zone: str, disk: DiskSpec) -> None:
+    try:
+        compute.get_snapshot(project, disk.snapshot)
+    except NotFoundError:
+        raise NotFoundError(f"snapshot {disk.snapshot} (the source of disk {disk.name}) does not exist "
+                            f"in {project}: make it from the disk holding the data with `tpujob disk "
+                            f"snapshot DISK --name {disk.snapshot} --zone {zone}`") from None
 
 
 def check_disks(compute, spec: ResolvedSpec) -> None:

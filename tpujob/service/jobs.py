@@ -130,11 +130,12 @@ def lint_sync(resolved: ResolvedSpec, *, strict: bool = False) -> list:
 
 
 def check_existing_disks(ctx: Context, resolved: ResolvedSpec) -> None:
-    """The read-only disks the job does not clone must exist (NotFoundError, exit 3, names the
-    first missing one): one Compute get each; no client at all when the spec has none."""
+    """The read-only disks the job does not clone, and the clones' snapshots and masters, must
+    exist (NotFoundError, exit 3, names the first missing one and the command that makes it):
+    one Compute get each; no client at all when the spec has none."""
     from tpujob.service import disks
 
-    if disks.existing_disks(resolved):
+    if disks.sourced_disks(resolved):
         disks.check_existing_disks(make_compute(ctx.settings), resolved)
 
 
