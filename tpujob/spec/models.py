@@ -128,6 +128,10 @@ class RequeuePolicy(_Model):
     # A heartbeat in the run dir older than this is a hung program (a stuck collective, a dead
     # coordinator), not a slow step: the runtime rewrites it at least every 30 s.
     heartbeat_timeout_seconds: float = Field(default=300.0, gt=0, le=_WEEK)
+    # Slices replaced because a host was bad (its TPU held by another process, a known bad-host
+    # line in the program's log): not the program's fault, so not its failures; but a zone that
+    # keeps handing out bad hosts should stop the job, not loop through slices forever.
+    max_bad_hosts: int = Field(default=3, ge=0)
 
 
 # What a notification channel may be told about (docs/notify.md): each maps to a state move.
