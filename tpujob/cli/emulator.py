@@ -140,6 +140,20 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"host {index} of {node} killed")
 
 
+    @emulator.command("dirty-host")
+    def dirty_host(node: str = typer.Argument(..., help="Node id (or full resource name)."),
+                   host: int = typer.Option(0, "--host", min=0, help="The host's index."),
+                   sticky: bool = typer.Option(False, "--sticky",
+                                               help="It comes back after being ended: the host is bad.")):
+        """Make a host dirty: a process holds its accelerator device, as one an earlier run left
+        would; the next program there fails as on a busy TPU unless the host is cleaned first."""
+        from tpujob.emulator import process
+
+        pid = process.client().dirty_host(node, host, sticky)
+        typer.echo(f"host {host} of {node}: pid {pid} holds its accelerator"
+                   + (" (sticky: it comes back)" if sticky else ""))
+
+
 def _show(info: dict | None, as_json: bool) -> None:
     if as_json:
         print_json({"running": True, **info} if info else {"running": False})

@@ -61,6 +61,10 @@ class EmulatorClient:
     def kill_host(self, node: str, index: int) -> None:
         self._request("POST", "kill-host", {"node": node, "index": index})
 
+    def dirty_host(self, node: str, index: int, sticky: bool = False) -> int:
+        """Start a process holding that host's accelerator device; its pid."""
+        return self._request("POST", "dirty-host", {"node": node, "index": index, "sticky": sticky})["pid"]
+
     def hosts(self, node: str) -> list[dict]:
         """Each host of the node: index, ip, externalIp (or null), sshPort, hostKey, root (its
         filesystem, or null), sshConnections (connections accepted per address)."""

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tpujob.emulator.host_ssh import HostSshServer, new_host_key, parse_authorized_keys
+from tpujob.emulator.host_ssh import EMULATED_DEVICE, HostSshServer, new_host_key, parse_authorized_keys
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +56,18 @@ MAX_IP_BLOCK = 250 * (255 - 16) + 249
 # host's own directories mounted over their targets, then the kept paths moved back in place.
 _HOLDER_SCRIPT = r"""
 set -e
-stage=$1 nkeep=$2; shift 2
+stage=$1 device=$2 nkeep=$3; shift 3
 mount -t tmpfs tpujob-stage "$stage"
 kept=()
 for ((i = 0; i < nkeep; i++)); do mkdir "$stage/$i"; mount --bind "$1" "$stage/$i"; kept+=("$1"); shift; done
 while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
 for ((i = 0; i < nkeep; i++)); do mkdir -p "${kept[i]}"; mount --move "$stage/$i" "${kept[i]}"; done
 umount "$stage"
+# The emulated accelerator: a regular file of the host's own (a tmpfs over /dev/vfio, private to
+# this namespace), which its programs open and hold as they would /dev/vfio/N on a v5e+ VM.
+# Optional: where /dev/vfio can be neither found nor made, the host has no emulated device.
+{ mkdir -p "$(dirname "$device")" && mount -t tmpfs -o size=64k tpujob-tpu "$(dirname "$device")" \
+  && : > "$device"; } 2>/dev/null || true
 echo ready
 exec sleep infinity
 """
@@ -92,6 +97,7 @@ class _Host:
         self.ns: tuple[int, int] | None = None   # (st_dev, st_ino) of the mount namespace
         self.server: HostSshServer | None = None
         self.alive = False
+        self.dirt: list[subprocess.Popen] = []  # `dirty-host` processes holding the device
 
     def spawn_holder(self) -> None:
         for name in HOST_DIRS:
@@ -100,7 +106,7 @@ class _Host:
         (self.root / "root").chmod(0o700)
         kept = kept_paths()
         os.makedirs(_STAGE, exist_ok=True)
-        args = [_STAGE, str(len(kept)), *kept]
+        args = [_STAGE, EMULATED_DEVICE, str(len(kept)), *kept]
         for name in self._mount_order():
             args += [str(self.root / name), f"/{name}"]
         self.holder = subprocess.Popen(
@@ -186,6 +192,52 @@ class SliceMachines:
             endpoints.append(HostEndpoint(host.index, host.ip, self.ssh_port,
                                           f"{key.get_name()} {key.get_base64()}"))
         return endpoints
+
+    def dirty_host(self, index: int, sticky: bool = False) -> int:
+        """A process on host `index` holding its emulated accelerator device, as a program of an
+        earlier run left behind would (the next program then finds the TPU busy). `sticky`: one
+        that comes back a second after it is ended, as on a host whose TPU is wedged: no
+        cleaning makes that host usable. Returns the holder's pid."""
+        host = self._hosts[index]
+        if not host.alive or host.server is None:
+            raise RuntimeError(f"host {index} is not running")
+        if not os.path.exists(f"/proc/{host.holder.pid}/root{EMULATED_DEVICE}"):
+            raise RuntimeError(f"host {index} has no emulated accelerator device ({EMULATED_DEVICE})")
+        proc = self._hold_device(host)
+        threading.Thread(target=self._keep_dirty, args=(host, proc, sticky), daemon=True,
+                         name=f"dirty-{self.node_id}/{index}").start()
+        return proc.pid
+
+    @staticmethod
+    def _hold_device(host: _Host) -> subprocess.Popen:
+        # `sleep` inherits fd 3: its /proc/PID/fd/3 links to the device, as a libtpu user's does.
+        script = 'exec 3< "$1"; exec sleep infinity'
+        proc = host.server.spawn(["bash", "-c", script, "tpujob-tpu-holder", EMULATED_DEVICE],
+                                 dict(os.environ), "/", stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        host.dirt.append(proc)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and proc.poll() is None:  # holding it once this returns
+            try:
+                if EMULATED_DEVICE in {os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+                                       for fd in os.listdir(f"/proc/{proc.pid}/fd")}:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        return proc
+
+    def _keep_dirty(self, host: _Host, proc: subprocess.Popen, sticky: bool) -> None:
+        """Reap the holder once it is ended; a sticky one is started again a second later,
+        for as long as the host lives."""
+        while True:
+            proc.wait()
+            if not sticky or self._stopping.wait(1.0) or not host.alive:
+                return
+            with self._lock:
+                if not host.alive:
+                    return
+                proc = self._hold_device(host)
 
     def preempt(self, grace_seconds: float) -> None:
         """SSH stops answering; every process on every host gets SIGTERM, then SIGKILL after

@@ -49,6 +49,7 @@ _ROUTES = Map([
     Rule("/emulator/v1/stockout", methods=["POST"], endpoint="stockout"),
     Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
     Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
+    Rule("/emulator/v1/dirty-host", methods=["POST"], endpoint="dirty_host"),
     Rule("/emulator/v1/hosts", methods=["GET"], endpoint="hosts"),
 ], strict_slashes=False)
 
@@ -215,6 +216,13 @@ class TpuApp:
             raise ApiError(400, "index must be an integer")
         self.emulator.kill_host(_required(body, "node"), index)
         return {}
+
+    def _dirty_host(self, request: Request) -> dict:
+        body = read_json(request)
+        index = body.get("index")
+        if not isinstance(index, int):
+            raise ApiError(400, "index must be an integer")
+        return self.emulator.dirty_host(_required(body, "node"), index, bool(body.get("sticky")))
 
     def _hosts(self, request: Request) -> dict:
         return {"hosts": self.emulator.hosts(_required(request.args, "node"))}

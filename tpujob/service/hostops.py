@@ -17,7 +17,8 @@ from typing import Callable, Optional
 
 from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, TpujobError
 from tpujob.hosts import program
-from tpujob.hosts.failure import cause, said
+from tpujob.hosts.bad_host import bad_host_line
+from tpujob.hosts.failure import cause, last_lines, redact, said
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
@@ -154,7 +155,7 @@ class SshHostOps:
             job_id=format_job_id(job.id), attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
             run_dir=run_dirs.host_run_dir_for(spec, job.id, self.user), workdir=workdir,
-            env=dict(spec.spec.env), secrets=secrets or {},
+            env=program_env(job.cloud, spec.spec.env), secrets=secrets or {},
         )
 
     def _renew_lease(self, job) -> None:
@@ -217,9 +218,23 @@ class SshHostOps:
                                     log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
             _setup_ok(results, "setup", timeout, hidden)
             self._renew_lease(job)
+            self._clean(job, group, host_attempt, log_of, hidden)
+            self._renew_lease(job)
             results = program.launch(group, host_attempt, _command(spec, job.id), log_paths=log_of,
                                      timeout=LAUNCH_TIMEOUT, progress=self._progress("launch"))
             _step_ok(results, "launch", hidden)
+
+    def _clean(self, job, group, host_attempt, log_of, hidden: tuple[str, ...]) -> None:
+        """End what earlier attempts (or anything else) left on the hosts before the launch
+        (hosts/program.clean), with an event per host where something was ended or is still
+        holding the TPU. A host still held is launched on anyway: its program then fails with
+        libtpu's own words, a bad host (decide replaces the slice)."""
+        results = program.clean(group, host_attempt, log_paths=log_of)
+        _step_ok(results, "clean", hidden)
+        for r in results:
+            said_ = _clean_report(r.output)
+            if said_:
+                self.ctx.store.add_event(job.id, "hosts", f"cleaned host {r.index}: {said_}")
 
     def data_disks(self, job, attempt) -> tuple:
         """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
@@ -247,7 +262,8 @@ class SshHostOps:
                 statuses = program.status(group, host_attempt, timeout=30)
         except TpujobError:
             return tuple(HostObservation(Program.UNREACHABLE) for _ in slice_.hosts)
-        return tuple(_status(s) for s in statuses)
+        hidden = _secret_values(job) if any(s.log_tail for s in statuses) else ()
+        return tuple(_status(s, hidden) for s in statuses)
 
     def stop_program(self, job, attempt, slice_) -> None:
         """Stop the program on every host; CloudError naming the hosts where that failed
@@ -297,14 +313,50 @@ def _command(spec: ResolvedSpec, job_id: int) -> str:
     return spec.spec.run.command or runtime_bundle.run_command(job_id)
 
 
-def _status(s) -> HostObservation:
+def program_env(cloud: str, env: dict[str, str]) -> dict[str, str]:
+    """The spec's env, plus JAX_PLATFORMS=tpu on real TPUs (the spec's own value wins): with it
+    unset, JAX finding the TPU busy warns and trains on the CPU; with it, it raises (jax
+    xla_bridge.py; /work/shared/facts/operations.md). Not on the emulator's hosts: they have no TPU."""
+    return ({"JAX_PLATFORMS": "tpu"} if cloud == "gcp" else {}) | dict(env)
+
+
+def _secret_values(job) -> tuple[str, ...]:
+    """The job's secret values where this process can read them (a sweep from cron may not):
+    masked from a dead program's log lines, on top of failure.redact's credential shapes."""
+    try:
+        return tuple(secrets.resolve(spec_of(job).spec.secrets).values())
+    except ConfigError:
+        return ()
+
+
+def _clean_report(output: str) -> str:
+    """clean.sh's JSON line in words: "ended pids 12, 13; pid 14 still holds the TPU"."""
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    try:
+        data = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return ""
+    parts = []
+    if data.get("ended"):
+        parts.append("ended pid" + ("s " if len(data["ended"]) > 1 else " ") + ", ".join(map(str, data["ended"])))
+    if data.get("held"):
+        parts.append("the TPU is still held by pid" + ("s " if len(data["held"]) > 1 else " ")
+                     + ", ".join(map(str, data["held"])))
+    return "; ".join(parts)
+
+
+def _status(s, hidden: tuple[str, ...] = ()) -> HostObservation:
+    # A dead program's log: its last lines, bounded and masked like a setup step's cause.
+    tail = dict(ended_at=s.ended_at, said=last_lines(s.log_tail, hidden) or None,
+                bad_host=redact(line, hidden) if (line := bad_host_line(s.log_tail)) else None) \
+        if s.log_tail or s.ended_at is not None else {}
     if s.state == "running":
         return HostObservation(Program.RUNNING, step=s.step, resumed_from=s.resumed_from)
     if s.state == "exited":
-        return HostObservation(Program.EXITED, s.exit_code, step=s.step, resumed_from=s.resumed_from)
+        return HostObservation(Program.EXITED, s.exit_code, step=s.step, resumed_from=s.resumed_from, **tail)
     if s.state == "unreachable":
         return HostObservation(Program.UNREACHABLE)
-    return HostObservation(Program.MISSING)  # absent or lost: no program where one was launched
+    return HostObservation(Program.MISSING, **tail)  # absent or lost: no program where one was launched
 
 
 def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
