@@ -46,6 +46,10 @@ def kept_paths() -> list[str]:
     return sorted(p for p in covered if not any(p != q and p.startswith(q + "/") for q in covered))
 
 
+# A directory where each host's program logs (tpujob's `.tpujob/jobs/JOB/attempt-N/program.log`
+# under any home) are copied before a deleted node's files go: `scripts/soak.py --keep` reads them.
+KEEP_LOGS_ENV = "TPUJOB_EMULATOR_KEEP_LOGS"
+
 # Outside every host's own directories: where kept paths wait while those are mounted over.
 _STAGE = "/run/tpujob-emulator-stage"
 
@@ -268,7 +272,21 @@ class SliceMachines:
             if host.holder and host.holder.poll() is None:
                 host.holder.kill()
                 host.holder.wait()
+        self._keep_logs()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _keep_logs(self) -> None:
+        keep = os.environ.get(KEEP_LOGS_ENV)
+        if not keep:
+            return
+        for host in self._hosts:
+            for log_file in host.root.glob("*/**/.tpujob/jobs/*/attempt-*/program.log"):
+                target = pathlib.Path(keep) / self.node_id / f"host-{host.index}" / log_file.relative_to(host.root)
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(log_file, target)
+                except OSError:
+                    log.warning("could not keep %s", log_file, exc_info=True)
 
     def _take_down(self, indices: list[int]) -> list[_Host]:
         """Close the SSH servers of live hosts among `indices`; returns those hosts."""
