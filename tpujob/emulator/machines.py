@@ -67,11 +67,31 @@ for ((i = 0; i < nkeep; i++)); do mkdir "$stage/$i"; mount --bind "$1" "$stage/$
 while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
 for ((i = 0; i < nkeep; i++)); do mkdir -p "${kept[i]}"; mount --move "$stage/$i" "${kept[i]}"; done
 umount "$stage"
-# The emulated accelerator: a regular file of the host's own (a tmpfs over /dev/vfio, private to
-# this namespace), which its programs open and hold as they would /dev/vfio/N on a v5e+ VM.
-# Optional: where /dev/vfio can be neither found nor made, the host has no emulated device.
-{ mkdir -p "$(dirname "$device")" && mount -t tmpfs -o size=64k tpujob-tpu "$(dirname "$device")" \
-  && : > "$device"; } 2>/dev/null || true
+# The emulated accelerator: a regular file of the host's own (on a tmpfs private to this
+# namespace), which its programs open and hold as they would /dev/vfio/N on a v5e+ VM.
+dir=${device%/*}
+if [ ! -d "$dir" ]; then
+  # Made in the machine's /dev, the directory would show on every host and beside the machine's
+  # own processes (where any `find /proc/*/fd -lname '/dev/vfio/*'` would meet every emulated
+  # host's TPU users): this host gets a /dev of its own instead, a tmpfs with each entry of the
+  # machine's /dev bound into it.
+  mount -t tmpfs tpujob-stage "$stage"
+  mkdir "$stage/dev"
+  mount --rbind /dev "$stage/dev"
+  mount -t tmpfs -o mode=755 tpujob-dev /dev
+  for entry in "$stage/dev"/* "$stage/dev"/.[!.]*; do
+    [ -e "$entry" ] || [ -L "$entry" ] || continue
+    name=/dev/${entry##*/}
+    if [ -L "$entry" ]; then cp -P "$entry" "$name"
+    elif [ -d "$entry" ]; then mkdir "$name"; mount --rbind "$entry" "$name"
+    else : > "$name"; mount --bind "$entry" "$name"; fi
+  done
+  umount -l "$stage/dev"
+  umount "$stage"
+  mkdir "$dir"
+fi
+mount -t tmpfs -o size=64k tpujob-tpu "$dir"
+: > "$device"
 echo ready
 exec sleep infinity
 """
