@@ -41,3 +41,11 @@ def test_a_dead_programs_log_reaches_decide_bounded_and_masked():
     assert seen.bad_host.startswith("RuntimeError: Unable to initialize backend 'tpu'") and "s3cr3t" not in seen.bad_host
     # A program still running carries none of it.
     assert _status(HostStatus(0, "running", None, 9, 10)).said is None
+
+
+def test_programs_run_with_jax_platforms_tpu_on_real_tpus_only():
+    from tpujob.service.hostops import program_env
+
+    assert program_env("gcp", {"A": "1"}) == {"JAX_PLATFORMS": "tpu", "A": "1"}
+    assert program_env("gcp", {"JAX_PLATFORMS": "cpu"}) == {"JAX_PLATFORMS": "cpu"}   # the spec's word wins
+    assert program_env("local", {"A": "1"}) == {"A": "1"}   # the emulator's hosts have no TPU

@@ -32,11 +32,11 @@ LOCKFILE = "/tmp/libtpu_lockfile"
 _held: list[int] = []  # the lock's and the device's descriptors: held for the process's life
 
 
-def claim() -> None:
+def claim(lockfile: str = LOCKFILE) -> None:
     device = os.environ.get(ENV)
     if not device or _held:
         return
-    lock = os.open(LOCKFILE, os.O_CREAT | os.O_RDWR, 0o644)
+    lock = os.open(lockfile, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
