@@ -5,8 +5,9 @@ import pytest
 
 from tpujob.reconcile.decide import (
     Count, DeleteSlice, EndAttempt, HostObservation, JobView, MarkUnhealthy, Move, Observation, Policy, Program,
-    SliceCondition, StartAttempt, StopProgram, decide, exit_meaning,
+    SliceCondition, StartAttempt, StopProgram, decide,
 )
+from tpujob.reconcile.deaths import exit_meaning
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import EndReason, State, TRANSITIONS
 

@@ -8,11 +8,11 @@ decision, never as a move of act's own. So the whole policy is one table-tested 
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Optional
 
+from tpujob.reconcile.deaths import exit_meaning, first_died
 from tpujob.reconcile.policy import Policy
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, EndReason, State
@@ -187,32 +187,6 @@ BUDGETS = {b.counter: b for b in (
 )}
 
 
-def exit_meaning(code: Optional[int]) -> str:
-    """` (SIGABRT: Aborted)` for 134: a shell reports a program killed by signal N as 128+N
-    (bash(1), EXIT STATUS); the name and description are the signal module's. 126 and 127 are
-    bash's own (found but not executable; not found). Empty for any other code."""
-    if code is None:
-        return ""
-    if code in (126, 127):
-        return " (command not executable)" if code == 126 else " (command not found)"
-    if 128 < code < 128 + 65:
-        try:
-            sig = signal.Signals(code - 128)
-        except ValueError:
-            return ""
-        return f" ({sig.name}: {signal.strsignal(sig)})"
-    return ""
-
-
-def _first_died(hosts) -> Optional[tuple[int, HostObservation]]:
-    """The host whose program ended first among those that ended saying something (its log),
-    with its index: in a multi-host job the others usually die of the first one's death."""
-    spoke = [(i, h) for i, h in enumerate(hosts) if h.said or h.bad_host]
-    if not spoke:
-        return None
-    return min(spoke, key=lambda ih: (ih[1].ended_at is None, ih[1].ended_at or 0.0, ih[0]))
-
-
 def _bad_host(job: JobView, policy: Policy, index: int, line: str) -> list[Action]:
     """A known bad-host line in the program's log: the slice goes (never retried on it) and a new
     one comes at once, counted in its own budget, not the program's failures."""
@@ -381,7 +355,7 @@ def _running(job, obs, policy):
     if any(c == policy.preempted_exit_code for c in codes):
         # The program checkpointed on a preemption notice; the slice goes next.
         return _lost(job, policy, "program stopped on a preemption notice")
-    first = _first_died(hosts)
+    first = first_died(hosts)
     if first is not None and first[1].bad_host:
         return _bad_host(job, policy, first[0], first[1].bad_host)
     failed = [c for c in codes if c != 0]
