@@ -46,14 +46,20 @@ holders() {
         if grep -qxF "$id" <<< "$ids"; then path=${path#/proc/}; echo "${path%%/*}"; fi
       done | sort -un | grep -vx "$$"
 }
+# This attempt's own program, when it runs already (a launch retried after a sweep died), is
+# the TPU's rightful user: its process group is left alone.
+own=""
+mine=$job_dir/attempt-$attempt/program.pid
+if [ -f "$mine" ] && [[ $(cat "$mine") =~ ^[0-9]+$ ]] && group_alive "$(cat "$mine")"; then own=$(cat "$mine"); fi
+others() { holders | while read -r pid; do [ "$(ps -o pgid= -p "$pid" | tr -d ' ')" = "$own" ] || echo "$pid"; done; }
 # SIGKILL by device holder (not by name: a venv's interpreter is `python`, not `python3`), then
 # wait until each has let go (dead, or a zombie: its files are closed either way).
-for pid in $(holders); do
+for pid in $(others); do
   $sudo_ kill -KILL "$pid" 2>/dev/null && ended+=("$pid")
 done
 held=""
 for _ in $(seq 50); do
-  held=$(holders | paste -sd, -)
+  held=$(others | paste -sd, -)
   [ -z "$held" ] && break
   sleep 0.1
 done

@@ -279,3 +279,19 @@ def test_status_of_a_dead_program_carries_when_and_its_last_log_lines(slice_host
     assert [s.exit_code for s in statuses] == [134, 134]
     assert all("Fatal Python error: Aborted" in s.log_tail and "step 1" in s.log_tail for s in statuses), statuses
     assert statuses[0].ended_at < statuses[1].ended_at   # host 0 died first
+
+
+def test_clean_leaves_this_attempts_own_running_program_its_tpu(slice_hosts):
+    machines, group = slice_hosts(1)
+    att = attempt()
+    # Holds the device as the runtime does; cleaning before a retried launch of the same attempt
+    # must not end it (the launch is then a no-op).
+    program.launch(group, att, 'exec 3< /dev/vfio/0; exec sleep 30')
+    (running,) = wait_state(group, att, "running")
+    deadline = time.monotonic() + 5
+    while not _holders(machines, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _holders(machines, 0)   # the program's own process, in its group
+    (cleaned,) = program.clean(group, att)
+    assert json.loads(cleaned.output) == {"ended": [], "held": []}
+    assert program.status(group, att)[0].state == "running"
