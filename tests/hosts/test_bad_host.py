@@ -49,3 +49,16 @@ def test_programs_run_with_jax_platforms_tpu_on_real_tpus_only():
     assert program_env("gcp", {"A": "1"}) == {"JAX_PLATFORMS": "tpu", "A": "1"}
     assert program_env("gcp", {"JAX_PLATFORMS": "cpu"}) == {"JAX_PLATFORMS": "cpu"}   # the spec's word wins
     assert program_env("local", {"A": "1"}) == {"A": "1"}   # the emulator's hosts have no TPU
+
+
+def test_an_abort_says_the_line_above_its_native_stack_not_the_frames():
+    # What the soak's exit-134 runtimes left (scripts/soak.py --keep), shortened.
+    tail = ("F1125 22:43:54.736486   32610 client.h:80] Terminating process because the JAX distributed service "
+            "detected fatal errors.\n\nRPC: /xla.coordination.CoordinationService/RegisterTask\n"
+            "*** Check failure stack trace: ***\n"
+            + "".join(f"    @     0x7fec876e9f{i:02x}  xla::DistributedRuntimeCoordinationServiceClient::Connect()\n"
+                      for i in range(40))
+            + 'tpujob-program: line 1: 32610 Aborted                 bash -c "$1"\n')
+    seen = _status(HostStatus(0, "exited", 134, 9, len(tail), ended_at=1.0, log_tail=tail))
+    assert "Terminating process because the JAX distributed service detected fatal errors" in seen.said
+    assert "0x7fec" not in seen.said and seen.said.endswith('bash -c "$1"')

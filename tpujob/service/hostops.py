@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -345,9 +346,16 @@ def _clean_report(output: str) -> str:
     return "; ".join(parts)
 
 
+# A native stack frame as abseil's failure signal handler prints it after "*** Check failure
+# stack trace: ***" (`    @     0x7fec876e9f6a  xla::...Connect()`): dozens of them would fill a
+# dead program's last lines, pushing out the F-line above them that says why it aborted.
+_NATIVE_FRAME = re.compile(r"^[ \t]*@[ \t]+0x[0-9a-fA-F]+\b.*\n?", re.M)
+
+
 def _status(s, hidden: tuple[str, ...] = ()) -> HostObservation:
-    # A dead program's log: its last lines, bounded and masked like a setup step's cause.
-    tail = dict(ended_at=s.ended_at, said=last_lines(s.log_tail, hidden) or None,
+    # A dead program's log: its last lines (native stack frames left out), bounded and masked
+    # like a setup step's cause.
+    tail = dict(ended_at=s.ended_at, said=last_lines(_NATIVE_FRAME.sub("", s.log_tail), hidden) or None,
                 bad_host=redact(line, hidden) if (line := bad_host_line(s.log_tail)) else None) \
         if s.log_tail or s.ended_at is not None else {}
     if s.state == "running":
