@@ -297,10 +297,13 @@ def main() -> int:
     store = parser.add_mutually_exclusive_group()
     store.add_argument("--db-url", help="the store's SQLAlchemy URL (default: SQLite in a temporary home)")
     store.add_argument("--postgres", action="store_true", help="a throwaway PostgreSQL server (Debian's)")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (store, logs)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (store, logs, and each deleted slice's program logs)")
     args = parser.parse_args()
 
     directory = Path(tempfile.mkdtemp(prefix="tpujob-soak-"))
+    if args.keep:  # every deleted slice's program logs (a failed attempt's say why it died)
+        os.environ["TPUJOB_EMULATOR_KEEP_LOGS"] = str(directory / "program-logs")
     os.environ.update(TPUJOB_HOME=str(directory / "home"), TPUJOB_EMULATOR_DIR=str(directory / "emulator"),
                       TPUJOB_PROJECT="soak", TPUJOB_ZONE=ZONE)
     os.environ.pop("TPUJOB_CRASH_AT", None)
@@ -375,6 +378,9 @@ def report(night: Night, args, seconds: float, settle_sweeps: int, violations: l
     for line in violations:
         print(f"  VIOLATED: {line}")
     print("goodput: " + ", ".join(f"{j.name} {goodput(j, now):.0%}" for j in jobs))
+    kept = night.directory / "program-logs"
+    if args.keep and kept.is_dir():
+        print(f"program logs of deleted slices (NODE/host-K/...): {kept}")
 
 
 if __name__ == "__main__":

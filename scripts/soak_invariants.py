@@ -1,11 +1,12 @@
 """The soak's invariants (scripts/soak.py), checked once the night has settled: jobs in a legal
 end state or RUNNING, one live slice per attempt and none without one, no orphan `tpujob gc`
 would list, events in order and chained, runtime steps monotone within the lost-step bounds,
-and no runtime failure the night did not cause."""
+and no runtime failure the night did not cause; every failed attempt says why (its cause)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from typing import Callable
 
@@ -43,6 +44,8 @@ def check(night, *, zone: str, checkpoint_every: int, gc: Callable[[], subproces
             state = event.to_state
         if state != job.state:
             violations.append(f"job {job.id}: last move to {state}, job {job.state}")
+        checks += 1
+        violations += _unexplained(job.id, ctx.store.attempts(job.id))
         if job.id in night.runtime_jobs:
             checks += 2
             attempts = ctx.store.attempts(job.id)
@@ -64,6 +67,18 @@ def check(night, *, zone: str, checkpoint_every: int, gc: Callable[[], subproces
     elif json.loads(gc.stdout):
         violations.append(f"tpujob gc lists orphans: {[r.get('name') for r in json.loads(gc.stdout)]}")
     return violations, checks
+
+
+# A failed attempt's cause that says no more than the exit code: no status.json message, no
+# signal's meaning, no log line (tpujob/reconcile/decide.py builds the words).
+_BARE = re.compile(r"program exited \d+(; retry \d+ of \d+)?")
+
+
+def _unexplained(job_id: int, attempts: list) -> list[str]:
+    """Every attempt that ended failed or bad_host says why, in more words than its exit code."""
+    return [f"job {job_id}: attempt {a.number} {a.end_reason} without a cause: {a.cause!r}"
+            for a in attempts if a.end_reason in ("failed", "bad_host")
+            and (not a.cause or _BARE.fullmatch(a.cause))]
 
 
 def _failures(job_id: int, attempts: list, events: list, killed: set) -> list[str]:

@@ -1,13 +1,17 @@
 # status.sh (rendered by tpujob): one JSON line about the program of this attempt on this host:
 # state absent (never launched) | running | exited (exit_code set) | lost (gone without one),
 # and, where the program follows the runtime contract, its heartbeat's step and the checkpoint
-# step it resumed from.
+# step it resumed from. Where the program ended without a zero exit code (exited non-zero, or
+# lost), also when (the exit code's, else the log's, modification time: which host died first)
+# and the last tail_bytes of its log, base64 (the log says why: tpujob reads it in the same
+# round that sees the end, bounded and masked there).
 # Each placeholder in double braces below becomes one shell-quoted word; nothing else is
 # substituted.
 set -uo pipefail
 job_dir={{job_dir}}
 attempt={{attempt}}
 run_dir={{run_dir}}
+tail_bytes={{tail_bytes}}
 # A process group is alive while a member is not a zombie: an init that does not reap
 # (containers, the emulator) leaves exited members behind, and `kill -0` counts those.
 group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
@@ -29,6 +33,15 @@ if [ -f "$attempt_dir/program.pid" ]; then
   fi
 fi
 [ -f "$attempt_dir/program.log" ] && log_bytes=$(stat -c %s "$attempt_dir/program.log")
+ended_at=null tail_b64=null
+if { [ $state = exited ] && [ "$code" != 0 ]; } || [ $state = lost ]; then
+  for f in "$attempt_dir/exit_code" "$attempt_dir/program.log"; do
+    if [ -f "$f" ]; then ended_at=$(date -r "$f" +%s.%N); break; fi
+  done
+  if [ -f "$attempt_dir/program.log" ]; then
+    tail_b64=\"$(tail -c "$tail_bytes" "$attempt_dir/program.log" | base64 -w 0)\"
+  fi
+fi
 # A number after "KEY": in a one-line JSON file, or null.
 json_int() { [ -f "$1" ] && grep -o "\"$2\": *[0-9]\+" "$1" | grep -o '[0-9]\+$' | head -n 1 | grep . || echo null; }
 # The run dir outlives attempts (on GCS, or on a reused slice): a heartbeat another attempt
@@ -43,5 +56,5 @@ if [ "$said" = "$attempt" ] || { [ "$said" = null ] && [ -f "$attempt_dir/progra
   step=$(json_int "$run_dir/heartbeat" step)
   resumed=$(json_int "$run_dir/heartbeat" resumed_from)
 fi
-printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s, "step": %s, "resumed_from": %s}\n' \
-  "$state" "$pid" "$code" "$log_bytes" "$step" "$resumed"
+printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s, "step": %s, "resumed_from": %s, "ended_at": %s, "log_tail": %s}\n' \
+  "$state" "$pid" "$code" "$log_bytes" "$step" "$resumed" "$ended_at" "$tail_b64"

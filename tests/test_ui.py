@@ -169,3 +169,12 @@ def test_a_taken_port_is_one_line(cli):
         result = cli("ui", "--port", str(taken.getsockname()[1]))
     assert result.code == 6
     assert "cannot listen on 127.0.0.1:" in result.error_line and "--port 0" in result.error_line
+
+
+def test_the_job_page_gives_each_ended_attempts_cause_escaped(ui, story):
+    ctx, job, _ = story
+    ctx.store.record_cause(job.id, 1, "program exited 134 (SIGABRT: Aborted) on host 0: <b>Fatal</b> Python error")
+    status, _, page = _logged_in(ui).get(f"/jobs/{job.id}")
+    assert status == 200 and "<th>CAUSE</th>" in page
+    assert ('<td class="cause">program exited 134 (SIGABRT: Aborted) on host 0: &lt;b&gt;Fatal&lt;/b&gt; Python '
+            "error</td>") in page

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import pytest
@@ -30,12 +32,12 @@ def wait_state(group, att, state: str, seconds: float = 10) -> list:
 
 
 def test_render_quotes_and_checks_values():
-    text = render("status.sh", job_dir="a'b", attempt=3, run_dir="/r $(x)")
+    text = render("status.sh", job_dir="a'b", attempt=3, run_dir="/r $(x)", tail_bytes=1)
     assert "job_dir='a'\"'\"'b'\nattempt=3\nrun_dir='/r $(x)'\n" in text
     with pytest.raises(ValueError, match="missing"):
         render("status.sh", job_dir="x")
     with pytest.raises(ValueError, match="unused"):
-        render("status.sh", job_dir="x", attempt=1, run_dir="r", extra=2)
+        render("status.sh", job_dir="x", attempt=1, run_dir="r", tail_bytes=1, extra=2)
 
 
 def test_env_payload_refuses_bad_names():
@@ -51,7 +53,7 @@ def test_program_runs_detached_with_the_contract_env_and_exits(slice_hosts, tmp_
     setup = program.setup(group, att, "echo setup-ran >> /mnt/setup", log_paths=logs)
     assert all(r.ok for r in setup)
     assert all(r.ok for r in program.setup(group, att, "echo setup-ran >> /mnt/setup"))
-    cmd = ("sleep 0.5; env | grep -E '^(TPUJOB_|GREETING|TOKEN)' | sort > ~/env.txt; "
+    cmd = ("sleep 0.5; env | grep -E '^(TPUJOB_|GREETING|TOKEN)' | grep -v ^TPUJOB_EMULATED_TPU= | sort > ~/env.txt; "
            "pwd > ~/pwd.txt; exit 4")
     launched = program.launch(group, att, cmd, log_paths=logs)
     assert all(r.ok and '"state": "started"' in r.output for r in launched)
@@ -86,8 +88,10 @@ def test_stop_terms_then_kills_and_relaunch_replaces_a_stale_attempt(slice_hosts
 
     program.launch(group, first, "trap '' TERM; while :; do sleep 0.05; done")
     second = attempt(attempt=2)
-    program.launch(group, second, "sleep 30", stale_grace_seconds=0.3)   # stops attempt 1 first (TERM ignored: KILL)
-    assert program.status(group, first)[0].state == "lost"
+    (cleaned,) = program.clean(group, second, grace_seconds=0.3)   # stops attempt 1 (TERM ignored: KILL)
+    stale = json.loads(cleaned.output)["ended"]
+    program.launch(group, second, "sleep 30")
+    assert program.status(group, first)[0].state == "lost" and stale == [program.status(group, first)[0].pid]
     assert program.status(group, second)[0].state == "running"
     assert not (machines.host_root(0) / "mnt" / "second").exists()
 
@@ -196,7 +200,8 @@ def _status_line(tmp_path, attempt: int, heartbeat: dict | None) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     if heartbeat is not None:
         (run_dir / "heartbeat").write_text(json.dumps(heartbeat, sort_keys=True) + "\n")
-    script = render("status.sh", job_dir=str(tmp_path / "job"), attempt=attempt, run_dir=str(run_dir))
+    script = render("status.sh", job_dir=str(tmp_path / "job"), attempt=attempt, run_dir=str(run_dir),
+                    tail_bytes=1024)
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -223,3 +228,70 @@ def test_status_counts_only_this_attempts_heartbeat(tmp_path):
     assert _status_line(tmp_path, 11, unsigned)["step"] == 120  # written now, after the launch
     os.utime(tmp_path / "run" / "heartbeat", (500, 500))
     assert _status_line(tmp_path, 11, None)["step"] is None  # from before it
+
+
+def _holders(machines, index: int) -> list[int]:
+    """Processes on host `index` holding its emulated accelerator device."""
+    found = []
+    for pid in machines.host_pids(index):
+        try:
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            continue
+        if "/dev/vfio/0" in links:
+            found.append(pid)
+    return found
+
+
+def test_clean_ends_the_tpu_holder_of_its_own_host_only_and_removes_libtpus_lock(slice_hosts):
+    machines, group = slice_hosts(1)
+    other, _ = slice_hosts(1)
+    mine, theirs = machines.dirty_host(0), other.dirty_host(0)
+    assert _holders(machines, 0) == [mine] and _holders(other, 0) == [theirs]
+    lock = machines.host_root(0) / "tmp" / "libtpu_lockfile"
+    lock.write_text("")
+    (cleaned,) = program.clean(group, attempt())
+    assert cleaned.ok, cleaned.describe()
+    assert json.loads(cleaned.output) == {"ended": [mine], "held": []}
+    assert _holders(machines, 0) == [] and not lock.exists()
+    # Another host's TPU user (the same path, in another namespace) is not this host's to end.
+    assert _holders(other, 0) == [theirs]
+
+
+def test_a_sticky_tpu_holder_comes_back_after_cleaning(slice_hosts):
+    machines, group = slice_hosts(1)
+    first = machines.dirty_host(0, sticky=True)
+    (cleaned,) = program.clean(group, attempt())
+    assert json.loads(cleaned.output)["ended"] == [first]
+    deadline = time.monotonic() + 10
+    while not _holders(machines, 0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    back = _holders(machines, 0)
+    assert back and back != [first]
+
+
+def test_status_of_a_dead_program_carries_when_and_its_last_log_lines(slice_hosts):
+    machines, group = slice_hosts(2)
+    att = attempt()
+    program.launch(group, att, 'if [ "$TPUJOB_HOST_INDEX" = 1 ]; then sleep 0.5; fi; '
+                               'echo "step 1"; echo "Fatal Python error: Aborted" >&2; kill -ABRT $$')
+    statuses = wait_state(group, att, "exited")
+    assert [s.exit_code for s in statuses] == [134, 134]
+    assert all("Fatal Python error: Aborted" in s.log_tail and "step 1" in s.log_tail for s in statuses), statuses
+    assert statuses[0].ended_at < statuses[1].ended_at   # host 0 died first
+
+
+def test_clean_leaves_this_attempts_own_running_program_its_tpu(slice_hosts):
+    machines, group = slice_hosts(1)
+    att = attempt()
+    # Holds the device as the runtime does; cleaning before a retried launch of the same attempt
+    # must not end it (the launch is then a no-op).
+    program.launch(group, att, 'exec 3< /dev/vfio/0; exec sleep 30')
+    (running,) = wait_state(group, att, "running")
+    deadline = time.monotonic() + 5
+    while not _holders(machines, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _holders(machines, 0)   # the program's own process, in its group
+    (cleaned,) = program.clean(group, att)
+    assert json.loads(cleaned.output) == {"ended": [], "held": []}
+    assert program.status(group, att)[0].state == "running"

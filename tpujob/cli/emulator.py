@@ -217,6 +217,18 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"OS Login on in {project}: project metadata enable-oslogin TRUE, hosts take only OS Login keys"
                    + ("; constraints/compute.requireOsLogin enforced" if state["required"] else "")
                    + ("; the account lacks roles/compute.osLogin" if not state["role"] else ""))
+    @emulator.command("dirty-host")
+    def dirty_host(node: str = typer.Argument(..., help="Node id (or full resource name)."),
+                   host: int = typer.Option(0, "--host", min=0, help="The host's index."),
+                   sticky: bool = typer.Option(False, "--sticky",
+                                               help="It comes back after being ended: the host is bad.")):
+        """Make a host dirty: a process holds its accelerator device, as one an earlier run left
+        would; the next program there fails as on a busy TPU unless the host is cleaned first."""
+        from tpujob.emulator import process
+
+        pid = process.client().dirty_host(node, host, sticky)
+        typer.echo(f"host {host} of {node}: pid {pid} holds its accelerator"
+                   + (" (sticky: it comes back)" if sticky else ""))
 
 
 def _show(info: dict | None, as_json: bool) -> None:

@@ -142,7 +142,8 @@ def register(app: typer.Typer) -> None:
         if detail.hosts_error:
             data["hosts_error"] = detail.hosts_error
         data["accounting"] = {"preemptions": detail.job.preemptions, "failures": detail.job.failures,
-                              "nan_restarts": detail.job.nan_restarts, **dataclasses.asdict(detail.accounting)}
+                              "nan_restarts": detail.job.nan_restarts, "bad_hosts": detail.job.bad_hosts,
+                              **dataclasses.asdict(detail.accounting)}
         if timeline:
             from tpujob.cli.timeline import timeline_dict
 
@@ -154,6 +155,8 @@ def register(app: typer.Typer) -> None:
                     "attempt", "preemptions", "failures", "nan_restarts", "host0_ip", "created_at"):
             if data[key] is not None:
                 typer.echo(f"{key + ':':<14}{data[key]}")
+        if detail.job.bad_hosts:
+            typer.echo(f"{'bad_hosts:':<14}{detail.job.bad_hosts}")
         _print_accounting(detail.job, detail.accounting)
         if timeline:
             from tpujob.cli.timeline import print_timeline
@@ -167,6 +170,9 @@ def register(app: typer.Typer) -> None:
                                       a["ended_at"] or "-", a["end_reason"] or "-",
                                       "-" if a["last_step"] is None else a["last_step"]]
                                      for a in data["attempts"]]))
+            for a in data["attempts"]:
+                if a["cause"] and a["end_reason"] != "succeeded":
+                    typer.echo(f"  #{a['number']} {a['end_reason']}: {a['cause']}")
         if run is not None:
             said = f"{run.state} at step {run.step}" if run.state else "no status.json yet (running)"
             if run.message:

@@ -90,7 +90,8 @@ def print_jobs_json(jobs: list) -> None:
 def attempt_dict(a) -> dict:
     return {"number": a.number, "slice_name": a.slice_name, "zone": a.zone, "accelerator": a.accelerator,
             "queued": a.queued, "started_at": iso(a.started_at), "ended_at": iso(a.ended_at),
-            "end_reason": a.end_reason, "last_step": a.last_step, "resumed_from_step": a.resumed_from_step}
+            "end_reason": a.end_reason, "last_step": a.last_step, "resumed_from_step": a.resumed_from_step,
+            "cause": a.cause}
 
 
 def event_dict(e) -> dict:

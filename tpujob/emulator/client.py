@@ -83,6 +83,9 @@ class EmulatorClient:
             return self._request("GET", f"oslogin?{urllib.parse.urlencode({'project': project})}")
         return self._request("POST", "oslogin", {"project": project, "enabled": enabled,
                                                  "required": required, "role": role})
+    def dirty_host(self, node: str, index: int, sticky: bool = False) -> int:
+        """Start a process holding that host's accelerator device; its pid."""
+        return self._request("POST", "dirty-host", {"node": node, "index": index, "sticky": sticky})["pid"]
 
     def hosts(self, node: str) -> list[dict]:
         """Each host of the node: index, ip, externalIp (or null), sshPort, hostKey, root (its

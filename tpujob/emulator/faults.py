@@ -136,6 +136,21 @@ class Faults:
         if machines:
             machines.kill_host(index)
 
+    def dirty_host(self, node_ref: str, index: int, sticky: bool = False) -> dict:
+        """A process on that host holding its accelerator device (machines.SliceMachines.dirty_host)."""
+        with self._lock:
+            node = self.find_node(node_ref)
+            if not 0 <= index < len(node.hosts):
+                raise ApiError(400, f"node {node.node_id} has no host {index}")
+            if node.body["state"] != "READY" or node.machines is None:
+                raise ApiError(400, f"node {node.node_id} has no running hosts", status="FAILED_PRECONDITION")
+            machines = node.machines
+        try:
+            pid = machines.dirty_host(index, sticky)
+        except RuntimeError as exc:
+            raise ApiError(400, str(exc), status="FAILED_PRECONDITION") from exc
+        return {"pid": pid}
+
     def _hostkeys_published(self, node: Node) -> bool:
         if self.hostkeys_delay < 0 or node.booted_at is None:
             return False

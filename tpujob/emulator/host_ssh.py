@@ -28,6 +28,11 @@ from tpujob.emulator.host_sftp import RootedSftp
 log = logging.getLogger(__name__)
 
 _CHUNK = 32768
+# Each host's emulated accelerator device (machines.py makes it) and the variable that tells
+# the programs on a host that has one: the bundled runtime then checks it the way libtpu checks
+# the TPU at start (tpujob/runtime/tpu_device.py). A real TPU VM has no such variable.
+EMULATED_DEVICE = "/dev/vfio/0"
+EMULATED_DEVICE_ENV = "TPUJOB_EMULATED_TPU"
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 
 
@@ -225,6 +230,8 @@ class _Session(paramiko.ServerInterface):
             "PATH", "/usr/local/bin:/usr/bin:/bin")
         env = {"HOME": home, "USER": self.user, "LOGNAME": self.user, "PATH": path,
                "SHELL": "/bin/bash", "LANG": "C.UTF-8"}
+        if os.path.exists(f"/proc/{self.server.holder_pid}/root{EMULATED_DEVICE}"):
+            env[EMULATED_DEVICE_ENV] = EMULATED_DEVICE
         env.update(self.env)
         return env, home
 

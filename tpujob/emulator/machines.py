@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tpujob.emulator.host_ssh import HostSshServer, new_host_key, parse_authorized_keys
+from tpujob.emulator.host_ssh import EMULATED_DEVICE, HostSshServer, new_host_key, parse_authorized_keys
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,10 @@ def kept_paths() -> list[str]:
 HOST_PATHS = {"dpkg": "/var/lib/dpkg", "apt-sources": "/etc/apt/sources.list.d",
               "keyrings": "/usr/share/keyrings"}
 
+# A directory where each host's program logs (tpujob's `.tpujob/jobs/JOB/attempt-N/program.log`
+# under any home) are copied before a deleted node's files go: `scripts/soak.py --keep` reads them.
+KEEP_LOGS_ENV = "TPUJOB_EMULATOR_KEEP_LOGS"
+
 # Outside every host's own directories: where kept paths wait while those are mounted over.
 _STAGE = "/run/tpujob-emulator-stage"
 
@@ -61,13 +65,38 @@ MAX_IP_BLOCK = 250 * (255 - 16) + 249
 # host's own directories mounted over their targets, then the kept paths moved back in place.
 _HOLDER_SCRIPT = r"""
 set -e
-stage=$1 nkeep=$2; shift 2
+stage=$1 device=$2 nkeep=$3; shift 3
 mount -t tmpfs tpujob-stage "$stage"
 kept=()
 for ((i = 0; i < nkeep; i++)); do mkdir "$stage/$i"; mount --bind "$1" "$stage/$i"; kept+=("$1"); shift; done
 while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
 for ((i = 0; i < nkeep; i++)); do mkdir -p "${kept[i]}"; mount --move "$stage/$i" "${kept[i]}"; done
 umount "$stage"
+# The emulated accelerator: a regular file of the host's own (on a tmpfs private to this
+# namespace), which its programs open and hold as they would /dev/vfio/N on a v5e+ VM.
+dir=${device%/*}
+if [ ! -d "$dir" ]; then
+  # Made in the machine's /dev, the directory would show on every host and beside the machine's
+  # own processes (where any `find /proc/*/fd -lname '/dev/vfio/*'` would meet every emulated
+  # host's TPU users): this host gets a /dev of its own instead, a tmpfs with each entry of the
+  # machine's /dev bound into it.
+  mount -t tmpfs tpujob-stage "$stage"
+  mkdir "$stage/dev"
+  mount --rbind /dev "$stage/dev"
+  mount -t tmpfs -o mode=755 tpujob-dev /dev
+  for entry in "$stage/dev"/* "$stage/dev"/.[!.]*; do
+    [ -e "$entry" ] || [ -L "$entry" ] || continue
+    name=/dev/${entry##*/}
+    if [ -L "$entry" ]; then cp -P "$entry" "$name"
+    elif [ -d "$entry" ]; then mkdir "$name"; mount --rbind "$entry" "$name"
+    else : > "$name"; mount --bind "$entry" "$name"; fi
+  done
+  umount -l "$stage/dev"
+  umount "$stage"
+  mkdir "$dir"
+fi
+mount -t tmpfs -o size=64k tpujob-tpu "$dir"
+: > "$device"
 echo ready
 exec sleep infinity
 """
@@ -97,6 +126,7 @@ class _Host:
         self.ns: tuple[int, int] | None = None   # (st_dev, st_ino) of the mount namespace
         self.server: HostSshServer | None = None
         self.alive = False
+        self.dirt: list[subprocess.Popen] = []  # `dirty-host` processes holding the device
 
     def spawn_holder(self) -> None:
         for name in HOST_DIRS:
@@ -105,7 +135,7 @@ class _Host:
         (self.root / "root").chmod(0o700)
         kept = kept_paths()
         os.makedirs(_STAGE, exist_ok=True)
-        args = [_STAGE, str(len(kept)), *kept]
+        args = [_STAGE, EMULATED_DEVICE, str(len(kept)), *kept]
         for name, target in HOST_PATHS.items():  # first: their sources may lie under /tmp or /root
             if os.path.isdir(target):
                 (self.root / name).mkdir(exist_ok=True)
@@ -212,6 +242,52 @@ class SliceMachines:
             holder.stdout.close()
             threading.Thread(target=holder.wait, daemon=True).start()  # reaped when it lets go
 
+    def dirty_host(self, index: int, sticky: bool = False) -> int:
+        """A process on host `index` holding its emulated accelerator device, as a program of an
+        earlier run left behind would (the next program then finds the TPU busy). `sticky`: one
+        that comes back a second after it is ended, as on a host whose TPU is wedged: no
+        cleaning makes that host usable. Returns the holder's pid."""
+        host = self._hosts[index]
+        if not host.alive or host.server is None:
+            raise RuntimeError(f"host {index} is not running")
+        if not os.path.exists(f"/proc/{host.holder.pid}/root{EMULATED_DEVICE}"):
+            raise RuntimeError(f"host {index} has no emulated accelerator device ({EMULATED_DEVICE})")
+        proc = self._hold_device(host)
+        threading.Thread(target=self._keep_dirty, args=(host, proc, sticky), daemon=True,
+                         name=f"dirty-{self.node_id}/{index}").start()
+        return proc.pid
+
+    @staticmethod
+    def _hold_device(host: _Host) -> subprocess.Popen:
+        # `sleep` inherits fd 3: its /proc/PID/fd/3 links to the device, as a libtpu user's does.
+        script = 'exec 3< "$1"; exec sleep infinity'
+        proc = host.server.spawn(["bash", "-c", script, "tpujob-tpu-holder", EMULATED_DEVICE],
+                                 dict(os.environ), "/", stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        host.dirt.append(proc)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and proc.poll() is None:  # holding it once this returns
+            try:
+                if EMULATED_DEVICE in {os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+                                       for fd in os.listdir(f"/proc/{proc.pid}/fd")}:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        return proc
+
+    def _keep_dirty(self, host: _Host, proc: subprocess.Popen, sticky: bool) -> None:
+        """Reap the holder once it is ended; a sticky one is started again a second later,
+        for as long as the host lives."""
+        while True:
+            proc.wait()
+            if not sticky or self._stopping.wait(1.0) or not host.alive:
+                return
+            with self._lock:
+                if not host.alive:
+                    return
+                proc = self._hold_device(host)
+
     def preempt(self, grace_seconds: float) -> None:
         """SSH stops answering; every process on every host gets SIGTERM, then SIGKILL after
         the grace period. Blocks until the hosts are dead (at most about grace_seconds)."""
@@ -241,7 +317,21 @@ class SliceMachines:
             if host.holder and host.holder.poll() is None:
                 host.holder.kill()
                 host.holder.wait()
+        self._keep_logs()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _keep_logs(self) -> None:
+        keep = os.environ.get(KEEP_LOGS_ENV)
+        if not keep:
+            return
+        for host in self._hosts:
+            for log_file in host.root.glob("*/**/.tpujob/jobs/*/attempt-*/program.log"):
+                target = pathlib.Path(keep) / self.node_id / f"host-{host.index}" / log_file.relative_to(host.root)
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(log_file, target)
+                except OSError:
+                    log.warning("could not keep %s", log_file, exc_info=True)
 
     def _take_down(self, indices: list[int]) -> list[_Host]:
         """Close the SSH servers of live hosts among `indices`; returns those hosts."""

@@ -59,6 +59,7 @@ _ROUTES = Map([
     Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
     Rule("/emulator/v1/maintenance", methods=["POST"], endpoint="maintenance"),
     Rule("/emulator/v1/image", methods=["GET", "POST"], endpoint="image"),
+    Rule("/emulator/v1/dirty-host", methods=["POST"], endpoint="dirty_host"),
     Rule("/emulator/v1/hosts", methods=["GET"], endpoint="hosts"),
     Rule("/emulator/v1/oslogin", methods=["GET", "POST"], endpoint="oslogin"),
 ], strict_slashes=False)
@@ -261,6 +262,12 @@ class TpuApp:
         body = read_json(request)
         after = _number(body, "inSeconds") or 0.0
         return self.emulator.announce_maintenance(_required(body, "node"), after)
+    def _dirty_host(self, request: Request) -> dict:
+        body = read_json(request)
+        index = body.get("index")
+        if not isinstance(index, int):
+            raise ApiError(400, "index must be an integer")
+        return self.emulator.dirty_host(_required(body, "node"), index, bool(body.get("sticky")))
 
     def _hosts(self, request: Request) -> dict:
         return {"hosts": self.emulator.hosts(_required(request.args, "node"))}

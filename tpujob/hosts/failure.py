@@ -25,7 +25,7 @@ MASK = "***"
 # NAME=VALUE where NAME says it holds a credential (HF_TOKEN=..., --password=..., AWS_SECRET_ACCESS_KEY=...).
 _SECRET_PAIR = re.compile(
     r"(?i)([\w.-]*(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|private[_-]?key|credentials?)"
-    r"[\w.-]*\s*=\s*)(\"[^\"]*\"|'[^']*'|\S+)")
+    r"[\w.-]*[ \t]*=[ \t]*)(\"[^\"]*\"|'[^']*'|\S+)")  # one line's pair: never the next line
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[\w.~+/=-]+")
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 

@@ -7,6 +7,8 @@ session), `program.log`, `exit_code` once the program ended, and `setup.done`.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import pathlib
@@ -52,9 +54,12 @@ class HostStatus:
     error: str = ""
     step: int | None = None          # the runtime contract's heartbeat step, where there is one
     resumed_from: int | None = None  # the checkpoint step the program restored
+    ended_at: float | None = None    # a program that exited non-zero or was lost: when (host clock)
+    log_tail: str = ""               # ... and the end of its log (unbounded, unmasked: see failure.py)
 
 
 LogPaths = Callable[[Host], pathlib.Path] | None
+TAIL_BYTES = 16 * 1024  # of a dead program's log: its last lines, and a bad-host line among them
 TIMED_OUT = 124   # setup.sh's exit code when the job's setup ran past its timeout
 SETUP_GRACE = 30  # seconds tpujob waits past the setup timeout for the host's own answer
 
@@ -79,15 +84,11 @@ def setup(group: HostGroup, attempt: HostAttempt, command: str, *, runtime_modul
 
 
 def launch(group: HostGroup, attempt: HostAttempt, command: str, *, log_paths: LogPaths = None,
-           timeout: float | None = 120, stale_grace_seconds: float = 10,
-           progress: Callable[[Progress], None] | None = None) -> list[HostResult]:
-    """Start `command` detached on every host; returns once every host has started it.
-
-    A program an earlier attempt left running gets SIGTERM, then SIGKILL after
-    `stale_grace_seconds`."""
+           timeout: float | None = 120, progress: Callable[[Progress], None] | None = None) -> list[HostResult]:
+    """Start `command` detached on every host; returns once every host has started it. What an
+    earlier attempt left running is `clean`'s to end, before."""
     script = render("launch.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
-                    workdir=attempt.workdir, command=command,
-                    stale_grace_tenths=max(0, math.ceil(stale_grace_seconds * 10)))
+                    workdir=attempt.workdir, command=command)
     return group.run(as_command(script, "tpujob-launch"), stdin=_env(group, attempt),
                      log_paths=log_paths, timeout=timeout, progress=progress)
 
@@ -103,7 +104,8 @@ def stop(group: HostGroup, attempt: HostAttempt, *, grace_seconds: float = 30,
 
 def status(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> list[HostStatus]:
     """Each host's view of the program; unreachable hosts say so instead of raising."""
-    script = render("status.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, run_dir=attempt.run_dir)
+    script = render("status.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, run_dir=attempt.run_dir,
+                    tail_bytes=TAIL_BYTES)
     out = []
     for result in group.run(as_command(script, "tpujob-status"), timeout=timeout):
         if result.auth_refused:  # answered, but refused tpujob's key: not unreachable
@@ -122,8 +124,26 @@ def status(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> li
                                   error=f"unreadable status: {result.output.strip()[-200:]!r}"))
             continue
         out.append(HostStatus(result.index, data["state"], data["exit_code"], data["pid"],
-                              data["log_bytes"], step=data.get("step"), resumed_from=data.get("resumed_from")))
+                              data["log_bytes"], step=data.get("step"), resumed_from=data.get("resumed_from"),
+                              ended_at=data.get("ended_at"), log_tail=_decoded(data.get("log_tail"))))
     return out
+
+
+def _decoded(tail_b64) -> str:
+    try:
+        return base64.b64decode(tail_b64 or "", validate=True).decode("utf-8", "replace")
+    except (binascii.Error, ValueError, TypeError):
+        return ""
+
+
+def clean(group: HostGroup, attempt: HostAttempt, *, grace_seconds: float = 10,
+          log_paths: LogPaths = None, timeout: float = 120) -> list[HostResult]:
+    """Make every host fit for a launch: the programs of earlier attempts of this job and every
+    process holding an accelerator device (/dev/accel*, /dev/vfio/*) ended, waited for, and
+    libtpu's lock removed (templates/clean.sh). Each host answers one JSON line: the pids ended."""
+    script = render("clean.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
+                    grace_tenths=max(0, math.ceil(grace_seconds * 10)))
+    return group.run(as_command(script, "tpujob-clean"), log_paths=log_paths, timeout=timeout)
 
 
 def _env(group: HostGroup, attempt: HostAttempt) -> Callable[[Host], bytes]:

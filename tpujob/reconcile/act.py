@@ -74,6 +74,7 @@ class _Turn:
     slice: Optional[Slice]
     state: State
     counters: dict[str, int] = field(default_factory=dict)
+    ended: Optional[int] = None  # the attempt an EndAttempt just ended: the next Move says why
 
 
 class Actor:
@@ -116,15 +117,20 @@ class Actor:
         return done()
 
     def _move(self, turn: _Turn, action: Move) -> Outcome:
-        turn.job = self.store.transition(turn.job.id, turn.state, action.to, action.message, end_reason=action.reason,
-                                         owner=self.actor, unhealthy_since=None, **turn.counters)
-        turn.state, turn.counters = action.to, {}
+        with self.store.atomic():  # the move and the ended attempt's cause together
+            turn.job = self.store.transition(turn.job.id, turn.state, action.to, action.message,
+                                             end_reason=action.reason, owner=self.actor, unhealthy_since=None,
+                                             **turn.counters)
+            if turn.ended is not None:
+                self.store.record_cause(turn.job.id, turn.ended, action.message)
+        turn.state, turn.counters, turn.ended = action.to, {}, None
         crash_point("moved")
         return done()
 
     def _end_attempt(self, turn: _Turn, action: EndAttempt) -> Outcome:
         if turn.attempt is not None:
             self.store.end_attempt(turn.job.id, turn.attempt.number, action.reason)
+            turn.ended = turn.attempt.number
             self._unmount(turn)
         return done()
 

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Optional
 
 from tpujob.reconcile.maintenance import maintenance_reason
+from tpujob.reconcile.deaths import exit_meaning, first_died
 from tpujob.reconcile.policy import Policy
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, EndReason, State
@@ -45,6 +46,12 @@ class HostObservation:
     step: Optional[int] = None  # the runtime contract's heartbeat, where the program keeps one
     resumed_from: Optional[int] = None
     refusal: Optional[str] = None  # REFUSED: why, and the fix (service.hostops words it)
+    # Where the program ended without a word of its own (a non-zero exit, or gone without an
+    # exit code): when it ended (to tell the host that died first), its last log lines (bounded
+    # and masked, hosts/failure.py) and the known bad-host line among them (hosts/bad_host.py).
+    ended_at: Optional[float] = None
+    said: Optional[str] = None
+    bad_host: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class JobView:
     capacity_misses: int = 0  # capacity misses in a row, since a slice last came up READY
     flaps: int = 0  # preemptions in a row after runs shorter than min_run_seconds
     last_end: Optional[AttemptEnd] = None  # the current attempt's end reason, once it ended
+    bad_hosts: int = 0  # attempts ended bad_host
 
 
 # --- actions ------------------------------------------------------------------------------------
@@ -189,7 +197,19 @@ BUDGETS = {b.counter: b for b in (
     Budget("nan_restarts", "max_nan", AttemptEnd.NAN, EndReason.NAN_BUDGET, True, True),
     # The program failed on a healthy slice: the next attempt may set it up again.
     Budget("failures", "max_failures", AttemptEnd.FAILED, EndReason.USER_ERROR, True, False),
+    # A host's TPU held by another process: the slice itself is bad, never set up again.
+    Budget("bad_hosts", "max_bad_hosts", AttemptEnd.BAD_HOST, EndReason.BAD_HOST_BUDGET, True, True),
 )}
+
+
+def _bad_host(job: JobView, policy: Policy, index: int, line: str) -> list[Action]:
+    """A known bad-host line in the program's log: the slice goes (never retried on it) and a new
+    one comes at once, counted in its own budget, not the program's failures."""
+    why = f"bad host {index}: {line}"
+    return _spend(job, policy, "bad_hosts",
+                  spent_message=f"{why}; bad-host budget of {policy.max_bad_hosts} spent",
+                  again_message=f"{why}; bad host {job.bad_hosts + 1} of {policy.max_bad_hosts} allowed, "
+                                "replacing the slice")
 
 
 def _spend(job: JobView, policy: Policy, counter: str, *, spent_message: str, again_message: str,
@@ -387,14 +407,23 @@ def _running(job, obs, policy):
     if any(c == policy.preempted_exit_code for c in codes):
         # The program checkpointed on a preemption notice; the slice goes next.
         return _lost(job, policy, "program stopped on a preemption notice")
+    first = first_died(hosts)
+    if first is not None and first[1].bad_host:
+        return _bad_host(job, policy, first[0], first[1].bad_host)
     failed = [c for c in codes if c != 0]
     if failed:
         said = f" (status.json: {run.message})" if run.state == "failed" and run.message else ""
         fatal = [c for c in failed if c in policy.fatal_exit_codes]
         if fatal:
-            return _failed(job, policy, AttemptEnd.FAILED, f"program exited {fatal[0]}{said}: a code or config "
-                           "error, not retried", EndReason.USER_ERROR, retry=False)
-        return _failed(job, policy, AttemptEnd.FAILED, f"program exited {failed[0]}{said}", EndReason.USER_ERROR)
+            return _failed(job, policy, AttemptEnd.FAILED, f"program exited {fatal[0]}{exit_meaning(fatal[0])}"
+                           f"{said}: a code or config error, not retried", EndReason.USER_ERROR, retry=False)
+        code = failed[0]
+        if not said and first is not None and first[1].program == Program.EXITED:
+            # No status.json saying why: the words of the host that died first.
+            code = first[1].exit_code if first[1].exit_code else code
+            said = f" on host {first[0]}: {first[1].said}"
+        return _failed(job, policy, AttemptEnd.FAILED, f"program exited {code}{exit_meaning(code)}{said}",
+                       EndReason.USER_ERROR)
     if hosts and len(codes) == len(hosts):
         actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, "program exited 0 on every host")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
@@ -410,8 +439,10 @@ def _running(job, obs, policy):
             if hung:
                 return _lost(job, policy, f"program hung: heartbeat {run.heartbeat_age:.0f} s old, "
                                           f"unhealthy for {job.unhealthy_seconds:.0f} s")
+            lost = (f"; host {first[0]}'s program ended without an exit code: {first[1].said}"
+                    if first is not None and first[1].program == Program.MISSING else "")
             return _lost(job, policy, f"hosts unreachable or program missing for "
-                                      f"{job.unhealthy_seconds:.0f} s")
+                                      f"{job.unhealthy_seconds:.0f} s{lost}")
         return []
     return [ClearUnhealthy()] if job.unhealthy_seconds is not None else []
 

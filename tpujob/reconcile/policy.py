@@ -34,6 +34,7 @@ class Policy:
     fatal_exit_codes: frozenset[int] = frozenset({77, 78, 79})
     heartbeat_timeout_seconds: float = 300  # spec.RequeuePolicy says why
     maintenance_lead_seconds: float = 300  # spec.RequeuePolicy says why
+    max_bad_hosts: int = 3  # spec.RequeuePolicy says why
 
     def setup_timeout(self, hosts: int) -> float:
         # Fan-out is parallel, but installs contend for the same mirrors and buckets.
@@ -49,6 +50,8 @@ class Policy:
         do not all come back in the same second. The jitter is a hash of the job id and attempt
         number, not a random draw: decide stays a pure function."""
         wait, doublings = self.backoff_seconds, job.capacity_misses
+        if job.last_end == AttemptEnd.BAD_HOST:
+            return 0.0  # the hardware's fault, not the program's: a new slice at once
         if job.last_end == AttemptEnd.PREEMPTED:
             if job.flaps == 0:
                 return 0.0
@@ -80,6 +83,7 @@ def policy_of(spec: ResolvedSpec) -> Policy:
                   max_capacity_retries=r.max_capacity_retries, min_run_seconds=r.min_run_seconds,
                   heartbeat_timeout_seconds=r.heartbeat_timeout_seconds,
                   maintenance_lead_seconds=r.maintenance_lead_seconds,
+                  max_bad_hosts=r.max_bad_hosts,
                   nan_exit_code=EXIT_NAN,
                   preempted_exit_code=EXIT_PREEMPTED,
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))

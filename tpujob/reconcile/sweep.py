@@ -207,6 +207,6 @@ class Reconciler:
             zones=tuple(zone for _, zone in options),
             blocked_placements=placing.blocked(options, self.store.attempts(job.id)) if choosing else frozenset(),
             keep_slice=job.keep_slice, reuse_slice=reuse,
-            job_id=job.id, capacity_misses=job.capacity_misses, flaps=job.flaps,
+            job_id=job.id, capacity_misses=job.capacity_misses, flaps=job.flaps, bad_hosts=job.bad_hosts,
             last_end=AttemptEnd(attempt.end_reason) if attempt is not None and attempt.end_reason else None,
         )

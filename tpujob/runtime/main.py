@@ -101,6 +101,9 @@ def main(argv: list[str]) -> int:
         return contract.EXIT_ERROR
     import jax
 
+    from .tpu_device import claim
+
+    claim()  # where JAX's TPU backend starts: a TPU another process holds fails here (emulator only)
     # Now jax knows which process this is (TPU metadata may number the hosts, not the env).
     is_main = jax.process_index() == 0
     _setup_compilation_cache(host.run_dir)

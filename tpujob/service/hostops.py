@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import threading
 import time
 from dataclasses import replace
@@ -18,7 +19,8 @@ from typing import Callable, Optional
 
 from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.hosts import program
-from tpujob.hosts.failure import cause, said
+from tpujob.hosts.bad_host import bad_host_line
+from tpujob.hosts.failure import cause, last_lines, redact, said
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
@@ -164,7 +166,7 @@ class SshHostOps:
             job_id=format_job_id(job.id), attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
             run_dir=run_dirs.host_run_dir_for(spec, job.id, self.login(job, slice_).user), workdir=workdir,
-            env=dict(spec.spec.env), secrets=secrets or {},
+            env=program_env(job.cloud, spec.spec.env), secrets=secrets or {},
         )
 
     def _renew_lease(self, job) -> None:
@@ -230,9 +232,23 @@ class SshHostOps:
                                     log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
             _setup_ok(results, "setup", timeout, hidden)
             self._renew_lease(job)
+            self._clean(job, group, host_attempt, log_of, hidden)
+            self._renew_lease(job)
             results = program.launch(group, host_attempt, _command(spec, job.id), log_paths=log_of,
                                      timeout=LAUNCH_TIMEOUT, progress=self._progress("launch"))
             _step_ok(results, "launch", hidden)
+
+    def _clean(self, job, group, host_attempt, log_of, hidden: tuple[str, ...]) -> None:
+        """End what earlier attempts (or anything else) left on the hosts before the launch
+        (hosts/program.clean), with an event per host where something was ended or is still
+        holding the TPU. A host still held is launched on anyway: its program then fails with
+        libtpu's own words, a bad host (decide replaces the slice)."""
+        results = program.clean(group, host_attempt, log_paths=log_of)
+        _step_ok(results, "clean", hidden)
+        for r in results:
+            said_ = _clean_report(r.output)
+            if said_:
+                self.ctx.store.add_event(job.id, "hosts", f"cleaned host {r.index}: {said_}")
 
     def data_disks(self, job, attempt) -> tuple:
         """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
@@ -267,7 +283,8 @@ class SshHostOps:
             return tuple(HostObservation(Program.REFUSED, refusal=str(exc)) for _ in slice_.hosts)
         except TpujobError:
             return tuple(HostObservation(Program.UNREACHABLE) for _ in slice_.hosts)
-        observed = tuple(_status(s) for s in statuses)
+        hidden = _secret_values(job) if any(s.log_tail for s in statuses) else ()
+        observed = tuple(_status(s, hidden) for s in statuses)
         refused = next((s for s in statuses if s.state == "refused"), None)
         if refused is None:
             return observed
@@ -322,16 +339,59 @@ def _command(spec: ResolvedSpec, job_id: int) -> str:
     return spec.spec.run.command or runtime_bundle.run_command(job_id)
 
 
-def _status(s) -> HostObservation:
+def program_env(cloud: str, env: dict[str, str]) -> dict[str, str]:
+    """The spec's env, plus JAX_PLATFORMS=tpu on real TPUs (the spec's own value wins): with it
+    unset, JAX finding the TPU busy warns and trains on the CPU; with it, it raises (jax
+    xla_bridge.py; /work/shared/facts/operations.md). Not on the emulator's hosts: they have no TPU."""
+    return ({"JAX_PLATFORMS": "tpu"} if cloud == "gcp" else {}) | dict(env)
+
+
+def _secret_values(job) -> tuple[str, ...]:
+    """The job's secret values where this process can read them (a sweep from cron may not):
+    masked from a dead program's log lines, on top of failure.redact's credential shapes."""
+    try:
+        return tuple(secrets.resolve(spec_of(job).spec.secrets).values())
+    except ConfigError:
+        return ()
+
+
+def _clean_report(output: str) -> str:
+    """clean.sh's JSON line in words: "ended pids 12, 13; pid 14 still holds the TPU"."""
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    try:
+        data = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return ""
+    parts = []
+    if data.get("ended"):
+        parts.append("ended pid" + ("s " if len(data["ended"]) > 1 else " ") + ", ".join(map(str, data["ended"])))
+    if data.get("held"):
+        parts.append("the TPU is still held by pid" + ("s " if len(data["held"]) > 1 else " ")
+                     + ", ".join(map(str, data["held"])))
+    return "; ".join(parts)
+
+
+# A native stack frame as abseil's failure signal handler prints it after "*** Check failure
+# stack trace: ***" (`    @     0x7fec876e9f6a  xla::...Connect()`): dozens of them would fill a
+# dead program's last lines, pushing out the F-line above them that says why it aborted.
+_NATIVE_FRAME = re.compile(r"^[ \t]*@[ \t]+0x[0-9a-fA-F]+\b.*\n?", re.M)
+
+
+def _status(s, hidden: tuple[str, ...] = ()) -> HostObservation:
+    # A dead program's log: its last lines (native stack frames left out), bounded and masked
+    # like a setup step's cause.
+    tail = dict(ended_at=s.ended_at, said=last_lines(_NATIVE_FRAME.sub("", s.log_tail), hidden) or None,
+                bad_host=redact(line, hidden) if (line := bad_host_line(s.log_tail)) else None) \
+        if s.log_tail or s.ended_at is not None else {}
     if s.state == "running":
         return HostObservation(Program.RUNNING, step=s.step, resumed_from=s.resumed_from)
     if s.state == "exited":
-        return HostObservation(Program.EXITED, s.exit_code, step=s.step, resumed_from=s.resumed_from)
+        return HostObservation(Program.EXITED, s.exit_code, step=s.step, resumed_from=s.resumed_from, **tail)
     if s.state == "unreachable":
         return HostObservation(Program.UNREACHABLE)
     if s.state == "refused":
         return HostObservation(Program.REFUSED)
-    return HostObservation(Program.MISSING)  # absent or lost: no program where one was launched
+    return HostObservation(Program.MISSING, **tail)  # absent or lost: no program where one was launched
 
 
 def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:

@@ -131,6 +131,10 @@ class RequeuePolicy(_Model):
     # A maintenance window opening within this many seconds is acted on now (checkpoint, new
     # slice): the sweep's interval (cron's default is 5 min), so the next sweep is not too late.
     maintenance_lead_seconds: float = Field(default=300.0, ge=0, le=_WEEK)
+    # Slices replaced because a host was bad (its TPU held by another process, a known bad-host
+    # line in the program's log): not the program's fault, so not its failures; but a zone that
+    # keeps handing out bad hosts should stop the job, not loop through slices forever.
+    max_bad_hosts: int = Field(default=3, ge=0)
 
 
 # What a notification channel may be told about (docs/notify.md): each maps to a state move.

@@ -147,6 +147,15 @@ def _v8_store_id(conn: Connection) -> None:
     conn.execute(info.insert().values(id=uuid.uuid4().hex))
 
 
+def _v9_deaths(conn: Connection) -> None:
+    # attempt.cause: why each attempt ended, in words (the program's last log lines and its exit
+    # code's meaning, the cloud's refusal, the setup script's stderr), for `show` per attempt.
+    # job.bad_hosts: attempts ended because a host of their slice was bad (a TPU held by another
+    # process), a budget of its own (requeue.max_bad_hosts).
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN cause TEXT")
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN bad_hosts INTEGER NOT NULL DEFAULT 0")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -157,6 +166,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (6, "job.flaps", _v6_flaps),
     (7, "outbox", _v7_outbox),
     (8, "store_info: the store's id", _v8_store_id),
+    (9, "attempt.cause, job.bad_hosts", _v9_deaths),
 ]
 
 _bookkeeping = MetaData()

@@ -36,6 +36,7 @@ class Job(SQLModel, table=True):
     running_seconds: float = 0.0
     capacity_misses: int = 0  # capacity misses in a row (stockouts, queue timeouts) since READY
     flaps: int = 0  # preemptions in a row of attempts that ran under requeue.min_run_seconds
+    bad_hosts: int = 0  # attempts ended bad_host (requeue.max_bad_hosts)
 
 
 class Attempt(SQLModel, table=True):
@@ -52,6 +53,7 @@ class Attempt(SQLModel, table=True):
     last_step: Optional[int] = None
     resumed_from_step: Optional[int] = None
     host_keys: Optional[str] = None  # JSON {host index: [OpenSSH public key lines]}
+    cause: Optional[str] = None  # why it ended, in words: the message of the move that ended it
 
 
 class Event(SQLModel, table=True):

@@ -304,6 +304,12 @@ class Store:
                                      col(Attempt.ended_at).is_(None)))
                          .values(**values))
 
+    def record_cause(self, job_id: int, number: int, cause: str) -> None:
+        """Why attempt `number` ended, in words (the move that ended it), for `show`."""
+        with self._tx() as session:
+            session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
+                         .values(cause=cause))
+
     def record_host_keys(self, job_id: int, number: int, host_keys: str) -> None:
         with self._tx() as session:
             session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))

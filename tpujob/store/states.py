@@ -23,6 +23,7 @@ class EndReason(str, Enum):
     NO_CAPACITY = "no_capacity"
     PREEMPTION_BUDGET = "preemption_budget"
     NAN_BUDGET = "nan_budget"
+    BAD_HOST_BUDGET = "bad_host_budget"  # requeue.max_bad_hosts slices found bad in a row of attempts
     INTERNAL = "internal"
     SSH_REFUSED = "ssh_refused"  # the hosts refused tpujob's SSH key (OS Login, a role)
 
@@ -43,6 +44,9 @@ class AttemptEnd(str, Enum):
     CANCELLED = "cancelled"
     DELETED = "deleted"
     SSH_REFUSED = "ssh_refused"  # the hosts answered SSH but refused tpujob's key
+    # The program's log showed a known bad-host signature (a TPU held by another process): the
+    # slice is replaced, never set up again (tpujob/hosts/bad_host.py).
+    BAD_HOST = "bad_host"
 
 
 _ACTIVE_EXITS = {State.FAILED, State.CANCELLED, State.DELETED}
