@@ -162,7 +162,12 @@ def test_a_preempted_hosts_namespace_stays_pinned_until_its_programs_are_gone(ma
 
     m, eps = make_machines(1)
     run(connect(eps[0], client_key[0]),
-        "setsid bash -c 'trap \"\" TERM; while :; do sleep 0.05; done' >/dev/null 2>&1 </dev/null &")
+        "setsid bash -c 'trap \"\" TERM; touch /tmp/trapped; while :; do sleep 0.05; done' "
+        ">/dev/null 2>&1 </dev/null &")
+    deadline = time.monotonic() + 30
+    while not (m.host_root(0) / "tmp" / "trapped").exists():  # SIGTERM is ignored from here on
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     holder = m._hosts[0].holder
     preempting = threading.Thread(target=m.preempt, kwargs={"grace_seconds": 2.0})
     preempting.start()
