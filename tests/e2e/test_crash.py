@@ -11,7 +11,7 @@ import pytest
 
 from reconcile_helpers import (  # noqa: F401 - fixtures
     FALLBACK_ZONE, V5E, ZONE, assert_consistent, assert_no_orphans, ctx, finish, host_root, node_ref, project, reconciler, record,
-    requeue_processes, running, sweep_until, wait_for_file,
+    requeue_processes, resources, running, sweep_until, wait_for_file,
 )
 from tpujob.faults import CRASH_POINTS
 
@@ -122,3 +122,28 @@ def assert_launched_once(local_cloud, project: str, zone: str, slice_name: str, 
     assert wait_for_file(ran) == f"{attempt}\n"
     time.sleep(0.3)
     assert ran.read_text() == f"{attempt}\n", "the program was launched twice"
+
+
+def test_a_sweep_killed_after_a_jobs_last_move_leaves_its_slice_to_the_next(ctx, local_cloud, project, tmp_path):
+    """Killed right after moving a job to SUCCEEDED, before deleting its slice: ended jobs are
+    not swept, so the slice was left to nobody (seen in the soak). The next sweep lists the
+    zones of recently ended jobs too and deletes it; the job stays SUCCEEDED, run once."""
+    job = record(ctx, tmp_path, command='echo "$TPUJOB_ATTEMPT" >> /mnt/ran; sleep 1')
+    rec = reconciler(ctx)
+    sweep_until(ctx, job.id, running, rec=rec)
+    slice_name = ctx.store.current_attempt(job.id).slice_name
+    assert wait_for_file(host_root(local_cloud, project, ZONE, slice_name, 0) / "mnt/ran") == "1\n"
+    time.sleep(2)  # the program has exited: the next sweep's first move is to SUCCEEDED
+    [(code, out, err)] = finish(requeue_processes(1, env_extra={"TPUJOB_CRASH_AT": "moved",
+                                                                "TPUJOB_LEASE_SECONDS": str(LEASE)}))
+    assert code == -9, (out, err)
+    assert ctx.store.get(job.id).state == "SUCCEEDED"
+    assert ("nodes", ZONE, slice_name) in resources(local_cloud, project)
+    time.sleep(LEASE + 0.2)
+    rec.sweep()
+    assert resources(local_cloud, project) == []
+    assert ctx.store.get(job.id).state == "SUCCEEDED"
+    assert [e.message for e in ctx.store.events(job.id) if e.kind == "slice"][-1] == (
+        f"deleted slice {slice_name}, left behind when the job ended (the sweep that ended it stopped "
+        "before deleting it)")
+    assert_no_orphans(ctx, local_cloud, project)

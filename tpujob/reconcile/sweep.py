@@ -37,6 +37,11 @@ MAX_ROUNDS = 4
 # program launched) instead of on a listing.
 MAX_FOLLOW_UPS = 4
 
+# A sweep killed between a job's last move (SUCCEEDED, FAILED) and its slice's delete leaves the
+# slice to nobody, since ended jobs are not swept: the zones of jobs ended this recently are
+# listed too, and a slice of theirs still there is deleted.
+LEFT_SLICE_SECONDS = 24 * 3600.0
+
 # An attempt that ended so leaves a healthy slice the next attempt may set up again.
 _REUSABLE = (AttemptEnd.FAILED, AttemptEnd.SETUP_FAILED, AttemptEnd.CANCELLED)
 
@@ -84,7 +89,9 @@ class Reconciler:
             wanted = set(job_ids)
             jobs = [j for j in jobs if j.id in wanted]
         snapshot_at = self.clock()
-        slices, blind = self.observer.slices(jobs)
+        left = [] if job_ids is not None else [
+            j for j in self.store.jobs_ended_since(snapshot_at - LEFT_SLICE_SECONDS) if _frees_its_slice(j)]
+        slices, blind = self.observer.slices(jobs + left)
         # Jobs in a zone that could not be listed are not judged on a missing listing this sweep.
         skipped = [j for j in jobs if j.attempt > 0 and (j.project, j.zone) in blind]
         for (project, zone), why in sorted(blind.items()):
@@ -97,6 +104,10 @@ class Reconciler:
         for outcome, error in self.act_all(jobs, slices, snapshot_at):
             report.jobs_acted += outcome == "acted"
             report.skipped_locked += outcome == "locked"
+            if error:
+                report.errors.append(error)
+        for job in left:
+            error = self.free_left_slice(job, slices)
             if error:
                 report.errors.append(error)
         report.api_calls = self.cloud.api_calls - calls0
@@ -134,6 +145,25 @@ class Reconciler:
                 lease.__exit__(None, None, None)
             except Exception:  # noqa: BLE001 - the lease then expires by itself
                 pass
+
+    def free_left_slice(self, job: Job, slices: Slices) -> Optional[str]:
+        """Delete an ended job's slice that is still listed (see LEFT_SLICE_SECONDS), under the
+        job's lease; the error line, or None."""
+        attempt = self.store.current_attempt(job.id)
+        if attempt is None or (attempt.zone, attempt.slice_name) not in slices:
+            return None
+        try:
+            with self.store.lease(job.id, self.actor, self.lease_seconds):
+                if not _frees_its_slice(self.store.get(job.id)):  # resumed (or kept) meanwhile
+                    return None
+                self.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name)
+                self.store.add_event(job.id, "slice", f"deleted slice {attempt.slice_name}, left behind when the "
+                                     "job ended (the sweep that ended it stopped before deleting it)")
+        except JobLocked:
+            return None
+        except TpujobError as exc:
+            return self._job_error(job.id, f"deleting its slice left behind: {exc}")
+        return None
 
     def _job_error(self, job_id: int, message: str) -> str:
         try:
@@ -210,3 +240,11 @@ class Reconciler:
             job_id=job.id, capacity_misses=job.capacity_misses, flaps=job.flaps, bad_hosts=job.bad_hosts,
             last_end=AttemptEnd(attempt.end_reason) if attempt is not None and attempt.end_reason else None,
         )
+
+
+def _frees_its_slice(job: Job) -> bool:
+    """An ended job whose slice must be gone: deleted, or ended and not keeping it (a cancelled
+    job keeps its slice for `resume`)."""
+    state = State(job.state)
+    return job.attempt > 0 and (state == State.DELETED or (
+        state in (State.SUCCEEDED, State.FAILED) and not job.keep_slice))

@@ -129,6 +129,13 @@ class Store:
         with self._tx() as session:
             return list(session.exec(query))
 
+    def jobs_ended_since(self, since: float) -> list[Job]:
+        """Jobs that reached an ended state at `since` or later."""
+        query = (select(Job).where(col(Job.state).in_([s.value for s in ENDED]), col(Job.ended_at) >= since)
+                 .order_by(col(Job.id)))
+        with self._tx() as session:
+            return list(session.exec(query))
+
     def transition(self, job_id: int, src: State, dst: State, message: str, *,
                    end_reason: Optional[EndReason] = None, owner: Optional[str] = None,
                    **fields) -> Job:
