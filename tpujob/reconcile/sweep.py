@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from tpujob.cloud.base import Cloud
+from tpujob.cloud.base import Cloud, SlicePhase
 from tpujob.errors import JobLocked, TpujobError
 from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id
@@ -155,6 +155,9 @@ class Reconciler:
         try:
             with self.store.lease(job.id, self.actor, self.lease_seconds):
                 if not _frees_its_slice(self.store.get(job.id)):  # resumed (or kept) meanwhile
+                    return None
+                # The sweep that ended it may have deleted it since this one's listing.
+                if self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name).phase == SlicePhase.GONE:
                     return None
                 self.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name)
                 self.store.add_event(job.id, "slice", f"deleted slice {attempt.slice_name}, left behind when the "
