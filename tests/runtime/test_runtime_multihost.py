@@ -47,3 +47,36 @@ def test_missing_peer_ends_the_process_instead_of_hanging(runtime, tmp_path):
     assert code == -signal.SIGABRT, lonely.stderr()
     assert time.time() - started < 60
     assert status(tmp_path / "run") is None  # no status: the orchestrator reads the signal exit
+
+
+def _wildcard_listeners(port: int) -> list[str]:
+    """Sockets listening on `port` on every address (0.0.0.0 or [::]), from /proc/net."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port and set(address) == {"0"}:
+                    found.append(f"{table}: {local}")
+    return found
+
+
+def test_two_slices_on_one_port_and_network_stack_each_train(runtime, tmp_path):
+    # The emulated hosts of every slice share one network stack, as a stale coordinator does on
+    # a reused host. JAX's coordinator bound [::]:PORT with SO_REUSEPORT, so a second slice's
+    # coordinator bound the same port too and the kernel spread connections between the two:
+    # peers registered with the other slice's and both aborted (soak seed 11: exit 134, 19
+    # attempts in a row). Each coordinator must listen on its host 0's address only.
+    port = _free_port()
+    slices = [[runtime(tmp_path / f"run{n}", {"steps": 4}, host=(i, 2, f"127.0.0.{n + 1}:{port}"))
+               for i in range(2)] for n in range(2)]
+    wildcard: list[str] = []
+    deadline = time.time() + 300  # four JAX processes on a loaded 2-core machine
+    while time.time() < deadline and any(h.proc.poll() is None for s in slices for h in s):
+        wildcard += _wildcard_listeners(port)
+        time.sleep(0.2)
+    assert not wildcard, f"a coordinator listens on every address: {wildcard[:2]}"
+    for n, hosts in enumerate(slices):
+        assert [h.wait(timeout=300) for h in hosts] == [0, 0], hosts[0].stderr() + hosts[1].stderr()
+        assert status(tmp_path / f"run{n}").state == "succeeded"

@@ -74,6 +74,21 @@ def _on_tpu_vm() -> bool:
     return os.path.exists("/dev/accel0") or bool(os.path.isdir("/dev/vfio") and os.listdir("/dev/vfio"))
 
 
+def bind_address(host: HostEnv, env: Mapping[str, str]) -> str | None:
+    """Where host 0's coordinator listens: host 0's own address from TPUJOB_COORDINATOR, not
+    JAX's default `[::]:PORT` (every address). gRPC binds with SO_REUSEPORT, so two
+    coordinators on one port and one network stack both bind, and the kernel spreads new
+    connections between them: a peer registers with the other slice's coordinator and both
+    abort ("Unexpected task registered", "tried to connect with a different incarnation",
+    exit 134). The emulated hosts of all slices share one network stack (the soak's seed 11
+    failed 19 attempts in a row so), and so does a stale coordinator on a reused host. Host
+    0's address is its own on a TPU VM (the node's networkEndpoints), so nothing else changes
+    there. JAX_COORDINATOR_BIND_ADDRESS, JAX's own override, still wins."""
+    if host.host_index != 0 or not host.coordinator or env.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        return None
+    return host.coordinator
+
+
 def initialize(host: HostEnv, timeout_s: int) -> None:
     """Join the slice. A peer that never comes makes jax abort the process after `timeout_s`
     (SIGABRT, not an exception): the orchestrator sees a signal exit and re-creates the slice."""
@@ -85,6 +100,7 @@ def initialize(host: HostEnv, timeout_s: int) -> None:
             num_processes=host.num_hosts,
             process_id=host.host_index,
             initialization_timeout=timeout_s,
+            coordinator_bind_address=bind_address(host, os.environ),
         )
     elif not host.hosts_given and _on_tpu_vm():
         jax.distributed.initialize(initialization_timeout=timeout_s)  # TPU metadata auto-detection
