@@ -253,7 +253,8 @@ def _print_accounting(job, acc) -> None:
     typer.echo(f"{'seen:':<14}" + (f"{render.age(job.observed_at)} ago (last sweep)" if job.observed_at
                                    else "never (no sweep yet)"))
     typer.echo("\naccounting:")
-    typer.echo(f"  {job.preemptions} preemptions, {job.failures} failures, {job.nan_restarts} NaN restarts")
+    typer.echo(f"  {job.preemptions} preemptions, {job.failures} failures, {job.nan_restarts} NaN restarts, "
+               f"{job.hangs} hangs")
     typer.echo(f"  running {_duration(acc.running_seconds)} of {_duration(acc.wall_seconds)} wall: "
                f"goodput {acc.goodput:.0%}")
     typer.echo("  time in state: " + ", ".join(f"{state} {_duration(secs)}"

@@ -33,6 +33,8 @@ class Policy:
     # strict-shapes recompile): running it again on any hardware gives the same answer.
     fatal_exit_codes: frozenset[int] = frozenset({77, 78, 79})
     heartbeat_timeout_seconds: float = 300  # spec.RequeuePolicy says why
+    max_hangs: int = 3
+    hang_seconds: float | None = None  # run.hang_seconds: a silent log this long is a hang
 
     def setup_timeout(self, hosts: int) -> float:
         # Fan-out is parallel, but installs contend for the same mirrors and buckets.
@@ -78,6 +80,7 @@ def policy_of(spec: ResolvedSpec) -> Policy:
                   unhealthy_grace_seconds=r.unhealthy_grace_seconds,
                   max_capacity_retries=r.max_capacity_retries, min_run_seconds=r.min_run_seconds,
                   heartbeat_timeout_seconds=r.heartbeat_timeout_seconds,
+                  max_hangs=r.max_hangs, hang_seconds=spec.spec.run.hang_seconds,
                   nan_exit_code=EXIT_NAN,
                   preempted_exit_code=EXIT_PREEMPTED,
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))

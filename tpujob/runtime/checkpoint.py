@@ -49,6 +49,10 @@ class Checkpointer:
         self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
         self.seconds += time.perf_counter() - t0
 
+    def in_flight(self) -> bool:
+        """An async save of this host is still being written."""
+        return self._manager.is_saving_in_progress()
+
     def wait(self) -> None:
         t0 = time.perf_counter()
         self._manager.wait_until_finished()

@@ -22,11 +22,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import contract, initcheck, model, peaks, train
+from . import contract, initcheck, metadata, model, peaks, train
 from .checkpoint import Checkpointer
 from .config import ConfigError, RuntimeConfig
 from .data import Batches
-from .distributed import HostEnv
+from .distributed import HostEnv, on_tpu_vm
 from .metrics import Heartbeat, MetricsLog
 from .preemption import Preemption
 
@@ -141,12 +141,16 @@ class Trainer:
     def run(self) -> Outcome:
         cfg = self.cfg
         preemption = Preemption(cfg.sigterm_grace_s)
+        url = metadata.preempted_url(os.environ, on_tpu_vm()) if cfg.preempted_poll_s > 0 else None
+        poller = metadata.PreemptedPoller(url, cfg.preempted_poll_s, preemption.notice).start() if url else None
         self.heartbeat.start()
         try:
             state = self.start_state()
             step = self.step = int(jax.device_get(state["step"]))
             return self._loop(state, step, preemption)
         finally:
+            if poller is not None:
+                poller.stop()
             preemption.restore()
             self.heartbeat.update(phase="exiting")
             self.heartbeat.stop()
@@ -211,6 +215,8 @@ class Trainer:
                 if not bool(train.all_finite(state["params"])):
                     return self._outcome(contract.STATE_NAN, s, contract.EXIT_NAN,
                                          f"non-finite parameters at step {s}; not saved")
+                if stop_at is not None and self._save_in_flight():
+                    return self._skip_stop_save(s, last_saved)
                 self.ckpt.save(s, state)
                 last_saved = s
             self.heartbeat.update(step=s, phase="training")
@@ -223,6 +229,30 @@ class Trainer:
         self.loop_seconds = time.perf_counter() - loop_start
         return self._outcome(contract.STATE_SUCCEEDED, step, contract.EXIT_SUCCESS,
                              f"trained {step} steps")
+
+    def _save_in_flight(self) -> bool:
+        """Whether an async save is still being written on any host: every host must take the
+        same branch (a save is collective), so each host's answer is gathered."""
+        local = self.ckpt.in_flight()
+        if jax.process_count() == 1:
+            return local
+        from jax.experimental import multihost_utils
+
+        return bool(np.any(multihost_utils.process_allgather(np.array([local]))))
+
+    def _skip_stop_save(self, step: int, saving: int | None) -> Outcome:
+        """The notice leaves sigterm_grace_s (30 s on Spot): the save still in flight must be
+        finished first, and a second write after it may not fit, and a process killed mid-write
+        keeps neither. So that save is finished and the stop save skipped: the next attempt
+        resumes from it, and status.json says so."""
+        message = (f"SIGTERM at step {step}: the checkpoint of step {saving} was still being "
+                   f"written, so the stop save was skipped (both may not fit in the "
+                   f"{self.cfg.sigterm_grace_s:.0f} s grace); resumes from step {saving}")
+        log.warning("%s", message)
+        self.ckpt.wait()
+        outcome = self._outcome(contract.STATE_PREEMPTED, step, contract.EXIT_PREEMPTED, message)
+        outcome.extra.update(stop_save="skipped", saved_step=saving)
+        return outcome
 
     def _outcome(self, state: str, step: int, code: int, message: str) -> Outcome:
         return Outcome(state, step, message, code, self.compiler.compiles, self.resumed_from,

@@ -55,6 +55,20 @@ class Preemption:
         self._thread = threading.Thread(target=self._watch, name="sigterm-watch", daemon=True)
         self._thread.start()
 
+    def notice(self, source: str) -> None:
+        """A preemption notice other than SIGTERM (the metadata server's instance/preempted),
+        from any thread: the same as a first SIGTERM, grace included."""
+        if self.requested or self._closed.is_set():
+            return
+        self.requested = True
+        self._first_at = time.monotonic()
+        log.warning("%s: checkpoint and stop at the next step boundary (%.0f s, or a SIGTERM, "
+                    "ends the process)", source, self.grace_s)
+        try:
+            os.write(self._write_fd, b"\0")  # the watcher's timeout now counts the grace
+        except OSError:
+            pass
+
     def _handle(self, signum, frame) -> None:
         # Runs only when the main thread reaches Python code; the watcher does the real work.
         self.requested = True

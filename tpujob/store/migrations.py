@@ -147,6 +147,13 @@ def _v8_store_id(conn: Connection) -> None:
     conn.execute(info.insert().values(id=uuid.uuid4().hex))
 
 
+def _v10_hangs(conn: Connection) -> None:
+    # Attempts ended because the program hung (no heartbeat progress, or no log output for
+    # run.hang_seconds, on hosts that are all alive): their own budget, requeue.max_hangs.
+    # Version 9 belongs to another branch (the bad-host budget); the numbers are append-only.
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN hangs INTEGER NOT NULL DEFAULT 0")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -157,6 +164,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (6, "job.flaps", _v6_flaps),
     (7, "outbox", _v7_outbox),
     (8, "store_info: the store's id", _v8_store_id),
+    (10, "job.hangs", _v10_hangs),
 ]
 
 _bookkeeping = MetaData()

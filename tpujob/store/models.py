@@ -36,6 +36,7 @@ class Job(SQLModel, table=True):
     running_seconds: float = 0.0
     capacity_misses: int = 0  # capacity misses in a row (stockouts, queue timeouts) since READY
     flaps: int = 0  # preemptions in a row of attempts that ran under requeue.min_run_seconds
+    hangs: int = 0  # attempts ended hung (requeue.max_hangs)
 
 
 class Attempt(SQLModel, table=True):

@@ -23,6 +23,7 @@ class EndReason(str, Enum):
     NO_CAPACITY = "no_capacity"
     PREEMPTION_BUDGET = "preemption_budget"
     NAN_BUDGET = "nan_budget"
+    HANG_BUDGET = "hang_budget"  # requeue.max_hangs hung attempts
     INTERNAL = "internal"
 
 
@@ -32,6 +33,7 @@ class AttemptEnd(str, Enum):
     FAILED = "failed"  # the program exited non-zero
     SETUP_FAILED = "setup_failed"
     NAN = "nan"
+    HUNG = "hung"  # no progress (heartbeat, or run.hang_seconds of log) on live hosts: ended
     PREEMPTED = "preempted"  # the slice was lost
     NO_CAPACITY = "no_capacity"  # a stockout, a queue or provisioning timeout
     REFUSED = "refused"  # the create was refused for good
