@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 from tpujob.emulator.host_ssh import HostSshServer, new_host_key, parse_authorized_keys
+from tpujob.emulator.metadata import MetadataServer
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class _Host:
         self.holder: subprocess.Popen | None = None
         self.ns: tuple[int, int] | None = None   # (st_dev, st_ino) of the mount namespace
         self.server: HostSshServer | None = None
+        self.metadata: MetadataServer | None = None
         self.alive = False
 
     def spawn_holder(self) -> None:
@@ -178,10 +180,12 @@ class SliceMachines:
         for host in self._hosts:
             host.await_holder()
             key = new_host_key()
+            host.metadata = MetadataServer(host.ip).start()
             host.server = HostSshServer(
                 ip=host.ip, port=self.ssh_port, host_key=key, authorized=self._keys,
                 holder_pid=host.holder.pid, label=f"{self.node_id}/{host.index}",
-                external_ip=host.external_ip)
+                external_ip=host.external_ip,
+                env={"GCE_METADATA_HOST": host.metadata.address})
             host.server.start()
             endpoints.append(HostEndpoint(host.index, host.ip, self.ssh_port,
                                           f"{key.get_name()} {key.get_base64()}"))
@@ -190,6 +194,9 @@ class SliceMachines:
     def preempt(self, grace_seconds: float) -> None:
         """SSH stops answering; every process on every host gets SIGTERM, then SIGKILL after
         the grace period. Blocks until the hosts are dead (at most about grace_seconds)."""
+        for host in self._hosts:  # Compute Engine: instance/preempted reads TRUE from the notice on
+            if host.metadata:
+                host.metadata.preempted = True
         hosts = self._take_down(list(range(len(self._hosts))))
         namespaces = {h.ns for h in hosts}
         _signal_all(namespaces, signal.SIGTERM)
@@ -205,6 +212,27 @@ class SliceMachines:
         hosts = self._take_down([index])
         _kill_all({h.ns for h in hosts})
         self._reap(hosts)
+
+    def freeze(self, index: int, thaw: bool = False) -> int:
+        """The program on host `index` stops making progress without dying: SIGSTOP (SIGCONT
+        with `thaw`) to each process started with the runtime contract's environment (what
+        tpujob's launch.sh starts), not the host's own daemons (gcsfuse) nor SSH sessions. Its
+        peers then block in their next collective, their signal handlers still running, as
+        behind a host that hangs; the stopped process itself runs a handler only once
+        continued. Returns how many processes were signalled."""
+        host = self._hosts[index]
+        if not host.alive or not host.ns:
+            return 0
+        sig = signal.SIGCONT if thaw else signal.SIGSTOP
+        sent = 0
+        for pid in _pids_by_namespace({host.ns}).get(host.ns, []):
+            if pid != (host.holder.pid if host.holder else None) and _has_contract_env(pid):
+                try:
+                    os.kill(pid, sig)
+                    sent += 1
+                except ProcessLookupError:
+                    pass
+        return sent
 
     def stop(self) -> None:
         """Node deleted: every process killed, SSH servers closed, directories removed."""
@@ -234,6 +262,9 @@ class SliceMachines:
         for host in hosts:
             if host.holder:
                 host.holder.wait()
+            if host.metadata:  # answers through a preemption's grace, as the VM's does
+                host.metadata.close()
+                host.metadata = None
 
 
 def _pids_by_namespace(namespaces: set) -> dict[tuple[int, int], list[int]]:
@@ -251,6 +282,16 @@ def _pids_by_namespace(namespaces: set) -> dict[tuple[int, int], list[int]]:
         if ns in namespaces:
             found.setdefault(ns, []).append(int(entry.name))
     return found
+
+
+def _has_contract_env(pid: int) -> bool:
+    # TPUJOB_ATTEMPT: the runtime contract's variable that launch.sh exports to the program
+    # (docs/runtime.md); the emulator names it here rather than import the product's code.
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return any(v.startswith(b"TPUJOB_ATTEMPT=") for v in f.read().split(b"\0"))
+    except OSError:
+        return False
 
 
 def _signal_all(namespaces: set, sig: int) -> int:
