@@ -216,7 +216,7 @@ class Trainer:
                     return self._outcome(contract.STATE_NAN, s, contract.EXIT_NAN,
                                          f"non-finite parameters at step {s}; not saved")
                 if stop_at is not None and self._save_in_flight():
-                    return self._skip_stop_save(s, last_saved)
+                    return self._skip_stop_save(s, last_saved, preemption.source)
                 self.ckpt.save(s, state)
                 last_saved = s
             self.heartbeat.update(step=s, phase="training")
@@ -224,7 +224,7 @@ class Trainer:
                 self.ckpt.wait()
                 self.loop_seconds = time.perf_counter() - loop_start
                 return self._outcome(contract.STATE_PREEMPTED, s, contract.EXIT_PREEMPTED,
-                                     f"SIGTERM: checkpoint written at step {s}")
+                                     f"{preemption.source}: checkpoint written at step {s}")
         self.ckpt.wait()
         self.loop_seconds = time.perf_counter() - loop_start
         return self._outcome(contract.STATE_SUCCEEDED, step, contract.EXIT_SUCCESS,
@@ -240,12 +240,12 @@ class Trainer:
 
         return bool(np.any(multihost_utils.process_allgather(np.array([local]))))
 
-    def _skip_stop_save(self, step: int, saving: int | None) -> Outcome:
+    def _skip_stop_save(self, step: int, saving: int | None, source: str) -> Outcome:
         """The notice leaves sigterm_grace_s (30 s on Spot): the save still in flight must be
         finished first, and a second write after it may not fit, and a process killed mid-write
         keeps neither. So that save is finished and the stop save skipped: the next attempt
         resumes from it, and status.json says so."""
-        message = (f"SIGTERM at step {step}: the checkpoint of step {saving} was still being "
+        message = (f"{source} at step {step}: the checkpoint of step {saving} was still being "
                    f"written, so the stop save was skipped (both may not fit in the "
                    f"{self.cfg.sigterm_grace_s:.0f} s grace); resumes from step {saving}")
         log.warning("%s", message)

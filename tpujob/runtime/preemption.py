@@ -44,6 +44,7 @@ class Preemption:
 
     def __init__(self, grace_s: float) -> None:
         self.requested = False
+        self.source = "SIGTERM"  # what gave the notice, for status.json's message
         self.grace_s = grace_s
         self._count = 0
         self._first_at: float | None = None
@@ -60,6 +61,7 @@ class Preemption:
         from any thread: the same as a first SIGTERM, grace included."""
         if self.requested or self._closed.is_set():
             return
+        self.source = source
         self.requested = True
         self._first_at = time.monotonic()
         log.warning("%s: checkpoint and stop at the next step boundary (%.0f s, or a SIGTERM, "
