@@ -60,7 +60,11 @@ class Heartbeat:
     def beat(self) -> None:
         with self._lock:
             data = {**self._info, "time": time.time(), "step": self.step, "phase": self.phase,
-                    "resumed_from": self.resumed_from, "progress_time": int(self.progress_time)}
+                    "resumed_from": self.resumed_from,
+                    # Only while training: a compile, a restore or a save may rightly take
+                    # minutes without a step (the orchestrator judges those by the heartbeat's
+                    # own age alone).
+                    "progress_time": int(self.progress_time) if self.phase == "training" else None}
         try:
             write_json_atomic(self._path, data)
         except OSError:
