@@ -215,7 +215,7 @@ class Trainer:
                 if not bool(train.all_finite(state["params"])):
                     return self._outcome(contract.STATE_NAN, s, contract.EXIT_NAN,
                                          f"non-finite parameters at step {s}; not saved")
-                if stop_at is not None and self._save_in_flight():
+                if stop_at is not None and not self._stop_save_fits(preemption):
                     return self._skip_stop_save(s, last_saved, preemption.source)
                 self.ckpt.save(s, state)
                 last_saved = s
@@ -230,24 +230,33 @@ class Trainer:
         return self._outcome(contract.STATE_SUCCEEDED, step, contract.EXIT_SUCCESS,
                              f"trained {step} steps")
 
-    def _save_in_flight(self) -> bool:
-        """Whether an async save is still being written on any host: every host must take the
-        same branch (a save is collective), so each host's answer is gathered."""
-        local = self.ckpt.in_flight()
+    def _stop_save_fits(self, preemption: Preemption) -> bool:
+        """Save in place, unless an async save still in flight makes that impossible within the
+        grace: that save is finished first, and if it took longer than what is left of the grace
+        (another save would take as long), the stop save would be killed mid-write. Every host
+        takes the same branch (a save is collective): each host's answer is gathered."""
+        if not self._any_host(self.ckpt.in_flight()):
+            return True
+        started = self.ckpt.save_started
+        self.ckpt.wait()
+        one_save = time.perf_counter() - started if started is not None else 0.0
+        return not self._any_host(one_save >= preemption.seconds_left())
+
+    @staticmethod
+    def _any_host(flag: bool) -> bool:
         if jax.process_count() == 1:
-            return local
+            return flag
         from jax.experimental import multihost_utils
 
-        return bool(np.any(multihost_utils.process_allgather(np.array([local]))))
+        return bool(np.any(multihost_utils.process_allgather(np.array([flag]))))
 
     def _skip_stop_save(self, step: int, saving: int | None, source: str) -> Outcome:
-        """The notice leaves sigterm_grace_s (30 s on Spot): the save still in flight must be
-        finished first, and a second write after it may not fit, and a process killed mid-write
-        keeps neither. So that save is finished and the stop save skipped: the next attempt
-        resumes from it, and status.json says so."""
+        """The save in flight is finished (_stop_save_fits waited for it); a second one would not
+        fit in the grace and a process killed mid-write keeps nothing of it: skipped, the next
+        attempt resumes from the one finished, and status.json says so."""
         message = (f"{source} at step {step}: the checkpoint of step {saving} was still being "
-                   f"written, so the stop save was skipped (both may not fit in the "
-                   f"{self.cfg.sigterm_grace_s:.0f} s grace); resumes from step {saving}")
+                   f"written and took longer than the rest of the {self.cfg.sigterm_grace_s:.0f} s "
+                   f"grace, so the stop save was skipped; resumes from step {saving}")
         log.warning("%s", message)
         self.ckpt.wait()
         outcome = self._outcome(contract.STATE_PREEMPTED, step, contract.EXIT_PREEMPTED, message)

@@ -71,6 +71,12 @@ class Preemption:
         except OSError:
             pass
 
+    def seconds_left(self) -> float:
+        """Of the grace since the notice (all of it before one)."""
+        if self._first_at is None:
+            return self.grace_s
+        return self.grace_s - (time.monotonic() - self._first_at)
+
     def _handle(self, signum, frame) -> None:
         # Runs only when the main thread reaches Python code; the watcher does the real work.
         self.requested = True
