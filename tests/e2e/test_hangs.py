@@ -113,7 +113,7 @@ def test_a_frozen_host_is_hung_its_stacks_kept_and_the_job_restarted_on_a_new_sl
 
     data, _ = _requeue_until(cli, "frozen", lambda d: len(d["attempts"]) >= 2, timeout=120)
     assert data["attempts"][1]["slice_name"] != first  # a new slice
-    assert "1 hangs" in cli("show", "frozen").out
+    assert "1 hangs" in cli("show", "frozen").out and data["accounting"]["hangs"] == 1
     assert cli("delete", "frozen").code == 0
 
 

@@ -136,7 +136,8 @@ def register(app: typer.Typer) -> None:
         if detail.hosts_error:
             data["hosts_error"] = detail.hosts_error
         data["accounting"] = {"preemptions": detail.job.preemptions, "failures": detail.job.failures,
-                              "nan_restarts": detail.job.nan_restarts, **dataclasses.asdict(detail.accounting)}
+                              "nan_restarts": detail.job.nan_restarts, "hangs": detail.job.hangs,
+                              **dataclasses.asdict(detail.accounting)}
         if timeline:
             from tpujob.cli.timeline import timeline_dict
 
