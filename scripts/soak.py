@@ -203,7 +203,10 @@ class Night:
             status = parse_status(blob.download_as_bytes()) if blob is not None else None
         except ValueError:
             return False
-        return status is not None and status.state == STATE_PREEMPTED and (status.time or 0) > since
+        # A stop save the runtime skipped (a save still in flight: status.json's stop_save) left
+        # the steps since that save unsaved: bounded as without notice.
+        return status is not None and status.state == STATE_PREEMPTED and (status.time or 0) > since \
+            and status.extra.get("stop_save") != "skipped"
 
     def chaos(self, until: float) -> None:
         from tpujob.errors import TpujobError

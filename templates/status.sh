@@ -32,7 +32,11 @@ if [ -f "$attempt_dir/program.pid" ]; then
     state=lost
   fi
 fi
-[ -f "$attempt_dir/program.log" ] && log_bytes=$(stat -c %s "$attempt_dir/program.log")
+# How long the log has been silent (a program without a heartbeat is judged hung by it,
+# run.hang_seconds), on this host's own clock: no skew between hosts and the orchestrator.
+now=$(date +%s); log_age=null
+[ -f "$attempt_dir/program.log" ] && log_bytes=$(stat -c %s "$attempt_dir/program.log") \
+  && log_age=$(( now - $(stat -c %Y "$attempt_dir/program.log") ))
 ended_at=null tail_b64=null
 if { [ $state = exited ] && [ "$code" != 0 ]; } || [ $state = lost ]; then
   for f in "$attempt_dir/exit_code" "$attempt_dir/program.log"; do
@@ -49,12 +53,16 @@ json_int() { [ -f "$1" ] && grep -o "\"$2\": *[0-9]\+" "$1" | grep -o '[0-9]\+$'
 # of the attempt before as this one's (and its resumed-from step too). Whose it is: its
 # "attempt" (TPUJOB_ATTEMPT, docs/runtime.md); a program that leaves that out is believed
 # only for a heartbeat written since this attempt's launch.
-step=null resumed=null
+step=null resumed=null progress_age=null
 said=$(json_int "$run_dir/heartbeat" attempt)
 if [ "$said" = "$attempt" ] || { [ "$said" = null ] && [ -f "$attempt_dir/program.pid" ] \
     && [ "$run_dir/heartbeat" -nt "$attempt_dir/program.pid" ]; }; then
   step=$(json_int "$run_dir/heartbeat" step)
   resumed=$(json_int "$run_dir/heartbeat" resumed_from)
+  # Since the heartbeat's step or phase last moved: its writer beats on from a thread while
+  # the training loop is blocked (a collective waiting for a frozen peer).
+  progress=$(json_int "$run_dir/heartbeat" progress_time)
+  [ "$progress" != null ] && progress_age=$(( now > progress ? now - progress : 0 ))
 fi
-printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s, "step": %s, "resumed_from": %s, "ended_at": %s, "log_tail": %s}\n' \
-  "$state" "$pid" "$code" "$log_bytes" "$step" "$resumed" "$ended_at" "$tail_b64"
+printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s, "step": %s, "resumed_from": %s, "log_age": %s, "progress_age": %s, "ended_at": %s, "log_tail": %s}\n' \
+  "$state" "$pid" "$code" "$log_bytes" "$step" "$resumed" "$log_age" "$progress_age" "$ended_at" "$tail_b64"

@@ -69,3 +69,94 @@ def test_every_host_answers_ssh_with_its_published_key_and_keeps_its_own_files(h
         time.sleep(0.1)
     cloud.delete_slice("p", ZONE, "n1")
     assert not any(r.exists() for r in roots)
+
+
+def _host_client(server, cloud, tmp_path, name: str):
+    from tpujob.hosts.keys import load_key, ssh_keys_metadata
+
+    keys_home = tmp_path / "keys"
+    req = SliceRequest(project="p", zone=ZONE, name=name, accelerator_type="v4-8",
+                       runtime_version="tpu-ubuntu2204-base",
+                       ssh_keys=(ssh_keys_metadata(keys_home, "tpujob"),))
+    host = cloud.create_node(req).hosts[0]
+    (key,) = cloud.host_keys("p", ZONE, name)[0]
+    return ssh(host, server.info["ssh_port"], key, load_key(keys_home))
+
+
+def _run(client, command: str) -> str:
+    _, out, err = client.exec_command(command, timeout=20)
+    assert out.channel.recv_exit_status() == 0, err.read().decode()
+    return out.read().decode()
+
+
+READ_PREEMPTED = """python3 - <<'EOF'
+import os, urllib.error, urllib.request
+url = "http://" + os.environ["GCE_METADATA_HOST"] + "/computeMetadata/v1/instance/preempted"
+try:
+    urllib.request.urlopen(url, timeout=5)
+except urllib.error.HTTPError as e:
+    print("without the header:", e.code)
+request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
+print("preempted:", urllib.request.urlopen(request, timeout=5).read().decode())
+EOF"""
+
+WATCH_PREEMPTED = """nohup python3 -c '
+import os, signal, time, urllib.request
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the notice comes with SIGTERM: outlive it
+url = "http://" + os.environ["GCE_METADATA_HOST"] + "/computeMetadata/v1/instance/preempted"
+request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
+urllib.request.urlopen(request, timeout=5).read()
+open("/mnt/watching", "w").close()
+while urllib.request.urlopen(request, timeout=5).read() != b"TRUE":
+    time.sleep(0.1)
+open("/mnt/seen", "w").write("TRUE at %f" % time.time())
+' > /mnt/watch.log 2>&1 &"""
+
+
+@pytest.mark.slow
+def test_each_host_has_a_metadata_server_that_reads_preempted_from_the_notice(hosted, tmp_path):
+    # The runtime's preemption poll reads the real key on the host's own loopback server,
+    # named by GCE_METADATA_HOST as Google's libraries read it; TRUE once the notice comes,
+    # while the program still runs in its grace.
+    server, cloud = hosted
+    client = _host_client(server, cloud, tmp_path, "md1")
+    assert _run(client, READ_PREEMPTED).splitlines() == ["without the header: 403", "preempted: FALSE"]
+    _run(client, WATCH_PREEMPTED)
+    client.close()
+    root = pathlib.Path(server.emulator.hosts("md1")[0]["root"])
+    deadline = time.monotonic() + 30
+    while not (root / "mnt" / "watching").exists():  # its first read done: it polls
+        assert time.monotonic() < deadline, (root / "mnt" / "watch.log").read_text()
+        time.sleep(0.1)
+    asked = time.time()
+    server.emulator.preempt("md1", grace_seconds=10)  # the watcher exits on TRUE: well before 10 s
+    seen = (root / "mnt" / "seen").read_text() if (root / "mnt" / "seen").exists() else \
+        (root / "mnt" / "watch.log").read_text()
+    assert seen.startswith("TRUE at ") and float(seen.split()[-1]) - asked < 9
+    cloud.delete_slice("p", ZONE, "md1")
+
+
+def _states(pids) -> list[str]:
+    return [pathlib.Path(f"/proc/{p}/status").read_text().split("State:")[1].split()[0] for p in pids]
+
+
+@pytest.mark.slow
+def test_freeze_stops_the_program_only_and_thaw_continues_it(hosted, tmp_path):
+    server, cloud = hosted
+    client = _host_client(server, cloud, tmp_path, "fz1")
+    program = int(_run(client, "TPUJOB_ATTEMPT=1 nohup sleep 600 > /dev/null 2>&1 & echo $!"))
+    daemon = int(_run(client, "nohup sleep 601 > /dev/null 2>&1 & echo $!"))  # gcsfuse, say
+    deadline = time.monotonic() + 10
+    while b"TPUJOB_ATTEMPT=1" not in pathlib.Path(f"/proc/{program}/environ").read_bytes():  # exec'd
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert server.emulator.freeze("fz1", 0) == 1
+    deadline = time.monotonic() + 10  # a signal is delivered when the process is next scheduled
+    while _states([program]) != ["T"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [s == "T" for s in _states([program, daemon])] == [True, False]  # stopped; not stopped
+    assert _run(client, "echo still answering") == "still answering\n"  # SSH and new commands run
+    assert server.emulator.freeze("fz1", 0, thaw=True) == 1
+    assert _states([program]) != ["T"]
+    client.close()
+    cloud.delete_slice("p", ZONE, "fz1")

@@ -324,12 +324,12 @@ RUN_DIR_CASES = [
       Move(State.RECOVERING, "program exited 1 (status.json: bad data); retry 1 of 1")]),
     ("fresh heartbeat: healthy", job(State.RUNNING),
      with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=20)), []),
-    ("stale heartbeat: marked unhealthy", job(State.RUNNING),
-     with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)), [MarkUnhealthy()]),
+    ("stale heartbeat, a host unreachable: marked unhealthy, not a hang", job(State.RUNNING),
+     with_run(SliceCondition.READY, RUN, GONE, run=RunDirStatus(heartbeat_age=900)), [MarkUnhealthy()]),
     ("stale heartbeat within grace: wait", job(State.RUNNING, unhealthy_seconds=30),
-     with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)), []),
-    ("stale heartbeat past grace: hung, new slice", job(State.RUNNING, unhealthy_seconds=200, in_state_seconds=3600),
-     with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=900)),
+     with_run(SliceCondition.READY, RUN, OK, run=RunDirStatus(heartbeat_age=900)), []),
+    ("stale heartbeat past grace, a host exited: new slice", job(State.RUNNING, unhealthy_seconds=200, in_state_seconds=3600),
+     with_run(SliceCondition.READY, RUN, OK, run=RunDirStatus(heartbeat_age=900)),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "program hung: heartbeat 900 s old, unhealthy for 200 s; preemption 1 of 2 "
                              "allowed, next attempt now")]),
@@ -385,3 +385,55 @@ def test_min_run_seconds_zero_never_counts_a_flap():
     policy = replace(FLAPPY, min_run_seconds=0)
     actions = decide(job(State.RUNNING, in_state_seconds=0.5), obs(SliceCondition.LOST), policy)
     assert Count("flaps") not in actions and actions[-1].message.endswith("next attempt now")
+
+
+# -- hangs: a program alive on every host that makes no progress -----------------------------
+
+HP = replace(P, heartbeat_timeout_seconds=60, max_hangs=2, hang_seconds=120)
+HUNG_STEPS = [StopProgram(stacks=True), EndAttempt("hung"), DeleteSlice(), Count("hangs")]
+
+
+def running_for(*, progress=None, log=None, step=None):
+    return HostObservation(Program.RUNNING, step=step, progress_age=progress, log_age=log)
+
+
+HANG_CASES = [
+    ("stale heartbeat, every host running: hung at once, stacks first, new slice", job(State.RUNNING),
+     with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=61)),
+     HUNG_STEPS + [Move(State.RECOVERING, "program hung: heartbeat 61 s old (heartbeat_timeout_seconds 60); "
+                                          "hang 1 of 2 allowed, stacks captured before the stop, new slice")]),
+    ("heartbeat beats but its step is stuck (a peer frozen in a collective): hung", job(State.RUNNING),
+     with_run(SliceCondition.READY, running_for(progress=90, step=40), running_for(progress=91, step=40),
+              run=RunDirStatus(heartbeat_age=2)),
+     HUNG_STEPS + [Move(State.RECOVERING, "program hung: no progress at step 40 for 90 s while the heartbeat "
+                                          "beats on (heartbeat_timeout_seconds 60); hang 1 of 2 allowed, "
+                                          "stacks captured before the stop, new slice")]),
+    ("progress within the timeout: nothing", job(State.RUNNING),
+     with_run(SliceCondition.READY, running_for(progress=59), running_for(progress=59), run=RunDirStatus(heartbeat_age=2)),
+     []),
+    ("a silent log past run.hang_seconds on every host: hung", job(State.RUNNING),
+     with_run(SliceCondition.READY, running_for(log=130), running_for(log=121), run=None),
+     HUNG_STEPS + [Move(State.RECOVERING, "program hung: no log output on any host for 121 s "
+                                          "(run.hang_seconds 120); hang 1 of 2 allowed, stacks captured before "
+                                          "the stop, new slice")]),
+    ("one host still printing: not hung", job(State.RUNNING),
+     with_run(SliceCondition.READY, running_for(log=500), running_for(log=3), run=None), []),
+    ("a silent log without run.hang_seconds: never judged", job(State.RUNNING),
+     with_run(SliceCondition.READY, running_for(log=10**6), running_for(log=10**6), run=None), "no hang_seconds"),
+    ("hang budget spent: FAILED hang_budget, slice freed", job(State.RUNNING, hangs=2),
+     with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=61)),
+     HUNG_STEPS + [Move(State.FAILED, "program hung: heartbeat 61 s old (heartbeat_timeout_seconds 60); hang "
+                                      "budget of 2 spent", EndReason.HANG_BUDGET)]),
+    ("a host exited non-zero while another hangs: a failure, not a hang", job(State.RUNNING),
+     with_run(SliceCondition.READY, BAD, running_for(progress=900), run=None),
+     [StopProgram(), EndAttempt("failed"), Count("failures"),
+      Move(State.RECOVERING, "program exited 3; retry 1 of 1")]),
+]
+
+
+@pytest.mark.parametrize("name,view,observation,expected", HANG_CASES, ids=[c[0] for c in HANG_CASES])
+def test_decide_judges_hangs(name, view, observation, expected):
+    if expected == "no hang_seconds":
+        assert decide(view, observation, replace(HP, hang_seconds=None)) == []
+        return
+    assert decide(view, observation, HP) == expected

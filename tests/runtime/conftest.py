@@ -22,8 +22,8 @@ def runtime(compile_cache):
     started: list[Run] = []
 
     def start(run_dir: Path, overrides: dict | None = None, devices: int = 2,
-              host: tuple[int, int, str] | None = None) -> Run:
-        run = launch(compile_cache, run_dir, overrides, devices, host)
+              host: tuple[int, int, str] | None = None, env_extra: dict | None = None) -> Run:
+        run = launch(compile_cache, run_dir, overrides, devices, host, env_extra)
         started.append(run)
         return run
 

@@ -48,12 +48,12 @@ class Run:
 
 
 def launch(cache: Path, run_dir: Path, overrides: dict | None = None, devices: int = 2,
-           host: tuple[int, int, str] | None = None) -> Run:
+           host: tuple[int, int, str] | None = None, env_extra: dict | None = None) -> Run:
     """Start the runtime; `host` = (index, count, coordinator) for a multi-host slice."""
     run_dir.mkdir(parents=True, exist_ok=True)
     config = run_dir.parent / f"{run_dir.name}.yaml"
     config.write_text(yaml.safe_dump({**BASE, **(overrides or {})}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUJOB_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUJOB_") and k != "GCE_METADATA_HOST"}
     env.update({
         "TPUJOB_RUN_DIR": str(run_dir), "TPUJOB_JOB_ID": "test", "TPUJOB_ATTEMPT": "1",
         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
@@ -61,6 +61,7 @@ def launch(cache: Path, run_dir: Path, overrides: dict | None = None, devices: i
         "JAX_COMPILATION_CACHE_DIR": str(cache),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     })
+    env.update(env_extra or {})
     if host is not None:
         index, count, coordinator = host
         env.update({"TPUJOB_HOST_INDEX": str(index), "TPUJOB_NUM_HOSTS": str(count),

@@ -80,3 +80,41 @@ def test_two_slices_on_one_port_and_network_stack_each_train(runtime, tmp_path):
     for n, hosts in enumerate(slices):
         assert [h.wait(timeout=300) for h in hosts] == [0, 0], hosts[0].stderr() + hosts[1].stderr()
         assert status(tmp_path / f"run{n}").state == "succeeded"
+
+
+def test_a_host_blocked_behind_a_frozen_peer_prints_its_stacks_and_dies_within_the_spot_notice(
+        runtime, tmp_path):
+    # A hang as it looks on a slice: host 1 stops (SIGSTOP, as `tpujob emulator freeze` does),
+    # host 0's main thread blocks in the next collective while its heartbeat thread beats on.
+    # SIGUSR1 must print host 0's Python stacks (faulthandler: a C handler, it runs while the
+    # main thread is inside XLA), and a SIGTERM must end it within Spot's 30 s notice (the
+    # default sigterm_grace_s) although no step boundary comes.
+    from runtime_helpers import heartbeat
+
+    hosts = _slice(runtime, tmp_path / "run", {"steps": 100000, "checkpoint_every": 100000})
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        try:
+            if heartbeat(tmp_path / "run")["step"] >= 2:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        assert all(h.proc.poll() is None for h in hosts), hosts[0].stderr() + hosts[1].stderr()
+        time.sleep(0.2)
+    hosts[1].proc.send_signal(signal.SIGSTOP)
+    while time.time() < deadline:  # blocked: the step stops moving while the heartbeat goes on
+        beat = heartbeat(tmp_path / "run")
+        if time.time() - beat["progress_time"] > 3 and time.time() - beat["time"] < 3:
+            break
+        time.sleep(0.5)
+    hosts[0].proc.send_signal(signal.SIGUSR1)
+    time.sleep(2)
+    assert hosts[0].proc.poll() is None  # the stacks did not end it
+    asked = time.time()
+    hosts[0].proc.send_signal(signal.SIGTERM)
+    code = hosts[0].wait(timeout=120)
+    took = time.time() - asked
+    err = hosts[0].stderr()
+    assert code == -signal.SIGTERM and took < 30, (code, took, err[-3000:])
+    assert "(most recent call first)" in err and "loop.py" in err, err[-3000:]
+    assert "exiting without a checkpoint" in err

@@ -233,3 +233,43 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+class _SlowSave:
+    """A checkpointer whose async save of some step is still being written."""
+
+    def __init__(self, in_flight: bool, seconds: float):
+        import time
+
+        self._in_flight, self.waited = in_flight, False
+        self.save_started = time.perf_counter() - seconds  # began `seconds` ago
+
+    def in_flight(self) -> bool:
+        return self._in_flight
+
+    def wait(self) -> None:
+        self.waited = True
+
+
+class _Notice:
+    def __init__(self, left: float):
+        self.left = left
+
+    def seconds_left(self) -> float:
+        return self.left
+
+
+@pytest.mark.parametrize("in_flight,save_seconds,left,fits,waited", [
+    (False, 0.0, 1.0, True, False),   # nothing in flight: save in place at once
+    (True, 2.0, 20.0, True, True),    # the save in flight finished first, a second one fits
+    (True, 30.0, 20.0, False, True),  # that save took longer than what is left: skip the stop save
+])
+def test_the_stop_save_is_skipped_only_when_a_save_in_flight_leaves_no_time_for_it(
+        in_flight, save_seconds, left, fits, waited):
+    from types import SimpleNamespace
+
+    from tpujob.runtime.loop import Trainer
+
+    trainer = SimpleNamespace(ckpt=_SlowSave(in_flight, save_seconds), _any_host=Trainer._any_host)
+    assert Trainer._stop_save_fits(trainer, _Notice(left)) is fits
+    assert trainer.ckpt.waited is waited

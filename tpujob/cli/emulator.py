@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
     def preempt(node: str = typer.Argument(..., help="Node id (or full resource name)."),
                 grace: Optional[float] = typer.Option(
                     None, "--grace", min=0,
-                    help="Seconds from SIGTERM to SIGKILL (default 5; Google's spot notice is 30).")):
+                    help="Seconds from SIGTERM to SIGKILL (default 30: Google's Spot notice).")):
         """Preempt a node: SSH stops, its programs get SIGTERM then SIGKILL after the grace, then the
         node reads PREEMPTED, or, made by a queued resource, is deleted while the queued resource
         reads SUSPENDING, then SUSPENDED (as on Google: READY until its hosts are down)."""
@@ -229,6 +229,16 @@ def register(app: typer.Typer) -> None:
         pid = process.client().dirty_host(node, host, sticky)
         typer.echo(f"host {host} of {node}: pid {pid} holds its accelerator"
                    + (" (sticky: it comes back)" if sticky else ""))
+    @emulator.command()
+    def freeze(node: str = typer.Argument(..., help="Node id (or full resource name)."),
+               host: int = typer.Option(0, "--host", help="Host index."),
+               thaw: bool = typer.Option(False, "--thaw", help="Continue it instead.")):
+        """Freeze the job's program on one host (SIGSTOP): it neither beats nor dies, and its peers
+        block in their next collective, as behind a host that hangs. --thaw continues it."""
+        from tpujob.emulator import process
+
+        count = process.client().freeze(node, host, thaw=thaw)
+        typer.echo(f"host {host} of {node}: {count} processes {'continued' if thaw else 'frozen'}")
 
 
 def _show(info: dict | None, as_json: bool) -> None:

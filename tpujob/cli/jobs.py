@@ -143,6 +143,7 @@ def register(app: typer.Typer) -> None:
             data["hosts_error"] = detail.hosts_error
         data["accounting"] = {"preemptions": detail.job.preemptions, "failures": detail.job.failures,
                               "nan_restarts": detail.job.nan_restarts, "bad_hosts": detail.job.bad_hosts,
+                              "hangs": detail.job.hangs,
                               **dataclasses.asdict(detail.accounting)}
         if timeline:
             from tpujob.cli.timeline import timeline_dict
@@ -265,7 +266,8 @@ def _print_accounting(job, acc) -> None:
     typer.echo(f"{'seen:':<14}" + (f"{render.age(job.observed_at)} ago (last sweep)" if job.observed_at
                                    else "never (no sweep yet)"))
     typer.echo("\naccounting:")
-    typer.echo(f"  {job.preemptions} preemptions, {job.failures} failures, {job.nan_restarts} NaN restarts")
+    typer.echo(f"  {job.preemptions} preemptions, {job.failures} failures, {job.nan_restarts} NaN restarts, "
+               f"{job.hangs} hangs")
     typer.echo(f"  running {_duration(acc.running_seconds)} of {_duration(acc.wall_seconds)} wall: "
                f"goodput {acc.goodput:.0%}")
     typer.echo("  time in state: " + ", ".join(f"{state} {_duration(secs)}"

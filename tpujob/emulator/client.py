@@ -29,8 +29,8 @@ class EmulatorClient:
         body: dict = {"node": node}
         if grace_seconds is not None:
             body["graceSeconds"] = grace_seconds
-        # The call lasts as long as the hosts take to die: up to the grace (the default is 5 s).
-        return self._request("POST", "preempt", body, timeout=self.timeout + (grace_seconds or 5.0) + 30)
+        # The call lasts as long as the hosts take to die: up to the grace (the default: Spot's 30 s).
+        return self._request("POST", "preempt", body, timeout=self.timeout + (grace_seconds or 30.0) + 30)
 
     def image(self, apt_lock_seconds: float | None = None, gcsfuse: bool | None = None) -> dict:
         """What hosts booted from now on have (emulator/apt.py); None leaves a setting as it is."""
@@ -86,6 +86,9 @@ class EmulatorClient:
     def dirty_host(self, node: str, index: int, sticky: bool = False) -> int:
         """Start a process holding that host's accelerator device; its pid."""
         return self._request("POST", "dirty-host", {"node": node, "index": index, "sticky": sticky})["pid"]
+    def freeze(self, node: str, index: int, thaw: bool = False) -> int:
+        """SIGSTOP (SIGCONT with `thaw`) the program on host `index`; how many processes."""
+        return self._request("POST", "freeze", {"node": node, "index": index, "thaw": thaw})["processes"]
 
     def hosts(self, node: str) -> list[dict]:
         """Each host of the node: index, ip, externalIp (or null), sshPort, hostKey, root (its

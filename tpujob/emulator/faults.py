@@ -151,6 +151,18 @@ class Faults:
             raise ApiError(400, str(exc), status="FAILED_PRECONDITION") from exc
         return {"pid": pid}
 
+    def freeze(self, node_ref: str, index: int, thaw: bool = False) -> int:
+        with self._lock:
+            node = self.find_node(node_ref)
+            if not 0 <= index < len(node.hosts):
+                raise ApiError(400, f"node {node.node_id} has no host {index}")
+            machines = node.machines
+        sent = machines.freeze(index, thaw) if machines else 0
+        if not sent and not thaw:
+            raise ApiError(400, f"no program runs on host {index} of node {node.node_id}",
+                           status="FAILED_PRECONDITION")
+        return sent
+
     def _hostkeys_published(self, node: Node) -> bool:
         if self.hostkeys_delay < 0 or node.booted_at is None:
             return False

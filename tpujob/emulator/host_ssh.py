@@ -63,8 +63,10 @@ class HostSshServer:
     """Listens on (ip, port); every connection runs commands on the host's namespace."""
 
     def __init__(self, ip: str, port: int, host_key: paramiko.PKey, authorized: set,
-                 holder_pid: int, label: str, external_ip: str | None = None, login=None):
+                 holder_pid: int, label: str, external_ip: str | None = None, login=None,
+                 env: dict[str, str] | None = None):
         self.ip, self.port, self.label = ip, port, label
+        self.env = dict(env or {})  # the VM's own environment for every session (metadata server)
         # A worker with an external address answers on it too (Google NATs it 1:1 to the
         # internal one); here it is a second loopback address of the same server.
         self.addresses = [ip] + ([external_ip] if external_ip else [])
@@ -229,7 +231,7 @@ class _Session(paramiko.ServerInterface):
         path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get(
             "PATH", "/usr/local/bin:/usr/bin:/bin")
         env = {"HOME": home, "USER": self.user, "LOGNAME": self.user, "PATH": path,
-               "SHELL": "/bin/bash", "LANG": "C.UTF-8"}
+               "SHELL": "/bin/bash", "LANG": "C.UTF-8", **self.server.env}
         if os.path.exists(f"/proc/{self.server.holder_pid}/root{EMULATED_DEVICE}"):
             env[EMULATED_DEVICE_ENV] = EMULATED_DEVICE
         env.update(self.env)

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 from tpujob.emulator.host_ssh import EMULATED_DEVICE, HostSshServer, new_host_key, parse_authorized_keys
+from tpujob.emulator.metadata import MetadataServer
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class _Host:
         self.holder: subprocess.Popen | None = None
         self.ns: tuple[int, int] | None = None   # (st_dev, st_ino) of the mount namespace
         self.server: HostSshServer | None = None
+        self.metadata: MetadataServer | None = None
         self.alive = False
         self.dirt: list[subprocess.Popen] = []  # `dirty-host` processes holding the device
 
@@ -208,7 +210,9 @@ class SliceMachines:
     def host_pids(self, index: int) -> list[int]:
         """The processes running on host `index` now (its namespace holder included)."""
         host = self._hosts[index]
-        return _pids_by_namespace({host.ns}).get(host.ns, []) if host.ns else []
+        if not host.ns or host.holder is None or host.holder.poll() is not None:
+            return []  # the holder dies last: without it the namespace, and its id, are gone
+        return _pids_by_namespace({host.ns}).get(host.ns, [])
 
     def start(self) -> list[HostEndpoint]:
         """Hosts up, SSH answering. Raises if any host cannot start; call stop() then."""
@@ -219,10 +223,12 @@ class SliceMachines:
         for host in self._hosts:
             host.await_holder()
             key = new_host_key()
+            host.metadata = MetadataServer(host.ip).start()
             host.server = HostSshServer(
                 ip=host.ip, port=self.ssh_port, host_key=key, authorized=self._keys,
                 holder_pid=host.holder.pid, label=f"{self.node_id}/{host.index}",
-                external_ip=host.external_ip, login=self._login)
+                external_ip=host.external_ip, login=self._login,
+                env={"GCE_METADATA_HOST": host.metadata.address})
             host.server.start()
             endpoints.append(HostEndpoint(host.index, host.ip, self.ssh_port,
                                           f"{key.get_name()} {key.get_base64()}"))
@@ -291,6 +297,9 @@ class SliceMachines:
     def preempt(self, grace_seconds: float) -> None:
         """SSH stops answering; every process on every host gets SIGTERM, then SIGKILL after
         the grace period. Blocks until the hosts are dead (at most about grace_seconds)."""
+        for host in self._hosts:  # Compute Engine: instance/preempted reads TRUE from the notice on
+            if host.metadata:
+                host.metadata.preempted = True
         hosts = self._take_down(list(range(len(self._hosts))))
         namespaces, holders = _pinned(hosts)
         _signal_all(namespaces, signal.SIGTERM, spare=holders)
@@ -306,6 +315,27 @@ class SliceMachines:
         hosts = self._take_down([index])
         _kill_all(*_pinned(hosts))
         self._reap(hosts)
+
+    def freeze(self, index: int, thaw: bool = False) -> int:
+        """The program on host `index` stops making progress without dying: SIGSTOP (SIGCONT
+        with `thaw`) to each process started with the runtime contract's environment (what
+        tpujob's launch.sh starts), not the host's own daemons (gcsfuse) nor SSH sessions. Its
+        peers then block in their next collective, their signal handlers still running, as
+        behind a host that hangs; the stopped process itself runs a handler only once
+        continued. Returns how many processes were signalled."""
+        host = self._hosts[index]
+        if not host.alive or not host.ns:
+            return 0
+        sig = signal.SIGCONT if thaw else signal.SIGSTOP
+        sent = 0
+        for pid in _pids_by_namespace({host.ns}).get(host.ns, []):
+            if pid != (host.holder.pid if host.holder else None) and _has_contract_env(pid):
+                try:
+                    os.kill(pid, sig)
+                    sent += 1
+                except ProcessLookupError:
+                    pass
+        return sent
 
     def stop(self) -> None:
         """Node deleted: every process killed, SSH servers closed, directories removed."""
@@ -351,6 +381,9 @@ class SliceMachines:
             if host.holder:
                 host.holder.kill()
                 host.holder.wait()
+            if host.metadata:  # answers through a preemption's grace, as the VM's does
+                host.metadata.close()
+                host.metadata = None
 
 
 def _pinned(hosts: list[_Host]) -> tuple[set, frozenset[int]]:
@@ -378,6 +411,16 @@ def _pids_by_namespace(namespaces: set, spare: frozenset[int] = frozenset()) -> 
         if ns in namespaces:
             found.setdefault(ns, []).append(int(entry.name))
     return found
+
+
+def _has_contract_env(pid: int) -> bool:
+    # TPUJOB_ATTEMPT: the runtime contract's variable that launch.sh exports to the program
+    # (docs/runtime.md); the emulator names it here rather than import the product's code.
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return any(v.startswith(b"TPUJOB_ATTEMPT=") for v in f.read().split(b"\0"))
+    except OSError:
+        return False
 
 
 def _signal_all(namespaces: set, sig: int, spare: frozenset[int] = frozenset()) -> int:

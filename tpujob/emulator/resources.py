@@ -34,6 +34,12 @@ from tpujob.emulator.queued_resources import QueuedResource, QueuedResources
 log = logging.getLogger(__name__)
 
 
+# From SIGTERM to power off of a preempted Spot VM: "30-second warning" (Compute Engine's TPU
+# machine page, and Scheduling in compute.v1's discovery document: 30 s for Spot, 120 s for
+# Standard; shared/facts/operations.md). The emulator's default preemption grace.
+SPOT_NOTICE_SECONDS = 30.0
+
+
 class Machines(Protocol):
     """What the server needs of tpujob.emulator.machines.SliceMachines (see its contract)."""
 
@@ -41,6 +47,7 @@ class Machines(Protocol):
     def preempt(self, grace_seconds: float) -> None: ...
     def kill_host(self, index: int) -> None: ...
     def dirty_host(self, index: int, sticky: bool = False) -> int: ...
+    def freeze(self, index: int, thaw: bool = False) -> int: ...
     def stop(self) -> None: ...
     def host_root(self, index: int) -> pathlib.Path: ...
     def ssh_connections(self, index: int) -> dict[str, int]: ...
@@ -76,7 +83,8 @@ class Emulator(QueuedResources, Faults, Maintenance):
     """The whole emulated TPU API state. Methods raise ApiError; the server turns it into JSON."""
 
     def __init__(self, root: pathlib.Path, provisioning_delay: float = 0.2, ssh_port: int = 22,
-                 machines_factory: MachinesFactory | None = None, preempt_grace: float = 5.0):
+                 machines_factory: MachinesFactory | None = None,
+                 preempt_grace: float = SPOT_NOTICE_SECONDS):
         self.root = pathlib.Path(root)
         self.provisioning_delay = provisioning_delay
         self.api_error_rate = 0.0

@@ -24,7 +24,7 @@ from werkzeug.wrappers import Request, Response
 
 from tpujob.emulator.failnext import COMPUTE_METHODS, TPU_METHODS, FaultError, parse
 from tpujob.emulator.payloads import ApiError, accelerator_types, read_json
-from tpujob.emulator.resources import Emulator, MachinesFactory
+from tpujob.emulator.resources import SPOT_NOTICE_SECONDS, Emulator, MachinesFactory
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ _ROUTES = Map([
     Rule("/emulator/v1/maintenance", methods=["POST"], endpoint="maintenance"),
     Rule("/emulator/v1/image", methods=["GET", "POST"], endpoint="image"),
     Rule("/emulator/v1/dirty-host", methods=["POST"], endpoint="dirty_host"),
+    Rule("/emulator/v1/freeze", methods=["POST"], endpoint="freeze"),
     Rule("/emulator/v1/hosts", methods=["GET"], endpoint="hosts"),
     Rule("/emulator/v1/oslogin", methods=["GET", "POST"], endpoint="oslogin"),
 ], strict_slashes=False)
@@ -269,6 +270,13 @@ class TpuApp:
             raise ApiError(400, "index must be an integer")
         return self.emulator.dirty_host(_required(body, "node"), index, bool(body.get("sticky")))
 
+    def _freeze(self, request: Request) -> dict:
+        body = read_json(request)
+        index = body.get("index")
+        if not isinstance(index, int):
+            raise ApiError(400, "index must be an integer")
+        return {"processes": self.emulator.freeze(_required(body, "node"), index, bool(body.get("thaw")))}
+
     def _hosts(self, request: Request) -> dict:
         return {"hosts": self.emulator.hosts(_required(request.args, "node"))}
 
@@ -289,7 +297,7 @@ class EmulatorServer:
     def __init__(self, state_dir: pathlib.Path, host: str = "127.0.0.1", port: int = 0,
                  project: str = DEFAULT_PROJECT, provisioning_delay: float = 0.2,
                  ssh_port: int = 0, machines_factory: MachinesFactory | None = None,
-                 storage: bool = True, preempt_grace: float = 5.0):
+                 storage: bool = True, preempt_grace: float = SPOT_NOTICE_SECONDS):
         self.state_dir = pathlib.Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.emulator = Emulator(self.state_dir, provisioning_delay=provisioning_delay,

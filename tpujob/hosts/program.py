@@ -56,6 +56,8 @@ class HostStatus:
     resumed_from: int | None = None  # the checkpoint step the program restored
     ended_at: float | None = None    # a program that exited non-zero or was lost: when (host clock)
     log_tail: str = ""               # ... and the end of its log (unbounded, unmasked: see failure.py)
+    log_age: int | None = None       # seconds since program.log last grew (the host's clock)
+    progress_age: int | None = None  # seconds since the heartbeat's step or phase last moved
 
 
 LogPaths = Callable[[Host], pathlib.Path] | None
@@ -102,6 +104,15 @@ def stop(group: HostGroup, attempt: HostAttempt, *, grace_seconds: float = 30,
                      timeout=grace_seconds + 30)
 
 
+def stacks(group: HostGroup, attempt: HostAttempt, *, wait_seconds: float = 3,
+           max_bytes: int = 256 * 1024) -> list[HostResult]:
+    """Ask the program's processes on every host for their Python stacks (SIGUSR1, which the
+    runtime's faulthandler answers) and return, per host, what its log gained meanwhile."""
+    script = render("stacks.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
+                    wait_tenths=max(1, math.ceil(wait_seconds * 10)), max_bytes=max_bytes)
+    return group.run(as_command(script, "tpujob-stacks"), timeout=wait_seconds + 30)
+
+
 def status(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> list[HostStatus]:
     """Each host's view of the program; unreachable hosts say so instead of raising."""
     script = render("status.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, run_dir=attempt.run_dir,
@@ -125,7 +136,8 @@ def status(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> li
             continue
         out.append(HostStatus(result.index, data["state"], data["exit_code"], data["pid"],
                               data["log_bytes"], step=data.get("step"), resumed_from=data.get("resumed_from"),
-                              ended_at=data.get("ended_at"), log_tail=_decoded(data.get("log_tail"))))
+                              ended_at=data.get("ended_at"), log_tail=_decoded(data.get("log_tail")),
+                              log_age=data.get("log_age"), progress_age=data.get("progress_age")))
     return out
 
 

@@ -153,6 +153,12 @@ class Actor:
 
     def _stop_program(self, turn: _Turn, action: StopProgram) -> Outcome:
         if turn.attempt is not None and turn.slice is not None and turn.slice.phase == SlicePhase.READY:
+            if action.stacks:  # a hung program: where it stood, before it is gone
+                try:
+                    self.store.add_event(turn.job.id, "stacks",
+                                         self.hosts.capture_stacks(turn.job, turn.attempt, turn.slice))
+                except TpujobError as exc:
+                    self.store.add_event(turn.job.id, "stacks", f"stacks not captured: {exc}")
             try:
                 self.hosts.stop_program(turn.job, turn.attempt, turn.slice)
             except TpujobError as exc:

@@ -52,6 +52,8 @@ class HostObservation:
     ended_at: Optional[float] = None
     said: Optional[str] = None
     bad_host: Optional[str] = None
+    log_age: Optional[float] = None  # seconds since the program's log last grew
+    progress_age: Optional[float] = None  # seconds since the heartbeat's step or phase moved
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class JobView:
     flaps: int = 0  # preemptions in a row after runs shorter than min_run_seconds
     last_end: Optional[AttemptEnd] = None  # the current attempt's end reason, once it ended
     bad_hosts: int = 0  # attempts ended bad_host
+    hangs: int = 0
 
 
 # --- actions ------------------------------------------------------------------------------------
@@ -137,7 +140,7 @@ class SetUp(Action):
 
 @dataclass(frozen=True)
 class StopProgram(Action):
-    pass
+    stacks: bool = False  # first ask every host for its Python stacks and keep them (a hang)
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,8 @@ BUDGETS = {b.counter: b for b in (
     Budget("failures", "max_failures", AttemptEnd.FAILED, EndReason.USER_ERROR, True, False),
     # A host's TPU held by another process: the slice itself is bad, never set up again.
     Budget("bad_hosts", "max_bad_hosts", AttemptEnd.BAD_HOST, EndReason.BAD_HOST_BUDGET, True, True),
+    # A hang may be the hardware's (a host that stopped answering its peers): new slice.
+    Budget("hangs", "max_hangs", AttemptEnd.HUNG, EndReason.HANG_BUDGET, True, True),
 )}
 
 
@@ -218,7 +223,7 @@ def _spend(job: JobView, policy: Policy, counter: str, *, spent_message: str, ag
     """End the attempt, free the slice, count, then FAILED (budget spent, or no retry) or
     RECOVERING. The count is applied with the Move, in its transaction."""
     budget = BUDGETS[counter]
-    actions: list[Action] = [StopProgram()] if budget.stops_program else []
+    actions: list[Action] = [StopProgram(stacks=budget.end == AttemptEnd.HUNG)] if budget.stops_program else []
     actions.append(EndAttempt(end or budget.end))
     if budget.frees_slice:
         actions.append(DeleteSlice())
@@ -432,6 +437,12 @@ def _running(job, obs, policy):
         # A checkpoint request (SIGTERM, then the grace), as on a preemption notice; the slice is
         # replaced and the move counts as a preemption.
         return [StopProgram(), *_lost(job, policy, f"{maintenance}: checkpoint requested, slice replaced")]
+    why_hung = _hang(hosts, run, policy)
+    if why_hung is not None:
+        return _spend(job, policy, "hangs", spent_message=f"program hung: {why_hung}; hang budget of "
+                      f"{policy.max_hangs} spent",
+                      again_message=f"program hung: {why_hung}; hang {job.hangs + 1} of {policy.max_hangs} "
+                                    "allowed, stacks captured before the stop, new slice")
     if unhealthy:
         if job.unhealthy_seconds is None:
             return [MarkUnhealthy()]
@@ -445,6 +456,27 @@ def _running(job, obs, policy):
                                       f"{job.unhealthy_seconds:.0f} s{lost}")
         return []
     return [ClearUnhealthy()] if job.unhealthy_seconds is not None else []
+
+
+def _hang(hosts: tuple[HostObservation, ...], run: RunDirStatus, policy: Policy) -> Optional[str]:
+    """Why a program alive on every host is hung, or None. A host that died or cannot be
+    reached is not a hang (the unhealthy path replaces the slice after its grace). Ages are
+    the freshest any host reports: one host's silence is not the program's."""
+    if not hosts or any(h.program != Program.RUNNING for h in hosts):
+        return None
+    timeout = policy.heartbeat_timeout_seconds
+    if run.heartbeat_age is not None and run.heartbeat_age > timeout:
+        return f"heartbeat {run.heartbeat_age:.0f} s old (heartbeat_timeout_seconds {timeout:.0f})"
+    progress = [h.progress_age for h in hosts if h.progress_age is not None]
+    if progress and min(progress) > timeout:
+        steps = [h.step for h in hosts if h.step is not None]
+        at = f" at step {max(steps)}" if steps else ""
+        return (f"no progress{at} for {min(progress):.0f} s while the heartbeat beats on "
+                f"(heartbeat_timeout_seconds {timeout:.0f})")
+    silent = [h.log_age for h in hosts if h.log_age is not None]
+    if policy.hang_seconds is not None and len(silent) == len(hosts) and min(silent) > policy.hang_seconds:
+        return f"no log output on any host for {min(silent):.0f} s (run.hang_seconds {policy.hang_seconds:.0f})"
+    return None
 
 
 def _recovering(job, obs, policy):

@@ -35,6 +35,8 @@ class Policy:
     heartbeat_timeout_seconds: float = 300  # spec.RequeuePolicy says why
     maintenance_lead_seconds: float = 300  # spec.RequeuePolicy says why
     max_bad_hosts: int = 3  # spec.RequeuePolicy says why
+    max_hangs: int = 3
+    hang_seconds: float | None = None  # run.hang_seconds: a silent log this long is a hang
 
     def setup_timeout(self, hosts: int) -> float:
         # Fan-out is parallel, but installs contend for the same mirrors and buckets.
@@ -84,6 +86,7 @@ def policy_of(spec: ResolvedSpec) -> Policy:
                   heartbeat_timeout_seconds=r.heartbeat_timeout_seconds,
                   maintenance_lead_seconds=r.maintenance_lead_seconds,
                   max_bad_hosts=r.max_bad_hosts,
+                  max_hangs=r.max_hangs, hang_seconds=spec.spec.run.hang_seconds,
                   nan_exit_code=EXIT_NAN,
                   preempted_exit_code=EXIT_PREEMPTED,
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))

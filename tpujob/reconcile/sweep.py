@@ -232,7 +232,7 @@ class Reconciler:
         choosing = len(options) > 1 and State(job.state) == State.PROVISIONING
         return JobView(
             state=State(job.state), attempt=job.attempt, preemptions=job.preemptions, failures=job.failures,
-            nan_restarts=job.nan_restarts, hosts=spec.hosts,
+            nan_restarts=job.nan_restarts, hangs=job.hangs, hosts=spec.hosts,
             in_state_seconds=now - (job.state_since if job.state_since is not None else job.updated_at),
             unhealthy_seconds=None if job.unhealthy_since is None else now - job.unhealthy_since,
             placements=len(options), placement=job.placement,

@@ -33,6 +33,7 @@ class Checkpointer:
         )
         self._manager = ocp.CheckpointManager(directory, options=options)
         self.seconds = 0.0  # time the train loop spent blocked in checkpointing
+        self.save_started: float | None = None  # perf_counter() when the last save began
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
@@ -45,9 +46,13 @@ class Checkpointer:
         return state
 
     def save(self, step: int, state: Any) -> None:
-        t0 = time.perf_counter()
+        t0 = self.save_started = time.perf_counter()
         self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
         self.seconds += time.perf_counter() - t0
+
+    def in_flight(self) -> bool:
+        """An async save of this host is still being written."""
+        return self._manager.is_saving_in_progress()
 
     def wait(self) -> None:
         t0 = time.perf_counter()

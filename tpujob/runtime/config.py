@@ -95,9 +95,15 @@ class RuntimeConfig:
     log_every: int = 10
     heartbeat_every_s: float = 10.0
     distributed_timeout_s: int = 300
-    # After a first SIGTERM the loop checkpoints at the next step boundary; a process still
-    # alive this long after it is blocked and ends (Cloud TPU maintenance allows 5 minutes).
-    sigterm_grace_s: float = 240.0
+    # After a first SIGTERM (or the metadata server's instance/preempted turning TRUE) the loop
+    # checkpoints at the next step boundary; a process still alive this long after it is
+    # blocked and ends. Spot VMs get 30 s from the shutdown signal to power off (Compute
+    # Engine's Scheduling doc; the TPU page's "30-second warning": shared/facts/operations.md),
+    # so the default leaves 5 s of it for the exit and the status file.
+    sigterm_grace_s: float = 25.0
+    # How often the metadata server's instance/preempted is read (0: never). Only where one
+    # exists: on a TPU VM, or where GCE_METADATA_HOST names it (the emulator's hosts).
+    preempted_poll_s: float = 5.0
     init_check: bool = True
     # Fault injection for tests and drills; each goes through the same path as the real fault.
     inject_nan_at_step: int | None = None
@@ -200,6 +206,8 @@ def _validate(cfg: RuntimeConfig) -> None:
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"must be > 0, got {value}", key=key)
+    if cfg.preempted_poll_s < 0:
+        raise ConfigError(f"must be >= 0, got {cfg.preempted_poll_s}", key="preempted_poll_s")
     if cfg.steps < 0 or o.warmup_steps < 0:
         raise ConfigError("must be >= 0", key="steps" if cfg.steps < 0 else "optimizer.warmup_steps")
     if cfg.heartbeat_every_s > HEARTBEAT_MAX_INTERVAL_S:

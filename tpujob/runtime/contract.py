@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,10 @@ HEARTBEAT_FILE = "heartbeat"
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_DIR = "checkpoints"
+
+# The signal on which a program prints every thread's stack to stderr (faulthandler.register),
+# sent by the orchestrator to each host before it ends a hung program (docs/runtime.md).
+STACKS_SIGNAL = signal.SIGUSR1
 
 # The heartbeat is rewritten at least this often while the program lives.
 HEARTBEAT_MAX_INTERVAL_S = 30

@@ -69,7 +69,7 @@ def _check_address(address: str) -> None:
                           key=contract.ENV_COORDINATOR)
 
 
-def _on_tpu_vm() -> bool:
+def on_tpu_vm() -> bool:
     # Decided without touching jax: initialize() must run before any backend is created.
     return os.path.exists("/dev/accel0") or bool(os.path.isdir("/dev/vfio") and os.listdir("/dev/vfio"))
 
@@ -102,5 +102,5 @@ def initialize(host: HostEnv, timeout_s: int) -> None:
             initialization_timeout=timeout_s,
             coordinator_bind_address=bind_address(host, os.environ),
         )
-    elif not host.hosts_given and _on_tpu_vm():
+    elif not host.hosts_given and on_tpu_vm():
         jax.distributed.initialize(initialization_timeout=timeout_s)  # TPU metadata auto-detection

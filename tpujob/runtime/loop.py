@@ -22,11 +22,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import contract, initcheck, model, peaks, train
+from . import contract, initcheck, metadata, model, peaks, train
 from .checkpoint import Checkpointer
 from .config import ConfigError, RuntimeConfig
 from .data import Batches
-from .distributed import HostEnv
+from .distributed import HostEnv, on_tpu_vm
 from .metrics import Heartbeat, MetricsLog
 from .preemption import Preemption
 
@@ -141,12 +141,16 @@ class Trainer:
     def run(self) -> Outcome:
         cfg = self.cfg
         preemption = Preemption(cfg.sigterm_grace_s)
+        url = metadata.preempted_url(os.environ, on_tpu_vm()) if cfg.preempted_poll_s > 0 else None
+        poller = metadata.PreemptedPoller(url, cfg.preempted_poll_s, preemption.notice).start() if url else None
         self.heartbeat.start()
         try:
             state = self.start_state()
             step = self.step = int(jax.device_get(state["step"]))
             return self._loop(state, step, preemption)
         finally:
+            if poller is not None:
+                poller.stop()
             preemption.restore()
             self.heartbeat.update(phase="exiting")
             self.heartbeat.stop()
@@ -211,6 +215,8 @@ class Trainer:
                 if not bool(train.all_finite(state["params"])):
                     return self._outcome(contract.STATE_NAN, s, contract.EXIT_NAN,
                                          f"non-finite parameters at step {s}; not saved")
+                if stop_at is not None and not self._stop_save_fits(preemption):
+                    return self._skip_stop_save(s, last_saved, preemption.source)
                 self.ckpt.save(s, state)
                 last_saved = s
             self.heartbeat.update(step=s, phase="training")
@@ -218,11 +224,44 @@ class Trainer:
                 self.ckpt.wait()
                 self.loop_seconds = time.perf_counter() - loop_start
                 return self._outcome(contract.STATE_PREEMPTED, s, contract.EXIT_PREEMPTED,
-                                     f"SIGTERM: checkpoint written at step {s}")
+                                     f"{preemption.source}: checkpoint written at step {s}")
         self.ckpt.wait()
         self.loop_seconds = time.perf_counter() - loop_start
         return self._outcome(contract.STATE_SUCCEEDED, step, contract.EXIT_SUCCESS,
                              f"trained {step} steps")
+
+    def _stop_save_fits(self, preemption: Preemption) -> bool:
+        """Save in place, unless an async save still in flight makes that impossible within the
+        grace: that save is finished first, and if it took longer than what is left of the grace
+        (another save would take as long), the stop save would be killed mid-write. Every host
+        takes the same branch (a save is collective): each host's answer is gathered."""
+        if not self._any_host(self.ckpt.in_flight()):
+            return True
+        started = self.ckpt.save_started
+        self.ckpt.wait()
+        one_save = time.perf_counter() - started if started is not None else 0.0
+        return not self._any_host(one_save >= preemption.seconds_left())
+
+    @staticmethod
+    def _any_host(flag: bool) -> bool:
+        if jax.process_count() == 1:
+            return flag
+        from jax.experimental import multihost_utils
+
+        return bool(np.any(multihost_utils.process_allgather(np.array([flag]))))
+
+    def _skip_stop_save(self, step: int, saving: int | None, source: str) -> Outcome:
+        """The save in flight is finished (_stop_save_fits waited for it); a second one would not
+        fit in the grace and a process killed mid-write keeps nothing of it: skipped, the next
+        attempt resumes from the one finished, and status.json says so."""
+        message = (f"{source} at step {step}: the checkpoint of step {saving} was still being "
+                   f"written and took longer than the rest of the {self.cfg.sigterm_grace_s:.0f} s "
+                   f"grace, so the stop save was skipped; resumes from step {saving}")
+        log.warning("%s", message)
+        self.ckpt.wait()
+        outcome = self._outcome(contract.STATE_PREEMPTED, step, contract.EXIT_PREEMPTED, message)
+        outcome.extra.update(stop_save="skipped", saved_step=saving)
+        return outcome
 
     def _outcome(self, state: str, step: int, code: int, message: str) -> Outcome:
         return Outcome(state, step, message, code, self.compiler.compiles, self.resumed_from,

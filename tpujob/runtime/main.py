@@ -6,6 +6,7 @@ Every way out writes status.json (host 0) and exits with a code from contract.EX
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import sys
@@ -78,6 +79,11 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s host{host_tag} %(levelname)s %(message)s")
     log.setLevel(logging.INFO)
+    # SIGUSR1 prints every thread's Python stack to stderr (the host's program.log): the
+    # orchestrator asks for it before it ends a hung program. faulthandler's handler is C
+    # code, so it runs even while the main thread is blocked inside XLA (a collective waiting
+    # for a dead peer), where a Python-level handler would wait for the main thread forever.
+    faulthandler.register(contract.STACKS_SIGNAL, all_threads=True)
     # Until jax.distributed is up, the environment is all there is to tell host 0; a broken
     # environment is still reported in the run dir it names, if any.
     raw_run_dir = os.environ.get(contract.ENV_RUN_DIR)

@@ -39,6 +39,9 @@ class Heartbeat:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.step, self.phase = 0, "starting"
+        # When step or phase last changed: the heartbeat thread beats on while the main thread
+        # is blocked (a collective waiting for a frozen peer), so only this tells a hang.
+        self.progress_time = time.time()
         self.resumed_from: int | None = None  # the checkpoint step this run restored, if any
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
 
@@ -49,13 +52,19 @@ class Heartbeat:
 
     def update(self, step: int | None = None, phase: str | None = None) -> None:
         with self._lock:
+            if (step is not None and step != self.step) or (phase is not None and phase != self.phase):
+                self.progress_time = time.time()
             self.step = self.step if step is None else step
             self.phase = self.phase if phase is None else phase
 
     def beat(self) -> None:
         with self._lock:
             data = {**self._info, "time": time.time(), "step": self.step, "phase": self.phase,
-                    "resumed_from": self.resumed_from}
+                    "resumed_from": self.resumed_from,
+                    # Only while training: a compile, a restore or a save may rightly take
+                    # minutes without a step (the orchestrator judges those by the heartbeat's
+                    # own age alone).
+                    "progress_time": int(self.progress_time) if self.phase == "training" else None}
         try:
             write_json_atomic(self._path, data)
         except OSError:

@@ -44,6 +44,7 @@ class Preemption:
 
     def __init__(self, grace_s: float) -> None:
         self.requested = False
+        self.source = "SIGTERM"  # what gave the notice, for status.json's message
         self.grace_s = grace_s
         self._count = 0
         self._first_at: float | None = None
@@ -54,6 +55,27 @@ class Preemption:
         self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         self._thread = threading.Thread(target=self._watch, name="sigterm-watch", daemon=True)
         self._thread.start()
+
+    def notice(self, source: str) -> None:
+        """A preemption notice other than SIGTERM (the metadata server's instance/preempted),
+        from any thread: the same as a first SIGTERM, grace included."""
+        if self.requested or self._closed.is_set():
+            return
+        self.source = source
+        self.requested = True
+        self._first_at = time.monotonic()
+        log.warning("%s: checkpoint and stop at the next step boundary (%.0f s, or a SIGTERM, "
+                    "ends the process)", source, self.grace_s)
+        try:
+            os.write(self._write_fd, b"\0")  # the watcher's timeout now counts the grace
+        except OSError:
+            pass
+
+    def seconds_left(self) -> float:
+        """Of the grace since the notice (all of it before one)."""
+        if self._first_at is None:
+            return self.grace_s
+        return self.grace_s - (time.monotonic() - self._first_at)
 
     def _handle(self, signum, frame) -> None:
         # Runs only when the main thread reaches Python code; the watcher does the real work.

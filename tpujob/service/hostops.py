@@ -32,6 +32,7 @@ from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets
 from tpujob.spec import ResolvedSpec
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
+STACKS_FILE = "stacks.txt"  # a hung attempt's stacks, in its local log dir
 SYNC_TIMEOUT = 600.0     # per host, for an upload of the code or the runtime
 LAUNCH_TIMEOUT = 120.0   # per host; the launch returns once the program started
 KEY_POLL_MAX = 10.0      # seconds between guest-attribute reads while waiting for host keys
@@ -299,6 +300,20 @@ class SshHostOps:
                                    log_paths=self._log_paths(job, attempt))
         ensure_ok(results, "stopping the program")
 
+    def capture_stacks(self, job, attempt, slice_) -> str:
+        """Every host's Python stacks of the program (templates/stacks.sh), kept in the
+        attempt's local log dir as stacks.txt; returns what to say in the event."""
+        with self.group(job, attempt, slice_) as group:
+            results = program.stacks(group, self.host_attempt(job, attempt, slice_))
+        path = self.log_dir(job, attempt) / STACKS_FILE
+        parts, got = [], 0
+        for r in results:
+            got += r.ok
+            body = r.output if r.ok else f"(no answer: {r.describe()})\n"
+            parts.append(f"== host {r.index} ==\n{body}")
+        path.write_text("\n".join(parts))
+        return f"stacks of {got} of {len(results)} hosts kept in {path}"
+
     def unmount(self, job, attempt, slice_) -> None:
         """Unmount the job's disks and buckets on every host (templates/unmount.sh: a path not
         mounted is skipped, so running it twice is harmless). CloudError where it failed."""
@@ -384,7 +399,8 @@ def _status(s, hidden: tuple[str, ...] = ()) -> HostObservation:
                 bad_host=redact(line, hidden) if (line := bad_host_line(s.log_tail)) else None) \
         if s.log_tail or s.ended_at is not None else {}
     if s.state == "running":
-        return HostObservation(Program.RUNNING, step=s.step, resumed_from=s.resumed_from)
+        return HostObservation(Program.RUNNING, step=s.step, resumed_from=s.resumed_from, log_age=s.log_age,
+                               progress_age=s.progress_age)
     if s.state == "exited":
         return HostObservation(Program.EXITED, s.exit_code, step=s.step, resumed_from=s.resumed_from, **tail)
     if s.state == "unreachable":

@@ -313,7 +313,7 @@ def resume(ctx: Context, ref: str):
         # state_since backdated: a resume is not a retry, it need not wait out the backoff.
         return ctx.store.transition(job.id, State(job.state), State.RECOVERING, message, owner=owner,
                                     preemptions=0, failures=0, nan_restarts=0, capacity_misses=0, flaps=0,
-                                    bad_hosts=0, state_since=0.0)
+                                    bad_hosts=0, hangs=0, state_since=0.0)
 
 
 def logs_dir(ctx: Context, job_id: int) -> Path:

@@ -105,6 +105,9 @@ class RunSpec(_Model):
     command: Optional[str] = None
     runtime: Optional[dict[str, Any]] = None
     workdir: Optional[str] = None
+    # A program that writes no heartbeat is hung once no host's log has grown for this long
+    # (off by default: many programs are silent for long stretches).
+    hang_seconds: Optional[float] = Field(default=None, gt=0, le=7 * 86400)
 
 
 _WEEK = 7 * 86400
@@ -114,6 +117,7 @@ class RequeuePolicy(_Model):
     max_preemptions: int = Field(default=20, ge=0)
     max_failures: int = Field(default=0, ge=0)
     max_nan: int = Field(default=3, ge=0)
+    max_hangs: int = Field(default=3, ge=0)  # attempts ended hung before FAILED hang_budget
     # Capacity misses (stockout, queue timeout, stuck provisioning) in a row before FAILED
     # no_capacity; with the backoff capped at 30 min, 48 misses are about a day of trying.
     max_capacity_retries: int = Field(default=48, ge=0)

@@ -37,6 +37,7 @@ class Job(SQLModel, table=True):
     capacity_misses: int = 0  # capacity misses in a row (stockouts, queue timeouts) since READY
     flaps: int = 0  # preemptions in a row of attempts that ran under requeue.min_run_seconds
     bad_hosts: int = 0  # attempts ended bad_host (requeue.max_bad_hosts)
+    hangs: int = 0  # attempts ended hung (requeue.max_hangs)
 
 
 class Attempt(SQLModel, table=True):

@@ -24,6 +24,7 @@ class EndReason(str, Enum):
     PREEMPTION_BUDGET = "preemption_budget"
     NAN_BUDGET = "nan_budget"
     BAD_HOST_BUDGET = "bad_host_budget"  # requeue.max_bad_hosts slices found bad in a row of attempts
+    HANG_BUDGET = "hang_budget"  # requeue.max_hangs hung attempts
     INTERNAL = "internal"
     SSH_REFUSED = "ssh_refused"  # the hosts refused tpujob's SSH key (OS Login, a role)
 
@@ -34,6 +35,7 @@ class AttemptEnd(str, Enum):
     FAILED = "failed"  # the program exited non-zero
     SETUP_FAILED = "setup_failed"
     NAN = "nan"
+    HUNG = "hung"  # no progress (heartbeat, or run.hang_seconds of log) on live hosts: ended
     PREEMPTED = "preempted"  # the slice was lost
     NO_CAPACITY = "no_capacity"  # a stockout, a queue or provisioning timeout
     REFUSED = "refused"  # the create was refused for good
