@@ -102,11 +102,11 @@ def test_a_disk_attach_refused_on_a_preempted_node_ends_the_attempt_as_a_preempt
     class PreemptedUnderSetup(Hosts):
         """The slice is preempted as setup begins; setup's first step attaches the job's disk."""
 
-        def prepare_and_launch(self, job, attempt, slice_):
+        def start_setup(self, job, attempt, slice_):
             if attempt.number == 1:
                 server.emulator.preempt(attempt.slice_name)
                 compute.attach_disk(PROJECT, attempt.zone, attempt.slice_name, "data", read_only=True)
-            super().prepare_and_launch(job, attempt, slice_)
+            return super().start_setup(job, attempt, slice_)
 
     job = add_job(store, spec(Z1))
     rec = Reconciler(store, cloud_for(server), PreemptedUnderSetup(), "me")

@@ -78,6 +78,57 @@ def setup(group: HostGroup, attempt: HostAttempt, command: str, *, runtime_modul
                      fail_fast=True, progress=progress)
 
 
+def setup_script(attempt: HostAttempt, command: str, *, runtime_modules: tuple[str, ...] = (),
+                 runtime_packages: tuple[str, ...] = (), timeout: float | None = None) -> str:
+    """setup.sh for this attempt: the run dir, the bundled runtime's packages, then `command`."""
+    return render("setup.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
+                  workdir=attempt.workdir, run_dir=attempt.run_dir,
+                  runtime_modules=" ".join(runtime_modules),
+                  runtime_packages=" ".join(runtime_packages), command=command,
+                  timeout_seconds=math.ceil(timeout) if timeout else 0)
+
+
+@dataclass(frozen=True)
+class SetupStatus:
+    index: int
+    state: str                  # absent | running | done | failed | lost | unreachable | refused
+    exit_code: int | None = None
+    said: str = ""              # a failed or lost setup's last words (its stderr, else its output)
+    error: str = ""             # unreachable or refused: why
+
+
+def start_setup(group: HostGroup, attempt: HostAttempt, script: str, *, log_paths: LogPaths = None,
+                timeout: float | None = 60) -> list[SetupStatus]:
+    """Start `script` (setup_script's) detached on every host and return at once: the setup's
+    state on each host right after (running, or done/ended where it already was)."""
+    text = render("setup_start.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, script=script)
+    results = group.run(as_command(text, "tpujob-setup-start"), stdin=_env(group, attempt),
+                        log_paths=log_paths, timeout=timeout)
+    return [_setup_status(r) for r in results]
+
+
+def setup_state(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> list[SetupStatus]:
+    """Each host's view of the attempt's setup (setup_state.sh); unreachable hosts say so."""
+    script = render("setup_state.sh", job_dir=attempt.host_dir, attempt=attempt.attempt)
+    return [_setup_status(r) for r in group.run(as_command(script, "tpujob-setup-state"), timeout=timeout)]
+
+
+def _setup_status(result: HostResult) -> SetupStatus:
+    if result.auth_refused:
+        return SetupStatus(result.index, "refused", error=result.describe())
+    if result.exit_code is None:
+        return SetupStatus(result.index, "unreachable", error=result.describe())
+    if not result.ok:  # the script itself failed (a full disk, say): a failed setup, in its words
+        return SetupStatus(result.index, "failed", result.exit_code, said=result.stderr or result.output)
+    first, _, rest = result.output.lstrip().partition("\n")
+    try:
+        data = json.loads(first)
+    except ValueError:
+        return SetupStatus(result.index, "unreachable", error=f"unreadable setup state: {first[-200:]!r}")
+    state = {"ended": "failed"}.get(data["setup"], data["setup"])
+    return SetupStatus(result.index, state, data.get("exit_code"), said=rest)
+
+
 def launch(group: HostGroup, attempt: HostAttempt, command: str, *, log_paths: LogPaths = None,
            timeout: float | None = 120, stale_grace_seconds: float = 10,
            progress: Callable[[Progress], None] | None = None) -> list[HostResult]:

@@ -19,12 +19,12 @@ from typing import Callable, Optional
 from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.failure import cause, said
-from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
+from tpujob.hosts.fanout import Host, HostGroup, HostResult, Progress, ensure_ok
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
-from tpujob.reconcile.decide import HostObservation, Program
+from tpujob.reconcile.decide import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
 from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets
 from tpujob.spec import ResolvedSpec
@@ -179,7 +179,9 @@ class SshHostOps:
         return lambda p: self.progress(step, p)
 
     # -- HostOps -----------------------------------------------------------------------------
-    def prepare_and_launch(self, job, attempt, slice_) -> None:
+    def start_setup(self, job, attempt, slice_) -> SetupSeen:
+        """Sync, mount, then start the attempt's setup detached on every host; returns at once
+        with what the hosts said of it (a later sweep observes it: setup_status)."""
         spec = spec_of(job)
         try:
             values = secrets.resolve(spec.spec.secrets)
@@ -189,13 +191,13 @@ class SshHostOps:
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
         keys = self.await_host_keys(job, attempt, slice_, timeout)
         try:
-            self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout, keys,
-                                     tuple(values.values()))
+            return self._prepare_and_start(job, attempt, slice_, spec, host_attempt, timeout, keys,
+                                           tuple(values.values()))
         except SshAuthRefused as exc:  # the hosts said no to the key: say why, and the fix
             raise SshAuthRefused(self.login(job, slice_).refusal(str(exc))) from exc
 
-    def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout, keys,
-                            hidden: tuple[str, ...]) -> None:
+    def _prepare_and_start(self, job, attempt, slice_, spec, host_attempt, timeout, keys,
+                           hidden: tuple[str, ...]) -> SetupSeen:
         """`hidden`: the job's secret values, redacted from whatever a failing host said."""
         logs = self.log_dir(job, attempt)
         log_of = lambda host: logs / f"host-{host.index}.log"  # noqa: E731
@@ -225,14 +227,59 @@ class SshHostOps:
             self._renew_lease(job)
             modules, packages = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
                                  else ((), ()))
-            results = program.setup(group, host_attempt, spec.spec.setup or "",
-                                    runtime_modules=modules, runtime_packages=packages,
-                                    log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
-            _setup_ok(results, "setup", timeout, hidden)
-            self._renew_lease(job)
-            results = program.launch(group, host_attempt, _command(spec, job.id), log_paths=log_of,
-                                     timeout=LAUNCH_TIMEOUT, progress=self._progress("launch"))
-            _step_ok(results, "launch", hidden)
+            script = program.setup_script(host_attempt, spec.spec.setup or "", runtime_modules=modules,
+                                          runtime_packages=packages, timeout=timeout)
+            started = program.start_setup(group, host_attempt, script, log_paths=log_of)
+            for s in started:
+                if s.state == "refused":
+                    raise SshAuthRefused(f"setup on host {s.index}: {s.error}")
+                if s.state == "unreachable":
+                    raise HostsUnreachable(f"setup on host {s.index}: {s.error}")
+            if any(s.state == "failed" and s.exit_code is None for s in started):
+                started = program.setup_state(group, host_attempt)  # one that ended earlier: why
+            return _setup_seen(started, timeout, hidden)
+
+    def launch(self, job, attempt, slice_) -> None:
+        """Start the program on every host (its setup done on each)."""
+        spec = spec_of(job)
+        try:
+            values = secrets.resolve(spec.spec.secrets)
+        except ConfigError as exc:
+            raise SetupFailed(str(exc)) from exc
+        host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
+        self._renew_lease(job)
+        try:
+            with self.group(job, attempt, slice_) as group:
+                results = program.launch(group, host_attempt, _command(spec, job.id),
+                                         log_paths=self._log_paths(job, attempt), timeout=LAUNCH_TIMEOUT,
+                                         progress=self._progress("launch"))
+        except SshAuthRefused as exc:
+            raise SshAuthRefused(self.login(job, slice_).refusal(str(exc))) from exc
+        _step_ok(results, "launch", tuple(values.values()))
+
+    def setup_status(self, job, attempt, slice_) -> SetupSeen:
+        """Each host's setup of the attempt, as the sweep observes it (one SSH round)."""
+        spec = spec_of(job)
+        timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
+        try:
+            with self.group(job, attempt, slice_) as group:
+                statuses = program.setup_state(group, self.host_attempt(job, attempt, slice_))
+        except SshAuthRefused as exc:
+            return SetupSeen(tuple(Setup.UNREACHABLE for _ in slice_.hosts),
+                             refused=self.login(job, slice_).refusal(str(exc)))
+        except TpujobError:
+            return SetupSeen(tuple(Setup.UNREACHABLE for _ in slice_.hosts))
+        seen = _setup_seen(statuses, timeout, self._hidden(spec))
+        if seen.refused is not None:
+            return replace(seen, refused=self.login(job, slice_).refusal(seen.refused))
+        return seen
+
+    def _hidden(self, spec) -> tuple[str, ...]:
+        """The job's secret values, to redact from a host's words (none when they cannot be read)."""
+        try:
+            return tuple(secrets.resolve(spec.spec.secrets).values())
+        except ConfigError:
+            return ()
 
     def data_disks(self, job, attempt) -> tuple:
         """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
@@ -327,6 +374,32 @@ def _status(s) -> HostObservation:
     if s.state == "refused":
         return HostObservation(Program.REFUSED)
     return HostObservation(Program.MISSING)  # absent or lost: no program where one was launched
+
+
+_SETUP_STATES = {"absent": Setup.ABSENT, "running": Setup.RUNNING, "done": Setup.DONE,
+                 "unreachable": Setup.UNREACHABLE}
+
+
+def _setup_seen(statuses, timeout: float, hidden: tuple[str, ...]) -> SetupSeen:
+    """The hosts' setup states as decide sees them; the first host whose setup failed (or
+    vanished without an exit code) gives the cause, in setup's words (hosts.failure)."""
+    refused = next((s for s in statuses if s.state == "refused"), None)
+    if refused is not None:
+        return SetupSeen(tuple(Setup.UNREACHABLE for _ in statuses), refused=f"setup on host {refused.index}: {refused.error}")
+    error = None
+    for s in statuses:
+        if s.state not in ("failed", "lost"):
+            continue
+        result = HostResult(s.index, exit_code=s.exit_code, stderr=s.said,
+                            error="" if s.exit_code is not None else "setup ended without an exit code (killed?)")
+        if s.exit_code == program.TIMED_OUT:
+            last = said(result, hidden)
+            error = (f"setup on host {s.index} timed out after {timeout:.0f}s (the job's setup timeout for "
+                     f"{len(statuses)} hosts)" + (f": {last}" if last else ""))
+        else:
+            error = f"setup on host {s.index}: {cause(result, hidden)}"
+        break
+    return SetupSeen(tuple(_SETUP_STATES.get(s.state, Setup.RUNNING) for s in statuses), error=error)
 
 
 def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
