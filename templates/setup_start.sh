@@ -8,6 +8,7 @@ set -euo pipefail
 job_dir={{job_dir}}
 attempt={{attempt}}
 script={{script}}
+wait_tenths={{wait_tenths}}
 case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
 attempt_dir=$job_dir/attempt-$attempt
 group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
@@ -28,4 +29,9 @@ fi
 wrapper='bash -c "$1" < /dev/null > "$2/setup.log" 2> "$2/setup.err"; rc=$?; printf "%s\n" "$rc" > "$2/setup.exit.tmp"; mv "$2/setup.exit.tmp" "$2/setup.exit"'
 setsid bash -c "$wrapper" tpujob-setup "$script" "$attempt_dir" < /dev/null > /dev/null 2>&1 &
 echo $! > "$attempt_dir/setup.pid"
-echo '{"setup": "running"}'
+# A setup with little to do (none, or a cache hit) is over in a moment: the sweep then launches
+# at once instead of a sweep later. Longer ones are left running.
+for _ in $(seq "$wait_tenths"); do [ -f "$attempt_dir/setup.exit" ] && break; sleep 0.1; done
+if [ -f "$attempt_dir/setup.done" ]; then echo '{"setup": "done"}'
+elif [ -f "$attempt_dir/setup.exit" ]; then echo '{"setup": "ended"}'
+else echo '{"setup": "running"}'; fi

@@ -28,10 +28,10 @@ def test_setup_starts_detached_runs_once_and_is_observed_done(slice_hosts):
     att = attempt(secrets={"TOKEN": "s3cret"})
     script = program.setup_script(att, 'sleep 2; echo "ran $TOKEN" >> /mnt/setup-count')
     before = time.monotonic()
-    started = program.start_setup(group, att, script)
+    started = program.start_setup(group, att, script, wait_seconds=0)
     assert time.monotonic() - before < 2  # it did not wait for the setup
     assert [s.state for s in started] == ["running"] * 2
-    again = program.start_setup(group, att, script)  # a second sweep's start: a no-op
+    again = program.start_setup(group, att, script, wait_seconds=0)  # a second sweep's start: a no-op
     assert [s.state for s in again] == ["running"] * 2
     group.close()  # the setup outlives the SSH sessions
     assert [(s.state, s.exit_code) for s in wait_setup(group, att)] == [("done", 0)] * 2
@@ -43,7 +43,9 @@ def test_setup_starts_detached_runs_once_and_is_observed_done(slice_hosts):
 def test_a_failed_setup_is_observed_with_its_stderr(slice_hosts):
     _, group = slice_hosts(1)
     att = attempt()
-    program.start_setup(group, att, program.setup_script(att, "echo resolving >&1; echo 'pip: no such package' >&2; exit 3"))
+    (started,) = program.start_setup(group, att, program.setup_script(
+        att, "echo resolving >&1; echo 'pip: no such package' >&2; exit 3"))
+    assert started.state == "failed"  # over within the start's wait
     (state,) = wait_setup(group, att)
     assert (state.state, state.exit_code) == ("failed", 3)
     assert "pip: no such package" in state.said and "setup command exited 3" in state.said

@@ -97,11 +97,15 @@ class SetupStatus:
     error: str = ""             # unreachable or refused: why
 
 
+SETUP_WAIT = 2.0  # seconds a start waits for a setup that is over in a moment (none, a cache hit)
+
+
 def start_setup(group: HostGroup, attempt: HostAttempt, script: str, *, log_paths: LogPaths = None,
-                timeout: float | None = 60) -> list[SetupStatus]:
-    """Start `script` (setup_script's) detached on every host and return at once: the setup's
-    state on each host right after (running, or done/ended where it already was)."""
-    text = render("setup_start.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, script=script)
+                timeout: float | None = 60, wait_seconds: float = SETUP_WAIT) -> list[SetupStatus]:
+    """Start `script` (setup_script's) detached on every host and return once it ended or after
+    `wait_seconds`: the setup's state on each host then (running, done, or ended: failed)."""
+    text = render("setup_start.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, script=script,
+                  wait_tenths=max(0, math.ceil(wait_seconds * 10)))
     results = group.run(as_command(text, "tpujob-setup-start"), stdin=_env(group, attempt),
                         log_paths=log_paths, timeout=timeout)
     return [_setup_status(r) for r in results]
