@@ -29,7 +29,10 @@ elif [ "$alive" = 1 ]; then
 elif [ -f "$attempt_dir/setup.pid" ]; then
   state=lost
 fi
-printf '{"setup": "%s", "exit_code": %s}\n' "$state" "$code"
+# setup.sh's note on the setup cache: fixed words and numbers only (hit 1.2 | miss absent ...).
+cache=""
+[ -f "$attempt_dir/setup.cache" ] && cache=$(tr -cd '[:alnum:] ._-' < "$attempt_dir/setup.cache")
+printf '{"setup": "%s", "exit_code": %s, "cache": "%s"}\n' "$state" "$code" "$cache"
 if [ "$state" = failed ] || [ "$state" = lost ]; then
   if [ -s "$attempt_dir/setup.err" ]; then tail -c 16384 "$attempt_dir/setup.err"
   elif [ -f "$attempt_dir/setup.log" ]; then tail -c 16384 "$attempt_dir/setup.log"; fi

@@ -266,11 +266,13 @@ class Actor:
         # What the hosts said as it started (running; done where it already was): decide waits
         # for it, or launches now.
         return done(Observation(slice=SliceCondition.READY, setup=seen.hosts, setup_error=seen.error,
-                                ssh_refused=seen.refused), slice_)
+                                ssh_refused=seen.refused, setup_cache=seen.cache), slice_)
 
     def _launch(self, turn: _Turn, action: Launch) -> Outcome:
         job, attempt = turn.job, turn.attempt
         slice_ = turn.slice or self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        self.store.add_event(job.id, "setup", f"setup done on {len(slice_.hosts)} hosts"
+                             + (f"; setup cache: {action.cache}" if action.cache else ""))
         try:
             self.hosts.launch(job, attempt, slice_)
             crash_point("launched")

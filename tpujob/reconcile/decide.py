@@ -53,6 +53,7 @@ class SetupSeen:
     hosts: tuple[Setup, ...]
     error: Optional[str] = None
     refused: Optional[str] = None
+    cache: Optional[str] = None  # the setup cache's hit or miss, in words (None: no cache)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Observation:
     # SETTING_UP: each host's setup, where it was observed (empty: not observed). A failed one
     # is a setup_error, its cause in words.
     setup: tuple[Setup, ...] = ()
+    setup_cache: Optional[str] = None  # the setup cache's hit or miss, in words, once setup is done
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,9 @@ class SetUp(Action):
 
 @dataclass(frozen=True)
 class Launch(Action):
-    """Start the program on every host, once setup is done on each."""
+    """Start the program on every host, once setup is done on each (`cache`: the setup cache's
+    hit or miss, for the attempt's record)."""
+    cache: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -360,14 +364,14 @@ def _setting_up(job, obs, policy):
     if job.in_state_seconds > policy.setup_timeout(job.hosts):
         return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup still running after "
                        f"{job.in_state_seconds / 60:.0f} min", EndReason.SETUP_FAILED)
-    return _setup_under_way(job, obs.setup)
+    return _setup_under_way(job, obs.setup, obs.setup_cache)
 
 
-def _setup_under_way(job: JobView, hosts: tuple[Setup, ...]) -> list[Action]:
+def _setup_under_way(job: JobView, hosts: tuple[Setup, ...], cache: Optional[str] = None) -> list[Action]:
     """Setup runs detached on the hosts: launch once it is done on every one, start it where it
     is not (idempotent on the hosts: one setup per attempt and host), else wait for it."""
     if hosts and all(h == Setup.DONE for h in hosts):
-        return [Launch()]
+        return [Launch(cache)]
     if not hosts or any(h in (Setup.ABSENT, Setup.UNREACHABLE) for h in hosts):
         return [SetUp()]  # act marks hosts it cannot reach unhealthy
     return [ClearUnhealthy()] if job.unhealthy_seconds is not None else []

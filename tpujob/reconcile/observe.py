@@ -174,6 +174,7 @@ class Observer:
             # Setup runs detached on the hosts: how far it got on each (one SSH round).
             setup = self.hosts.setup_status(job, attempt, slice_)
             return Observation(slice=phase, setup=setup.hosts, setup_error=setup.error, ssh_refused=setup.refused,
+                               setup_cache=setup.cache,
                                provisioning_seconds=None if created is None else max(0.0, self.clock() - created))
         seen = self._run_dir_seen.get(job.id)
         run_dir = seen[1] if seen and State(job.state) == State.RUNNING and attempt is not None \

@@ -26,7 +26,7 @@ from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.decide import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
-from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets
+from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets, setup_cache
 from tpujob.spec import ResolvedSpec
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
@@ -227,8 +227,11 @@ class SshHostOps:
             self._renew_lease(job)
             modules, packages = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
                                  else ((), ()))
-            script = program.setup_script(host_attempt, spec.spec.setup or "", runtime_modules=modules,
-                                          runtime_packages=packages, timeout=timeout)
+            cache_key = setup_cache.key(spec, attempt.accelerator)
+            script = program.setup_script(host_attempt, spec.spec.setup_command, runtime_modules=modules,
+                                          runtime_packages=packages, timeout=timeout,
+                                          cache_paths=tuple(spec.spec.setup.cache) if cache_key else (),
+                                          cache_archive=setup_cache.host_archive(cache_key) if cache_key else "")
             started = program.start_setup(group, host_attempt, script, log_paths=log_of)
             for s in started:
                 if s.state == "refused":
@@ -399,7 +402,8 @@ def _setup_seen(statuses, timeout: float, hidden: tuple[str, ...]) -> SetupSeen:
         else:
             error = f"setup on host {s.index}: {cause(result, hidden)}"
         break
-    return SetupSeen(tuple(_SETUP_STATES.get(s.state, Setup.RUNNING) for s in statuses), error=error)
+    return SetupSeen(tuple(_SETUP_STATES.get(s.state, Setup.RUNNING) for s in statuses), error=error,
+                     cache=setup_cache.describe([s.cache for s in statuses]))
 
 
 def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
