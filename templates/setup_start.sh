@@ -11,6 +11,12 @@ script={{script}}
 wait_tenths={{wait_tenths}}
 case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
 attempt_dir=$job_dir/attempt-$attempt
+# One JSON line, as setup_state.sh's (setup.sh's note on the setup cache with it).
+report() {
+  local cache=""
+  [ -f "$attempt_dir/setup.cache" ] && cache=$(tr -cd '[:alnum:] ._-' < "$attempt_dir/setup.cache")
+  printf '{"setup": "%s", "cache": "%s"}\n' "$1" "$cache"
+}
 group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
 
 # The environment arrives on stdin as NUL-separated NAME=VALUE pairs (see launch.sh); the
@@ -18,10 +24,10 @@ group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f 
 while IFS= read -r -d '' pair; do export "$pair"; done
 
 mkdir -p "$attempt_dir"
-if [ -f "$attempt_dir/setup.done" ]; then echo '{"setup": "done"}'; exit 0; fi
-if [ -f "$attempt_dir/setup.exit" ]; then echo '{"setup": "ended"}'; exit 0; fi
+if [ -f "$attempt_dir/setup.done" ]; then report done; exit 0; fi
+if [ -f "$attempt_dir/setup.exit" ]; then report ended; exit 0; fi
 if [ -f "$attempt_dir/setup.pid" ] && group_alive "$(cat "$attempt_dir/setup.pid")"; then
-  echo '{"setup": "running"}'; exit 0
+  report running; exit 0
 fi
 # The wrapper leads its own session (setsid): the setup outlives this SSH session, and its
 # exit code lands in setup.exit when it ends (setup.sh's marker, setup.done, on success).
@@ -32,6 +38,6 @@ echo $! > "$attempt_dir/setup.pid"
 # A setup with little to do (none, or a cache hit) is over in a moment: the sweep then launches
 # at once instead of a sweep later. Longer ones are left running.
 for _ in $(seq "$wait_tenths"); do [ -f "$attempt_dir/setup.exit" ] && break; sleep 0.1; done
-if [ -f "$attempt_dir/setup.done" ]; then echo '{"setup": "done"}'
-elif [ -f "$attempt_dir/setup.exit" ]; then echo '{"setup": "ended"}'
-else echo '{"setup": "running"}'; fi
+if [ -f "$attempt_dir/setup.done" ]; then report done
+elif [ -f "$attempt_dir/setup.exit" ]; then report ended
+else report running; fi
