@@ -103,13 +103,14 @@ SETUP_WAIT = 2.0  # seconds a start waits for a setup that is over in a moment (
 
 
 def start_setup(group: HostGroup, attempt: HostAttempt, script: str, *, log_paths: LogPaths = None,
-                timeout: float | None = 60, wait_seconds: float = SETUP_WAIT) -> list[SetupStatus]:
+                timeout: float | None = 60, wait_seconds: float = SETUP_WAIT,
+                progress: Callable[[Progress], None] | None = None) -> list[SetupStatus]:
     """Start `script` (setup_script's) detached on every host and return once it ended or after
     `wait_seconds`: the setup's state on each host then (running, done, or ended: failed)."""
     text = render("setup_start.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, script=script,
                   wait_tenths=max(0, math.ceil(wait_seconds * 10)))
     results = group.run(as_command(text, "tpujob-setup-start"), stdin=_env(group, attempt),
-                        log_paths=log_paths, timeout=timeout)
+                        log_paths=log_paths, timeout=timeout, progress=progress)
     return [_setup_status(r) for r in results]
 
 

@@ -232,7 +232,8 @@ class SshHostOps:
                                           runtime_packages=packages, timeout=timeout,
                                           cache_paths=tuple(spec.spec.setup.cache) if cache_key else (),
                                           cache_archive=setup_cache.host_archive(cache_key) if cache_key else "")
-            started = program.start_setup(group, host_attempt, script, log_paths=log_of)
+            started = program.start_setup(group, host_attempt, script, log_paths=log_of,
+                                          progress=self._progress("setup start"))
             for s in started:
                 if s.state == "refused":
                     raise SshAuthRefused(f"setup on host {s.index}: {s.error}")
