@@ -7,12 +7,13 @@ delay 0, hosts on): how long it takes, and where the time goes.
    from the preemption until all run again, the sweeps used, t(N)/t(1), and per job (medians)
    the seconds from the preemption to each phase the store's events record.
 2. Phases of a real program. One job per variant runs the bundled runtime (tiny preset, a
-   checkpoint every 5 steps, its run dir in the emulator's Cloud Storage) after a 5-second setup
+   checkpoint every 10 steps, its run dir in the emulator's Cloud Storage) after a 5-second setup
    that builds a 16 MB directory: without a setup cache, and with one (the first attempt stores
    it, the second, on a new slice, unpacks it). After its first checkpoint the slice is
    preempted; printed are the seconds from the preemption to: seen, slice requested, READY,
    setup done, program started (the store's events), checkpoint restored (the heartbeat's
-   `resumed_from` with the phase past restoring, polled), first new step (metrics.jsonl), and
+   `resumed_from` with the phase past restoring, polled), first new step (the heartbeat's step
+   past it: within its 1-second interval), and
    READY -> first new step against the unpack time the cache reported.
 
 The jobs set `min_run_seconds: 0`: they ran seconds before the preemption, which would
@@ -61,7 +62,7 @@ setup:
     sleep 5
     mkdir -p ~/bench-env && head -c 16000000 /dev/urandom > ~/bench-env/blob
 {cache}run:
-  runtime: {{model: tiny, steps: 100000, batch_size: 8, seq_len: 64, checkpoint_every: 5, keep: 2,
+  runtime: {{model: tiny, steps: 100000, batch_size: 8, seq_len: 64, checkpoint_every: 10, keep: 2,
             log_every: 1, heartbeat_every_s: 1}}
 """
 PHASES = ("seen", "slice requested", "READY", "setup done", "program started")
@@ -155,12 +156,15 @@ def _medians(rows: list[dict[str, float]], names) -> dict[str, float | None]:
 
 
 class RunDirWatch:
-    """Polls one job's heartbeat in the emulator's Cloud Storage: when (its own `time`) attempt 2
-    first said it had restored its checkpoint and moved on to training."""
+    """Polls one job's heartbeat in the emulator's Cloud Storage (rewritten every second, by
+    rename: metrics.jsonl, appended, reaches the bucket only when gcsfuse flushes it): when, by
+    its own `time`, attempt 2 first said it had restored its checkpoint and moved on to training,
+    and first reported a step past the one it restored."""
 
     def __init__(self, bucket, prefix: str):
         self.blob = bucket.blob(f"{prefix}/heartbeat")
         self.restored: float | None = None
+        self.first_step: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -169,14 +173,19 @@ class RunDirWatch:
         return self
 
     def _run(self):
-        while not self._stop.wait(0.2) and self.restored is None:
+        while not self._stop.wait(0.2) and self.first_step is None:
             try:
                 beat = json.loads(self.blob.download_as_bytes())
             except Exception:  # noqa: BLE001 - not there yet, or replaced under the read
                 continue
-            if str(beat.get("attempt")) == "2" and beat.get("resumed_from") is not None \
-                    and beat.get("phase") not in ("starting", "restoring"):
+            resumed = beat.get("resumed_from")
+            if str(beat.get("attempt")) != "2" or resumed is None:
+                continue
+            if self.restored is None and beat.get("phase") not in ("starting", "restoring"):
                 self.restored = float(beat["time"])
+            if (beat.get("step") or 0) > resumed:
+                self.first_step = float(beat["time"])
+                self.restored = self.restored or self.first_step
 
     def stop(self):
         self._stop.set()
@@ -211,29 +220,16 @@ def measure_runtime(cached: bool) -> dict:
                 requeue()
             phases = phases_of(ctx, job.id, preempted_wall)
             deadline = time.time() + 300
-            first_step = None
-            while first_step is None and time.time() < deadline:
-                first_step = _first_new_step(bucket.blob(f"{prefix}/metrics.jsonl"), preempted_wall)
+            while watch.first_step is None and time.time() < deadline:
                 time.sleep(0.5)
             watch.stop()
             if watch.restored is not None:
                 phases["checkpoint restored"] = watch.restored - preempted_wall
-            if first_step is not None:
-                phases["first new step"] = first_step - preempted_wall
+            if watch.first_step is not None:
+                phases["first new step"] = watch.first_step - preempted_wall
             return dict(cached=cached, phases=phases)
         finally:
             process.stop(grace=5)
-
-
-def _first_new_step(blob, since: float) -> float | None:
-    """The time of the first metrics record written after `since` (the resumed run's first step)."""
-    try:
-        text = blob.download_as_text()
-    except Exception:  # noqa: BLE001 - not written yet
-        return None
-    times = [r["time"] for r in (json.loads(line) for line in text.splitlines() if line.strip())
-             if r.get("time", 0) > since]
-    return min(times) if times else None
 
 
 def _cell(value) -> str:

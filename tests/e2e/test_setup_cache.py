@@ -63,7 +63,8 @@ def setup_seconds(ctx, job_id: int) -> list[tuple[float, str]]:
     return out
 
 
-def test_a_cached_setup_runs_once_across_three_attempts_on_new_slices(ctx, local_cloud, project, bucket, tmp_path):
+def test_a_cached_setup_runs_once_across_three_attempts_on_new_slices(ctx, local_cloud, project, bucket, tmp_path,
+                                                                       cli):
     job, token = record(ctx, tmp_path)
     rec = reconciler(ctx)
     for number in (1, 2, 3):
@@ -84,6 +85,11 @@ def test_a_cached_setup_runs_once_across_three_attempts_on_new_slices(ctx, local
         assert seconds < 3, took
         assert "setup cache: hit on 1 of 1 hosts (unpacked in" in words
     assert [a.end_reason for a in ctx.store.attempts(job.id)] == ["preempted", "preempted", None]
+    shown = cli("show", "--json", str(job.id))
+    assert shown.code == 0, shown.err
+    assert [a["setup_cache"] for a in json.loads(shown.out)["attempts"]] == ["miss", "hit", "hit"]
+    table = cli("show", str(job.id)).out.split("attempts:")[1].split("\n\n")[0].splitlines()
+    assert table[1].split()[-1] == "SETUP" and [row.split()[-1] for row in table[2:]] == ["miss", "hit", "hit"]
 
 
 def test_a_failing_cached_setup_says_why_and_stores_nothing(ctx, local_cloud, project, bucket, tmp_path, cli):

@@ -74,6 +74,22 @@ def describe(notes: list[str]) -> Optional[str]:
     return "; ".join(parts)
 
 
+def per_attempt(attempts, events) -> dict[int, str]:
+    """{attempt number: "hit" | "miss"} from each attempt's `setup done ...; setup cache: ...`
+    event (an attempt without a cache, or whose setup never finished, is left out)."""
+    out: dict[int, str] = {}
+    for attempt in attempts:
+        for event in events:
+            if event.kind != "setup" or "; setup cache: " not in event.message or event.at < attempt.started_at:
+                continue
+            if attempt.ended_at is not None and event.at > attempt.ended_at:
+                break
+            words = event.message.split("; setup cache: ", 1)[1]
+            out[attempt.number] = "hit" if words.startswith("hit") and " miss on " not in words else "miss"
+            break
+    return out
+
+
 def bucket_of(spec: ResolvedSpec) -> Optional[str]:
     found = split_gs(spec.spec.run_dir) if spec.spec.run_dir else None
     return found[0] if found else None
