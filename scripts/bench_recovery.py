@@ -208,7 +208,11 @@ def measure_runtime(cached: bool) -> dict:
                                                 cache="  cache: [bench-env]\n" if cached else ""))
             job, _ = jobs.record(ctx, str(path))
             prefix = f"{token}/{job.id:06d}"
-            checkpointed = lambda: any(True for _ in bucket.list_blobs(prefix=f"{prefix}/checkpoints/"))  # noqa: E731
+            # A committed checkpoint: Orbax writes into a temporary directory, then renames it to
+            # the step's number (checkpoints/10/...).
+            committed = re.compile(rf"^{prefix}/checkpoints/\d+/")
+            checkpointed = lambda: any(committed.match(b.name) for b in bucket.list_blobs(  # noqa: E731
+                prefix=f"{prefix}/checkpoints/"))
             sweep_until(ctx, rec, lambda: all_running(ctx, 1) and checkpointed(), limit=600,
                         what="the first attempt's checkpoint")
             time.sleep(2)  # a few steps past it

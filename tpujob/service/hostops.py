@@ -232,8 +232,13 @@ class SshHostOps:
                                           runtime_packages=packages, timeout=timeout,
                                           cache_paths=tuple(spec.spec.setup.cache) if cache_key else (),
                                           cache_archive=setup_cache.host_archive(cache_key) if cache_key else "")
+            # Waiting a moment for the setup pays where it is likely over at once (none, or a
+            # cache to unpack): the program launches in this sweep. A setup of the job's own
+            # takes longer: the worker moves on at once.
+            quick = not spec.spec.setup_command or cache_key is not None
             started = program.start_setup(group, host_attempt, script, log_paths=log_of,
-                                          progress=self._progress("setup start"))
+                                          progress=self._progress("setup start"),
+                                          wait_seconds=program.SETUP_WAIT if quick else 0)
             for s in started:
                 if s.state == "refused":
                     raise SshAuthRefused(f"setup on host {s.index}: {s.error}")
