@@ -19,14 +19,14 @@ from typing import Callable, Optional
 from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.failure import cause, said
-from tpujob.hosts.fanout import Host, HostGroup, HostResult, Progress, ensure_ok
+from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.decide import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
-from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets, setup_cache
+from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
 from tpujob.spec import ResolvedSpec
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
@@ -246,7 +246,7 @@ class SshHostOps:
                     raise HostsUnreachable(f"setup on host {s.index}: {s.error}")
             if any(s.state == "failed" and s.exit_code is None for s in started):
                 started = program.setup_state(group, host_attempt)  # one that ended earlier: why
-            return _setup_seen(started, timeout, hidden)
+            return setup_states.seen(started, timeout, hidden)
 
     def launch(self, job, attempt, slice_) -> None:
         """Start the program on every host (its setup done on each)."""
@@ -278,7 +278,7 @@ class SshHostOps:
                              refused=self.login(job, slice_).refusal(str(exc)))
         except TpujobError:
             return SetupSeen(tuple(Setup.UNREACHABLE for _ in slice_.hosts))
-        seen = _setup_seen(statuses, timeout, self._hidden(spec))
+        seen = setup_states.seen(statuses, timeout, self._hidden(spec))
         if seen.refused is not None:
             return replace(seen, refused=self.login(job, slice_).refusal(seen.refused))
         return seen
@@ -383,33 +383,6 @@ def _status(s) -> HostObservation:
     if s.state == "refused":
         return HostObservation(Program.REFUSED)
     return HostObservation(Program.MISSING)  # absent or lost: no program where one was launched
-
-
-_SETUP_STATES = {"absent": Setup.ABSENT, "running": Setup.RUNNING, "done": Setup.DONE,
-                 "unreachable": Setup.UNREACHABLE}
-
-
-def _setup_seen(statuses, timeout: float, hidden: tuple[str, ...]) -> SetupSeen:
-    """The hosts' setup states as decide sees them; the first host whose setup failed (or
-    vanished without an exit code) gives the cause, in setup's words (hosts.failure)."""
-    refused = next((s for s in statuses if s.state == "refused"), None)
-    if refused is not None:
-        return SetupSeen(tuple(Setup.UNREACHABLE for _ in statuses), refused=f"setup on host {refused.index}: {refused.error}")
-    error = None
-    for s in statuses:
-        if s.state not in ("failed", "lost"):
-            continue
-        result = HostResult(s.index, exit_code=s.exit_code, stderr=s.said,
-                            error="" if s.exit_code is not None else "setup ended without an exit code (killed?)")
-        if s.exit_code == program.TIMED_OUT:
-            last = said(result, hidden)
-            error = (f"setup on host {s.index} timed out after {timeout:.0f}s (the job's setup timeout for "
-                     f"{len(statuses)} hosts)" + (f": {last}" if last else ""))
-        else:
-            error = f"setup on host {s.index}: {cause(result, hidden)}"
-        break
-    return SetupSeen(tuple(_SETUP_STATES.get(s.state, Setup.RUNNING) for s in statuses), error=error,
-                     cache=setup_cache.describe([s.cache for s in statuses]))
 
 
 def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
