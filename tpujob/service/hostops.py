@@ -8,6 +8,7 @@ rest of the attempt. Logs of every host command go to $TPUJOB_HOME/logs/JOB/atte
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import threading
@@ -72,6 +73,10 @@ class SshHostOps:
         self.actor = actor
         self.lease_seconds = lease_seconds
         self._port: int | None = None
+        # A group left open by a setup found done on every host, for the launch that follows it
+        # in the same sweep: job id -> ((attempt, slice), group).
+        self._kept: dict[int, tuple[tuple[int, str], HostGroup]] = {}
+        self._kept_lock = threading.Lock()
 
     # -- plumbing ----------------------------------------------------------------------------
     def login(self, job, slice_):
@@ -92,6 +97,31 @@ class SshHostOps:
     @property
     def _accept_new(self) -> bool:
         return self.ctx.settings.ssh_host_keys == "accept-new"
+
+    @contextlib.contextmanager
+    def _group_for(self, job, attempt, slice_, keys: dict[int, list[str]] | None = None):
+        """The slice's hosts for one step: the group a setup found done left open (its
+        connections reused: one SSH handshake per host fewer for the launch), else a new one.
+        Closed after the step unless the step keeps it (`keep`)."""
+        where = (attempt.number, slice_.name)
+        with self._kept_lock:
+            kept = self._kept.pop(job.id, None)
+        if kept is not None and kept[0] != where:
+            kept[1].close()
+            kept = None
+        group = kept[1] if kept is not None else self.group(job, attempt, slice_, keys)
+        holder = _Held(group)
+        try:
+            yield holder
+        finally:
+            if holder.keep:
+                with self._kept_lock:
+                    stale = self._kept.pop(job.id, None)
+                    self._kept[job.id] = (where, group)
+                if stale is not None:
+                    stale[1].close()
+            else:
+                group.close()
 
     def host_keys(self, job, attempt, slice_) -> dict[int, list[str]]:
         """The slice's host keys: those recorded on the attempt (published by the cloud, or
@@ -201,7 +231,8 @@ class SshHostOps:
         """`hidden`: the job's secret values, redacted from whatever a failing host said."""
         logs = self.log_dir(job, attempt)
         log_of = lambda host: logs / f"host-{host.index}.log"  # noqa: E731
-        with self.group(job, attempt, slice_, keys) as group:
+        with self._group_for(job, attempt, slice_, keys) as held:
+            group = held.group
             if spec.sync_path:
                 from tpujob.hosts.sync import sync
 
@@ -246,6 +277,7 @@ class SshHostOps:
                     raise HostsUnreachable(f"setup on host {s.index}: {s.error}")
             if any(s.state == "failed" and s.exit_code is None for s in started):
                 started = program.setup_state(group, host_attempt)  # one that ended earlier: why
+            held.keep = all(s.state == "done" for s in started)  # the launch follows at once
             return setup_states.seen(started, timeout, hidden)
 
     def launch(self, job, attempt, slice_) -> None:
@@ -258,8 +290,8 @@ class SshHostOps:
         host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
         self._renew_lease(job)
         try:
-            with self.group(job, attempt, slice_) as group:
-                results = program.launch(group, host_attempt, _command(spec, job.id),
+            with self._group_for(job, attempt, slice_) as held:
+                results = program.launch(held.group, host_attempt, _command(spec, job.id),
                                          log_paths=self._log_paths(job, attempt), timeout=LAUNCH_TIMEOUT,
                                          progress=self._progress("launch"))
         except SshAuthRefused as exc:
@@ -271,8 +303,9 @@ class SshHostOps:
         spec = spec_of(job)
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
         try:
-            with self.group(job, attempt, slice_) as group:
-                statuses = program.setup_state(group, self.host_attempt(job, attempt, slice_))
+            with self._group_for(job, attempt, slice_) as held:
+                statuses = program.setup_state(held.group, self.host_attempt(job, attempt, slice_))
+                held.keep = all(s.state == "done" for s in statuses)  # the launch follows at once
         except SshAuthRefused as exc:
             return SetupSeen(tuple(Setup.UNREACHABLE for _ in slice_.hosts),
                              refused=self.login(job, slice_).refusal(str(exc)))
@@ -312,8 +345,8 @@ class SshHostOps:
     def program_status(self, job, attempt, slice_) -> tuple[HostObservation, ...]:
         try:
             host_attempt = self.host_attempt(job, attempt, slice_)
-            with self.group(job, attempt, slice_) as group:
-                statuses = program.status(group, host_attempt, timeout=30)
+            with self._group_for(job, attempt, slice_) as held:  # closes a group a setup left open
+                statuses = program.status(held.group, host_attempt, timeout=30)
         except SshAuthRefused as exc:  # OS Login refused the key's registration
             return tuple(HostObservation(Program.REFUSED, refusal=str(exc)) for _ in slice_.hosts)
         except TpujobError:
@@ -347,6 +380,14 @@ class SshHostOps:
     def _log_paths(self, job, attempt):
         logs = self.log_dir(job, attempt)
         return lambda host: logs / f"host-{host.index}.log"
+
+
+class _Held:
+    """A step's group, and whether to keep it open for the launch that follows."""
+
+    def __init__(self, group: HostGroup):
+        self.group = group
+        self.keep = False
 
 
 def _recorded_keys(store, job_id: int, number: int) -> dict[int, list[str]]:
