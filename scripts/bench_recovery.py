@@ -208,14 +208,11 @@ def measure_runtime(cached: bool) -> dict:
                                                 cache="  cache: [bench-env]\n" if cached else ""))
             job, _ = jobs.record(ctx, str(path))
             prefix = f"{token}/{job.id:06d}"
-            # A committed checkpoint: Orbax writes into a temporary directory, then renames it to
-            # the step's number (checkpoints/10/...).
-            committed = re.compile(rf"^{prefix}/checkpoints/\d+/")
-            checkpointed = lambda: any(committed.match(b.name) for b in bucket.list_blobs(  # noqa: E731
-                prefix=f"{prefix}/checkpoints/"))
-            sweep_until(ctx, rec, lambda: all_running(ctx, 1) and checkpointed(), limit=600,
+            # A committed checkpoint: the runtime waits for one save to finish before the next
+            # begins (and on gcsfuse, Orbax's rename of its temporary directory is a copy, object
+            # by object): past step 25, the checkpoint of step 10 is whole.
+            sweep_until(ctx, rec, lambda: all_running(ctx, 1) and _step(bucket, prefix) >= 25, limit=900,
                         what="the first attempt's checkpoint")
-            time.sleep(2)  # a few steps past it
             watch = RunDirWatch(bucket, prefix).start()
             preempted_wall = preempt_all(ctx, process)
             while not all_running(ctx, 2):
@@ -234,6 +231,13 @@ def measure_runtime(cached: bool) -> dict:
             return dict(cached=cached, phases=phases)
         finally:
             process.stop(grace=5)
+
+
+def _step(bucket, prefix: str) -> int:
+    try:
+        return int(json.loads(bucket.blob(f"{prefix}/heartbeat").download_as_bytes()).get("step") or 0)
+    except Exception:  # noqa: BLE001 - no heartbeat yet, or replaced under the read
+        return 0
 
 
 def _cell(value) -> str:
