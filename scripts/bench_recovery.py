@@ -246,7 +246,8 @@ def _cell(value) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1,10,50", help="job counts (comma-separated; the first is t(1)'s)")
+    parser.add_argument("--sizes", default="1,10,50", help="job counts (comma-separated; the first is t(1)'s; "
+                        "empty: the phases only)")
     parser.add_argument("--workers", type=int, default=None, help="TPUJOB_SWEEP_WORKERS (default: the sweep's, 16)")
     parser.add_argument("--no-phases", action="store_true", help="skip the bundled runtime's phases")
     args = parser.parse_args()
@@ -254,6 +255,14 @@ def main() -> None:
         os.environ["TPUJOB_SWEEP_WORKERS"] = str(args.workers)
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
     rows = [measure(int(n)) for n in args.sizes.split(",") if n]
+    if rows:
+        _print_scale(rows)
+    if not args.no_phases:
+        _print_phases()
+    print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
+
+
+def _print_scale(rows: list[dict]) -> None:
     base = rows[0]["seconds"]
     print(f"workers {os.environ.get('TPUJOB_SWEEP_WORKERS', 'default (16)')}; sweeps are `tpujob requeue` "
           "processes, back to back; `setup: sleep 5`, program `sleep`")
@@ -265,18 +274,19 @@ def main() -> None:
         print(f"{r['jobs']:>5} {r['seconds']:>14.1f} {r['sweeps']:>7} {r['seconds'] / base:>9.2f}  "
               f"{'':>32}{cells}")
     sys.stdout.flush()
-    if not args.no_phases:
-        print("\nthe bundled runtime (tiny), one job per row: seconds from the preemption to each phase")
-        print(f"{'setup cache':>12}" + "".join(f" {p:>20}" for p in RUNTIME_PHASES)
-              + f" {'READY->first step':>18} {'unpack s':>9}")
-        for cached in (False, True):
-            got = measure_runtime(cached)["phases"]
-            label = ("hit" if got.get("cache hit") else "miss") if cached else "none"
-            span = (got["first new step"] - got["READY"]) if "first new step" in got and "READY" in got else None
-            print(f"{label:>12}" + "".join(f" {_cell(got.get(p)):>20}" for p in RUNTIME_PHASES)
-                  + f" {_cell(span):>18} {_cell(got.get('unpack')):>9}")
-            sys.stdout.flush()
-    print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
+
+
+def _print_phases() -> None:
+    print("\nthe bundled runtime (tiny), one job per row: seconds from the preemption to each phase")
+    print(f"{'setup cache':>12}" + "".join(f" {p:>20}" for p in RUNTIME_PHASES)
+          + f" {'READY->first step':>18} {'unpack s':>9}")
+    for cached in (False, True):
+        got = measure_runtime(cached)["phases"]
+        label = ("hit" if got.get("cache hit") else "miss") if cached else "none"
+        span = (got["first new step"] - got["READY"]) if "first new step" in got and "READY" in got else None
+        print(f"{label:>12}" + "".join(f" {_cell(got.get(p)):>20}" for p in RUNTIME_PHASES)
+              + f" {_cell(span):>18} {_cell(got.get('unpack')):>9}")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
