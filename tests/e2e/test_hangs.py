@@ -79,10 +79,10 @@ def test_a_frozen_host_is_hung_its_stacks_kept_and_the_job_restarted_on_a_new_sl
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from tpujob.service.demo import ensure_bucket
+    from tpujob.service.buckets import create_local_bucket
 
     bucket = f"hang-{uuid.uuid4().hex[:8]}"
-    ensure_bucket(storage.Client(project=project, credentials=AnonymousCredentials(),
+    create_local_bucket(storage.Client(project=project, credentials=AnonymousCredentials(),
                                  client_options={"api_endpoint": shared_emulator["storage_endpoint"]}), bucket)
     spec = tmp_path / "frozen.yaml"
     spec.write_text(RUNTIME_SPEC.replace("BUCKET", bucket))
