@@ -327,15 +327,9 @@ class SliceMachines:
         if not host.alive or not host.ns:
             return 0
         sig = signal.SIGCONT if thaw else signal.SIGSTOP
-        sent = 0
-        for pid in _pids_by_namespace({host.ns}).get(host.ns, []):
-            if pid != (host.holder.pid if host.holder else None) and _has_contract_env(pid):
-                try:
-                    os.kill(pid, sig)
-                    sent += 1
-                except ProcessLookupError:
-                    pass
-        return sent
+        holder = host.holder.pid if host.holder else None
+        return _send([pid for pid in _pids_by_namespace({host.ns}).get(host.ns, [])
+                      if pid != holder and _has_contract_env(pid)], sig)
 
     def stop(self) -> None:
         """Node deleted: every process killed, SSH servers closed, directories removed."""
@@ -423,16 +417,20 @@ def _has_contract_env(pid: int) -> bool:
         return False
 
 
-def _signal_all(namespaces: set, sig: int, spare: frozenset[int] = frozenset()) -> int:
+def _send(pids: list[int], sig: int) -> int:
+    """Signal each of `pids`; how many were still there to get it."""
     sent = 0
-    for pids in _pids_by_namespace(namespaces, spare).values():
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-                sent += 1
-            except ProcessLookupError:
-                pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            sent += 1
+        except ProcessLookupError:
+            pass
     return sent
+
+
+def _signal_all(namespaces: set, sig: int, spare: frozenset[int] = frozenset()) -> int:
+    return sum(_send(pids, sig) for pids in _pids_by_namespace(namespaces, spare).values())
 
 
 def _kill_all(namespaces: set, spare: frozenset[int] = frozenset()) -> None:
