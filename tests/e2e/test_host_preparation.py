@@ -74,7 +74,7 @@ def test_installing_gcsfuse_waits_for_the_apt_lock(cli, fresh_image, tmp_path, t
     result = cli("create", spec)
     assert result.code == 0, result.err
     job = _show(cli, "fresh")
-    assert job["state"] == "RUNNING", job["events"]
+    assert job["state"] == "RUNNING", "\n".join(e["message"] for e in job["events"])
     said = _host_log(tpujob_home, job["id"])
     assert f"Waiting for cache lock: {APT_SAYS}" in said and "(unattended-upgr)" in said
     assert "Setting up gcsfuse" in said and "tpujob: mounted gs://" in said

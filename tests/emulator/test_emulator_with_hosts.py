@@ -160,3 +160,21 @@ def test_freeze_stops_the_program_only_and_thaw_continues_it(hosted, tmp_path):
     assert _states([program]) != ["T"]
     client.close()
     cloud.delete_slice("p", ZONE, "fz1")
+
+
+@pytest.mark.slow
+def test_each_host_has_a_dev_disk_of_its_own_never_the_machines(hosted, tmp_path):
+    """Disks and apt's tools appear under /dev/disk; a host that saw the machine's would show
+    them to every host of every emulator (and keep them after the node is gone)."""
+    server, cloud = hosted
+    pathlib.Path("/dev/disk").mkdir(exist_ok=True)  # as the first attach leaves it on a machine
+    first = _host_client(server, cloud, tmp_path, "own1")
+    second = _host_client(server, cloud, tmp_path, "own2")
+    _run(first, "mkdir -p /dev/disk/by-id/google-own1-mark")
+    assert "google-own1-mark" in _run(first, "ls /dev/disk/by-id")
+    assert "google-own1-mark" not in _run(second, "ls -a /dev/disk/by-id 2>/dev/null || true")
+    assert not pathlib.Path("/dev/disk/by-id/google-own1-mark").exists()
+    first.close()
+    second.close()
+    for name in ("own1", "own2"):
+        cloud.delete_slice("p", ZONE, name)

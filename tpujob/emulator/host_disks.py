@@ -58,8 +58,12 @@ def _helper(plan: dict) -> None:
         if not any(_enter(libc, pid) for pid in pids):
             raise OSError(f"no live process among {pids}")
         with open("/proc/self/mountinfo") as info:
-            mounted = {line.split()[4] for line in info}
-        if "/dev/disk" not in mounted:
+            lines = [line.split() for line in info]
+        mounted = {fields[4] for fields in lines}
+        # The host's own tmpfs (its holder mounts one where it has a /dev of its own): a
+        # /dev/disk of the machine's seen here would be every host's at once.
+        if not any(f[4] == "/dev/disk" and f[f.index("-") + 2] == "tpujob-host" for f in lines):
+            os.makedirs("/dev/disk", exist_ok=True)
             subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "tpujob-host", "/dev/disk"],
                            check=True)
         if plan["tools"] and plan["bin"] not in mounted:

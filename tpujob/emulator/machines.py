@@ -88,12 +88,17 @@ if [ ! -d "$dir" ]; then
   for entry in "$stage/dev"/* "$stage/dev"/.[!.]*; do
     [ -e "$entry" ] || [ -L "$entry" ] || continue
     name=/dev/${entry##*/}
+    # /dev/disk is each host's own (its disks, apt's tools: host_disks.py), never the machine's
+    # bound in, where every host of every emulator would share what one was given.
+    [ "$name" = /dev/disk ] && continue
     if [ -L "$entry" ]; then cp -P "$entry" "$name"
     elif [ -d "$entry" ]; then mkdir "$name"; mount --rbind "$entry" "$name"
     else : > "$name"; mount --bind "$entry" "$name"; fi
   done
   umount -l "$stage/dev"
   umount "$stage"
+  mkdir /dev/disk
+  mount -t tmpfs -o mode=755 tpujob-host /dev/disk
   mkdir "$dir"
 fi
 mount -t tmpfs -o size=64k tpujob-tpu "$dir"
