@@ -12,6 +12,8 @@ runtime_modules={{runtime_modules}}
 runtime_packages={{runtime_packages}}
 command={{command}}
 timeout_seconds={{timeout_seconds}}
+cache_paths={{cache_paths}}
+cache_archive={{cache_archive}}
 # Relative paths are taken from the home, and so is a leading ~/ (quoted in the spec, the shell
 # would not expand it).
 case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
@@ -50,6 +52,31 @@ if [ -n "$runtime_packages" ]; then
   fi
 fi
 
+# The setup cache (setup: {cache: [...]}): an archive of the cached paths under this setup's key
+# (`cache_archive`, without its extension, in the run dir's bucket) stands in for running it.
+# What happened goes to setup.cache, one line of fixed words that setup_state.sh reports.
+cache_note() { printf '%s\n' "$*" > "$attempt_dir/setup.cache"; }
+since() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'; }
+if [ -n "$cache_archive" ]; then
+  archive=""
+  if [ -f "$cache_archive.tar.zst" ] && command -v zstd > /dev/null; then archive=$cache_archive.tar.zst; unpack=(zstd -d -q -c)
+  elif [ -f "$cache_archive.tar.gz" ]; then archive=$cache_archive.tar.gz; unpack=(gzip -d -c)
+  fi
+  if [ -z "$archive" ]; then
+    cache_note miss absent
+  else
+    started=$(date +%s.%N)
+    if "${unpack[@]}" "$archive" | tar -x -f - -C /; then
+      cache_note hit "$(since "$started")"
+      echo "tpujob: setup cache: unpacked $archive instead of running the setup"
+      touch "$attempt_dir/setup.done"
+      exit 0
+    fi
+    cache_note miss unpack-failed
+    echo "tpujob: setup cache: unpacking $archive failed; running the setup" >&2
+  fi
+fi
+
 # The job's setup, as written (no set -e imposed on it), bounded by the job's setup timeout
 # (0: none): timeout(1) kills it and its children, so a hung setup cannot outlive the attempt.
 cd "$workdir"
@@ -64,5 +91,27 @@ fi
 if [ "$rc" != 0 ]; then
   echo "tpujob: the job's setup command exited $rc" >&2
   exit "$rc"
+fi
+# Host 0 packs the cached paths once (tar, then zstd where the image has it, else gzip), under a
+# temporary name first: no host ever unpacks half an archive. Relative paths are the home's.
+if [ -n "$cache_archive" ] && [ "${TPUJOB_HOST_INDEX:-0}" = 0 ] \
+    && [ ! -f "$cache_archive.tar.zst" ] && [ ! -f "$cache_archive.tar.gz" ]; then
+  members=()
+  while IFS= read -r path; do
+    [ -n "$path" ] || continue
+    case $path in "~") path=$HOME ;; "~/"*) path=$HOME/${path#"~/"} ;; /*) ;; *) path=$HOME/$path ;; esac
+    members+=("${path#/}")
+  done <<< "$cache_paths"
+  if command -v zstd > /dev/null; then ext=tar.zst; pack=(zstd -q -T0 -c); else ext=tar.gz; pack=(gzip -c); fi
+  started=$(date +%s.%N)
+  tmp=$cache_archive.$ext.tmp-$$
+  if mkdir -p "$(dirname "$cache_archive")" && tar -c -f - -C / "${members[@]}" | "${pack[@]}" > "$tmp" \
+      && mv "$tmp" "$cache_archive.$ext"; then
+    cache_note "$(cat "$attempt_dir/setup.cache" 2> /dev/null)" stored "$(since "$started")"
+  else
+    rm -f "$tmp"
+    cache_note "$(cat "$attempt_dir/setup.cache" 2> /dev/null)" store-failed
+    echo "tpujob: setup cache: packing ${members[*]} failed (the setup itself succeeded)" >&2
+  fi
 fi
 touch "$attempt_dir/setup.done"

@@ -11,6 +11,7 @@ The points, in the order a job meets them (tpujob/reconcile/act.py):
 - `provisioning`: the attempt opened, the slice not yet requested;
 - `slice-requested`: the create sent, its event not yet written;
 - `slice-deleted`: a lost slice deleted, the job not yet moved on;
+- `setup-started`: setup started (detached) on every host, nothing recorded of it;
 - `launched`: the program started on every host, the job not yet RUNNING;
 - `moved`: a state move written, the sweep not yet done with the job.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import os
 import signal
 
-CRASH_POINTS = ("placement", "provisioning", "slice-requested", "slice-deleted", "launched", "moved")
+CRASH_POINTS = ("placement", "provisioning", "slice-requested", "slice-deleted", "setup-started", "launched", "moved")
 ENV = "TPUJOB_CRASH_AT"
 
 

@@ -24,7 +24,7 @@ COMMAND = 'echo "$TPUJOB_ATTEMPT" >> /mnt/ran; sleep 600'
 # one sweep goes on to launch it), from a preemption, or from a stockout of the primary zone (the
 # next attempt moves to the fallback).
 SCENARIO = {"placement": "fallback", "provisioning": "new", "slice-requested": "new", "launched": "new",
-            "slice-deleted": "preempted", "moved": "preempted"}
+            "slice-deleted": "preempted", "moved": "preempted", "setup-started": "new"}
 
 
 def test_every_crash_point_has_a_scenario():
@@ -64,10 +64,10 @@ def test_a_sweep_killed_at_a_crash_point_converges(point, ctx, local_cloud, proj
 
 
 def test_a_sweep_killed_in_a_long_setup_frees_the_job_within_its_lease(ctx, local_cloud, project, tmp_path):
-    """A sweep SIGKILLed while the job's setup runs on its host: its lease, renewed while it
-    lived, lapses after TPUJOB_LEASE_SECONDS, not after the setup's timeout (15 min), and the
-    setup it left running goes on. The next sweep's setup of the attempt waits for that one
-    (setup.sh's lock), finds it done and launches: the setup ran once, the program once."""
+    """A sweep SIGKILLed while the job's setup runs on its host (detached: the sweep may have
+    left it already): its lease lapses after TPUJOB_LEASE_SECONDS, not after the setup's
+    timeout (15 min), and the setup it left running goes on. The next sweeps observe that one,
+    find it done and launch: the setup ran once, the program once."""
     job = record(ctx, tmp_path, command=COMMAND, setup='echo "$TPUJOB_ATTEMPT" >> /mnt/setup-ran; sleep 6')
     [sweep] = requeue_processes(1, env_extra={"TPUJOB_LEASE_SECONDS": str(LEASE)})
     ran = _setup_started(ctx, local_cloud, project, job.id)
@@ -147,3 +147,23 @@ def test_a_sweep_killed_after_a_jobs_last_move_leaves_its_slice_to_the_next(ctx,
         f"deleted slice {slice_name}, left behind when the job ended (the sweep that ended it stopped "
         "before deleting it)")
     assert_no_orphans(ctx, local_cloud, project)
+
+
+def test_a_preemption_mid_setup_converges_and_no_setup_runs_twice(ctx, local_cloud, project, tmp_path):
+    """Setup runs detached: a slice preempted while it runs ends the attempt as a preemption
+    (the sweep holds no worker on it), the next attempt sets up its new slice once and runs."""
+    job = record(ctx, tmp_path, command=COMMAND, setup='echo "$TPUJOB_ATTEMPT" >> /mnt/setup-ran; sleep 6',
+                 min_run_seconds=0)
+    rec = reconciler(ctx)
+    rec.sweep([job.id])  # the slice, and its setup started
+    assert _setup_started(ctx, local_cloud, project, job.id).read_text() == "1\n"
+    first = ctx.store.current_attempt(job.id).slice_name
+    local_cloud.preempt(node_ref(project, ZONE, first))
+    job = sweep_until(ctx, job.id, running, rec=rec, timeout=120)
+    assert (job.attempt, job.preemptions, job.failures) == (2, 1, 0)
+    assert [a.end_reason for a in ctx.store.attempts(job.id)] == ["preempted", None]
+    second = ctx.store.current_attempt(job.id).slice_name
+    assert (host_root(local_cloud, project, ZONE, second, 0) / "mnt/setup-ran").read_text() == "2\n"
+    assert_consistent(ctx, job)
+    assert_no_orphans(ctx, local_cloud, project)
+    assert_launched_once(local_cloud, project, ZONE, second, 2)

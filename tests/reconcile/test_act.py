@@ -7,13 +7,13 @@ from test_sweep import Hosts, add_job, cloud_for, spec, store  # noqa: F401 - fi
 
 from tpujob.errors import SetupFailed, StockoutError
 from tpujob.reconcile.act import Actor
-from tpujob.reconcile.decide import Move, SetUp, SliceCondition, StartAttempt, decide
+from tpujob.reconcile.decide import Launch, Move, SetUp, Setup, SliceCondition, StartAttempt, decide
 from tpujob.reconcile.sweep import Reconciler
 from tpujob.store.states import State
 
 
 class FailingSetup(Hosts):
-    def prepare_and_launch(self, job, attempt, slice_):
+    def start_setup(self, job, attempt, slice_):
         raise SetupFailed("setup exited 2 on host 0")
 
 
@@ -34,9 +34,13 @@ def test_a_launch_is_reported_and_decide_makes_the_move_to_running(server, store
     job, attempt, ready = opened(store, actor, job)
     assert job.state == State.PROVISIONING.value
     outcome = actor.act(job, attempt, ready, [Move(State.SETTING_UP, "slice READY"), SetUp()])
+    assert (outcome.kind, outcome.observed.setup) == ("done", (Setup.DONE,) * len(ready.hosts))
+    rec = Reconciler(store, cloud_for(server), Hosts(), "me")
+    job = store.get(job.id)
+    assert decide(rec._view(job, attempt), outcome.observed, rec._policy(job)) == [Launch()]
+    outcome = actor.act(job, attempt, ready, [Launch()])
     assert (outcome.kind, outcome.observed.launched) == ("done", len(ready.hosts))
     assert store.get(job.id).state == State.SETTING_UP.value  # launched, not moved by act
-    rec = Reconciler(store, cloud_for(server), Hosts(), "me")
     job = store.get(job.id)
     assert decide(rec._view(job, attempt), outcome.observed, rec._policy(job)) == [
         Move(State.RUNNING, f"program launched on {len(ready.hosts)} hosts")]

@@ -23,14 +23,14 @@ class MeetingHosts(Hosts):
         self.lock = threading.Lock()
         self.under_way, self.most = 0, 0
 
-    def prepare_and_launch(self, job, attempt, slice_):
+    def start_setup(self, job, attempt, slice_):
         with self.lock:
             self.under_way += 1
             self.most = max(self.most, self.under_way)
         try:
             if job.id not in self.fail_for:
                 self.meeting.wait()
-            super().prepare_and_launch(job, attempt, slice_)
+            return super().start_setup(job, attempt, slice_)
         finally:
             with self.lock:
                 self.under_way -= 1

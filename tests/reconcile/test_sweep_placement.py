@@ -103,14 +103,14 @@ def test_a_node_update_refused_on_a_preempted_node_ends_the_attempt_as_a_preempt
         """The slice is preempted as setup begins; setup's first step updates the node (a
         documented mask field: tpu.v2.json nodes.patch)."""
 
-        def prepare_and_launch(self, job, attempt, slice_):
+        def start_setup(self, job, attempt, slice_):
             if attempt.number == 1:
                 server.emulator.preempt(attempt.slice_name)
                 name = f"projects/{PROJECT}/locations/{attempt.zone}/nodes/{attempt.slice_name}"
                 cloud._call(f"labelling node {attempt.slice_name}", cloud._client.update_node,
                             node=tpu_v2.Node(name=name, labels={"step": "setup"}),
                             update_mask=field_mask_pb2.FieldMask(paths=["labels"]))
-            super().prepare_and_launch(job, attempt, slice_)
+            return super().start_setup(job, attempt, slice_)
 
     job = add_job(store, spec(Z1))
     rec = Reconciler(store, cloud, PreemptedUnderSetup(), "me")

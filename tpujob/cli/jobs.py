@@ -123,11 +123,14 @@ def register(app: typer.Typer) -> None:
              timeline: bool = typer.Option(False, "--timeline",
                                            help="Draw the attempts as bars over the job's life.")):
         """Show a job: its state, attempts, each host's program (while it runs) and events."""
-        from tpujob.service import jobs
+        from tpujob.service import jobs, setup_cache
 
         detail = jobs.show(_ctx(), job)
         data = render.job_dict(detail.job)
         data["attempts"] = [render.attempt_dict(a) for a in detail.attempts]
+        cached = setup_cache.per_attempt(detail.attempts, detail.events)  # hit or miss, where one is
+        for row in data["attempts"]:
+            row["setup_cache"] = cached.get(row["number"])
         data["events"] = [render.event_dict(e) for e in detail.events]
         data["hosts"] = None if detail.hosts is None else [
             {"index": h.index, "ip": h.ip, "program": h.program, "exit_code": h.exit_code,
@@ -166,10 +169,13 @@ def register(app: typer.Typer) -> None:
             print_timeline(detail.timeline)
         if detail.attempts:
             typer.echo("\nattempts:")
-            typer.echo(render.table(["#", "SLICE", "ACCELERATOR", "ZONE", "STARTED", "ENDED", "REASON", "STEP"],
+            headers = ["#", "SLICE", "ACCELERATOR", "ZONE", "STARTED", "ENDED", "REASON", "STEP"]
+            cache_column = any(a["setup_cache"] for a in data["attempts"])  # SETUP: the setup cache's hit or miss
+            typer.echo(render.table(headers + (["SETUP"] if cache_column else []),
                                     [[a["number"], a["slice_name"], a["accelerator"], a["zone"], a["started_at"],
                                       a["ended_at"] or "-", a["end_reason"] or "-",
                                       "-" if a["last_step"] is None else a["last_step"]]
+                                     + ([a["setup_cache"] or "-"] if cache_column else [])
                                      for a in data["attempts"]]))
             for a in data["attempts"]:
                 if a["cause"] and a["end_reason"] != "succeeded":

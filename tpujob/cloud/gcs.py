@@ -94,6 +94,16 @@ class Gcs:
             start=start, retry=_READ_RETRY, timeout=_READ_TIMEOUT))
         return data, start > 0
 
+    def list_objects(self, bucket: str, prefix: str) -> list[tuple[str, int, float | None]]:
+        """[(name, bytes, updated)] of the objects under `prefix` (one list call per page)."""
+        blobs = self._call(f"listing gs://{bucket}/{prefix}", lambda: list(self.client.list_blobs(
+            bucket, prefix=prefix, retry=_READ_RETRY, timeout=_READ_TIMEOUT)))
+        return [(b.name, b.size or 0, _time(b)) for b in blobs]
+
+    def delete_object(self, bucket: str, name: str) -> None:
+        self._call(f"deleting gs://{bucket}/{name}", lambda: self.client.bucket(bucket).delete_blob(
+            name, timeout=_READ_TIMEOUT))
+
     def bucket_location(self, bucket: str) -> tuple[str, list[str]]:
         """(location, data locations of a custom dual-region) of the bucket, upper case."""
         found = self._call(f"getting bucket {bucket}", self.client.get_bucket, bucket)

@@ -75,14 +75,74 @@ def setup(group: HostGroup, attempt: HostAttempt, command: str, *, runtime_modul
 
     `timeout` bounds each host: the host kills `command` after it (exit code TIMED_OUT), and
     tpujob gives up on a host that has not answered shortly after."""
-    script = render("setup.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
-                    workdir=attempt.workdir, run_dir=attempt.run_dir,
-                    runtime_modules=" ".join(runtime_modules),
-                    runtime_packages=" ".join(runtime_packages), command=command,
-                    timeout_seconds=math.ceil(timeout) if timeout else 0)
+    script = setup_script(attempt, command, runtime_modules=runtime_modules, runtime_packages=runtime_packages,
+                          timeout=timeout)
     return group.run(as_command(script, "tpujob-setup"), stdin=_env(group, attempt),
                      log_paths=log_paths, timeout=timeout + SETUP_GRACE if timeout else None,
                      fail_fast=True, progress=progress)
+
+
+def setup_script(attempt: HostAttempt, command: str, *, runtime_modules: tuple[str, ...] = (),
+                 runtime_packages: tuple[str, ...] = (), timeout: float | None = None,
+                 cache_paths: tuple[str, ...] = (), cache_archive: str = "") -> str:
+    """setup.sh for this attempt: the run dir, the bundled runtime's packages, then `command`,
+    or instead the archive of `cache_paths` at `cache_archive` (a path without its extension, on
+    the hosts) where there is one; host 0 stores it after a successful setup where there is not."""
+    return render("setup.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
+                  workdir=attempt.workdir, run_dir=attempt.run_dir,
+                  runtime_modules=" ".join(runtime_modules),
+                  runtime_packages=" ".join(runtime_packages), command=command,
+                  timeout_seconds=math.ceil(timeout) if timeout else 0,
+                  cache_paths="\n".join(cache_paths), cache_archive=cache_archive if cache_paths else "")
+
+
+@dataclass(frozen=True)
+class SetupStatus:
+    index: int
+    state: str                  # absent | running | done | failed | lost | unreachable | refused
+    exit_code: int | None = None
+    said: str = ""              # a failed or lost setup's last words (its stderr, else its output)
+    cache: str = ""             # setup.sh's note on the setup cache: "hit 1.2", "miss absent stored 3.4"
+    error: str = ""             # unreachable or refused: why
+
+
+SETUP_WAIT = 2.0  # seconds a start waits for a setup that is over in a moment (none, a cache hit)
+
+
+def start_setup(group: HostGroup, attempt: HostAttempt, script: str, *, log_paths: LogPaths = None,
+                timeout: float | None = 60, wait_seconds: float = SETUP_WAIT,
+                progress: Callable[[Progress], None] | None = None) -> list[SetupStatus]:
+    """Start `script` (setup_script's) detached on every host and return once it ended or after
+    `wait_seconds`: the setup's state on each host then (running, done, or ended: failed)."""
+    text = render("setup_start.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, script=script,
+                  wait_tenths=max(0, math.ceil(wait_seconds * 10)))
+    results = group.run(as_command(text, "tpujob-setup-start"), stdin=_env(group, attempt),
+                        log_paths=log_paths, timeout=timeout, progress=progress)
+    return [_setup_status(r) for r in results]
+
+
+def setup_state(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> list[SetupStatus]:
+    """Each host's view of the attempt's setup (setup_state.sh); unreachable hosts say so."""
+    script = render("setup_state.sh", job_dir=attempt.host_dir, attempt=attempt.attempt)
+    return [_setup_status(r) for r in group.run(as_command(script, "tpujob-setup-state"), timeout=timeout)]
+
+
+def _setup_status(result: HostResult) -> SetupStatus:
+    if result.auth_refused:
+        return SetupStatus(result.index, "refused", error=result.describe())
+    if result.exit_code is None:
+        return SetupStatus(result.index, "unreachable", error=result.describe())
+    if not result.ok:  # the script itself failed (a full disk, say): a failed setup, in its words
+        return SetupStatus(result.index, "failed", result.exit_code, said=result.stderr or result.output)
+    # The JSON line (whatever a tool said on stderr before it aside), then the setup's last words.
+    _, brace, tail = result.output.partition("{")
+    first, _, rest = (brace + tail).partition("\n")
+    try:
+        data = json.loads(first)
+    except ValueError:
+        return SetupStatus(result.index, "unreachable", error=f"unreadable setup state: {first[-200:]!r}")
+    state = {"ended": "failed"}.get(data["setup"], data["setup"])
+    return SetupStatus(result.index, state, data.get("exit_code"), said=rest, cache=data.get("cache", ""))
 
 
 def launch(group: HostGroup, attempt: HostAttempt, command: str, *, log_paths: LogPaths = None,

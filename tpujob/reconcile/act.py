@@ -26,7 +26,7 @@ from tpujob.job_spec import spec_of
 from tpujob.names import slice_labels
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.decide import (
-    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, MarkUnhealthy, Move, Observation,
+    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, Launch, MarkUnhealthy, Move, Observation,
     ResetCount, SetUp, SliceCondition, StartAttempt, StopProgram,
 )
 from tpujob.reconcile.observe import PHASES, HostOps, refusal_of
@@ -261,8 +261,8 @@ class Actor:
             external = spec_of(job).spec.tpu.network.external_ips
             self.store.update(job.id, host0_ip=slice_.hosts[0].address(external))
         try:
-            self.hosts.prepare_and_launch(job, attempt, slice_)
-            crash_point("launched")
+            seen = self.hosts.start_setup(job, attempt, slice_)
+            crash_point("setup-started")
         except SetupFailed as exc:
             return setup_failed(str(exc), slice_)
         except SshAuthRefused as exc:
@@ -275,6 +275,25 @@ class Actor:
             states = ", ".join(filter(None, (gone.node_state, gone.queued_resource_state))) or "gone"
             self.store.add_event(job.id, "setup", f"setup stopped, the slice is {states}: {exc}")
             return done(Observation(slice=SliceCondition.LOST), gone)
+        # What the hosts said as it started (running; done where it already was): decide waits
+        # for it, or launches now.
+        return done(Observation(slice=SliceCondition.READY, setup=seen.hosts, setup_error=seen.error,
+                                ssh_refused=seen.refused, setup_cache=seen.cache), slice_)
+
+    def _launch(self, turn: _Turn, action: Launch) -> Outcome:
+        job, attempt = turn.job, turn.attempt
+        slice_ = turn.slice or self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        self.store.add_event(job.id, "setup", f"setup done on {len(slice_.hosts)} hosts"
+                             + (f"; setup cache: {action.cache}" if action.cache else ""))
+        try:
+            self.hosts.launch(job, attempt, slice_)
+            crash_point("launched")
+        except SetupFailed as exc:
+            return setup_failed(str(exc), slice_)
+        except SshAuthRefused as exc:
+            return ssh_refused(str(exc), slice_)
+        except TpujobError as exc:
+            return self._retry_setup(turn, exc)
         return done(Observation(slice=SliceCondition.READY, launched=len(slice_.hosts)), slice_)
 
     def _retry_setup(self, turn: _Turn, exc: TpujobError) -> Outcome:
@@ -308,4 +327,5 @@ class Actor:
         Count: _count, ResetCount: _reset_count, Move: _move, EndAttempt: _end_attempt,
         DeleteSlice: _delete_slice, StopProgram: _stop_program, MarkUnhealthy: _mark_unhealthy,
         ClearUnhealthy: _clear_unhealthy, StartAttempt: _start_attempt, CreateSlice: _create_slice, SetUp: _set_up,
+        Launch: _launch,
     }

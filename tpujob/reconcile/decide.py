@@ -39,6 +39,25 @@ class Program(str, Enum):
     REFUSED = "refused"  # the host answered SSH but refused tpujob's key: waiting cannot help
 
 
+class Setup(str, Enum):
+    """An attempt's setup on one host: it runs detached (as the program does), and the sweep
+    moves the job on once every host's is DONE."""
+    ABSENT = "absent"  # not started on this host (or never reached it)
+    RUNNING = "running"
+    DONE = "done"  # its marker (setup.done) is there
+    UNREACHABLE = "unreachable"  # the host did not answer: setting up again sorts it out
+
+
+@dataclass(frozen=True)
+class SetupSeen:
+    """What the hosts said of an attempt's setup (tpujob.service.hostops): each host's state,
+    and where one failed or refused tpujob's key, why (what becomes the attempt's cause)."""
+    hosts: tuple[Setup, ...]
+    error: Optional[str] = None
+    refused: Optional[str] = None
+    cache: Optional[str] = None  # the setup cache's hit or miss, in words (None: no cache)
+
+
 @dataclass(frozen=True)
 class HostObservation:
     program: Program
@@ -81,6 +100,10 @@ class Observation:
     health_detail: str = ""
     maintenance_in_seconds: Optional[float] = None
     maintenance_type: str = ""
+    # SETTING_UP: each host's setup, where it was observed (empty: not observed). A failed one
+    # is a setup_error, its cause in words.
+    setup: tuple[Setup, ...] = ()
+    setup_cache: Optional[str] = None  # the setup cache's hit or miss, in words, once setup is done
 
 
 @dataclass(frozen=True)
@@ -135,7 +158,15 @@ class DeleteSlice(Action):
 
 @dataclass(frozen=True)
 class SetUp(Action):
-    """Prepare every host (disks, buckets, sync, setup) and launch the program."""
+    """Prepare every host (disks, buckets, sync) and start its setup, detached: decide launches
+    the program (Launch) once a later observation finds setup done on every host."""
+
+
+@dataclass(frozen=True)
+class Launch(Action):
+    """Start the program on every host, once setup is done on each (`cache`: the setup cache's
+    hit or miss, for the attempt's record)."""
+    cache: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -368,7 +399,17 @@ def _setting_up(job, obs, policy):
     if job.in_state_seconds > policy.setup_timeout(job.hosts):
         return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup still running after "
                        f"{job.in_state_seconds / 60:.0f} min", EndReason.SETUP_FAILED)
-    return [SetUp()]
+    return _setup_under_way(job, obs.setup, obs.setup_cache)
+
+
+def _setup_under_way(job: JobView, hosts: tuple[Setup, ...], cache: Optional[str] = None) -> list[Action]:
+    """Setup runs detached on the hosts: launch once it is done on every one, start it where it
+    is not (idempotent on the hosts: one setup per attempt and host), else wait for it."""
+    if hosts and all(h == Setup.DONE for h in hosts):
+        return [Launch(cache)]
+    if not hosts or any(h in (Setup.ABSENT, Setup.UNREACHABLE) for h in hosts):
+        return [SetUp()]  # act marks hosts it cannot reach unhealthy
+    return [ClearUnhealthy()] if job.unhealthy_seconds is not None else []
 
 
 def _ssh_refused(job: JobView, why: str) -> list[Action]:

@@ -11,7 +11,7 @@ from tpujob.cloud.base import Cloud, Slice, SlicePhase
 from tpujob.errors import (
     LocationDenied, PlacementUnavailable, QuotaExceeded, SlicePreempted, StockoutError, TpujobError,
 )
-from tpujob.reconcile.decide import HostObservation, Observation, SliceCondition
+from tpujob.reconcile.decide import HostObservation, Observation, SetupSeen, SliceCondition
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
@@ -53,7 +53,9 @@ Slices = dict[tuple[str, str], Slice]  # (zone, slice name) -> the slice as list
 class HostOps(Protocol):
     """What the sweep does on the hosts of a READY slice (tpujob.service.hostops)."""
 
-    def prepare_and_launch(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
+    def start_setup(self, job: Job, attempt: Attempt, slice_: Slice) -> SetupSeen: ...  # detached
+    def setup_status(self, job: Job, attempt: Attempt, slice_: Slice) -> SetupSeen: ...
+    def launch(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
     def program_status(self, job: Job, attempt: Attempt, slice_: Slice) -> tuple[HostObservation, ...]: ...
     def stop_program(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
     def capture_stacks(self, job: Job, attempt: Attempt, slice_: Slice) -> str: ...
@@ -169,6 +171,12 @@ class Observer:
             if phase != SliceCondition.LOST:
                 return Observation(slice=phase, refusal=str(slice_.failure), scope=scope, holds_slice=True)
         created = slice_.node_create_time if slice_ is not None else None
+        if phase == SliceCondition.READY and State(job.state) == State.SETTING_UP and attempt is not None:
+            # Setup runs detached on the hosts: how far it got on each (one SSH round).
+            setup = self.hosts.setup_status(job, attempt, slice_)
+            return Observation(slice=phase, setup=setup.hosts, setup_error=setup.error, ssh_refused=setup.refused,
+                               setup_cache=setup.cache,
+                               provisioning_seconds=None if created is None else max(0.0, self.clock() - created))
         seen = self._run_dir_seen.get(job.id)
         run_dir = seen[1] if seen and State(job.state) == State.RUNNING and attempt is not None \
             and seen[0] == attempt.number else None

@@ -8,6 +8,7 @@ rest of the attempt. Logs of every host command go to $TPUJOB_HOME/logs/JOB/atte
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import re
@@ -26,9 +27,9 @@ from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
-from tpujob.reconcile.decide import HostObservation, Program
+from tpujob.reconcile.decide import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
-from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets
+from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
 from tpujob.spec import ResolvedSpec
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
@@ -75,6 +76,10 @@ class SshHostOps:
         self.actor = actor
         self.lease_seconds = lease_seconds
         self._port: int | None = None
+        # A group left open by a setup found done on every host, for the launch that follows it
+        # in the same sweep: job id -> ((attempt, slice), group).
+        self._kept: dict[int, tuple[tuple[int, str], HostGroup]] = {}
+        self._kept_lock = threading.Lock()
 
     # -- plumbing ----------------------------------------------------------------------------
     def login(self, job, slice_):
@@ -95,6 +100,31 @@ class SshHostOps:
     @property
     def _accept_new(self) -> bool:
         return self.ctx.settings.ssh_host_keys == "accept-new"
+
+    @contextlib.contextmanager
+    def _group_for(self, job, attempt, slice_, keys: dict[int, list[str]] | None = None):
+        """The slice's hosts for one step: the group a setup found done left open (its
+        connections reused: one SSH handshake per host fewer for the launch), else a new one.
+        Closed after the step unless the step keeps it (`keep`)."""
+        where = (attempt.number, slice_.name)
+        with self._kept_lock:
+            kept = self._kept.pop(job.id, None)
+        if kept is not None and kept[0] != where:
+            kept[1].close()
+            kept = None
+        group = kept[1] if kept is not None else self.group(job, attempt, slice_, keys)
+        holder = _Held(group)
+        try:
+            yield holder
+        finally:
+            if holder.keep:
+                with self._kept_lock:
+                    stale = self._kept.pop(job.id, None)
+                    self._kept[job.id] = (where, group)
+                if stale is not None:
+                    stale[1].close()
+            else:
+                group.close()
 
     def host_keys(self, job, attempt, slice_) -> dict[int, list[str]]:
         """The slice's host keys: those recorded on the attempt (published by the cloud, or
@@ -182,7 +212,9 @@ class SshHostOps:
         return lambda p: self.progress(step, p)
 
     # -- HostOps -----------------------------------------------------------------------------
-    def prepare_and_launch(self, job, attempt, slice_) -> None:
+    def start_setup(self, job, attempt, slice_) -> SetupSeen:
+        """Sync, mount, then start the attempt's setup detached on every host; returns at once
+        with what the hosts said of it (a later sweep observes it: setup_status)."""
         spec = spec_of(job)
         try:
             values = secrets.resolve(spec.spec.secrets)
@@ -192,17 +224,18 @@ class SshHostOps:
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
         keys = self.await_host_keys(job, attempt, slice_, timeout)
         try:
-            self._prepare_and_launch(job, attempt, slice_, spec, host_attempt, timeout, keys,
-                                     tuple(values.values()))
+            return self._prepare_and_start(job, attempt, slice_, spec, host_attempt, timeout, keys,
+                                           tuple(values.values()))
         except SshAuthRefused as exc:  # the hosts said no to the key: say why, and the fix
             raise SshAuthRefused(self.login(job, slice_).refusal(str(exc))) from exc
 
-    def _prepare_and_launch(self, job, attempt, slice_, spec, host_attempt, timeout, keys,
-                            hidden: tuple[str, ...]) -> None:
+    def _prepare_and_start(self, job, attempt, slice_, spec, host_attempt, timeout, keys,
+                           hidden: tuple[str, ...]) -> SetupSeen:
         """`hidden`: the job's secret values, redacted from whatever a failing host said."""
         logs = self.log_dir(job, attempt)
         log_of = lambda host: logs / f"host-{host.index}.log"  # noqa: E731
-        with self.group(job, attempt, slice_, keys) as group:
+        with self._group_for(job, attempt, slice_, keys) as held:
+            group = held.group
             if spec.sync_path:
                 from tpujob.hosts.sync import sync
 
@@ -228,16 +261,73 @@ class SshHostOps:
             self._renew_lease(job)
             modules, packages = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
                                  else ((), ()))
-            results = program.setup(group, host_attempt, spec.spec.setup or "",
-                                    runtime_modules=modules, runtime_packages=packages,
-                                    log_paths=log_of, timeout=timeout, progress=self._progress("setup"))
-            _setup_ok(results, "setup", timeout, hidden)
-            self._renew_lease(job)
-            self._clean(job, group, host_attempt, log_of, hidden)
-            self._renew_lease(job)
-            results = program.launch(group, host_attempt, _command(spec, job.id), log_paths=log_of,
-                                     timeout=LAUNCH_TIMEOUT, progress=self._progress("launch"))
-            _step_ok(results, "launch", hidden)
+            cache_key = setup_cache.key(spec, attempt.accelerator)
+            script = program.setup_script(host_attempt, spec.spec.setup_command, runtime_modules=modules,
+                                          runtime_packages=packages, timeout=timeout,
+                                          cache_paths=tuple(spec.spec.setup.cache) if cache_key else (),
+                                          cache_archive=setup_cache.host_archive(cache_key) if cache_key else "")
+            # Waiting a moment for the setup pays where it is likely over at once (none, or a
+            # cache to unpack): the program launches in this sweep. A setup of the job's own
+            # takes longer: the worker moves on at once.
+            quick = not spec.spec.setup_command or cache_key is not None
+            started = program.start_setup(group, host_attempt, script, log_paths=log_of,
+                                          progress=self._progress("setup start"),
+                                          wait_seconds=program.SETUP_WAIT if quick else 0)
+            for s in started:
+                if s.state == "refused":
+                    raise SshAuthRefused(f"setup on host {s.index}: {s.error}")
+                if s.state == "unreachable":
+                    raise HostsUnreachable(f"setup on host {s.index}: {s.error}")
+            if any(s.state == "failed" and s.exit_code is None for s in started):
+                started = program.setup_state(group, host_attempt)  # one that ended earlier: why
+            held.keep = all(s.state == "done" for s in started)  # the launch follows at once
+            return setup_states.seen(started, timeout, hidden)
+
+    def launch(self, job, attempt, slice_) -> None:
+        """Start the program on every host (its setup done on each)."""
+        spec = spec_of(job)
+        try:
+            values = secrets.resolve(spec.spec.secrets)
+        except ConfigError as exc:
+            raise SetupFailed(str(exc)) from exc
+        host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
+        self._renew_lease(job)
+        try:
+            with self._group_for(job, attempt, slice_) as held:
+                log_of = self._log_paths(job, attempt)
+                self._clean(job, held.group, host_attempt, log_of, tuple(values.values()))
+                self._renew_lease(job)
+                results = program.launch(held.group, host_attempt, _command(spec, job.id),
+                                         log_paths=log_of, timeout=LAUNCH_TIMEOUT,
+                                         progress=self._progress("launch"))
+        except SshAuthRefused as exc:
+            raise SshAuthRefused(self.login(job, slice_).refusal(str(exc))) from exc
+        _step_ok(results, "launch", tuple(values.values()))
+
+    def setup_status(self, job, attempt, slice_) -> SetupSeen:
+        """Each host's setup of the attempt, as the sweep observes it (one SSH round)."""
+        spec = spec_of(job)
+        timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
+        try:
+            with self._group_for(job, attempt, slice_) as held:
+                statuses = program.setup_state(held.group, self.host_attempt(job, attempt, slice_))
+                held.keep = all(s.state == "done" for s in statuses)  # the launch follows at once
+        except SshAuthRefused as exc:
+            return SetupSeen(tuple(Setup.UNREACHABLE for _ in slice_.hosts),
+                             refused=self.login(job, slice_).refusal(str(exc)))
+        except TpujobError:
+            return SetupSeen(tuple(Setup.UNREACHABLE for _ in slice_.hosts))
+        seen = setup_states.seen(statuses, timeout, self._hidden(spec))
+        if seen.refused is not None:
+            return replace(seen, refused=self.login(job, slice_).refusal(seen.refused))
+        return seen
+
+    def _hidden(self, spec) -> tuple[str, ...]:
+        """The job's secret values, to redact from a host's words (none when they cannot be read)."""
+        try:
+            return tuple(secrets.resolve(spec.spec.secrets).values())
+        except ConfigError:
+            return ()
 
     def _clean(self, job, group, host_attempt, log_of, hidden: tuple[str, ...]) -> None:
         """End what earlier attempts (or anything else) left on the hosts before the launch
@@ -278,8 +368,8 @@ class SshHostOps:
     def program_status(self, job, attempt, slice_) -> tuple[HostObservation, ...]:
         try:
             host_attempt = self.host_attempt(job, attempt, slice_)
-            with self.group(job, attempt, slice_) as group:
-                statuses = program.status(group, host_attempt, timeout=30)
+            with self._group_for(job, attempt, slice_) as held:  # closes a group a setup left open
+                statuses = program.status(held.group, host_attempt, timeout=30)
         except SshAuthRefused as exc:  # OS Login refused the key's registration
             return tuple(HostObservation(Program.REFUSED, refusal=str(exc)) for _ in slice_.hosts)
         except TpujobError:
@@ -328,6 +418,14 @@ class SshHostOps:
     def _log_paths(self, job, attempt):
         logs = self.log_dir(job, attempt)
         return lambda host: logs / f"host-{host.index}.log"
+
+
+class _Held:
+    """A step's group, and whether to keep it open for the launch that follows."""
+
+    def __init__(self, group: HostGroup):
+        self.group = group
+        self.keep = False
 
 
 def _recorded_keys(store, job_id: int, number: int) -> dict[int, list[str]]:

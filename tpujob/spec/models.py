@@ -101,6 +101,17 @@ class BucketSpec(_Model):
         return self
 
 
+class SetupSpec(_Model):
+    """`setup: {run: ..., cache: [PATHS], key_files: [FILES]}`: the setup, and what it produces.
+    The cache paths (on the hosts; relative ones from the home) are packed once after a
+    successful setup on host 0 and unpacked instead of running it by every later host and attempt
+    whose key (the setup, the key files' contents, the runtime version, the generation) is the
+    same (tpujob.service.setup_cache)."""
+    run: str
+    cache: list[str] = Field(default_factory=list)
+    key_files: list[str] = Field(default_factory=list)  # relative to the sync directory
+
+
 class RunSpec(_Model):
     command: Optional[str] = None
     runtime: Optional[dict[str, Any]] = None
@@ -163,12 +174,22 @@ class JobSpec(_Model):
     buckets: list[BucketSpec] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     secrets: list[str] = Field(default_factory=list)
-    setup: Optional[str] = None
+    setup: Optional[str | SetupSpec] = None
     sync: Optional[str] = None
     run: RunSpec
     run_dir: Optional[str] = None
     requeue: RequeuePolicy = Field(default_factory=RequeuePolicy)
     notify: list[NotifySpec] = Field(default_factory=list)
+
+    @property
+    def setup_command(self) -> str:
+        """The setup as the hosts run it, in the short form or the long one ("" for none)."""
+        return (self.setup.run if isinstance(self.setup, SetupSpec) else self.setup) or ""
+
+    @property
+    def setup_cache(self) -> Optional[SetupSpec]:
+        """The long form when it names paths to cache; None: setup runs on every host as written."""
+        return self.setup if isinstance(self.setup, SetupSpec) and self.setup.cache else None
 
     @field_validator("notify", mode="before")
     @classmethod

@@ -14,7 +14,7 @@ from tpujob.names import RUN_DIR_MOUNT  # where the run dir's bucket is mounted:
 from tpujob.spec.lines import dotted, parse
 from tpujob.spec.models import (BUCKET_NAME, EMAIL_ADDRESS, ENV_NAME, JOB_NAME, NETWORK_REF, NETWORK_TAG, NOTIFY_ON,
                                  RESOURCE_NAME, SUBNETWORK_REF, WEBHOOK_SECRET, ZONE_NAME, JobSpec, NetworkSpec,
-                                 NotifySpec, ResolvedSpec)
+                                 NotifySpec, ResolvedSpec, SetupSpec)
 
 def _fail(message: str, path: tuple, lines: dict[tuple, int]) -> SpecError:
     return SpecError(message, field=dotted(path), line=lines.get(path))
@@ -191,6 +191,29 @@ def _hourly_cost(acc: Accelerator, provisioning: str) -> float | None:
     return acc.hourly_cost(spot=provisioning != "on-demand")
 
 
+def _check_setup(spec: JobSpec, sync_path: str | None, lines) -> None:
+    """The long form of setup: a command, cache paths that are paths, key files in the sync dir;
+    a cache lives in the run dir's bucket (tpujob-cache/), so it needs `run_dir: gs://...`."""
+    setup = spec.setup
+    if not isinstance(setup, SetupSpec):
+        return
+    if not setup.run.strip():
+        raise _fail("setup.run is empty", ("setup", "run"), lines)
+    for i, path in enumerate(setup.cache):
+        parts = path.replace("~/", "", 1).split("/")
+        if not path.strip() or ".." in parts or path.strip() in ("/", "~", "~/") or "\n" in path:
+            raise _fail(f"setup.cache: {path!r} is not a directory or file to cache", ("setup", "cache", i), lines)
+    if setup.cache and spec.run_dir is None:
+        raise _fail("setup.cache is kept in the run dir's bucket: set run_dir: gs://BUCKET/PATH",
+                    ("setup", "cache"), lines)
+    for i, name in enumerate(setup.key_files):
+        if sync_path is None:
+            raise _fail("setup.key_files are read from the sync directory: set sync", ("setup", "key_files", i), lines)
+        if Path(name).is_absolute() or ".." in Path(name).parts or not (Path(sync_path) / name).is_file():
+            raise _fail(f"setup.key_files: {name!r} is not a file in the sync directory {sync_path}",
+                        ("setup", "key_files", i), lines)
+
+
 def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zone: str = "",
             default_project: str = "", base_dir: Path | None = None) -> ResolvedSpec:
     lines = lines or {}
@@ -285,6 +308,8 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         if not path.is_dir():
             raise _fail(f"sync directory {spec.sync!r} does not exist", ("sync",), lines)
         sync_path = str(path.resolve())
+
+    _check_setup(spec, sync_path, lines)
 
     for i, entry in enumerate(spec.tpu.fallback):
         base = ("tpu", "fallback", i)

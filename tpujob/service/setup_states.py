@@ -1,0 +1,36 @@
+"""Each host's setup of an attempt as decide sees it (reconcile.decide.SetupSeen): its state,
+and where one failed, the cause in the host's own words (hosts.failure), bounded and redacted."""
+
+from __future__ import annotations
+
+from tpujob.hosts import program
+from tpujob.hosts.failure import cause, said
+from tpujob.hosts.fanout import HostResult
+from tpujob.reconcile.decide import Setup, SetupSeen
+from tpujob.service import setup_cache
+
+_STATES = {"absent": Setup.ABSENT, "running": Setup.RUNNING, "done": Setup.DONE,
+           "unreachable": Setup.UNREACHABLE}
+
+
+def seen(statuses, timeout: float, hidden: tuple[str, ...]) -> SetupSeen:
+    """The hosts' setup states as decide sees them; the first host whose setup failed (or
+    vanished without an exit code) gives the cause, in setup's words (hosts.failure)."""
+    refused = next((s for s in statuses if s.state == "refused"), None)
+    if refused is not None:
+        return SetupSeen(tuple(Setup.UNREACHABLE for _ in statuses), refused=f"setup on host {refused.index}: {refused.error}")
+    error = None
+    for s in statuses:
+        if s.state not in ("failed", "lost"):
+            continue
+        result = HostResult(s.index, exit_code=s.exit_code, stderr=s.said,
+                            error="" if s.exit_code is not None else "setup ended without an exit code (killed?)")
+        if s.exit_code == program.TIMED_OUT:
+            last = said(result, hidden)
+            error = (f"setup on host {s.index} timed out after {timeout:.0f}s (the job's setup timeout for "
+                     f"{len(statuses)} hosts)" + (f": {last}" if last else ""))
+        else:
+            error = f"setup on host {s.index}: {cause(result, hidden)}"
+        break
+    return SetupSeen(tuple(_STATES.get(s.state, Setup.RUNNING) for s in statuses), error=error,
+                     cache=setup_cache.describe([s.cache for s in statuses]))
