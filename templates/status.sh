@@ -1,7 +1,7 @@
 # status.sh (rendered by tpujob): one JSON line about the program of this attempt on this host:
 # state absent (never launched) | running | exited (exit_code set) | lost (gone without one),
-# and, where the program follows the runtime contract, its heartbeat's step and the checkpoint
-# step it resumed from. Where the program ended without a zero exit code (exited non-zero, or
+# and, where the program follows the runtime contract, its heartbeat's step, the total it runs
+# to and the checkpoint step it resumed from. Where the program ended without a zero exit code (exited non-zero, or
 # lost), also when (the exit code's, else the log's, modification time: which host died first)
 # and the last tail_bytes of its log, base64 (the log says why: tpujob reads it in the same
 # round that sees the end, bounded and masked there).
@@ -53,16 +53,17 @@ json_int() { [ -f "$1" ] && grep -o "\"$2\": *[0-9]\+" "$1" | grep -o '[0-9]\+$'
 # of the attempt before as this one's (and its resumed-from step too). Whose it is: its
 # "attempt" (TPUJOB_ATTEMPT, docs/runtime.md); a program that leaves that out is believed
 # only for a heartbeat written since this attempt's launch.
-step=null resumed=null progress_age=null
+step=null total=null resumed=null progress_age=null
 said=$(json_int "$run_dir/heartbeat" attempt)
 if [ "$said" = "$attempt" ] || { [ "$said" = null ] && [ -f "$attempt_dir/program.pid" ] \
     && [ "$run_dir/heartbeat" -nt "$attempt_dir/program.pid" ]; }; then
   step=$(json_int "$run_dir/heartbeat" step)
+  total=$(json_int "$run_dir/heartbeat" total)
   resumed=$(json_int "$run_dir/heartbeat" resumed_from)
   # Since the heartbeat's step or phase last moved: its writer beats on from a thread while
   # the training loop is blocked (a collective waiting for a frozen peer).
   progress=$(json_int "$run_dir/heartbeat" progress_time)
   [ "$progress" != null ] && progress_age=$(( now > progress ? now - progress : 0 ))
 fi
-printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s, "step": %s, "resumed_from": %s, "log_age": %s, "progress_age": %s, "ended_at": %s, "log_tail": %s}\n' \
-  "$state" "$pid" "$code" "$log_bytes" "$step" "$resumed" "$log_age" "$progress_age" "$ended_at" "$tail_b64"
+printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s, "step": %s, "total": %s, "resumed_from": %s, "log_age": %s, "progress_age": %s, "ended_at": %s, "log_tail": %s}\n' \
+  "$state" "$pid" "$code" "$log_bytes" "$step" "$total" "$resumed" "$log_age" "$progress_age" "$ended_at" "$tail_b64"

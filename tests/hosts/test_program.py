@@ -215,6 +215,9 @@ def test_status_counts_only_this_attempts_heartbeat(tmp_path):
     mine = _status_line(tmp_path, 11, beat)
     assert (mine["state"], mine["step"], mine["resumed_from"]) == ("absent", None, None)
     assert _status_line(tmp_path, 11, {**beat, "attempt": 11, "step": 101})["step"] == 101
+    assert _status_line(tmp_path, 11, {**beat, "attempt": 11, "total": 5000})["total"] == 5000  # list's STEP
+    assert _status_line(tmp_path, 10, {**beat, "total": 5000})["total"] == 5000
+    assert _status_line(tmp_path, 11, {**beat, "total": 5000})["total"] is None  # not this attempt's
     assert _status_line(tmp_path, 11, {**beat, "attempt": 1})["step"] is None  # 1 is not 11
     assert _status_line(tmp_path / "none", 11, None)["step"] is None
     # A program that leaves "attempt" out: believed for a heartbeat written since the launch.

@@ -24,7 +24,7 @@ def test_single_process_trains_and_reports(runtime, tmp_path, reference):
     assert records[-1]["tokens_per_s"] > 0 and records[-1]["mfu"] is None  # cpu: no peak
     assert checkpoint_steps(run.run_dir) == [4, 8, 12]
     beat = heartbeat(run.run_dir)
-    assert beat["step"] == 12 and beat["time"] <= time.time()
+    assert beat["step"] == 12 and beat["total"] == 12 and beat["time"] <= time.time()
     # Deterministic: a second run from scratch equals the reference bit for bit.
     assert_bit_equal(load_checkpoint(run.run_dir, 12), reference)
 

@@ -101,6 +101,7 @@ def register(app: typer.Typer) -> None:
     def list_(all_: bool = typer.Option(False, "--all", "-a", help="Include ended jobs."),
               json_out: bool = typer.Option(False, "--json")):
         """List jobs (active ones unless --all)."""
+        from tpujob.progress import step_text
         from tpujob.service import listing
         from tpujob.service.accounting import goodput
 
@@ -109,10 +110,11 @@ def register(app: typer.Typer) -> None:
             render.print_jobs_json(rows)
             return
         now = time.time()
-        headers = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "GOODPUT", "HOST0",
-                   "AGE", "SEEN"]
+        headers = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "STEP", "PREEMPTIONS", "GOODPUT",
+                   "HOST0", "AGE", "SEEN"]
         body = [[format_job_id(j.id), j.name, j.accelerator, j.zone,
-                 j.state + (f" ({j.end_reason})" if j.end_reason else ""), j.attempt, j.preemptions,
+                 j.state + (f" ({j.end_reason})" if j.end_reason else ""), j.attempt,
+                 step_text(j.last_step, j.total_steps), j.preemptions,
                  f"{goodput(j, now):.0%}", j.host0_ip or "-", render.age(j.created_at, now),
                  render.age(j.observed_at, now) if j.observed_at else "-"] for j in rows]
         typer.echo(render.table(headers, body))
@@ -123,10 +125,15 @@ def register(app: typer.Typer) -> None:
              timeline: bool = typer.Option(False, "--timeline",
                                            help="Draw the attempts as bars over the job's life.")):
         """Show a job: its state, attempts, each host's program (while it runs) and events."""
+        from tpujob import progress
         from tpujob.service import jobs, setup_cache
 
         detail = jobs.show(_ctx(), job)
-        data = render.job_dict(detail.job)
+        current = detail.attempts[-1] if detail.attempts else None
+        data = render.job_dict(detail.job, current)
+        far = None if current is None else progress.progress_of(current.last_step, current.total_steps,
+                                                                 current.progress)
+        data["progress"] = None if far is None else far.to_json()
         data["attempts"] = [render.attempt_dict(a) for a in detail.attempts]
         cached = setup_cache.per_attempt(detail.attempts, detail.events)  # hit or miss, where one is
         for row in data["attempts"]:
@@ -161,6 +168,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{key + ':':<14}{data[key]}")
         if detail.job.bad_hosts:
             typer.echo(f"{'bad_hosts:':<14}{detail.job.bad_hosts}")
+        if far is not None and (far.step is not None or detail.job.state == "RUNNING"):
+            typer.echo(f"{'progress:':<14}{progress.describe(far)}")
         _print_accounting(detail.job, detail.accounting)
         if timeline:
             from tpujob.cli.timeline import print_timeline

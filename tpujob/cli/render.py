@@ -42,18 +42,21 @@ def age(ts: float | None, now: float | None = None) -> str:
 # A job's fields as `show --json` and `list --json` print them, in this order.
 JOB_KEYS = ("id", "name", "state", "end_reason", "accelerator", "zone", "project", "cloud", "attempt",
             "preemptions", "failures", "nan_restarts", "host0_ip", "created_at", "updated_at",
-            "ended_at", "observed_at", "goodput")
+            "ended_at", "observed_at", "goodput", "step", "total_steps")
 
 
-def job_dict(job) -> dict:
+def job_dict(job, current=None) -> dict:
+    """`current`: the job's current attempt, whose step it shows (a `list` row carries its own)."""
     from tpujob.service.accounting import goodput
     from tpujob.names import format_job_id
 
+    step_of = current if current is not None else job
     return dict(zip(JOB_KEYS, (
         format_job_id(job.id), job.name, job.state, job.end_reason, job.accelerator, job.zone, job.project,
         job.cloud, job.attempt, job.preemptions, job.failures, job.nan_restarts, job.host0_ip,
         iso(job.created_at), iso(job.updated_at), iso(job.ended_at), iso(job.observed_at),
-        round(goodput(job, time.time()), 4))))
+        round(goodput(job, time.time()), 4), getattr(step_of, "last_step", None),
+        getattr(step_of, "total_steps", None))))
 
 
 # `list --json`'s text of one job: job_dict as print_json indents it, key for key (a test keeps
@@ -64,6 +67,10 @@ _JOB_JSON = "  {\n" + ",\n".join(f'    "{key}": %s' for key in JOB_KEYS) + "\n  
 
 def _json_time(ts: float | None) -> str:
     return "null" if ts is None else '"%s"' % iso(ts)
+
+
+def _json_int(value: int | None) -> str:
+    return "null" if value is None else str(value)
 
 
 def _json_or_null(text: str | None) -> str:
@@ -84,14 +91,14 @@ def print_jobs_json(jobs: list) -> None:
         _json_str(j.accelerator), _json_str(j.zone), _json_str(j.project), _json_str(j.cloud),
         j.attempt, j.preemptions, j.failures, j.nan_restarts, _json_or_null(j.host0_ip),
         _json_time(j.created_at), _json_time(j.updated_at), _json_time(j.ended_at), _json_time(j.observed_at),
-        repr(round(goodput(j, now), 4))) for j in jobs) + "\n]")
+        repr(round(goodput(j, now), 4)), _json_int(j.last_step), _json_int(j.total_steps)) for j in jobs) + "\n]")
 
 
 def attempt_dict(a) -> dict:
     return {"number": a.number, "slice_name": a.slice_name, "zone": a.zone, "accelerator": a.accelerator,
             "queued": a.queued, "started_at": iso(a.started_at), "ended_at": iso(a.ended_at),
-            "end_reason": a.end_reason, "last_step": a.last_step, "resumed_from_step": a.resumed_from_step,
-            "cause": a.cause}
+            "end_reason": a.end_reason, "last_step": a.last_step, "total_steps": a.total_steps,
+            "resumed_from_step": a.resumed_from_step, "cause": a.cause}
 
 
 def event_dict(e) -> dict:

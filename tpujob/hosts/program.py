@@ -53,6 +53,7 @@ class HostStatus:
     log_bytes: int = 0
     error: str = ""
     step: int | None = None          # the runtime contract's heartbeat step, where there is one
+    total: int | None = None         # ... and the step it runs to, where the heartbeat says
     resumed_from: int | None = None  # the checkpoint step the program restored
     ended_at: float | None = None    # a program that exited non-zero or was lost: when (host clock)
     log_tail: str = ""               # ... and the end of its log (unbounded, unmasked: see failure.py)
@@ -195,8 +196,8 @@ def status(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> li
                                   error=f"unreadable status: {result.output.strip()[-200:]!r}"))
             continue
         out.append(HostStatus(result.index, data["state"], data["exit_code"], data["pid"],
-                              data["log_bytes"], step=data.get("step"), resumed_from=data.get("resumed_from"),
-                              ended_at=data.get("ended_at"), log_tail=_decoded(data.get("log_tail")),
+                              data["log_bytes"], step=data.get("step"), total=data.get("total"),
+                              resumed_from=data.get("resumed_from"), ended_at=data.get("ended_at"), log_tail=_decoded(data.get("log_tail")),
                               log_age=data.get("log_age"), progress_age=data.get("progress_age")))
     return out
 

@@ -63,6 +63,7 @@ class HostObservation:
     program: Program
     exit_code: Optional[int] = None
     step: Optional[int] = None  # the runtime contract's heartbeat, where the program keeps one
+    total: Optional[int] = None  # ... and the step it runs to, where the heartbeat says
     resumed_from: Optional[int] = None
     refusal: Optional[str] = None  # REFUSED: why, and the fix (service.hostops words it)
     # Where the program ended without a word of its own (a non-zero exit, or gone without an

@@ -191,11 +191,14 @@ class Observer:
                            maintenance_type=window.type if window is not None else "")
 
     def record_steps(self, job: Job, attempt, obs: Observation) -> None:
-        """The attempt's progress as the runtime reports it: lost steps per preemption."""
+        """The attempt's progress as the runtime reports it: lost steps per preemption, and the
+        samples `list`, `show` and the dashboard tell the rate and the time left from."""
         steps = [h.step for h in obs.hosts if h.step is not None]
         if obs.run_dir is not None and obs.run_dir.step is not None:  # status.json: the last step
             steps.append(obs.run_dir.step)
         resumed = [h.resumed_from for h in obs.hosts if h.resumed_from is not None]
+        totals = [h.total for h in obs.hosts if h.total is not None]
         if attempt is not None and (steps or resumed):
             self.store.record_steps(job.id, attempt.number, last_step=max(steps) if steps else None,
-                                    resumed_from_step=max(resumed) if resumed else None)
+                                    resumed_from_step=max(resumed) if resumed else None,
+                                    total_steps=max(totals) if totals else None, at=self.clock())

@@ -80,7 +80,7 @@ class Trainer:
             log.warning("%s", warning)
         self.is_main = jax.process_index() == 0
         run_dir = host.run_dir
-        info = {"job_id": host.job_id, "attempt": host.attempt, "host": host.host_index}
+        info = {"job_id": host.job_id, "attempt": host.attempt, "host": host.host_index, "total": cfg.steps}
         self.heartbeat = Heartbeat(run_dir, cfg.heartbeat_every_s, self.is_main, info)
         self.metrics = MetricsLog(run_dir, self.is_main)
         ckpt_dir = cfg.checkpoint_dir or str((run_dir / contract.CHECKPOINT_DIR).absolute())

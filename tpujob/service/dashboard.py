@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from tpujob.errors import TpujobError
 from tpujob.hosts.failure import redact
 from tpujob.job_spec import spec_of
+from tpujob.progress import Progress, progress_of
 from tpujob.service import curves as curves_mod
 from tpujob.service.accounting import Accounting, account, goodput, slice_cost
 from tpujob.service.context import Context
@@ -24,6 +25,7 @@ class JobRow:
     job: object
     goodput: float
     cost_usd: float | None  # slice time so far at the catalogue's price; None: no published price
+    progress: Progress | None = None  # the current attempt's step, total, rate and time left
 
 
 @dataclass
@@ -36,6 +38,7 @@ class JobPage:
     cost_usd: float | None
     curves: curves_mod.Curves
     actions: tuple[str, ...]  # what the user may do now: cancel, resume, delete
+    progress: Progress | None = None
     spec_yaml: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -53,8 +56,13 @@ def job_rows(ctx: Context, *, state: str = "", name: str = "", include_ended: bo
         jobs = [j for j in jobs if name.lower() in j.name.lower()]
     attempts = ctx.store.attempts_of(j.id for j in jobs)
     now = time.time()
-    return [JobRow(j, goodput(j, now), slice_cost(attempts[j.id], _provisioning(j), now))
-            for j in reversed(jobs)]
+    return [JobRow(j, goodput(j, now), slice_cost(attempts[j.id], _provisioning(j), now),
+                   _progress(attempts[j.id])) for j in reversed(jobs)]
+
+
+def _progress(attempts: list) -> Progress | None:
+    current = attempts[-1] if attempts else None
+    return None if current is None else progress_of(current.last_step, current.total_steps, current.progress)
 
 
 def actions_for(state: str) -> tuple[str, ...]:
@@ -78,7 +86,7 @@ def job_page(ctx: Context, ref: str) -> JobPage:
     return JobPage(job=job, attempts=attempts, events=events, accounting=account(job, attempts, events, now),
                    timeline=line, cost_usd=slice_cost(attempts, _provisioning(job), now),
                    curves=curves_mod.read(ctx, spec, job.id, line.bars), actions=actions_for(job.state),
-                   spec_yaml=job.spec_yaml)
+                   spec_yaml=job.spec_yaml, progress=_progress(attempts))
 
 
 def log_tail(ctx: Context, ref: str, lines: int = LOG_LINES) -> tuple[str, str]:

@@ -497,10 +497,11 @@ def _status(s, hidden: tuple[str, ...] = ()) -> HostObservation:
                 bad_host=redact(line, hidden) if (line := bad_host_line(s.log_tail)) else None) \
         if s.log_tail or s.ended_at is not None else {}
     if s.state == "running":
-        return HostObservation(Program.RUNNING, step=s.step, resumed_from=s.resumed_from, log_age=s.log_age,
-                               progress_age=s.progress_age)
+        return HostObservation(Program.RUNNING, step=s.step, total=s.total, resumed_from=s.resumed_from,
+                               log_age=s.log_age, progress_age=s.progress_age)
     if s.state == "exited":
-        return HostObservation(Program.EXITED, s.exit_code, step=s.step, resumed_from=s.resumed_from, **tail)
+        return HostObservation(Program.EXITED, s.exit_code, step=s.step, total=s.total,
+                               resumed_from=s.resumed_from, **tail)
     if s.state == "unreachable":
         return HostObservation(Program.UNREACHABLE)
     if s.state == "refused":

@@ -154,11 +154,20 @@ def _v9_deaths(conn: Connection) -> None:
     # process), a budget of its own (requeue.max_bad_hosts).
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN cause TEXT")
     conn.exec_driver_sql("ALTER TABLE job ADD COLUMN bad_hosts INTEGER NOT NULL DEFAULT 0")
+
+
 def _v10_hangs(conn: Connection) -> None:
     # Attempts ended because the program hung (no heartbeat progress, or no log output for
     # run.hang_seconds, on hosts that are all alive): their own budget, requeue.max_hangs.
     # Version 9 belongs to another branch (the bad-host budget); the numbers are append-only.
     conn.exec_driver_sql("ALTER TABLE job ADD COLUMN hangs INTEGER NOT NULL DEFAULT 0")
+
+
+def _v11_progress(conn: Connection) -> None:
+    # How far the run has got (tpujob/progress.py): the heartbeat's total, and the (time, step)
+    # samples of the last minutes the rate and the time left are computed from.
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN total_steps INTEGER")
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN progress TEXT")
 
 
 # (version, name, function). Append only.
@@ -173,6 +182,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (8, "store_info: the store's id", _v8_store_id),
     (9, "attempt.cause, job.bad_hosts", _v9_deaths),
     (10, "job.hangs", _v10_hangs),
+    (11, "attempt.total_steps, attempt.progress", _v11_progress),
 ]
 
 _bookkeeping = MetaData()

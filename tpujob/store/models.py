@@ -55,6 +55,8 @@ class Attempt(SQLModel, table=True):
     resumed_from_step: Optional[int] = None
     host_keys: Optional[str] = None  # JSON {host index: [OpenSSH public key lines]}
     cause: Optional[str] = None  # why it ended, in words: the message of the move that ended it
+    total_steps: Optional[int] = None  # the heartbeat's total, where the program says it
+    progress: Optional[str] = None  # JSON [[time, step], ...] of the last minutes (tpujob/progress.py)
 
 
 class Event(SQLModel, table=True):

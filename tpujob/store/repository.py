@@ -16,6 +16,7 @@ from sqlalchemy import and_, delete, func, or_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
+from tpujob import progress
 from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
 from tpujob.store import outbox
 from tpujob.names import format_job_id, slice_name
@@ -323,15 +324,20 @@ class Store:
                          .values(host_keys=host_keys))
 
     def record_steps(self, job_id: int, number: int, *, last_step: Optional[int] = None,
-                     resumed_from_step: Optional[int] = None) -> None:
-        """What the runtime reported for an attempt: its latest step, the step it resumed from."""
-        values = {k: v for k, v in (("last_step", last_step), ("resumed_from_step", resumed_from_step))
-                  if v is not None}
+                     resumed_from_step: Optional[int] = None, total_steps: Optional[int] = None,
+                     at: Optional[float] = None) -> None:
+        """What the runtime reported for an attempt: its latest step (a sample of the progress
+        series when `at` is given), the step it resumed from, the total it runs to."""
+        values = {k: v for k, v in (("last_step", last_step), ("resumed_from_step", resumed_from_step),
+                                    ("total_steps", total_steps)) if v is not None}
         if not values:
             return
+        where = and_(Attempt.job_id == job_id, Attempt.number == number)
         with self._tx() as session:
-            session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
-                         .values(**values))
+            if last_step is not None and at is not None:
+                (raw,) = session.exec(select(Attempt.progress).where(where)).all() or [None]
+                values["progress"] = progress.add_sample(raw, at, last_step)
+            session.exec(update(Attempt).where(where).values(**values))
 
     def attempts(self, job_id: int) -> list[Attempt]:
         with self._tx() as session:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from sqlalchemy import column, select, table
+from sqlalchemy import and_, column, select, table
 from sqlalchemy.engine import Engine
 
 from tpujob.store.reads import fetch_all
@@ -34,14 +34,20 @@ class JobSummary(NamedTuple):
     observed_at: Optional[float]
     state_since: Optional[float]
     running_seconds: float
+    last_step: Optional[int] = None    # the current attempt's (attempt.last_step, total_steps)
+    total_steps: Optional[int] = None
 
 
-_job = table("job", *(column(name) for name in JobSummary._fields))
+_ATTEMPT_FIELDS = ("last_step", "total_steps")
+_job = table("job", *(column(name) for name in JobSummary._fields if name not in _ATTEMPT_FIELDS))
+_attempt = table("attempt", column("job_id"), column("number"), *(column(name) for name in _ATTEMPT_FIELDS))
 
 
 def list_summaries(engine: Engine, include_ended: bool = False) -> list[JobSummary]:
     """Every job (active ones unless `include_ended`), oldest first."""
-    query = select(*_job.c).order_by(_job.c.id)
+    current = and_(_attempt.c.job_id == _job.c.id, _attempt.c.number == _job.c.attempt)
+    query = (select(*_job.c, *(_attempt.c[name] for name in _ATTEMPT_FIELDS))
+             .select_from(_job.outerjoin(_attempt, current)).order_by(_job.c.id))
     if not include_ended:
         query = query.where(_job.c.state.not_in(sorted(s.value for s in ENDED)))
     return list(map(JobSummary._make, fetch_all(engine, query)))

@@ -30,6 +30,7 @@ from starlette.staticfiles import StaticFiles
 from tpujob.errors import ConflictError, NotFoundError, TpujobError, UsageError
 from tpujob.service import dashboard
 from tpujob.names import format_job_id
+from tpujob.progress import describe, step_text
 from tpujob.ui import svg
 
 HERE = Path(__file__).parent
@@ -114,6 +115,7 @@ def make_app(context_factory, token: str, port: int) -> Starlette:
     csrf = csrf_of(token)
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
     env.globals.update(job_id=format_job_id, age=_age, clock=_clock, money=_money, csrf=csrf,
+                       step_text=step_text, describe_progress=describe,
                        legend=svg.legend, states=("PENDING", "PROVISIONING", "SETTING_UP", "RUNNING",
                                                   "RECOVERING", "SUCCEEDED", "FAILED", "CANCELLED",
                                                   "DELETED"))
