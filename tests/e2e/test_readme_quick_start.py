@@ -1,0 +1,80 @@
+"""The README's Quick start, verbatim, in a fresh home: every command succeeds, without the demo
+before it and after it (a newcomer does not run the demo first; one who did keeps its job 1)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TPUJOB = str(Path(sys.executable).parent / "tpujob")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the demo, then a job followed to its end
+
+
+def quick_start() -> list[list[str]]:
+    """The commands of the README's Quick start block, comments dropped."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"^## Quick start\n\n```bash\n(.*?)^```", text, re.S | re.M)
+    assert block, "README.md has no Quick start block"
+    return [shlex.split(line, comments=True) for line in block.group(1).splitlines() if line.strip()]
+
+
+def run(argv: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    assert argv[0] == "tpujob", argv
+    return subprocess.run([TPUJOB, *argv[1:]], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))
+
+
+def serve_once(argv: list[str]) -> str:
+    """`tpujob ui` runs until Ctrl-C: started, its printed URL opened, then stopped."""
+    proc = subprocess.Popen([TPUJOB, *argv[1:]], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ))
+    try:
+        lines = [proc.stdout.readline() for _ in range(2)]
+        url = lines[1].strip()
+        assert url.startswith("http://127.0.0.1:8765/?token="), "".join(lines) + proc.stderr.read()
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())  # keeps the token's cookie
+        with browser.open(url, timeout=30) as page:
+            assert page.status == 200 and "demo" in page.read().decode()
+        return url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.xdist_group("readme-quick-start")  # both serve `tpujob ui` on its default port, 8765
+@pytest.mark.parametrize("demo_first", [False, True], ids=["fresh-home", "after-the-demo"])
+def test_the_quick_start_runs_verbatim(demo_first, real_crontab, tpujob_home):
+    from tpujob.emulator import process
+
+    commands = quick_start()
+    assert [c[:2] for c in commands][:5] == [["tpujob", "config"], ["tpujob", "validate"], ["tpujob", "create"],
+                                             ["tpujob", "emulator"], ["tpujob", "create"]]
+    try:
+        if demo_first:
+            done = run(["tpujob", "demo"], timeout=600)
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert "stop it with `tpujob emulator stop`" in done.stderr
+        for argv in commands:
+            if argv[:2] == ["tpujob", "ui"]:
+                serve_once(argv)
+                continue
+            started = time.monotonic()
+            done = run(argv)
+            assert done.returncode == 0, f"{shlex.join(argv)} exited {done.returncode}: {done.stderr[-3000:]}"
+            if argv[:2] == ["tpujob", "logs"] and not demo_first:  # follows job 1, this one, to its end
+                assert "succeeded at step 30" in done.stdout + done.stderr, done.stdout[-3000:]
+            assert time.monotonic() - started < 300
+        listed = run(["tpujob", "list", "--all"]).stdout
+        assert listed.count("demo") == (2 if demo_first else 1), listed
+    finally:
+        process.stop(grace=5)
