@@ -38,7 +38,7 @@ def _show(cli) -> dict:
     return json.loads(result.out)
 
 
-def test_list_show_and_the_dashboard_tell_the_step_the_rate_and_the_time_left(cli, tmp_path):
+def test_list_show_and_the_dashboard_tell_the_step_the_rate_and_the_time_left(cli, local_cloud, tmp_path):
     spec = tmp_path / "counting.yaml"
     spec.write_text(SPEC)
     assert cli("create", spec).code == 0, "create"
