@@ -298,3 +298,15 @@ def test_clean_leaves_this_attempts_own_running_program_its_tpu(slice_hosts):
     (cleaned,) = program.clean(group, att)
     assert json.loads(cleaned.output) == {"ended": [], "held": []}
     assert program.status(group, att)[0].state == "running"
+
+
+def test_the_runtime_check_finds_its_modules_without_importing_them(slice_hosts):
+    """Found, not imported (importing jax costs seconds per host and attempt): present modules
+    install nothing; a missing one, or a dotted one whose package is missing, installs."""
+    machines, group = slice_hosts(1)
+    (present,) = program.setup(group, attempt(), "true", runtime_modules=("json", "email.mime"),
+                               runtime_packages=("/nonexistent/tpujob-no-such-package",))
+    assert present.ok and "installing the runtime's packages" not in present.output
+    (missing,) = program.setup(group, attempt(attempt=2), "true", runtime_modules=("json", "tpujob_no_such.sub"),
+                               runtime_packages=("/nonexistent/tpujob-no-such-package",))
+    assert not missing.ok and "installing the runtime's packages" in missing.output
