@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from tpujob.cli.jobs import HostProgressLine
+from tpujob.cli.progress_line import HostProgressLine
 from tpujob.hosts.fanout import Progress
 
 
