@@ -40,6 +40,8 @@ CASES = [
      seen(DONE, RUNNING, setup_error="setup on host 1: exit code 3: pip: no such package"),
      [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
       Move(State.RECOVERING, "setup failed: setup on host 1: exit code 3: pip: no such package; retry 1 of 1")]),
+    ("just past the setup timeout: the hosts' own answer is awaited", job(in_state_seconds=900 * 1.0625 + 10),
+     seen(RUNNING, RUNNING), []),
     ("still running past the setup timeout: failed", job(in_state_seconds=1e6, failures=1), seen(RUNNING, RUNNING),
      [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
       Move(State.FAILED, "setup still running after 16667 min", EndReason.SETUP_FAILED), DeleteSlice()]),

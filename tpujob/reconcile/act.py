@@ -27,7 +27,7 @@ from tpujob.names import slice_labels
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.decide import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, Launch, MarkUnhealthy, Move, Observation,
-    ResetCount, SetUp, SliceCondition, StartAttempt, StopProgram,
+    ResetCount, Setup, SetUp, SliceCondition, StartAttempt, StopProgram,
 )
 from tpujob.reconcile.observe import PHASES, HostOps, refusal_of
 from tpujob.reconcile.policy import placements, runtime_version, slice_network
@@ -275,6 +275,10 @@ class Actor:
             states = ", ".join(filter(None, (gone.node_state, gone.queued_resource_state))) or "gone"
             self.store.add_event(job.id, "setup", f"setup stopped, the slice is {states}: {exc}")
             return done(Observation(slice=SliceCondition.LOST), gone)
+        running = sum(1 for state in seen.hosts if state == Setup.RUNNING)
+        if running and seen.error is None and seen.refused is None:  # say why nothing moves for a while
+            self.store.add_event(job.id, "setup", f"setup running on {running} of {len(seen.hosts)} hosts; "
+                                 "the program launches once it is done on every host")
         # What the hosts said as it started (running; done where it already was): decide waits
         # for it, or launches now.
         return done(Observation(slice=SliceCondition.READY, setup=seen.hosts, setup_error=seen.error,

@@ -18,6 +18,11 @@ from tpujob.reconcile.policy import Policy
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, EndReason, State
 
+# How long past the setup timeout a sweep waits for the hosts' own word on a setup that ran over
+# (setup.sh ends it at the timeout and says so) before ending the attempt without it: as long
+# as a step's SSH round waits past its timeout (hosts/program.SETUP_GRACE).
+SETUP_ANSWER_GRACE_SECONDS = 30.0
+
 
 class SliceCondition(str, Enum):
     ABSENT = "ABSENT"  # no node and no queued resource by the attempt's name
@@ -397,9 +402,12 @@ def _setting_up(job, obs, policy):
     if job.unhealthy_seconds is not None and job.unhealthy_seconds > policy.unhealthy_grace_seconds:
         # Marked by act when setup could not reach a host: one that died there never answers.
         return _lost(job, policy, f"hosts unreachable during setup for {job.unhealthy_seconds:.0f} s")
-    if job.in_state_seconds > policy.setup_timeout(job.hosts):
-        return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup still running after "
-                       f"{job.in_state_seconds / 60:.0f} min", EndReason.SETUP_FAILED)
+    # The hosts end a setup at its timeout themselves (setup.sh) and say so: this is the
+    # backstop for hosts that never do, so it waits for their answer a while longer.
+    if job.in_state_seconds > policy.setup_timeout(job.hosts) + SETUP_ANSWER_GRACE_SECONDS:
+        took = job.in_state_seconds
+        return _failed(job, policy, AttemptEnd.SETUP_FAILED, "setup still running after "
+                       + (f"{took:.0f} s" if took < 120 else f"{took / 60:.0f} min"), EndReason.SETUP_FAILED)
     return _setup_under_way(job, obs.setup, obs.setup_cache)
 
 
