@@ -4,7 +4,7 @@ import pytest
 
 from tpujob.hosts.bad_host import SIGNATURES, bad_host_line
 from tpujob.hosts.program import HostStatus
-from tpujob.reconcile.decide import Program
+from tpujob.reconcile.observation import Program
 from tpujob.service.hostops import _status
 
 # The wordings as their sources quote them (/work/shared/facts/operations.md).

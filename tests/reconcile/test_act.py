@@ -7,7 +7,9 @@ from test_sweep import Hosts, add_job, cloud_for, spec, store  # noqa: F401 - fi
 
 from tpujob.errors import SetupFailed, StockoutError
 from tpujob.reconcile.act import Actor
-from tpujob.reconcile.decide import Launch, Move, SetUp, Setup, SliceCondition, StartAttempt, decide
+from tpujob.reconcile.actions import Launch, Move, SetUp, StartAttempt
+from tpujob.reconcile.decide import decide
+from tpujob.reconcile.observation import Setup, SliceCondition
 from tpujob.reconcile.sweep import Reconciler
 from tpujob.store.states import State
 

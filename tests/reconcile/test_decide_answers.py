@@ -15,9 +15,9 @@ from tpujob.errors import (
     CloudRefused, LocationDenied, PermissionDenied, QuotaExceeded, ReservationUnavailable, SlicePreempted,
     StockoutError,
 )
-from tpujob.reconcile.decide import (
-    Count, DeleteSlice, EndAttempt, JobView, Move, Observation, Policy, SliceCondition, StartAttempt, decide,
-)
+from tpujob.reconcile.actions import Count, DeleteSlice, EndAttempt, Move, StartAttempt
+from tpujob.reconcile.decide import Policy, decide
+from tpujob.reconcile.observation import JobView, Observation, SliceCondition
 from tpujob.reconcile.observe import Observer, refusal_of
 from tpujob.reconcile.placement import blocked
 from tpujob.store.states import EndReason, State

@@ -3,10 +3,9 @@ and a known bad-host line ending the attempt `bad_host` (its own budget, a new s
 
 import pytest
 
-from tpujob.reconcile.decide import (
-    Count, DeleteSlice, EndAttempt, HostObservation, JobView, MarkUnhealthy, Move, Observation, Policy, Program,
-    SliceCondition, StartAttempt, StopProgram, decide,
-)
+from tpujob.reconcile.actions import Count, DeleteSlice, EndAttempt, MarkUnhealthy, Move, StartAttempt, StopProgram
+from tpujob.reconcile.decide import Policy, decide
+from tpujob.reconcile.observation import HostObservation, JobView, Observation, Program, SliceCondition
 from tpujob.reconcile.deaths import exit_meaning
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import EndReason, State, TRANSITIONS

@@ -4,10 +4,11 @@ waiting on it."""
 
 import pytest
 
-from tpujob.reconcile.decide import (
-    ClearUnhealthy, Count, DeleteSlice, EndAttempt, JobView, Launch, Move, Observation, Policy, SetUp, Setup,
-    SliceCondition, StopProgram, decide,
+from tpujob.reconcile.actions import (
+    ClearUnhealthy, Count, DeleteSlice, EndAttempt, Launch, Move, SetUp, StopProgram,
 )
+from tpujob.reconcile.decide import Policy, decide
+from tpujob.reconcile.observation import JobView, Observation, Setup, SliceCondition
 from tpujob.store.states import EndReason, State
 
 P = Policy(max_preemptions=2, max_failures=1, max_nan=1, backoff_seconds=10, max_capacity_retries=3)

@@ -4,10 +4,9 @@ counted as a preemption and never re-created (as an unreachable host would be)."
 
 import pytest
 
-from tpujob.reconcile.decide import (
-    DeleteSlice, EndAttempt, HostObservation, JobView, MarkUnhealthy, Move, Observation, Policy, Program,
-    SetUp, SliceCondition, decide,
-)
+from tpujob.reconcile.actions import DeleteSlice, EndAttempt, MarkUnhealthy, Move, SetUp
+from tpujob.reconcile.decide import Policy, decide
+from tpujob.reconcile.observation import HostObservation, JobView, Observation, Program, SliceCondition
 from tpujob.store.states import AttemptEnd, EndReason, State, is_legal
 
 P = Policy(max_preemptions=20, max_failures=3, max_nan=1, backoff_seconds=10, unhealthy_grace_seconds=120)

@@ -13,7 +13,7 @@ from tpujob import spec as spec_mod
 from tpujob.cloud.base import Slice, SlicePhase
 from tpujob.errors import CloudError
 from tpujob.job_spec import spec_of
-from tpujob.reconcile.decide import HostObservation, Program, Setup, SetupSeen, SliceCondition
+from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen, SliceCondition
 from tpujob.reconcile.sweep import Reconciler
 
 PROJECT = "tpujob-sweep"

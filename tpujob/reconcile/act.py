@@ -25,10 +25,11 @@ from tpujob.faults import crash_point
 from tpujob.job_spec import spec_of
 from tpujob.names import slice_labels
 from tpujob.reconcile import placement as placing
-from tpujob.reconcile.decide import (
-    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, Launch, MarkUnhealthy, Move, Observation,
-    ResetCount, Setup, SetUp, SliceCondition, StartAttempt, StopProgram,
+from tpujob.reconcile.actions import (
+    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, Launch, MarkUnhealthy, Move, ResetCount,
+    SetUp, StartAttempt, StopProgram,
 )
+from tpujob.reconcile.observation import Observation, Setup, SliceCondition
 from tpujob.reconcile.observe import PHASES, HostOps, refusal_of
 from tpujob.reconcile.policy import placements, runtime_version, slice_network
 from tpujob.store.models import Attempt, Job

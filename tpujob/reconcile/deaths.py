@@ -8,7 +8,7 @@ import signal
 from typing import TYPE_CHECKING, Optional, Sequence
 
 if TYPE_CHECKING:
-    from tpujob.reconcile.decide import HostObservation
+    from tpujob.reconcile.observation import HostObservation
 
 
 def exit_meaning(code: Optional[int]) -> str:

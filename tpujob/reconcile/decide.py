@@ -9,11 +9,17 @@ decision, never as a move of act's own. So the whole policy is one table-tested 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import Optional
 
+from tpujob.reconcile.actions import (
+    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, Launch, MarkUnhealthy, Move, ResetCount,
+    SetUp, StartAttempt, StopProgram,
+)
 from tpujob.reconcile.maintenance import maintenance_reason
 from tpujob.reconcile.deaths import exit_meaning, first_died
+from tpujob.reconcile.observation import (
+    HostObservation, JobView, Observation, Program, Setup, SliceCondition,
+)
 from tpujob.reconcile.policy import Policy
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, EndReason, State
@@ -22,195 +28,6 @@ from tpujob.store.states import AttemptEnd, EndReason, State
 # (setup.sh ends it at the timeout and says so) before ending the attempt without it: as long
 # as a step's SSH round waits past its timeout (hosts/program.SETUP_GRACE).
 SETUP_ANSWER_GRACE_SECONDS = 30.0
-
-
-class SliceCondition(str, Enum):
-    ABSENT = "ABSENT"  # no node and no queued resource by the attempt's name
-    WAITING = "WAITING"  # queued resource accepted, waiting for capacity
-    PROVISIONING = "PROVISIONING"  # capacity found, node being created
-    READY = "READY"
-    LOST = "LOST"  # preempted, terminated, queued resource FAILED or SUSPENDED
-    STOCKOUT = "STOCKOUT"  # the create was refused for capacity
-    REFUSED = "REFUSED"  # the create was refused for good: bad request, permission, missing snapshot
-    NO_QUOTA = "NO_QUOTA"  # the create was refused because a resource quota is spent
-    UNAVAILABLE = "UNAVAILABLE"  # the create was refused: the zone does not offer the accelerator
-
-
-class Program(str, Enum):
-    RUNNING = "running"
-    EXITED = "exited"
-    MISSING = "missing"  # no trace of a launch on the host (fresh host, or wiped)
-    UNREACHABLE = "unreachable"
-    REFUSED = "refused"  # the host answered SSH but refused tpujob's key: waiting cannot help
-
-
-class Setup(str, Enum):
-    """An attempt's setup on one host: it runs detached (as the program does), and the sweep
-    moves the job on once every host's is DONE."""
-    ABSENT = "absent"  # not started on this host (or never reached it)
-    RUNNING = "running"
-    DONE = "done"  # its marker (setup.done) is there
-    UNREACHABLE = "unreachable"  # the host did not answer: setting up again sorts it out
-
-
-@dataclass(frozen=True)
-class SetupSeen:
-    """What the hosts said of an attempt's setup (tpujob.service.hostops): each host's state,
-    and where one failed or refused tpujob's key, why (what becomes the attempt's cause)."""
-    hosts: tuple[Setup, ...]
-    error: Optional[str] = None
-    refused: Optional[str] = None
-    cache: Optional[str] = None  # the setup cache's hit or miss, in words (None: no cache)
-
-
-@dataclass(frozen=True)
-class HostObservation:
-    program: Program
-    exit_code: Optional[int] = None
-    step: Optional[int] = None  # the runtime contract's heartbeat, where the program keeps one
-    total: Optional[int] = None  # ... and the step it runs to, where the heartbeat says
-    resumed_from: Optional[int] = None
-    refusal: Optional[str] = None  # REFUSED: why, and the fix (service.hostops words it)
-    # Where the program ended without a word of its own (a non-zero exit, or gone without an
-    # exit code): when it ended (to tell the host that died first), its last log lines (bounded
-    # and masked, hosts/failure.py) and the known bad-host line among them (hosts/bad_host.py).
-    ended_at: Optional[float] = None
-    said: Optional[str] = None
-    bad_host: Optional[str] = None
-    log_age: Optional[float] = None  # seconds since the program's log last grew
-    progress_age: Optional[float] = None  # seconds since the heartbeat's step or phase moved
-
-
-@dataclass(frozen=True)
-class Observation:
-    slice: SliceCondition
-    hosts: tuple[HostObservation, ...] = ()  # observed only when the slice is READY and a program was launched
-    last_step: Optional[int] = None  # from the runtime's status/heartbeat, when known
-    setup_error: Optional[str] = None  # the setup script failed on a host (not a connection error)
-    # Since the node's own createTime: the provisioning phase alone, not the queue wait before it.
-    # None while no node exists (a queued resource that has not created it yet).
-    provisioning_seconds: Optional[float] = None
-    refusal: Optional[str] = None  # the cloud's word on a REFUSED, NO_QUOTA or UNAVAILABLE create
-    # The current attempt's run dir on GCS, only for a RUNNING job whose spec has one (files an
-    # earlier attempt left are not this one's: the sweep leaves them out).
-    run_dir: Optional[RunDirStatus] = None
-    launched: Optional[int] = None  # act just launched the program on this many hosts
-    # How far a NO_QUOTA or UNAVAILABLE refusal reaches: "zone" (a zonal quota, LOCATION_POLICY_
-    # VIOLATED), "region"; None: a quota counts as regional, a placement as (accelerator, zone).
-    scope: Optional[str] = None
-    holds_slice: bool = False  # the refused slice holds quota until deleted (a FAILED queued resource)
-    ssh_refused: Optional[str] = None  # setup met hosts refusing tpujob's SSH key: why, and the fix
-    # Node.health, its description and symptoms, and Node.upcomingMaintenance's window: seconds until it
-    # opens (<= 0: open) and its type (SCHEDULED, UNSCHEDULED), from the zone's one list call.
-    health: Optional[str] = None
-    health_detail: str = ""
-    maintenance_in_seconds: Optional[float] = None
-    maintenance_type: str = ""
-    # SETTING_UP: each host's setup, where it was observed (empty: not observed). A failed one
-    # is a setup_error, its cause in words.
-    setup: tuple[Setup, ...] = ()
-    setup_cache: Optional[str] = None  # the setup cache's hit or miss, in words, once setup is done
-
-
-@dataclass(frozen=True)
-class JobView:
-    state: State
-    attempt: int
-    preemptions: int
-    failures: int
-    nan_restarts: int
-    hosts: int
-    in_state_seconds: float  # since the last state change
-    unhealthy_seconds: Optional[float] = None  # since the slice was first seen unhealthy
-    placements: int = 1  # the primary placement plus tpu.fallback entries
-    placement: int = 0  # the current one's index
-    regions: tuple[str, ...] = ()  # each placement's region, by index (empty: not needed)
-    zones: tuple[str, ...] = ()  # each placement's zone, by index (empty: not needed)
-    blocked_placements: frozenset[int] = frozenset()  # refused for good (reconcile.placement.blocked)
-    keep_slice: bool = False
-    reuse_slice: bool = False  # RECOVERING after a program failure: the slice itself is fine
-    job_id: int = 0  # seeds the backoff's jitter
-    capacity_misses: int = 0  # capacity misses in a row, since a slice last came up READY
-    flaps: int = 0  # preemptions in a row after runs shorter than min_run_seconds
-    last_end: Optional[AttemptEnd] = None  # the current attempt's end reason, once it ended
-    bad_hosts: int = 0  # attempts ended bad_host
-    hangs: int = 0
-
-
-# --- actions ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Action:
-    pass
-
-
-@dataclass(frozen=True)
-class StartAttempt(Action):
-    """Open attempt N+1: create its slice (name derived from job id + N+1) and move to
-    PROVISIONING, or, with reuse_slice, keep the current healthy slice and move to SETTING_UP."""
-    next_placement: bool = False  # move on to the next placement (cycling back to the primary)
-    reuse_slice: bool = False
-
-
-@dataclass(frozen=True)
-class CreateSlice(Action):
-    """(Re-)issue the create of the current attempt's slice; an existing one is adopted."""
-
-
-@dataclass(frozen=True)
-class DeleteSlice(Action):
-    """Delete the current attempt's node and queued resource (they hold quota)."""
-
-
-@dataclass(frozen=True)
-class SetUp(Action):
-    """Prepare every host (disks, buckets, sync) and start its setup, detached: decide launches
-    the program (Launch) once a later observation finds setup done on every host."""
-
-
-@dataclass(frozen=True)
-class Launch(Action):
-    """Start the program on every host, once setup is done on each (`cache`: the setup cache's
-    hit or miss, for the attempt's record)."""
-    cache: Optional[str] = None
-
-
-@dataclass(frozen=True)
-class StopProgram(Action):
-    stacks: bool = False  # first ask every host for its Python stacks and keep them (a hang)
-
-
-@dataclass(frozen=True)
-class EndAttempt(Action):
-    reason: AttemptEnd
-
-
-@dataclass(frozen=True)
-class Count(Action):
-    counter: str  # "preemptions" | "failures" | "nan_restarts" | "capacity_misses"
-
-
-@dataclass(frozen=True)
-class ResetCount(Action):
-    """Set a counter back to 0 with the next Move (capacity misses, once a slice is READY)."""
-    counter: str
-
-
-@dataclass(frozen=True)
-class Move(Action):
-    to: State
-    message: str
-    reason: Optional[EndReason] = None
-
-
-@dataclass(frozen=True)
-class MarkUnhealthy(Action):
-    pass
-
-
-@dataclass(frozen=True)
-class ClearUnhealthy(Action):
-    pass
 
 
 # --- the decision -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from tpujob.cloud.base import Cloud, Slice, SlicePhase
 from tpujob.errors import (
     LocationDenied, PlacementUnavailable, QuotaExceeded, SlicePreempted, StockoutError, TpujobError,
 )
-from tpujob.reconcile.decide import HostObservation, Observation, SetupSeen, SliceCondition
+from tpujob.reconcile.observation import HostObservation, Observation, SetupSeen, SliceCondition
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from tpujob.store.states import AttemptEnd
 
 if TYPE_CHECKING:
-    from tpujob.reconcile.decide import JobView
+    from tpujob.reconcile.observation import JobView
     from tpujob.spec import ResolvedSpec
 
 

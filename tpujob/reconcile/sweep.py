@@ -19,7 +19,8 @@ from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.act import Actor, Outcome
-from tpujob.reconcile.decide import JobView, decide
+from tpujob.reconcile.decide import decide
+from tpujob.reconcile.observation import JobView
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices
 from tpujob.reconcile.policy import Policy, placements, policy_of
 from tpujob.store.models import Job

@@ -27,7 +27,7 @@ from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
-from tpujob.reconcile.decide import HostObservation, Program, Setup, SetupSeen
+from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
 from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
 from tpujob.spec import ResolvedSpec

@@ -1,4 +1,4 @@
-"""Each host's setup of an attempt as decide sees it (reconcile.decide.SetupSeen): its state,
+"""Each host's setup of an attempt as decide sees it (reconcile.observation.SetupSeen): its state,
 and where one failed, the cause in the host's own words (hosts.failure), bounded and redacted."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from tpujob.hosts import program
 from tpujob.hosts.failure import cause, said
 from tpujob.hosts.fanout import HostResult
-from tpujob.reconcile.decide import Setup, SetupSeen
+from tpujob.reconcile.observation import Setup, SetupSeen
 from tpujob.service import setup_cache
 
 _STATES = {"absent": Setup.ABSENT, "running": Setup.RUNNING, "done": Setup.DONE,

@@ -1,0 +1,83 @@
+"""What decide returns and act carries out, in order, under the job's lease: every state move a
+sweep makes is a Move (or a StartAttempt) among these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from tpujob.store.states import AttemptEnd, EndReason, State
+
+
+@dataclass(frozen=True)
+class Action:
+    pass
+
+
+@dataclass(frozen=True)
+class StartAttempt(Action):
+    """Open attempt N+1: create its slice (name derived from job id + N+1) and move to
+    PROVISIONING, or, with reuse_slice, keep the current healthy slice and move to SETTING_UP."""
+    next_placement: bool = False  # move on to the next placement (cycling back to the primary)
+    reuse_slice: bool = False
+
+
+@dataclass(frozen=True)
+class CreateSlice(Action):
+    """(Re-)issue the create of the current attempt's slice; an existing one is adopted."""
+
+
+@dataclass(frozen=True)
+class DeleteSlice(Action):
+    """Delete the current attempt's node and queued resource (they hold quota)."""
+
+
+@dataclass(frozen=True)
+class SetUp(Action):
+    """Prepare every host (disks, buckets, sync) and start its setup, detached: decide launches
+    the program (Launch) once a later observation finds setup done on every host."""
+
+
+@dataclass(frozen=True)
+class Launch(Action):
+    """Start the program on every host, once setup is done on each (`cache`: the setup cache's
+    hit or miss, for the attempt's record)."""
+    cache: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class StopProgram(Action):
+    stacks: bool = False  # first ask every host for its Python stacks and keep them (a hang)
+
+
+@dataclass(frozen=True)
+class EndAttempt(Action):
+    reason: AttemptEnd
+
+
+@dataclass(frozen=True)
+class Count(Action):
+    counter: str  # "preemptions" | "failures" | "nan_restarts" | "capacity_misses"
+
+
+@dataclass(frozen=True)
+class ResetCount(Action):
+    """Set a counter back to 0 with the next Move (capacity misses, once a slice is READY)."""
+    counter: str
+
+
+@dataclass(frozen=True)
+class Move(Action):
+    to: State
+    message: str
+    reason: Optional[EndReason] = None
+
+
+@dataclass(frozen=True)
+class MarkUnhealthy(Action):
+    pass
+
+
+@dataclass(frozen=True)
+class ClearUnhealthy(Action):
+    pass
