@@ -11,7 +11,6 @@ import base64
 import contextlib
 import hashlib
 import json
-import re
 import threading
 import time
 from dataclasses import replace
@@ -20,8 +19,6 @@ from typing import Callable, Optional
 
 from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.hosts import program
-from tpujob.hosts.bad_host import bad_host_line
-from tpujob.hosts.failure import cause, last_lines, redact, said
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
@@ -29,7 +26,7 @@ from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
-from tpujob.service import disks, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
+from tpujob.service import disks, host_answers, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
 from tpujob.spec import ResolvedSpec
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
@@ -240,24 +237,25 @@ class SshHostOps:
                 from tpujob.hosts.sync import sync
 
                 self._renew_lease(job)
-                _step_ok(sync(group, Path(spec.sync_path), sync_dir(job.id),
-                              progress=self._progress("sync"), timeout=SYNC_TIMEOUT), "sync", hidden)
+                synced = sync(group, Path(spec.sync_path), sync_dir(job.id), progress=self._progress("sync"),
+                              timeout=SYNC_TIMEOUT)
+                host_answers.step_ok(synced, "sync", hidden)
             runtime = spec.spec.run.runtime
             if runtime is not None:  # the bundled runtime travels like user code
                 from tpujob.hosts.sync import sync
 
                 bundle = runtime_bundle.build(self.ctx.settings.home, job.id, runtime)
                 self._renew_lease(job)
-                _step_ok(sync(group, bundle, runtime_bundle_dir(job.id),
-                              progress=self._progress("runtime upload"), timeout=SYNC_TIMEOUT),
-                         "runtime upload", hidden)
+                uploaded = sync(group, bundle, runtime_bundle_dir(job.id), progress=self._progress("runtime upload"),
+                                timeout=SYNC_TIMEOUT)
+                host_answers.step_ok(uploaded, "runtime upload", hidden)
             self.check_disks(job, attempt)  # a reused slice may lack one: say so before mounting
             script = mounts.mount_script(spec, job.id)  # disks and buckets, before setup
             if script:
                 self._renew_lease(job)
                 results = group.run(as_command(script, "tpujob-mount"), log_paths=log_of, timeout=timeout,
                                     fail_fast=True, progress=self._progress("mount"))
-                _setup_ok(results, "mount", timeout, hidden)
+                host_answers.setup_ok(results, "mount", timeout, hidden)
             self._renew_lease(job)
             modules, packages = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
                                  else ((), ()))
@@ -302,7 +300,7 @@ class SshHostOps:
                                          progress=self._progress("launch"))
         except SshAuthRefused as exc:
             raise SshAuthRefused(self.login(job, slice_).refusal(str(exc))) from exc
-        _step_ok(results, "launch", tuple(values.values()))
+        host_answers.step_ok(results, "launch", tuple(values.values()))
 
     def setup_status(self, job, attempt, slice_) -> SetupSeen:
         """Each host's setup of the attempt, as the sweep observes it (one SSH round)."""
@@ -335,9 +333,9 @@ class SshHostOps:
         holding the TPU. A host still held is launched on anyway: its program then fails with
         libtpu's own words, a bad host (decide replaces the slice)."""
         results = program.clean(group, host_attempt, log_paths=log_of)
-        _step_ok(results, "clean", hidden)
+        host_answers.step_ok(results, "clean", hidden)
         for r in results:
-            said_ = _clean_report(r.output)
+            said_ = host_answers.clean_report(r.output)
             if said_:
                 self.ctx.store.add_event(job.id, "hosts", f"cleaned host {r.index}: {said_}")
 
@@ -375,7 +373,7 @@ class SshHostOps:
         except TpujobError:
             return tuple(HostObservation(Program.UNREACHABLE) for _ in slice_.hosts)
         hidden = _secret_values(job) if any(s.log_tail for s in statuses) else ()
-        observed = tuple(_status(s, hidden) for s in statuses)
+        observed = tuple(host_answers.observation_of(s, hidden) for s in statuses)
         refused = next((s for s in statuses if s.state == "refused"), None)
         if refused is None:
             return observed
@@ -466,78 +464,3 @@ def _secret_values(job) -> tuple[str, ...]:
         return tuple(secrets.resolve(spec_of(job).spec.secrets).values())
     except ConfigError:
         return ()
-
-
-def _clean_report(output: str) -> str:
-    """clean.sh's JSON line in words: "ended pids 12, 13; pid 14 still holds the TPU"."""
-    lines = [line for line in output.splitlines() if line.startswith("{")]
-    try:
-        data = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        return ""
-    parts = []
-    if data.get("ended"):
-        parts.append("ended pid" + ("s " if len(data["ended"]) > 1 else " ") + ", ".join(map(str, data["ended"])))
-    if data.get("held"):
-        parts.append("the TPU is still held by pid" + ("s " if len(data["held"]) > 1 else " ")
-                     + ", ".join(map(str, data["held"])))
-    return "; ".join(parts)
-
-
-# A native stack frame as abseil's failure signal handler prints it after "*** Check failure
-# stack trace: ***" (`    @     0x7fec876e9f6a  xla::...Connect()`): dozens of them would fill a
-# dead program's last lines, pushing out the F-line above them that says why it aborted.
-_NATIVE_FRAME = re.compile(r"^[ \t]*@[ \t]+0x[0-9a-fA-F]+\b.*\n?", re.M)
-
-
-def _status(s, hidden: tuple[str, ...] = ()) -> HostObservation:
-    # A dead program's log: its last lines (native stack frames left out), bounded and masked
-    # like a setup step's cause.
-    tail = dict(ended_at=s.ended_at, said=last_lines(_NATIVE_FRAME.sub("", s.log_tail), hidden) or None,
-                bad_host=redact(line, hidden) if (line := bad_host_line(s.log_tail)) else None) \
-        if s.log_tail or s.ended_at is not None else {}
-    if s.state == "running":
-        return HostObservation(Program.RUNNING, step=s.step, total=s.total, resumed_from=s.resumed_from,
-                               log_age=s.log_age, progress_age=s.progress_age)
-    if s.state == "exited":
-        return HostObservation(Program.EXITED, s.exit_code, step=s.step, total=s.total,
-                               resumed_from=s.resumed_from, **tail)
-    if s.state == "unreachable":
-        return HostObservation(Program.UNREACHABLE)
-    if s.state == "refused":
-        return HostObservation(Program.REFUSED)
-    return HostObservation(Program.MISSING, **tail)  # absent or lost: no program where one was launched
-
-
-def _connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
-    """A host that could not be reached is not a setup failure: the sweep retries later. One
-    that answered and refused tpujob's key is neither: SshAuthRefused (the job ends)."""
-    for r in results:
-        if r.auth_refused:
-            raise SshAuthRefused(f"{what} on host {r.index}: {r.error}")
-    for r in results:
-        if r.exit_code is None:
-            raise HostsUnreachable(f"{what} on host {r.index}: {cause(r, hidden)}")
-
-
-def _step_ok(results, what: str, hidden: tuple[str, ...]) -> None:
-    """Sync, setup, launch: a host that could not be reached is retried by a later sweep; one
-    where the step failed (an upload that could not be unpacked on a full disk, say) fails the
-    attempt's setup, saying why."""
-    _connection_ok(results, what, hidden)
-    failed = [r for r in results if not r.ok]
-    if failed:
-        raise SetupFailed(f"{what} on host {failed[0].index}: {cause(failed[0], hidden)}")
-
-
-def _setup_ok(results, what: str, timeout: float, hidden: tuple[str, ...]) -> None:
-    """Mount and setup: a host that timed out or failed fails the attempt's setup (clearly
-    saying which); one that could not be reached at all is retried by a later sweep."""
-    for r in results:
-        if r.timed_out or r.exit_code == program.TIMED_OUT:
-            last = said(r, hidden)
-            raise SetupFailed(f"{what} on host {r.index} timed out after {timeout:.0f}s "
-                              f"(the job's setup timeout for {len(results)} hosts)"
-                              + (f": {last}" if last else ""))
-    _step_ok(results, what, hidden)
-
