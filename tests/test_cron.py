@@ -49,7 +49,14 @@ def test_line_carries_absolute_paths_and_settings(tpujob_home, monkeypatch):
     words = shlex.split(e.command)
     assert words[:3] == [f"TPUJOB_HOME={home}", "TPUJOB_DB_URL=postgresql://u@db/tpujob", "TPUJOB_CLOUD=gcp"]
     assert words[3:8] == ["/usr/bin/flock", "-n", str(home / "requeue.lock"), "/opt/py env/bin/python", "-m"]
+    # The sweep follows the setups it starts for most of the interval (the lock then free again).
+    assert words[8:12] == ["tpujob.cli.main", "requeue", "--settle", "480"]
     assert words[-3:] == [">>", str(home / "logs" / "requeue.log"), "2>&1"]
+
+
+@pytest.mark.parametrize("every, settle", [("1m", 48.0), ("5m", 240.0), ("20m", 900.0), ("2h", 900.0)])
+def test_a_cron_sweep_follows_setups_for_most_of_its_interval(every, settle):
+    assert cron.settle_seconds(every) == settle
 
 
 def test_line_carries_every_setting_the_sweep_reads(tpujob_home, monkeypatch):
@@ -86,7 +93,8 @@ def test_install_is_idempotent_remove_keeps_other_lines(crontab, tpujob_home):
     cron.install("15m")
     lines = cron.read_crontab().splitlines()
     assert lines[0] == OTHER and len(lines) == 2 and lines[1].startswith("*/15 ")
-    assert cron.installed() == lines[1] and first.command in lines[1]
+    # The same command but for the interval's settle time (of 15 minutes, not 5).
+    assert cron.installed() == lines[1] and first.command.replace("--settle 240", "--settle 720") in lines[1]
     assert cron.remove() is True
     assert cron.read_crontab().splitlines() == [OTHER]
     assert cron.remove() is False and cron.installed() is None

@@ -16,6 +16,8 @@ def _print_report(report) -> None:
     # Dated: cron appends these lines to requeue.log, read the morning after.
     line = (f"{render.iso(time.time())} sweep: {report.jobs_seen} active, {report.jobs_acted} acted on, {report.skipped_locked} locked "
             f"elsewhere, {report.api_calls} API calls, {report.seconds:.2f} s")
+    if report.setups_followed:
+        line += (f"; followed {report.setups_followed} setup(s), {report.setups_ended} ended within --settle")
     typer.echo(line)
     for error in report.errors:
         typer.echo(f"  {error}", err=True)
@@ -26,11 +28,14 @@ def register(app: typer.Typer) -> None:
     def requeue(jobs_: Optional[List[str]] = typer.Argument(None, metavar="[JOB]...",
                                                             help="Jobs to sweep (default: every active job)."),
                 all_: bool = typer.Option(False, "--all", help="Every active job (the default)."),
+                settle: float = typer.Option(0.0, "--settle", min=0.0, help=(
+                    "Then follow the setups the sweep left running, for up to this many seconds, "
+                    "and launch each program as its setup ends (the cron line sets it).")),
                 json_out: bool = typer.Option(False, "--json")):
         """One sweep: observe every active job's slice, re-create what was preempted, record it all."""
         from tpujob.service import sweeps
 
-        report = sweeps.requeue(_ctx(), None if all_ else jobs_)
+        report = sweeps.requeue(_ctx(), None if all_ else jobs_, settle=settle)
         if json_out:
             render.print_json(report.__dict__)
         else:

@@ -55,6 +55,10 @@ class SweepReport:
     api_calls: int = 0
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
+    # `requeue --settle`: jobs this sweep left setting up, swept again until their setup
+    # ended; and how many of them were past it (launched, or failed) before the time ran out.
+    setups_followed: int = 0
+    setups_ended: int = 0
 
 
 class Reconciler:

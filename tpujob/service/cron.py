@@ -22,6 +22,8 @@ from tpujob.errors import ConfigError, UsageError
 
 MARKER = "# tpujob-requeue home="
 FLOCK = "/usr/bin/flock"
+# The longest a cron sweep follows setups (`requeue --settle`): the default setup timeout.
+SETTLE_MAX_SECONDS = 15 * 60
 # What the sweep reads from the environment and cron's lacks, written into the line when set in
 # the installing shell: every setting (tpujob.settings: TPUJOB_CLOUD, TPUJOB_SSH_USER, ...), the
 # emulator's directory, the lease length, the sweep's workers and the notification timeout.
@@ -54,6 +56,14 @@ def schedule_of(every: str) -> str:
     raise UsageError(f"--every must be 1m-59m or 1h-23h, not {every!r}")
 
 
+def settle_seconds(every: str) -> float:
+    """How long a cron sweep follows the setups it started (`requeue --settle`): most of the
+    interval, so that the program starts as its setup ends, not a whole interval later; never
+    so long that the next run finds the lock still held (`flock -n` would skip it)."""
+    minutes = int(re.fullmatch(r"\s*(\d+)\s*([mh])\s*", every).group(1)) * (60 if every.strip().endswith("h") else 1)
+    return float(min(0.8 * minutes * 60, SETTLE_MAX_SECONDS))
+
+
 def entry(every: str = "5m", *, python: Optional[str] = None, environ: Optional[dict] = None) -> CronEntry:
     """The crontab line for this store, built from the installing process's settings."""
     environ = os.environ if environ is None else environ
@@ -67,9 +77,9 @@ def entry(every: str = "5m", *, python: Optional[str] = None, environ: Optional[
         if "%" in text or "\n" in text:
             raise ConfigError(f"cannot put {text!r} in a crontab line (it holds % or a newline)")
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
-    command = (f"{env} {FLOCK} -n {shlex.quote(str(lock_path))} {shlex.quote(python)} -m tpujob.cli.main "
-               f"requeue >> {shlex.quote(str(log_path))} 2>&1")
     schedule = schedule_of(every)
+    command = (f"{env} {FLOCK} -n {shlex.quote(str(lock_path))} {shlex.quote(python)} -m tpujob.cli.main "
+               f"requeue --settle {settle_seconds(every):g} >> {shlex.quote(str(log_path))} 2>&1")
     return CronEntry(line=f"{schedule} {command} {MARKER}{home}", schedule=schedule, command=command,
                      log_path=log_path, lock_path=lock_path)
 

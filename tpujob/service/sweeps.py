@@ -53,14 +53,38 @@ def sweep_workers() -> int:
 MAX_SWEEP_WORKERS = 256
 
 
-def requeue(ctx: Context, job_refs: Optional[list[str]] = None):
-    """One sweep over the given jobs (all active ones when none are given)."""
+def requeue(ctx: Context, job_refs: Optional[list[str]] = None, *, settle: float = 0.0):
+    """One sweep over the given jobs (all active ones when none are given). With `settle`, the
+    jobs it leaves setting up are swept again, those alone, until their setup has ended or
+    `settle` seconds have passed: a setup runs detached on the hosts, and from cron the program
+    would otherwise start only at the next run, minutes after its setup ended."""
     from tpujob.service.notify import deliver_quietly
 
     ids = None if not job_refs else [ctx.store.find(ref).id for ref in job_refs]
-    report = reconciler(ctx).sweep(ids)
+    rec = reconciler(ctx)
+    report = rec.sweep(ids)
     deliver_quietly(ctx)  # the moves this sweep (or another) committed, told
+    if settle > 0:
+        _settle_setups(ctx, rec, report, ids, time.monotonic() + settle)
     return report
+
+
+def _settle_setups(ctx: Context, rec, report, ids: Optional[list[int]], deadline: float) -> None:
+    from tpujob.service.notify import deliver_quietly
+
+    def setting_up() -> list[int]:
+        return [j.id for j in ctx.store.list_jobs(states=[State.SETTING_UP]) if ids is None or j.id in ids]
+
+    poll = 0.5 if ctx.settings.cloud == "local" else 5.0
+    followed = setting_up()
+    report.setups_followed = len(followed)
+    waiting = followed
+    while waiting and time.monotonic() + poll < deadline:
+        time.sleep(poll)
+        rec.sweep(waiting)  # these jobs only: one listing of their zones, one SSH round each
+        deliver_quietly(ctx)
+        waiting = [i for i in setting_up() if i in followed]
+    report.setups_ended = len(followed) - len(waiting)
 
 
 def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: Optional[int] = None,
