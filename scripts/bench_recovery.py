@@ -2,7 +2,7 @@
 delay 0, hosts on): how long it takes, and where the time goes.
 
 1. Scale. For each N: N one-host v4-8 jobs (`setup: sleep 5`, a `sleep` program) are started and
-   run; then every slice is preempted at once and `tpujob requeue` runs back to back, as cron
+   run; then every slice is preempted at once and `tpujob requeue --settle 60` runs back to back, as cron
    would without its interval, until every job runs again on a new slice. Printed: the seconds
    from the preemption until all run again, the sweeps used, t(N)/t(1), and per job (medians)
    the seconds from the preemption to each phase the store's events record.
@@ -73,8 +73,14 @@ def all_running(ctx, attempt: int) -> bool:
     return all(j.state == "RUNNING" and j.attempt == attempt for j in ctx.store.list_jobs())
 
 
+# As the cron line runs it (service/cron.py): the sweep follows the setups it starts. 60 s:
+# the 80% of a one-minute cron interval, rounded up.
+SETTLE = "60"
+
+
 def requeue() -> None:
-    done = subprocess.run([sys.executable, "-m", "tpujob.cli.main", "requeue"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "tpujob.cli.main", "requeue", "--settle", SETTLE],
+                          capture_output=True, text=True)
     if done.returncode != 0 or "  job " in done.stderr:
         raise SystemExit(f"requeue failed ({done.returncode}): {done.stderr.strip()}")
 
@@ -264,7 +270,7 @@ def main() -> None:
 
 def _print_scale(rows: list[dict]) -> None:
     base = rows[0]["seconds"]
-    print(f"workers {os.environ.get('TPUJOB_SWEEP_WORKERS', 'default (16)')}; sweeps are `tpujob requeue` "
+    print(f"workers {os.environ.get('TPUJOB_SWEEP_WORKERS', 'default (16)')}; sweeps are `tpujob requeue --settle {SETTLE}` "
           "processes, back to back; `setup: sleep 5`, program `sleep`")
     head = "".join(f" {p:>16}" for p in PHASES)
     print(f"{'jobs':>5} {'all running s':>14} {'sweeps':>7} {'t(N)/t(' + str(rows[0]['jobs']) + ')':>9}  "
