@@ -69,3 +69,8 @@ def test_step_text_and_json():
     data = progress_of(900, 20000, series((0, 0), (300, 900))).to_json()
     assert data == {"step": 900, "total": 20000, "steps_per_second": 3.0, "rate_span_seconds": 300,
                     "seconds_left": 6367, "observed_at": 300, "fraction": 0.045}
+
+
+def test_a_run_at_its_total_estimates_no_time_left():
+    done = progress_of(30, 30, series((0, 0), (60, 30)))
+    assert describe(done) == "step 30/30 (100.0%), 0.5 steps/s over the last 1m"

@@ -108,7 +108,9 @@ def describe(p: Progress) -> str:
     parts = [f"step {step_text(p.step, p.total)}" + (f" ({p.fraction:.1%})" if p.fraction is not None else "")]
     if p.steps_per_second is not None:
         parts.append(f"{p.steps_per_second:.3g} steps/s over the last {duration_text(p.rate_span_seconds or 0)}")
-    if p.seconds_left is not None:
+    if p.total is not None and p.step >= p.total:
+        pass  # at its total: nothing left to estimate
+    elif p.seconds_left is not None:
         parts.append(f"about {duration_text(p.seconds_left)} left")
     elif p.total is not None and p.step is not None and p.step < p.total:
         parts.append("time left unknown until the step moves")
