@@ -191,7 +191,7 @@ CASES = [
       Move(State.RECOVERING, "unscheduled maintenance window is open: slice replaced before the program starts; "
                              "preemption 1 of 2 allowed; ran 0 s, under min_run_seconds (600): flap 1, next "
                              "attempt in 12 s")]),
-    ("host blip: mark, don't act", job(State.RUNNING), obs(SliceCondition.READY, GONE, RUN), [MarkUnhealthy()]),
+    ("host blip: mark, don't act", job(State.RUNNING), obs(SliceCondition.READY, GONE, RUN), [MarkUnhealthy("host 0 did not answer")]),
     ("host blip within grace", job(State.RUNNING, unhealthy_seconds=30), obs(SliceCondition.READY, GONE, RUN), []),
     ("host lost past grace", job(State.RUNNING, unhealthy_seconds=600, in_state_seconds=3600),
      obs(SliceCondition.READY, GONE, RUN),
@@ -327,7 +327,8 @@ RUN_DIR_CASES = [
     ("fresh heartbeat: healthy", job(State.RUNNING),
      with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(heartbeat_age=20)), []),
     ("stale heartbeat, a host unreachable: marked unhealthy, not a hang", job(State.RUNNING),
-     with_run(SliceCondition.READY, RUN, GONE, run=RunDirStatus(heartbeat_age=900)), [MarkUnhealthy()]),
+     with_run(SliceCondition.READY, RUN, GONE, run=RunDirStatus(heartbeat_age=900)),
+     [MarkUnhealthy("host 1 did not answer; heartbeat 900 s old")]),
     ("stale heartbeat within grace: wait", job(State.RUNNING, unhealthy_seconds=30),
      with_run(SliceCondition.READY, RUN, OK, run=RunDirStatus(heartbeat_age=900)), []),
     ("stale heartbeat past grace, a host exited: new slice", job(State.RUNNING, unhealthy_seconds=200, in_state_seconds=3600),

@@ -62,7 +62,8 @@ CASES = [
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "hosts unreachable or program missing for 600 s; host 1's program ended without an "
                              "exit code: Killed; preemption 1 of 2 allowed, next attempt now")]),
-    ("lost, first seen", job(), ready(RUN, HostObservation(Program.MISSING, said="Killed")), [MarkUnhealthy()]),
+    ("lost, first seen", job(), ready(RUN, HostObservation(Program.MISSING, said="Killed")),
+     [MarkUnhealthy("host 1 has no program")]),
     # After a bad host: no backoff (not the program's fault) and never the same slice again.
     ("recovering after a bad host: a new slice at once",
      job(State.RECOVERING, in_state_seconds=0.0, last_end="bad_host"), Observation(SliceCondition.LOST),

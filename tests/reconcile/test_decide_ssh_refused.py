@@ -39,7 +39,7 @@ CASES = [
      Observation(slice=SliceCondition.READY, hosts=(REFUSED, REFUSED)), ENDS + [DeleteSlice()]),
     # An unreachable host is still what it was: marked, re-checked, replaced after the grace.
     ("running, a host unreachable: marked, not failed", job(State.RUNNING),
-     Observation(slice=SliceCondition.READY, hosts=(RUN, GONE)), [MarkUnhealthy()]),
+     Observation(slice=SliceCondition.READY, hosts=(RUN, GONE)), [MarkUnhealthy("host 1 did not answer")]),
     ("setting up without a refusal goes on", job(State.SETTING_UP),
      Observation(slice=SliceCondition.READY), [SetUp()]),
 ]

@@ -169,7 +169,8 @@ class Actor:
     def _mark_unhealthy(self, turn: _Turn, action: MarkUnhealthy) -> Outcome:
         with self.store.atomic():  # the mark and its event together
             self.store.update(turn.job.id, unhealthy_since=self.clock())
-            self.store.add_event(turn.job.id, "health", "hosts unreachable or program missing; re-checking")
+            self.store.add_event(turn.job.id, "health", f"{action.why or 'hosts unreachable or program missing'}; "
+                                 "re-checking")
         return done()
 
     def _clear_unhealthy(self, turn: _Turn, action: ClearUnhealthy) -> Outcome:

@@ -75,7 +75,7 @@ class Move(Action):
 
 @dataclass(frozen=True)
 class MarkUnhealthy(Action):
-    pass
+    why: str = ""  # which hosts did not answer or lost their program, or the heartbeat's age
 
 
 @dataclass(frozen=True)

@@ -312,7 +312,7 @@ def _running(job, obs, policy):
                                     "allowed, stacks captured before the stop, new slice")
     if unhealthy:
         if job.unhealthy_seconds is None:
-            return [MarkUnhealthy()]
+            return [MarkUnhealthy(_unhealthy_why(hosts, run, hung))]
         if job.unhealthy_seconds > policy.unhealthy_grace_seconds:
             if hung:
                 return _lost(job, policy, f"program hung: heartbeat {run.heartbeat_age:.0f} s old, "
@@ -323,6 +323,17 @@ def _running(job, obs, policy):
                                       f"{job.unhealthy_seconds:.0f} s{lost}")
         return []
     return [ClearUnhealthy()] if job.unhealthy_seconds is not None else []
+
+
+def _unhealthy_why(hosts: tuple[HostObservation, ...], run: RunDirStatus, hung: bool) -> str:
+    """Which hosts did not answer or lost their program, and a heartbeat gone stale."""
+    parts = [f"host {i} {'did not answer' if h.program == Program.UNREACHABLE else 'has no program'}"
+             for i, h in enumerate(hosts) if h.program in (Program.UNREACHABLE, Program.MISSING)]
+    if not hosts:
+        parts.append("no host observed")
+    if hung:
+        parts.append(f"heartbeat {run.heartbeat_age:.0f} s old")
+    return "; ".join(parts[:4] + ([f"{len(parts) - 4} more"] if len(parts) > 4 else []))
 
 
 def _hang(hosts: tuple[HostObservation, ...], run: RunDirStatus, policy: Policy) -> Optional[str]:
