@@ -82,6 +82,13 @@ def progress_of(step: Optional[int], total: Optional[int], raw: Optional[str]) -
                     observed_at=samples[-1][0] if samples else None)
 
 
+def of_attempt(attempt) -> Optional[Progress]:
+    """The progress of an attempt as the store keeps it (None without an attempt)."""
+    if attempt is None:
+        return None
+    return progress_of(attempt.last_step, attempt.total_steps, attempt.progress)
+
+
 def step_text(step: Optional[int], total: Optional[int]) -> str:
     """`list`'s STEP column: 1250/20000, 1250 without a total, - before any step."""
     if step is None:

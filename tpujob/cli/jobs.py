@@ -130,8 +130,7 @@ def register(app: typer.Typer) -> None:
         detail = jobs.show(_ctx(), job)
         current = detail.attempts[-1] if detail.attempts else None
         data = render.job_dict(detail.job, current)
-        far = None if current is None else progress.progress_of(current.last_step, current.total_steps,
-                                                                 current.progress)
+        far = progress.of_attempt(current)
         data["progress"] = None if far is None else far.to_json()
         data["attempts"] = [render.attempt_dict(a) for a in detail.attempts]
         cached = setup_cache.per_attempt(detail.attempts, detail.events)  # hit or miss, where one is

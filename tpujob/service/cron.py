@@ -43,25 +43,31 @@ class CronEntry:
     lock_path: Path
 
 
-def schedule_of(every: str) -> str:
-    """`5m` -> `*/5 * * * *`, `2h` -> `0 */2 * * *`; minutes 1-59 or hours 1-23."""
+def _interval(every: str) -> tuple[int, str]:
+    """`5m` -> (5, "m"); minutes 1-59 or hours 1-23, else UsageError."""
     match = re.fullmatch(r"\s*(\d+)\s*([mh])\s*", every)
     if not match:
         raise UsageError(f"--every takes minutes or hours like 5m or 1h, not {every!r}")
     count, unit = int(match.group(1)), match.group(2)
-    if unit == "m" and 1 <= count <= 59:
+    if not 1 <= count <= (59 if unit == "m" else 23):
+        raise UsageError(f"--every must be 1m-59m or 1h-23h, not {every!r}")
+    return count, unit
+
+
+def schedule_of(every: str) -> str:
+    """`5m` -> `*/5 * * * *`, `2h` -> `0 */2 * * *`; minutes 1-59 or hours 1-23."""
+    count, unit = _interval(every)
+    if unit == "m":
         return "* * * * *" if count == 1 else f"*/{count} * * * *"
-    if unit == "h" and 1 <= count <= 23:
-        return "0 * * * *" if count == 1 else f"0 */{count} * * *"
-    raise UsageError(f"--every must be 1m-59m or 1h-23h, not {every!r}")
+    return "0 * * * *" if count == 1 else f"0 */{count} * * *"
 
 
 def settle_seconds(every: str) -> float:
     """How long a cron sweep follows the setups it started (`requeue --settle`): most of the
     interval, so that the program starts as its setup ends, not a whole interval later; never
     so long that the next run finds the lock still held (`flock -n` would skip it)."""
-    minutes = int(re.fullmatch(r"\s*(\d+)\s*([mh])\s*", every).group(1)) * (60 if every.strip().endswith("h") else 1)
-    return float(min(0.8 * minutes * 60, SETTLE_MAX_SECONDS))
+    count, unit = _interval(every)
+    return float(min(0.8 * count * (3600 if unit == "h" else 60), SETTLE_MAX_SECONDS))
 
 
 def entry(every: str = "5m", *, python: Optional[str] = None, environ: Optional[dict] = None) -> CronEntry:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from tpujob.errors import TpujobError
 from tpujob.hosts.failure import redact
 from tpujob.job_spec import spec_of
-from tpujob.progress import Progress, progress_of
+from tpujob.progress import Progress, of_attempt
 from tpujob.service import curves as curves_mod
 from tpujob.service.accounting import Accounting, account, goodput, slice_cost
 from tpujob.service.context import Context
@@ -61,8 +61,7 @@ def job_rows(ctx: Context, *, state: str = "", name: str = "", include_ended: bo
 
 
 def _progress(attempts: list) -> Progress | None:
-    current = attempts[-1] if attempts else None
-    return None if current is None else progress_of(current.last_step, current.total_steps, current.progress)
+    return of_attempt(attempts[-1] if attempts else None)
 
 
 def actions_for(state: str) -> tuple[str, ...]:
