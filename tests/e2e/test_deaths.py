@@ -47,19 +47,19 @@ def _show(cli, job_id: int) -> dict:
     return json.loads(result.out)
 
 
-def _program_dir(local_cloud, project, attempt, job_id: int, user: str = "tpujob"):
-    home = host_root(local_cloud, project, ZONE, attempt.slice_name, 0) / "home" / user
+def _program_dir(local_cloud, project, attempt, job_id: int, user: str = "tpujob", host: int = 0):
+    home = host_root(local_cloud, project, ZONE, attempt.slice_name, host) / "home" / user
     return home / ".tpujob" / "jobs" / f"{job_id:06d}" / f"attempt-{attempt.number}"
 
 
-def _kill_the_program(local_cloud, project, attempt, job_id: int) -> None:
+def _kill_the_program(local_cloud, project, attempt, job_id: int, host: int = 0, sig=signal.SIGKILL) -> None:
     """SIGKILL what runs under the program's wrapper (the wrapper itself records the 137), as
     the kernel's OOM killer would."""
-    wrapper = int((_program_dir(local_cloud, project, attempt, job_id) / "program.pid").read_text())
+    wrapper = int((_program_dir(local_cloud, project, attempt, job_id, host=host) / "program.pid").read_text())
     children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == wrapper]
     assert children
     for pid in children:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, sig)
 
 
 def _parent(pid: int) -> int:
@@ -165,3 +165,29 @@ def test_a_program_that_prints_a_bad_host_line_gets_a_new_slice_in_the_same_swee
     assert first.slice_name not in {r[2] for r in resources(local_cloud, project) if r[0] == "queuedResources"}
     moved = [e.message for e in ctx.store.events(job.id) if e.to_state == "RECOVERING"]
     assert moved == [f"bad host 0: {BUSY}; bad host 1 of 2 allowed, replacing the slice"]
+
+
+def test_a_peer_that_aborts_after_a_host_dies_is_a_lost_slice_not_a_failure(ctx, local_cloud, project, tmp_path):
+    """Soak seed 4711: host 0 killed, host 1's JAX aborted once its peer was gone (134). That is
+    the dead host's doing: a lost slice, counted as a preemption, never the failure budget."""
+    job = record(ctx, tmp_path, "peer", accelerator="v4-16", max_failures=0, unhealthy_grace_seconds=1)
+    rec = reconciler(ctx)
+    sweep_until(ctx, job.id, lambda j: j.state == "RUNNING", rec=rec)
+    first = ctx.store.current_attempt(job.id)
+    local_cloud.kill_host(node_ref(project, ZONE, first.slice_name), 0)
+    _kill_the_program(local_cloud, project, first, job.id, host=1, sig=signal.SIGABRT)
+    exit_code = _program_dir(local_cloud, project, first, job.id, host=1) / "exit_code"
+    deadline = time.monotonic() + 30
+    while not exit_code.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    rec.sweep([job.id])
+    marked = ctx.store.get(job.id)
+    assert (marked.state, marked.attempt, marked.failures) == ("RUNNING", 1, 0)
+    assert marked.unhealthy_since is not None
+    time.sleep(1.2)
+    job = sweep_until(ctx, job.id, lambda j: j.attempt == 2 and j.state == "RUNNING", rec=rec)
+    ended = ctx.store.attempts(job.id)[0]
+    assert ended.end_reason == "preempted", ended.cause
+    assert "134 (SIGABRT: Aborted) (taken down by the lost host)" in ended.cause
+    assert (job.failures, job.preemptions) == (0, 1)

@@ -283,12 +283,20 @@ def _running(job, obs, policy):
     if first is not None and first[1].bad_host:
         return _bad_host(job, policy, first[0], first[1].bad_host)
     failed = [c for c in codes if c != 0]
+    gone = [i for i, h in enumerate(hosts) if h.program in (Program.UNREACHABLE, Program.MISSING)]
+    said = f" (status.json: {run.message})" if run.state == "failed" and run.message else ""
+    fatal = [c for c in failed if c in policy.fatal_exit_codes]
+    if fatal:
+        return _failed(job, policy, AttemptEnd.FAILED, f"program exited {fatal[0]}{exit_meaning(fatal[0])}"
+                       f"{said}: a code or config error, not retried", EndReason.USER_ERROR, retry=False)
+    if failed and gone:
+        # A host that stopped answering (or lost its program with no exit code) takes its peers
+        # down with it: their collectives abort (SIGABRT, "connection reset"). Their exits are
+        # that host's death, a lost slice, never the program's failure (which would spend
+        # max_failures on a dead machine). A host that answers again says how it ended, and
+        # the next round decides on every host's word.
+        return _host_gone(job, policy, hosts, run, failed[0])
     if failed:
-        said = f" (status.json: {run.message})" if run.state == "failed" and run.message else ""
-        fatal = [c for c in failed if c in policy.fatal_exit_codes]
-        if fatal:
-            return _failed(job, policy, AttemptEnd.FAILED, f"program exited {fatal[0]}{exit_meaning(fatal[0])}"
-                           f"{said}: a code or config error, not retried", EndReason.USER_ERROR, retry=False)
         code = failed[0]
         if not said and first is not None and first[1].program == Program.EXITED:
             # No status.json saying why: the words of the host that died first.
@@ -323,6 +331,18 @@ def _running(job, obs, policy):
                                       f"{job.unhealthy_seconds:.0f} s{lost}")
         return []
     return [ClearUnhealthy()] if job.unhealthy_seconds is not None else []
+
+
+def _host_gone(job: JobView, policy: Policy, hosts: tuple[HostObservation, ...], run: RunDirStatus,
+               code: int) -> list[Action]:
+    """Peers exited non-zero while a host is gone: marked, then lost past the grace."""
+    after = f"a peer's program exited {code}{exit_meaning(code)}"
+    if job.unhealthy_seconds is None:
+        return [MarkUnhealthy(f"{_unhealthy_why(hosts, run, False)}; {after}")]
+    if job.unhealthy_seconds <= policy.unhealthy_grace_seconds:
+        return []
+    return _lost(job, policy, f"hosts unreachable or program missing for {job.unhealthy_seconds:.0f} s; "
+                              f"{after} (taken down by the lost host)")
 
 
 def _unhealthy_why(hosts: tuple[HostObservation, ...], run: RunDirStatus, hung: bool) -> str:
