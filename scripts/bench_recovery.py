@@ -20,6 +20,11 @@ The jobs set `min_run_seconds: 0`: they ran seconds before the preemption, which
 otherwise be a flap (in the field an attempt runs hours).
 
     .venv/bin/python scripts/bench_recovery.py [--sizes 1,10,50] [--workers 16] [--no-phases]
+        [--provisioning-delay S]
+
+`--provisioning-delay S` makes each node take S seconds from its create to READY, as Google's
+do (minutes): with 0 the emulator's creates are instant and t(N) measures mostly 2 cores
+running N emulated VMs; with S > 0 it shows what waiting for creates costs a sweep.
 """
 
 from __future__ import annotations
@@ -130,12 +135,12 @@ def preempt_all(ctx, process) -> float:
     return preempted_at
 
 
-def measure(size: int) -> dict:
+def measure(size: int, provisioning_delay: float = 0.0) -> dict:
     from tpujob.service import jobs
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        ctx, rec, process = fresh(directory, hosts=True)
+        ctx, rec, process = fresh(directory, hosts=True, provisioning_delay=provisioning_delay)
         try:
             path = directory / "recovery.yaml"
             path.write_text(SPEC)
@@ -256,12 +261,15 @@ def main() -> None:
                         "empty: the phases only)")
     parser.add_argument("--workers", type=int, default=None, help="TPUJOB_SWEEP_WORKERS (default: the sweep's, 16)")
     parser.add_argument("--no-phases", action="store_true", help="skip the bundled runtime's phases")
+    parser.add_argument("--provisioning-delay", type=float, default=0.0,
+                        help="seconds a node takes from its create to READY (Google's take minutes; default 0)")
     args = parser.parse_args()
     if args.workers is not None:
         os.environ["TPUJOB_SWEEP_WORKERS"] = str(args.workers)
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
-    rows = [measure(int(n)) for n in args.sizes.split(",") if n]
+    rows = [measure(int(n), args.provisioning_delay) for n in args.sizes.split(",") if n]
     if rows:
+        print(f"a node READY {args.provisioning_delay:g} s after its create")
         _print_scale(rows)
     if not args.no_phases:
         _print_phases()

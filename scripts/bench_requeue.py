@@ -29,8 +29,9 @@ run: {{command: 'echo "$TPUJOB_ATTEMPT" >> /mnt/ran; sleep 3600'}}
 """
 
 
-def fresh(directory: Path, hosts: bool):
-    """A store and an emulator of their own under `directory`."""
+def fresh(directory: Path, hosts: bool, provisioning_delay: float = 0.0):
+    """A store and an emulator of their own under `directory` (a node READY
+    `provisioning_delay` s after its create)."""
     os.environ["TPUJOB_HOME"] = str(directory / "home")
     os.environ["TPUJOB_EMULATOR_DIR"] = str(directory / "emulator")
     os.environ["TPUJOB_PROJECT"] = "bench"
@@ -38,7 +39,7 @@ def fresh(directory: Path, hosts: bool):
     from tpujob.service.context import Context
     from tpujob.service.sweeps import reconciler
 
-    process.start(provisioning_delay=0.0, hosts=hosts)
+    process.start(provisioning_delay=provisioning_delay, hosts=hosts)
     ctx = Context.load()
     return ctx, reconciler(ctx), process
 

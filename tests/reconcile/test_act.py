@@ -24,10 +24,16 @@ def leased(store, job):
 
 
 def opened(store, actor, job):
-    """The job's first attempt opened and its node created (READY at once on the emulator)."""
+    """The job's first attempt opened and its node asked for: act does not wait for the create
+    (its operation is kept with the attempt); the node is READY at once on the emulator."""
     outcome = actor.act(leased(store, job), None, None, [StartAttempt()])
-    assert outcome.kind == "done" and outcome.slice.phase.value == "READY"
-    return store.get(job.id), store.current_attempt(job.id), outcome.slice
+    assert outcome.kind == "done" and outcome.slice is None
+    attempt = store.current_attempt(job.id)
+    assert attempt.create_operation.startswith("projects/tpujob-sweep/locations/")
+    assert any(e.message == f"requested {attempt.slice_name} (node)" for e in store.events(job.id))
+    ready = actor.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+    assert ready.phase.value == "READY"
+    return store.get(job.id), attempt, ready
 
 
 def test_a_launch_is_reported_and_decide_makes_the_move_to_running(server, store):
@@ -63,7 +69,7 @@ def test_a_stockout_is_refused_and_the_attempt_stays_open_for_decide(server, sto
     from tpujob.cloud.gcp import GcpCloud
 
     class StockedOut(GcpCloud):
-        def create_node(self, request):
+        def request_node(self, request):
             raise StockoutError("no v4-8 left in us-central2-b")
 
     job = add_job(store, spec())
@@ -74,3 +80,52 @@ def test_a_stockout_is_refused_and_the_attempt_stays_open_for_decide(server, sto
     assert (after.state, after.capacity_misses) == (State.PROVISIONING.value, 0)
     assert store.current_attempt(job.id).end_reason is None
 
+
+
+def test_a_create_that_ended_in_a_stockout_is_told_by_its_operation(server, store):
+    """The node asked for is not listed (a stockout leaves none): the next CreateSlice reads
+    the create's operation instead of asking again, and its error is the refusal decide sees."""
+    from tpujob.reconcile.actions import CreateSlice
+
+    server.emulator.stockout("us-central2-b", None, clear=False)
+    job = add_job(store, spec())
+    actor = Actor(store, cloud_for(server), Hosts(), "me", ssh_keys=(), clock=lambda: 1000.0)
+    actor.act(leased(store, job), None, None, [StartAttempt()])
+    job, attempt = store.get(job.id), store.current_attempt(job.id)
+    operation = attempt.create_operation
+    outcome = actor.act(job, attempt, None, [CreateSlice()])
+    for _ in range(100):  # the emulator ends the create on its own thread
+        if outcome.kind != "retry_after":
+            break
+        outcome = actor.act(job, attempt, None, [CreateSlice()])
+    assert (outcome.kind, outcome.observed.slice) == ("refused", SliceCondition.STOCKOUT)
+    assert "There is no more capacity in the zone" in outcome.reason
+    assert store.current_attempt(job.id).create_operation == operation  # not asked for twice
+    assert sum(e.message.startswith("requested ") for e in store.events(job.id)) == 1
+
+
+def test_a_create_the_api_forgot_is_asked_for_again(server, store):
+    from tpujob.reconcile.actions import CreateSlice
+
+    job = add_job(store, spec())
+    actor = Actor(store, cloud_for(server), Hosts(), "me", ssh_keys=(), clock=lambda: 1000.0)
+    actor.act(leased(store, job), None, None, [StartAttempt()])
+    job, attempt = store.get(job.id), store.current_attempt(job.id)
+    actor.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name)
+    store.record_create_operation(job.id, attempt.number, attempt.create_operation + "-unknown")
+    outcome = actor.act(job, store.current_attempt(job.id), None, [CreateSlice()])
+    assert outcome.kind == "done"
+    assert actor.cloud.get_slice(job.project, attempt.zone, attempt.slice_name).phase.value in ("READY", "PROVISIONING")
+    assert store.current_attempt(job.id).create_operation != attempt.create_operation + "-unknown"
+
+
+def test_a_node_created_then_gone_is_a_lost_slice(server, store):
+    from tpujob.reconcile.actions import CreateSlice
+
+    job = add_job(store, spec())
+    actor = Actor(store, cloud_for(server), Hosts(), "me", ssh_keys=(), clock=lambda: 1000.0)
+    job, attempt, _ = opened(store, actor, job)
+    actor.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name)
+    outcome = actor.act(job, attempt, None, [CreateSlice()])
+    assert outcome.observed.slice == SliceCondition.LOST
+    assert any("was created, then went away" in e.message for e in store.events(job.id))

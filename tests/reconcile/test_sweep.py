@@ -171,10 +171,13 @@ def test_stockouts_everywhere_cycle_the_placements_then_fail_no_capacity(server,
     server.emulator.stockout(Z2, None, clear=False)
     job = add_job(store, spec(Z1, f"[{{accelerator: {V5E}, zone: {Z2}}}]", "max_capacity_retries: 3"))
     rec = Reconciler(store, cloud_for(server), Hosts(), "me")
-    rec.sweep()  # PENDING: the primary misses, then (backoff 0) the fallback in the same sweep
-    assert (store.get(job.id).state, store.get(job.id).capacity_misses) == ("RECOVERING", 2)
+    # A sweep follows the creates it asked for to their end: the primary misses, and the
+    # fallback's create (backoff 0) is asked for in the same sweep, its end left to the next.
     rec.sweep()
-    assert (store.get(job.id).state, store.get(job.id).capacity_misses) == ("RECOVERING", 3)
+    assert (store.get(job.id).state, store.get(job.id).capacity_misses, store.get(job.id).attempt) == \
+        ("PROVISIONING", 1, 2)
+    rec.sweep()  # the fallback's miss, the primary's create, followed: its miss, the fallback's create
+    assert (store.get(job.id).state, store.get(job.id).capacity_misses) == ("PROVISIONING", 3)
     rec.sweep()
     after = store.get(job.id)
     assert (after.state, after.end_reason, after.capacity_misses) == ("FAILED", "no_capacity", 4)
@@ -190,12 +193,13 @@ def test_capacity_found_again_resets_the_misses(server, store):
     rec = Reconciler(store, cloud_for(server), Hosts(), "me")
     rec.sweep()
     rec.sweep()
-    assert (store.get(job.id).state, store.get(job.id).capacity_misses) == ("RECOVERING", 3)
+    assert (store.get(job.id).state, store.get(job.id).capacity_misses) == ("PROVISIONING", 3)
     server.emulator.stockout(Z1, None, clear=True)
     for _ in range(3):
         rec.sweep()
     after = store.get(job.id)
-    assert (after.state, after.capacity_misses, after.attempt) == ("RUNNING", 0, 4)
+    # Attempt 4's create was asked for while the zone was out: its miss comes first.
+    assert (after.state, after.capacity_misses, after.attempt) == ("RUNNING", 0, 5)
 
 
 def test_a_fallback_to_another_generation_boots_that_generation_s_runtime(server, store):
@@ -238,14 +242,15 @@ def test_resume_after_no_capacity_starts_the_capacity_budget_again(server):
 
     ctx = Context.load()
     server.emulator.stockout(Z1, None, clear=False)
-    job = add_job(ctx.store, spec(Z1, requeue="max_capacity_retries: 1"))
+    job = add_job(ctx.store, spec(Z1, requeue="max_capacity_retries: 2"))
     rec = Reconciler(ctx.store, cloud_for(server), Hosts(), "me")
+    rec.sweep()
     rec.sweep()
     assert (ctx.store.get(job.id).state, ctx.store.get(job.id).end_reason) == ("FAILED", "no_capacity")
     resumed = jobs.resume(ctx, str(job.id))
     assert (resumed.state, resumed.capacity_misses) == ("RECOVERING", 0)
-    rec.sweep()  # still stocked out: one miss, within the fresh budget of one
-    assert (ctx.store.get(job.id).state, ctx.store.get(job.id).capacity_misses) == ("RECOVERING", 1)
+    rec.sweep()  # still stocked out: one miss, within the fresh budget of two (the next asked for)
+    assert (ctx.store.get(job.id).state, ctx.store.get(job.id).capacity_misses) == ("PROVISIONING", 1)
     server.emulator.stockout(Z1, None, clear=True)
     rec.sweep()
     rec.sweep()

@@ -50,13 +50,31 @@ class GcpCloud:
 
     def create_node(self, request: SliceRequest, timeout: float = 1800.0) -> Slice:
         """Create the node directly and wait for its operation (READY, or StockoutError)."""
-        node = self._node(request)
-        what = f"creating node {request.name}"
+        operation = self.request_node(request)
         with _parent_must_exist(request):
-            op = self._call(what, self._client.create_node, parent=_parent(request),
-                            node_id=request.name, node=node)
-            self._wait(op, what, timeout, create=True)
+            self._wait_for(operation, f"creating node {request.name}", timeout, create=True)
         return self.get_slice(request.project, request.zone, request.name)
+
+    def request_node(self, request: SliceRequest) -> str:
+        """Ask for the node and return its create operation's name, without waiting for it: the
+        node is listed (CREATING, then READY) as it comes up, and the operation is read only
+        where the node is not (a create that ended with an error: a stockout leaves no node)."""
+        node = self._node(request)
+        with _parent_must_exist(request):
+            op = self._call(f"creating node {request.name}", self._client.create_node, parent=_parent(request),
+                            node_id=request.name, node=node)
+        return op.operation.name
+
+    def operation_done(self, name: str, what: str, create: bool = False) -> bool:
+        """Whether the operation has ended well (False: still running); one that ended with an
+        error raises it, typed (`create`: a node create's, whose INTERNAL end is a capacity
+        miss); NotFoundError for an operation the API no longer knows."""
+        current = self._call(what, self._client.get_operation, request={"name": name})
+        if not current.done:
+            return False
+        if current.HasField("error"):
+            raise classify(what, status_error(current.error), create_operation=create)
+        return True
 
     def create_queued_resource(self, request: SliceRequest, timeout: float = 300.0) -> Slice:
         """Queue the request (the operation ends once queued); the slice turns READY later, as
@@ -243,22 +261,18 @@ class GcpCloud:
         except NotFoundError:
             return None
 
-    def _wait(self, op: Any, what: str, timeout: float, create: bool = False) -> None:
-        """Poll the long-running operation until done; its error becomes a typed error (`create`:
-        the operation of a node create, whose INTERNAL end is a capacity miss)."""
-        name = op.operation.name
+    def _wait(self, op: Any, what: str, timeout: float) -> None:
+        self._wait_for(op.operation.name, what, timeout)
+
+    def _wait_for(self, name: str, what: str, timeout: float, create: bool = False) -> None:
+        """Poll the long-running operation until done; its error becomes a typed error."""
         deadline = time.monotonic() + timeout
         delay = min(self.poll_interval, 0.01)
-        while True:
-            current = self._call(what, self._client.get_operation, request={"name": name})
-            if current.done:
-                break
+        while not self.operation_done(name, what, create):
             if time.monotonic() > deadline:
                 raise CloudError(f"{what}: operation {name} not done after {timeout:g} s")
             time.sleep(delay)
             delay = min(delay * 2, self.poll_interval)
-        if current.HasField("error"):
-            raise classify(what, status_error(current.error), create_operation=create)
 
 
 @contextlib.contextmanager

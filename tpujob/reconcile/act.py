@@ -209,6 +209,8 @@ class Actor:
         job, attempt = turn.job, turn.attempt
         spec = spec_of(job)
         try:
+            if self._earlier_create_under_way(job, attempt):
+                return retry_after(0, f"the create of {attempt.slice_name} is under way")
             request = SliceRequest(
                 project=job.project, zone=attempt.zone, name=attempt.slice_name,
                 accelerator_type=attempt.accelerator,
@@ -219,8 +221,14 @@ class Actor:
                 ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt), metadata=self.metadata,
                 **slice_network(spec),
             )
-            create = self.cloud.create_queued_resource if attempt.queued else self.cloud.create_node
-            created = create(request)
+            created: Optional[Slice] = None
+            if attempt.queued:
+                created = self.cloud.create_queued_resource(request)
+            else:
+                # Not waited for: the worker moves on, and the next sweep's listing shows the
+                # node CREATING, then READY (or, absent, its operation says why).
+                operation = self.cloud.request_node(request)
+                self.store.record_create_operation(job.id, attempt.number, operation)
         except ConflictError:
             # The slice exists: an earlier try of this very create got through. Adopt it.
             self.store.add_event(job.id, "slice", f"adopted existing {attempt.slice_name}")
@@ -254,6 +262,29 @@ class Actor:
         self.store.add_event(job.id, "slice", f"requested {attempt.slice_name} "
                                               f"({'queued resource' if attempt.queued else 'node'})")
         return done(slice_=created)
+
+    def _earlier_create_under_way(self, job: Job, attempt: Attempt) -> bool:
+        """Whether this attempt's node create, asked for by an earlier sweep and its node not
+        listed, is still under way. Its error, once it ended with one, is raised (typed, as a
+        create's own); a create that ended well, its node gone since, raises SlicePreempted. An
+        operation the API has forgotten, or one that ended in a transient error: the create is
+        asked for again (the slice's name is the attempt's, so never twice)."""
+        if attempt.queued or not attempt.create_operation:
+            return False
+        what = f"creating node {attempt.slice_name}"
+        try:
+            if not self.cloud.operation_done(attempt.create_operation, what, create=True):
+                return True
+        except NotFoundError:
+            pass
+        except (CloudRefused, PermissionDenied, StockoutError, AuthError):
+            raise
+        except CloudError as exc:  # a transient end (the service's, not the request's): again
+            self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
+        else:
+            raise SlicePreempted(f"node {attempt.slice_name} was created, then went away")
+        self.store.record_create_operation(job.id, attempt.number, None)
+        return False
 
     def _set_up(self, turn: _Turn, action: SetUp) -> Outcome:
         job, attempt = turn.job, turn.attempt

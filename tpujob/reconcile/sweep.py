@@ -26,13 +26,20 @@ from tpujob.reconcile.policy import Policy, placements, policy_of
 from tpujob.store.models import Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
 
+# How long a sweep follows the node creates it asked for (a node create's own limit, as when
+# each worker waited for its operation), and how often it lists their zones meanwhile (the
+# cloud's operation poll, at least this).
+CREATE_FOLLOW_SECONDS = 1800.0
+MIN_FOLLOW_POLL = 0.25
+
 # Jobs acted on at once (TPUJOB_SWEEP_WORKERS): each mostly waits on the cloud and on SSH.
 SWEEP_WORKERS = 16
 # How long a job's lease outlives a sweep that died holding it (TPUJOB_LEASE_SECONDS). While
 # the sweep lives, a thread renews it (Store.lease's keep_alive), through a setup of any length.
 LEASE_SECONDS = 90.0
-# Rounds for one job in one sweep: slice lost -> RECOVERING -> a new slice, READY when its create
-# returns -> set up and launch. Bounded: a round that changes nothing ends it.
+# Rounds for one job in one sweep: slice lost -> RECOVERING -> a new slice (a queued resource's
+# create returns it; a node's is followed, see _follow_creates) -> set up and launch. Bounded: a
+# round that changes nothing ends it.
 MAX_ROUNDS = 4
 # Within a round, decisions on what act just learned (a refused create, a failed setup, the
 # program launched) instead of on a listing.
@@ -59,6 +66,7 @@ class SweepReport:
     # ended; and how many of them were past it (launched, or failed) before the time ran out.
     setups_followed: int = 0
     setups_ended: int = 0
+    acted: set[int] = field(default_factory=set, repr=False)  # the jobs counted in jobs_acted
 
 
 class Reconciler:
@@ -106,11 +114,8 @@ class Reconciler:
         self.observer.programs(jobs, slices, snapshot_at, report.errors)
         self.store.mark_observed([j.id for j in jobs], snapshot_at)
         report.jobs_seen = len(jobs) + len(skipped)
-        for outcome, error in self.act_all(jobs, slices, snapshot_at):
-            report.jobs_acted += outcome == "acted"
-            report.skipped_locked += outcome == "locked"
-            if error:
-                report.errors.append(error)
+        self._act_all_reported(jobs, slices, snapshot_at, report)
+        self._follow_creates([j.id for j in jobs], report)
         for job in left:
             error = self.free_left_slice(job, slices)
             if error:
@@ -118,6 +123,53 @@ class Reconciler:
         report.api_calls = self.cloud.api_calls - calls0
         report.seconds = time.monotonic() - started
         return report
+
+    def _act_all_reported(self, jobs: list[Job], slices: Slices, snapshot_at: float, report: SweepReport) -> None:
+        """act_all, its outcomes added to the report (a job acted on twice in one sweep, its
+        create asked for and then its slice set up, counts once)."""
+        for job, (outcome, error) in zip(jobs, self.act_all(jobs, slices, snapshot_at)):
+            if outcome == "acted":
+                report.acted.add(job.id)
+            report.skipped_locked += outcome == "locked"
+            if error:
+                report.errors.append(error)
+        report.jobs_acted = len(report.acted)
+
+    def _follow_creates(self, job_ids: list[int], report: SweepReport) -> None:
+        """A node create is not waited for by a worker of its own (with 16 workers, 50 creates
+        would wait in waves): the sweep lists the zones of the nodes it asked for until each is
+        READY (or lost, or absent: its operation says why), and acts on those jobs as they
+        change, so that one sweep still sets up the slices it created."""
+        deadline = time.monotonic() + CREATE_FOLLOW_SECONDS
+        poll = max(float(getattr(self.cloud, "poll_interval", 2.0)), MIN_FOLLOW_POLL)
+        following = self._creating({job_id: None for job_id in job_ids})
+        while following and time.monotonic() + poll < deadline:
+            time.sleep(poll)
+            jobs = [self.store.get(job_id) for job_id in following]
+            snapshot_at = self.clock()
+            slices, blind = self.observer.slices(jobs)
+            changed = []
+            for job in jobs:
+                project, zone, name, _ = following[job.id]
+                listed = slices.get((zone, name))
+                if (project, zone) not in blind and (listed is None or listed.phase != SlicePhase.PROVISIONING):
+                    changed.append(job)
+            self._act_all_reported(changed, slices, snapshot_at, report)
+            following = self._creating({job_id: where[3] for job_id, where in following.items()})
+
+    def _creating(self, wanted: dict[int, Optional[int]]) -> dict[int, tuple[str, str, str, int]]:
+        """{job id: (project, zone, slice name, attempt)} of the jobs among these whose node
+        create is under way; with an attempt number, only while that attempt is current (a
+        job that moved on to a next attempt in this sweep is left to the next sweep)."""
+        found = {}
+        for job_id, number in wanted.items():
+            job = self.store.get(job_id)
+            if State(job.state) != State.PROVISIONING or (number is not None and job.attempt != number):
+                continue
+            attempt = self.store.current_attempt(job_id)
+            if attempt is not None and not attempt.queued and attempt.create_operation:
+                found[job_id] = (job.project, attempt.zone, attempt.slice_name, attempt.number)
+        return found
 
     def act_all(self, jobs: list[Job], slices: Slices, snapshot_at: float) -> list[tuple[str, Optional[str]]]:
         """Every job's decide/act, `workers` at a time: one job's slice creation, setup and launch

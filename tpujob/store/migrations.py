@@ -170,6 +170,12 @@ def _v11_progress(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN progress TEXT")
 
 
+def _v12_create_operation(conn: Connection) -> None:
+    # A node create is not waited for (the sweep's worker moves on): its operation's name is
+    # kept so that a node that never shows up (a stockout leaves none) is told by its error.
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN create_operation TEXT")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -183,6 +189,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (9, "attempt.cause, job.bad_hosts", _v9_deaths),
     (10, "job.hangs", _v10_hangs),
     (11, "attempt.total_steps, attempt.progress", _v11_progress),
+    (12, "attempt.create_operation", _v12_create_operation),
 ]
 
 _bookkeeping = MetaData()

@@ -57,6 +57,7 @@ class Attempt(SQLModel, table=True):
     cause: Optional[str] = None  # why it ended, in words: the message of the move that ended it
     total_steps: Optional[int] = None  # the heartbeat's total, where the program says it
     progress: Optional[str] = None  # JSON [[time, step], ...] of the last minutes (tpujob/progress.py)
+    create_operation: Optional[str] = None  # the node create's operation, while it may still say why
 
 
 class Event(SQLModel, table=True):

@@ -318,6 +318,12 @@ class Store:
             session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
                          .values(cause=cause))
 
+    def record_create_operation(self, job_id: int, number: int, operation: Optional[str]) -> None:
+        """The operation of attempt `number`'s node create (None: forget it, to create again)."""
+        with self._tx() as session:
+            session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
+                         .values(create_operation=operation))
+
     def record_host_keys(self, job_id: int, number: int, host_keys: str) -> None:
         with self._tx() as session:
             session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
