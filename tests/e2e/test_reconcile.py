@@ -38,7 +38,8 @@ def test_a_preempted_job_runs_again_on_a_new_slice_on_every_host(cli, ctx, local
     assert " sweep: 1 active, 1 acted on" in result.out.splitlines()[0]
     after = ctx.store.get(job.id)
     # One sweep: the dead slice is deleted, the next created, set up and launched on every host.
-    assert (after.preemptions, after.attempt, after.state) == (1, 2, "RUNNING")
+    assert (after.preemptions, after.attempt, after.state) == (1, 2, "RUNNING"), \
+        [f"{e.kind}: {e.message}" for e in ctx.store.events(job.id)]
     second = ctx.store.current_attempt(job.id).slice_name
     assert second != first and names(local_cloud, project) == [second]
     for i in range(4):
@@ -84,9 +85,10 @@ def test_a_stockout_without_fallback_is_retried_until_capacity_returns(cli, ctx,
         result = cli("requeue")
         assert result.code == 0 and result.err == ""
         waiting = ctx.store.get(job.id)
-        # Before: FAILED no_capacity at the first stockout. Now a capacity miss is retried (with
-        # backoff 0, twice in the sweep that opened the first attempt).
-        assert (waiting.state, waiting.capacity_misses) == ("RECOVERING", 2)
+        # Before: FAILED no_capacity at the first stockout. Now a capacity miss is retried: the
+        # sweep followed its create to the miss and (backoff 0) asked for the next slice, whose
+        # create the stockout ends too (a stocked-out create leaves no node behind).
+        assert (waiting.state, waiting.capacity_misses, waiting.attempt) == ("PROVISIONING", 1, 2)
         assert names(local_cloud, project, (zone,)) == []  # nothing left holding quota meanwhile
     finally:
         local_cloud.stockout(zone, clear=True)

@@ -129,3 +129,18 @@ def test_a_node_created_then_gone_is_a_lost_slice(server, store):
     outcome = actor.act(job, attempt, None, [CreateSlice()])
     assert outcome.observed.slice == SliceCondition.LOST
     assert any("was created, then went away" in e.message for e in store.events(job.id))
+
+
+def test_a_listing_older_than_the_create_is_not_a_lost_slice(server, store):
+    """Another sweep's listing, taken before this node was asked for, does not show it: its
+    create ended well, and the node is there: decided on, never counted as lost."""
+    from tpujob.reconcile.actions import CreateSlice
+
+    job = add_job(store, spec())
+    actor = Actor(store, cloud_for(server), Hosts(), "me", ssh_keys=(), clock=lambda: 1000.0)
+    job, attempt, _ = opened(store, actor, job)
+    outcome = actor.act(job, attempt, None, [CreateSlice()])
+    assert (outcome.kind, outcome.observed.slice, outcome.slice.name) == ("done", SliceCondition.READY,
+                                                                           attempt.slice_name)
+    assert not any("went away" in e.message for e in store.events(job.id))
+    assert sum(e.message.startswith("requested ") for e in store.events(job.id)) == 1

@@ -209,8 +209,9 @@ class Actor:
         job, attempt = turn.job, turn.attempt
         spec = spec_of(job)
         try:
-            if self._earlier_create_under_way(job, attempt):
-                return retry_after(0, f"the create of {attempt.slice_name} is under way")
+            earlier = self._earlier_create(job, attempt)
+            if earlier is not None:
+                return earlier
             request = SliceRequest(
                 project=job.project, zone=attempt.zone, name=attempt.slice_name,
                 accelerator_type=attempt.accelerator,
@@ -263,28 +264,35 @@ class Actor:
                                               f"({'queued resource' if attempt.queued else 'node'})")
         return done(slice_=created)
 
-    def _earlier_create_under_way(self, job: Job, attempt: Attempt) -> bool:
-        """Whether this attempt's node create, asked for by an earlier sweep and its node not
-        listed, is still under way. Its error, once it ended with one, is raised (typed, as a
-        create's own); a create that ended well, its node gone since, raises SlicePreempted. An
-        operation the API has forgotten, or one that ended in a transient error: the create is
-        asked for again (the slice's name is the attempt's, so never twice)."""
+    def _earlier_create(self, job: Job, attempt: Attempt) -> Optional[Outcome]:
+        """What became of this attempt's node create, asked for by an earlier sweep, when its
+        node was not in the listing: still under way (wait), or the node there after all (the
+        listing predates the create: decide on the node). Its error, once it ended with one, is
+        raised (typed, as a create's own); a create that ended well, its node gone since,
+        raises SlicePreempted. None: ask for the node (again): there was no create, the API
+        has forgotten it, or it ended in a transient error; the slice's name is the attempt's,
+        so it is never created twice."""
         if attempt.queued or not attempt.create_operation:
-            return False
+            return None
         what = f"creating node {attempt.slice_name}"
         try:
             if not self.cloud.operation_done(attempt.create_operation, what, create=True):
-                return True
+                return retry_after(0, f"the create of {attempt.slice_name} is under way")
         except NotFoundError:
             pass
-        except (CloudRefused, PermissionDenied, StockoutError, AuthError):
-            raise
-        except CloudError as exc:  # a transient end (the service's, not the request's): again
+        except CloudError as exc:
+            if type(exc) is not CloudError:  # typed: a stockout, a refusal, a preemption under it
+                raise
+            # A transient end (the service's, not the request's), or the operation unreadable
+            # for now: asked for again (a node that exists after all is adopted on the 409).
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
         else:
+            node = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+            if node.phase != SlicePhase.GONE:
+                return done(Observation(slice=PHASES[node.phase]), node)
             raise SlicePreempted(f"node {attempt.slice_name} was created, then went away")
         self.store.record_create_operation(job.id, attempt.number, None)
-        return False
+        return None
 
     def _set_up(self, turn: _Turn, action: SetUp) -> Outcome:
         job, attempt = turn.job, turn.attempt
