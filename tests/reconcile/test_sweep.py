@@ -290,3 +290,23 @@ def test_the_running_jobs_hosts_are_asked_at_once_and_once_per_sweep(server, sto
     assert report.errors == []
     assert sorted(hosts.asked) == sorted(j.id for j in jobs)  # each once, all together
     assert all(store.get(j.id).unhealthy_since is None for j in jobs)
+
+
+def test_a_sweep_follows_its_creates_and_still_ends_one_stuck_creating(tmp_path, store, monkeypatch):
+    """The sweep follows the node it asked for, deciding on it while it is CREATING (once a
+    `FOLLOW_RECHECK_SECONDS`), so the provisioning timeout ends one that never comes up, and
+    stops following after `CREATE_FOLLOW_SECONDS`, the job left to the next sweep."""
+    from tpujob.emulator.server import EmulatorServer
+    from tpujob.reconcile import sweep as sweep_mod
+
+    monkeypatch.setattr(sweep_mod, "FOLLOW_RECHECK_SECONDS", 0.3)
+    monkeypatch.setattr(sweep_mod, "CREATE_FOLLOW_SECONDS", 4.0)
+    with EmulatorServer(tmp_path / "slow", provisioning_delay=8.0, storage=False) as slow:
+        stuck = add_job(store, spec(name="stuck", requeue="provision_timeout_seconds: 1, max_capacity_retries: 5"))
+        rec = Reconciler(store, cloud_for(slow), Hosts(), "me")
+        rec.sweep()
+        said = events(store, stuck.id)
+        assert any("slice stuck provisioning for" in e for e in said), said
+        after = store.get(stuck.id)
+        # The next attempt's node, asked for in the same sweep, is left to the next sweep.
+        assert (after.state, after.attempt, after.capacity_misses) == ("PROVISIONING", 2, 1)

@@ -26,11 +26,14 @@ from tpujob.reconcile.policy import Policy, placements, policy_of
 from tpujob.store.models import Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
 
-# How long a sweep follows the node creates it asked for (a node create's own limit, as when
-# each worker waited for its operation), and how often it lists their zones meanwhile (the
-# cloud's operation poll, at least this).
-CREATE_FOLLOW_SECONDS = 1800.0
+# How long a sweep follows the node creates it asked for: long enough for most of Google's
+# creates (minutes), short enough that a node stuck CREATING does not keep the other jobs
+# unobserved (the next sweep goes on waiting for it). How often it lists their zones meanwhile
+# (the cloud's operation poll, at least MIN_FOLLOW_POLL), and decides on a node still CREATING
+# (decide ends one past requeue.provision_timeout_seconds).
+CREATE_FOLLOW_SECONDS = 600.0
 MIN_FOLLOW_POLL = 0.25
+FOLLOW_RECHECK_SECONDS = 60.0
 
 # Jobs acted on at once (TPUJOB_SWEEP_WORKERS): each mostly waits on the cloud and on SSH.
 SWEEP_WORKERS = 16
@@ -143,6 +146,7 @@ class Reconciler:
         deadline = time.monotonic() + CREATE_FOLLOW_SECONDS
         poll = max(float(getattr(self.cloud, "poll_interval", 2.0)), MIN_FOLLOW_POLL)
         following = self._creating({job_id: None for job_id in job_ids})
+        decided = {job_id: time.monotonic() for job_id in following}
         while following and time.monotonic() + poll < deadline:
             time.sleep(poll)
             jobs = [self.store.get(job_id) for job_id in following]
@@ -152,8 +156,11 @@ class Reconciler:
             for job in jobs:
                 project, zone, name, _ = following[job.id]
                 listed = slices.get((zone, name))
-                if (project, zone) not in blind and (listed is None or listed.phase != SlicePhase.PROVISIONING):
+                if (project, zone) not in blind and (
+                        listed is None or listed.phase != SlicePhase.PROVISIONING
+                        or time.monotonic() - decided[job.id] >= FOLLOW_RECHECK_SECONDS):
                     changed.append(job)
+                    decided[job.id] = time.monotonic()
             self._act_all_reported(changed, slices, snapshot_at, report)
             following = self._creating({job_id: where[3] for job_id, where in following.items()})
 
