@@ -111,8 +111,28 @@ class _Loops:
         return bool(used & self.loaders or (self.loaders and used & params))
 
     def is_training(self, loop: ast.AST) -> bool:
-        direct = self.flags_of(_walk_direct(loop))
+        """A loop whose every iteration is a training step: the backward or the optimizer step
+        in its own body, or in a function it calls outside that function's own loops (an
+        epoch loop calling `train(epoch)`, which loops over the batches, is not one: a sync
+        there happens once an epoch)."""
+        direct = self._step_flags(_walk_direct(loop), ())
         return direct.backward or direct.step
+
+    def _step_flags(self, nodes, stack: tuple[str, ...]) -> Flags:
+        flags = Flags()
+        for node in nodes:
+            if not isinstance(node, ast.Call):
+                continue
+            name = call_name(node)
+            if name == "backward" and isinstance(node.func, ast.Attribute):
+                flags.backward = True
+            elif name == "step" and _is_optimizer(node.func) or self.mod.names.resolve(node.func) in XLA_SYNCS \
+                    and name == "optimizer_step":
+                flags.step = True
+            callee = self._local_callee(node)
+            if callee and callee not in stack:
+                flags.merge(self._step_flags(_walk_direct(self.functions[callee]), stack + (callee,)))
+        return flags
 
     def check_scope(self, scope: ast.AST) -> None:
         params = set()
@@ -177,18 +197,39 @@ def _walk_direct(loop: ast.AST):
 
 
 def _tensor_names(loop: ast.AST) -> set[str]:
-    """Names that hold tensors: what `.backward()` is called on, and what is computed from it."""
+    """Names that hold tensors: what `.backward()` is called on, and what is computed from it
+    on the device. `lossf = loss.item()` (or `float(loss)`, `loss.tolist()`,
+    `loss.cpu().numpy()`) is a host value: the sync is the conversion's, reported there once,
+    and printing `lossf` afterwards syncs nothing."""
     nodes = list(walk_local(loop))
     names = {n.func.value.id for n in nodes if isinstance(n, ast.Call)
              and call_name(n) == "backward" and isinstance(n.func, ast.Attribute)
              and isinstance(n.func.value, ast.Name)}
     for _ in range(2):
         for node in nodes:
-            if isinstance(node, (ast.Assign, ast.AugAssign)) and node.value is not None and any(
-                    isinstance(n, ast.Name) and n.id in names for n in ast.walk(node.value)):
+            if isinstance(node, (ast.Assign, ast.AugAssign)) and node.value is not None \
+                    and _uses_on_device(node.value, names):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 names.update(t.id for t in targets if isinstance(t, ast.Name))
     return names
+
+
+def _is_conversion(call: ast.Call) -> bool:
+    """A call whose result is on the host: `.item()`, `.tolist()`, `.numpy()`, `.cpu()`, or
+    `float(...)`, `int(...)`, `bool(...)`."""
+    name = call_name(call)
+    if isinstance(call.func, ast.Attribute):
+        return name in HOST_SYNC_METHODS and not call.args
+    return isinstance(call.func, ast.Name) and name in HOST_SYNC_CALLS - {"print"}
+
+
+def _uses_on_device(expr: ast.AST, tensors: set[str]) -> bool:
+    """Whether `expr` reads a tensor name other than through a host conversion."""
+    if isinstance(expr, ast.Call) and _is_conversion(expr):
+        return False
+    if isinstance(expr, ast.Name):
+        return expr.id in tensors
+    return any(_uses_on_device(child, tensors) for child in ast.iter_child_nodes(expr))
 
 
 def _host_sync(call: ast.Call, tensors: set[str]) -> str:
@@ -196,10 +237,21 @@ def _host_sync(call: ast.Call, tensors: set[str]) -> str:
     if isinstance(call.func, ast.Attribute) and name in HOST_SYNC_METHODS and not call.args:
         return f"{source_of(call)}"
     if isinstance(call.func, ast.Name) and name in HOST_SYNC_CALLS:
-        for sub in ast.walk(call):
-            if isinstance(sub, ast.Name) and sub.id in tensors:
-                return f"{name}() of tensor {sub.id!r}"
+        for sub in _device_reads(call, tensors):
+            return f"{name}() of tensor {sub.id!r}"
     return ""
+
+
+def _device_reads(call: ast.Call, tensors: set[str]):
+    """The tensor names a call's arguments read other than through a host conversion."""
+    todo: list[ast.AST] = [*call.args, *(k.value for k in call.keywords)]
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, ast.Call) and _is_conversion(node):
+            continue
+        if isinstance(node, ast.Name) and node.id in tensors:
+            yield node
+        todo.extend(ast.iter_child_nodes(node))
 
 
 def check_loops(mod: Module, xla: bool) -> None:

@@ -36,3 +36,18 @@ def train_tokens(model, optimizer, ids):
     for token in ids.tolist():  # the iterable is evaluated once, before the loop
         model(token).backward()
         optimizer.step()
+
+
+def train_epoch(model, loader, optimizer):
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+
+
+def main(model, loader, optimizer, epochs):
+    # pytorch/examples vae/main.py: the epoch loop calls a function that loops over the
+    # batches; a sync in the epoch loop happens once an epoch, not every step.
+    for epoch in range(epochs):
+        train_epoch(model, loader, optimizer)
+        sample = model.decode(torch.randn(64, 20)).cpu()
+        print(epoch, sample.sum().item())
