@@ -44,7 +44,7 @@ class _Loops:
         self.mod = mod
         self.xla = xla
         self.functions = {n.name: n for n in mod.of_type(ast.FunctionDef, ast.AsyncFunctionDef)}
-        self.summaries: dict[str, Flags] = {}
+        self.summaries: dict[tuple[str, bool], Flags] = {}
         self.loaders = self._device_loader_names()
 
     def _device_loader_names(self) -> set[str]:
@@ -67,7 +67,9 @@ class _Loops:
                                                 or call_name(n) == "per_device_loader")
                    for n in ast.walk(node))
 
-    def flags_of(self, nodes, stack: tuple[str, ...] = ()) -> Flags:
+    def flags_of(self, nodes, stack: tuple[str, ...] = (), direct: bool = False) -> Flags:
+        """What these nodes do, with the functions of this module they call (`direct`: each
+        callee outside its own loops)."""
         flags = Flags()
         for node in nodes:
             if not isinstance(node, ast.Call):
@@ -83,7 +85,7 @@ class _Loops:
                 flags.step = True
             callee = self._local_callee(node)
             if callee and callee not in stack:
-                flags.merge(self.summary(callee, stack))
+                flags.merge(self.summary(callee, stack, direct))
         return flags
 
     def _local_callee(self, call: ast.Call) -> str | None:
@@ -95,10 +97,12 @@ class _Loops:
             return func.attr
         return None
 
-    def summary(self, name: str, stack: tuple[str, ...] = ()) -> Flags:
-        if name not in self.summaries:
-            self.summaries[name] = self.flags_of(walk_local(self.functions[name]), stack + (name,))
-        return self.summaries[name]
+    def summary(self, name: str, stack: tuple[str, ...] = (), direct: bool = False) -> Flags:
+        if (name, direct) not in self.summaries:
+            function = self.functions[name]
+            nodes = _walk_direct(function) if direct else walk_local(function)
+            self.summaries[(name, direct)] = self.flags_of(nodes, stack + (name,), direct)
+        return self.summaries[(name, direct)]
 
     def iterates_loader(self, loop: ast.AST, params: set[str]) -> bool:
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -115,24 +119,8 @@ class _Loops:
         in its own body, or in a function it calls outside that function's own loops (an
         epoch loop calling `train(epoch)`, which loops over the batches, is not one: a sync
         there happens once an epoch)."""
-        direct = self._step_flags(_walk_direct(loop), ())
+        direct = self.flags_of(_walk_direct(loop), direct=True)
         return direct.backward or direct.step
-
-    def _step_flags(self, nodes, stack: tuple[str, ...]) -> Flags:
-        flags = Flags()
-        for node in nodes:
-            if not isinstance(node, ast.Call):
-                continue
-            name = call_name(node)
-            if name == "backward" and isinstance(node.func, ast.Attribute):
-                flags.backward = True
-            elif name == "step" and _is_optimizer(node.func) or self.mod.names.resolve(node.func) in XLA_SYNCS \
-                    and name == "optimizer_step":
-                flags.step = True
-            callee = self._local_callee(node)
-            if callee and callee not in stack:
-                flags.merge(self._step_flags(_walk_direct(self.functions[callee]), stack + (callee,)))
-        return flags
 
     def check_scope(self, scope: ast.AST) -> None:
         params = set()
@@ -225,11 +213,7 @@ def _is_conversion(call: ast.Call) -> bool:
 
 def _uses_on_device(expr: ast.AST, tensors: set[str]) -> bool:
     """Whether `expr` reads a tensor name other than through a host conversion."""
-    if isinstance(expr, ast.Call) and _is_conversion(expr):
-        return False
-    if isinstance(expr, ast.Name):
-        return expr.id in tensors
-    return any(_uses_on_device(child, tensors) for child in ast.iter_child_nodes(expr))
+    return next(_device_reads([expr], tensors), None) is not None
 
 
 def _host_sync(call: ast.Call, tensors: set[str]) -> str:
@@ -237,14 +221,14 @@ def _host_sync(call: ast.Call, tensors: set[str]) -> str:
     if isinstance(call.func, ast.Attribute) and name in HOST_SYNC_METHODS and not call.args:
         return f"{source_of(call)}"
     if isinstance(call.func, ast.Name) and name in HOST_SYNC_CALLS:
-        for sub in _device_reads(call, tensors):
+        for sub in _device_reads([*call.args, *(k.value for k in call.keywords)], tensors):
             return f"{name}() of tensor {sub.id!r}"
     return ""
 
 
-def _device_reads(call: ast.Call, tensors: set[str]):
-    """The tensor names a call's arguments read other than through a host conversion."""
-    todo: list[ast.AST] = [*call.args, *(k.value for k in call.keywords)]
+def _device_reads(roots: list[ast.AST], tensors: set[str]):
+    """The tensor names these expressions read other than through a host conversion."""
+    todo = list(roots)
     while todo:
         node = todo.pop(0)
         if isinstance(node, ast.Call) and _is_conversion(node):

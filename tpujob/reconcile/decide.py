@@ -272,7 +272,8 @@ def _running(job, obs, policy):
     codes += {"nan": [policy.nan_exit_code], "preempted": [policy.preempted_exit_code],
               "failed": [run.exit_code or 1]}.get(run.state, [])
     hung = run.heartbeat_age is not None and run.heartbeat_age > policy.heartbeat_timeout_seconds
-    unhealthy = any(h.program in (Program.UNREACHABLE, Program.MISSING) for h in hosts) or not hosts or hung
+    gone = [i for i, h in enumerate(hosts) if h.program in (Program.UNREACHABLE, Program.MISSING)]
+    unhealthy = bool(gone) or not hosts or hung
     if any(c == policy.nan_exit_code for c in codes):
         return _spend(job, policy, "nan_restarts", spent_message=f"NaN loss; NaN budget of {policy.max_nan} spent",
                       again_message="NaN loss: slice suspect, moving to new hardware")
@@ -283,7 +284,6 @@ def _running(job, obs, policy):
     if first is not None and first[1].bad_host:
         return _bad_host(job, policy, first[0], first[1].bad_host)
     failed = [c for c in codes if c != 0]
-    gone = [i for i, h in enumerate(hosts) if h.program in (Program.UNREACHABLE, Program.MISSING)]
     said = f" (status.json: {run.message})" if run.state == "failed" and run.message else ""
     fatal = [c for c in failed if c in policy.fatal_exit_codes]
     if fatal:
@@ -295,7 +295,7 @@ def _running(job, obs, policy):
         # that host's death, a lost slice, never the program's failure (which would spend
         # max_failures on a dead machine). A host that answers again says how it ended, and
         # the next round decides on every host's word.
-        return _host_gone(job, policy, hosts, run, failed[0])
+        return _unhealthy(job, policy, hosts, run, False, first, peer_exit=failed[0])
     if failed:
         code = failed[0]
         if not said and first is not None and first[1].program == Program.EXITED:
@@ -319,30 +319,28 @@ def _running(job, obs, policy):
                       again_message=f"program hung: {why_hung}; hang {job.hangs + 1} of {policy.max_hangs} "
                                     "allowed, stacks captured before the stop, new slice")
     if unhealthy:
-        if job.unhealthy_seconds is None:
-            return [MarkUnhealthy(_unhealthy_why(hosts, run, hung))]
-        if job.unhealthy_seconds > policy.unhealthy_grace_seconds:
-            if hung:
-                return _lost(job, policy, f"program hung: heartbeat {run.heartbeat_age:.0f} s old, "
-                                          f"unhealthy for {job.unhealthy_seconds:.0f} s")
-            lost = (f"; host {first[0]}'s program ended without an exit code: {first[1].said}"
-                    if first is not None and first[1].program == Program.MISSING else "")
-            return _lost(job, policy, f"hosts unreachable or program missing for "
-                                      f"{job.unhealthy_seconds:.0f} s{lost}")
-        return []
+        return _unhealthy(job, policy, hosts, run, hung, first)
     return [ClearUnhealthy()] if job.unhealthy_seconds is not None else []
 
 
-def _host_gone(job: JobView, policy: Policy, hosts: tuple[HostObservation, ...], run: RunDirStatus,
-               code: int) -> list[Action]:
-    """Peers exited non-zero while a host is gone: marked, then lost past the grace."""
-    after = f"a peer's program exited {code}{exit_meaning(code)}"
+def _unhealthy(job: JobView, policy: Policy, hosts: tuple[HostObservation, ...], run: RunDirStatus, hung: bool,
+               first: Optional[tuple[int, HostObservation]], peer_exit: Optional[int] = None) -> list[Action]:
+    """A host gone (or a stale heartbeat): marked, re-checked through the grace, then a lost
+    slice. `peer_exit`: the code a peer's program exited with meanwhile (the gone host's doing)."""
+    peer = f"; a peer's program exited {peer_exit}{exit_meaning(peer_exit)}" if peer_exit is not None else ""
     if job.unhealthy_seconds is None:
-        return [MarkUnhealthy(f"{_unhealthy_why(hosts, run, False)}; {after}")]
+        return [MarkUnhealthy(_unhealthy_why(hosts, run, hung) + peer)]
     if job.unhealthy_seconds <= policy.unhealthy_grace_seconds:
         return []
-    return _lost(job, policy, f"hosts unreachable or program missing for {job.unhealthy_seconds:.0f} s; "
-                              f"{after} (taken down by the lost host)")
+    if hung:
+        return _lost(job, policy, f"program hung: heartbeat {run.heartbeat_age:.0f} s old, "
+                                  f"unhealthy for {job.unhealthy_seconds:.0f} s")
+    if peer:
+        lost = f"{peer} (taken down by the lost host)"
+    else:
+        lost = (f"; host {first[0]}'s program ended without an exit code: {first[1].said}"
+                if first is not None and first[1].program == Program.MISSING else "")
+    return _lost(job, policy, f"hosts unreachable or program missing for {job.unhealthy_seconds:.0f} s{lost}")
 
 
 def _unhealthy_why(hosts: tuple[HostObservation, ...], run: RunDirStatus, hung: bool) -> str:

@@ -23,7 +23,7 @@ from tpujob.reconcile.decide import decide
 from tpujob.reconcile.observation import JobView
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices
 from tpujob.reconcile.policy import Policy, placements, policy_of
-from tpujob.store.models import Job
+from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
 
 # How long a sweep follows the node creates it asked for: long enough for most of Google's
@@ -149,25 +149,24 @@ class Reconciler:
         decided = {job_id: time.monotonic() for job_id in following}
         while following and time.monotonic() + poll < deadline:
             time.sleep(poll)
-            jobs = [self.store.get(job_id) for job_id in following]
+            jobs = [job for job, _ in following.values()]
             snapshot_at = self.clock()
             slices, blind = self.observer.slices(jobs)
             changed = []
-            for job in jobs:
-                project, zone, name, _ = following[job.id]
-                listed = slices.get((zone, name))
-                if (project, zone) not in blind and (
+            for job, attempt in following.values():
+                listed = slices.get((attempt.zone, attempt.slice_name))
+                if (job.project, job.zone) not in blind and (
                         listed is None or listed.phase != SlicePhase.PROVISIONING
                         or time.monotonic() - decided[job.id] >= FOLLOW_RECHECK_SECONDS):
                     changed.append(job)
                     decided[job.id] = time.monotonic()
             self._act_all_reported(changed, slices, snapshot_at, report)
-            following = self._creating({job_id: where[3] for job_id, where in following.items()})
+            following = self._creating({job_id: attempt.number for job_id, (_, attempt) in following.items()})
 
-    def _creating(self, wanted: dict[int, Optional[int]]) -> dict[int, tuple[str, str, str, int]]:
-        """{job id: (project, zone, slice name, attempt)} of the jobs among these whose node
-        create is under way; with an attempt number, only while that attempt is current (a
-        job that moved on to a next attempt in this sweep is left to the next sweep)."""
+    def _creating(self, wanted: dict[int, Optional[int]]) -> dict[int, tuple[Job, Attempt]]:
+        """The jobs among these whose node create is under way, with that attempt; given an
+        attempt number, only while that attempt is current (a job that moved on to a next
+        attempt in this sweep is left to the next sweep)."""
         found = {}
         for job_id, number in wanted.items():
             job = self.store.get(job_id)
@@ -175,7 +174,7 @@ class Reconciler:
                 continue
             attempt = self.store.current_attempt(job_id)
             if attempt is not None and not attempt.queued and attempt.create_operation:
-                found[job_id] = (job.project, attempt.zone, attempt.slice_name, attempt.number)
+                found[job_id] = (job, attempt)
         return found
 
     def act_all(self, jobs: list[Job], slices: Slices, snapshot_at: float) -> list[tuple[str, Optional[str]]]:
