@@ -67,8 +67,11 @@ def _generation(cfg: RuntimeConfig) -> str | None:
 
 
 class Trainer:
-    def __init__(self, cfg: RuntimeConfig, host: HostEnv):
+    def __init__(self, cfg: RuntimeConfig, host: HostEnv, started: float | None = None):
         self.cfg, self.host = cfg, host
+        # time.monotonic() when the process began its work: the start-up report counts from it.
+        self.started = time.monotonic() if started is None else started
+        self.restore_seconds = 0.0
         self.mesh = train.make_mesh()
         self.n_devices = self.mesh.devices.size
         if cfg.batch_size % self.n_devices:
@@ -145,7 +148,9 @@ class Trainer:
         poller = metadata.PreemptedPoller(url, cfg.preempted_poll_s, preemption.notice).start() if url else None
         self.heartbeat.start()
         try:
+            t0 = time.monotonic()
             state = self.start_state()
+            self.restore_seconds = time.monotonic() - t0
             step = self.step = int(jax.device_get(state["step"]))
             return self._loop(state, step, preemption)
         finally:
@@ -179,6 +184,7 @@ class Trainer:
             now = time.perf_counter()
             if first:  # the first step carries the compile: keep it out of throughput
                 first, window_start = False, now
+                self._report_startup(s)
             else:
                 window_steps += 1
             if s % cfg.log_every == 0 or s == cfg.steps or stop_at is not None:
@@ -229,6 +235,22 @@ class Trainer:
         self.loop_seconds = time.perf_counter() - loop_start
         return self._outcome(contract.STATE_SUCCEEDED, step, contract.EXIT_SUCCESS,
                              f"trained {step} steps")
+
+    def _report_startup(self, step: int) -> None:
+        """Where the seconds before the first step went: the log and the heartbeat say it, so a
+        slow recovery is explained (a restore over a slow mount, a compile the cache missed)."""
+        startup = {
+            "first_step_s": round(time.monotonic() - self.started, 2),
+            "restore_s": round(self.restore_seconds, 2) if self.resumed_from is not None else None,
+            "init_s": None if self.resumed_from is not None else round(self.restore_seconds, 2),
+            "compile_s": round(self.compiler.compile_seconds, 2),
+            "compile_cache": self.compiler.first_cache,
+        }
+        self.heartbeat.startup = startup
+        what = (f"restore {startup['restore_s']} s (step {self.resumed_from})" if self.resumed_from is not None
+                else f"init {startup['init_s']} s")
+        log.info("step %d done %.1f s after start: %s, compile %.2f s (cache %s)", step,
+                 startup["first_step_s"], what, startup["compile_s"], startup["compile_cache"])
 
     def _stop_save_fits(self, preemption: Preemption) -> bool:
         """Save in place, unless an async save still in flight makes that impossible within the

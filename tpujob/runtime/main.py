@@ -10,6 +10,7 @@ import faulthandler
 import logging
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def _config_path(argv: list[str]) -> str | int:
 
 
 def main(argv: list[str]) -> int:
+    started = time.monotonic()
     config = _config_path(argv)
     if isinstance(config, int):
         return config
@@ -124,7 +126,7 @@ def main(argv: list[str]) -> int:
         return {"step": trainer.step, "compiles": trainer.compiler.compiles}
 
     try:
-        trainer = Trainer(cfg, host)
+        trainer = Trainer(cfg, host, started)
         outcome = trainer.run()
     except (ConfigError, DataError) as e:
         log.error("config: %s", e)

@@ -125,6 +125,20 @@ def train_step_fn(cfg: RuntimeConfig) -> Callable:
     return step
 
 
+# JAX's persistent compilation cache reports each lookup as a monitoring event.
+CACHE_EVENTS = {"hits": 0, "misses": 0}
+_CACHE_EVENT_NAMES = {"/jax/compilation_cache/cache_hits": "hits",
+                      "/jax/compilation_cache/cache_misses": "misses"}
+
+
+def _count_cache_event(event: str, **_: Any) -> None:
+    if (name := _CACHE_EVENT_NAMES.get(event)) is not None:
+        CACHE_EVENTS[name] += 1
+
+
+jax.monitoring.register_event_listener(_count_cache_event)
+
+
 class StepCompiler:
     """Compiles the train step ahead of time per input signature, and counts the compiles.
 
@@ -145,6 +159,9 @@ class StepCompiler:
         self.compiled: dict[tuple, Any] = {}
         self.compiles = 0
         self.compile_seconds = 0.0
+        # How the first compile went: "hit" (JAX's persistent cache served it), "miss" or
+        # "off" (no cache dir, or a compile too short for the cache to keep).
+        self.first_cache: str | None = None
 
     def __call__(self, state: dict, tokens: jax.Array, flags: jax.Array) -> tuple[dict, dict]:
         sig = (tokens.shape, str(tokens.dtype), flags.shape)
@@ -155,8 +172,12 @@ class StepCompiler:
                 raise RecompileError(
                     f"train step would recompile: batch {first[0]} -> {sig[0]} (strict_shapes)")
             t0 = time.perf_counter()
+            before = dict(CACHE_EVENTS)
             fn = self._jit.lower(state, tokens, flags).compile()
             self.compile_seconds += time.perf_counter() - t0
+            if self.first_cache is None:
+                self.first_cache = ("hit" if CACHE_EVENTS["hits"] > before["hits"] else
+                                    "miss" if CACHE_EVENTS["misses"] > before["misses"] else "off")
             self.compiled[sig] = fn
             self.compiles += 1
         return fn(state, tokens, flags)
