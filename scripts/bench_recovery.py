@@ -159,7 +159,7 @@ def measure(size: int, provisioning_delay: float = 0.0) -> dict:
             per_job = [phases_of(ctx, j.id, preempted_wall) for j in ctx.store.list_jobs()]
             return dict(jobs=size, seconds=seconds, sweeps=sweeps, phases=_medians(per_job, PHASES))
         finally:
-            process.stop(grace=5)
+            process.stop(grace=60)  # 50 hosts take a while to tear down; SIGKILL would orphan them
 
 
 def _medians(rows: list[dict[str, float]], names) -> dict[str, float | None]:
@@ -243,7 +243,7 @@ def measure_runtime(cached: bool) -> dict:
                 phases["first new step"] = watch.first_step - preempted_wall
             return dict(cached=cached, phases=phases, startup=watch.startup)
         finally:
-            process.stop(grace=5)
+            process.stop(grace=60)  # 50 hosts take a while to tear down; SIGKILL would orphan them
 
 
 def _step(bucket, prefix: str) -> int:
