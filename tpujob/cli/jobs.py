@@ -347,7 +347,10 @@ def _print_resolved(r) -> None:
     cost = _cost_line(r)
     lines = [
         ("name", r.spec.name), ("accelerator", f"{r.accelerator} ({r.generation})"),
-        ("hosts", r.hosts), ("chips", r.chips), ("zone", r.zone), ("project", r.project),
+        *((("hosts", r.hosts), ("chips", r.chips)) if r.slices == 1 else (
+            ("slices", f"{r.slices} over DCN"), ("hosts", f"{r.hosts} per slice, {r.hosts * r.slices} in all"),
+            ("chips", f"{r.chips} per slice, {r.chips * r.slices} in all"))),
+        ("zone", r.zone), ("project", r.project),
         ("runtime", r.runtime_version),
         ("provisioning", f"{r.spec.tpu.provisioning}{', queued' if r.spec.tpu.queued else ''}"),
         ("cost", cost), ("network", _network_line(r.spec.tpu.network)),

@@ -17,9 +17,10 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from google.protobuf import duration_pb2
 
-from tpujob.cloud.base import Host, MaintenanceWindow, Slice, SliceRequest, TpuResource, slice_phase
+from tpujob.cloud import multislice
+from tpujob.cloud.base import Host, MaintenanceWindow, Slice, SlicePhase, SliceRequest, TpuResource, slice_phase
 from tpujob.cloud.errors import classify, invoke, new_retry, status_error
-from tpujob.errors import CloudError, CloudRefused, NotFoundError, UsageError
+from tpujob.errors import CloudError, CloudRefused, ConflictError, NotFoundError, UsageError
 
 class GcpCloud:
     """Cloud TPU slices through tpu_v2.TpuClient. `api_calls` counts every request sent."""
@@ -60,21 +61,33 @@ class GcpCloud:
         node is listed (CREATING, then READY) as it comes up, and the operation is read only
         where the node is not (a create that ended with an error: a stockout leaves no node)."""
         node = self._node(request)
-        with _parent_must_exist(request):
-            op = self._call(f"creating node {request.name}", self._client.create_node, parent=_parent(request),
-                            node_id=request.name, node=node)
-        return op.operation.name
+        names = multislice.node_names(request.name, request.slices)
+        operations = []
+        for name in names:
+            try:
+                with _parent_must_exist(request):
+                    op = self._call(f"creating node {name}", self._client.create_node, parent=_parent(request),
+                                    node_id=name, node=node)
+            except ConflictError:
+                if len(names) == 1:
+                    raise
+                continue  # this node of several exists: an earlier try of this create made it
+            operations.append(op.operation.name)
+        if not operations:
+            raise ConflictError(f"nodes {', '.join(names)} exist already")
+        return " ".join(operations)
 
     def operation_done(self, name: str, what: str, create: bool = False) -> bool:
         """Whether the operation has ended well (False: still running); one that ended with an
         error raises it, typed (`create`: a node create's, whose INTERNAL end is a capacity
         miss); NotFoundError for an operation the API no longer knows."""
-        current = self._call(what, self._client.get_operation, request={"name": name})
-        if not current.done:
-            return False
-        if current.HasField("error"):
-            raise classify(what, status_error(current.error), create_operation=create)
-        return True
+        done = True
+        for one in name.split():  # a multislice create's: every node's
+            current = self._call(what, self._client.get_operation, request={"name": one})
+            if current.done and current.HasField("error"):
+                raise classify(what, status_error(current.error), create_operation=create)
+            done = done and current.done
+        return done
 
     def create_queued_resource(self, request: SliceRequest, timeout: float = 300.0) -> Slice:
         """Queue the request (the operation ends once queued); the slice turns READY later, as
@@ -147,11 +160,16 @@ class GcpCloud:
                          self._client.list_queued_resources, parent=_loc(project, zone))
         return [_slice(_short(q.name), zone, None, q) for q in qrs]
 
-    def get_slice(self, project: str, zone: str, name: str) -> Slice:
+    def get_slice(self, project: str, zone: str, name: str, slices: int = 1) -> Slice:
         """The slice's node and queued resource together; phase GONE when neither exists.
+        Several slices (multislice): their nodes as one, from one listing of the zone.
 
         The queued resource is read first: it turns ACTIVE only once its node exists, so a node
         created between the two reads cannot show as "ACTIVE without a node" (read as lost)."""
+        if slices > 1:
+            listed = self.list_slices(project, zone)
+            return (multislice.pick(listed.get, name, zone, slices)
+                    or Slice(name=name, zone=zone, phase=SlicePhase.GONE))
         loc = _loc(project, zone)
         qr = self._get_or_none(f"getting queued resource {name}", self._client.get_queued_resource,
                                f"{loc}/queuedResources/{name}")
@@ -208,14 +226,19 @@ class GcpCloud:
                            self._client.list_accelerator_types, parent=_loc(project, zone))
         return [t.type_ for t in types]
 
-    def host_keys(self, project: str, zone: str, name: str) -> dict[int, list[str]]:
-        """Each worker's SSH host keys ("TYPE BASE64") from the `hostkeys` guest attributes."""
-        answer = self._call(f"reading host keys of {name}", self._client.get_guest_attributes,
-                            request={"name": f"{_loc(project, zone)}/nodes/{name}",
-                                     "query_path": "hostkeys/"})
-        return {index: [f"{item.key} {item.value}" for item in attrs.query_value.items
-                        if item.namespace == "hostkeys"]
-                for index, attrs in enumerate(answer.guest_attributes)}
+    def host_keys(self, project: str, zone: str, name: str, slices: int = 1) -> dict[int, list[str]]:
+        """Each worker's SSH host keys ("TYPE BASE64") from the `hostkeys` guest attributes; of
+        several slices, by host index across them (multislice.combine's numbering)."""
+        found: dict[int, list[str]] = {}
+        for node in multislice.node_names(name, slices):
+            answer = self._call(f"reading host keys of {node}", self._client.get_guest_attributes,
+                                request={"name": f"{_loc(project, zone)}/nodes/{node}",
+                                         "query_path": "hostkeys/"})
+            first = len(found)
+            found.update({first + index: [f"{item.key} {item.value}" for item in attrs.query_value.items
+                                          if item.namespace == "hostkeys"]
+                          for index, attrs in enumerate(answer.guest_attributes)})
+        return found
 
     # ---- delete -----------------------------------------------------------------------------
 
@@ -240,10 +263,20 @@ class GcpCloud:
             return
         self._wait(op, what, timeout)
 
-    def delete_slice(self, project: str, zone: str, name: str, timeout: float = 600.0) -> None:
-        """Delete whatever the slice has: the queued resource (and its node), or the node."""
+    def delete_slice(self, project: str, zone: str, name: str, timeout: float = 600.0,
+                     slices: int = 1) -> None:
+        """Delete whatever the slice has: the queued resource (and its node), or the node; of
+        several slices, every node, at once (each delete is its own wait)."""
         self.delete_queued_resource(project, zone, name, timeout)
-        self.delete_node(project, zone, name, timeout)
+        names = multislice.node_names(name, slices)
+        if len(names) == 1:
+            self.delete_node(project, zone, name, timeout)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            for done in [pool.submit(self.delete_node, project, zone, n, timeout) for n in names]:
+                done.result()  # the first error, once every delete has had its try
 
     # ---- plumbing ---------------------------------------------------------------------------
 

@@ -20,6 +20,9 @@ from tpujob.hosts.scripts import as_command, env_payload, render
 from tpujob.names import host_job_dir
 
 
+MEGASCALE_PORT = 8081  # Levanter's (ray_tpu.py); no Google page names a port for slices made apart
+
+
 @dataclass(frozen=True)
 class HostAttempt:
     """What the host scripts need to know about one attempt of a job."""
@@ -31,6 +34,7 @@ class HostAttempt:
     job_dir: str = ""          # host-side state; default names.host_job_dir under the home
     env: dict[str, str] = field(default_factory=dict)       # the spec's env
     secrets: dict[str, str] = field(default_factory=dict)   # forwarded, never logged or stored
+    slices: int = 1            # multislice: the hosts are slice-major, as many per slice
 
     @property
     def host_dir(self) -> str:
@@ -41,7 +45,18 @@ class HostAttempt:
         return {"TPUJOB_JOB_ID": self.job_id, "TPUJOB_ATTEMPT": str(self.attempt),
                 "TPUJOB_HOST_INDEX": str(host.index), "TPUJOB_NUM_HOSTS": str(num_hosts),
                 "TPUJOB_COORDINATOR": self.coordinator, "TPUJOB_RUN_DIR": self.run_dir,
-                **self.env, **self.secrets}
+                **self._megascale(host, num_hosts), **self.env, **self.secrets}
+
+    def _megascale(self, host: Host, num_hosts: int) -> dict[str, str]:
+        """Multislice: what libtpu and JAX read to join the slices over DCN, as a launcher sets
+        them for slices made apart (stanford-crfm/levanter ray_tpu.py: the coordinator is slice
+        0's worker 0 on MEGASCALE_PORT; shared/facts/operations.md)."""
+        if self.slices == 1:
+            return {}
+        per_slice = num_hosts // self.slices
+        return {"MEGASCALE_COORDINATOR_ADDRESS": f"{self.coordinator.rsplit(':', 1)[0]}:{MEGASCALE_PORT}",
+                "MEGASCALE_NUM_SLICES": str(self.slices), "MEGASCALE_SLICE_ID": str(host.index // per_slice),
+                "MEGASCALE_PORT": str(MEGASCALE_PORT)}
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,8 @@ class Actor:
 
     def _delete_slice(self, turn: _Turn, action: DeleteSlice) -> Outcome:
         if turn.attempt is not None:
-            self.cloud.delete_slice(turn.job.project, turn.attempt.zone, turn.attempt.slice_name)
+            self.cloud.delete_slice(turn.job.project, turn.attempt.zone, turn.attempt.slice_name,
+                                    slices=turn.attempt.slices)
             crash_point("slice-deleted")
             self.store.add_event(turn.job.id, "slice", f"deleted slice {turn.attempt.slice_name}")
         return done()
@@ -184,7 +185,7 @@ class Actor:
             turn.job, turn.attempt = self.store.start_attempt(
                 job.id, turn.state, State.SETTING_UP, "new attempt on the same slice", zone=attempt.zone,
                 accelerator=attempt.accelerator, queued=attempt.queued, reuse_slice=attempt.slice_name,
-                owner=self.actor)
+                slices=attempt.slices, owner=self.actor)
             turn.state = State.SETTING_UP
             return done()
         options = placements(spec)
@@ -200,7 +201,8 @@ class Actor:
             crash_point("placement")  # chosen, nothing written yet: the next sweep chooses again
         turn.job, turn.attempt = self.store.start_attempt(
             job.id, turn.state, State.PROVISIONING, f"creating the slice of attempt {job.attempt + 1}", zone=zone,
-            accelerator=accelerator, queued=spec.spec.tpu.queued, owner=self.actor, placement=placement)
+            accelerator=accelerator, queued=spec.spec.tpu.queued, slices=spec.spec.tpu.slices, owner=self.actor,
+            placement=placement)
         turn.state, turn.slice = State.PROVISIONING, None
         crash_point("provisioning")
         return self._create_slice(turn, CreateSlice())
@@ -216,7 +218,7 @@ class Actor:
                 project=job.project, zone=attempt.zone, name=attempt.slice_name,
                 accelerator_type=attempt.accelerator,
                 runtime_version=runtime_version(spec, attempt.accelerator), provisioning=spec.spec.tpu.provisioning,
-                queued=attempt.queued,
+                queued=attempt.queued, slices=attempt.slices,
                 labels=slice_labels(job.id, attempt.number),
                 # The job's disks: clones made at the first attempt, reused after.
                 ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt), metadata=self.metadata,
@@ -287,7 +289,7 @@ class Actor:
             # for now: asked for again (a node that exists after all is adopted on the 409).
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
         else:
-            node = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+            node = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
             if node.phase != SlicePhase.GONE:
                 return done(Observation(slice=PHASES[node.phase]), node)
             raise SlicePreempted(f"node {attempt.slice_name} was created, then went away")
@@ -296,7 +298,7 @@ class Actor:
 
     def _set_up(self, turn: _Turn, action: SetUp) -> Outcome:
         job, attempt = turn.job, turn.attempt
-        slice_ = turn.slice or self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        slice_ = turn.slice or self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
         if slice_.hosts:
             # The address tpujob (and so the user) reaches host 0 on, as `list` shows it.
             external = spec_of(job).spec.tpu.network.external_ips
@@ -327,7 +329,7 @@ class Actor:
 
     def _launch(self, turn: _Turn, action: Launch) -> Outcome:
         job, attempt = turn.job, turn.attempt
-        slice_ = turn.slice or self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        slice_ = turn.slice or self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
         self.store.add_event(job.id, "setup", f"setup done on {len(slice_.hosts)} hosts"
                              + (f"; setup cache: {action.cache}" if action.cache else ""))
         try:
@@ -363,7 +365,7 @@ class Actor:
         """The slice, read again after a setup step failed, when it is gone or dead (preempted
         meanwhile); None when it still looks usable or cannot be read."""
         try:
-            again = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+            again = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
         except TpujobError:
             return None
         return again if PHASES[again.phase] in (SliceCondition.LOST, SliceCondition.ABSENT) else None

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase
+from tpujob.cloud.multislice import pick
 from tpujob.errors import (
     LocationDenied, PlacementUnavailable, QuotaExceeded, SlicePreempted, StockoutError, TpujobError,
 )
@@ -47,7 +48,13 @@ def refusal_of(exc: BaseException) -> tuple[SliceCondition, str | None]:
 # SSH status rounds a sweep runs at once (each a few connections; the hosts are remote).
 HOST_STATUS_WORKERS = 16
 
-Slices = dict[tuple[str, str], Slice]  # (zone, slice name) -> the slice as listed
+Slices = dict[tuple[str, str], Slice]  # (zone, node or queued resource name) -> as listed
+
+
+def listed_slice(slices: Slices, attempt: Attempt) -> Optional[Slice]:
+    """The attempt's slice in the listing: its node, or its nodes as one (multislice)."""
+    return pick(lambda name: slices.get((attempt.zone, name)), attempt.slice_name, attempt.zone,
+                attempt.slices)
 
 
 class HostOps(Protocol):
@@ -127,7 +134,7 @@ class Observer:
         slices at once (one SSH round each, in parallel): one by one, a sweep over a few hundred
         running jobs would take minutes. {job id: (attempt number, slice name, statuses)}."""
         wanted = [(job, attempt, slice_) for job, attempt in running
-                  for slice_ in [slices.get((attempt.zone, attempt.slice_name))]
+                  for slice_ in [listed_slice(slices, attempt)]
                   if slice_ is not None and PHASES[slice_.phase] == SliceCondition.READY]
         if len(wanted) < 2:
             return {}  # nothing to overlap: `observe` asks as it goes
@@ -146,10 +153,10 @@ class Observer:
     def slice_of(self, job: Job, attempt, slices: Slices, snapshot_at: float) -> Optional[Slice]:
         if attempt is None:
             return None
-        found = slices.get((attempt.zone, attempt.slice_name))
+        found = listed_slice(slices, attempt)
         # The listing predates a change another actor made (a new attempt, a create): look again.
         if found is None and (job.state_since or 0) >= snapshot_at - 1:
-            found = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+            found = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
         return found
 
     def observe(self, job: Job, attempt, slice_) -> Observation:

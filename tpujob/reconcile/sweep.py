@@ -21,7 +21,7 @@ from tpujob.reconcile import placement as placing
 from tpujob.reconcile.act import Actor, Outcome
 from tpujob.reconcile.decide import decide
 from tpujob.reconcile.observation import JobView
-from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices
+from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices, listed_slice
 from tpujob.reconcile.policy import Policy, placements, policy_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
@@ -154,7 +154,7 @@ class Reconciler:
             slices, blind = self.observer.slices(jobs)
             changed = []
             for job, attempt in following.values():
-                listed = slices.get((attempt.zone, attempt.slice_name))
+                listed = listed_slice(slices, attempt)
                 if (job.project, job.zone) not in blind and (
                         listed is None or listed.phase != SlicePhase.PROVISIONING
                         or time.monotonic() - decided[job.id] >= FOLLOW_RECHECK_SECONDS):
@@ -213,16 +213,17 @@ class Reconciler:
         """Delete an ended job's slice that is still listed (see LEFT_SLICE_SECONDS), under the
         job's lease; the error line, or None."""
         attempt = self.store.current_attempt(job.id)
-        if attempt is None or (attempt.zone, attempt.slice_name) not in slices:
+        if attempt is None or listed_slice(slices, attempt) is None:
             return None
         try:
             with self.store.lease(job.id, self.actor, self.lease_seconds):
                 if not _frees_its_slice(self.store.get(job.id)):  # resumed (or kept) meanwhile
                     return None
                 # The sweep that ended it may have deleted it since this one's listing.
-                if self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name).phase == SlicePhase.GONE:
+                if self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name,
+                                        slices=attempt.slices).phase == SlicePhase.GONE:
                     return None
-                self.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name)
+                self.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
                 self.store.add_event(job.id, "slice", f"deleted slice {attempt.slice_name}, left behind when the "
                                      "job ended (the sweep that ended it stopped before deleting it)")
         except JobLocked:

@@ -48,6 +48,10 @@ ENV_HOST_INDEX = "TPUJOB_HOST_INDEX"
 ENV_NUM_HOSTS = "TPUJOB_NUM_HOSTS"
 ENV_COORDINATOR = "TPUJOB_COORDINATOR"  # host 0 "ip:port"
 ENV_RUN_DIR = "TPUJOB_RUN_DIR"  # shared directory (a gcsfuse mount in production)
+# Multislice: the slices over DCN (libtpu's variable; tpujob sets it, with the other MEGASCALE_*
+# ones, on every host of a job of several slices). Hosts are slice-major: host i is in slice
+# i // (TPUJOB_NUM_HOSTS / MEGASCALE_NUM_SLICES).
+ENV_NUM_SLICES = "MEGASCALE_NUM_SLICES"
 
 # Files under the run dir (written by host 0 only, except checkpoints which all hosts write).
 HEARTBEAT_FILE = "heartbeat"

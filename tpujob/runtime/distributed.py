@@ -20,6 +20,7 @@ class HostEnv:
     coordinator: str | None
     run_dir: Path
     hosts_given: bool  # False: the platform may know better (TPU VM metadata)
+    num_slices: int = 1  # multislice: hosts are slice-major, num_hosts // num_slices per slice
 
 
 def read_env(env: Mapping[str, str]) -> HostEnv:
@@ -48,6 +49,9 @@ def read_env(env: Mapping[str, str]) -> HostEnv:
         raise ConfigError("is required with more than one host", key=contract.ENV_COORDINATOR)
     if coordinator:
         _check_address(coordinator)
+    num_slices = integer(contract.ENV_NUM_SLICES, 1)
+    if num_slices < 1 or num_hosts % num_slices:
+        raise ConfigError(f"{num_slices} slices do not divide {num_hosts} hosts", key=contract.ENV_NUM_SLICES)
     return HostEnv(
         job_id=env.get(contract.ENV_JOB_ID, "local"),
         attempt=integer(contract.ENV_ATTEMPT, 0),
@@ -56,6 +60,7 @@ def read_env(env: Mapping[str, str]) -> HostEnv:
         coordinator=coordinator,
         run_dir=Path(run_dir),
         hosts_given=bool(env.get(contract.ENV_NUM_HOSTS)),
+        num_slices=num_slices,
     )
 
 

@@ -72,7 +72,7 @@ class Trainer:
         # time.monotonic() when the process began its work: the start-up report counts from it.
         self.started = time.monotonic() if started is None else started
         self.restore_seconds = 0.0
-        self.mesh = train.make_mesh()
+        self.mesh = train.make_mesh(host.num_slices)
         self.n_devices = self.mesh.devices.size
         if cfg.batch_size % self.n_devices:
             raise ConfigError(f"{cfg.batch_size} is not a multiple of the {self.n_devices} devices",

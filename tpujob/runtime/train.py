@@ -1,8 +1,11 @@
 """Mesh, FSDP shardings, optimizer, and the train step: jitted once, state donated.
 
-One 1-D mesh axis ("fsdp") over every device of every host: the batch is split along it, and each
+One mesh axis ("fsdp") over every device of a slice: the batch is split along it, and each
 parameter (and its Adam moments) is split along its largest dimension that divides evenly, so
 memory per device falls with the slice size. XLA inserts the all-gathers and reduce-scatters.
+Several slices (multislice) add an outer axis ("slices", over DCN): data parallel across
+slices, each holding its own copy of the state sharded as on one slice, so only the gradients'
+all-reduce crosses DCN.
 """
 
 from __future__ import annotations
@@ -20,14 +23,35 @@ from .config import RuntimeConfig
 from .model import DECAYED, init_params, loss_fn
 
 AXIS = "fsdp"
+SLICES_AXIS = "slices"
 
 
 class RecompileError(RuntimeError):
     pass
 
 
-def make_mesh() -> Mesh:
-    return Mesh(np.array(jax.devices()), (AXIS,))
+def make_mesh(num_slices: int = 1) -> Mesh:
+    devices = jax.devices()
+    if num_slices == 1:
+        return Mesh(np.array(devices), (AXIS,))
+    hosts_per_slice = max(jax.process_count() // num_slices, 1)
+
+    # A TPU device of a multislice job knows its slice; a CPU one (the emulator's hosts) says
+    # 0 or nothing: then hosts are slice-major (contract.ENV_NUM_SLICES).
+    known = {getattr(d, "slice_index", None) for d in devices} == set(range(num_slices))
+
+    def slice_of(d) -> int:
+        return d.slice_index if known else d.process_index // hosts_per_slice
+
+    ordered = sorted(devices, key=lambda d: (slice_of(d), d.process_index, d.id))
+    if len(ordered) % num_slices or {slice_of(d) for d in ordered} != set(range(num_slices)):
+        raise ValueError(f"{len(ordered)} devices do not make {num_slices} equal slices")
+    return Mesh(np.array(ordered).reshape(num_slices, -1), (SLICES_AXIS, AXIS))
+
+
+def batch_axes(mesh: Mesh) -> Any:
+    """The mesh axes the batch is split over: every device, slice by slice."""
+    return (SLICES_AXIS, AXIS) if SLICES_AXIS in mesh.axis_names else AXIS
 
 
 def param_spec(shape: tuple[int, ...], n: int) -> P:
@@ -76,7 +100,7 @@ def init_state_fn(cfg: RuntimeConfig) -> Callable[[jax.Array], dict]:
 
 def state_shardings(cfg: RuntimeConfig, mesh: Mesh) -> Any:
     shapes = jax.eval_shape(init_state_fn(cfg), jax.random.key(0))
-    n = mesh.devices.size
+    n = mesh.shape[AXIS]  # within a slice: each slice holds a whole copy
     return jax.tree.map(lambda s: NamedSharding(mesh, param_spec(s.shape, n)), shapes)
 
 
@@ -93,7 +117,7 @@ def init_state(cfg: RuntimeConfig, mesh: Mesh) -> dict:
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-    return NamedSharding(mesh, P(AXIS))
+    return NamedSharding(mesh, P(batch_axes(mesh)))
 
 
 def train_step_fn(cfg: RuntimeConfig) -> Callable:

@@ -131,7 +131,7 @@ class SshHostOps:
         recorded = _recorded_keys(self.ctx.store, job.id, attempt.number)
         if slice_.hosts and all(recorded.get(h.index) for h in slice_.hosts):
             return recorded
-        published = self.cloud.host_keys(job.project, attempt.zone, attempt.slice_name)
+        published = self.cloud.host_keys(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
         keys = {i: v for i, v in published.items() if v} | recorded
         if slice_.hosts and all(keys.get(h.index) for h in slice_.hosts):
             self.ctx.store.record_host_keys(job.id, attempt.number, json.dumps(keys))
@@ -192,7 +192,7 @@ class SshHostOps:
         workdir = spec.spec.run.workdir or (sync_dir(job.id) if spec.sync_path else ".")
         return program.HostAttempt(
             job_id=format_job_id(job.id), attempt=attempt.number,
-            coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}",
+            coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}", slices=attempt.slices,
             run_dir=run_dirs.host_run_dir_for(spec, job.id, self.login(job, slice_).user), workdir=workdir,
             env=program_env(job.cloud, spec.spec.env), secrets=secrets or {},
         )

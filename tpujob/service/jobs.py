@@ -79,9 +79,10 @@ def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
             steps.append(PlanStep("use disk", disk.name, "existing, read-only"))
         else:
             steps.append(PlanStep("use disk", disk.name, f"{kind}, existing or new ({disk.size_gb or 'default'} GB)"))
-    how = "queued resource" if spec.tpu.queued else "node"
-    steps.append(PlanStep(f"create {how}", node,
-                          f"{resolved.accelerator} ({resolved.hosts} hosts, {resolved.chips} chips), "
+    how = "queued resource" if spec.tpu.queued else ("node" if resolved.slices == 1 else f"{resolved.slices} nodes")
+    steps.append(PlanStep(f"create {how}", node if resolved.slices == 1 else f"{node}-0..{resolved.slices - 1}",
+                          f"{resolved.accelerator} ({resolved.hosts} hosts, {resolved.chips} chips"
+                          f"{' each' if resolved.slices > 1 else ''}), "
                           f"{spec.tpu.provisioning}, {resolved.runtime_version}, {resolved.zone}"))
     for disk in spec.disks:
         steps.append(PlanStep("attach", cloud_name[disk.name], f"{disk.mode} at {disk.mount} on every host"))

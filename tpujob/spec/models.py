@@ -53,6 +53,8 @@ class TpuSpec(_Model):
     runtime_version: Optional[str] = None
     provisioning: Literal["spot", "on-demand", "preemptible"] = "spot"
     queued: bool = True
+    # Multislice: this many slices of `accelerator`, one job over DCN (docs/multislice.md).
+    slices: int = Field(default=1, ge=1)
     fallback: list[Fallback] = Field(default_factory=list)
     network: NetworkSpec = Field(default_factory=NetworkSpec)
 
@@ -218,14 +220,16 @@ class ResolvedSpec(BaseModel):
     spec: JobSpec
     accelerator: str
     generation: str
-    hosts: int
-    chips: int
+    hosts: int  # per slice
+    chips: int  # per slice
     cores: int
+    slices: int = 1
     zone: str
     project: str
     runtime_version: str
     disk_types: dict[str, str]
-    cost_per_hour_usd: Optional[float]  # at the spec's provisioning; None: no published price
+    # Every slice's together, at the spec's provisioning; None: no published price.
+    cost_per_hour_usd: Optional[float]
     on_demand_cost_per_hour_usd: Optional[float] = None  # the list price, for comparison
     sync_path: Optional[str]
 

@@ -191,6 +191,10 @@ def _hourly_cost(acc: Accelerator, provisioning: str) -> float | None:
     return acc.hourly_cost(spot=provisioning != "on-demand")
 
 
+def _times(cost: float | None, slices: int) -> float | None:
+    return None if cost is None else cost * slices
+
+
 def _check_setup(spec: JobSpec, sync_path: str | None, lines) -> None:
     """The long form of setup: a command, cache paths that are paths, key files in the sync dir;
     a cache lives in the run dir's bucket (tpujob-cache/), so it needs `run_dir: gs://...`."""
@@ -212,6 +216,23 @@ def _check_setup(spec: JobSpec, sync_path: str | None, lines) -> None:
         if Path(name).is_absolute() or ".." in Path(name).parts or not (Path(sync_path) / name).is_file():
             raise _fail(f"setup.key_files: {name!r} is not a file in the sync directory {sync_path}",
                         ("setup", "key_files", i), lines)
+
+
+def _check_slices(spec: JobSpec, acc: Accelerator, lines) -> None:
+    """Multislice: TPU v4 or later, every slice the same type in one zone (Google's multislice
+    introduction: cloud.google.com/tpu/docs/multislice-introduction; shared/facts/operations.md)."""
+    if spec.tpu.slices == 1:
+        return
+    if acc.generation.alias in ("v2", "v3"):
+        raise _fail(f"multislice needs TPU v4 or later, not {acc.generation.alias}", ("tpu", "slices"), lines)
+    if spec.tpu.queued:
+        raise _fail("several slices through one queued resource (multisliceParams) are not built yet: "
+                    "set tpu.queued: false to create the slices as nodes", ("tpu", "queued"), lines)
+    for i, entry in enumerate(spec.tpu.fallback):
+        alt = entry.accelerator and accelerator(entry.accelerator)
+        if alt and alt.generation.alias in ("v2", "v3"):
+            raise _fail(f"multislice needs TPU v4 or later, not {alt.generation.alias}",
+                        ("tpu", "fallback", i, "accelerator"), lines)
 
 
 def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zone: str = "",
@@ -236,6 +257,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
     if spec.tpu.queued and spec.tpu.provisioning == "preemptible":
         raise _fail("queued resources take spot or on-demand, not legacy preemptible VMs "
                     "(use provisioning: spot, or queued: false)", ("tpu", "provisioning"), lines)
+    _check_slices(spec, acc, lines)
 
     seen_mounts: dict[str, tuple] = {}
     seen_disks: set[str] = set()
@@ -331,10 +353,10 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
 
     return ResolvedSpec(
         spec=spec, accelerator=acc.name, generation=acc.generation.alias, hosts=acc.hosts,
-        chips=acc.chips, cores=acc.cores, zone=zone, project=project,
+        chips=acc.chips, cores=acc.cores, slices=spec.tpu.slices, zone=zone, project=project,
         runtime_version=spec.tpu.runtime_version or acc.generation.runtime_version,
-        disk_types=disk_types, cost_per_hour_usd=_hourly_cost(acc, spec.tpu.provisioning),
-        on_demand_cost_per_hour_usd=acc.hourly_cost(spot=False),
+        disk_types=disk_types, cost_per_hour_usd=_times(_hourly_cost(acc, spec.tpu.provisioning), spec.tpu.slices),
+        on_demand_cost_per_hour_usd=_times(acc.hourly_cost(spot=False), spec.tpu.slices),
         sync_path=sync_path,
     )
 

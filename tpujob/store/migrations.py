@@ -176,6 +176,11 @@ def _v12_create_operation(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN create_operation TEXT")
 
 
+def _v13_slices(conn: Connection) -> None:
+    # Multislice: how many slices (nodes NAME-0 .. NAME-(N-1)) the attempt runs on.
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN slices INTEGER NOT NULL DEFAULT 1")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -190,6 +195,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (10, "job.hangs", _v10_hangs),
     (11, "attempt.total_steps, attempt.progress", _v11_progress),
     (12, "attempt.create_operation", _v12_create_operation),
+    (13, "attempt.slices", _v13_slices),
 ]
 
 _bookkeeping = MetaData()

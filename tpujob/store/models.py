@@ -58,6 +58,7 @@ class Attempt(SQLModel, table=True):
     total_steps: Optional[int] = None  # the heartbeat's total, where the program says it
     progress: Optional[str] = None  # JSON [[time, step], ...] of the last minutes (tpujob/progress.py)
     create_operation: Optional[str] = None  # the node create's operation, while it may still say why
+    slices: int = 1  # multislice: the attempt's nodes are SLICE_NAME-0 .. -(slices-1)
 
 
 class Event(SQLModel, table=True):

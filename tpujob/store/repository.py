@@ -277,7 +277,7 @@ class Store:
 
     # -- attempts and events ------------------------------------------------------------------
     def start_attempt(self, job_id: int, src: State, dst: State, message: str, *, zone: str,
-                      accelerator: str, queued: bool, reuse_slice: Optional[str] = None,
+                      accelerator: str, queued: bool, reuse_slice: Optional[str] = None, slices: int = 1,
                       owner: Optional[str] = None, placement: Optional[int] = None) -> tuple[Job, Attempt]:
         """Open the next attempt, make it the job's current one and move the job from `src` to
         `dst`, in one transaction: a crash leaves either all of it or none. Its slice is named
@@ -306,10 +306,12 @@ class Store:
             if moved:
                 session.add(Event(job_id=job_id, at=now, kind="fallback", message=f"moving to {accelerator} in {zone}"))
             attempt = Attempt(job_id=job_id, number=number, slice_name=reuse_slice or slice_name(job_id, number),
-                              zone=zone, accelerator=accelerator, queued=queued, started_at=now)
+                              zone=zone, accelerator=accelerator, queued=queued, started_at=now, slices=slices)
             session.add(attempt)
             session.add(Event(job_id=job_id, at=now, kind="attempt",
-                              message=f"attempt {number}: slice {attempt.slice_name} ({accelerator} in {zone})"))
+                              message=f"attempt {number}: " + (
+                                  f"slice {attempt.slice_name} ({accelerator} in {zone})" if slices == 1 else
+                                  f"{slices} slices {attempt.slice_name}-0..{slices - 1} ({accelerator} each, in {zone})")))
             session.add(Event(job_id=job_id, at=now, kind="state", from_state=src.value, to_state=dst.value,
                               message=message))
             session.flush()

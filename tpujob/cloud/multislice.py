@@ -1,0 +1,69 @@
+"""Several slices as one: the nodes of a multislice attempt, named and read as a whole.
+
+A multislice attempt's nodes are `NAME-0` .. `NAME-(N-1)`, as Google names the nodes of a
+multislice queued resource (`multisliceParams.nodeIdPrefix`, then `-0`, `-1`, ...: Cloud TPU
+v2 discovery document, MultisliceParams; shared/facts/operations.md). The orchestrator sees
+them as one Slice: the hosts of every node in order (slice k's worker w is host k*H + w, the
+process id JAX gives it: jax/_src/clusters/cloud_tpu_cluster.py), and one phase. One node lost
+is the whole attempt lost: Google's own multislice restarts every slice when one is
+recreated (cloud.google.com/tpu/docs/multislice-introduction).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+from tpujob.cloud.base import Host, Slice, SlicePhase
+
+# The worst phase wins: a node preempted, failed or going makes the whole slice so; a node
+# missing while others exist reads as GONE (its create's operation tells why, as for one node).
+_WORST_FIRST = (SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.DELETING, SlicePhase.GONE,
+                SlicePhase.QUEUED, SlicePhase.PROVISIONING, SlicePhase.READY)
+
+
+def node_names(name: str, slices: int) -> list[str]:
+    """The node ids of an attempt's slice(s): the name itself for one slice."""
+    return [name] if slices == 1 else [f"{name}-{k}" for k in range(slices)]
+
+
+def combine(name: str, zone: str, parts: list[Slice]) -> Slice:
+    """One Slice for the nodes `parts` (in slice order; a GONE one for a node not found)."""
+    if len(parts) == 1:
+        return parts[0]
+    phases = {p.phase for p in parts}
+    phase = next(ph for ph in _WORST_FIRST if ph in phases)
+    if phases == {SlicePhase.GONE}:
+        return Slice(name=name, zone=zone, phase=SlicePhase.GONE)
+    hosts: list[Host] = []
+    for part in parts:
+        hosts.extend(dataclasses.replace(h, index=len(hosts) + i) for i, h in enumerate(part.hosts))
+    present = [p for p in parts if p.phase != SlicePhase.GONE]
+    created = [p.node_create_time for p in present if p.node_create_time is not None]
+    windows = [p.maintenance for p in present if p.maintenance is not None]
+    unhealthy = next((p for p in present if p.health not in (None, "HEALTHY")), None)
+
+    def each(attr: str) -> str:  # "slice 0 READY, slice 1 PREEMPTED"
+        return ", ".join(f"slice {k} {getattr(p, attr) or '-'}" for k, p in enumerate(parts)
+                         if getattr(p, attr) or attr == "node_state")
+
+    return Slice(
+        name=name, zone=zone, phase=phase, node_state=each("node_state"),
+        queued_resource_state=None, accelerator_type=present[0].accelerator_type, hosts=tuple(hosts),
+        labels=present[0].labels, detail=each("detail"),
+        node_create_time=max(created) if len(created) == len(parts) else None,
+        failure=next((p.failure for p in parts if p.failure is not None), None),
+        metadata=present[0].metadata,
+        health=unhealthy.health if unhealthy else present[0].health,
+        symptoms=tuple(f"slice {k}: {s}" for k, p in enumerate(parts) for s in p.symptoms),
+        maintenance=min(windows, key=lambda w: w.start or float("inf")) if windows else None)
+
+
+def pick(find: Callable[[str], Optional[Slice]], name: str, zone: str, slices: int) -> Optional[Slice]:
+    """The attempt's slice from what `find` (a node id -> its Slice, or None) knows: None when
+    none of its nodes is there."""
+    parts = [find(n) for n in node_names(name, slices)]
+    if all(p is None for p in parts):
+        return None
+    return combine(name, zone, [p or Slice(name=n, zone=zone, phase=SlicePhase.GONE)
+                                for n, p in zip(node_names(name, slices), parts)])
