@@ -37,7 +37,8 @@ def combine(name: str, zone: str, parts: list[Slice]) -> Slice:
         return Slice(name=name, zone=zone, phase=SlicePhase.GONE)
     hosts: list[Host] = []
     for part in parts:
-        hosts.extend(dataclasses.replace(h, index=len(hosts) + i) for i, h in enumerate(part.hosts))
+        base = len(hosts)
+        hosts.extend([dataclasses.replace(h, index=base + i) for i, h in enumerate(part.hosts)])
     present = [p for p in parts if p.phase != SlicePhase.GONE]
     created = [p.node_create_time for p in present if p.node_create_time is not None]
     windows = [p.maintenance for p in present if p.maintenance is not None]

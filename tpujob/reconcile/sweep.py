@@ -279,7 +279,9 @@ class Reconciler:
                 # A node create returns once the node is READY; a queued resource still waiting
                 # ends the rounds.
                 attempt = self.store.current_attempt(job_id)
-                slices = {(attempt.zone, attempt.slice_name): outcome.slice}
+                # Several slices are listed node by node: the next round reads them afresh
+                # (slice_of, as for a job another actor just moved).
+                slices = {(attempt.zone, attempt.slice_name): outcome.slice} if attempt.slices == 1 else {}
             else:
                 break
         return acted

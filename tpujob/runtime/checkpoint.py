@@ -22,8 +22,24 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import options as ocp_options
 
 
+def _barriers_with_timeouts() -> None:
+    """Orbax's barriers through the JAX distributed client (a wait with a timeout, 300 s by
+    default) instead of a collective over every device. A collective barrier waits for the
+    slowest host inside the collective itself: on CPU hosts (the emulator) a host restoring
+    30 s behind the others failed the whole attempt with "Gloo context initialization failed:
+    DEADLINE_EXCEEDED", and on TPU a host that never comes hangs it. The switch is Orbax's
+    absl flag `experimental_orbax_use_distributed_barrier` (orbax/checkpoint/_src/multihost/
+    multihost.py); the runtime parses no absl flags of its own, so they are marked parsed."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    flags.FLAGS.experimental_orbax_use_distributed_barrier = True
+
+
 class Checkpointer:
     def __init__(self, directory: str, keep: int, use_async: bool):
+        _barriers_with_timeouts()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
             enable_async_checkpointing=use_async,

@@ -245,6 +245,7 @@ class Trainer:
             "init_s": None if self.resumed_from is not None else round(self.restore_seconds, 2),
             "compile_s": round(self.compiler.compile_seconds, 2),
             "compile_cache": self.compiler.first_cache,
+            "mesh": dict(self.mesh.shape),  # {"fsdp": N}; several slices: {"slices": S, "fsdp": N}
         }
         self.heartbeat.startup = startup
         what = (f"restore {startup['restore_s']} s (step {self.resumed_from})" if self.resumed_from is not None

@@ -180,12 +180,25 @@ class StepCompiler:
             donate_argnums=0,
         )
         self.strict = cfg.strict_shapes
+        self.peer_timeout_s = cfg.distributed_timeout_s
         self.compiled: dict[tuple, Any] = {}
         self.compiles = 0
         self.compile_seconds = 0.0
         # How the first compile went: "hit" (JAX's persistent cache served it), "miss" or
         # "off" (no cache dir, or a compile too short for the cache to keep).
         self.first_cache: str | None = None
+
+    def _await_peers(self) -> None:
+        """Every host's first step starts once all have compiled it. Compiles take unequal
+        times (only process 0 reads JAX's persistent cache: seconds there, minutes elsewhere),
+        and a host waiting inside the step's first collective for a peer still compiling can
+        time out there: CPU collectives (the emulator's hosts) give up after 30 s ("Gloo context
+        initialization failed: DEADLINE_EXCEEDED"). A barrier of the distributed client waits
+        up to `distributed_timeout_s` (checkpoint.py's switch makes Orbax's barriers the same)."""
+        if jax.process_count() > 1:
+            import orbax.checkpoint as ocp
+
+            ocp.multihost.sync_global_processes("tpujob-first-step-compiled", timeout=self.peer_timeout_s)
 
     def __call__(self, state: dict, tokens: jax.Array, flags: jax.Array) -> tuple[dict, dict]:
         sig = (tokens.shape, str(tokens.dtype), flags.shape)
@@ -202,6 +215,7 @@ class StepCompiler:
             if self.first_cache is None:
                 self.first_cache = ("hit" if CACHE_EVENTS["hits"] > before["hits"] else
                                     "miss" if CACHE_EVENTS["misses"] > before["misses"] else "off")
+                self._await_peers()
             self.compiled[sig] = fn
             self.compiles += 1
         return fn(state, tokens, flags)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from tpujob import spec as spec_mod
+from tpujob.cloud.multislice import node_names
 from tpujob.errors import CloudError, ConflictError, TpujobError, UsageError
 from tpujob.service.accounting import account
 from tpujob.service.context import Context, make_cloud, make_compute, make_storage
@@ -226,14 +227,15 @@ def _stop_program(ctx: Context, job, cloud) -> None:
     attempt = ctx.store.current_attempt(job.id)
     if attempt is None or attempt.ended_at is not None:
         return
-    slice_ = cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+    slice_ = cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
     if slice_.phase != SlicePhase.READY:
         return
     ops = SshHostOps(ctx, cloud)
     try:
         ops.stop_program(job, attempt, slice_)
     except CloudError:
-        if cloud.get_slice(job.project, attempt.zone, attempt.slice_name).phase == SlicePhase.READY:
+        if cloud.get_slice(job.project, attempt.zone, attempt.slice_name,
+                           slices=attempt.slices).phase == SlicePhase.READY:
             raise
         return  # preempted or deleted while we stopped it: its hosts took the program with them
     try:
@@ -275,11 +277,13 @@ def delete(ctx: Context, ref: str):
                 except TpujobError as exc:
                     ctx.store.add_event(job.id, "hosts", f"stop failed, deleting anyway: {exc}")
             # Every attempt's slice, not just the current one: nothing is left behind.
-            names = {a.slice_name for a in attempts}
             for zone in sorted({a.zone for a in attempts}):
-                for name in sorted(set(cloud.list_slices(job.project, zone)) & names):
-                    cloud.delete_slice(job.project, zone, name)
-                    ctx.store.add_event(job.id, "slice", f"deleted slice {name}")
+                listed = set(cloud.list_slices(job.project, zone))
+                for a in sorted((a for a in attempts if a.zone == zone), key=lambda a: a.slice_name):
+                    if listed & {a.slice_name, *node_names(a.slice_name, a.slices)}:
+                        cloud.delete_slice(job.project, zone, a.slice_name, slices=a.slices)
+                        ctx.store.add_event(job.id, "slice", f"deleted slice {a.slice_name}"
+                                            + (f" ({a.slices} slices)" if a.slices > 1 else ""))
             _delete_clones(ctx, job, attempts)
         with ctx.store.atomic():  # the attempt ends with the move, or neither happens
             if attempts:

@@ -58,7 +58,7 @@ def _attempt(ctx: Context, job, number: int | None):
 
 def _slice(cloud, job, attempt):
     try:
-        return cloud.get_slice(job.project, attempt.zone, attempt.slice_name)
+        return cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
     except NotFoundError:
         return None
 
