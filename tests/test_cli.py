@@ -134,9 +134,9 @@ def test_list_table_columns(cli, job):
     result = cli("list")
     header, row = result.out.splitlines()
     columns = header.split()
-    wanted = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "AGE"]
+    wanted = ["ID", "NAME", "ACCELERATOR", "SLICES", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "AGE"]
     assert [c for c in columns if c in wanted] == wanted
-    assert row.split()[:5] == [job, "demo", "v4-16", "us-central2-b", "PENDING"]
+    assert row.split()[:6] == [job, "demo", "v4-16", "1", "us-central2-b", "PENDING"]
 
 
 def test_list_hides_ended_jobs_unless_all(cli, job):

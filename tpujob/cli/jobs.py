@@ -109,9 +109,9 @@ def register(app: typer.Typer) -> None:
             render.print_jobs_json(rows)
             return
         now = time.time()
-        headers = ["ID", "NAME", "ACCELERATOR", "ZONE", "STATE", "ATTEMPT", "STEP", "PREEMPTIONS", "GOODPUT",
-                   "HOST0", "AGE", "SEEN"]
-        body = [[format_job_id(j.id), j.name, j.accelerator, j.zone,
+        headers = ["ID", "NAME", "ACCELERATOR", "SLICES", "ZONE", "STATE", "ATTEMPT", "STEP", "PREEMPTIONS",
+                   "GOODPUT", "HOST0", "AGE", "SEEN"]
+        body = [[format_job_id(j.id), j.name, j.accelerator, j.slices or 1, j.zone,
                  j.state + (f" ({j.end_reason})" if j.end_reason else ""), j.attempt,
                  step_text(j.last_step, j.total_steps), j.preemptions,
                  f"{goodput(j, now):.0%}", j.host0_ip or "-", render.age(j.created_at, now),

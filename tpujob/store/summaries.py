@@ -36,9 +36,11 @@ class JobSummary(NamedTuple):
     running_seconds: float
     last_step: Optional[int] = None    # the current attempt's (attempt.last_step, total_steps)
     total_steps: Optional[int] = None
+    slices: Optional[int] = None  # the current attempt's (multislice); None before the first
 
 
-_ATTEMPT_FIELDS = ("last_step", "total_steps")
+
+_ATTEMPT_FIELDS = ("last_step", "total_steps", "slices")
 _job = table("job", *(column(name) for name in JobSummary._fields if name not in _ATTEMPT_FIELDS))
 _attempt = table("attempt", column("job_id"), column("number"), *(column(name) for name in _ATTEMPT_FIELDS))
 
