@@ -72,7 +72,8 @@ def test_the_hosts_of_every_slice_are_numbered_slice_by_slice():
     whole = combine("s", "z", [_node("s-0", SlicePhase.READY, ["10.0.0.1", "10.0.0.2"]),
                                _node("s-1", SlicePhase.READY, ["10.0.1.1", "10.0.1.2"])])
     assert whole.phase == SlicePhase.READY
-    assert [(h.index, h.ip) for h in whole.hosts] == [(0, "10.0.0.1"), (1, "10.0.0.2"), (2, "10.0.1.1"), (3, "10.0.1.2")]
+    assert [(h.index, h.ip) for h in whole.hosts] == [
+        (0, "10.0.0.1"), (1, "10.0.0.2"), (2, "10.0.1.1"), (3, "10.0.1.2")]
     assert whole.node_state == "slice 0 READY, slice 1 READY"
 
 

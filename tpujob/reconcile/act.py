@@ -296,9 +296,12 @@ class Actor:
         self.store.record_create_operation(job.id, attempt.number, None)
         return None
 
+    def _slice_of(self, job: Job, attempt: Attempt) -> Slice:
+        return self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+
     def _set_up(self, turn: _Turn, action: SetUp) -> Outcome:
         job, attempt = turn.job, turn.attempt
-        slice_ = turn.slice or self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+        slice_ = turn.slice or self._slice_of(job, attempt)
         if slice_.hosts:
             # The address tpujob (and so the user) reaches host 0 on, as `list` shows it.
             external = spec_of(job).spec.tpu.network.external_ips
@@ -329,7 +332,7 @@ class Actor:
 
     def _launch(self, turn: _Turn, action: Launch) -> Outcome:
         job, attempt = turn.job, turn.attempt
-        slice_ = turn.slice or self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+        slice_ = turn.slice or self._slice_of(job, attempt)
         self.store.add_event(job.id, "setup", f"setup done on {len(slice_.hosts)} hosts"
                              + (f"; setup cache: {action.cache}" if action.cache else ""))
         try:

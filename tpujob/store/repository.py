@@ -305,13 +305,14 @@ class Store:
                                                    f"cannot open attempt {number} from {src.value}"))
             if moved:
                 session.add(Event(job_id=job_id, at=now, kind="fallback", message=f"moving to {accelerator} in {zone}"))
-            attempt = Attempt(job_id=job_id, number=number, slice_name=reuse_slice or slice_name(job_id, number),
+            name = reuse_slice or slice_name(job_id, number)
+            slices_text = (f"slice {name} ({accelerator} in {zone})" if slices == 1 else
+                           f"{slices} slices {name}-0..{slices - 1} ({accelerator} each, in {zone})")
+            attempt = Attempt(job_id=job_id, number=number, slice_name=name,
                               zone=zone, accelerator=accelerator, queued=queued, started_at=now, slices=slices)
             session.add(attempt)
             session.add(Event(job_id=job_id, at=now, kind="attempt",
-                              message=f"attempt {number}: " + (
-                                  f"slice {attempt.slice_name} ({accelerator} in {zone})" if slices == 1 else
-                                  f"{slices} slices {attempt.slice_name}-0..{slices - 1} ({accelerator} each, in {zone})")))
+                              message=f"attempt {number}: {slices_text}"))
             session.add(Event(job_id=job_id, at=now, kind="state", from_state=src.value, to_state=dst.value,
                               message=message))
             session.flush()
