@@ -190,7 +190,8 @@ class StepCompiler:
 
     def _await_peers(self) -> None:
         """Every host's first step starts once all have compiled it. Compiles take unequal
-        times (only process 0 reads JAX's persistent cache: seconds there, minutes elsewhere),
+        times (on the emulator's CPU hosts only process 0 hits JAX's persistent cache, cause
+        unknown: seconds there, tens of seconds elsewhere; a bigger model on one host is slower),
         and a host waiting inside the step's first collective for a peer still compiling can
         time out there: CPU collectives (the emulator's hosts) give up after 30 s ("Gloo context
         initialization failed: DEADLINE_EXCEEDED"). A barrier of the distributed client waits
