@@ -119,3 +119,15 @@ def test_the_runtime_reads_its_slices_and_refuses_slices_that_do_not_divide_the_
     assert read_env({**env, "MEGASCALE_NUM_SLICES": "2"}).num_slices == 2
     with pytest.raises(ConfigError, match="3 slices do not divide 4 hosts"):
         read_env({**env, "MEGASCALE_NUM_SLICES": "3"})
+
+
+def test_a_read_write_disk_is_refused_on_several_slices_even_of_one_host():
+    text = _spec("""
+        name: ms
+        tpu: {accelerator: v4-8, zone: us-central2-b, queued: false, slices: 2}
+        disks: [{name: scratch, mode: read-write, mount: /mnt/scratch}]
+        run: {command: python train.py}
+    """)
+    with pytest.raises(SpecError, match="cannot be attached to 2 slices") as info:
+        _resolve(text)
+    assert info.value.field == "disks[0].mode"

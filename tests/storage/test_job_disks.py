@@ -91,3 +91,16 @@ def test_a_fallback_zone_gets_a_clone_of_the_global_snapshot_never_an_empty_disk
     with pytest.raises(UsageError, match=f"disk master is in {ZONE} and cannot be attached in {FALLBACK_ZONE}"):
         disks.data_disks(compute, master, 9, FALLBACK_ZONE)
     assert compute.find_disk(PROJECT, FALLBACK_ZONE, "master") is None
+
+
+def test_several_slices_each_get_the_disk_and_one_lacking_it_names_it(compute, cloud, snapshot):
+    spec = job_spec(DATA)
+    (disk,) = disks.data_disks(compute, spec, 9, ZONE)
+    made = cloud.create_node(SliceRequest(project=PROJECT, zone=ZONE, name="tpujob-000009-1",
+                                          accelerator_type="v4-32", runtime_version="tpu-ubuntu2204-base",
+                                          provisioning="on-demand", data_disks=(disk,), slices=2))
+    assert len(made.hosts) == 8  # two v4-32 slices of 4 hosts each, read as one
+    assert {d.node for d in compute.node_disks(PROJECT, ZONE)} == {"tpujob-000009-1-0", "tpujob-000009-1-1"}
+    assert disks.missing_disks(compute, spec, 9, ZONE, "tpujob-000009-1", slices=2) == []
+    # A third slice the attempt does not have reads as lacking it.
+    assert disks.missing_disks(compute, spec, 9, ZONE, "tpujob-000009-1", slices=3) == ["data-000009"]

@@ -54,7 +54,7 @@ class GcpCloud:
         operation = self.request_node(request)
         with _parent_must_exist(request):
             self._wait_for(operation, f"creating node {request.name}", timeout, create=True)
-        return self.get_slice(request.project, request.zone, request.name)
+        return self.get_slice(request.project, request.zone, request.name, slices=request.slices)
 
     def request_node(self, request: SliceRequest) -> str:
         """Ask for the node and return its create operation's name, without waiting for it: the

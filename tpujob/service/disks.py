@@ -11,6 +11,7 @@ clones by hand: the dev-slice side of the same workflow.
 from __future__ import annotations
 
 from tpujob.cloud.base import DataDisk
+from tpujob.cloud.multislice import node_names
 from tpujob.errors import ConflictError, NotFoundError, UsageError
 from tpujob.names import JOB_LABEL, clone_name, format_job_id, job_labels, snapshot_name
 from tpujob.service.context import Context, make_compute
@@ -139,13 +140,19 @@ def data_disks(compute, spec: ResolvedSpec, job_id: int, zone: str) -> tuple[Dat
     return tuple(out)
 
 
-def missing_disks(compute, spec: ResolvedSpec, job_id: int, zone: str, node: str) -> list[str]:
+def missing_disks(compute, spec: ResolvedSpec, job_id: int, zone: str, node: str,
+                  slices: int = 1) -> list[str]:
     """The job's disks an existing node lacks (a slice reused by a new attempt that lost one to a
-    detach by hand), by name. They cannot be added: Google's v2 UpdateNode documents no
-    `data_disks` in its mask (tpu.v2.json nodes.patch), so disks are attached at create only."""
-    attached = {d.source for d in compute.node_disks(spec.project, zone) if d.node == node}
+    detach by hand), by name; of several slices, the disks any of their nodes lacks. They cannot
+    be added: Google's v2 UpdateNode documents no `data_disks` in its mask (tpu.v2.json
+    nodes.patch), so disks are attached at create only."""
+    nodes = node_names(node, slices)
+    attached: dict[str, set[str]] = {n: set() for n in nodes}
+    for d in compute.node_disks(spec.project, zone):
+        if d.node in attached:
+            attached[d.node].add(d.source)
     return [d.source.rsplit("/", 1)[-1] for d in data_disks(compute, spec, job_id, zone)
-            if d.source not in attached]
+            if any(d.source not in found for found in attached.values())]
 
 
 def delete_clones(compute, spec: ResolvedSpec, job_id: int, zones: set[str]) -> list[str]:

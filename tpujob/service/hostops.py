@@ -357,7 +357,7 @@ class SshHostOps:
         from tpujob.service.context import make_compute
 
         missing = disks.missing_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone,
-                                      attempt.slice_name)
+                                      attempt.slice_name, attempt.slices)
         if missing:
             raise SetupFailed(f"slice {attempt.slice_name} lacks disk {', '.join(missing)} (detached by "
                               "hand?): the TPU API attaches disks only when it creates a node; delete the "

@@ -94,6 +94,10 @@ def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str,
             raise _fail(f"disk {disk.name}: {NEVER_READ_ONLY[disk_type]} ({where}); give it type "
                         f"{' or '.join(t for t in gen.disk_types if t not in NEVER_READ_ONLY)} to "
                         "attach it read-only", base + ("type",), lines)
+        if disk.mode == "read-write" and spec.tpu.slices > 1:
+            raise _fail(f"a read-write disk cannot be attached to {spec.tpu.slices} slices: a disk is "
+                        "attached read-write to one node only; clone it (snapshot + clone) and mount "
+                        "the clone read-only", base + ("mode",), lines)
         if disk.mode == "read-write" and acc.multi_host:
             raise _fail(f"a read-write disk cannot be attached to {acc.name} ({acc.hosts} hosts, {where}): "
                         "multi-host slices attach disks read-only; clone it (snapshot + clone) and "
