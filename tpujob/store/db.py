@@ -1,5 +1,4 @@
-"""The engine: SQLite (WAL, immediate write transactions, deferred reads) by default, any
-SQLAlchemy URL too."""
+"""The engine: SQLite (WAL, immediate write transactions) by default, any SQLAlchemy URL too."""
 
 from __future__ import annotations
 
@@ -12,9 +11,6 @@ from sqlalchemy.engine import Engine
 from tpujob.errors import ConfigError
 from tpujob.settings import redact_url
 from tpujob.store.migrations import migrate
-
-# The execution option of the store's read sessions (Store._read): no write lock taken.
-READ_ONLY = "tpujob_read_only"
 
 _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()  # one engine per URL and process, even when threads open it at once
@@ -43,11 +39,7 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        # A read (the store's READ_ONLY engine) begins deferred: under WAL it takes no lock,
-        # so it neither waits for a writer nor makes one wait. Waiting on the busy timeout
-        # costs more than the wait itself: SQLite's busy handler sleeps in steps of up to
-        # 100 ms, so a sweep's 16 act workers reading their jobs queued behind each other.
-        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 
