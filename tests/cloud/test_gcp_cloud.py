@@ -203,3 +203,13 @@ def test_preempted_node_and_suspended_queued_resource_are_preempted(cloud, serve
 def test_host_keys_come_from_guest_attributes(cloud):
     cloud.create_node(request("k", "v4-16"))
     assert cloud.host_keys(PROJECT, ZONE, "k") == {0: [], 1: []}  # hosts switched off
+
+
+def test_several_slices_are_one_slice_to_read_key_and_delete(cloud):
+    made = cloud.create_node(request("m", "v4-16", slices=2))
+    assert (made.name, made.phase, [h.index for h in made.hosts]) == ("m", SlicePhase.READY, [0, 1, 2, 3])
+    assert sorted(cloud.list_slices(PROJECT, ZONE)) == ["m-0", "m-1"]  # Google's multislice node names
+    assert sorted(cloud.host_keys(PROJECT, ZONE, "m", slices=2)) == [0, 1, 2, 3]  # as the hosts are numbered
+    cloud.delete_slice(PROJECT, ZONE, "m", slices=2)
+    assert cloud.list_slices(PROJECT, ZONE) == {}
+    assert cloud.get_slice(PROJECT, ZONE, "m", slices=2).phase == SlicePhase.GONE

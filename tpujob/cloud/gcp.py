@@ -228,15 +228,21 @@ class GcpCloud:
 
     def host_keys(self, project: str, zone: str, name: str, slices: int = 1) -> dict[int, list[str]]:
         """Each worker's SSH host keys ("TYPE BASE64") from the `hostkeys` guest attributes; of
-        several slices, by host index across them (multislice.combine's numbering)."""
+        several slices, by host index across them: slice k's first host is numbered after every
+        host of the slices before it, counted from the nodes' own endpoints (as
+        multislice.combine numbers them), not from how many workers answered."""
+        names = multislice.node_names(name, slices)
+        first = {name: 0}
+        if slices > 1:
+            workers = {n.name: len(n.hosts) for n in self.list_nodes(project, zone)}
+            first = {n: sum(workers.get(m, 0) for m in names[:k]) for k, n in enumerate(names)}
         found: dict[int, list[str]] = {}
-        for node in multislice.node_names(name, slices):
+        for node in names:
             answer = self._call(f"reading host keys of {node}", self._client.get_guest_attributes,
                                 request={"name": f"{_loc(project, zone)}/nodes/{node}",
                                          "query_path": "hostkeys/"})
-            first = len(found)
-            found.update({first + index: [f"{item.key} {item.value}" for item in attrs.query_value.items
-                                          if item.namespace == "hostkeys"]
+            found.update({first[node] + index: [f"{item.key} {item.value}" for item in attrs.query_value.items
+                                                if item.namespace == "hostkeys"]
                           for index, attrs in enumerate(answer.guest_attributes)})
         return found
 

@@ -63,8 +63,8 @@ def combine(name: str, zone: str, parts: list[Slice]) -> Slice:
 def pick(find: Callable[[str], Optional[Slice]], name: str, zone: str, slices: int) -> Optional[Slice]:
     """The attempt's slice from what `find` (a node id -> its Slice, or None) knows: None when
     none of its nodes is there."""
-    parts = [find(n) for n in node_names(name, slices)]
+    names = node_names(name, slices)
+    parts = [find(n) for n in names]
     if all(p is None for p in parts):
         return None
-    return combine(name, zone, [p or Slice(name=n, zone=zone, phase=SlicePhase.GONE)
-                                for n, p in zip(node_names(name, slices), parts)])
+    return combine(name, zone, [p or Slice(name=n, zone=zone, phase=SlicePhase.GONE) for n, p in zip(names, parts)])

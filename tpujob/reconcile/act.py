@@ -289,7 +289,7 @@ class Actor:
             # for now: asked for again (a node that exists after all is adopted on the 409).
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
         else:
-            node = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+            node = self._slice_of(job, attempt)
             if node.phase != SlicePhase.GONE:
                 return done(Observation(slice=PHASES[node.phase]), node)
             raise SlicePreempted(f"node {attempt.slice_name} was created, then went away")
@@ -368,7 +368,7 @@ class Actor:
         """The slice, read again after a setup step failed, when it is gone or dead (preempted
         meanwhile); None when it still looks usable or cannot be read."""
         try:
-            again = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+            again = self._slice_of(job, attempt)
         except TpujobError:
             return None
         return again if PHASES[again.phase] in (SliceCondition.LOST, SliceCondition.ABSENT) else None
