@@ -8,7 +8,8 @@ import pytest
 from spec_texts import dedent_spec as _spec
 from tpujob import spec as spec_mod
 from tpujob.cloud.base import Host, Slice, SlicePhase
-from tpujob.cloud.multislice import combine, node_names, pick
+from tpujob.cloud.multislice import combine, pick
+from tpujob.names import node_names
 from tpujob.errors import SpecError
 from tpujob.hosts.fanout import Host as SshHost
 from tpujob.hosts.program import HostAttempt
@@ -131,3 +132,19 @@ def test_a_read_write_disk_is_refused_on_several_slices_even_of_one_host():
     with pytest.raises(SpecError, match="cannot be attached to 2 slices") as info:
         _resolve(text)
     assert info.value.field == "disks[0].mode"
+
+
+def test_a_fallback_multislice_cannot_take_is_refused_at_its_own_field():
+    text = _spec("""
+        name: ms
+        tpu:
+          accelerator: v4-16
+          zone: us-central2-b
+          queued: false
+          slices: 2
+          fallback: [{accelerator: v3-8, zone: europe-west4-a}]
+        run: {command: python train.py}
+    """)
+    with pytest.raises(SpecError, match="TPU v4 or later, not v3") as info:
+        _resolve(text)
+    assert info.value.field == "tpu.fallback[0].accelerator"

@@ -25,6 +25,17 @@ def slice_name(job_id: int, attempt: int) -> str:
     return f"tpujob-{format_job_id(job_id)}-{attempt}"
 
 
+def node_names(name: str, slices: int) -> list[str]:
+    """The node ids of an attempt's slice(s): the name itself for one slice; of several, as
+    Google names a multislice queued resource's nodes (tpujob.cloud.multislice)."""
+    return [name] if slices == 1 else [f"{name}-{k}" for k in range(slices)]
+
+
+def nodes_text(name: str, slices: int) -> str:
+    """The nodes as people read them: `NAME`, or `NAME-0..N-1`."""
+    return name if slices == 1 else f"{name}-0..{slices - 1}"
+
+
 def clone_name(disk_name: str, job_id: int) -> str:
     """The job's own clone of a disk: a second job from the same spec must not adopt (and later
     delete) the first one's."""

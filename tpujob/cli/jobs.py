@@ -10,7 +10,7 @@ from typing import List
 import typer
 
 from tpujob.cli import render
-from tpujob.names import format_job_id
+from tpujob.names import format_job_id, nodes_text
 
 
 def _ctx():
@@ -179,9 +179,8 @@ def register(app: typer.Typer) -> None:
             headers = ["#", "SLICE", "ACCELERATOR", "ZONE", "STARTED", "ENDED", "REASON", "STEP"]
             cache_column = any(a["setup_cache"] for a in data["attempts"])  # SETUP: the setup cache's hit or miss
             typer.echo(render.table(headers + (["SETUP"] if cache_column else []),
-                                    [[a["number"], a["slice_name"] if a["slices"] == 1 else
-                                      f"{a['slice_name']}-0..{a['slices'] - 1}", a["accelerator"], a["zone"],
-                                      a["started_at"],
+                                    [[a["number"], nodes_text(a["slice_name"], a["slices"]), a["accelerator"],
+                                      a["zone"], a["started_at"],
                                       a["ended_at"] or "-", a["end_reason"] or "-",
                                       "-" if a["last_step"] is None else a["last_step"]]
                                      + ([a["setup_cache"] or "-"] if cache_column else [])

@@ -9,7 +9,7 @@ from json.encoder import encode_basestring_ascii as _json_str  # json.dumps' own
 
 import typer
 
-from tpujob.cloud.multislice import node_names
+from tpujob.names import node_names
 
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _dates: dict[int, str] = {}  # days since the epoch -> ISO date: a store's jobs share few days

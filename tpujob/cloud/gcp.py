@@ -21,6 +21,7 @@ from tpujob.cloud import multislice
 from tpujob.cloud.base import Host, MaintenanceWindow, Slice, SlicePhase, SliceRequest, TpuResource, slice_phase
 from tpujob.cloud.errors import classify, invoke, new_retry, status_error
 from tpujob.errors import CloudError, CloudRefused, ConflictError, NotFoundError, UsageError
+from tpujob.names import node_names
 
 class GcpCloud:
     """Cloud TPU slices through tpu_v2.TpuClient. `api_calls` counts every request sent."""
@@ -61,7 +62,7 @@ class GcpCloud:
         node is listed (CREATING, then READY) as it comes up, and the operation is read only
         where the node is not (a create that ended with an error: a stockout leaves no node)."""
         node = self._node(request)
-        names = multislice.node_names(request.name, request.slices)
+        names = node_names(request.name, request.slices)
         operations = []
         for name in names:
             try:
@@ -231,7 +232,7 @@ class GcpCloud:
         several slices, by host index across them: slice k's first host is numbered after every
         host of the slices before it, counted from the nodes' own endpoints (as
         multislice.combine numbers them), not from how many workers answered."""
-        names = multislice.node_names(name, slices)
+        names = node_names(name, slices)
         first = {name: 0}
         if slices > 1:
             workers = {n.name: len(n.hosts) for n in self.list_nodes(project, zone)}
@@ -274,7 +275,7 @@ class GcpCloud:
         """Delete whatever the slice has: the queued resource (and its node), or the node; of
         several slices, every node, at once (each delete is its own wait)."""
         self.delete_queued_resource(project, zone, name, timeout)
-        names = multislice.node_names(name, slices)
+        names = node_names(name, slices)
         if len(names) == 1:
             self.delete_node(project, zone, name, timeout)
             return

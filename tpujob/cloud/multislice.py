@@ -15,16 +15,12 @@ import dataclasses
 from typing import Callable, Optional
 
 from tpujob.cloud.base import Host, Slice, SlicePhase
+from tpujob.names import node_names
 
 # The worst phase wins: a node preempted, failed or going makes the whole slice so; a node
 # missing while others exist reads as GONE (its create's operation tells why, as for one node).
 _WORST_FIRST = (SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.DELETING, SlicePhase.GONE,
                 SlicePhase.QUEUED, SlicePhase.PROVISIONING, SlicePhase.READY)
-
-
-def node_names(name: str, slices: int) -> list[str]:
-    """The node ids of an attempt's slice(s): the name itself for one slice."""
-    return [name] if slices == 1 else [f"{name}-{k}" for k in range(slices)]
 
 
 def combine(name: str, zone: str, parts: list[Slice]) -> Slice:

@@ -11,9 +11,8 @@ clones by hand: the dev-slice side of the same workflow.
 from __future__ import annotations
 
 from tpujob.cloud.base import DataDisk
-from tpujob.cloud.multislice import node_names
 from tpujob.errors import ConflictError, NotFoundError, UsageError
-from tpujob.names import JOB_LABEL, clone_name, format_job_id, job_labels, snapshot_name
+from tpujob.names import JOB_LABEL, clone_name, format_job_id, job_labels, node_names, snapshot_name
 from tpujob.service.context import Context, make_compute
 from tpujob.spec import RESOURCE_NAME, DiskSpec, ResolvedSpec
 

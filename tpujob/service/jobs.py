@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from tpujob import spec as spec_mod
-from tpujob.cloud.multislice import node_names
 from tpujob.errors import CloudError, ConflictError, TpujobError, UsageError
 from tpujob.service.accounting import account
 from tpujob.service.context import Context, make_cloud, make_compute, make_storage
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
 from tpujob.job_spec import spec_of
-from tpujob.names import clone_name, format_job_id, local_log_dir, slice_name, snapshot_name
+from tpujob.names import clone_name, format_job_id, local_log_dir, node_names, nodes_text, slice_name, snapshot_name
 from tpujob.store.states import ENDED, AttemptEnd, State
 
 
@@ -81,7 +80,7 @@ def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
         else:
             steps.append(PlanStep("use disk", disk.name, f"{kind}, existing or new ({disk.size_gb or 'default'} GB)"))
     how = "queued resource" if spec.tpu.queued else ("node" if resolved.slices == 1 else f"{resolved.slices} nodes")
-    steps.append(PlanStep(f"create {how}", node if resolved.slices == 1 else f"{node}-0..{resolved.slices - 1}",
+    steps.append(PlanStep(f"create {how}", nodes_text(node, resolved.slices),
                           f"{resolved.accelerator} ({resolved.hosts} hosts, {resolved.chips} chips"
                           f"{' each' if resolved.slices > 1 else ''}), "
                           f"{spec.tpu.provisioning}, {resolved.runtime_version}, {resolved.zone}"))

@@ -222,21 +222,17 @@ def _check_setup(spec: JobSpec, sync_path: str | None, lines) -> None:
                         ("setup", "key_files", i), lines)
 
 
-def _check_slices(spec: JobSpec, acc: Accelerator, lines) -> None:
+def _check_slices(spec: JobSpec, acc: Accelerator, where: tuple, lines) -> None:
     """Multislice: TPU v4 or later, every slice the same type in one zone (Google's multislice
-    introduction: cloud.google.com/tpu/docs/multislice-introduction; shared/facts/operations.md)."""
+    introduction: cloud.google.com/tpu/docs/multislice-introduction; shared/facts/operations.md).
+    Checked for the primary accelerator and for each fallback's (`where`: the field)."""
     if spec.tpu.slices == 1:
         return
     if acc.generation.alias in ("v2", "v3"):
-        raise _fail(f"multislice needs TPU v4 or later, not {acc.generation.alias}", ("tpu", "slices"), lines)
+        raise _fail(f"multislice needs TPU v4 or later, not {acc.generation.alias}", where, lines)
     if spec.tpu.queued:
         raise _fail("several slices through one queued resource (multisliceParams) are not built yet: "
                     "set tpu.queued: false to create the slices as nodes", ("tpu", "queued"), lines)
-    for i, entry in enumerate(spec.tpu.fallback):
-        alt = entry.accelerator and accelerator(entry.accelerator)
-        if alt and alt.generation.alias in ("v2", "v3"):
-            raise _fail(f"multislice needs TPU v4 or later, not {alt.generation.alias}",
-                        ("tpu", "fallback", i, "accelerator"), lines)
 
 
 def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zone: str = "",
@@ -261,7 +257,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
     if spec.tpu.queued and spec.tpu.provisioning == "preemptible":
         raise _fail("queued resources take spot or on-demand, not legacy preemptible VMs "
                     "(use provisioning: spot, or queued: false)", ("tpu", "provisioning"), lines)
-    _check_slices(spec, acc, lines)
+    _check_slices(spec, acc, ("tpu", "slices"), lines)
 
     seen_mounts: dict[str, tuple] = {}
     seen_disks: set[str] = set()
@@ -350,6 +346,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
                 alt = accelerator(entry.accelerator)
             except SpecError as exc:
                 raise _fail(str(exc), base + ("accelerator",), lines) from None
+            _check_slices(spec, alt, base + ("accelerator",), lines)
             _check_disks(spec, alt, lines, f"fallback {alt.name}", chosen=disk_types)
             _check_shared_run_dir(spec, alt, lines)
     _check_network(spec.tpu.network, [zone] + [f.zone for f in spec.tpu.fallback if f.zone], lines)

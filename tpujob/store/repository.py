@@ -19,7 +19,7 @@ from sqlmodel import Session, col, select
 from tpujob import progress
 from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
 from tpujob.store import outbox
-from tpujob.names import format_job_id, slice_name
+from tpujob.names import format_job_id, nodes_text, slice_name
 from tpujob.store.models import Attempt, Event, Job
 from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
 
@@ -293,7 +293,7 @@ class Store:
                 session.add(Event(job_id=job_id, at=now, kind="fallback", message=f"moving to {accelerator} in {zone}"))
             name = reuse_slice or slice_name(job_id, number)
             slices_text = (f"slice {name} ({accelerator} in {zone})" if slices == 1 else
-                           f"{slices} slices {name}-0..{slices - 1} ({accelerator} each, in {zone})")
+                           f"{slices} slices {nodes_text(name, slices)} ({accelerator} each, in {zone})")
             attempt = Attempt(job_id=job_id, number=number, slice_name=name,
                               zone=zone, accelerator=accelerator, queued=queued, started_at=now, slices=slices)
             session.add(attempt)
