@@ -14,7 +14,7 @@ import pytest
 
 from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three jobs on four hosts each: ~8 min here
 
 STEPS = 300  # long enough for a sweep to see it train before it ends
 SPEC = f"""\
