@@ -39,7 +39,6 @@ def test_slices_resolve_to_per_slice_hosts_and_a_cost_for_all():
 
 @pytest.mark.parametrize("text, field, words", [
     (_text(accelerator="v3-8", zone="europe-west4-a"), "tpu.slices", "TPU v4 or later, not v3"),
-    (_text(queued="true"), "tpu.queued", "set tpu.queued: false"),
     (_text(slices=0), "tpu.slices", "greater than or equal to 1"),
 ])
 def test_slices_a_multislice_cannot_take_are_refused_with_the_field(text, field, words):
@@ -96,6 +95,44 @@ def test_a_listing_without_any_of_the_nodes_has_no_slice_and_a_missing_node_read
     assert pick(listed.get, "t", "z", 2) is None
     assert pick(listed.get, "s", "z", 2).phase == SlicePhase.GONE
     assert pick(listed.get, "s-0", "z", 1) is listed["s-0"]
+
+
+def _queue(state: str, **kw) -> Slice:
+    from tpujob.cloud.base import slice_phase
+
+    return Slice(name="s", zone="z", phase=slice_phase(None, state), queued_resource_state=state, **kw)
+
+
+@pytest.mark.parametrize("queue, nodes, expected", [
+    ("WAITING_FOR_RESOURCES", {}, SlicePhase.QUEUED),
+    ("PROVISIONING", {}, SlicePhase.PROVISIONING),
+    # a node not made yet while its queued resource provisions is coming, not lost
+    ("PROVISIONING", {"s-0": SlicePhase.READY}, SlicePhase.PROVISIONING),
+    ("ACTIVE", {"s-0": SlicePhase.READY, "s-1": SlicePhase.READY}, SlicePhase.READY),
+    ("ACTIVE", {"s-0": SlicePhase.READY}, SlicePhase.GONE),  # active, a node gone under it
+    ("SUSPENDING", {"s-0": SlicePhase.READY, "s-1": SlicePhase.DELETING}, SlicePhase.PREEMPTED),
+    ("SUSPENDED", {}, SlicePhase.PREEMPTED),
+    ("FAILED", {}, SlicePhase.FAILED),
+    ("DELETING", {"s-0": SlicePhase.DELETING}, SlicePhase.DELETING),
+])
+def test_a_multislice_queued_resource_and_its_nodes_read_as_one_slice(queue, nodes, expected):
+    listed = {"s": _queue(queue), **{n: _node(n, p, ["10.0.0.1"]) for n, p in nodes.items()}}
+    whole = pick(listed.get, "s", "z", 2)
+    assert (whole.phase, whole.queued_resource_state) == (expected, queue)
+
+
+def test_the_slices_lost_are_the_nodes_gone_or_every_one_of_a_suspended_request():
+    listed = {"s-0": _node("s-0", SlicePhase.READY, ["10.0.0.1"]), "s-1": _node("s-1", SlicePhase.PREEMPTED)}
+    assert pick(listed.get, "s", "z", 2).lost_slices == (1,)
+    assert pick({"s": _queue("SUSPENDED")}.get, "s", "z", 2).lost_slices == (0, 1)
+    assert pick({"s": _queue("WAITING_FOR_RESOURCES")}.get, "s", "z", 2).lost_slices == ()
+
+
+def test_a_failed_multislice_queued_resource_carries_its_failure():
+    from tpujob.errors import StockoutError
+
+    listed = {"s": _queue("FAILED", failure=StockoutError("no capacity"), detail="no capacity")}
+    assert isinstance(pick(listed.get, "s", "z", 2).failure, StockoutError)
 
 
 def test_every_host_gets_the_megascale_variables_of_its_slice():

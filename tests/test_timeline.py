@@ -65,7 +65,7 @@ def test_show_json_timeline_has_the_bars(cli, ended, no_emulator_left):
     data = json.loads(result.out)["timeline"]
     assert [b["attempt"] for b in data["bars"]] == [1, 2]
     assert [s["state"] for s in data["bars"][0]["spans"]] == ["PROVISIONING", "SETTING_UP", "RUNNING", "RECOVERING"]
-    assert data["marks"] == [{"at": pytest.approx(T + 1090.0), "kind": "preempted", "attempt": 1}]
+    assert data["marks"] == [{"at": pytest.approx(T + 1090.0), "kind": "preempted", "attempt": 1, "slice": None}]
     assert "timeline" not in json.loads(cli("show", "--json", "night").out)
 
 
@@ -119,3 +119,37 @@ def test_the_dashboards_svg_marks_nan_restarts_and_escapes_text():
     # The mark sits where attempt 1 ended: 40% along the drawn width.
     x = float(drawn.split('data-kind="nan"')[1].split('d="M')[1].split(",")[0]) + 6
     assert x == pytest.approx(svg.LABEL + 0.4 * (svg.WIDTH - svg.LABEL - svg.PAD), abs=0.2)
+
+
+def test_a_multislice_attempt_is_a_row_per_slice_with_the_lost_slice_marked(cli):
+    from tpujob.cli.timeline import print_timeline, timeline_dict
+    from tpujob.ui import svg
+
+    def attempt(number, start, end=None, reason=None, lost=None):
+        return SimpleNamespace(number=number, slice_name=f"tpujob-000001-{number}", zone="z", started_at=start,
+                               ended_at=end, end_reason=reason, slices=2, lost_slices=lost)
+
+    job = SimpleNamespace(created_at=0.0, ended_at=None)
+    events = [SimpleNamespace(at=0.0, to_state="PROVISIONING"), SimpleNamespace(at=10.0, to_state="RUNNING")]
+    line = timeline(job, [attempt(1, 0.0, 50.0, "preempted", "1"), attempt(2, 60.0)], events, 100.0)
+    assert [(b.attempt, b.slice, b.slice_name) for b in line.bars] == [
+        (1, 0, "tpujob-000001-1-0"), (1, 1, "tpujob-000001-1-1"), (2, 0, "tpujob-000001-2-0"), (2, 1, "tpujob-000001-2-1")]
+    assert [(m.attempt, m.slice, m.kind) for m in line.marks] == [(1, 1, "preempted")]  # slice 1 only
+    drawn = str(svg.timeline_svg(line))
+    assert drawn.count('<g class="bar"') == 4 and 'data-attempt="1" data-slice="1"' in drawn
+    mark_y = float(drawn.split('data-kind="preempted"')[1].split('d="M')[1].split(",")[1].split(" ")[0])
+    assert mark_y == svg.PAD + 1 * svg.ROW  # on slice 1's row, not slice 0's
+    assert timeline_dict(line)["marks"] == [{"at": 50.0, "kind": "preempted", "attempt": 1, "slice": 1}]
+
+    from io import StringIO
+    from rich.console import Console
+
+    out = StringIO()
+    print_timeline(line, Console(file=out, width=80, highlight=False, soft_wrap=True))
+    rows = out.getvalue().splitlines()[1:5]
+    assert rows[0].startswith("attempt 1") and rows[1].startswith("  slice 1") and "preempted (slice 1)" in rows[1]
+    assert "preempted" not in rows[0].split()[-1]  # slice 0 was not the one lost
+
+    # Not knowing which slice was lost (a store from before lost_slices): every slice marked.
+    unknown = timeline(job, [attempt(1, 0.0, 50.0, "preempted", None)], events, 100.0)
+    assert [m.slice for m in unknown.marks] == [0, 1]

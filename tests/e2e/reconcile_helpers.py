@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tpujob.names import node_names
+
 ZONE = "us-central2-b"
 # v4 is offered only in us-central2-b (Google's zone table, which the emulator enforces): the
 # tests that move between zones run a v5e, in zones that offer it.
@@ -26,6 +28,7 @@ tpu:
   accelerator: {accelerator}
   zone: {zone}
   queued: {queued}
+  slices: {slices}
   fallback: {fallback}
 requeue: {requeue}
 run:
@@ -33,7 +36,7 @@ run:
 """
 
 
-def spec_text(name="rq", *, command="sleep 600", accelerator="v4-8", zone=ZONE, queued=False,
+def spec_text(name="rq", *, command="sleep 600", accelerator="v4-8", zone=ZONE, queued=False, slices=1,
               fallback=(), max_preemptions=5, max_failures=0, max_nan=3, backoff_seconds=0,
               min_run_seconds=None, setup=None, **requeue_keys) -> str:
     """`backoff_seconds=None` and `min_run_seconds=None` leave the key out (its default); any
@@ -41,7 +44,7 @@ def spec_text(name="rq", *, command="sleep 600", accelerator="v4-8", zone=ZONE, 
     the job's setup command, if any."""
     requeue = dict(backoff_seconds=backoff_seconds, min_run_seconds=min_run_seconds,
                    max_preemptions=max_preemptions, max_failures=max_failures, max_nan=max_nan, **requeue_keys)
-    text = SPEC.format(name=name, accelerator=accelerator, zone=zone, queued=json.dumps(queued),
+    text = SPEC.format(name=name, accelerator=accelerator, zone=zone, queued=json.dumps(queued), slices=slices,
                        fallback=json.dumps([{"zone": z} for z in fallback]), command=json.dumps(command),
                        requeue=json.dumps({k: v for k, v in requeue.items() if v is not None}))
     return text + (f"setup: {json.dumps(setup)}\n" if setup is not None else "")
@@ -151,9 +154,10 @@ def assert_no_orphans(ctx, client, project: str, zones=(ZONE,)) -> None:
     for job in ctx.store.list_jobs():
         attempt = ctx.store.current_attempt(job.id)
         if attempt is not None and attempt.ended_at is None:
-            key = (attempt.zone, attempt.slice_name)
-            assert key not in live, f"{key} claimed by jobs {live[key]} and {job.id}"
-            live[key] = job.id
+            names = {attempt.slice_name, *node_names(attempt.slice_name, attempt.slices)}  # multislice: its nodes
+            for key in ((attempt.zone, name) for name in names):
+                assert key not in live, f"{key} claimed by jobs {live[key]} and {job.id}"
+                live[key] = job.id
     found = resources(client, project, zones)
     orphans = [r for r in found if (r[1], r[2]) not in live]
     assert not orphans, f"resources no live attempt owns: {orphans}"

@@ -1,5 +1,5 @@
 """Multislice on the emulator: one job on two v4-16 slices (2 hosts each, joined as one JAX
-program over "DCN"), one slice preempted mid-run. The attempt ends whole, a new attempt makes
+program over "DCN") through one queued resource (multisliceParams), one slice preempted mid-run. The attempt ends whole, a new attempt makes
 both slices again, training resumes from the SIGTERM checkpoint and succeeds; its losses equal,
 bit for bit, those of the same job run without a preemption, and those of one slice with the
 same global batch to a stated tolerance."""
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three jobs on four
 STEPS = 300  # long enough for a sweep to see it train before it ends
 SPEC = f"""\
 name: NAME
-tpu: {{accelerator: v4-16, zone: {ZONE}, queued: false, slices: SLICES}}
+tpu: {{accelerator: v4-16, zone: {ZONE}, queued: QUEUED, slices: SLICES}}
 run_dir: gs://BUCKET/runs
 requeue: {{backoff_seconds: 0, max_preemptions: 2, max_failures: 0, min_run_seconds: 0}}
 run:
@@ -77,9 +77,10 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
     create_local_bucket(client, bucket_name)
     bucket = client.bucket(bucket_name)
 
-    def create(name: str, slices: int) -> None:
+    def create(name: str, slices: int, queued: bool = False) -> None:
         spec = tmp_path / f"{name}.yaml"
-        spec.write_text(SPEC.replace("NAME", name).replace("SLICES", str(slices)).replace("BUCKET", bucket_name))
+        spec.write_text(SPEC.replace("NAME", name).replace("SLICES", str(slices)).replace("BUCKET", bucket_name)
+                        .replace("QUEUED", str(queued).lower()))
         created = cli("create", spec)
         assert created.code == 0, created.err
 
@@ -97,7 +98,9 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
     # The preempted job runs alone, with a 120 s notice (Google gives spot 30 s): a SIGTERM save
     # that outlasts its notice (a machine busy
     # with other jobs' hosts) is cut short, and the next attempt starts over, as it should.
-    create("ms", 2)
+    # The preempted job asks for its slices through one queued resource (Google's way), the
+    # reference jobs as nodes made apart: both paths, one comparison.
+    create("ms", 2, queued=True)
     first = _show(cli, "ms")["attempts"][0]
     assert (first["slices"], first["nodes"]) == (2, [f"{first['slice_name']}-0", f"{first['slice_name']}-1"])
     seen: dict = {}
@@ -124,6 +127,8 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
             pytest.fail(f"{name} {job['state']}:\n" + "\n".join(e["message"][:400] for e in job["events"]))
     assert [(a["number"], a["end_reason"], a["slices"]) for a in ms["attempts"]] == [
         (1, "preempted", 2), (2, "succeeded", 2)]
+    # The queued resource was suspended whole: every slice lost (show --json, the timeline's marks).
+    assert ms["attempts"][0]["lost_slices"] == [0, 1]
     second = ms["attempts"][1]
     assert second["slice_name"] != first["slice_name"]  # both slices made anew
     assert second["resumed_from_step"] == status["step"] >= seen["at"], [e["message"] for e in ms["events"]]

@@ -114,11 +114,13 @@ def test_queued_resource_json_and_delete_needs_force_while_active(http):
     assert http("GET", f"{LOC}/nodes")[1] == {"nodes": []}
 
 
-def test_multislice_queued_resources_are_refused(http):
-    qr = {"tpu": {"nodeSpec": [{"parent": "x", "multisliceParams": {"nodeCount": 2},
-                                "node": NODE}]}}
-    code, err = http("POST", f"{LOC}/queuedResources?queuedResourceId=m", qr)
-    assert code == 400 and "multislice" in err["error"]["message"]
+def test_a_multislice_queued_resource_is_taken_and_a_malformed_parent_refused(http):
+    qr = {"tpu": {"nodeSpec": [{"parent": LOC[4:], "multisliceParams": {"nodeCount": 2}, "node": NODE}]}}
+    code, op = http("POST", f"{LOC}/queuedResources?queuedResourceId=m", qr)
+    assert code == 200, op
+    code, err = http("POST", f"{LOC}/queuedResources?queuedResourceId=m2",
+                     {"tpu": {"nodeSpec": [{**qr["tpu"]["nodeSpec"][0], "parent": "x"}]}})
+    assert code == 400 and "parent 'x'" in err["error"]["message"]
 
 
 def test_status_endpoint_names_the_endpoints(http, server):

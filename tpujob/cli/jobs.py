@@ -187,7 +187,9 @@ def register(app: typer.Typer) -> None:
                                      for a in data["attempts"]]))
             for a in data["attempts"]:
                 if a["cause"] and a["end_reason"] != "succeeded":
-                    typer.echo(f"  #{a['number']} {a['end_reason']}: {a['cause']}")
+                    lost = (f" (lost slice {', '.join(map(str, a['lost_slices']))} of {a['slices']})"
+                            if a["lost_slices"] else "")
+                    typer.echo(f"  #{a['number']} {a['end_reason']}{lost}: {a['cause']}")
         if run is not None:
             said = f"{run.state} at step {run.step}" if run.state else "no status.json yet (running)"
             if run.message:

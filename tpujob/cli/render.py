@@ -101,7 +101,8 @@ def attempt_dict(a) -> dict:
             "nodes": node_names(a.slice_name, a.slices), "zone": a.zone, "accelerator": a.accelerator,
             "queued": a.queued, "started_at": iso(a.started_at), "ended_at": iso(a.ended_at),
             "end_reason": a.end_reason, "last_step": a.last_step, "total_steps": a.total_steps,
-            "resumed_from_step": a.resumed_from_step, "cause": a.cause}
+            "resumed_from_step": a.resumed_from_step, "cause": a.cause,
+            "lost_slices": [int(k) for k in a.lost_slices.split(",")] if a.lost_slices else []}
 
 
 def event_dict(e) -> dict:

@@ -147,6 +147,8 @@ class Slice:
     health: str | None = None
     symptoms: tuple[str, ...] = ()
     maintenance: MaintenanceWindow | None = None
+    # Multislice: the slices (0..N-1) whose own node reads preempted, failed, deleting or gone.
+    lost_slices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

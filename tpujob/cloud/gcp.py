@@ -95,9 +95,13 @@ class GcpCloud:
         get_slice/list_slices observe (the reconcile sweep polls them)."""
         if request.provisioning == "preemptible":
             raise UsageError("preemptible TPUs cannot be queued; use spot or on-demand")
-        qr = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[
-            tpu_v2.QueuedResource.Tpu.NodeSpec(parent=_parent(request), node_id=request.name,
-                                               node=self._node(request))]))
+        spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=_parent(request), node=self._node(request))
+        if request.slices > 1:  # nodes NAME-0 .. NAME-(N-1), as tpujob.names.node_names reads them
+            spec.multislice_params = tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+                node_count=request.slices, node_id_prefix=request.name)
+        else:
+            spec.node_id = request.name
+        qr = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))
         if request.provisioning == "spot":
             qr.spot = tpu_v2.QueuedResource.Spot()
         if request.valid_until_seconds:
@@ -108,7 +112,7 @@ class GcpCloud:
             op = self._call(what, self._client.create_queued_resource, parent=_parent(request),
                             queued_resource_id=request.name, queued_resource=qr)
             self._wait(op, what, timeout)
-        return self.get_slice(request.project, request.zone, request.name)
+        return self.get_slice(request.project, request.zone, request.name, slices=request.slices)
 
     def _node(self, request: SliceRequest) -> tpu_v2.Node:
         metadata = dict(request.metadata)

@@ -14,13 +14,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tpujob.cloud.base import Host, Slice, SlicePhase
+from tpujob.cloud.base import QUEUED_RESOURCE_PHASES, Host, Slice, SlicePhase
 from tpujob.names import node_names
 
 # The worst phase wins: a node preempted, failed or going makes the whole slice so; a node
 # missing while others exist reads as GONE (its create's operation tells why, as for one node).
 _WORST_FIRST = (SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.DELETING, SlicePhase.GONE,
                 SlicePhase.QUEUED, SlicePhase.PROVISIONING, SlicePhase.READY)
+
+_LOST = frozenset({SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.DELETING, SlicePhase.GONE})
 
 
 def combine(name: str, zone: str, parts: list[Slice]) -> Slice:
@@ -35,7 +37,7 @@ def combine(name: str, zone: str, parts: list[Slice]) -> Slice:
     for part in parts:
         base = len(hosts)
         hosts.extend([dataclasses.replace(h, index=base + i) for i, h in enumerate(part.hosts)])
-    present = [p for p in parts if p.phase != SlicePhase.GONE]
+    present = [p for p in parts if p.node_state is not None] or parts  # the nodes that exist
     created = [p.node_create_time for p in present if p.node_create_time is not None]
     windows = [p.maintenance for p in present if p.maintenance is not None]
     unhealthy = next((p for p in present if p.health not in (None, "HEALTHY")), None)
@@ -53,14 +55,34 @@ def combine(name: str, zone: str, parts: list[Slice]) -> Slice:
         metadata=present[0].metadata,
         health=unhealthy.health if unhealthy else present[0].health,
         symptoms=tuple(f"slice {k}: {s}" for k, p in enumerate(parts) for s in p.symptoms),
-        maintenance=min(windows, key=lambda w: w.start or float("inf")) if windows else None)
+        maintenance=min(windows, key=lambda w: w.start or float("inf")) if windows else None,
+        lost_slices=tuple(k for k, p in enumerate(parts) if p.phase in _LOST))
 
 
 def pick(find: Callable[[str], Optional[Slice]], name: str, zone: str, slices: int) -> Optional[Slice]:
-    """The attempt's slice from what `find` (a node id -> its Slice, or None) knows: None when
-    none of its nodes is there."""
+    """The attempt's slice from what `find` (a name -> its Slice as listed, or None) knows: None
+    when none of its nodes, nor a queued resource asking for them, is there.
+
+    A multislice queued resource is listed under the attempt's name, its nodes under `NAME-k`.
+    While it is queued or provisioning, a node not made yet is expected, not lost; once it is
+    suspended, failed or deleting, that is the whole slice's phase (every node goes with it)."""
     names = node_names(name, slices)
-    parts = [find(n) for n in names]
-    if all(p is None for p in parts):
-        return None
-    return combine(name, zone, [p or Slice(name=n, zone=zone, phase=SlicePhase.GONE) for n, p in zip(names, parts)])
+    found = [find(n) for n in names]
+    queue = find(name) if slices > 1 else None
+    if queue is not None and queue.queued_resource_state is None:
+        queue = None  # a node of the attempt's own name: not one of this attempt's
+    if all(p is None for p in found):
+        if queue is not None and queue.phase == SlicePhase.PREEMPTED:  # suspended: every node went
+            return dataclasses.replace(queue, lost_slices=tuple(range(slices)))
+        return queue
+    waiting = queue is not None and queue.phase in (SlicePhase.QUEUED, SlicePhase.PROVISIONING)
+    missing = SlicePhase.PROVISIONING if waiting else SlicePhase.GONE
+    whole = combine(name, zone, [p or Slice(name=n, zone=zone, phase=missing) for n, p in zip(names, found)])
+    if queue is None:
+        return whole
+    # ACTIVE defers to the nodes (QUEUED_RESOURCE_PHASES maps it to None).
+    own = QUEUED_RESOURCE_PHASES.get(queue.queued_resource_state or "", SlicePhase.FAILED)
+    phase = whole.phase if own is None else next(ph for ph in _WORST_FIRST if ph in (own, whole.phase))
+    return dataclasses.replace(whole, phase=phase, queued_resource_state=queue.queued_resource_state,
+                               failure=queue.failure or whole.failure,
+                               detail="; ".join(filter(None, [queue.detail, whole.detail])))

@@ -9,11 +9,13 @@ emulator's lock, nodes, queued resources and operations.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from typing import TYPE_CHECKING
 
 from tpujob.emulator.failnext import FaultError, parse
 from tpujob.emulator.payloads import ApiError, copy_json
+from tpujob.emulator.queued_resources import node_names_of
 
 if TYPE_CHECKING:
     from tpujob.emulator.resources import Node
@@ -95,7 +97,14 @@ class Faults:
         node deleted while its queued resource reads SUSPENDING, then SUSPENDED once the node is
         gone. As on Google, the node reads READY until its hosts are down, so a sweep cannot
         delete it while the program writes its SIGTERM checkpoint. Returns once the hosts are
-        down, with the node as it then reads (PREEMPTED, or DELETING)."""
+        down, with the node as it then reads (PREEMPTED, or DELETING).
+
+        A node of a multislice queued resource takes every node of it along: SUSPENDED is "The
+        resources specified in the QueuedResource request have been deleted" (tpu.v2 discovery,
+        QueuedResourceState), all of them, and Google's multislice introduction restarts every
+        slice when one is lost. No page says whether the other slices' hosts get a notice; a
+        deleted VM is shut down (its processes get SIGTERM), so here they get the same notice at
+        the same moment. This is the one place that choice lives."""
         grace = self.preempt_grace if grace_seconds is None else grace_seconds
         with self._lock:
             node = self.find_node(node_ref)
@@ -103,26 +112,38 @@ class Faults:
                 state = "being preempted" if node.preempting else node.body["state"]
                 raise ApiError(400, f"node {node.node_id} is {state}, not READY",
                                status="FAILED_PRECONDITION")
-            node.preempting = True
-            machines = node.machines
+            qr = self._qrs.get(node.body.get("queuedResource", ""))
+            group = [node]
+            if qr is not None and node.body.get("multisliceNode"):
+                group += [other for other in map(self._nodes.get, node_names_of(qr))
+                          if other is not None and other is not node and other.body["state"] == "READY"
+                          and not other.preempting]
+            for member in group:
+                member.preempting = True
+            machines = [m.machines for m in group if m.machines]
         try:
-            if machines:
-                machines.preempt(grace)
+            threads = [threading.Thread(target=m.preempt, args=(grace,), daemon=True) for m in machines]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
         finally:
             with self._lock:
-                node.preempting = False
-                if not node.deleting and not node.gone:  # a node deleted in the grace stays deleted
-                    node.body.pop("health", None)
-                    qr = self._qrs.get(node.body.get("queuedResource", ""))
+                for member in group:
+                    member.preempting = False
+                    if member.deleting or member.gone:  # a node deleted in the grace stays deleted
+                        continue
+                    member.body.pop("health", None)
+                    qr = self._qrs.get(member.body.get("queuedResource", ""))
                     if qr and not qr.deleting:
                         # QueuedResourceState.State (tpu.v2 discovery document; Google's queued
                         # resources page): SUSPENDING "the resources ... are being deleted ...
                         # initiated by the user, or the Cloud TPU service", SUSPENDED "have been
                         # deleted". A preempted spot queued resource loses its node.
                         qr.set_state("SUSPENDING", initiator="SERVICE")
-                        self._start_node_delete(node)
+                        self._start_node_delete(member)
                     else:
-                        node.body["state"] = "PREEMPTED"
+                        member.body["state"] = "PREEMPTED"
                 self._changed.notify_all()
                 body = copy_json(node.body)
         return body

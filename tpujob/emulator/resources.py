@@ -345,8 +345,8 @@ class Emulator(QueuedResources, Faults, Maintenance):
 
     # ---- helpers ----------------------------------------------------------------------------
 
-    def _new_node(self, parent: str, node_id: str, body: dict, queued_resource: str | None
-                  ) -> Node:
+    def _new_node(self, parent: str, node_id: str, body: dict, queued_resource: str | None,
+                  multislice: bool = False) -> Node:
         check_id(node_id, "nodeId")
         check_tpu_labels(body.get("labels", {}))
         accelerator_hosts(body)
@@ -357,12 +357,15 @@ class Emulator(QueuedResources, Faults, Maintenance):
             if name in self._nodes:
                 raise ApiError(409, f"Resource '{name}' already exists")
             for key in ("name", "state", "networkEndpoints", "health", "createTime", "id",
-                        "healthDescription", "symptoms", "upcomingMaintenance"):  # output only
+                        "healthDescription", "symptoms", "upcomingMaintenance", "queuedResource",
+                        "multisliceNode"):  # output only
                 body.pop(key, None)
             body.update(name=name, state="CREATING", createTime=now(), apiVersion="V2",
                         id=str(random.randrange(1, 2**62)))
             if queued_resource:
                 body["queuedResource"] = queued_resource
+            if multislice:  # Node.multisliceNode: "Whether the Node belongs to a Multislice group"
+                body["multisliceNode"] = True
             self._check_disks(name, body.get("dataDisks", []), body)
             used = {n.ip_block for n in self._nodes.values()}
             # Start from a random block: two emulators on one machine (tests, a user's and CI's)

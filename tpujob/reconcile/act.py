@@ -130,7 +130,12 @@ class Actor:
 
     def _end_attempt(self, turn: _Turn, action: EndAttempt) -> Outcome:
         if turn.attempt is not None:
-            self.store.end_attempt(turn.job.id, turn.attempt.number, action.reason)
+            lost = turn.slice.lost_slices if turn.slice is not None and turn.attempt.slices > 1 else ()
+            self.store.end_attempt(turn.job.id, turn.attempt.number, action.reason, lost_slices=lost)
+            if lost:
+                self.store.add_event(turn.job.id, "slice", f"attempt {turn.attempt.number} lost slice"
+                                     f"{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} of "
+                                     f"{turn.attempt.slices}: {turn.slice.node_state}")
             turn.ended = turn.attempt.number
             self._unmount(turn)
         return done()

@@ -149,10 +149,13 @@ def train_step_fn(cfg: RuntimeConfig) -> Callable:
     return step
 
 
-# JAX's persistent compilation cache reports each lookup as a monitoring event.
-CACHE_EVENTS = {"hits": 0, "misses": 0}
+# JAX's persistent compilation cache reports each lookup (compile_requests_use_cache) and each
+# hit as monitoring events. A miss is reported only where the entry is written, and JAX writes
+# from process 0 alone (jax/_src/compiler.py: "Only write cache entries from the first
+# process"), so a lookup without a hit is the miss on every process.
+CACHE_EVENTS = {"hits": 0, "lookups": 0}
 _CACHE_EVENT_NAMES = {"/jax/compilation_cache/cache_hits": "hits",
-                      "/jax/compilation_cache/cache_misses": "misses"}
+                      "/jax/compilation_cache/compile_requests_use_cache": "lookups"}
 
 
 def _count_cache_event(event: str, **_: Any) -> None:
@@ -184,14 +187,14 @@ class StepCompiler:
         self.compiled: dict[tuple, Any] = {}
         self.compiles = 0
         self.compile_seconds = 0.0
-        # How the first compile went: "hit" (JAX's persistent cache served it), "miss" or
-        # "off" (no cache dir, or a compile too short for the cache to keep).
+        # How the first compile went: "hit" (JAX's persistent cache served it), "miss" (looked
+        # up, not found) or "off" (no cache dir).
         self.first_cache: str | None = None
 
     def _await_peers(self) -> None:
         """Every host's first step starts once all have compiled it. Compiles take unequal
-        times (on the emulator's CPU hosts only process 0 hits JAX's persistent cache, cause
-        unknown: seconds there, tens of seconds elsewhere; a bigger model on one host is slower),
+        times (on the emulator's CPU hosts only process 0 hits JAX's persistent cache: seconds
+        there, tens of seconds elsewhere, see docs/runtime.md; a bigger model on one host is slower),
         and a host waiting inside the step's first collective for a peer still compiling can
         time out there: CPU collectives (the emulator's hosts) give up after 30 s ("Gloo context
         initialization failed: DEADLINE_EXCEEDED"). A barrier of the distributed client waits
@@ -215,7 +218,7 @@ class StepCompiler:
             self.compile_seconds += time.perf_counter() - t0
             if self.first_cache is None:
                 self.first_cache = ("hit" if CACHE_EVENTS["hits"] > before["hits"] else
-                                    "miss" if CACHE_EVENTS["misses"] > before["misses"] else "off")
+                                    "miss" if CACHE_EVENTS["lookups"] > before["lookups"] else "off")
                 self._await_peers()
             self.compiled[sig] = fn
             self.compiles += 1

@@ -79,7 +79,9 @@ def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
             steps.append(PlanStep("use disk", disk.name, "existing, read-only"))
         else:
             steps.append(PlanStep("use disk", disk.name, f"{kind}, existing or new ({disk.size_gb or 'default'} GB)"))
-    how = "queued resource" if spec.tpu.queued else ("node" if resolved.slices == 1 else f"{resolved.slices} nodes")
+    nodes = "node" if resolved.slices == 1 else f"{resolved.slices} nodes"
+    how = f"queued resource ({nodes})" if spec.tpu.queued and resolved.slices > 1 else (
+        "queued resource" if spec.tpu.queued else nodes)
     steps.append(PlanStep(f"create {how}", nodes_text(node, resolved.slices),
                           f"{resolved.accelerator} ({resolved.hosts} hosts, {resolved.chips} chips"
                           f"{' each' if resolved.slices > 1 else ''}), "

@@ -1,5 +1,6 @@
-"""A job's life as bars: one per attempt, split by the job's state over time, with the moments
-that ended attempts marked (a preemption, a NaN restart). What `show --timeline` and the
+"""A job's life as bars: one per attempt (one per slice of a multislice attempt), split by the
+job's state over time, with the moments that ended attempts marked (a preemption, a NaN restart;
+on a multislice attempt, on the slices it lost). What `show --timeline` and the
 dashboard draw; the store's attempts and events are its only source. Pure."""
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Bar:
     end: float
     end_reason: str | None
     spans: tuple[Span, ...]
+    slice: int | None = None  # of a multislice attempt, the slice this row is (slice_name: its node)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Mark:
     at: float
     kind: str  # "preempted" | "nan"
     attempt: int
+    slice: int | None = None  # of a multislice attempt: a slice it lost (every slice where not known)
 
 
 @dataclass(frozen=True)
@@ -65,17 +68,22 @@ def state_spans(events, start: float, end: float) -> list[Span]:
 def timeline(job, attempts, events, now: float) -> Timeline:
     end = max(job.ended_at or now, job.created_at)
     spans = state_spans(events, job.created_at, end)
-    bars = []
+    bars, marks = [], []
     for i, attempt in enumerate(attempts):
         row_end = attempts[i + 1].started_at if i + 1 < len(attempts) else end
         row_end = max(row_end, attempt.started_at)
         clipped = tuple(Span(s.state, max(s.start, attempt.started_at), min(s.end, row_end))
                         for s in spans if s.end > attempt.started_at and s.start < row_end)
-        bars.append(Bar(attempt.number, attempt.slice_name, attempt.zone, attempt.started_at, row_end,
-                        attempt.end_reason, clipped))
-    marks = tuple(Mark(a.ended_at, MARKED[a.end_reason], a.number) for a in attempts
-                  if a.end_reason in MARKED and a.ended_at is not None)
-    return Timeline(job.created_at, end, tuple(bars), marks)
+        rows: list[int | None] = list(range(attempt.slices)) if attempt.slices > 1 else [None]
+        for k in rows:
+            name = attempt.slice_name if k is None else f"{attempt.slice_name}-{k}"
+            bars.append(Bar(attempt.number, name, attempt.zone, attempt.started_at, row_end,
+                            attempt.end_reason, clipped, slice=k))
+        if attempt.end_reason in MARKED and attempt.ended_at is not None:
+            lost = [int(k) for k in (attempt.lost_slices or "").split(",") if k]
+            for k in (lost or rows) if attempt.slices > 1 else rows:
+                marks.append(Mark(attempt.ended_at, MARKED[attempt.end_reason], attempt.number, slice=k))
+    return Timeline(job.created_at, end, tuple(bars), tuple(marks))
 
 
 def attempt_at(bars, at: float) -> int | None:

@@ -230,9 +230,6 @@ def _check_slices(spec: JobSpec, acc: Accelerator, where: tuple, lines) -> None:
         return
     if acc.generation.alias in ("v2", "v3"):
         raise _fail(f"multislice needs TPU v4 or later, not {acc.generation.alias}", where, lines)
-    if spec.tpu.queued:
-        raise _fail("several slices through one queued resource (multisliceParams) are not built yet: "
-                    "set tpu.queued: false to create the slices as nodes", ("tpu", "queued"), lines)
 
 
 def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zone: str = "",

@@ -181,6 +181,11 @@ def _v13_slices(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN slices INTEGER NOT NULL DEFAULT 1")
 
 
+def _v14_lost_slices(conn: Connection) -> None:
+    # Multislice: which slices an attempt ended on losing, for `show` and the timeline's rows.
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN lost_slices TEXT")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -196,6 +201,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (11, "attempt.total_steps, attempt.progress", _v11_progress),
     (12, "attempt.create_operation", _v12_create_operation),
     (13, "attempt.slices", _v13_slices),
+    (14, "attempt.lost_slices", _v14_lost_slices),
 ]
 
 _bookkeeping = MetaData()

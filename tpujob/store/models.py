@@ -59,6 +59,7 @@ class Attempt(SQLModel, table=True):
     progress: Optional[str] = None  # JSON [[time, step], ...] of the last minutes (tpujob/progress.py)
     create_operation: Optional[str] = None  # the node create's operation, while it may still say why
     slices: int = 1  # multislice: the attempt's nodes are SLICE_NAME-0 .. -(slices-1)
+    lost_slices: Optional[str] = None  # multislice: the slices it ended on losing, "1" or "0,1"
 
 
 class Event(SQLModel, table=True):

@@ -305,10 +305,12 @@ class Store:
             return session.get(Job, job_id, populate_existing=True), attempt
 
     def end_attempt(self, job_id: int, number: int, reason: AttemptEnd | str,
-                    last_step: Optional[int] = None) -> None:
+                    last_step: Optional[int] = None, lost_slices: tuple[int, ...] = ()) -> None:
         values = dict(ended_at=self.clock(), end_reason=getattr(reason, "value", reason))
         if last_step is not None:
             values["last_step"] = last_step
+        if lost_slices:
+            values["lost_slices"] = ",".join(map(str, lost_slices))
         with self._tx() as session:
             session.exec(update(Attempt)
                          .where(and_(Attempt.job_id == job_id, Attempt.number == number,

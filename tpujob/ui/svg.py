@@ -33,8 +33,8 @@ def _num(value: float) -> str:
 
 
 def timeline_svg(line) -> Markup:
-    """One row per attempt, its spans coloured by state; a preemption or NaN restart is a mark
-    where its attempt ended. Each element carries its attempt and state for a reader's tools."""
+    """One row per attempt (per slice of a multislice attempt), its spans coloured by state; a
+    preemption or NaN restart is a mark where its attempt ended (on the slices it lost). Each element carries its attempt and state for a reader's tools."""
     span_w = WIDTH - LABEL - PAD
     height = PAD * 2 + ROW * max(1, len(line.bars)) + 28
 
@@ -45,8 +45,11 @@ def timeline_svg(line) -> Markup:
              f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="attempt timeline">']
     for row, bar in enumerate(line.bars):
         y = PAD + row * ROW
-        parts.append(f'<g class="bar" data-attempt="{bar.attempt}">')
-        parts.append(f'<text x="4" y="{y + 15}" font-size="12">attempt {bar.attempt}</text>')
+        of_slice = "" if bar.slice is None else f' data-slice="{bar.slice}"'
+        label = f"attempt {bar.attempt}" if bar.slice is None else (
+            f"attempt {bar.attempt} · s{bar.slice}" if bar.slice == 0 else f"· slice {bar.slice}")
+        parts.append(f'<g class="bar" data-attempt="{bar.attempt}"{of_slice}>')
+        parts.append(f'<text x="4" y="{y + 15}" font-size="12">{label}<title>{escape(bar.slice_name)}</title></text>')
         for span in bar.spans:
             colour = STATE_COLOURS.get(span.state, "#777")
             parts.append(f'<rect class="span" data-state="{escape(span.state)}" x="{x(span.start):.1f}" '
@@ -55,9 +58,9 @@ def timeline_svg(line) -> Markup:
                          f'{_clock(span.start)} to {_clock(span.end)} ({span.end - span.start:.0f} s)'
                          f'</title></rect>')
         parts.append("</g>")
-    rows = {bar.attempt: i for i, bar in enumerate(line.bars)}
+    rows = {(bar.attempt, bar.slice): i for i, bar in enumerate(line.bars)}
     for mark in line.marks:
-        row = rows.get(mark.attempt)
+        row = rows.get((mark.attempt, mark.slice))
         if row is None:
             continue
         mx, y = x(mark.at), PAD + row * ROW
