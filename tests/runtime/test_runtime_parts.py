@@ -273,3 +273,25 @@ def test_the_stop_save_is_skipped_only_when_a_save_in_flight_leaves_no_time_for_
     trainer = SimpleNamespace(ckpt=_SlowSave(in_flight, save_seconds), _any_host=Trainer._any_host)
     assert Trainer._stop_save_fits(trainer, _Notice(left)) is fits
     assert trainer.ckpt.waited is waited
+
+
+def test_accumulated_grads_are_the_mean_of_the_parts_grads():
+    import jax
+    import numpy as np
+
+    from tpujob.runtime import train
+    from tpujob.runtime.model import loss_fn
+
+    cfg = config_from_dict({"model": "tiny", "batch_size": 4, "seq_len": 32})
+    params = train.init_state_fn(cfg)(jax.random.key(0))["params"]
+    tokens = jax.random.randint(jax.random.key(1), (4, 33), 0, cfg.model.vocab_size)
+    value_and_grad = jax.jit(jax.value_and_grad(lambda p, part: loss_fn(cfg.model, p, part[:, :-1], part[:, 1:])))
+    loss, grads = jax.jit(lambda p, t: train.accumulated_grads(value_and_grad, p, t, 2))(params, tokens)
+    # Part i is every second row from row i; the whole batch's mean is the mean of the parts'.
+    (la, ga), (lb, gb) = value_and_grad(params, tokens[0::2]), value_and_grad(params, tokens[1::2])
+    assert float(loss) == float((la + lb) / 2)
+    for got, a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ga), jax.tree.leaves(gb)):
+        np.testing.assert_allclose(np.asarray(got), (np.asarray(a) + np.asarray(b)) / 2, rtol=1e-6, atol=1e-9)
+    # ... and is not the whole batch's bit for bit (bfloat16 sums in another order), but close.
+    whole_loss, _ = value_and_grad(params, tokens)
+    assert abs(float(loss) - float(whole_loss)) < 1e-5 * float(whole_loss)

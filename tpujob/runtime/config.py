@@ -83,6 +83,10 @@ class RuntimeConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     batch_size: int = 8  # global, over all hosts; a multiple of the number of devices
+    # Gradient accumulation: each step's batch in this many equal parts, one forward and
+    # backward each, one optimizer update (activations of one part in memory at a time).
+    # batch_size must be a multiple of microbatches x devices.
+    microbatches: int = 1
     seq_len: int = 128
     steps: int = 100
     seed: int = 0
@@ -195,7 +199,8 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
 def _validate(cfg: RuntimeConfig) -> None:
     m, o, d = cfg.model, cfg.optimizer, cfg.data
     positive = {
-        "batch_size": cfg.batch_size, "seq_len": cfg.seq_len, "checkpoint_every": cfg.checkpoint_every,
+        "batch_size": cfg.batch_size, "microbatches": cfg.microbatches, "seq_len": cfg.seq_len,
+        "checkpoint_every": cfg.checkpoint_every,
         "keep": cfg.keep, "log_every": cfg.log_every, "heartbeat_every_s": cfg.heartbeat_every_s,
         "distributed_timeout_s": cfg.distributed_timeout_s,
         "sigterm_grace_s": cfg.sigterm_grace_s, "model.n_layer": m.n_layer,

@@ -74,9 +74,10 @@ class Trainer:
         self.restore_seconds = 0.0
         self.mesh = train.make_mesh(host.num_slices)
         self.n_devices = self.mesh.devices.size
-        if cfg.batch_size % self.n_devices:
-            raise ConfigError(f"{cfg.batch_size} is not a multiple of the {self.n_devices} devices",
-                              key="batch_size")
+        if cfg.batch_size % (cfg.microbatches * self.n_devices):
+            per = (f"{cfg.microbatches} microbatches x {self.n_devices} devices" if cfg.microbatches > 1
+                   else f"the {self.n_devices} devices")
+            raise ConfigError(f"{cfg.batch_size} is not a multiple of {per}", key="batch_size")
         self.generation = gen = _generation(cfg)
         self.peak = peaks.peak_flops(gen)
         if warning := mxu_warning(cfg, gen):

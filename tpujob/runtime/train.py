@@ -120,21 +120,39 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(batch_axes(mesh)))
 
 
+def accumulated_grads(value_and_grad: Callable, params: Any, tokens: jax.Array, parts: int) -> tuple:
+    """The loss and gradients of the whole batch, computed `parts` rows-groups at a time and
+    averaged (equal parts and a mean loss: the same as the batch at once, up to float32
+    summation order). Part i is every `parts`-th row from row i, so each device's rows hold an
+    equal share of every part and no part moves between devices."""
+    if parts == 1:
+        return value_and_grad(params, tokens)
+    split = tokens.reshape(tokens.shape[0] // parts, parts, tokens.shape[1]).swapaxes(0, 1)
+
+    def add(total, part):
+        loss, grads = value_and_grad(params, part)
+        return (total[0] + loss, jax.tree.map(jnp.add, total[1], grads)), None
+
+    zero = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
+    (loss, grads), _ = jax.lax.scan(add, zero, split)
+    return loss / parts, jax.tree.map(lambda g: g / parts, grads)
+
+
 def train_step_fn(cfg: RuntimeConfig) -> Callable:
     """(state, tokens (B, T+1), flags (n_devices, 2)) -> (state, metrics)."""
     tx = make_optimizer(cfg)
     schedule = make_schedule(cfg)
 
     def step(state, tokens, flags):
-        inputs, targets = tokens[:, :-1], tokens[:, 1:]
         # flags[:, 0]: a host got SIGTERM; flags[:, 1]: the NaN drill. A runtime input, so the
         # drill needs no separate program; multiplying by 1.0 is exact, so it changes nothing.
         poison = jnp.where(jnp.max(flags[:, 1]) > 0, jnp.nan, 1.0).astype(jnp.float32)
 
-        def loss_of(params):
-            return loss_fn(cfg.model, params, inputs, targets) * poison
+        def loss_of(params, part):
+            return loss_fn(cfg.model, params, part[:, :-1], part[:, 1:]) * poison
 
-        loss, grads = jax.value_and_grad(loss_of)(state["params"])
+        loss, grads = accumulated_grads(jax.value_and_grad(loss_of), state["params"], tokens,
+                                        cfg.microbatches)
         updates, opt = tx.update(grads, state["opt"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics = {
