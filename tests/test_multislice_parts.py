@@ -39,12 +39,23 @@ def test_slices_resolve_to_per_slice_hosts_and_a_cost_for_all():
 
 @pytest.mark.parametrize("text, field, words", [
     (_text(accelerator="v3-8", zone="europe-west4-a"), "tpu.slices", "TPU v4 or later, not v3"),
-    (_text(slices=0), "tpu.slices", "greater than or equal to 1"),
+    (_text(slices=0), "tpu.slices", "must be at least 1"),
+    (_text(slices="{min: 3, max: 2}"), "tpu.slices", "min (3) must not exceed max (2)"),
+    (_text(slices="{min: 1, max: 1}"), "tpu.slices", "max: Input should be greater than or equal to 2"),
+    (_text(slices="{min: 1, max: 2}", queued="true"), "tpu.queued", "an elastic job's slices are made apart"),
 ])
 def test_slices_a_multislice_cannot_take_are_refused_with_the_field(text, field, words):
     with pytest.raises(SpecError) as info:
         _resolve(text)
     assert info.value.field == field and words in str(info.value)
+
+
+def test_an_elastic_range_resolves_to_its_max_and_its_min():
+    elastic = _resolve(_text(slices="{min: 1, max: 3}"))
+    assert (elastic.slices, elastic.min_slices, elastic.spec.tpu.elastic) == (3, 1, True)
+    assert elastic.cost_per_hour_usd == pytest.approx(3 * _resolve(_text(slices=1)).cost_per_hour_usd)
+    fixed = _resolve(_text(slices=2))
+    assert (fixed.slices, fixed.min_slices, fixed.spec.tpu.elastic) == (2, 2, False)
 
 
 def test_validate_prints_hosts_per_slice_and_in_all(cli, tmp_path):

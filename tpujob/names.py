@@ -31,6 +31,34 @@ def node_names(name: str, slices: int) -> list[str]:
     return [name] if slices == 1 else [f"{name}-{k}" for k in range(slices)]
 
 
+def attempt_nodes(attempt) -> list[str]:
+    """The nodes an attempt trains on: its own list (an elastic attempt's: slices kept from the
+    attempt before, then grown ones), else NAME-0..N-1."""
+    return attempt.nodes.split() if attempt.nodes else node_names(attempt.slice_name, attempt.slices)
+
+
+def own_nodes(attempt) -> tuple[str, ...]:
+    """An elastic attempt's own node list, for the cloud calls (empty: NAME-0..N-1)."""
+    return tuple(attempt.nodes.split()) if attempt.nodes else ()
+
+
+def nodes_to_delete(attempt) -> tuple[str, ...]:
+    """What deleting an attempt's slice deletes, for the cloud calls: an elastic attempt's own
+    nodes and those being grown for it (empty: NAME-0..N-1 and its queued resource)."""
+    if not (attempt.nodes or attempt.growing):
+        return ()
+    return tuple(dict.fromkeys([*attempt_nodes(attempt), *growing_nodes(attempt)]))
+
+
+def growing_nodes(attempt) -> list[str]:
+    """The nodes being created to grow an elastic attempt back to its slices (store JSON)."""
+    if not attempt.growing:
+        return []
+    import json
+
+    return list(json.loads(attempt.growing).get("nodes", {}))
+
+
 def nodes_text(name: str, slices: int) -> str:
     """The nodes as people read them: `NAME`, or `NAME-0..N-1`."""
     return name if slices == 1 else f"{name}-0..{slices - 1}"

@@ -117,7 +117,7 @@ def failed_queued_resource(failure):
 
 def observe(state: State, slice_: Slice) -> Observation:
     observer = Observer(store=None, cloud=None, hosts=None, clock=lambda: 0.0)
-    return observer.observe(SimpleNamespace(id=1, state=state.value, state_since=0.0), SimpleNamespace(number=1), slice_)
+    return observer.observe(SimpleNamespace(id=1, state=state.value, state_since=0.0), SimpleNamespace(number=1, growing=None), slice_)
 
 
 def test_a_failed_queued_resource_is_decided_on_by_its_error_while_provisioning():

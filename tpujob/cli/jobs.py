@@ -10,7 +10,7 @@ from typing import List
 import typer
 
 from tpujob.cli import render
-from tpujob.names import format_job_id, nodes_text
+from tpujob.names import format_job_id, node_names, nodes_text
 
 
 def _ctx():
@@ -179,7 +179,7 @@ def register(app: typer.Typer) -> None:
             headers = ["#", "SLICE", "ACCELERATOR", "ZONE", "STARTED", "ENDED", "REASON", "STEP"]
             cache_column = any(a["setup_cache"] for a in data["attempts"])  # SETUP: the setup cache's hit or miss
             typer.echo(render.table(headers + (["SETUP"] if cache_column else []),
-                                    [[a["number"], nodes_text(a["slice_name"], a["slices"]), a["accelerator"],
+                                    [[a["number"], _nodes_cell(a), a["accelerator"],
                                       a["zone"], a["started_at"],
                                       a["ended_at"] or "-", a["end_reason"] or "-",
                                       "-" if a["last_step"] is None else a["last_step"]]
@@ -346,12 +346,20 @@ def _network_line(net) -> str:
     return f"{reach}; {where}{tags}"
 
 
+def _nodes_cell(a: dict) -> str:
+    """An attempt's nodes: NAME-0..N-1, or an elastic attempt's own list."""
+    if a["nodes"] == node_names(a["slice_name"], a["slices"]):
+        return nodes_text(a["slice_name"], a["slices"])
+    return ",".join(a["nodes"])
+
+
 def _print_resolved(r) -> None:
     cost = _cost_line(r)
     lines = [
         ("name", r.spec.name), ("accelerator", f"{r.accelerator} ({r.generation})"),
         *((("hosts", r.hosts), ("chips", r.chips)) if r.slices == 1 else (
-            ("slices", f"{r.slices} over DCN"), ("hosts", f"{r.hosts} per slice, {r.hosts * r.slices} in all"),
+            ("slices", f"{r.slices} over DCN" if r.min_slices == r.slices
+             else f"{r.min_slices} to {r.slices} over DCN (elastic)"), ("hosts", f"{r.hosts} per slice, {r.hosts * r.slices} in all"),
             ("chips", f"{r.chips} per slice, {r.chips * r.slices} in all"))),
         ("zone", r.zone), ("project", r.project),
         ("runtime", r.runtime_version),

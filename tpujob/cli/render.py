@@ -9,7 +9,7 @@ from json.encoder import encode_basestring_ascii as _json_str  # json.dumps' own
 
 import typer
 
-from tpujob.names import node_names
+from tpujob.names import attempt_nodes
 
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _dates: dict[int, str] = {}  # days since the epoch -> ISO date: a store's jobs share few days
@@ -98,7 +98,7 @@ def print_jobs_json(jobs: list) -> None:
 
 def attempt_dict(a) -> dict:
     return {"number": a.number, "slice_name": a.slice_name, "slices": a.slices,
-            "nodes": node_names(a.slice_name, a.slices), "zone": a.zone, "accelerator": a.accelerator,
+            "nodes": attempt_nodes(a), "zone": a.zone, "accelerator": a.accelerator,
             "queued": a.queued, "started_at": iso(a.started_at), "ended_at": iso(a.ended_at),
             "end_reason": a.end_reason, "last_step": a.last_step, "total_steps": a.total_steps,
             "resumed_from_step": a.resumed_from_step, "cause": a.cause,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, Sequence
 
 
 class SlicePhase(str, enum.Enum):
@@ -103,6 +103,7 @@ class SliceRequest:
     provisioning: str = "spot"  # "spot", "on-demand" or "preemptible"
     queued: bool = False  # through a queued resource (keeps a place in the queue)
     slices: int = 1  # multislice: nodes NAME-0 .. NAME-(slices-1), tpujob.cloud.multislice
+    node_ids: tuple[str, ...] = ()  # these nodes instead (an elastic attempt's grown ones)
     valid_until_seconds: int | None = None  # queued only: give up waiting after this long
     labels: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
@@ -149,6 +150,7 @@ class Slice:
     maintenance: MaintenanceWindow | None = None
     # Multislice: the slices (0..N-1) whose own node reads preempted, failed, deleting or gone.
     lost_slices: tuple[int, ...] = ()
+    part_hosts: tuple[int, ...] = ()  # multislice: each slice's host count, in order
 
 
 @dataclass(frozen=True)
@@ -183,11 +185,13 @@ class Cloud(Protocol):
     def request_node(self, request: SliceRequest) -> str: ...
     def operation_done(self, name: str, what: str, create: bool = False) -> bool: ...
     def create_queued_resource(self, request: SliceRequest, timeout: float = ...) -> Slice: ...
-    def get_slice(self, project: str, zone: str, name: str, slices: int = 1) -> Slice: ...
+    def get_slice(self, project: str, zone: str, name: str, slices: int = 1,
+                  nodes: Sequence[str] = ()) -> Slice: ...
     def list_slices(self, project: str, zone: str) -> dict[str, Slice]: ...
     def delete_node(self, project: str, zone: str, name: str, timeout: float = ...) -> None: ...
     def delete_queued_resource(self, project: str, zone: str, name: str,
                                timeout: float = ...) -> None: ...
     def delete_slice(self, project: str, zone: str, name: str, timeout: float = ...,
-                     slices: int = 1) -> None: ...
-    def host_keys(self, project: str, zone: str, name: str, slices: int = 1) -> dict[int, list[str]]: ...
+                     slices: int = 1, nodes: Sequence[str] = ()) -> None: ...
+    def host_keys(self, project: str, zone: str, name: str, slices: int = 1,
+                  nodes: Sequence[str] = ()) -> dict[int, list[str]]: ...

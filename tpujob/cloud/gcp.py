@@ -11,7 +11,7 @@ import contextlib
 import datetime
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
@@ -62,7 +62,7 @@ class GcpCloud:
         node is listed (CREATING, then READY) as it comes up, and the operation is read only
         where the node is not (a create that ended with an error: a stockout leaves no node)."""
         node = self._node(request)
-        names = node_names(request.name, request.slices)
+        names = list(request.node_ids) or node_names(request.name, request.slices)
         operations = []
         for name in names:
             try:
@@ -165,15 +165,17 @@ class GcpCloud:
                          self._client.list_queued_resources, parent=_loc(project, zone))
         return [_slice(_short(q.name), zone, None, q) for q in qrs]
 
-    def get_slice(self, project: str, zone: str, name: str, slices: int = 1) -> Slice:
+    def get_slice(self, project: str, zone: str, name: str, slices: int = 1,
+                  nodes: Sequence[str] = ()) -> Slice:
         """The slice's node and queued resource together; phase GONE when neither exists.
-        Several slices (multislice): their nodes as one, from one listing of the zone.
+        Several slices (multislice): their nodes as one (`nodes`: an elastic attempt's own), from
+        one listing of the zone.
 
         The queued resource is read first: it turns ACTIVE only once its node exists, so a node
         created between the two reads cannot show as "ACTIVE without a node" (read as lost)."""
-        if slices > 1:
+        if slices > 1 or nodes:
             listed = self.list_slices(project, zone)
-            return (multislice.pick(listed.get, name, zone, slices)
+            return (multislice.pick(listed.get, name, zone, slices, list(nodes))
                     or Slice(name=name, zone=zone, phase=SlicePhase.GONE))
         loc = _loc(project, zone)
         qr = self._get_or_none(f"getting queued resource {name}", self._client.get_queued_resource,
@@ -231,14 +233,15 @@ class GcpCloud:
                            self._client.list_accelerator_types, parent=_loc(project, zone))
         return [t.type_ for t in types]
 
-    def host_keys(self, project: str, zone: str, name: str, slices: int = 1) -> dict[int, list[str]]:
+    def host_keys(self, project: str, zone: str, name: str, slices: int = 1,
+                  nodes: Sequence[str] = ()) -> dict[int, list[str]]:
         """Each worker's SSH host keys ("TYPE BASE64") from the `hostkeys` guest attributes; of
         several slices, by host index across them: slice k's first host is numbered after every
         host of the slices before it, counted from the nodes' own endpoints (as
         multislice.combine numbers them), not from how many workers answered."""
-        names = node_names(name, slices)
-        first = {name: 0}
-        if slices > 1:
+        names = list(nodes) or node_names(name, slices)
+        first = {names[0]: 0}
+        if len(names) > 1:
             workers = {n.name: len(n.hosts) for n in self.list_nodes(project, zone)}
             first = {n: sum(workers.get(m, 0) for m in names[:k]) for k, n in enumerate(names)}
         found: dict[int, list[str]] = {}
@@ -275,13 +278,15 @@ class GcpCloud:
         self._wait(op, what, timeout)
 
     def delete_slice(self, project: str, zone: str, name: str, timeout: float = 600.0,
-                     slices: int = 1) -> None:
+                     slices: int = 1, nodes: Sequence[str] = ()) -> None:
         """Delete whatever the slice has: the queued resource (and its node), or the node; of
-        several slices, every node, at once (each delete is its own wait)."""
-        self.delete_queued_resource(project, zone, name, timeout)
-        names = node_names(name, slices)
+        several slices, every node (`nodes`: an elastic attempt's own), at once (each delete is
+        its own wait)."""
+        if not nodes:
+            self.delete_queued_resource(project, zone, name, timeout)
+        names = list(nodes) or node_names(name, slices)
         if len(names) == 1:
-            self.delete_node(project, zone, name, timeout)
+            self.delete_node(project, zone, names[0], timeout)
             return
         from concurrent.futures import ThreadPoolExecutor
 

@@ -56,24 +56,37 @@ def combine(name: str, zone: str, parts: list[Slice]) -> Slice:
         health=unhealthy.health if unhealthy else present[0].health,
         symptoms=tuple(f"slice {k}: {s}" for k, p in enumerate(parts) for s in p.symptoms),
         maintenance=min(windows, key=lambda w: w.start or float("inf")) if windows else None,
-        lost_slices=tuple(k for k, p in enumerate(parts) if p.phase in _LOST))
+        lost_slices=tuple(k for k, p in enumerate(parts) if p.phase in _LOST),
+        part_hosts=tuple(len(p.hosts) for p in parts))
 
 
-def pick(find: Callable[[str], Optional[Slice]], name: str, zone: str, slices: int) -> Optional[Slice]:
+def surviving_hosts(whole: Slice) -> tuple[Host, ...]:
+    """The hosts of the slices not lost, numbered as in `whole` (their program's attempt)."""
+    hosts, start = [], 0
+    for k, count in enumerate(whole.part_hosts):
+        if k not in whole.lost_slices:
+            hosts.extend(whole.hosts[start:start + count])
+        start += count
+    return tuple(hosts)
+
+
+def pick(find: Callable[[str], Optional[Slice]], name: str, zone: str, slices: int,
+         nodes: Optional[list[str]] = None) -> Optional[Slice]:
     """The attempt's slice from what `find` (a name -> its Slice as listed, or None) knows: None
     when none of its nodes, nor a queued resource asking for them, is there.
 
     A multislice queued resource is listed under the attempt's name, its nodes under `NAME-k`.
     While it is queued or provisioning, a node not made yet is expected, not lost; once it is
-    suspended, failed or deleting, that is the whole slice's phase (every node goes with it)."""
-    names = node_names(name, slices)
+    suspended, failed or deleting, that is the whole slice's phase (every node goes with it).
+    `nodes`: an elastic attempt's own nodes (no queued resource), instead of NAME-0..N-1."""
+    names = list(nodes) if nodes else node_names(name, slices)
     found = [find(n) for n in names]
-    queue = find(name) if slices > 1 else None
+    queue = find(name) if len(names) > 1 and not nodes else None
     if queue is not None and queue.queued_resource_state is None:
         queue = None  # a node of the attempt's own name: not one of this attempt's
     if all(p is None for p in found):
         if queue is not None and queue.phase == SlicePhase.PREEMPTED:  # suspended: every node went
-            return dataclasses.replace(queue, lost_slices=tuple(range(slices)))
+            return dataclasses.replace(queue, lost_slices=tuple(range(len(names))))
         return queue
     waiting = queue is not None and queue.phase in (SlicePhase.QUEUED, SlicePhase.PROVISIONING)
     missing = SlicePhase.PROVISIONING if waiting else SlicePhase.GONE

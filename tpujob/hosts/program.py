@@ -35,6 +35,7 @@ class HostAttempt:
     env: dict[str, str] = field(default_factory=dict)       # the spec's env
     secrets: dict[str, str] = field(default_factory=dict)   # forwarded, never logged or stored
     slices: int = 1            # multislice: the hosts are slice-major, as many per slice
+    max_slices: int = 1        # elastic multislice: the slices it runs on when it has them all
 
     @property
     def host_dir(self) -> str:
@@ -45,7 +46,9 @@ class HostAttempt:
         return {"TPUJOB_JOB_ID": self.job_id, "TPUJOB_ATTEMPT": str(self.attempt),
                 "TPUJOB_HOST_INDEX": str(host.index), "TPUJOB_NUM_HOSTS": str(num_hosts),
                 "TPUJOB_COORDINATOR": self.coordinator, "TPUJOB_RUN_DIR": self.run_dir,
-                **self._megascale(host, num_hosts), **self.env, **self.secrets}
+                **self._megascale(host, num_hosts),
+                **({"TPUJOB_MAX_SLICES": str(self.max_slices)} if self.max_slices > self.slices else {}),
+                **self.env, **self.secrets}
 
     def _megascale(self, host: Host, num_hosts: int) -> dict[str, str]:
         """Multislice: what libtpu and JAX read to join the slices over DCN, as a launcher sets

@@ -23,11 +23,11 @@ from tpujob.errors import (
 )
 from tpujob.faults import crash_point
 from tpujob.job_spec import spec_of
-from tpujob.names import slice_labels
-from tpujob.reconcile import placement as placing
+from tpujob.names import nodes_to_delete, own_nodes, slice_labels
+from tpujob.reconcile import elastic_act, placement as placing
 from tpujob.reconcile.actions import (
-    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, Launch, MarkUnhealthy, Move, ResetCount,
-    SetUp, StartAttempt, StopProgram,
+    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, DropGrowth, EndAttempt, GrowSlices, Launch,
+    MarkUnhealthy, Move, ResetCount, SetUp, StartAttempt, StopProgram,
 )
 from tpujob.reconcile.observation import Observation, Setup, SliceCondition
 from tpujob.reconcile.observe import PHASES, HostOps, refusal_of
@@ -151,14 +151,20 @@ class Actor:
             self.store.add_event(turn.job.id, "hosts", f"unmount failed: {exc}")
 
     def _delete_slice(self, turn: _Turn, action: DeleteSlice) -> Outcome:
+        if action.lost_only:
+            elastic_act.delete_lost(self, turn, action)
+            return done()
         if turn.attempt is not None:
             self.cloud.delete_slice(turn.job.project, turn.attempt.zone, turn.attempt.slice_name,
-                                    slices=turn.attempt.slices)
+                                    slices=turn.attempt.slices, nodes=nodes_to_delete(turn.attempt))
             crash_point("slice-deleted")
             self.store.add_event(turn.job.id, "slice", f"deleted slice {turn.attempt.slice_name}")
         return done()
 
     def _stop_program(self, turn: _Turn, action: StopProgram) -> Outcome:
+        if action.survivors:
+            elastic_act.stop_survivors(self, turn, action)
+            return done()
         if turn.attempt is not None and turn.slice is not None and turn.slice.phase == SlicePhase.READY:
             if action.stacks:  # a hung program: where it stood, before it is gone
                 try:
@@ -186,6 +192,9 @@ class Actor:
     def _start_attempt(self, turn: _Turn, action: StartAttempt) -> Outcome:
         job, attempt = turn.job, turn.attempt
         spec = spec_of(job)
+        if (action.keep_survivors or action.grow) and attempt is not None:
+            elastic_act.start_attempt(self, turn, action)
+            return done()
         if action.reuse_slice and attempt is not None:
             turn.job, turn.attempt = self.store.start_attempt(
                 job.id, turn.state, State.SETTING_UP, "new attempt on the same slice", zone=attempt.zone,
@@ -206,7 +215,7 @@ class Actor:
             crash_point("placement")  # chosen, nothing written yet: the next sweep chooses again
         turn.job, turn.attempt = self.store.start_attempt(
             job.id, turn.state, State.PROVISIONING, f"creating the slice of attempt {job.attempt + 1}", zone=zone,
-            accelerator=accelerator, queued=spec.spec.tpu.queued, slices=spec.spec.tpu.slices, owner=self.actor,
+            accelerator=accelerator, queued=spec.spec.tpu.queued, slices=spec.spec.tpu.max_slices, owner=self.actor,
             placement=placement)
         turn.state, turn.slice = State.PROVISIONING, None
         crash_point("provisioning")
@@ -302,7 +311,8 @@ class Actor:
         return None
 
     def _slice_of(self, job: Job, attempt: Attempt) -> Slice:
-        return self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+        return self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                                   nodes=own_nodes(attempt))
 
     def _set_up(self, turn: _Turn, action: SetUp) -> Outcome:
         job, attempt = turn.job, turn.attempt
@@ -382,5 +392,5 @@ class Actor:
         Count: _count, ResetCount: _reset_count, Move: _move, EndAttempt: _end_attempt,
         DeleteSlice: _delete_slice, StopProgram: _stop_program, MarkUnhealthy: _mark_unhealthy,
         ClearUnhealthy: _clear_unhealthy, StartAttempt: _start_attempt, CreateSlice: _create_slice, SetUp: _set_up,
-        Launch: _launch,
+        Launch: _launch, GrowSlices: elastic_act.grow_slices, DropGrowth: elastic_act.drop_growth,
     }

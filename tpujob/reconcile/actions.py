@@ -20,6 +20,10 @@ class StartAttempt(Action):
     PROVISIONING, or, with reuse_slice, keep the current healthy slice and move to SETTING_UP."""
     next_placement: bool = False  # move on to the next placement (cycling back to the primary)
     reuse_slice: bool = False
+    # Elastic multislice, on the ended attempt's nodes: `keep_survivors`, those of its slices not
+    # lost; `grow`, all of them and the nodes grown for it. Both move to SETTING_UP.
+    keep_survivors: bool = False
+    grow: bool = False
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,22 @@ class CreateSlice(Action):
 
 @dataclass(frozen=True)
 class DeleteSlice(Action):
-    """Delete the current attempt's node and queued resource (they hold quota)."""
+    """Delete the current attempt's node and queued resource (they hold quota); `lost_only`: of
+    an elastic attempt, only the slices it lost (the others train on)."""
+    lost_only: bool = False
+
+
+@dataclass(frozen=True)
+class GrowSlices(Action):
+    """Elastic multislice: ask for the slices the current attempt lacks, without waiting; a
+    later observation says when they are READY (or why not)."""
+
+
+@dataclass(frozen=True)
+class DropGrowth(Action):
+    """The slices asked for to grow back did not come: delete what there is of them, and try
+    again after the backoff."""
+    why: str
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,7 @@ class Launch(Action):
 @dataclass(frozen=True)
 class StopProgram(Action):
     stacks: bool = False  # first ask every host for its Python stacks and keep them (a hang)
+    survivors: bool = False  # of a multislice attempt that lost slices: on the others' hosts
 
 
 @dataclass(frozen=True)

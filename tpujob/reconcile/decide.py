@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from tpujob.reconcile import elastic
 from tpujob.reconcile.actions import (
     Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, Launch, MarkUnhealthy, Move, ResetCount,
     SetUp, StartAttempt, StopProgram,
@@ -259,6 +260,8 @@ def _running(job, obs, policy):
         # successful run is never re-run, even when a host is unreachable or the slice is gone).
         actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
+    if elastic.shrinks(job, obs, policy):
+        return elastic.shrink(job, obs, policy)
     if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
         return _lost(job, policy, "slice preempted" if obs.slice == SliceCondition.LOST else "slice gone")
     if obs.slice != SliceCondition.READY:
@@ -278,8 +281,10 @@ def _running(job, obs, policy):
         return _spend(job, policy, "nan_restarts", spent_message=f"NaN loss; NaN budget of {policy.max_nan} spent",
                       again_message="NaN loss: slice suspect, moving to new hardware")
     if any(c == policy.preempted_exit_code for c in codes):
-        # The program checkpointed on a preemption notice; the slice goes next.
-        return _lost(job, policy, "program stopped on a preemption notice")
+        # The program checkpointed on a preemption notice; the slice goes next (of an elastic
+        # job: which one, once it reads lost, says what to keep).
+        waiting = elastic.await_lost_slice(job, policy)
+        return _lost(job, policy, "program stopped on a preemption notice") if waiting is None else waiting
     first = first_died(hosts)
     if first is not None and first[1].bad_host:
         return _bad_host(job, policy, first[0], first[1].bad_host)
@@ -320,7 +325,8 @@ def _running(job, obs, policy):
                                     "allowed, stacks captured before the stop, new slice")
     if unhealthy:
         return _unhealthy(job, policy, hosts, run, hung, first)
-    return [ClearUnhealthy()] if job.unhealthy_seconds is not None else []
+    healthy: list[Action] = [ClearUnhealthy()] if job.unhealthy_seconds is not None else []
+    return healthy + (elastic.grow(job, obs, policy) or [])
 
 
 def _unhealthy(job: JobView, policy: Policy, hosts: tuple[HostObservation, ...], run: RunDirStatus, hung: bool,

@@ -98,6 +98,10 @@ class Observation:
     # is a setup_error, its cause in words.
     setup: tuple[Setup, ...] = ()
     setup_cache: Optional[str] = None  # the setup cache's hit or miss, in words, once setup is done
+    lost_slices: tuple[int, ...] = ()  # multislice: the slices whose node is lost (LOST)
+    # Elastic multislice, growing back: "creating", "ready" or "failed" (why: growth_error).
+    growth: Optional[str] = None
+    growth_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,3 +127,5 @@ class JobView:
     last_end: Optional[AttemptEnd] = None  # the current attempt's end reason, once it ended
     bad_hosts: int = 0  # attempts ended bad_host
     hangs: int = 0
+    slices: int = 1  # the current attempt's
+    growth_failed_seconds: Optional[float] = None  # since growing back last failed (elastic)

@@ -4,11 +4,13 @@ SSH status rounds at once; then, per job under its lease, its slice's phase and 
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase
 from tpujob.cloud.multislice import pick
+from tpujob.names import own_nodes
 from tpujob.errors import (
     LocationDenied, PlacementUnavailable, QuotaExceeded, SlicePreempted, StockoutError, TpujobError,
 )
@@ -54,7 +56,7 @@ Slices = dict[tuple[str, str], Slice]  # (zone, node or queued resource name) ->
 def listed_slice(slices: Slices, attempt: Attempt) -> Optional[Slice]:
     """The attempt's slice in the listing: its node, or its nodes as one (multislice)."""
     return pick(lambda name: slices.get((attempt.zone, name)), attempt.slice_name, attempt.zone,
-                attempt.slices)
+                attempt.slices, list(own_nodes(attempt)))
 
 
 class HostOps(Protocol):
@@ -156,7 +158,8 @@ class Observer:
         found = listed_slice(slices, attempt)
         # The listing predates a change another actor made (a new attempt, a create): look again.
         if found is None and (job.state_since or 0) >= snapshot_at - 1:
-            found = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+            found = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                                             nodes=own_nodes(attempt))
         return found
 
     def observe(self, job: Job, attempt, slice_) -> Observation:
@@ -188,7 +191,11 @@ class Observer:
         run_dir = seen[1] if seen and State(job.state) == State.RUNNING and attempt is not None \
             and seen[0] == attempt.number else None
         window = slice_.maintenance if slice_ is not None else None
+        growth, growth_error = (self._growth(job, attempt) if attempt is not None and attempt.growing
+                                and phase == SliceCondition.READY else (None, ""))
         return Observation(slice=phase, hosts=hosts, run_dir=run_dir,
+                           lost_slices=slice_.lost_slices if slice_ is not None else (),
+                           growth=growth, growth_error=growth_error,
                            provisioning_seconds=None if created is None else max(0.0, self.clock() - created),
                            health=slice_.health if slice_ is not None else None,
                            health_detail="; ".join(filter(None, (slice_.detail, *slice_.symptoms)))
@@ -196,6 +203,29 @@ class Observer:
                            maintenance_in_seconds=None if window is None or window.start is None
                            else window.start - self.clock(),
                            maintenance_type=window.type if window is not None else "")
+
+    def _growth(self, job: Job, attempt) -> tuple[Optional[str], str]:
+        """How the nodes asked for to grow an elastic attempt back are doing: "creating",
+        "ready", or "failed" and why (a node gone whose create ended in an error, or lost)."""
+        state = json.loads(attempt.growing)
+        nodes = state.get("nodes", {})
+        if not nodes:
+            return None, ""  # none asked for since the last failure
+        grown = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=len(nodes),
+                                     nodes=list(nodes))
+        if grown.phase == SlicePhase.READY:
+            return "ready", ""
+        if grown.phase in (SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.DELETING):
+            return "failed", f"{', '.join(nodes)}: {grown.node_state}"
+        if grown.phase == SlicePhase.GONE or any(k in grown.lost_slices for k in range(len(nodes))):
+            operations = " ".join(op for op in nodes.values() if op)
+            try:
+                if operations and not self.cloud.operation_done(operations, "growing back", create=True):
+                    return "creating", ""
+            except TpujobError as exc:
+                return "failed", str(exc)
+            return "failed", f"{', '.join(nodes)}: gone"
+        return "creating", ""
 
     def record_steps(self, job: Job, attempt, obs: Observation) -> None:
         """The attempt's progress as the runtime reports it: lost steps per preemption, and the

@@ -37,6 +37,13 @@ class Policy:
     max_bad_hosts: int = 3  # spec.RequeuePolicy says why
     max_hangs: int = 3
     hang_seconds: float | None = None  # run.hang_seconds: a silent log this long is a hang
+    # Elastic multislice (tpu.slices {min, max}): train on as few as min while slices are lost.
+    min_slices: int = 1
+    max_slices: int = 1
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_slices < self.max_slices
 
     def setup_timeout(self, hosts: int) -> float:
         # Fan-out is parallel, but installs contend for the same mirrors and buckets.
@@ -87,6 +94,7 @@ def policy_of(spec: ResolvedSpec) -> Policy:
                   maintenance_lead_seconds=r.maintenance_lead_seconds,
                   max_bad_hosts=r.max_bad_hosts,
                   max_hangs=r.max_hangs, hang_seconds=spec.spec.run.hang_seconds,
+                  min_slices=spec.spec.tpu.min_slices, max_slices=spec.spec.tpu.max_slices,
                   nan_exit_code=EXIT_NAN,
                   preempted_exit_code=EXIT_PREEMPTED,
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))

@@ -8,6 +8,8 @@ its own lease, so that N jobs' slice creation, setup and launch overlap instead 
 
 from __future__ import annotations
 
+import json
+
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,7 +18,7 @@ from typing import Callable, Optional
 from tpujob.cloud.base import Cloud, SlicePhase
 from tpujob.errors import JobLocked, TpujobError
 from tpujob.job_spec import spec_of
-from tpujob.names import format_job_id
+from tpujob.names import format_job_id, nodes_to_delete
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.act import Actor, Outcome
 from tpujob.reconcile.decide import decide
@@ -220,10 +222,11 @@ class Reconciler:
                 if not _frees_its_slice(self.store.get(job.id)):  # resumed (or kept) meanwhile
                     return None
                 # The sweep that ended it may have deleted it since this one's listing.
-                if self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name,
-                                        slices=attempt.slices).phase == SlicePhase.GONE:
+                if self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                                        nodes=nodes_to_delete(attempt)).phase == SlicePhase.GONE:
                     return None
-                self.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+                self.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                                        nodes=nodes_to_delete(attempt))
                 self.store.add_event(job.id, "slice", f"deleted slice {attempt.slice_name}, left behind when the "
                                      "job ended (the sweep that ended it stopped before deleting it)")
         except JobLocked:
@@ -308,7 +311,17 @@ class Reconciler:
             keep_slice=job.keep_slice, reuse_slice=reuse,
             job_id=job.id, capacity_misses=job.capacity_misses, flaps=job.flaps, bad_hosts=job.bad_hosts,
             last_end=AttemptEnd(attempt.end_reason) if attempt is not None and attempt.end_reason else None,
+            slices=attempt.slices if attempt is not None else 1,
+            growth_failed_seconds=_growth_failed_seconds(attempt, now),
         )
+
+
+def _growth_failed_seconds(attempt, now: float) -> Optional[float]:
+    """Since an elastic attempt's growing back last failed (None: it has not)."""
+    if attempt is None or not attempt.growing:
+        return None
+    failed_at = json.loads(attempt.growing).get("failed_at")
+    return None if failed_at is None else now - failed_at
 
 
 def _frees_its_slice(job: Job) -> bool:

@@ -52,6 +52,10 @@ ENV_RUN_DIR = "TPUJOB_RUN_DIR"  # shared directory (a gcsfuse mount in productio
 # ones, on every host of a job of several slices). Hosts are slice-major: host i is in slice
 # i // (TPUJOB_NUM_HOSTS / MEGASCALE_NUM_SLICES).
 ENV_NUM_SLICES = "MEGASCALE_NUM_SLICES"
+# Elastic multislice: the slices the job runs on when it has them all. On fewer, the bundled
+# runtime splits each step into max/current times its microbatches, so each device's share of a
+# step (and its memory) stays what it is on all of them, and the global batch with it.
+ENV_MAX_SLICES = "TPUJOB_MAX_SLICES"
 
 # Files under the run dir (written by host 0 only, except checkpoints which all hosts write).
 HEARTBEAT_FILE = "heartbeat"

@@ -21,6 +21,7 @@ class HostEnv:
     run_dir: Path
     hosts_given: bool  # False: the platform may know better (TPU VM metadata)
     num_slices: int = 1  # multislice: hosts are slice-major, num_hosts // num_slices per slice
+    max_slices: int = 1  # elastic multislice: the slices it has when it has them all (TPUJOB_MAX_SLICES)
 
 
 def read_env(env: Mapping[str, str]) -> HostEnv:
@@ -61,6 +62,7 @@ def read_env(env: Mapping[str, str]) -> HostEnv:
         run_dir=Path(run_dir),
         hosts_given=bool(env.get(contract.ENV_NUM_HOSTS)),
         num_slices=num_slices,
+        max_slices=max(num_slices, integer(contract.ENV_MAX_SLICES, num_slices)),
     )
 
 

@@ -11,6 +11,7 @@ non-finite state is never saved.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -66,6 +67,26 @@ def _generation(cfg: RuntimeConfig) -> str | None:
     return peaks.generation_from_device_kind(jax.devices()[0].device_kind)
 
 
+def elastic_microbatches(cfg: RuntimeConfig, host: HostEnv, n_devices: int) -> RuntimeConfig:
+    """An elastic job on fewer slices than it has at most (TPUJOB_MAX_SLICES): the same global
+    batch in max/current times the microbatches, so each device's share of a step, and its
+    memory, stays what it is on all of them; or, where that does not divide, unchanged, saying
+    why (each device then takes a larger share)."""
+    if host.max_slices <= host.num_slices:
+        return cfg
+    factor, rest = divmod(host.max_slices, host.num_slices)
+    parts = cfg.microbatches * factor
+    if rest or cfg.batch_size % (parts * n_devices):
+        why = (f"{host.num_slices} slices do not divide {host.max_slices}" if rest else
+               f"batch_size {cfg.batch_size} is not a multiple of {parts} microbatches x {n_devices} devices")
+        log.warning("on %d of %d slices: %s, so each device takes a larger share of the global batch",
+                    host.num_slices, host.max_slices, why)
+        return cfg
+    log.info("on %d of %d slices: %d microbatches a step (of %d rows each), the global batch of %d kept",
+             host.num_slices, host.max_slices, parts, cfg.batch_size // parts, cfg.batch_size)
+    return dataclasses.replace(cfg, microbatches=parts)
+
+
 class Trainer:
     def __init__(self, cfg: RuntimeConfig, host: HostEnv, started: float | None = None):
         self.cfg, self.host = cfg, host
@@ -74,6 +95,7 @@ class Trainer:
         self.restore_seconds = 0.0
         self.mesh = train.make_mesh(host.num_slices)
         self.n_devices = self.mesh.devices.size
+        self.cfg = cfg = elastic_microbatches(cfg, host, self.n_devices)
         if cfg.batch_size % (cfg.microbatches * self.n_devices):
             per = (f"{cfg.microbatches} microbatches x {self.n_devices} devices" if cfg.microbatches > 1
                    else f"the {self.n_devices} devices")
@@ -247,6 +269,7 @@ class Trainer:
             "compile_s": round(self.compiler.compile_seconds, 2),
             "compile_cache": self.compiler.first_cache,
             "mesh": dict(self.mesh.shape),  # {"fsdp": N}; several slices: {"slices": S, "fsdp": N}
+            "microbatches": self.cfg.microbatches,  # an elastic job on fewer slices: more
         }
         self.heartbeat.startup = startup
         what = (f"restore {startup['restore_s']} s (step {self.resumed_from})" if self.resumed_from is not None

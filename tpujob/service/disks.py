@@ -140,13 +140,12 @@ def data_disks(compute, spec: ResolvedSpec, job_id: int, zone: str) -> tuple[Dat
 
 
 def missing_disks(compute, spec: ResolvedSpec, job_id: int, zone: str, node: str,
-                  slices: int = 1) -> list[str]:
+                  slices: int = 1, nodes: tuple[str, ...] = ()) -> list[str]:
     """The job's disks an existing node lacks (a slice reused by a new attempt that lost one to a
     detach by hand), by name; of several slices, the disks any of their nodes lacks. They cannot
     be added: Google's v2 UpdateNode documents no `data_disks` in its mask (tpu.v2.json
-    nodes.patch), so disks are attached at create only."""
-    nodes = node_names(node, slices)
-    attached: dict[str, set[str]] = {n: set() for n in nodes}
+    nodes.patch), so disks are attached at create only. `nodes`: an elastic attempt's own."""
+    attached: dict[str, set[str]] = {n: set() for n in (nodes or node_names(node, slices))}
     for d in compute.node_disks(spec.project, zone):
         if d.node in attached:
             attached[d.node].add(d.source)

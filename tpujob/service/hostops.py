@@ -23,7 +23,7 @@ from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
 from tpujob.job_spec import spec_of
-from tpujob.names import format_job_id, local_log_dir, runtime_bundle_dir, sync_dir
+from tpujob.names import format_job_id, local_log_dir, own_nodes, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
 from tpujob.service import disks, host_answers, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
@@ -131,7 +131,8 @@ class SshHostOps:
         recorded = _recorded_keys(self.ctx.store, job.id, attempt.number)
         if slice_.hosts and all(recorded.get(h.index) for h in slice_.hosts):
             return recorded
-        published = self.cloud.host_keys(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+        published = self.cloud.host_keys(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                                         nodes=own_nodes(attempt))
         keys = {i: v for i, v in published.items() if v} | recorded
         if slice_.hosts and all(keys.get(h.index) for h in slice_.hosts):
             self.ctx.store.record_host_keys(job.id, attempt.number, json.dumps(keys))
@@ -193,6 +194,7 @@ class SshHostOps:
         return program.HostAttempt(
             job_id=format_job_id(job.id), attempt=attempt.number,
             coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}", slices=attempt.slices,
+            max_slices=spec.spec.tpu.max_slices,
             run_dir=run_dirs.host_run_dir_for(spec, job.id, self.login(job, slice_).user), workdir=workdir,
             env=program_env(job.cloud, spec.spec.env), secrets=secrets or {},
         )
@@ -357,7 +359,7 @@ class SshHostOps:
         from tpujob.service.context import make_compute
 
         missing = disks.missing_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone,
-                                      attempt.slice_name, attempt.slices)
+                                      attempt.slice_name, attempt.slices, own_nodes(attempt))
         if missing:
             raise SetupFailed(f"slice {attempt.slice_name} lacks disk {', '.join(missing)} (detached by "
                               "hand?): the TPU API attaches disks only when it creates a node; delete the "

@@ -16,7 +16,8 @@ from tpujob.service.context import Context, make_cloud, make_compute, make_stora
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
 from tpujob.job_spec import spec_of
-from tpujob.names import clone_name, format_job_id, local_log_dir, node_names, nodes_text, slice_name, snapshot_name
+from tpujob.names import (attempt_nodes, clone_name, format_job_id, growing_nodes, local_log_dir, nodes_text,
+                          nodes_to_delete, own_nodes, slice_name, snapshot_name)
 from tpujob.store.states import ENDED, AttemptEnd, State
 
 
@@ -228,15 +229,16 @@ def _stop_program(ctx: Context, job, cloud) -> None:
     attempt = ctx.store.current_attempt(job.id)
     if attempt is None or attempt.ended_at is not None:
         return
-    slice_ = cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+    slice_ = cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                           nodes=own_nodes(attempt))
     if slice_.phase != SlicePhase.READY:
         return
     ops = SshHostOps(ctx, cloud)
     try:
         ops.stop_program(job, attempt, slice_)
     except CloudError:
-        if cloud.get_slice(job.project, attempt.zone, attempt.slice_name,
-                           slices=attempt.slices).phase == SlicePhase.READY:
+        if cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                           nodes=own_nodes(attempt)).phase == SlicePhase.READY:
             raise
         return  # preempted or deleted while we stopped it: its hosts took the program with them
     try:
@@ -281,8 +283,9 @@ def delete(ctx: Context, ref: str):
             for zone in sorted({a.zone for a in attempts}):
                 listed = set(cloud.list_slices(job.project, zone))
                 for a in sorted((a for a in attempts if a.zone == zone), key=lambda a: a.slice_name):
-                    if listed & {a.slice_name, *node_names(a.slice_name, a.slices)}:
-                        cloud.delete_slice(job.project, zone, a.slice_name, slices=a.slices)
+                    if listed & {a.slice_name, *attempt_nodes(a), *growing_nodes(a)}:
+                        cloud.delete_slice(job.project, zone, a.slice_name, slices=a.slices,
+                                           nodes=nodes_to_delete(a))
                         ctx.store.add_event(job.id, "slice", f"deleted slice {a.slice_name}"
                                             + (f" ({a.slices} slices)" if a.slices > 1 else ""))
             _delete_clones(ctx, job, attempts)

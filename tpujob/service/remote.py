@@ -18,7 +18,7 @@ from typing import BinaryIO, Callable
 
 from tpujob.errors import CloudError, ConflictError, NotFoundError, UsageError
 from tpujob.service.context import Context, make_cloud
-from tpujob.names import format_job_id, local_log_dir
+from tpujob.names import format_job_id, local_log_dir, own_nodes
 
 _NO_LOG = 66  # templates/logs.sh: no program log for that attempt on the host
 
@@ -58,7 +58,8 @@ def _attempt(ctx: Context, job, number: int | None):
 
 def _slice(cloud, job, attempt):
     try:
-        return cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices)
+        return cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                               nodes=own_nodes(attempt))
     except NotFoundError:
         return None
 

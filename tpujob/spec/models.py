@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # GCE disk/snapshot names
@@ -46,6 +46,19 @@ class NetworkSpec(_Model):
     tags: list[str] = Field(default_factory=list)  # firewall targets
 
 
+class SliceRange(_Model):
+    """An elastic multislice job: it runs on up to `max` slices, and on as few as `min` while
+    the others are lost (docs/multislice.md)."""
+    min: int = Field(ge=1)
+    max: int = Field(ge=2)
+
+    @model_validator(mode="after")
+    def _min_up_to_max(self):
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+
 class TpuSpec(_Model):
     accelerator: str
     zone: Optional[str] = None
@@ -53,10 +66,43 @@ class TpuSpec(_Model):
     runtime_version: Optional[str] = None
     provisioning: Literal["spot", "on-demand", "preemptible"] = "spot"
     queued: bool = True
-    # Multislice: this many slices of `accelerator`, one job over DCN (docs/multislice.md).
-    slices: int = Field(default=1, ge=1)
+    # Multislice: this many slices of `accelerator`, one job over DCN, or {min, max} for an
+    # elastic job (docs/multislice.md).
+    slices: int | SliceRange = 1
     fallback: list[Fallback] = Field(default_factory=list)
     network: NetworkSpec = Field(default_factory=NetworkSpec)
+
+    @field_validator("slices", mode="before")
+    @classmethod
+    def _slice_range(cls, value: Any) -> Any:
+        """A count, or a mapping for an elastic range: each with an error of its own (not the
+        union's "should be a valid integer" for a range)."""
+        if isinstance(value, dict):
+            try:
+                return SliceRange.model_validate(value)
+            except ValidationError as err:
+                raise ValueError("; ".join(
+                    f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"].removeprefix("Value error, ")
+                    for e in err.errors())) from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("must be a number of slices or {min, max}")
+        if value < 1:
+            raise ValueError("must be at least 1")
+        return value
+
+    @property
+    def max_slices(self) -> int:
+        """The slices an attempt asks for (all of an elastic job's)."""
+        return self.slices.max if isinstance(self.slices, SliceRange) else self.slices
+
+    @property
+    def min_slices(self) -> int:
+        """The fewest slices an attempt trains on: max_slices unless elastic."""
+        return self.slices.min if isinstance(self.slices, SliceRange) else self.slices
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_slices < self.max_slices
 
 
 class DiskSpec(_Model):
@@ -223,7 +269,8 @@ class ResolvedSpec(BaseModel):
     hosts: int  # per slice
     chips: int  # per slice
     cores: int
-    slices: int = 1
+    slices: int = 1  # an attempt's (an elastic job's max)
+    min_slices: int = 1  # an elastic job's fewest; slices otherwise
     zone: str
     project: str
     runtime_version: str

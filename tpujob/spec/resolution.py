@@ -94,8 +94,8 @@ def _check_disks(spec: JobSpec, acc: Accelerator, lines, where: str,
             raise _fail(f"disk {disk.name}: {NEVER_READ_ONLY[disk_type]} ({where}); give it type "
                         f"{' or '.join(t for t in gen.disk_types if t not in NEVER_READ_ONLY)} to "
                         "attach it read-only", base + ("type",), lines)
-        if disk.mode == "read-write" and spec.tpu.slices > 1:
-            raise _fail(f"a read-write disk cannot be attached to {spec.tpu.slices} slices: a disk is "
+        if disk.mode == "read-write" and spec.tpu.max_slices > 1:
+            raise _fail(f"a read-write disk cannot be attached to {spec.tpu.max_slices} slices: a disk is "
                         "attached read-write to one node only; clone it (snapshot + clone) and mount "
                         "the clone read-only", base + ("mode",), lines)
         if disk.mode == "read-write" and acc.multi_host:
@@ -226,10 +226,16 @@ def _check_slices(spec: JobSpec, acc: Accelerator, where: tuple, lines) -> None:
     """Multislice: TPU v4 or later, every slice the same type in one zone (Google's multislice
     introduction: cloud.google.com/tpu/docs/multislice-introduction; shared/facts/operations.md).
     Checked for the primary accelerator and for each fallback's (`where`: the field)."""
-    if spec.tpu.slices == 1:
+    if spec.tpu.max_slices == 1:
         return
     if acc.generation.alias in ("v2", "v3"):
         raise _fail(f"multislice needs TPU v4 or later, not {acc.generation.alias}", where, lines)
+    if spec.tpu.elastic and spec.tpu.queued:
+        # One multislice queued resource is suspended whole when one slice is lost (the
+        # emulator's reading, docs/multislice.md): the slices an elastic job trains on must be
+        # made apart.
+        raise _fail("an elastic job's slices are made apart, so that losing one keeps the others: "
+                    "set tpu.queued: false", ("tpu", "queued"), lines)
 
 
 def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zone: str = "",
@@ -351,10 +357,11 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
 
     return ResolvedSpec(
         spec=spec, accelerator=acc.name, generation=acc.generation.alias, hosts=acc.hosts,
-        chips=acc.chips, cores=acc.cores, slices=spec.tpu.slices, zone=zone, project=project,
+        chips=acc.chips, cores=acc.cores, slices=spec.tpu.max_slices, min_slices=spec.tpu.min_slices,
+        zone=zone, project=project,
         runtime_version=spec.tpu.runtime_version or acc.generation.runtime_version,
-        disk_types=disk_types, cost_per_hour_usd=_times(_hourly_cost(acc, spec.tpu.provisioning), spec.tpu.slices),
-        on_demand_cost_per_hour_usd=_times(acc.hourly_cost(spot=False), spec.tpu.slices),
+        disk_types=disk_types, cost_per_hour_usd=_times(_hourly_cost(acc, spec.tpu.provisioning), spec.tpu.max_slices),
+        on_demand_cost_per_hour_usd=_times(acc.hourly_cost(spot=False), spec.tpu.max_slices),
         sync_path=sync_path,
     )
 

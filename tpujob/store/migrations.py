@@ -186,6 +186,13 @@ def _v14_lost_slices(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN lost_slices TEXT")
 
 
+def _v15_elastic_nodes(conn: Connection) -> None:
+    # Elastic multislice: an attempt's own node list (slices kept across attempts) and the nodes
+    # being created to grow it back.
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN nodes TEXT")
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN growing TEXT")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -202,6 +209,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (12, "attempt.create_operation", _v12_create_operation),
     (13, "attempt.slices", _v13_slices),
     (14, "attempt.lost_slices", _v14_lost_slices),
+    (15, "attempt.nodes, attempt.growing", _v15_elastic_nodes),
 ]
 
 _bookkeeping = MetaData()

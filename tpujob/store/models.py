@@ -60,6 +60,11 @@ class Attempt(SQLModel, table=True):
     create_operation: Optional[str] = None  # the node create's operation, while it may still say why
     slices: int = 1  # multislice: the attempt's nodes are SLICE_NAME-0 .. -(slices-1)
     lost_slices: Optional[str] = None  # multislice: the slices it ended on losing, "1" or "0,1"
+    # Elastic multislice: its nodes when not NAME-0..N-1 (space-separated: the slices kept from
+    # the attempt before, then those grown for it), and the nodes being created to grow it back
+    # (JSON {node: create operation}, plus "failed_at" once a try failed).
+    nodes: Optional[str] = None
+    growing: Optional[str] = None
 
 
 class Event(SQLModel, table=True):

@@ -19,7 +19,7 @@ from sqlmodel import Session, col, select
 from tpujob import progress
 from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
 from tpujob.store import outbox
-from tpujob.names import format_job_id, nodes_text, slice_name
+from tpujob.names import format_job_id, node_names, nodes_text, slice_name
 from tpujob.store.models import Attempt, Event, Job
 from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
 
@@ -264,12 +264,15 @@ class Store:
     # -- attempts and events ------------------------------------------------------------------
     def start_attempt(self, job_id: int, src: State, dst: State, message: str, *, zone: str,
                       accelerator: str, queued: bool, reuse_slice: Optional[str] = None, slices: int = 1,
-                      owner: Optional[str] = None, placement: Optional[int] = None) -> tuple[Job, Attempt]:
+                      owner: Optional[str] = None, placement: Optional[int] = None,
+                      nodes: Optional[list[str]] = None) -> tuple[Job, Attempt]:
         """Open the next attempt, make it the job's current one and move the job from `src` to
         `dst`, in one transaction: a crash leaves either all of it or none. Its slice is named
         after the attempt, unless `reuse_slice` names a healthy slice of an earlier attempt.
         `placement` (an index into the spec's placements) moves the job there with a `fallback`
-        event, in the same transaction: a crash cannot leave the move without the attempt."""
+        event, in the same transaction: a crash cannot leave the move without the attempt.
+        `nodes`: an elastic attempt's own nodes (kept from the attempt before, or grown), when
+        they are not NAME-0..N-1; `slices` is then their number."""
         if not is_legal(src, dst):
             raise IllegalTransition(f"job {format_job_id(job_id)}: {src.value} -> {dst.value} is not allowed")
         now = self.clock()
@@ -292,9 +295,11 @@ class Store:
             if moved:
                 session.add(Event(job_id=job_id, at=now, kind="fallback", message=f"moving to {accelerator} in {zone}"))
             name = reuse_slice or slice_name(job_id, number)
-            slices_text = (f"slice {name} ({accelerator} in {zone})" if slices == 1 else
-                           f"{slices} slices {nodes_text(name, slices)} ({accelerator} each, in {zone})")
-            attempt = Attempt(job_id=job_id, number=number, slice_name=name,
+            own = nodes if nodes is not None and list(nodes) != node_names(name, slices) else None
+            listed = " ".join(own) if own else nodes_text(name, slices)
+            slices_text = (f"slice {listed} ({accelerator} in {zone})" if slices == 1 else
+                           f"{slices} slices {listed} ({accelerator} each, in {zone})")
+            attempt = Attempt(job_id=job_id, number=number, slice_name=name, nodes=" ".join(own) if own else None,
                               zone=zone, accelerator=accelerator, queued=queued, started_at=now, slices=slices)
             session.add(attempt)
             session.add(Event(job_id=job_id, at=now, kind="attempt",
@@ -322,6 +327,12 @@ class Store:
         with self._tx() as session:
             session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
                          .values(cause=cause))
+
+    def record_growing(self, job_id: int, number: int, growing: Optional[str]) -> None:
+        """The nodes being created to grow attempt `number` back (JSON; None: none)."""
+        with self._tx() as session:
+            session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
+                         .values(growing=growing))
 
     def record_create_operation(self, job_id: int, number: int, operation: Optional[str]) -> None:
         """The operation of attempt `number`'s node create (None: forget it, to create again)."""

@@ -37,6 +37,7 @@ class AttemptEnd(str, Enum):
     NAN = "nan"
     HUNG = "hung"  # no progress (heartbeat, or run.hang_seconds of log) on live hosts: ended
     PREEMPTED = "preempted"  # the slice was lost
+    RESIZED = "resized"  # elastic multislice: checkpointed to go on with the slices grown back
     NO_CAPACITY = "no_capacity"  # a stockout, a queue or provisioning timeout
     REFUSED = "refused"  # the create was refused for good
     UNAVAILABLE = "unavailable"  # the zone does not offer the accelerator

@@ -1,0 +1,118 @@
+"""An elastic multislice job on the emulator (tpu.slices {min: 1, max: 2}, two v4-8 slices of
+one host each, the bundled runtime): slice 1 is preempted while v4-8 is stocked out. The job
+goes on at once on slice 0 from the notice's checkpoint (twice the microbatches: the same global
+batch), its steps keep rising while growing back fails, and once capacity returns it checkpoints
+and goes on with both slices to SUCCEEDED. One preemption counted; nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+STEPS = 400
+SPEC = f"""\
+name: elastic
+tpu: {{accelerator: v4-8, zone: {ZONE}, queued: false, slices: {{min: 1, max: 2}}}}
+run_dir: gs://BUCKET/runs
+requeue: {{backoff_seconds: 2, max_preemptions: 2, max_failures: 0, min_run_seconds: 0}}
+run:
+  runtime:
+    model: tiny
+    steps: {STEPS}
+    batch_size: 8
+    seq_len: 32
+    checkpoint_every: 1000   # the notice's save, the growth's and the final one
+    log_every: 1
+    heartbeat_every_s: 1
+"""
+
+
+def _show(cli, name: str) -> dict:
+    result = cli("show", "--json", name)
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def test_an_elastic_job_trains_on_the_slice_left_and_grows_back_when_capacity_returns(
+        cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.service.buckets import create_local_bucket
+
+    bucket_name = f"el-{uuid.uuid4().hex[:8]}"
+    client = storage.Client(project=project, credentials=AnonymousCredentials(),
+                            client_options={"api_endpoint": shared_emulator["storage_endpoint"]})
+    create_local_bucket(client, bucket_name)
+    bucket = client.bucket(bucket_name)
+    spec = tmp_path / "elastic.yaml"
+    spec.write_text(SPEC.replace("BUCKET", bucket_name))
+    validated = cli("validate", spec)
+    assert validated.code == 0 and "1 to 2 over DCN (elastic)" in validated.out, validated.out + validated.err
+    assert cli("create", spec).code == 0
+
+    def heartbeat(job_id) -> dict:
+        blob = bucket.get_blob(f"runs/{job_id}/heartbeat")
+        return json.loads(blob.download_as_bytes()) if blob is not None else {}
+
+    def until(done, what: str, timeout: float = 240) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert cli("requeue").code == 0
+            job = _show(cli, "elastic")
+            if done(job):
+                return job
+            assert job["state"] not in ("FAILED", "SUCCEEDED"), [e["message"] for e in job["events"]][-10:]
+            assert time.monotonic() < deadline, (what, [e["message"] for e in job["events"]][-10:])
+            time.sleep(0.5)
+
+    job = until(lambda j: j["state"] == "RUNNING" and (j["attempts"][0]["last_step"] or 0) >= 3, "training on 2")
+    first = job["attempts"][0]
+    assert first["nodes"] == [f"{first['slice_name']}-0", f"{first['slice_name']}-1"]
+
+    # Slice 1 goes, and no v4-8 is to be had: the job goes on with slice 0 alone.
+    local_cloud.stockout(ZONE, "v4-8")
+    local_cloud.preempt(node_ref(project, ZONE, f"{first['slice_name']}-1"), grace_seconds=60)
+    job = until(lambda j: j["attempt"] == 2 and j["state"] == "RUNNING", "on the slice left")
+    second = job["attempts"][1]
+    assert (second["slices"], second["nodes"]) == (1, [f"{first['slice_name']}-0"])
+    assert job["attempts"][0]["end_reason"] == "preempted" and job["attempts"][0]["lost_slices"] == [1]
+
+    # Steps keep rising on one slice while growing back fails for want of capacity.
+    resumed = None
+
+    def trained_on_one(j) -> bool:
+        nonlocal resumed
+        beat = heartbeat(j["id"])
+        if beat.get("attempt") != 2 or not beat.get("startup"):
+            return False
+        resumed = beat.get("resumed_from")
+        failed = any("could not grow back" in e["message"] for e in j["events"])
+        return failed and beat["step"] >= (resumed or 0) + 20
+    job = until(trained_on_one, "steps on one slice, growth refused")
+    beat = heartbeat(job["id"])
+    assert beat["startup"]["mesh"] == {"fsdp": 1} and beat["startup"]["microbatches"] == 2, beat
+    assert resumed is not None and resumed >= 3
+
+    # Capacity returns: the missing slice is made, the program checkpoints, both slices go on.
+    local_cloud.stockout(ZONE, "v4-8", clear=True)
+    job = until(lambda j: j["state"] == "SUCCEEDED", "back on 2 and done", timeout=300)
+    third = job["attempts"][2]
+    assert [(a["number"], a["end_reason"], a["slices"]) for a in job["attempts"]] == [
+        (1, "preempted", 2), (2, "resized", 1), (3, "succeeded", 2)]
+    assert third["nodes"][0] == f"{first['slice_name']}-0" and third["nodes"][1].endswith("-1")
+    assert third["resumed_from_step"] > resumed  # training went on between the two
+    assert job["preemptions"] == 1
+    final = heartbeat(job["id"])
+    assert final["step"] == STEPS and final["startup"]["mesh"] == {"slices": 2, "fsdp": 1}
+    assert final["startup"]["microbatches"] == 1
+    listed = GcpCloud.for_emulator(shared_emulator["tpu_endpoint"]).list_slices(project, ZONE)
+    assert not listed, sorted(listed)  # every slice of every attempt deleted
