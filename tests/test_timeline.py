@@ -127,7 +127,7 @@ def test_a_multislice_attempt_is_a_row_per_slice_with_the_lost_slice_marked(cli)
 
     def attempt(number, start, end=None, reason=None, lost=None):
         return SimpleNamespace(number=number, slice_name=f"tpujob-000001-{number}", zone="z", started_at=start,
-                               ended_at=end, end_reason=reason, slices=2, lost_slices=lost)
+                               ended_at=end, end_reason=reason, slices=2, lost_slices=lost, nodes=None)
 
     job = SimpleNamespace(created_at=0.0, ended_at=None)
     events = [SimpleNamespace(at=0.0, to_state="PROVISIONING"), SimpleNamespace(at=10.0, to_state="RUNNING")]

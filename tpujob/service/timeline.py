@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpujob.names import attempt_nodes
 from tpujob.store.states import AttemptEnd
 
 # Why an attempt ended that a reader looks for on the timeline.
@@ -75,8 +76,9 @@ def timeline(job, attempts, events, now: float) -> Timeline:
         clipped = tuple(Span(s.state, max(s.start, attempt.started_at), min(s.end, row_end))
                         for s in spans if s.end > attempt.started_at and s.start < row_end)
         rows: list[int | None] = list(range(attempt.slices)) if attempt.slices > 1 else [None]
+        nodes = attempt_nodes(attempt)
         for k in rows:
-            name = attempt.slice_name if k is None else f"{attempt.slice_name}-{k}"
+            name = attempt.slice_name if k is None else nodes[k]
             bars.append(Bar(attempt.number, name, attempt.zone, attempt.started_at, row_end,
                             attempt.end_reason, clipped, slice=k))
         if attempt.end_reason in MARKED and attempt.ended_at is not None:
