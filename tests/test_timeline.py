@@ -98,10 +98,13 @@ def test_cost_so_far_is_slice_time_at_the_list_price(story):
     spot = accelerator("v4-8").hourly_cost(spot=True)
     assert slice_cost(ctx.store.attempts(job.id), "spot", T + 1200.0) == pytest.approx(spot * 150 / 3600)
     # No published spot price for v5e (catalogue.py): unknown, not the on-demand one passed off.
-    v5e = [SimpleNamespace(accelerator="v5litepod-4", started_at=T, ended_at=None)]
+    v5e = [SimpleNamespace(accelerator="v5litepod-4", started_at=T, ended_at=None, slices=1)]
     assert accelerator("v5litepod-4").hourly_cost(spot=True) is None
     assert slice_cost(v5e, "spot", T + 60.0) is None
     assert slice_cost(v5e, "on-demand", T + 3600.0) == pytest.approx(accelerator("v5litepod-4").hourly_cost(spot=False))
+    # Several slices cost as many times one (multislice: every node is billed).
+    two = [SimpleNamespace(accelerator="v4-16", started_at=T, ended_at=T + 3600.0, slices=2)]
+    assert slice_cost(two, "spot", T + 7200.0) == pytest.approx(2 * accelerator("v4-16").hourly_cost(spot=True))
 
 
 def test_the_dashboards_svg_marks_nan_restarts_and_escapes_text():

@@ -45,8 +45,9 @@ def account(job, attempts, events, now: float) -> Accounting:
 
 def slice_cost(attempts, provisioning: str, now: float) -> float | None:
     """USD spent on slices so far: each attempt's time from its start to its end (or now) at
-    the catalogue's price for its accelerator and the spec's provisioning. None when a price
-    is not published (no estimate passed off as the real one: catalogue.py)."""
+    the catalogue's price for its accelerator and the spec's provisioning, times its slices
+    (multislice). None when a price is not published (no estimate passed off as the real one:
+    catalogue.py)."""
     from tpujob.catalogue import accelerator  # not for `list`, which imports goodput from here
 
     total = 0.0
@@ -54,5 +55,5 @@ def slice_cost(attempts, provisioning: str, now: float) -> float | None:
         price = accelerator(a.accelerator).hourly_cost(spot=provisioning != "on-demand")
         if price is None:
             return None
-        total += price * max(0.0, (a.ended_at or now) - a.started_at) / 3600
+        total += price * a.slices * max(0.0, (a.ended_at or now) - a.started_at) / 3600
     return total
