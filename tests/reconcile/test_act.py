@@ -144,3 +144,22 @@ def test_a_listing_older_than_the_create_is_not_a_lost_slice(server, store):
                                                                            attempt.slice_name)
     assert not any("went away" in e.message for e in store.events(job.id))
     assert sum(e.message.startswith("requested ") for e in store.events(job.id)) == 1
+
+
+def test_a_new_attempt_on_the_same_slice_keeps_an_elastic_attempts_own_nodes(server, store):
+    # An elastic attempt left on slice 0 of an earlier one (tpujob-000001-1-0) whose program
+    # failed: the retry on the same slice runs on that node, not on a name derived from its own.
+    job = add_job(store, spec())
+    kept = ["tpujob-000001-1-0"]
+    store.start_attempt(job.id, State.PENDING, State.PROVISIONING, "x", zone="us-central2-b", accelerator="v4-8",
+                        queued=False, slices=1, nodes=kept)
+    for src, dst in ((State.PROVISIONING, State.SETTING_UP), (State.SETTING_UP, State.RUNNING),
+                     (State.RUNNING, State.RECOVERING)):
+        store.transition(job.id, src, dst, "x")
+    store.end_attempt(job.id, 1, "failed")
+    actor = Actor(store, cloud_for(server), Hosts(), "me", ssh_keys=(), clock=lambda: 1000.0)
+    job = leased(store, store.get(job.id))
+    outcome = actor.act(job, store.current_attempt(job.id), None, [StartAttempt(reuse_slice=True)])
+    assert outcome.kind == "done"
+    again = store.current_attempt(job.id)
+    assert (again.number, again.slice_name, again.nodes, again.slices) == (2, "tpujob-000001-1", "tpujob-000001-1-0", 1)

@@ -199,7 +199,7 @@ class Actor:
             turn.job, turn.attempt = self.store.start_attempt(
                 job.id, turn.state, State.SETTING_UP, "new attempt on the same slice", zone=attempt.zone,
                 accelerator=attempt.accelerator, queued=attempt.queued, reuse_slice=attempt.slice_name,
-                slices=attempt.slices, owner=self.actor)
+                slices=attempt.slices, nodes=list(own_nodes(attempt)) or None, owner=self.actor)
             turn.state = State.SETTING_UP
             return done()
         options = placements(spec)
