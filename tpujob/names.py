@@ -50,13 +50,19 @@ def nodes_to_delete(attempt) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*attempt_nodes(attempt), *growing_nodes(attempt)]))
 
 
-def growing_nodes(attempt) -> list[str]:
-    """The nodes being created to grow an elastic attempt back to its slices (store JSON)."""
+def growing_state(attempt) -> dict:
+    """An elastic attempt's growing back (store JSON): {"nodes": {node: create operation}}
+    while asked for, {"failed_at": epoch} after a try failed, {} when none."""
     if not attempt.growing:
-        return []
+        return {}
     import json
 
-    return list(json.loads(attempt.growing).get("nodes", {}))
+    return json.loads(attempt.growing)
+
+
+def growing_nodes(attempt) -> list[str]:
+    """The nodes being created to grow an elastic attempt back to its slices."""
+    return list(growing_state(attempt).get("nodes", {}))
 
 
 def nodes_text(name: str, slices: int) -> str:

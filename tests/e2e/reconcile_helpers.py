@@ -204,3 +204,17 @@ def assert_consistent(ctx, job) -> None:
     assert sum(a.end_reason == "preempted" for a in attempts) == job.preemptions
     states = [e.to_state for e in events if e.to_state]
     assert states[-1] == job.state
+
+
+def local_bucket(shared_emulator, project: str, prefix: str):
+    """A new bucket of the shared emulator's Cloud Storage (a job's `run_dir: gs://...`)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from tpujob.service.buckets import create_local_bucket
+
+    client = storage.Client(project=project, credentials=AnonymousCredentials(),
+                            client_options={"api_endpoint": shared_emulator["storage_endpoint"]})
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    create_local_bucket(client, name)
+    return client.bucket(name)

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
 
-from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -42,17 +41,10 @@ def _show(cli, name: str) -> dict:
 
 def test_an_elastic_job_trains_on_the_slice_left_and_grows_back_when_capacity_returns(
         cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
     from tpujob.cloud.gcp import GcpCloud
-    from tpujob.service.buckets import create_local_bucket
 
-    bucket_name = f"el-{uuid.uuid4().hex[:8]}"
-    client = storage.Client(project=project, credentials=AnonymousCredentials(),
-                            client_options={"api_endpoint": shared_emulator["storage_endpoint"]})
-    create_local_bucket(client, bucket_name)
-    bucket = client.bucket(bucket_name)
+    bucket = local_bucket(shared_emulator, project, "el")
+    bucket_name = bucket.name
     spec = tmp_path / "elastic.yaml"
     spec.write_text(SPEC.replace("BUCKET", bucket_name))
     validated = cli("validate", spec)

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
 
-from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three jobs on four hosts each: ~8 min here
 
@@ -66,16 +65,8 @@ def _losses(bucket, job_id) -> dict[int, float]:
 
 def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupted_run(
         cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    from tpujob.service.buckets import create_local_bucket
-
-    bucket_name = f"ms-{uuid.uuid4().hex[:8]}"
-    client = storage.Client(project=project, credentials=AnonymousCredentials(),
-                            client_options={"api_endpoint": shared_emulator["storage_endpoint"]})
-    create_local_bucket(client, bucket_name)
-    bucket = client.bucket(bucket_name)
+    bucket = local_bucket(shared_emulator, project, "ms")
+    bucket_name = bucket.name
 
     def create(name: str, slices: int, queued: bool = False) -> None:
         spec = tmp_path / f"{name}.yaml"

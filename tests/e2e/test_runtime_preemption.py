@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
 
-from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -52,17 +51,8 @@ def _requeue_until(cli, done, timeout: float) -> dict:
 
 def test_a_preempted_runtime_resumes_from_its_sigterm_checkpoint_and_loses_no_step(
         cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    from tpujob.service.buckets import create_local_bucket
-
-    bucket_name = f"rtp-{uuid.uuid4().hex[:8]}"
-    endpoint = shared_emulator["storage_endpoint"]
-    client = storage.Client(project=project, credentials=AnonymousCredentials(),
-                            client_options={"api_endpoint": endpoint})
-    create_local_bucket(client, bucket_name)
-    bucket = client.bucket(bucket_name)
+    bucket = local_bucket(shared_emulator, project, "rtp")
+    bucket_name = bucket.name
     spec = tmp_path / "rtp.yaml"
     spec.write_text(SPEC.replace("BUCKET", bucket_name))
     assert cli("create", spec).code == 0

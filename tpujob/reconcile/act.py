@@ -223,21 +223,12 @@ class Actor:
 
     def _create_slice(self, turn: _Turn, action: CreateSlice) -> Outcome:
         job, attempt = turn.job, turn.attempt
-        spec = spec_of(job)
         try:
             earlier = self._earlier_create(job, attempt)
             if earlier is not None:
                 return earlier
-            request = SliceRequest(
-                project=job.project, zone=attempt.zone, name=attempt.slice_name,
-                accelerator_type=attempt.accelerator,
-                runtime_version=runtime_version(spec, attempt.accelerator), provisioning=spec.spec.tpu.provisioning,
-                queued=attempt.queued, slices=attempt.slices,
-                labels=slice_labels(job.id, attempt.number),
-                # The job's disks: clones made at the first attempt, reused after.
-                ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt), metadata=self.metadata,
-                **slice_network(spec),
-            )
+            request = self.slice_request(job, attempt, name=attempt.slice_name, queued=attempt.queued,
+                                         slices=attempt.slices)
             created: Optional[Slice] = None
             if attempt.queued:
                 created = self.cloud.create_queued_resource(request)
@@ -279,6 +270,18 @@ class Actor:
         self.store.add_event(job.id, "slice", f"requested {attempt.slice_name} "
                                               f"({'queued resource' if attempt.queued else 'node'})")
         return done(slice_=created)
+
+    def slice_request(self, job: Job, attempt: Attempt, **fields) -> SliceRequest:
+        """What a create of the attempt's slice (or of nodes grown for it) asks for: `fields`
+        name the nodes."""
+        spec = spec_of(job)
+        return SliceRequest(
+            project=job.project, zone=attempt.zone, accelerator_type=attempt.accelerator,
+            runtime_version=runtime_version(spec, attempt.accelerator), provisioning=spec.spec.tpu.provisioning,
+            labels=slice_labels(job.id, attempt.number),
+            # The job's disks: clones made at the first attempt, reused after.
+            ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt), metadata=self.metadata,
+            **slice_network(spec), **fields)
 
     def _earlier_create(self, job: Job, attempt: Attempt) -> Optional[Outcome]:
         """What became of this attempt's node create, asked for by an earlier sweep, when its

@@ -8,12 +8,10 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING
 
-from tpujob.cloud.base import SliceRequest
 from tpujob.cloud.multislice import surviving_hosts
 from tpujob.errors import ConflictError, TpujobError
 from tpujob.job_spec import spec_of
-from tpujob.names import attempt_nodes, growing_nodes, slice_labels, slice_name
-from tpujob.reconcile.policy import runtime_version, slice_network
+from tpujob.names import attempt_nodes, growing_nodes, slice_name
 from tpujob.store.states import State
 
 if TYPE_CHECKING:
@@ -77,12 +75,7 @@ def grow_slices(actor: Actor, turn: _Turn, action: GrowSlices) -> Outcome:
     missing = spec.spec.tpu.max_slices - attempt.slices
     prefix = slice_name(job.id, attempt.number)
     names = [f"{prefix}-{k}" for k in range(attempt.slices, attempt.slices + missing)]
-    request = SliceRequest(
-        project=job.project, zone=attempt.zone, name=prefix, accelerator_type=attempt.accelerator,
-        runtime_version=runtime_version(spec, attempt.accelerator), provisioning=spec.spec.tpu.provisioning,
-        slices=len(names), node_ids=tuple(names), labels=slice_labels(job.id, attempt.number),
-        ssh_keys=actor.ssh_keys, data_disks=actor.hosts.data_disks(job, attempt), metadata=actor.metadata,
-        **slice_network(spec))
+    request = actor.slice_request(job, attempt, name=prefix, slices=len(names), node_ids=tuple(names))
     try:
         operation = actor.cloud.request_node(request)
     except ConflictError:

@@ -4,13 +4,12 @@ SSH status rounds at once; then, per job under its lease, its slice's phase and 
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase
 from tpujob.cloud.multislice import pick
-from tpujob.names import own_nodes
+from tpujob.names import growing_state, own_nodes
 from tpujob.errors import (
     LocationDenied, PlacementUnavailable, QuotaExceeded, SlicePreempted, StockoutError, TpujobError,
 )
@@ -207,8 +206,7 @@ class Observer:
     def _growth(self, job: Job, attempt) -> tuple[Optional[str], str]:
         """How the nodes asked for to grow an elastic attempt back are doing: "creating",
         "ready", or "failed" and why (a node gone whose create ended in an error, or lost)."""
-        state = json.loads(attempt.growing)
-        nodes = state.get("nodes", {})
+        nodes = growing_state(attempt).get("nodes", {})
         if not nodes:
             return None, ""  # none asked for since the last failure
         grown = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=len(nodes),

@@ -8,8 +8,6 @@ its own lease, so that N jobs' slice creation, setup and launch overlap instead 
 
 from __future__ import annotations
 
-import json
-
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,7 +16,7 @@ from typing import Callable, Optional
 from tpujob.cloud.base import Cloud, SlicePhase
 from tpujob.errors import JobLocked, TpujobError
 from tpujob.job_spec import spec_of
-from tpujob.names import format_job_id, nodes_to_delete
+from tpujob.names import format_job_id, growing_state, nodes_to_delete
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.act import Actor, Outcome
 from tpujob.reconcile.decide import decide
@@ -318,9 +316,9 @@ class Reconciler:
 
 def _growth_failed_seconds(attempt, now: float) -> Optional[float]:
     """Since an elastic attempt's growing back last failed (None: it has not)."""
-    if attempt is None or not attempt.growing:
+    if attempt is None:
         return None
-    failed_at = json.loads(attempt.growing).get("failed_at")
+    failed_at = growing_state(attempt).get("failed_at")
     return None if failed_at is None else now - failed_at
 
 
