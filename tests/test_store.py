@@ -375,3 +375,25 @@ def test_remove_forgets_job_attempts_and_events(store):
     with pytest.raises(NotFoundError):
         store.get(job_id)
     assert store.attempts(job_id) == [] and store.events(job_id) == []
+
+
+def test_a_read_does_not_wait_for_another_process_writing(tmp_path):
+    """`show` or the dashboard reads while a sweep holds SQLite's write lock: the read sees the
+    last committed state at once (WAL snapshot) instead of queueing on the busy timeout (30 s)."""
+    import sqlite3
+
+    store = open_store(_url(tmp_path))
+    job = _add(store)
+    writer = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE job SET name = 'renamed' WHERE id = ?", (job.id,))
+        started = time.monotonic()
+        seen = (store.get(job.id).name, store.find("demo").id, [j.id for j in store.list_jobs()],
+                store.current_attempt(job.id), store.attempts(job.id), len(store.events(job.id)))
+        waited = time.monotonic() - started
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert seen == ("demo", job.id, [job.id], None, [], 1)
+    assert waited < 10, f"the reads waited {waited:.1f} s for the writer"

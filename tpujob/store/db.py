@@ -12,6 +12,8 @@ from tpujob.errors import ConfigError
 from tpujob.settings import redact_url
 from tpujob.store.migrations import migrate
 
+READ = "tpujob_read"  # the execution option of a read-only transaction (see _on_begin)
+
 _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()  # one engine per URL and process, even when threads open it at once
 
@@ -39,7 +41,10 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read (Store._read, through the READ engine option) begins deferred: under WAL it
+        # reads a snapshot and neither waits for a writer nor makes one wait, so `show` or the
+        # dashboard does not queue behind a sweep's workers, nor they behind it.
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ) else "BEGIN IMMEDIATE")
 
     return engine
 

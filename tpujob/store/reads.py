@@ -9,9 +9,9 @@ from sqlalchemy.sql import Select
 def fetch_all(engine: Engine, query: Select) -> list[tuple]:
     """Run a Core SELECT on the engine's DBAPI connection; its rows as plain tuples.
 
-    Two costs avoided: the store's `begin` hook (db.py) opens every SQLAlchemy transaction with
-    SQLite's write lock, so a read would queue behind a sweep's writes; and reading an attribute
-    of a SQLAlchemy Row costs about 1 us, as much as the rest of `list`'s work per job. The
+    The cost avoided: reading an attribute of a SQLAlchemy Row costs about 1 us, as much as the
+    rest of `list`'s work per job (and the DBAPI's own transaction never takes SQLite's write
+    lock, as the store's reads do not either: db.py's `begin` hook). The
     query's values are rendered inline (literal_binds), so the SQL runs under any DBAPI's
     paramstyle: only the store's own constants go into these queries, never user input.
     """

@@ -19,6 +19,7 @@ from sqlmodel import Session, col, select
 from tpujob import progress
 from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
 from tpujob.store import outbox
+from tpujob.store.db import READ
 from tpujob.names import format_job_id, node_names, nodes_text, slice_name
 from tpujob.store.models import Attempt, Event, Job
 from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
@@ -29,6 +30,7 @@ class Store:
         self.engine = engine
         self.clock = clock
         self._local = threading.local()  # this thread's atomic block, if any
+        self._reader = engine.execution_options(**{READ: True})
 
     # -- transactions -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -81,6 +83,18 @@ class Store:
             yield session
             session.commit()
 
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Session]:
+        """A session for reading only: the current atomic block's, or a deferred transaction of
+        its own (db.READ) that reads a snapshot without SQLite's write lock, rolled back at the
+        end of the `with`."""
+        if getattr(self._local, "block", None) is not None:
+            with self._tx() as session:
+                yield session
+            return
+        with Session(self._reader, expire_on_commit=False) as session:
+            yield session
+
     def _lost(self, error: Exception) -> Exception:
         """A lost compare-and-set: the error to raise, dooming the atomic block it happened in."""
         block = getattr(self._local, "block", None)
@@ -104,7 +118,7 @@ class Store:
             return job
 
     def get(self, job_id: int) -> Job:
-        with self._tx() as session:
+        with self._read() as session:
             job = session.get(Job, job_id, populate_existing=True)
             if job is None:
                 raise NotFoundError(f"no job {format_job_id(job_id)}")
@@ -115,7 +129,7 @@ class Store:
         ref = str(ref).strip()
         if ref.isdigit():
             return self.get(int(ref))
-        with self._tx() as session:
+        with self._read() as session:
             job = session.exec(select(Job).where(Job.name == ref).order_by(col(Job.id).desc())).first()
         if job is None:
             raise NotFoundError(f"no job with id or name {ref!r}")
@@ -127,14 +141,14 @@ class Store:
             query = query.where(col(Job.state).in_([s.value for s in states]))
         elif not include_ended:
             query = query.where(col(Job.state).not_in([s.value for s in ENDED]))
-        with self._tx() as session:
+        with self._read() as session:
             return list(session.exec(query))
 
     def jobs_ended_since(self, since: float) -> list[Job]:
         """Jobs that reached an ended state at `since` or later."""
         query = (select(Job).where(col(Job.state).in_([s.value for s in ENDED]), col(Job.ended_at) >= since)
                  .order_by(col(Job.id)))
-        with self._tx() as session:
+        with self._read() as session:
             return list(session.exec(query))
 
     def transition(self, job_id: int, src: State, dst: State, message: str, *,
@@ -362,7 +376,7 @@ class Store:
             session.exec(update(Attempt).where(where).values(**values))
 
     def attempts(self, job_id: int) -> list[Attempt]:
-        with self._tx() as session:
+        with self._read() as session:
             return list(session.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))))
 
     def attempts_of(self, job_ids: Iterable[int]) -> dict[int, list[Attempt]]:
@@ -370,19 +384,19 @@ class Store:
         ids = list(job_ids)
         found: dict[int, list[Attempt]] = {job_id: [] for job_id in ids}
         if ids:
-            with self._tx() as session:
+            with self._read() as session:
                 for row in session.exec(select(Attempt).where(col(Attempt.job_id).in_(ids))
                                         .order_by(col(Attempt.job_id), col(Attempt.number))):
                     found[row.job_id].append(row)
         return found
 
     def current_attempt(self, job_id: int) -> Optional[Attempt]:
-        with self._tx() as session:
+        with self._read() as session:
             return session.exec(select(Attempt).where(Attempt.job_id == job_id)
                                 .order_by(col(Attempt.number).desc())).first()
 
     def events(self, job_id: int) -> list[Event]:
-        with self._tx() as session:
+        with self._read() as session:
             return list(session.exec(select(Event).where(Event.job_id == job_id).order_by(col(Event.id))))
 
 
