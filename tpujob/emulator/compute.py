@@ -12,7 +12,6 @@ an attached disk appears on every emulated host (/dev/disk/by-id/google-NAME): h
 
 from __future__ import annotations
 
-import itertools
 import pathlib
 import shutil
 import threading
@@ -27,6 +26,7 @@ from tpujob.emulator.disk_rules import access_mode_at_insert, check_attach
 from tpujob.emulator.host_disks import gcsfuse_shim, prepare_hosts
 from tpujob.emulator.labels import check_compute_labels
 from tpujob.emulator.payloads import ApiError, check_id, copy_json, now, read_json
+from tpujob.emulator.zone_operations import API_ROOT, ComputeOperations
 
 _BASE = "/compute/v1/projects/<project>"
 ROUTES = Map([
@@ -45,9 +45,16 @@ ROUTES = Map([
     Rule(f"{_BASE}/global/operations/<name>/wait", methods=["POST"],
          endpoint="global_operation_wait"),
     Rule(_BASE, methods=["GET"], endpoint="get_project"),
+    # TPU VMs (tpu_vms.py): compute.v1.json instances.insert/list/get/delete/getGuestAttributes.
+    Rule(f"{_BASE}/zones/<zone>/instances", methods=["POST"], endpoint="insert_instance"),
+    Rule(f"{_BASE}/zones/<zone>/instances", methods=["GET"], endpoint="list_instances"),
+    Rule(f"{_BASE}/zones/<zone>/instances/<name>", methods=["GET"], endpoint="get_instance"),
+    Rule(f"{_BASE}/zones/<zone>/instances/<name>", methods=["DELETE"],
+         endpoint="delete_instance"),
+    Rule(f"{_BASE}/zones/<zone>/instances/<name>/getGuestAttributes", methods=["GET"],
+         endpoint="instance_guest_attributes"),
 ], strict_slashes=False)
 
-API_ROOT = "https://www.googleapis.com/compute/v1"
 DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd", "pd-extreme", "hyperdisk-ml",
               "hyperdisk-balanced")
 DEFAULT_SIZE_GB = 10
@@ -69,10 +76,10 @@ class ComputeEmulator:
         self.image_gcsfuse = True
         self._disks: dict[tuple[str, str, str], dict] = {}
         self._snapshots: dict[tuple[str, str], dict] = {}
-        self._ops: dict[str, dict] = {}
+        self.operations = ComputeOperations()
         self._lock = threading.RLock()
-        self._ids = itertools.count(1)
         self.oslogin = None  # tpujob.emulator.oslogin.OsLogin: the project's enable-oslogin
+        self.tpu_vms = None  # tpujob.emulator.tpu_vms.TpuVms: the instances endpoints
 
     # ---- the project -------------------------------------------------------------------------
 
@@ -195,18 +202,12 @@ class ComputeEmulator:
     def failed_operation(self, project: str, zone: str | None, kind: str, target: str,
                          error: dict) -> dict:
         """A DONE operation that changed nothing and carries `error` (fail-next --in-operation)."""
-        with self._lock:
-            op = self._done_op(project, zone, kind, target)
-            stored = self._ops[f"{project}/{zone or 'global'}/{op['name']}"]
-            stored.update(copy_json(error))
-            return copy_json(stored)
+        op = self.operations.new(project, zone, kind, target, done=False)
+        self.operations.finish(op, error)
+        return self.operations.get(project, zone, op["name"])
 
     def operation(self, project: str, zone: str | None, name: str) -> dict:
-        key = f"{project}/{zone or 'global'}/{name}"
-        with self._lock:
-            if key not in self._ops:
-                raise ApiError(404, f"The resource 'operation {name}' was not found")
-            return copy_json(self._ops[key])
+        return self.operations.get(project, zone, name)
 
     # ---- attachments (called by the TPU emulator) --------------------------------------------
 
@@ -309,16 +310,7 @@ class ComputeEmulator:
         return snapshot
 
     def _done_op(self, project: str, zone: str | None, kind: str, target: str) -> dict:
-        name = f"operation-{next(self._ids)}-{uuid.uuid4().hex[:12]}"
-        where = f"zones/{zone}" if zone else "global"
-        op = {"kind": "compute#operation", "id": str(uuid.uuid4().int % 2**63), "name": name,
-              "operationType": kind, "targetLink": target, "status": "DONE", "progress": 100,
-              "insertTime": now(), "endTime": now(),
-              "selfLink": f"{API_ROOT}/projects/{project}/{where}/operations/{name}"}
-        if zone:
-            op["zone"] = f"{API_ROOT}/projects/{project}/zones/{zone}"
-        self._ops[f"{project}/{zone or 'global'}/{name}"] = op
-        return copy_json(op)
+        return self.operations.new(project, zone, kind, target)
 
 
 def _disk_ref(project: str, ref: str) -> tuple[str, str, str]:
@@ -343,14 +335,32 @@ def _size(path: pathlib.Path) -> int:
 def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: dict) -> dict:
     """Serve one matched request (the TPU app routes /compute/v1/ here)."""
     project = args["project"]
+    if "instance" in endpoint:  # tpu_vms.py serves every instances method
+        return _instances(compute.tpu_vms, request, endpoint, args)
     if endpoint == "insert_disk":
         return compute.insert_disk(project, args["zone"], _with_query_source(request))
     if endpoint == "insert_snapshot":
         return compute.insert_snapshot(project, read_json(request))
+    if endpoint in ("zone_operation_wait", "global_operation_wait"):
+        return compute.operations.wait(project, args.get("zone"), args["name"])
     if endpoint.startswith(("zone_operation", "global_operation")):
         return compute.operation(project, args.get("zone"), args["name"])
     method = getattr(compute, endpoint)
     return method(project, *(args[k] for k in ("zone", "name") if k in args))
+
+
+def _instances(vms: Any, request: Any, endpoint: str, args: dict) -> dict:
+    project, zone, name = args["project"], args["zone"], args.get("name", "")
+    if endpoint == "insert_instance":
+        if request.args.get("sourceInstanceTemplate") or request.args.get("sourceMachineImage"):
+            raise ApiError(400, "emulator limit: insert from a template or machine image is not "
+                                "emulated; give the instance's fields")
+        return vms.insert(project, zone, read_json(request))
+    if endpoint == "list_instances":
+        return vms.list(project, zone, request.args.get("filter", ""))
+    if endpoint == "instance_guest_attributes":
+        return vms.guest_attributes(project, zone, name, request.args.get("queryPath", ""))
+    return getattr(vms, endpoint.split("_")[0])(project, zone, name)
 
 
 def _with_query_source(request: Any) -> dict:

@@ -41,6 +41,11 @@ COMPUTE_METHODS: dict[str, tuple[str, bool]] = {
     "global_operation": ("compute.globalOperations.get", False),
     "global_operation_wait": ("compute.globalOperations.wait", False),
     "get_project": ("compute.projects.get", False),
+    "insert_instance": ("compute.instances.insert", True),
+    "list_instances": ("compute.instances.list", False),
+    "get_instance": ("compute.instances.get", False),
+    "delete_instance": ("compute.instances.delete", True),
+    "instance_guest_attributes": ("compute.instances.getGuestAttributes", False),
 }
 METHODS: dict[str, bool] = {mid: op for mid, op in [*TPU_METHODS.values(), *COMPUTE_METHODS.values()]}
 

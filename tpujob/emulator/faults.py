@@ -106,6 +106,8 @@ class Faults:
         deleted VM is shut down (its processes get SIGTERM), so here they get the same notice at
         the same moment. This is the one place that choice lives."""
         grace = self.preempt_grace if grace_seconds is None else grace_seconds
+        if "/instances/" in node_ref and self.tpu_vms is not None:  # a Compute Spot VM
+            return self.tpu_vms.preempt(node_ref, grace)
         with self._lock:
             node = self.find_node(node_ref)
             if node.body["state"] != "READY" or node.preempting:

@@ -103,6 +103,7 @@ class Emulator(QueuedResources, Faults, Maintenance):
         self._closing = False
         self._threads: list[threading.Thread] = []
         self.compute = None  # tpujob.emulator.compute.ComputeEmulator: the disks nodes attach
+        self.tpu_vms = None  # tpujob.emulator.tpu_vms.TpuVms: Compute Engine's TPU instances
         self.injected = FailNext()  # fail-next faults, taken by the server before each call
         self.oslogin = OsLogin()  # `tpujob emulator oslogin`: the API, the hosts' logins, the policy
 
@@ -213,7 +214,10 @@ class Emulator(QueuedResources, Faults, Maintenance):
                 for h in hosts]
 
     def find_node(self, ref: str) -> Node:
-        """A node by full name or by bare node id (unique across zones)."""
+        """A node by full name or by bare node id (unique across zones); a Compute instance
+        by `projects/P/zones/Z/instances/NAME` (the host faults serve both alike)."""
+        if "/instances/" in ref and self.tpu_vms is not None:
+            return self.tpu_vms.find(ref)
         with self._lock:
             if ref in self._nodes:
                 return self._nodes[ref]
@@ -236,6 +240,8 @@ class Emulator(QueuedResources, Faults, Maintenance):
             thread.join(timeout=5)
         for m in machines:
             m.stop()
+        if self.tpu_vms is not None:
+            self.tpu_vms.close()
 
     # ---- life cycles (worker threads) --------------------------------------------------------
 
@@ -367,19 +373,26 @@ class Emulator(QueuedResources, Faults, Maintenance):
             if multislice:  # Node.multisliceNode: "Whether the Node belongs to a Multislice group"
                 body["multisliceNode"] = True
             self._check_disks(name, body.get("dataDisks", []), body)
-            used = {n.ip_block for n in self._nodes.values()}
-            # Start from a random block: two emulators on one machine (tests, a user's and CI's)
-            # then rarely hand out the same host addresses.
-            start = random.randrange(MAX_IP_BLOCK)
-            block = next(1 + (start + i) % MAX_IP_BLOCK for i in range(MAX_IP_BLOCK)
-                         if 1 + (start + i) % MAX_IP_BLOCK not in used)
-            node = Node(parent, node_id, body, ip_block=block,
+            node = Node(parent, node_id, body, ip_block=self._free_ip_block(),
                          external_block=self._external_block() if external_ips_enabled(body) else None)
             self._nodes[name] = node
             return node
 
+    def _free_ip_block(self) -> int:
+        """A host address block no node nor Compute instance (tpu_vms.py) holds."""
+        used = {n.ip_block for n in self._nodes.values()}
+        if self.tpu_vms is not None:
+            used |= self.tpu_vms.blocks()[0]
+        # Start from a random block: two emulators on one machine (tests, a user's and CI's)
+        # then rarely hand out the same host addresses.
+        start = random.randrange(MAX_IP_BLOCK)
+        return next(1 + (start + i) % MAX_IP_BLOCK for i in range(MAX_IP_BLOCK)
+                    if 1 + (start + i) % MAX_IP_BLOCK not in used)
+
     def _external_block(self) -> int:
         used = {n.external_block for n in self._nodes.values()}
+        if self.tpu_vms is not None:
+            used |= self.tpu_vms.blocks()[1]
         start = random.randrange(EXTERNAL_BLOCKS)  # as for ip_block: two emulators rarely meet
         free = next((b for b in ((start + i) % EXTERNAL_BLOCKS for i in range(EXTERNAL_BLOCKS))
                      if b not in used), None)

@@ -57,6 +57,7 @@ _ROUTES = Map([
     Rule("/emulator/v1/stockout", methods=["POST"], endpoint="stockout"),
     Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
     Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
+    Rule("/emulator/v1/reservations", methods=["POST"], endpoint="reservations"),
     Rule("/emulator/v1/maintenance", methods=["POST"], endpoint="maintenance"),
     Rule("/emulator/v1/image", methods=["GET", "POST"], endpoint="image"),
     Rule("/emulator/v1/dirty-host", methods=["POST"], endpoint="dirty_host"),
@@ -225,8 +226,10 @@ class TpuApp:
         body = read_json(request)
         if not body.get("zone"):
             raise ApiError(400, "zone is required")
-        self.emulator.stockout(body["zone"], body.get("acceleratorType") or None,
-                               bool(body.get("clear")))
+        # A TPU API accelerator type or a Compute machine type (tpu_vm_rules.MACHINE_TYPES):
+        # their names never meet, so one set of stockouts holds both.
+        self.emulator.stockout(body["zone"], body.get("acceleratorType") or
+                               body.get("machineType") or None, bool(body.get("clear")))
         return self.emulator.faults()
 
     def _preempt(self, request: Request) -> dict:
@@ -235,6 +238,17 @@ class TpuApp:
         if grace is not None and (not isinstance(grace, (int, float)) or grace < 0):
             raise ApiError(400, "graceSeconds must be a number >= 0")
         return self.emulator.preempt(_required(body, "node"), grace)
+
+    def _reservations(self, request: Request) -> dict:
+        """A specific reservation of `count` VMs of `machineType` in `zone` (count 0 removes
+        it), for instances that name it in reservationAffinity (tpu_vms.py)."""
+        body = read_json(request)
+        count = body.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ApiError(400, "count must be an integer >= 0")
+        return self.emulator.tpu_vms.reserve(_required(body, "project"), _required(body, "zone"),
+                                             _required(body, "name"), body.get("machineType", ""),
+                                             count)
 
     def _kill_host(self, request: Request) -> dict:
         body = read_json(request)
@@ -307,6 +321,10 @@ class EmulatorServer:
 
         self.emulator.compute = ComputeEmulator(self.state_dir / "compute")
         self.emulator.compute.oslogin = self.emulator.oslogin  # projects.get: enable-oslogin
+        from tpujob.emulator.tpu_vms import TpuVms
+
+        self.emulator.tpu_vms = TpuVms(self.emulator, self.emulator.compute)
+        self.emulator.compute.tpu_vms = self.emulator.tpu_vms
         self._app = TpuApp(self.emulator, {})
         self._http = make_server(host, port, self._app, threaded=True)
         url = f"http://{host}:{self._http.server_port}"

@@ -1,0 +1,372 @@
+"""Single-host TPU VMs as Compute Engine instances: insert, get, list, delete,
+getGuestAttributes, their life cycle, preemption and reservations.
+
+Each instance's host is real, as a TPU node's are (machines.SliceMachines with one host, started
+through the Emulator's factory; without one, a VirtualHost). State changes happen under the
+Emulator's lock and wake its condition, so its `_sleep` serves instances as it serves nodes; the
+operations are Compute's (zone_operations.py). What Google refuses: tpu_vm_rules.py.
+
+Status sequence (compute.v1.json Instance.status): PROVISIONING, STAGING, RUNNING; a FLEX_START
+VM first waits in PENDING ("waiting for available capacity from Dynamic Workload Scheduler") for
+the provisioning delay; delete: STOPPING, then gone. The insert operation ends DONE when the VM
+is RUNNING, or with its error (stockout, reservation) and no VM left.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tpujob.emulator.labels import check_compute_labels
+from tpujob.emulator.oslogin import host_login
+from tpujob.emulator.payloads import (ApiError, VirtualHost, authorized_keys, check_id, copy_json,
+                                      external_ip, host_ip, now)
+from tpujob.emulator.tpu_vm_rules import (OPERATION_ERRORS, WORDINGS, MachineType, machine_type,
+                                          reservation_name, scheduling)
+from tpujob.emulator.zone_operations import API_ROOT, operation_error
+
+if TYPE_CHECKING:
+    from tpujob.emulator.compute import ComputeEmulator
+    from tpujob.emulator.resources import Emulator
+
+log = logging.getLogger(__name__)
+
+# What a Spot VM reads while its hosts are in their preemption grace. No Google page found says;
+# a VM being shut down reads STOPPING ("currently stopping (either being deleted or killed)",
+# compute.v1.json Instance.status), so that, here, in this one place.
+PREEMPTING_STATUS = "STOPPING"
+
+
+@dataclass
+class Instance:
+    project: str
+    zone: str
+    name: str
+    body: dict
+    kind: MachineType
+    ip_block: int
+    external_block: int | None
+    reservation: tuple[str, str, str] | None = None  # (project, zone, name) it consumes
+    hosts: list = field(default_factory=list)
+    machines: Any = None
+    booted_at: float | None = None
+    deleting: bool = False
+    gone: bool = False
+    preempting: bool = False
+
+    @property
+    def node_id(self) -> str:  # the Emulator's host faults name their target by this
+        return self.name
+
+    @property
+    def ref(self) -> str:
+        return f"projects/{self.project}/zones/{self.zone}/instances/{self.name}"
+
+
+class TpuVms:
+    """The instances of every project and zone, and the reservations they may consume."""
+
+    def __init__(self, emulator: Emulator, compute: ComputeEmulator):
+        self.emulator = emulator
+        self.ops = compute.operations
+        self._instances: dict[str, Instance] = {}
+        self._reservations: dict[tuple[str, str, str], dict] = {}
+
+    # ---- the API ----------------------------------------------------------------------------
+
+    def insert(self, project: str, zone: str, body: dict) -> dict:
+        name = body.get("name", "")
+        check_id(name, "instance name")
+        check_compute_labels(body.get("labels", {}))
+        kind = machine_type(zone, body.get("machineType", ""))
+        sched = scheduling(body)
+        reservation = reservation_name(body)
+        em = self.emulator
+        with em._lock:
+            ref = f"projects/{project}/zones/{zone}/instances/{name}"
+            if ref in self._instances:
+                raise ApiError(409, f"The resource '{ref}' already exists")
+            nics = body.get("networkInterfaces") or [{}]
+            wants_nat = bool(nics[0].get("accessConfigs"))
+            inst = Instance(project, zone, name, {}, kind, em._free_ip_block(),
+                            em._external_block() if wants_nat else None)
+            inst.body = self._body(inst, body, sched, nics)
+            self._instances[ref] = inst
+            op = self.ops.new(project, zone, "insert", inst.body["selfLink"], done=False)
+            em._spawn(self._provision, inst, op, reservation)
+            return op
+
+    def get(self, project: str, zone: str, name: str) -> dict:
+        with self.emulator._lock:
+            return copy_json(self._instance(project, zone, name).body)
+
+    def list(self, project: str, zone: str, filter_: str = "") -> dict:
+        match = _filter(filter_)
+        with self.emulator._lock:
+            items = [copy_json(i.body) for i in self._instances.values()
+                     if (i.project, i.zone) == (project, zone) and match(i.body)]
+        return {"kind": "compute#instanceList", "items": sorted(items, key=lambda b: b["name"]),
+                "selfLink": f"{API_ROOT}/projects/{project}/zones/{zone}/instances"}
+
+    def delete(self, project: str, zone: str, name: str) -> dict:
+        em = self.emulator
+        with em._lock:
+            inst = self._instance(project, zone, name)
+            op = self.ops.new(project, zone, "delete", inst.body["selfLink"], done=False)
+            if not inst.deleting:
+                inst.deleting = True
+                inst.body["status"] = "STOPPING"
+                em._changed.notify_all()
+                em._spawn(self._remove, inst, op)
+            else:
+                em._spawn(self._finish_when_gone, inst, op)
+            return op
+
+    def guest_attributes(self, project: str, zone: str, name: str, query_path: str) -> dict:
+        """GuestAttributes (compute.v1.json): {kind, queryPath, queryValue: {items:
+        [{namespace, key, value}]}, selfLink}. The host key appears once the guest agent has
+        written it (the Emulator's hostkeys delay, as for nodes). Unknown: whether Google
+        answers 404 rather than no items before then; no items here, as for TPU nodes."""
+        namespace, _, key = query_path.strip("/").partition("/")
+        with self.emulator._lock:
+            inst = self._instance(project, zone, name)
+            published = self.emulator._hostkeys_published(inst)
+            items = []
+            for host in inst.hosts[:1]:
+                if host.host_key and published and namespace in ("", "hostkeys"):
+                    key_type, key_b64 = host.host_key.split()[:2]
+                    if key in ("", key_type):
+                        items.append({"namespace": "hostkeys", "key": key_type, "value": key_b64})
+            return {"kind": "compute#guestAttributes", "queryPath": query_path,
+                    "queryValue": {"items": items},
+                    "selfLink": f"{inst.body['selfLink']}/guestAttributes/{query_path}"}
+
+    # ---- emulator switches ------------------------------------------------------------------
+
+    def reserve(self, project: str, zone: str, name: str, machine: str, count: int) -> dict:
+        """A specific reservation of `count` VMs of machine type `machine` (its `inUseCount` is
+        what instances consume); count 0 removes it."""
+        with self.emulator._lock:
+            key = (project, zone, name)
+            if count <= 0:
+                self._reservations.pop(key, None)
+                return {}
+            self._reservations[key] = {"name": name, "zone": zone, "specificReservation": {
+                "count": str(count), "inUseCount": "0",
+                "instanceProperties": {"machineType": machine}}}
+            return copy_json(self._reservations[key])
+
+    def find(self, ref: str) -> Instance:
+        with self.emulator._lock:
+            inst = self._instances.get(ref.split("/compute/v1/")[-1])
+            if inst is None:
+                raise ApiError(404, f"no instance named {ref}")
+            return inst
+
+    def preempt(self, ref: str, grace: float) -> dict:
+        """A Spot VM's preemption: its hosts get SIGTERM, SIGKILL after `grace` (Google's notice
+        is 30 s: cloud.google.com/compute/docs/tpus/tpu-machines), then the VM is TERMINATED
+        (instanceTerminationAction STOP, the default) or deleted (DELETE), as Scheduling in
+        compute.v1.json describes. Returns the VM as it then reads ({} once deleted)."""
+        em = self.emulator
+        with em._lock:
+            inst = self.find(ref)
+            if not inst.body["scheduling"].get("preemptible") or inst.body["status"] != "RUNNING" \
+                    or inst.preempting:
+                raise ApiError(400, f"instance {inst.name} is not a RUNNING Spot VM",
+                               status="FAILED_PRECONDITION")
+            inst.preempting = True
+            inst.body["status"] = PREEMPTING_STATUS
+            machines = inst.machines
+        if machines:
+            machines.preempt(grace)
+        with em._lock:
+            inst.preempting = False
+            if inst.deleting or inst.gone:
+                return copy_json(inst.body)
+            inst.hosts = []
+            if inst.body["scheduling"].get("instanceTerminationAction") == "DELETE":
+                inst.deleting = True
+                em._spawn(self._remove, inst, None)
+                return {}
+            inst.body["status"] = "TERMINATED"
+            em._changed.notify_all()
+            return copy_json(inst.body)
+
+    def blocks(self) -> tuple[set[int], set[int]]:
+        """The host and external address blocks instances hold (the Emulator's allocator)."""
+        insts = list(self._instances.values())
+        return ({i.ip_block for i in insts},
+                {i.external_block for i in insts if i.external_block is not None})
+
+    def close(self) -> None:
+        for inst in list(self._instances.values()):
+            if inst.machines:
+                inst.machines.stop()
+
+    # ---- life cycle (worker threads) --------------------------------------------------------
+
+    def _provision(self, inst: Instance, op: dict, reservation: str | None) -> None:
+        em = self.emulator
+        with em._lock:
+            failure = self._consume(inst, reservation) if reservation else None
+        if failure:
+            return self._fail(inst, op, failure, reservation=reservation)
+        if not em._sleep(em.provisioning_delay, inst):
+            return self.ops.finish(op)  # deleted while waiting: the delete takes it from here
+        with em._lock:
+            if em._stocked_out(inst.zone, inst.kind.name):
+                return self._fail(inst, op, "stockout")
+            inst.body["status"] = "STAGING"
+        try:
+            hosts, machines = self._start_hosts(inst)
+        except Exception as err:  # a broken VM: the operation says why
+            log.exception("starting the host of %s failed", inst.ref)
+            self._drop(inst)
+            return self.ops.finish(op, operation_error("INTERNAL_ERROR", str(err), 500))
+        with em._lock:
+            inst.hosts, inst.machines, inst.booted_at = hosts, machines, time.monotonic()
+        if em._sleep(em.provisioning_delay, inst):
+            with em._lock:
+                if not inst.deleting:
+                    inst.body["status"] = "RUNNING"
+                    em._changed.notify_all()
+        self.ops.finish(op)
+
+    def _start_hosts(self, inst: Instance) -> tuple[list, Any]:
+        em = self.emulator
+        metadata = lambda: {i.get("key"): i.get("value", "")  # noqa: E731
+                            for i in inst.body.get("metadata", {}).get("items", [])}
+        externals = [external_ip(inst.external_block, 0)] if inst.external_block is not None \
+            else None
+        if not em._factory:
+            return [VirtualHost(0, host_ip(inst.ip_block, 0), em.ssh_port)], None
+        machines = em._factory(
+            root=em.root / "instances" / inst.project / inst.zone / inst.name, node_id=inst.name,
+            num_hosts=1, authorized_keys=authorized_keys(metadata()), ip_block=inst.ip_block,
+            ssh_port=em.ssh_port, external_ips=externals,
+            login=host_login(em.oslogin, inst.project, metadata))
+        try:
+            hosts = machines.start()
+        except Exception:
+            machines.stop()
+            raise
+        return hosts, machines
+
+    def _remove(self, inst: Instance, op: dict | None) -> None:
+        em = self.emulator
+        em._sleep(em.provisioning_delay, None)
+        with em._lock:
+            machines, inst.machines = inst.machines, None
+        if machines:
+            machines.stop()
+        self._drop(inst)
+        if op:
+            self.ops.finish(op)
+
+    def _finish_when_gone(self, inst: Instance, op: dict) -> None:
+        em = self.emulator
+        with em._lock:
+            while not inst.gone and not em._closing:
+                em._changed.wait(0.2)
+        self.ops.finish(op)
+
+    def _fail(self, inst: Instance, op: dict, why: str, reservation: str | None = None) -> None:
+        self._drop(inst)
+        code, status = OPERATION_ERRORS[why]
+        message = WORDINGS[why].format(name=reservation, project=inst.project, zone=inst.zone)
+        self.ops.finish(op, operation_error(code, message, status))
+
+    def _drop(self, inst: Instance) -> None:
+        with self.emulator._lock:
+            self._instances.pop(inst.ref, None)
+            if inst.reservation in self._reservations:
+                spec = self._reservations[inst.reservation]["specificReservation"]
+                spec["inUseCount"] = str(int(spec["inUseCount"]) - 1)
+            inst.reservation = None
+            inst.gone, inst.hosts = True, []
+            self.emulator._changed.notify_all()
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _consume(self, inst: Instance, ref: str) -> str | None:
+        """Take one VM of the reservation `ref` names; None, or why not (OPERATION_ERRORS)."""
+        parts = ref.split("/")
+        project = parts[parts.index("projects") + 1] if "projects" in parts else inst.project
+        reservation = self._reservations.get((project, inst.zone, parts[-1]))
+        if reservation is None:
+            return "no_reservation"
+        spec = reservation["specificReservation"]
+        wanted = spec["instanceProperties"]["machineType"]
+        if wanted != inst.kind.name or int(spec["inUseCount"]) >= int(spec["count"]):
+            return "reservation_full"
+        spec["inUseCount"] = str(int(spec["inUseCount"]) + 1)
+        inst.reservation = (project, inst.zone, parts[-1])
+        return None
+
+    def _instance(self, project: str, zone: str, name: str) -> Instance:
+        ref = f"projects/{project}/zones/{zone}/instances/{name}"
+        inst = self._instances.get(ref)
+        if inst is None:  # Compute's 404 wording, as for disks (compute.py)
+            raise ApiError(404, f"The resource '{ref}' was not found")
+        return inst
+
+    def _body(self, inst: Instance, body: dict, sched: dict, nics: list[dict]) -> dict:
+        """The Instance JSON (compute.v1.json Instance): what was asked, plus output fields."""
+        zone_url = f"{API_ROOT}/projects/{inst.project}/zones/{inst.zone}"
+        nic = {"kind": "compute#networkInterface", "name": "nic0",
+               "network": nics[0].get("network")
+               or f"{API_ROOT}/projects/{inst.project}/global/networks/default",
+               "networkIP": host_ip(inst.ip_block, 0)}
+        if inst.external_block is not None:  # an accessConfig asked for: its natIP is output
+            nic["accessConfigs"] = [{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT",
+                                     "name": "External NAT", **nics[0]["accessConfigs"][0],
+                                     "natIP": external_ip(inst.external_block, 0)}]
+        kept = {k: copy_json(body[k]) for k in ("labels", "disks", "description",
+                                                "reservationAffinity", "serviceAccounts")
+                if body.get(k)}
+        metadata = {"kind": "compute#metadata", "fingerprint": "dGVzdA==",
+                    "items": copy_json((body.get("metadata") or {}).get("items", []))}
+        status = "PENDING" if sched["provisioningModel"] == "FLEX_START" else "PROVISIONING"
+        return {"kind": "compute#instance", "id": str(random.randrange(1, 2**62)),
+                "name": inst.name, "zone": zone_url, "status": status,
+                "machineType": f"{zone_url}/machineTypes/{inst.kind.name}",
+                "creationTimestamp": now(), "scheduling": sched, "metadata": metadata,
+                "networkInterfaces": [nic], "selfLink": f"{zone_url}/instances/{inst.name}",
+                **kept}
+
+
+_TERM = re.compile(r'^\(?\s*([\w.-]+)\s*(=|!=|:)\s*"?([^")\s]*)"?\s*\)?$')
+
+
+def _filter(expression: str):
+    """instances.list `filter` (compute.v1.json: "field operator value", =, != or :, terms
+    joined by AND or spaces): name, status and labels.KEY terms; anything else is refused, as
+    the emulator does not read it (an emulator limit, not a Google answer)."""
+    terms = [t for t in re.split(r"\s+AND\s+|\)\s+\(", expression.strip()) if t] if expression \
+        else []
+    checks = []
+    for term in terms:
+        found = _TERM.match(term.strip())
+        if not found or not (found[1] in ("name", "status") or found[1].startswith("labels.")):
+            raise ApiError(400, f"emulator limit: filter term {term!r} is not read (name, status "
+                                "and labels.KEY with =, != or : are)")
+        checks.append(found.groups())
+
+    def value(body: dict, path: str) -> str | None:
+        return body.get("labels", {}).get(path[7:]) if path.startswith("labels.") else body.get(path)
+
+    def match(body: dict) -> bool:
+        for path, op, want in checks:
+            have = value(body, path)
+            if op == ":" and not (have is not None and (want == "*" or have == want)):
+                return False
+            if op == "=" and have != want or op == "!=" and have == want:
+                return False
+        return True
+
+    return match
