@@ -46,6 +46,18 @@ COMPUTE_METHODS: dict[str, tuple[str, bool]] = {
     "get_instance": ("compute.instances.get", False),
     "delete_instance": ("compute.instances.delete", True),
     "instance_guest_attributes": ("compute.instances.getGuestAttributes", False),
+    "insert_policy": ("compute.resourcePolicies.insert", True),
+    "get_policy": ("compute.resourcePolicies.get", False),
+    "delete_policy": ("compute.resourcePolicies.delete", True),
+    "insert_template": ("compute.instanceTemplates.insert", True),
+    "get_template": ("compute.instanceTemplates.get", False),
+    "delete_template": ("compute.instanceTemplates.delete", True),
+    "insert_mig": ("compute.instanceGroupManagers.insert", True),
+    "list_migs": ("compute.instanceGroupManagers.list", False),
+    "get_mig": ("compute.instanceGroupManagers.get", False),
+    "delete_mig": ("compute.instanceGroupManagers.delete", True),
+    "list_managed": ("compute.instanceGroupManagers.listManagedInstances", False),
+    "list_errors": ("compute.instanceGroupManagers.listErrors", False),
 }
 METHODS: dict[str, bool] = {mid: op for mid, op in [*TPU_METHODS.values(), *COMPUTE_METHODS.values()]}
 

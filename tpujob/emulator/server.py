@@ -325,6 +325,9 @@ class EmulatorServer:
 
         self.emulator.tpu_vms = TpuVms(self.emulator, self.emulator.compute)
         self.emulator.compute.tpu_vms = self.emulator.tpu_vms
+        from tpujob.emulator.tpu_migs import TpuMigs
+
+        self.emulator.tpu_vms.migs = TpuMigs(self.emulator.tpu_vms)
         self._app = TpuApp(self.emulator, {})
         self._http = make_server(host, port, self._app, threaded=True)
         url = f"http://{host}:{self._http.server_port}"

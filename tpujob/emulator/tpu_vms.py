@@ -57,6 +57,7 @@ class Instance:
     deleting: bool = False
     gone: bool = False
     preempting: bool = False
+    host_index: int = 0  # its host in the slice of its MIG (tpu_migs.py); 0 when alone
 
     @property
     def node_id(self) -> str:  # the Emulator's host faults name their target by this
@@ -75,6 +76,7 @@ class TpuVms:
         self.ops = compute.operations
         self._instances: dict[str, Instance] = {}
         self._reservations: dict[tuple[str, str, str], dict] = {}
+        self.migs = None  # tpu_migs.TpuMigs: the MIGs some instances belong to
 
     # ---- the API ----------------------------------------------------------------------------
 
@@ -189,6 +191,8 @@ class TpuVms:
             if inst.deleting or inst.gone:
                 return copy_json(inst.body)
             inst.hosts = []
+            if self.migs is not None:
+                self.migs.on_member_lost(inst)
             if inst.body["scheduling"].get("instanceTerminationAction") == "DELETE":
                 inst.deleting = True
                 em._spawn(self._remove, inst, None)
@@ -204,6 +208,8 @@ class TpuVms:
                 {i.external_block for i in insts if i.external_block is not None})
 
     def close(self) -> None:
+        if self.migs is not None:
+            self.migs.close()
         for inst in list(self._instances.values()):
             if inst.machines:
                 inst.machines.stop()
@@ -321,7 +327,7 @@ class TpuVms:
         nic = {"kind": "compute#networkInterface", "name": "nic0",
                "network": nics[0].get("network")
                or f"{API_ROOT}/projects/{inst.project}/global/networks/default",
-               "networkIP": host_ip(inst.ip_block, 0)}
+               "networkIP": host_ip(inst.ip_block, inst.host_index)}
         if inst.external_block is not None:  # an accessConfig asked for: its natIP is output
             nic["accessConfigs"] = [{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT",
                                      "name": "External NAT", **nics[0]["accessConfigs"][0],

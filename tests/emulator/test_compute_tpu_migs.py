@@ -1,0 +1,125 @@
+"""Multi-host TPU slices as BULK managed instance groups with a workload policy, through the
+real google.cloud.compute_v1 clients."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from google.api_core import exceptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import compute_v1
+
+from tpujob.emulator.server import EmulatorServer
+
+P, REGION, ZONE = "p", "us-central1", "us-central1-c"  # a TPU7x zone (regions-zones page)
+
+
+def client(kind, url: str):
+    return kind(transport="rest", credentials=AnonymousCredentials(),
+                client_options={"api_endpoint": url})
+
+
+def make_slice(url: str, topology: str = "2x2x2", mode: str = "BULK", size: int = 2,
+               policy_ref: str | None = None, name: str = "mig1"):
+    """A workload policy, a template and a MIG; returns the MIG client."""
+    policies = client(compute_v1.ResourcePoliciesClient, url)
+    templates = client(compute_v1.InstanceTemplatesClient, url)
+    migs = client(compute_v1.InstanceGroupManagersClient, url)
+    try:
+        policies.insert(project=P, region=REGION, resource_policy_resource=compute_v1.ResourcePolicy(
+            name="wp", workload_policy=compute_v1.ResourcePolicyWorkloadPolicy(
+                type_="HIGH_THROUGHPUT", accelerator_topology=topology))).result()
+        templates.insert(project=P, instance_template_resource=compute_v1.InstanceTemplate(
+            name="tpl", properties=compute_v1.InstanceProperties(
+                machine_type="tpu7x-standard-4t", scheduling=compute_v1.Scheduling(
+                    on_host_maintenance="TERMINATE", provisioning_model="SPOT")))).result()
+    except exceptions.Conflict:
+        pass
+    migs.insert(project=P, zone=ZONE, instance_group_manager_resource=compute_v1.InstanceGroupManager(
+        name=name, base_instance_name="slice", target_size=size,
+        instance_template=f"projects/{P}/global/instanceTemplates/tpl",
+        target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(mode=mode),
+        resource_policies=compute_v1.InstanceGroupManagerResourcePolicies(
+            workload_policy=policy_ref or f"projects/{P}/regions/{REGION}/resourcePolicies/wp")))
+    return migs
+
+
+def stable(migs, name: str = "mig1") -> compute_v1.InstanceGroupManager:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = migs.get(project=P, zone=ZONE, instance_group_manager=name)
+        if got.status.is_stable:
+            return got
+        time.sleep(0.05)
+    raise AssertionError("the MIG never became stable")
+
+
+def test_a_bulk_mig_makes_one_slice_of_running_vms(server, http):
+    migs = make_slice(server.url)
+    got = stable(migs)
+    assert not got.status.bulk_instance_operation.in_progress
+    assert got.status.applied_accelerator_topologies[0].state == "ACTIVE"
+    managed = list(migs.list_managed_instances(project=P, zone=ZONE, instance_group_manager="mig1"))
+    assert len(managed) == 2 and {m.instance_status for m in managed} == {"RUNNING"}
+    assert all(m.name.startswith("slice-") and len(m.name) == len("slice-") + 4 for m in managed)
+    instances = client(compute_v1.InstancesClient, server.url)
+    ips = [instances.get(project=P, zone=ZONE, instance=m.name).network_interfaces[0].network_i_p
+           for m in managed]
+    assert len({ip.rsplit(".", 1)[0] for ip in ips}) == 1 and len(set(ips)) == 2  # one slice
+    migs.delete(project=P, zone=ZONE, instance_group_manager="mig1")
+    assert list(instances.list(project=P, zone=ZONE)) == []
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mode": "INDIVIDUAL"}, "MIGs with TPU accelerator topology require BULK mode in target size policy"),
+    ({"size": 3}, "in the gang mode of size '2'. Should be equal to the gang size."),
+    ({"policy_ref": "wp"}, "The URL is malformed."),
+])
+def test_a_mig_google_refuses(server, kwargs, message):
+    with pytest.raises(exceptions.BadRequest) as err:
+        make_slice(server.url, **kwargs)
+    assert err.value.message.endswith(message)
+
+
+def test_resize_requests_are_refused(server):
+    make_slice(server.url, size=0)
+    requests = client(compute_v1.InstanceGroupManagerResizeRequestsClient, server.url)
+    with pytest.raises(exceptions.BadRequest, match="Creating resize requests for managed "
+                                                    "instance group with TPU is not allowed"):
+        requests.insert(project=P, zone=ZONE, instance_group_manager="mig1",
+                        instance_group_manager_resize_request_resource=compute_v1.InstanceGroupManagerResizeRequest(
+                            name="r1", resize_by=2))
+
+
+def test_a_stocked_out_zone_keeps_the_mig_creating_with_its_error(server, http):
+    http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "tpu7x-standard-4t"})
+    migs = make_slice(server.url)
+    deadline = time.monotonic() + 5
+    while not list(migs.list_errors(project=P, zone=ZONE, instance_group_manager="mig1")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    (error, *_) = migs.list_errors(project=P, zone=ZONE, instance_group_manager="mig1")
+    assert error.error.code == "ZONE_RESOURCE_POOL_EXHAUSTED"
+    got = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
+    assert not got.status.is_stable and got.status.bulk_instance_operation.in_progress
+    http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "tpu7x-standard-4t", "clear": True})
+    assert stable(migs).status.applied_accelerator_topologies[0].state == "ACTIVE"
+
+
+@pytest.mark.slow
+def test_preempting_one_vm_kills_its_host_only(tmp_path):
+    from tpujob.emulator.machines import SliceMachines
+
+    with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
+                        machines_factory=SliceMachines, preempt_grace=0.2) as srv:
+        migs = make_slice(srv.url)
+        stable(migs)
+        names = [m.name for m in migs.list_managed_instances(project=P, zone=ZONE,
+                                                             instance_group_manager="mig1")]
+        refs = [f"projects/{P}/zones/{ZONE}/instances/{n}" for n in names]
+        assert all(len(srv.emulator.hosts(r)) == 1 for r in refs)
+        srv.emulator.preempt(refs[0], 0.1)
+        assert srv.emulator.hosts(refs[0]) == [] and len(srv.emulator.hosts(refs[1])) == 1
+        got = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
+        assert got.status.applied_accelerator_topologies[0].state == "INCOMPLETE"

@@ -1,0 +1,369 @@
+"""Multi-host TPU slices through Compute Engine: a regional workload policy
+(resourcePolicies), a global instance template, and a zonal BULK managed instance group whose
+VMs form one ICI slice (one machines.SliceMachines of N hosts, each VM one of them).
+
+Paths and fields: compute.v1.json revision 20261106 (ResourcePolicy.workloadPolicy,
+InstanceTemplate.properties, InstanceGroupManager, ManagedInstance, listErrors). Facts and
+their sources: shared/facts/compute-engine-tpu.md. What no source says is in UNSOURCED.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import string
+import threading
+from typing import TYPE_CHECKING, Any
+
+from werkzeug.routing import Rule
+
+from tpujob.emulator.payloads import ApiError, check_id, copy_json, now, read_json
+from tpujob.emulator.tpu_vm_rules import WORDINGS, machine_type, scheduling
+from tpujob.emulator.tpu_vms import Instance
+from tpujob.emulator.zone_operations import API_ROOT, operation_error, refusal
+
+if TYPE_CHECKING:
+    from tpujob.emulator.tpu_vms import TpuVms
+
+MIG_WORDINGS = {
+    # memory-layers TPU runbook (user report): a bare policy name.
+    "malformed": "The URL is malformed.",
+    # memory-layers TPU runbook; third-party TPU7x guide (user reports).
+    "bulk": "MIGs with TPU accelerator topology require BULK mode in target size policy",
+    # vllm-project/ci-infra PR #547 (user report).
+    "placement": ("Creation of a managed instance group with tpu7x-standard-4t machine type with "
+                  "placement policy is not supported. Use workload policy instead."),
+    # memory-layers TPU runbook (user report).
+    "resize_request": "Creating resize requests for managed instance group with TPU is not allowed",
+    # AI-Hypercomputer/xpk#751 quotes only the end ("... in the gang mode of size '8'. Should be
+    # equal to the gang size."); the beginning here is the emulator's.
+    "gang": ("Target size {size} of the managed instance group is not valid in the gang mode of "
+             "size '{hosts}'. Should be equal to the gang size."),
+}
+UNSOURCED = {
+    # Whether the refusals above come synchronously (400) or in the operation: unknown; 400 here.
+    "refusal_status": 400,
+    # A TPU MIG whose VM was preempted (or killed): Google's documents do not say (facts:
+    # "Unknown: how Spot or STANDARD multi-host MIGs behave (also after preemption)"). Here the
+    # VM reads TERMINATED, is not recreated, and the topology reads INCOMPLETE ("insufficient
+    # number of running VMs", compute.v1.json); its host alone dies, without a SIGTERM grace.
+    "topology_after_loss": "INCOMPLETE",
+}
+
+
+class MemberMachines:
+    """One MIG VM's view of its slice's machines: its own host only (any index means it)."""
+
+    def __init__(self, slice_machines, index: int):
+        self._slice, self._index = slice_machines, index
+
+    def host_root(self, index: int):
+        return self._slice.host_root(self._index)
+
+    def ssh_connections(self, index: int) -> dict:
+        return self._slice.ssh_connections(self._index)
+
+    def kill_host(self, index: int = 0) -> None:
+        self._slice.kill_host(self._index)
+
+    def preempt(self, grace_seconds: float) -> None:
+        self._slice.kill_host(self._index)  # UNSOURCED["topology_after_loss"]
+
+    def stop(self) -> None:
+        self._slice.kill_host(self._index)
+
+    def freeze(self, index: int, thaw: bool = False) -> int:
+        return self._slice.freeze(self._index, thaw)
+
+
+class TpuMigs:
+    """Workload policies, instance templates and TPU MIGs; the VMs live in TpuVms."""
+
+    def __init__(self, vms: TpuVms):
+        self.vms = vms
+        self.em = vms.emulator
+        self.ops = vms.ops
+        self._policies: dict[str, dict] = {}
+        self._templates: dict[str, dict] = {}
+        self._migs: dict[str, dict] = {}
+        self._slices: dict[str, object] = {}  # MIG ref -> its SliceMachines
+        self._lock = threading.RLock()
+
+    # ---- resource policies and templates ----------------------------------------------------
+
+    def insert_policy(self, project: str, region: str, body: dict) -> dict:
+        check_id(body.get("name", ""), "resource policy name")
+        ref = f"projects/{project}/regions/{region}/resourcePolicies/{body['name']}"
+        stored = {**copy_json(body), "kind": "compute#resourcePolicy", "status": "READY",
+                  "region": f"{API_ROOT}/projects/{project}/regions/{region}",
+                  "selfLink": f"{API_ROOT}/{ref}", "creationTimestamp": now()}
+        self._put(self._policies, ref, stored)
+        return self.ops.new(project, region, "insert", stored["selfLink"], region=True)
+
+    def get_policy(self, project: str, region: str, name: str) -> dict:
+        return self._get(self._policies, f"projects/{project}/regions/{region}/resourcePolicies/{name}")
+
+    def delete_policy(self, project: str, region: str, name: str) -> dict:
+        ref = f"projects/{project}/regions/{region}/resourcePolicies/{name}"
+        self._pop(self._policies, ref)
+        return self.ops.new(project, region, "delete", f"{API_ROOT}/{ref}", region=True)
+
+    def insert_template(self, project: str, body: dict) -> dict:
+        check_id(body.get("name", ""), "instance template name")
+        ref = f"projects/{project}/global/instanceTemplates/{body['name']}"
+        # instance-templates create accepts even v5e (xbill9/gemma4-dev HARDWARE.md): the
+        # machine type is checked when a MIG makes VMs of it.
+        stored = {**copy_json(body), "kind": "compute#instanceTemplate",
+                  "selfLink": f"{API_ROOT}/{ref}", "creationTimestamp": now()}
+        self._put(self._templates, ref, stored)
+        return self.ops.new(project, None, "insert", stored["selfLink"])
+
+    def get_template(self, project: str, name: str) -> dict:
+        return self._get(self._templates, f"projects/{project}/global/instanceTemplates/{name}")
+
+    def delete_template(self, project: str, name: str) -> dict:
+        ref = f"projects/{project}/global/instanceTemplates/{name}"
+        self._pop(self._templates, ref)
+        return self.ops.new(project, None, "delete", f"{API_ROOT}/{ref}")
+
+    # ---- managed instance groups ------------------------------------------------------------
+
+    def insert_mig(self, project: str, zone: str, body: dict) -> dict:
+        name = body.get("name", "")
+        check_id(name, "instance group manager name")
+        template = self._get(self._templates, _ref_of(body.get("instanceTemplate", "")))
+        props = template.get("properties", {})
+        kind = machine_type(zone, props.get("machineType", ""))
+        scheduling(props)
+        policy_ref = (body.get("resourcePolicies") or {}).get("workloadPolicy")
+        topology = None
+        if policy_ref:
+            if "/" not in policy_ref:
+                raise refusal(UNSOURCED["refusal_status"], MIG_WORDINGS["malformed"], "invalid")
+            topology = self._get(self._policies, _ref_of(policy_ref, project)).get(
+                "workloadPolicy", {}).get("acceleratorTopology")
+        elif kind.name == "tpu7x-standard-4t" and props.get("resourcePolicies"):
+            raise refusal(UNSOURCED["refusal_status"], MIG_WORDINGS["placement"], "invalid")
+        size = int(body.get("targetSize", 0))
+        hosts = size
+        if topology:
+            if (body.get("targetSizePolicy") or {}).get("mode") != "BULK":
+                raise refusal(UNSOURCED["refusal_status"], MIG_WORDINGS["bulk"], "invalid")
+            hosts = math.prod(int(d) for d in topology.split("x")) // kind.chips
+            if size not in (0, hosts):  # grow only from 0 (about-bulk-mode, facts)
+                raise refusal(UNSOURCED["refusal_status"],
+                              MIG_WORDINGS["gang"].format(size=size, hosts=hosts), "invalid")
+        ref = f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}"
+        base = body.get("baseInstanceName") or name
+        mig = {**copy_json(body), "kind": "compute#instanceGroupManager", "name": name,
+               "id": str(random.randrange(1, 2**62)), "baseInstanceName": base,
+               "zone": f"{API_ROOT}/projects/{project}/zones/{zone}", "targetSize": size,
+               "selfLink": f"{API_ROOT}/{ref}", "creationTimestamp": now(),
+               "status": _status(False, topology, "ACTIVATING"),
+               "tpujobMembers": [f"{base}-{_suffix()}" for _ in range(size)], "tpujobErrors": []}
+        self._put(self._migs, ref, mig)
+        if size:
+            self.em._spawn(self._provision, project, zone, ref, props, kind)
+        return self.ops.new(project, zone, "insert", mig["selfLink"])
+
+    def get_mig(self, project: str, zone: str, name: str) -> dict:
+        mig = self._get(self._migs, f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}")
+        return {k: v for k, v in mig.items() if not k.startswith("tpujob")}
+
+    def list_migs(self, project: str, zone: str) -> dict:
+        prefix = f"projects/{project}/zones/{zone}/instanceGroupManagers/"
+        with self._lock:
+            names = [r.rsplit("/", 1)[1] for r in self._migs if r.startswith(prefix)]
+        return {"kind": "compute#instanceGroupManagerList",
+                "items": [self.get_mig(project, zone, n) for n in sorted(names)]}
+
+    def list_managed(self, project: str, zone: str, name: str) -> dict:
+        mig = self._get(self._migs, f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}")
+        found = []
+        for member in mig["tpujobMembers"]:
+            entry = {"name": member, "instance": f"{mig['zone']}/instances/{member}",
+                     "currentAction": "CREATING"}
+            try:
+                vm = self.vms.get(project, zone, member)
+                entry.update(id=vm["id"], instanceStatus=vm["status"],
+                             currentAction="NONE" if vm["status"] == "RUNNING" else "CREATING")
+            except ApiError:
+                if mig["tpujobErrors"]:  # ManagedInstance.lastAttempt.errors
+                    entry["lastAttempt"] = {"errors": mig["tpujobErrors"][-1]["error"]}
+            found.append(entry)
+        return {"managedInstances": found}
+
+    def list_errors(self, project: str, zone: str, name: str) -> dict:
+        mig = self._get(self._migs, f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}")
+        return {"items": [{"error": e["error"]["errors"][0], "timestamp": e["timestamp"],
+                           "instanceActionDetails": {"action": "CREATING",
+                                                     "instance": e["instance"]}}
+                          for e in mig["tpujobErrors"]]}
+
+    def delete_mig(self, project: str, zone: str, name: str) -> dict:
+        ref = f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}"
+        mig = self._pop(self._migs, ref)
+        with self._lock:
+            machines = self._slices.pop(ref, None)
+        for member in mig["tpujobMembers"]:
+            inst = self.vms._instances.get(f"projects/{project}/zones/{zone}/instances/{member}")
+            if inst is not None:
+                inst.machines = None
+                self.vms._drop(inst)
+        if machines:
+            machines.stop()
+        return self.ops.new(project, zone, "delete", mig["selfLink"])
+
+    def refuse_resize_request(self, *args) -> dict:
+        raise refusal(UNSOURCED["refusal_status"], MIG_WORDINGS["resize_request"], "invalid")
+
+    def on_member_lost(self, inst: Instance) -> None:
+        """A MIG VM's host died (preempted): its slice's topology is no longer whole."""
+        with self._lock:
+            for mig in self._migs.values():
+                if inst.name in mig["tpujobMembers"]:
+                    mig["status"] = _status(True, _topology(mig["status"]),
+                                            UNSOURCED["topology_after_loss"])
+
+    def close(self) -> None:
+        with self._lock:
+            slices, self._slices = list(self._slices.values()), {}
+        for machines in slices:
+            if machines:
+                machines.stop()
+
+    # ---- the slice (worker thread) ----------------------------------------------------------
+
+    def _provision(self, project: str, zone: str, ref: str, props: dict, kind) -> None:
+        """BULK: every VM at once, retried while the zone is stocked out (ManagedInstance
+        currentAction CREATING "retries until success", compute.v1.json)."""
+        em = self.em
+        delay = em.provisioning_delay
+        while True:
+            if not em._sleep(delay, None):
+                return
+            delay = max(em.provisioning_delay, 0.1)  # retries: never a busy loop
+            with self._lock:
+                mig = self._migs.get(ref)
+                if mig is None:
+                    return
+                if not em._stocked_out(zone, kind.name):
+                    break
+                message = WORDINGS["stockout"].format(project=project, zone=zone)
+                mig["tpujobErrors"].append({**operation_error(
+                    "ZONE_RESOURCE_POOL_EXHAUSTED", message, 503), "timestamp": now(),
+                    "instance": f"{mig['zone']}/instances/{mig['tpujobMembers'][0]}"})
+        members = mig["tpujobMembers"]
+        block = em._free_ip_block()
+        with em._lock:
+            insts = []
+            for i, member in enumerate(members):
+                inst = Instance(project, zone, member, {}, kind, block, None, host_index=i)
+                nics = props.get("networkInterfaces") or [{}]
+                inst.body = self.vms._body(inst, {**props, "name": member}, scheduling(props),
+                                           [{**nics[0], "accessConfigs": []}])
+                inst.body["status"] = "STAGING"
+                self.vms._instances[inst.ref] = inst
+                insts.append(inst)
+        machines, hosts = None, []
+        if em._factory:
+            machines = em._factory(root=em.root / "migs" / ref.replace("/", "_"),
+                                   node_id=mig["name"], num_hosts=len(members),
+                                   authorized_keys=[], ip_block=block, ssh_port=em.ssh_port)
+            hosts = machines.start()
+        with self._lock, em._lock:
+            if ref not in self._migs:  # deleted meanwhile
+                if machines:
+                    machines.stop()
+                return
+            self._slices[ref] = machines
+            for i, inst in enumerate(insts):
+                inst.hosts = [hosts[i]] if hosts else []
+                inst.machines = MemberMachines(machines, i) if machines else None
+                inst.body["status"] = "RUNNING"
+            mig["status"] = _status(True, _topology(mig["status"]), "ACTIVE")
+            em._changed.notify_all()
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _put(self, table: dict, ref: str, body: dict) -> None:
+        with self._lock:
+            if ref in table:
+                raise ApiError(409, f"The resource '{ref}' already exists")
+            table[ref] = body
+
+    def _get(self, table: dict, ref: str) -> dict:
+        with self._lock:
+            if ref not in table:  # Compute's 404 wording (compute.py, for disks)
+                raise ApiError(404, f"The resource '{ref}' was not found")
+            return copy_json(table[ref])
+
+    def _pop(self, table: dict, ref: str) -> dict:
+        with self._lock:
+            self._get(table, ref)
+            return table.pop(ref)
+
+
+def _ref_of(url: str, project: str = "") -> str:
+    """`projects/P/...` of a full or partial URL (`regions/R/...` takes `project`)."""
+    tail = url.split("/compute/v1/")[-1]
+    return tail if tail.startswith("projects/") else f"projects/{project}/{tail}"
+
+
+def _suffix() -> str:
+    # baseInstanceName + "-" + 4 random characters (compute.v1.json InstanceGroupManager).
+    return "".join(random.choices(string.ascii_lowercase + string.digits, k=4))
+
+
+def _status(stable: bool, topology: str | None, state: str) -> dict:
+    status = {"isStable": stable, "bulkInstanceOperation": {"inProgress": not stable}}
+    if topology:
+        status["appliedAcceleratorTopologies"] = [{"acceleratorTopology": topology,
+                                                   "state": state}]
+    return status
+
+
+def _topology(status: dict) -> str | None:
+    applied = status.get("appliedAcceleratorTopologies") or [{}]
+    return applied[0].get("acceleratorTopology")
+
+
+
+# compute.v1.json paths: resourcePolicies (regional), instanceTemplates (global),
+# instanceGroupManagers and instanceGroupManagerResizeRequests.insert (zonal).
+def rules(base: str) -> list[Rule]:
+    pol, tpl = f"{base}/regions/<region>/resourcePolicies", f"{base}/global/instanceTemplates"
+    mig = f"{base}/zones/<zone>/instanceGroupManagers"
+    return [Rule(pol, methods=["POST"], endpoint="insert_policy"),
+            Rule(f"{pol}/<name>", methods=["GET"], endpoint="get_policy"),
+            Rule(f"{pol}/<name>", methods=["DELETE"], endpoint="delete_policy"),
+            Rule(tpl, methods=["POST"], endpoint="insert_template"),
+            Rule(f"{tpl}/<name>", methods=["GET"], endpoint="get_template"),
+            Rule(f"{tpl}/<name>", methods=["DELETE"], endpoint="delete_template"),
+            Rule(mig, methods=["POST"], endpoint="insert_mig"),
+            Rule(mig, methods=["GET"], endpoint="list_migs"),
+            Rule(f"{mig}/<name>", methods=["GET"], endpoint="get_mig"),
+            Rule(f"{mig}/<name>", methods=["DELETE"], endpoint="delete_mig"),
+            Rule(f"{mig}/<name>/listManagedInstances", methods=["POST"], endpoint="list_managed"),
+            Rule(f"{mig}/<name>/listErrors", methods=["GET"], endpoint="list_errors"),
+            Rule(f"{mig}/<name>/resizeRequests", methods=["POST"],
+                 endpoint="refuse_resize_request"),
+            Rule(f"{base}/regions/<region>/operations/<name>", methods=["GET"],
+                 endpoint="region_operation"),
+            Rule(f"{base}/regions/<region>/operations/<name>/wait", methods=["POST"],
+                 endpoint="region_operation_wait")]
+
+
+ENDPOINTS = frozenset(r.endpoint for r in rules(""))
+
+
+def handle(migs: TpuMigs, request: Any, endpoint: str, args: dict) -> dict:
+    project = args["project"]
+    if endpoint.startswith("region_operation"):
+        wait = endpoint.endswith("_wait")
+        ops = migs.ops
+        return (ops.wait if wait else ops.get)(project, args["region"], args["name"])
+    scope = [args[k] for k in ("region", "zone") if k in args]
+    if endpoint.startswith("insert_"):
+        return getattr(migs, endpoint)(project, *scope, read_json(request))
+    return getattr(migs, endpoint)(project, *scope, *([args["name"]] if "name" in args else []))
