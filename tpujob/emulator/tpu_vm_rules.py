@@ -55,8 +55,8 @@ WORDINGS = {
     "live_migration": "Instances with guest accelerators do not support live migration.",
     # No source: Google's words for a FLEX_START VM without maxRunDuration are quoted nowhere
     # we found (the requirement: cloud.google.com/compute/docs/tpus/tpu-machines, facts).
-    "flex_needs_duration": ("Invalid value for field 'resource.scheduling.maxRunDuration': ''. "
-                            "FLEX_START instances require a max run duration."),
+    "flex_needs_duration": ("FLEX_START instances require scheduling.maxRunDuration (the "
+                            "emulator's words: Google's are quoted nowhere found)"),
     # kubernetes/autoscaler cloudprovider/gce (operation error code CONDITION_NOT_MET).
     "no_reservation": "Specified reservation '{name}' does not exist.",
     "reservation_full": ("Specified reservation '{name}' does not have available resources for "
