@@ -83,6 +83,48 @@ def test_validate_prints_the_list_price_for_an_on_demand_job(cli, spec_file):
     assert json.loads(cli("validate", "--json", path).out)["cost_per_hour_usd"] == 21.60
 
 
+def test_validate_prints_what_a_compute_slice_becomes(cli, spec_file, stored_jobs):
+    path = spec_file("name: demo\ntpu: {accelerator: v6e-16, zone: us-east5-b, api: compute, provisioning: on-demand}\n"
+                     "run: {command: x}\n")
+    result = cli("validate", path)
+    assert result.code == 0 and result.err == "", result
+    assert ("compute engine: 4 x ct6e-standard-4t (topology 4x4, workload policy + BULK MIG), on-demand, $43.20/h"
+            in result.out)
+    assert "image:        ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e (ubuntu-os-accelerator-images), boot disk " \
+           "hyperdisk-balanced" in result.out
+    assert "provisioning: on-demand\n" in result.out  # not queued: no queued resources on Compute Engine
+    data = json.loads(cli("validate", "--json", path).out)
+    assert (data["api"], data["provisioning"], data["compute"]["machine_type"], data["compute"]["hosts"],
+            data["compute"]["topology"]) == ("compute", "on-demand", "ct6e-standard-4t", 4, "4x4")
+    assert stored_jobs() == 0
+
+
+def test_validate_prints_a_single_host_compute_slice_as_an_instance(cli, spec_file):
+    path = spec_file("name: demo\ntpu:\n  accelerator: v6e-8\n  zone: us-east5-b\n  api: compute\n"
+                     "  provisioning: flex-start\n  max_run_duration: 36h\nrun: {command: x}\n")
+    result = cli("validate", path)
+    assert result.code == 0, result
+    assert "compute engine: 1 x ct6e-standard-8t (instance), flex-start, at most 36h00m, price unknown" in result.out
+    assert ("cost:         unknown: flex-start is billed at Dynamic Workload Scheduler prices, below on-demand "
+            "(on-demand list price $21.60/h)") in result.out
+
+
+def test_validate_resolves_tpu7x_to_compute_engine(cli, spec_file):
+    path = spec_file("name: demo\ntpu:\n  accelerator: tpu7x-16\n  zone: us-central1-c\n"
+                     "  provisioning: reservation\n  reservation: my-res\nrun: {command: x}\n")
+    result = cli("validate", path)
+    assert result.code == 0 and result.err == "", result
+    assert ("compute engine: 2 x tpu7x-standard-4t (topology 2x2x2, workload policy + BULK MIG), "
+            "reservation my-res, price unknown") in result.out
+
+
+def test_validate_of_a_tpu_api_job_names_no_compute_engine(cli, spec_file):
+    path = spec_file("name: demo\ntpu: {accelerator: v6e-8, zone: us-east5-b}\nrun: {command: x}\n")
+    result = cli("validate", path)
+    assert "compute engine:" not in result.out and "runtime:      v2-alpha-tpuv6e" in result.out
+    assert json.loads(cli("validate", "--json", path).out)["api"] == "tpu-vm"
+
+
 def test_dry_run_records_nothing_and_prints_the_plan(cli, tpujob_home, stored_jobs):
     result = cli("create", "--dry-run", EXAMPLE)
     assert result.code == 0, result.err

@@ -16,6 +16,8 @@ GENERATIONS = {
     "v5litepod-16": (4, "us-central1-a", "v2-alpha-tpuv5-lite", "pd-balanced"),
     "v5p-8": (1, "us-east5-a", "v2-alpha-tpuv5", "pd-balanced"),
     "v6e-8": (1, "us-east1-d", "v2-alpha-tpuv6e", "hyperdisk-ml"),
+    # Compute Engine only: no runtime version or queued resource, the image family instead.
+    "tpu7x-16": (2, "us-central1-c", "ubuntu-accel-2404-amd64-tpu-tpu7x", "hyperdisk-ml"),
 }
 
 

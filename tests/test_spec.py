@@ -533,7 +533,7 @@ REFUSALS = [
           zone: us-central2-b
           provisioning: cheap  #<
         run: {command: x}
-        """), "tpu.provisioning", "'spot', 'on-demand' or 'preemptible'"),
+        """), "tpu.provisioning", "'spot', 'on-demand', 'preemptible', 'flex-start' or 'reservation'"),
     ("queued-preemptible", _spec("""
         name: demo
         tpu:
@@ -644,6 +644,219 @@ REFUSALS = [
           - email: me@example.org
             on: []  #<
         """), "notify[0].on", "on lists nothing"),
+    # --- tpu.api, provisioning, reservation, max_run_duration (Compute Engine) ---
+    ("unknown-api", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          api: gce  #<
+        run: {command: x}
+        """), "tpu.api", "'auto', 'tpu-vm' or 'compute'"),
+    ("tpu-api-on-tpu7x", _spec("""
+        name: demo
+        tpu:
+          accelerator: tpu7x-8
+          zone: us-central1-c
+          api: tpu-vm  #<
+        run: {command: x}
+        """), "tpu.api", "the Cloud TPU API does not serve tpu7x (Google: not supported on TPU7x and later)"),
+    ("compute-on-v4", _spec("""
+        name: demo
+        tpu:
+          accelerator: v4-8
+          zone: us-central2-b
+          api: compute  #<
+        run: {command: x}
+        """), "tpu.api", "v4-8: Compute Engine serves TPU v5p, v6e, tpu7x only, not v4"),
+    ("compute-on-v5e", _spec("""
+        name: demo
+        tpu:
+          accelerator: v5litepod-8
+          zone: us-west4-a
+          api: compute  #<
+        run: {command: x}
+        """), "tpu.api", "not v5e"),
+    ("flex-start-on-the-tpu-api", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          provisioning: flex-start  #<
+          max_run_duration: 24h
+        run: {command: x}
+        """), "tpu.provisioning", "provisioning: flex-start is made through Compute Engine: set tpu.api: compute"),
+    ("reservation-on-the-tpu-api", _spec("""
+        name: demo
+        tpu:
+          accelerator: v5p-8
+          zone: us-east5-a
+          api: tpu-vm
+          provisioning: reservation  #<
+          reservation: my-res
+        run: {command: x}
+        """), "tpu.provisioning", "provisioning: reservation is made through Compute Engine"),
+    ("reservation-name-on-the-tpu-api", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          reservation: my-res  #<
+        run: {command: x}
+        """), "tpu.reservation", "tpu.reservation is a Compute Engine setting: set tpu.api: compute"),
+    ("max-run-duration-on-the-tpu-api", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          max_run_duration: 1h  #<
+        run: {command: x}
+        """), "tpu.max_run_duration", "tpu.max_run_duration is a Compute Engine setting"),
+    ("reservation-without-its-name", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          api: compute
+          provisioning: reservation  #<
+        run: {command: x}
+        """), "tpu.reservation", "provisioning: reservation needs the reservation to consume: set tpu.reservation: NAME"),
+    ("reservation-name-without-reservation-provisioning", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          api: compute
+          reservation: my-res  #<
+        run: {command: x}
+        """), "tpu.reservation", "consumed only with provisioning: reservation (not spot)"),
+    ("reservation-bad-name", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          api: compute
+          provisioning: reservation
+          reservation: My_Reservation  #<
+        run: {command: x}
+        """), "tpu.reservation", "'My_Reservation' is not a reservation"),
+    ("flex-start-without-a-run-limit", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          api: compute
+          provisioning: flex-start  #<
+        run: {command: x}
+        """), "tpu.max_run_duration", "provisioning: flex-start needs tpu.max_run_duration"),
+    ("flex-start-over-seven-days", _spec("""
+        name: demo
+        tpu:
+          accelerator: tpu7x-8
+          zone: us-central1-c
+          provisioning: flex-start
+          max_run_duration: 8d  #<
+        run: {command: x}
+        """), "tpu.max_run_duration", "8 days is longer than flex-start allows: flex-start VMs run at most 7 days"),
+    ("flex-start-a-second-over-seven-days", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          api: compute
+          provisioning: flex-start
+          max_run_duration: 604801  #<
+        run: {command: x}
+        """), "tpu.max_run_duration", "flex-start VMs run at most 7 days"),
+    ("run-limit-beyond-120-days", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          api: compute
+          max_run_duration: 121d  #<
+        run: {command: x}
+        """), "tpu.max_run_duration", "outside Compute Engine's run time limits (30 s to 120 days)"),
+    ("run-limit-below-30-seconds", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          api: compute
+          provisioning: on-demand
+          max_run_duration: 10  #<
+        run: {command: x}
+        """), "tpu.max_run_duration", "10 s is outside Compute Engine's run time limits"),
+    ("run-limit-not-a-duration", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          api: compute
+          max_run_duration: soon  #<
+        run: {command: x}
+        """), "tpu.max_run_duration", "must be a number of seconds or a duration like 24h"),
+    ("run-limit-zero", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          api: compute
+          max_run_duration: 0s  #<
+        run: {command: x}
+        """), "tpu.max_run_duration", "must be longer than 0 seconds"),
+    ("queued-on-compute", _spec("""
+        name: demo
+        tpu:
+          accelerator: tpu7x-8
+          zone: us-central1-c
+          queued: true  #<
+        run: {command: x}
+        """), "tpu.queued", "queued resources are a Cloud TPU API feature; the Compute Engine path creates VMs directly"),
+    ("multislice-on-compute", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-16
+          zone: us-east5-b
+          api: compute
+          slices: 2  #<
+        run: {command: x}
+        """), "tpu.slices", "multislice on the Compute Engine path is not supported yet"),
+    ("preemptible-on-compute", _spec("""
+        name: demo
+        tpu:
+          accelerator: v5p-8
+          zone: us-east5-a
+          api: compute
+          provisioning: preemptible  #<
+        run: {command: x}
+        """), "tpu.provisioning", "legacy preemptible VMs are a TPU API option"),
+    ("runtime-version-on-compute", _spec("""
+        name: demo
+        tpu:
+          accelerator: tpu7x-8
+          zone: us-central1-c
+          runtime_version: v2-alpha-tpuv6e  #<
+        run: {command: x}
+        """), "tpu.runtime_version", "boots an image (ubuntu-accel-2404-amd64-tpu-tpu7x), not a TPU runtime version"),
+    ("fallback-tpu7x-on-the-tpu-api", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-8
+          zone: us-east5-b
+          fallback:
+            - accelerator: tpu7x-8  #<
+        run: {command: x}
+        """), "tpu.fallback[0].accelerator", "tpu7x-8: the Cloud TPU API does not serve tpu7x"),
+    ("fallback-v5e-on-compute", _spec("""
+        name: demo
+        tpu:
+          accelerator: tpu7x-8
+          zone: us-central1-c
+          fallback:
+            - accelerator: v5litepod-8  #<
+        run: {command: x}
+        """), "tpu.fallback[0].accelerator", "not v5e (this job's slices are made through Compute Engine)"),
     ("missing-sync-dir", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}

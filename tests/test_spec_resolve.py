@@ -185,3 +185,103 @@ def test_on_gcp_a_spec_without_a_project_takes_the_one_of_application_default_cr
     monkeypatch.setattr(google.auth, "default", lambda *a, **k: (AnonymousCredentials(), None))
     with pytest.raises(SpecError, match="no project"):
         jobs.validate(Context.load(), str(path))
+
+
+# --- tpu.api: the Cloud TPU API or Compute Engine ----------------------------------------------
+
+def _tpu(acc: str, zone: str, extra: str = "") -> str:
+    lines = "".join(f"  {line}\n" for line in extra.splitlines() if line.strip())
+    return f"name: demo\ntpu:\n  accelerator: {acc}\n  zone: {zone}\n{lines}run: {{command: x}}\n"
+
+
+@pytest.mark.parametrize("acc, zone, api", [
+    ("v6e-8", "us-east5-b", "tpu-vm"),
+    ("v5p-8", "us-east5-a", "tpu-vm"),
+    ("v4-8", "us-central2-b", "tpu-vm"),
+    ("tpu7x-8", "us-central1-c", "compute"),  # the TPU API does not serve TPU7x
+    ("tpu7x-16", "us-central1-ai1a", "compute"),
+])
+def test_api_auto(acc, zone, api):
+    r = _resolve(_tpu(acc, zone))
+    assert r.spec.tpu.api == "auto"
+    assert r.api == api
+    assert (r.compute is None) == (api == "tpu-vm")
+    # queued resources are the TPU API's: true by default there, false (not refused) on compute
+    assert r.spec.tpu.queued is (api == "tpu-vm")
+
+
+def test_a_tpu_api_job_resolves_as_before():
+    r = _resolve(_tpu("v6e-8", "us-east5-b"))
+    assert (r.api, r.provisioning, r.reservation, r.max_run_duration_seconds, r.compute) == (
+        "tpu-vm", "spot", None, None, None)
+    assert r.runtime_version == "v2-alpha-tpuv6e"
+
+
+def test_compute_carries_what_the_cloud_layer_needs():
+    r = _resolve(_tpu("v6e-16", "us-east5-b", "api: compute\nprovisioning: on-demand"))
+    assert r.api == "compute" and r.provisioning == "on-demand"
+    assert r.compute.model_dump() == {
+        "machine_type": "ct6e-standard-4t", "hosts": 4, "chips_per_host": 4, "topology": "4x4",
+        "boot_disk_type": "hyperdisk-balanced", "image_family": "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e",
+        "image_project": "ubuntu-os-accelerator-images"}
+    assert (r.hosts, r.chips) == (4, 16)
+    assert r.runtime_version == "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"  # what the VMs boot
+    assert r.spec.tpu.queued is False
+    assert r.cost_per_hour_usd == pytest.approx(43.20)  # 16 chips at $2.70 on demand
+
+
+def test_tpu7x_resolves_to_one_vm_of_four_chips():
+    r = _resolve(_tpu("tpu7x-8", "us-central1-c"))
+    assert (r.generation, r.hosts, r.chips, r.cores) == ("tpu7x", 1, 4, 8)
+    assert (r.compute.machine_type, r.compute.topology, r.compute.hosts) == ("tpu7x-standard-4t", "2x2x1", 1)
+    assert r.cost_per_hour_usd is None  # no published TPU7x price
+
+
+@pytest.mark.parametrize("written, seconds", [
+    ("24h", 86400), ("86400", 86400), ("'3600'", 3600), ("90m", 5400), ("1d12h", 129600), ("7d", 604800),
+    ("3600s", 3600), (604800, 604800),
+])
+def test_flex_start_run_limit(written, seconds):
+    r = _resolve(_tpu("v6e-8", "us-east5-b", f"api: compute\nprovisioning: flex-start\nmax_run_duration: {written}"))
+    assert (r.provisioning, r.max_run_duration_seconds) == ("flex-start", seconds)
+    assert r.spec.tpu.max_run_duration == seconds
+    assert r.cost_per_hour_usd is None  # billed at DWS prices, none published per chip
+
+
+@pytest.mark.parametrize("provisioning", ["spot", "on-demand"])
+def test_other_compute_vms_may_have_a_run_limit(provisioning):
+    # Compute Engine takes maxRunDuration on any VM but a legacy preemptible one (30 s to 120 days).
+    r = _resolve(_tpu("v5p-8", "us-east5-a", f"api: compute\nprovisioning: {provisioning}\nmax_run_duration: 120d"))
+    assert r.max_run_duration_seconds == 120 * 86400
+
+
+@pytest.mark.parametrize("name", ["my-res", "projects/my-project/reservations/my-res"])
+def test_reservation(name):
+    r = _resolve(_tpu("tpu7x-16", "us-central1-c", f"provisioning: reservation\nreservation: {name}"))
+    assert (r.api, r.provisioning, r.reservation) == ("compute", "reservation", name)
+    assert r.compute.hosts == 2 and r.compute.topology == "2x2x2"
+
+
+def test_queued_false_may_be_said_on_compute():
+    r = _resolve(_tpu("v6e-8", "us-east5-b", "api: compute\nqueued: false"))
+    assert r.api == "compute" and r.spec.tpu.queued is False
+
+
+def test_a_compute_fallback_is_checked_on_compute():
+    r = _resolve(_tpu("tpu7x-8", "us-central1-c", "fallback: [{accelerator: v6e-8, zone: us-east5-b}]"))
+    assert r.api == "compute"
+
+
+def test_a_stored_spec_from_before_the_api_field_reads_as_a_tpu_api_one():
+    from spec_texts import resolved_spec
+
+    r = resolved_spec()  # no api, provisioning or compute keys
+    assert (r.api, r.provisioning, r.reservation, r.max_run_duration_seconds, r.compute) == (
+        "tpu-vm", "spot", None, None, None)
+
+
+def test_a_compute_spec_survives_the_store():
+    r = _resolve(_tpu("v6e-8", "us-east5-b", "api: compute\nprovisioning: flex-start\nmax_run_duration: 2h"))
+    again = spec_mod.ResolvedSpec.model_validate_json(json.dumps(r.to_json_dict()))
+    assert again == r
+    assert (again.api, again.max_run_duration_seconds, again.compute.machine_type) == ("compute", 7200, "ct6e-standard-8t")

@@ -26,9 +26,22 @@ Sources (checked 2026-11):
   pricing page as transcribed into SkyPilot's GCP catalogue fetcher
   (skypilot-org/skypilot, sky/clouds/service_catalog/data_fetchers/fetch_gcp.py), since the
   billing API lists no v4 price.
-  v5e, v5p, v6e: no published per-chip spot figure was found; they stay None and `validate`
-  says "unknown" rather than passing the on-demand price off as the spot price. Spot prices
-  move (Google may change them up to once a day) and differ by region: these are estimates.
+  v5e, v5p, v6e, TPU7x: no published per-chip spot figure was found; they stay None and
+  `validate` says "unknown" rather than passing the on-demand price off as the spot price. Spot
+  prices move (Google may change them up to once a day) and differ by region: these are estimates.
+- TPU7x (Ironwood): https://cloud.google.com/tpu/docs/tpu7x (checked 2026-11): two TensorCores
+  per chip, 2307 bf16 TFLOPs and 192 GiB HBM per chip, 4 chips per VM (tpu7x-standard-4t).
+  tpu7x-N counts TensorCores like v5p-N: tpu7x-8 is 4 chips (2x2x1, one VM), tpu7x-16 is 8
+  chips (2x2x2, two VMs), tpu7x-128 is 64 chips (4x4x4, 16 VMs): Google's own xpk
+  (AI-Hypercomputer/xpk src/xpk/core/system_characteristics.py: device_type
+  f"tpu7x-{chips * 2}", chips_per_vm 4) and the TPU_ACCELERATOR_TYPE `tpu7x-16` a two-VM slice
+  reports (shared/facts/compute-engine-tpu.md). No TPU7x price was found on
+  https://cloud.google.com/tpu/pricing (searched 2026-11): on-demand and spot stay None.
+- Flex-start (Dynamic Workload Scheduler) is billed at DWS prices, "discounts (up to 53%)" on
+  TPUs against on-demand (https://cloud.google.com/kubernetes-engine/docs/concepts/dws,
+  "Flex-start pricing"); no per-chip figure is published, so a flex-start estimate is None.
+  TPU reservations come with a committed use discount whose rate is the customer's contract
+  (https://cloud.google.com/tpu/docs/consumption-options): None as well.
 - Zones per generation: see ZONES below.
 """
 
@@ -55,6 +68,10 @@ class Generation:
     hbm_gib_per_chip: float
     on_demand_usd_per_chip_hour: float | None
     spot_usd_per_chip_hour: float | None = None  # None: no published figure (not zero, not on-demand)
+    # Whether the Cloud TPU API (nodes, queued resources) serves it: not TPU7x or later ("The
+    # Cloud TPU API is not supported on TPU7x and later TPU versions",
+    # https://cloud.google.com/tpu/docs/attach-durable-block-storage).
+    tpu_api: bool = True
 
     @property
     def default_disk_type(self) -> str:
@@ -69,6 +86,9 @@ DISK_TYPES = {
     "v5litepod": ("pd-balanced", "hyperdisk-ml"),
     "v5p": ("pd-balanced", "hyperdisk-ml"),
     "v6e": ("hyperdisk-ml", "hyperdisk-balanced"),
+    # Unknown: Google's disk table has no TPU7x row. Its boot disk is Hyperdisk Balanced, not
+    # Balanced PD (https://cloud.google.com/compute/docs/tpus/tpu-machines): taken as v6e's.
+    "tpu7x": ("hyperdisk-ml", "hyperdisk-balanced"),
 }
 
 # Disk types Google never attaches read-only, with Compute's own refusal: 400 badRequest on
@@ -78,6 +98,46 @@ DISK_TYPES = {
 NEVER_READ_ONLY = {"hyperdisk-balanced": "hyperdisk-balanced disk type cannot be attached in read-only mode."}
 
 _V5P_SIZES = (8, 16, 32, 64) + tuple(range(128, 12288 + 1, 128))
+
+# 3-D topologies (chips along x, y, z) of slices made of 4-chip VMs. Google publishes no list
+# for Compute Engine (shared/facts/compute-engine-tpu.md, "Unknown: Google's topology list");
+# the strongest source is Google's own xpk (AI-Hypercomputer/xpk,
+# src/xpk/core/system_characteristics.py, supported_topologies of ct5p-hightpu-4t and
+# tpu7x-standard-4t), which agrees with the v5p ones Google's tpu-machines page names
+# (2x2x1 = 1 VM, 2x2x2 = 2, 2x4x4 = 8, 4x4x4 = 16). tpu7x-standard-1t (1x1x1) is left out:
+# "all TPU7x slices use" tpu7x-standard-4t (cloud.google.com/compute/docs/tpus/tpu-machines).
+_V5P_TOPOLOGIES = tuple("""
+2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x4x12 4x8x8 4x4x20 4x8x12 4x4x28 8x8x8 4x12x12 4x8x20
+4x4x44 8x8x12 4x4x52 4x8x28 4x12x20 8x8x16 4x4x68 8x12x12 4x4x76 8x8x20 4x12x28 4x8x44 4x4x92
+8x12x16 4x20x20 4x8x52 12x12x12 8x8x28 4x4x116 8x12x20 4x4x124 8x16x16 4x12x44 4x8x68 4x20x28
+12x12x16 4x4x148 4x8x76 4x12x52 8x16x20 4x4x164 8x12x28 4x4x172 8x8x44 12x12x20 4x8x92 4x4x188
+12x16x16 4x28x28 8x20x20 4x12x68 8x8x52 4x4x212 12x12x24 4x20x44 8x16x28 4x12x76 4x8x116 4x4x236
+12x16x20 4x4x244 4x8x124 12x12x28 16x16x16 4x20x52 8x12x44 8x8x68 4x12x92 8x20x28 12x16x24
+4x8x148 12x20x20 8x8x76 4x28x44 8x12x52 16x16x20 12x12x36 4x8x164 12x16x28 4x20x68 4x8x172
+4x12x116 8x16x44 12x20x24 4x28x52 8x8x92 4x12x124 4x8x188 4x20x76 16x16x24 12x24x24 16x20x28
+""".split())
+_TPU7X_TOPOLOGIES = tuple("""
+2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x4x12 4x4x20 4x4x28 4x4x44 4x4x52 4x4x68 4x4x76 4x4x92
+4x4x116 4x4x124 4x4x148 4x4x164 4x4x172 4x4x188 4x4x212 4x4x236 4x4x244 4x8x8 4x8x12 4x8x20
+4x8x28 4x8x44 4x8x52 4x8x68 4x8x76 4x8x92 4x8x116 4x8x124 4x8x148 4x8x164 4x8x172 4x8x188
+4x12x12 4x12x20 4x12x28 4x12x44 4x12x52 4x12x68 4x12x76 4x12x92 4x12x116 4x12x124 4x20x20
+4x20x28 4x20x44 4x20x52 4x20x68 4x20x76 4x28x28 4x28x44 4x28x52 8x8x8 8x8x12 8x8x16 8x8x20
+8x8x28 8x8x44 8x8x52 8x8x68 8x8x76 8x8x92 8x12x12 8x12x16 8x12x20 8x12x28 8x12x44 8x12x52
+8x16x16 8x16x20 8x16x28 8x16x44 8x20x20 8x20x28 12x12x12 12x12x16 12x12x20 12x12x24 12x12x28
+12x12x36 12x16x16 12x16x20 12x16x24 12x16x28 12x20x20 12x20x24 12x24x24 16x16x16 16x16x20
+16x16x24 16x16x32 16x20x28 16x24x24
+""".split())
+
+
+def _chips(topology: str) -> int:
+    n = 1
+    for d in topology.split("x"):
+        n *= int(d)
+    return n
+
+
+# tpu7x-N counts TensorCores (two per chip): one size per chip count of a topology.
+_TPU7X_SIZES = tuple(sorted({_chips(t) * 2 for t in _TPU7X_TOPOLOGIES}))
 
 GENERATIONS: dict[str, Generation] = {
     g.name: g
@@ -95,10 +155,15 @@ GENERATIONS: dict[str, Generation] = {
                    "v2-alpha-tpuv5", DISK_TYPES["v5p"], 459e12, 95, 4.20),
         Generation("v6e", "v6e", "chips", 1, 4, 8, (1, 4, 8, 16, 32, 64, 128, 256),
                    "v2-alpha-tpuv6e", DISK_TYPES["v6e"], 918e12, 32, 2.70),
+        # No TPU API runtime version: a Compute Engine TPU7x VM boots an image, and that image's
+        # family (COMPUTE_FORMS) stands in for it (the setup cache's key, what `validate` shows).
+        Generation("tpu7x", "tpu7x", "cores", 2, 4, 4, _TPU7X_SIZES,
+                   "ubuntu-accel-2404-amd64-tpu-tpu7x", DISK_TYPES["tpu7x"], 2307e12, 192, None,
+                   tpu_api=False),
     )
 }
 
-_ALIASES = {"v5e": "v5litepod", "v5lite": "v5litepod"}
+_ALIASES = {"v5e": "v5litepod", "v5lite": "v5litepod", "v7x": "tpu7x"}
 _NAME = re.compile(r"^(?P<gen>[a-z0-9]+?)-(?P<n>\d+)$")
 
 
@@ -125,6 +190,14 @@ class Accelerator:
         price = (self.generation.spot_usd_per_chip_hour if spot
                  else self.generation.on_demand_usd_per_chip_hour)
         return None if price is None else round(price * self.chips, 2)
+
+    def price_for(self, provisioning: str) -> float | None:
+        """USD per hour at a spec's provisioning: the list price on demand, the spot price for
+        spot and legacy preemptible; None for flex-start and reservations, whose rates Google
+        does not publish per chip (see the module's sources), and wherever a figure is missing."""
+        if provisioning in ("flex-start", "reservation"):
+            return None
+        return self.hourly_cost(spot=provisioning != "on-demand")
 
 
 def accelerator(name: str) -> Accelerator:
@@ -188,8 +261,18 @@ ZONES: dict[str, frozenset[str]] = {
                       "us-east4-a", "us-east4-b", "us-west1-c", "europe-west4-a", "asia-east1-c",
                       "asia-northeast1-b", "asia-south1-b", "asia-south1-c", "asia-southeast1-b",
                       "southamerica-east1-c", "southamerica-west1-a"}),
+    # Compute Engine only (no TPU API): https://cloud.google.com/tpu/docs/regions-zones, TPU7x.
+    "tpu7x": frozenset({"us-central1-c", "us-central1-ai1a"}),
 }
 TPU_ZONES: frozenset[str] = frozenset().union(*ZONES.values())
+
+
+def tpu_api_offers(accelerator_type: str) -> bool:
+    """Whether the Cloud TPU API serves the accelerator's generation at all (not TPU7x)."""
+    try:
+        return accelerator(accelerator_type).generation.tpu_api
+    except SpecError:
+        return False
 
 
 def offers(zone: str, accelerator_type: str) -> bool:
@@ -239,3 +322,106 @@ def disk_hourly_cost(disk_type: str, size_gb: float) -> float | None:
 
 def snapshot_hourly_cost(storage_bytes: int) -> float:
     return round(SNAPSHOT_USD_PER_GB_MONTH * storage_bytes / 2**30 / HOURS_PER_MONTH, 4)
+
+
+# --- TPUs through Compute Engine ---------------------------------------------------------------
+# What an accelerator type becomes as Compute Engine VMs: one VM (an instance) for a single-host
+# slice, or a BULK managed instance group of `hosts` VMs under a workload policy with the
+# slice's acceleratorTopology for a multi-host one (shared/facts/compute-engine-tpu.md).
+# Sources (checked 2026-11):
+# - Generations: "Compute Engine supports the following TPU versions: TPU7x, TPU v6e, TPU v5p"
+#   (https://cloud.google.com/compute/docs/tpus/tpu-machines); not v2, v3, v4, v5e.
+# - Machine types (same page): ct6e-standard-1t (1 chip), ct6e-standard-4t (4 chips; v6e
+#   slices are built from it), ct6e-standard-8t (8 chips on one VM); ct5p-hightpu-4t (4 chips;
+#   v5p 2x2x1 = 1 VM, 2x2x2 = 2, 2x4x4 = 8, 4x4x4 = 16); tpu7x-standard-4t (4 chips; all
+#   TPU7x slices). VMs = chips / chips per VM.
+# - Topologies: v6e is 2-D, v5p and TPU7x 3-D. Google publishes no Compute Engine list
+#   ("Unknown" in the facts): v6e's follow the TPU API's v6e table
+#   (https://cloud.google.com/tpu/docs/v6e: v6e-1 1x1, v6e-4 2x2, v6e-8 2x4, v6e-16 4x4,
+#   v6e-32 4x8, v6e-64 8x8, v6e-128 8x16, v6e-256 16x16), which SkyPilot's MIG code and xpk
+#   accept on the same machine types; v5p and TPU7x take the xpk lists above, the most cubic
+#   one where several have the slice's chips.
+# - Boot disk: "TPU7x and v6e take Hyperdisk Balanced, not Balanced PD; v5p the reverse" (the
+#   tpu-machines page).
+# - Images: family ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e (v5p, v6e) or
+#   ubuntu-accel-2404-amd64-tpu-tpu7x, project ubuntu-os-accelerator-images
+#   (GoogleCloudPlatform/cluster-toolkit; Google's create examples pass
+#   --image-project=ubuntu-os-accelerator-images).
+IMAGE_PROJECT = "ubuntu-os-accelerator-images"
+
+
+@dataclass(frozen=True)
+class _ComputeForm:
+    machine_type: str  # a multi-host slice's (and the default single-host) machine type
+    chips_per_vm: int
+    topologies: tuple[str, ...]
+    boot_disk_type: str
+    image_family: str
+    # Single-host slices with a machine type of their own size, by chips.
+    single_host: tuple[tuple[int, str, str], ...] = ()  # (chips, machine type, topology)
+
+
+_V6E_2D = {16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+
+COMPUTE_FORMS: dict[str, _ComputeForm] = {
+    "v6e": _ComputeForm("ct6e-standard-4t", 4, tuple(_V6E_2D.values()), "hyperdisk-balanced",
+                        "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e",
+                        single_host=((1, "ct6e-standard-1t", "1x1"), (4, "ct6e-standard-4t", "2x2"),
+                                     (8, "ct6e-standard-8t", "2x4"))),
+    "v5p": _ComputeForm("ct5p-hightpu-4t", 4, _V5P_TOPOLOGIES, "pd-balanced",
+                        "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"),
+    "tpu7x": _ComputeForm("tpu7x-standard-4t", 4, _TPU7X_TOPOLOGIES, "hyperdisk-balanced",
+                          "ubuntu-accel-2404-amd64-tpu-tpu7x"),
+}
+COMPUTE_GENERATIONS = tuple(g.alias for name, g in GENERATIONS.items() if name in COMPUTE_FORMS)
+
+
+class NoComputeShape(SpecError):
+    """The accelerator type has no Compute Engine form (a generation Compute Engine does not
+    serve, or a size with no known topology). Exit 2, like every spec error."""
+
+
+@dataclass(frozen=True)
+class ComputeShape:
+    """An accelerator type as Compute Engine VMs (see COMPUTE_FORMS for the sources)."""
+    accelerator: str  # the canonical accelerator type, e.g. "v6e-16"
+    machine_type: str
+    hosts: int  # VMs in the slice: 1 is a lone instance, more a BULK MIG with a workload policy
+    chips_per_host: int
+    topology: str  # the workload policy's acceleratorTopology (and TOPOLOGY in tpu-env)
+    boot_disk_type: str
+    image_family: str
+    image_project: str = IMAGE_PROJECT
+
+    @property
+    def chips(self) -> int:
+        return self.hosts * self.chips_per_host
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+
+def _most_cubic(topologies) -> str:
+    return min(topologies, key=lambda t: (max(map(int, t.split("x"))), tuple(map(int, t.split("x")))))
+
+
+def compute_shape(accelerator_type: "str | Accelerator") -> ComputeShape:
+    """What `accelerator_type` becomes on Compute Engine: machine type, VMs, topology, boot disk
+    and image. Raises NoComputeShape for an accelerator Compute Engine does not serve, and
+    SpecError for a name that is no accelerator type."""
+    acc = accelerator_type if isinstance(accelerator_type, Accelerator) else accelerator(accelerator_type)
+    form = COMPUTE_FORMS.get(acc.generation.name)
+    if form is None:
+        raise NoComputeShape(f"{acc.name}: Compute Engine serves TPU {', '.join(COMPUTE_GENERATIONS)} "
+                             f"only, not {acc.generation.alias}")
+    for chips, machine_type, topology in form.single_host:
+        if chips == acc.chips:
+            return ComputeShape(acc.name, machine_type, 1, chips, topology, form.boot_disk_type,
+                                form.image_family)
+    fits = [t for t in form.topologies if _chips(t) == acc.chips]
+    if not fits or acc.chips % form.chips_per_vm:
+        raise NoComputeShape(f"{acc.name}: no Compute Engine topology of {acc.chips} chips is known "
+                             f"for {form.machine_type}")
+    return ComputeShape(acc.name, form.machine_type, acc.chips // form.chips_per_vm, form.chips_per_vm,
+                        _most_cubic(fits), form.boot_disk_type, form.image_family)

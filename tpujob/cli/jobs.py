@@ -332,8 +332,26 @@ def _cost_line(r) -> str:
     if provisioning == "on-demand":
         return f"${on_demand:.2f}/h (on-demand list price)" if on_demand is not None else "unknown"
     if r.cost_per_hour_usd is None:
+        if provisioning == "flex-start":
+            return f"unknown: flex-start is billed at Dynamic Workload Scheduler prices, below on-demand ({list_price})"
+        if provisioning == "reservation":
+            return f"unknown: billed through the reservation's commitment ({list_price})"
         return f"unknown: no published {provisioning} price for {r.generation} ({list_price})"
     return f"${r.cost_per_hour_usd:.2f}/h ({provisioning} price; {list_price})"
+
+
+def _compute_line(r) -> str:
+    """What a Compute Engine job becomes: `4 x ct6e-standard-4t (topology 4x4, workload policy +
+    BULK MIG), spot, $X/h`, or `1 x ct6e-standard-8t (instance), ...` for a single host."""
+    c = r.compute
+    form = f"topology {c.topology}, workload policy + BULK MIG" if c.multi_host else "instance"
+    what = r.provisioning
+    if r.reservation:
+        what += f" {r.reservation}"
+    if r.max_run_duration_seconds is not None:
+        what += f", at most {_duration(r.max_run_duration_seconds)}"
+    price = f"${r.cost_per_hour_usd:.2f}/h" if r.cost_per_hour_usd is not None else "price unknown"
+    return f"{c.hosts} x {c.machine_type} ({form}), {what}, {price}"
 
 
 def _network_line(net) -> str:
@@ -362,7 +380,9 @@ def _print_resolved(r) -> None:
              else f"{r.min_slices} to {r.slices} over DCN (elastic)"), ("hosts", f"{r.hosts} per slice, {r.hosts * r.slices} in all"),
             ("chips", f"{r.chips} per slice, {r.chips * r.slices} in all"))),
         ("zone", r.zone), ("project", r.project),
-        ("runtime", r.runtime_version),
+        *((("runtime", r.runtime_version),) if r.compute is None else (
+            ("image", f"{r.compute.image_family} ({r.compute.image_project}), boot disk {r.compute.boot_disk_type}"),
+            ("compute engine", _compute_line(r)))),
         ("provisioning", f"{r.spec.tpu.provisioning}{', queued' if r.spec.tpu.queued else ''}"),
         ("cost", cost), ("network", _network_line(r.spec.tpu.network)),
     ]
@@ -373,5 +393,5 @@ def _print_resolved(r) -> None:
     for channel in r.public_dict()["spec"]["notify"]:
         target = channel["email"] or f"webhook {channel['webhook']}"
         lines.append(("notify", f"{target} on {', '.join(channel['on'])}"))
-    typer.echo("\n".join(f"{k + ':':<14}{v}" for k, v in lines))
+    typer.echo("\n".join(f"{k + ':':<13} {v}" for k, v in lines))
     typer.echo("spec is valid")

@@ -8,7 +8,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from tpujob.catalogue import GENERATIONS, TPU_ZONES, ZONES, accelerator, offers
+from tpujob.catalogue import GENERATIONS, TPU_ZONES, ZONES, accelerator, offers, tpu_api_offers
 from tpujob.errors import SpecError
 
 TPU_RUNTIME_PORT = 8470  # what Google publishes in networkEndpoints[].port
@@ -105,9 +105,10 @@ def check_placement(zone: str, node_body: dict) -> None:
     call itself answers 400 INVALID_ARGUMENT, for nodes and queued resources alike (gcloud
     prints "ERROR: (gcloud.alpha.compute.tpus.queued-resources.create) INVALID_ARGUMENT: ..."
     with no operation issued, in the zone-probe logs and the sayouzone notes that quote these
-    wordings; shared/FACTS.md). An accelerator type that does not exist reads the same."""
+    wordings; shared/FACTS.md). An accelerator type that does not exist reads the same, and so
+    does one the TPU API does not serve at all (TPU7x: Compute Engine only)."""
     name = node_body.get("acceleratorType") or ""
-    if offers(zone, name):
+    if offers(zone, name) and tpu_api_offers(name):
         return
     eid = f"[EID: 0x{random.getrandbits(64):016x}]"
     if zone not in TPU_ZONES:
@@ -128,7 +129,7 @@ def accelerator_types(parent: str) -> list[dict]:
     topology}, are left out). A zone the table does not list offers nothing."""
     zone = parent.rsplit("/", 1)[-1]
     return [{"name": f"{parent}/acceleratorTypes/{gen.name}-{size}", "type": f"{gen.name}-{size}"}
-            for gen in GENERATIONS.values() if zone in ZONES[gen.name] for size in gen.sizes]
+            for gen in GENERATIONS.values() if gen.tpu_api and zone in ZONES[gen.name] for size in gen.sizes]
 
 
 def authorized_keys(metadata: dict) -> list[str]:

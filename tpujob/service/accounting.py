@@ -52,7 +52,7 @@ def slice_cost(attempts, provisioning: str, now: float) -> float | None:
 
     total = 0.0
     for a in attempts:
-        price = accelerator(a.accelerator).hourly_cost(spot=provisioning != "on-demand")
+        price = accelerator(a.accelerator).price_for(provisioning)
         if price is None:
             return None
         total += price * a.slices * max(0.0, (a.ended_at or now) - a.started_at) / 3600

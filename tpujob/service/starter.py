@@ -22,7 +22,7 @@ FALLBACK_NAME = "my-job"
 # v2/v3 us-central1-a/b/c; v4 only us-central2-b; v5e us-central1-a (and others); v5p
 # us-central1-a, us-east5-a; v6e us-central1-b, us-east1-d, us-east5-a/b, europe-west4-a.
 EXAMPLE_ZONES = {"v2": "us-central1-b", "v3": "us-central1-b", "v4": "us-central2-b",
-                 "v5litepod": "us-central1-a", "v5p": "us-east5-a", "v6e": "us-east1-d"}
+                 "v5litepod": "us-central1-a", "v5p": "us-east5-a", "v6e": "us-east1-d", "tpu7x": "us-central1-c"}
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._|/-]*$")  # a YAML plain scalar, no quoting needed
@@ -82,7 +82,28 @@ def render(acc: Accelerator, name: str, zone: str) -> str:
     missing, unused = wanted - values.keys(), values.keys() - wanted
     if missing or unused:  # the template and the policy drifted apart: a bug, not user input
         raise ValueError(f"template {TEMPLATE}: missing {sorted(missing)}, unused {sorted(unused)}")
-    return _PLACEHOLDER.sub(lambda m: _scalar(values[m.group(1)]), text)
+    text = _PLACEHOLDER.sub(lambda m: _scalar(values[m.group(1)]), text)
+    return text if gen.tpu_api else _compute_only(text, gen.alias)
+
+
+def _compute_only(text: str, alias: str) -> str:
+    """The starter of a generation the Cloud TPU API does not serve (TPU7x): its VMs boot an
+    image rather than a runtime version, and are made without queued resources (tpu.api auto
+    resolves to compute; the spec refuses runtime_version and queued: true there)."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        key = line.strip().split(":", 1)[0]
+        if key == "runtime_version":
+            out.append(f"  api: compute                  # {alias}: Compute Engine only (the Cloud TPU API "
+                       "does not serve it)\n")
+        elif key == "queued" or "runtime_version is" in line:
+            continue
+        elif key == "provisioning":
+            out.append("  provisioning: spot            # spot | on-demand | flex-start (+ max_run_duration) | "
+                       "reservation (+ reservation)\n")
+        else:
+            out.append(line)
+    return "".join(out)
 
 
 def _scalar(value: object) -> str:

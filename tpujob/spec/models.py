@@ -13,8 +13,32 @@ JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # GCE disk/snapshot names
 BUCKET_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-ZONE_NAME = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
-PROVISIONING = ("spot", "on-demand", "preemptible")
+# A zone like us-central2-b, or an AI zone like us-central1-ai1a (TPU7x: Google's TPU regions
+# and zones page, https://cloud.google.com/tpu/docs/regions-zones).
+ZONE_NAME = re.compile(r"^[a-z]+-[a-z]+[0-9]+-(?:[a-z]|ai[0-9]+[a-z])$")
+PROVISIONING = ("spot", "on-demand", "preemptible", "flex-start", "reservation")
+API = ("auto", "tpu-vm", "compute")
+# tpu.max_run_duration: seconds, or a duration like 24h, 90m, 1d12h.
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def duration_seconds(value: Any) -> int:
+    """A duration as whole seconds: a number of seconds, or text like `24h`, `90m`, `1d12h`,
+    `3600s`. Raises ValueError for anything else, zero included."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number of seconds or a duration like 24h")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        seconds = int(value.strip())
+    elif isinstance(value, str) and (m := _DURATION.match(value.strip())) and any(m.groups()):
+        d, h, mi, se = (int(g or 0) for g in m.groups())
+        seconds = ((d * 24 + h) * 60 + mi) * 60 + se
+    else:
+        raise ValueError("must be a number of seconds or a duration like 24h, 90m or 1d12h")
+    if seconds <= 0:
+        raise ValueError("must be longer than 0 seconds")
+    return seconds
 # Network and subnetwork as the Compute API takes them (compute.v1 discovery document,
 # NetworkInterface.network/subnetwork): a name, or a full or partial URL of the resource.
 # Tags: compute.v1 Tags.items, "1-63 characters long, and comply with RFC1035".
@@ -64,13 +88,29 @@ class TpuSpec(_Model):
     zone: Optional[str] = None
     project: Optional[str] = None
     runtime_version: Optional[str] = None
-    provisioning: Literal["spot", "on-demand", "preemptible"] = "spot"
+    # Which Google API makes the slice: the Cloud TPU API (nodes, queued resources), Compute
+    # Engine (instances; a multi-host slice is a BULK MIG with a workload policy), or auto:
+    # compute for generations the TPU API does not serve (TPU7x), tpu-vm otherwise.
+    api: Literal["auto", "tpu-vm", "compute"] = "auto"
+    # flex-start and reservation: Compute Engine only (api: compute).
+    provisioning: Literal["spot", "on-demand", "preemptible", "flex-start", "reservation"] = "spot"
+    reservation: Optional[str] = None  # the reservation a `reservation` job consumes
+    # Compute Engine's scheduling.maxRunDuration, whole seconds (a duration like 24h is read as
+    # seconds): required for flex-start (at most 7 days).
+    max_run_duration: Optional[int] = None
+    # Through a queued resource (TPU API). True by default on the TPU API path; the Compute
+    # Engine path has no queued resources, so resolve() makes an unset one false there.
     queued: bool = True
     # Multislice: this many slices of `accelerator`, one job over DCN, or {min, max} for an
     # elastic job (docs/multislice.md).
     slices: int | SliceRange = 1
     fallback: list[Fallback] = Field(default_factory=list)
     network: NetworkSpec = Field(default_factory=NetworkSpec)
+
+    @field_validator("max_run_duration", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return None if value is None else duration_seconds(value)
 
     @field_validator("slices", mode="before")
     @classmethod
@@ -258,6 +298,25 @@ class JobSpec(_Model):
         return value
 
 
+class ComputePlacement(BaseModel):
+    """What the slice is on Compute Engine (tpujob.catalogue.compute_shape): one instance, or a
+    BULK MIG of `hosts` VMs under a workload policy with `topology`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    machine_type: str
+    hosts: int
+    chips_per_host: int
+    topology: str
+    boot_disk_type: str
+    image_family: str
+    image_project: str
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+
 class ResolvedSpec(BaseModel):
     """The spec with every default decided: what `validate` prints and the store keeps."""
 
@@ -279,6 +338,19 @@ class ResolvedSpec(BaseModel):
     cost_per_hour_usd: Optional[float]
     on_demand_cost_per_hour_usd: Optional[float] = None  # the list price, for comparison
     sync_path: Optional[str]
+    # What the cloud layer builds its request from. A spec recorded before these existed was a
+    # TPU API one: api tpu-vm, its spec's provisioning, no reservation or run limit.
+    api: Literal["tpu-vm", "compute"] = "tpu-vm"
+    provisioning: str = ""  # the spec's (filled in from it when missing)
+    reservation: Optional[str] = None
+    max_run_duration_seconds: Optional[int] = None
+    compute: Optional[ComputePlacement] = None  # api compute only
+
+    @model_validator(mode="after")
+    def _provisioning_from_the_spec(self):
+        if not self.provisioning:
+            object.__setattr__(self, "provisioning", self.spec.tpu.provisioning)
+        return self
 
     def to_json_dict(self) -> dict:
         """What the store keeps (a literal webhook URL included: the sweep sends to it)."""

@@ -8,13 +8,13 @@ import posixpath
 import re
 from pathlib import Path
 
-from tpujob.catalogue import NEVER_READ_ONLY, Accelerator, accelerator
+from tpujob.catalogue import NEVER_READ_ONLY, Accelerator, NoComputeShape, accelerator, compute_shape
 from tpujob.errors import SpecError
 from tpujob.names import RUN_DIR_MOUNT  # where the run dir's bucket is mounted: no spec mount may take it
 from tpujob.spec.lines import dotted, parse
 from tpujob.spec.models import (BUCKET_NAME, EMAIL_ADDRESS, ENV_NAME, JOB_NAME, NETWORK_REF, NETWORK_TAG, NOTIFY_ON,
-                                 RESOURCE_NAME, SUBNETWORK_REF, WEBHOOK_SECRET, ZONE_NAME, JobSpec, NetworkSpec,
-                                 NotifySpec, ResolvedSpec, SetupSpec)
+                                 RESOURCE_NAME, SUBNETWORK_REF, WEBHOOK_SECRET, ZONE_NAME, ComputePlacement, JobSpec,
+                                 NetworkSpec, NotifySpec, ResolvedSpec, SetupSpec)
 
 def _fail(message: str, path: tuple, lines: dict[tuple, int]) -> SpecError:
     return SpecError(message, field=dotted(path), line=lines.get(path))
@@ -190,9 +190,102 @@ def webhook_secrets(spec: JobSpec) -> list[str]:
 
 def _hourly_cost(acc: Accelerator, provisioning: str) -> float | None:
     """The price per hour of the slice as provisioned: the on-demand list price, or the spot
-    (preemptible) price. None where the catalogue has no published spot figure: the on-demand
-    price is three times or more the spot one, so passing it off as the estimate misleads."""
-    return acc.hourly_cost(spot=provisioning != "on-demand")
+    (preemptible) price. None where the catalogue has no published figure (spot on some
+    generations, flex-start and reservations on all): the on-demand price is three times or
+    more the spot one, so passing it off as the estimate misleads."""
+    return acc.price_for(provisioning)
+
+
+# Compute Engine's limits on scheduling.maxRunDuration: flex-start VMs "run up to seven days"
+# (https://cloud.google.com/compute/docs/tpus/tpu-machines); any other VM from 30 seconds to
+# 120 days, except legacy preemptible VMs, which take no time limit
+# (https://cloud.google.com/compute/docs/instances/limit-vm-runtime, "Limitations").
+_FLEX_START_MAX = 7 * 86400
+_RUN_LIMIT_MIN, _RUN_LIMIT_MAX = 30, 120 * 86400
+# reservationAffinity.values: a name, or projects/P/reservations/NAME (compute.v1 discovery,
+# ReservationAffinity; Google's create example passes the latter).
+RESERVATION_REF = re.compile(r"^(?:projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?"
+                             r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _days(seconds: int) -> str:
+    return f"{seconds / 86400:g} days" if seconds % 3600 == 0 and seconds >= 86400 else f"{seconds} s"
+
+
+def _api(spec: JobSpec, acc: Accelerator, lines) -> tuple[str, ComputePlacement | None]:
+    """The API the slice is made through, its Compute Engine form, and the rules that follow
+    from it: auto is compute for a generation the TPU API does not serve (TPU7x: "The Cloud TPU
+    API is not supported on TPU7x and later", shared/facts/compute-engine-tpu.md), tpu-vm
+    otherwise; compute only for v5p, v6e, TPU7x (tpujob.catalogue.COMPUTE_FORMS)."""
+    tpu = spec.tpu
+    api = tpu.api if tpu.api != "auto" else ("tpu-vm" if acc.generation.tpu_api else "compute")
+    if api == "tpu-vm":
+        if not acc.generation.tpu_api:
+            raise _fail(f"the Cloud TPU API does not serve {acc.generation.alias} (Google: not supported on "
+                        f"TPU7x and later); use api: compute (or auto)", ("tpu", "api"), lines)
+        if tpu.provisioning in ("flex-start", "reservation"):
+            raise _fail(f"provisioning: {tpu.provisioning} is made through Compute Engine: set tpu.api: compute "
+                        "(v5p, v6e, tpu7x)", ("tpu", "provisioning"), lines)
+        for key in ("reservation", "max_run_duration"):
+            if getattr(tpu, key) is not None:
+                raise _fail(f"tpu.{key} is a Compute Engine setting: set tpu.api: compute (v5p, v6e, tpu7x)",
+                            ("tpu", key), lines)
+        return api, None
+
+    try:
+        shape = compute_shape(acc)
+    except NoComputeShape as exc:
+        raise _fail(str(exc), ("tpu", "api") if tpu.api == "compute" else ("tpu", "accelerator"), lines) from None
+    if tpu.provisioning == "preemptible":
+        raise _fail("legacy preemptible VMs are a TPU API option; Compute Engine TPU VMs are spot, "
+                    "on-demand, flex-start or reservation: use provisioning: spot", ("tpu", "provisioning"), lines)
+    if tpu.queued and "queued" in tpu.model_fields_set:
+        raise _fail("queued resources are a Cloud TPU API feature; the Compute Engine path creates VMs "
+                    "directly: remove queued or set it to false", ("tpu", "queued"), lines)
+    if tpu.max_slices > 1:
+        raise _fail("multislice on the Compute Engine path is not supported yet: use slices: 1, or "
+                    "api: tpu-vm on v5p/v6e", ("tpu", "slices"), lines)
+    if tpu.runtime_version is not None:
+        raise _fail(f"a Compute Engine TPU VM boots an image ({shape.image_family}), not a TPU runtime "
+                    "version: remove runtime_version", ("tpu", "runtime_version"), lines)
+    if tpu.provisioning == "reservation":
+        if tpu.reservation is None:
+            raise SpecError("provisioning: reservation needs the reservation to consume: set tpu.reservation: "
+                            "NAME", field="tpu.reservation", line=lines.get(("tpu", "provisioning")))
+        if not RESERVATION_REF.match(tpu.reservation):
+            raise _fail(f"{tpu.reservation!r} is not a reservation: give its name or "
+                        "projects/PROJECT/reservations/NAME", ("tpu", "reservation"), lines)
+    elif tpu.reservation is not None:
+        raise _fail(f"tpu.reservation is consumed only with provisioning: reservation (not {tpu.provisioning})",
+                    ("tpu", "reservation"), lines)
+    limit = tpu.max_run_duration
+    if tpu.provisioning == "flex-start":
+        if limit is None:
+            raise SpecError("provisioning: flex-start needs tpu.max_run_duration (how long the VMs may run, "
+                            "at most 7 days), e.g. 24h", field="tpu.max_run_duration",
+                            line=lines.get(("tpu", "provisioning")))
+        if limit > _FLEX_START_MAX:
+            raise _fail(f"{_days(limit)} is longer than flex-start allows: flex-start VMs run at most 7 days "
+                        "(604800 s)", ("tpu", "max_run_duration"), lines)
+    if limit is not None and not _RUN_LIMIT_MIN <= limit <= _RUN_LIMIT_MAX:
+        raise _fail(f"{_days(limit)} is outside Compute Engine's run time limits (30 s to 120 days)",
+                    ("tpu", "max_run_duration"), lines)
+    return api, ComputePlacement(machine_type=shape.machine_type, hosts=shape.hosts,
+                                 chips_per_host=shape.chips_per_host, topology=shape.topology,
+                                 boot_disk_type=shape.boot_disk_type, image_family=shape.image_family,
+                                 image_project=shape.image_project)
+
+
+def _check_fallback_api(api: str, alt: Accelerator, where: tuple, lines) -> None:
+    """Every placement is made through the job's API: a fallback accelerator must exist there."""
+    if api == "tpu-vm" and not alt.generation.tpu_api:
+        raise _fail(f"{alt.name}: the Cloud TPU API does not serve {alt.generation.alias}, and this job's "
+                    "slices are made through it (tpu.api)", where, lines)
+    if api == "compute":
+        try:
+            compute_shape(alt)
+        except NoComputeShape as exc:
+            raise _fail(f"{exc} (this job's slices are made through Compute Engine)", where, lines) from None
 
 
 def _times(cost: float | None, slices: int) -> float | None:
@@ -257,6 +350,10 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
     project = spec.tpu.project or default_project
     if not project:
         raise _fail("no project: set tpu.project or `tpujob config set project ID`", ("tpu", "project"), lines)
+    api, compute = _api(spec, acc, lines)
+    if api == "compute" and spec.tpu.queued:
+        # The default (queued: true) is the TPU API's: on Compute Engine the VMs are made directly.
+        spec = spec.model_copy(update={"tpu": spec.tpu.model_copy(update={"queued": False})})
     if spec.tpu.queued and spec.tpu.provisioning == "preemptible":
         raise _fail("queued resources take spot or on-demand, not legacy preemptible VMs "
                     "(use provisioning: spot, or queued: false)", ("tpu", "provisioning"), lines)
@@ -349,6 +446,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
                 alt = accelerator(entry.accelerator)
             except SpecError as exc:
                 raise _fail(str(exc), base + ("accelerator",), lines) from None
+            _check_fallback_api(api, alt, base + ("accelerator",), lines)
             _check_slices(spec, alt, base + ("accelerator",), lines)
             _check_disks(spec, alt, lines, f"fallback {alt.name}", chosen=disk_types)
             _check_shared_run_dir(spec, alt, lines)
@@ -359,10 +457,12 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         spec=spec, accelerator=acc.name, generation=acc.generation.alias, hosts=acc.hosts,
         chips=acc.chips, cores=acc.cores, slices=spec.tpu.max_slices, min_slices=spec.tpu.min_slices,
         zone=zone, project=project,
-        runtime_version=spec.tpu.runtime_version or acc.generation.runtime_version,
+        runtime_version=(compute.image_family if compute is not None
+                         else spec.tpu.runtime_version or acc.generation.runtime_version),
         disk_types=disk_types, cost_per_hour_usd=_times(_hourly_cost(acc, spec.tpu.provisioning), spec.tpu.max_slices),
         on_demand_cost_per_hour_usd=_times(acc.hourly_cost(spot=False), spec.tpu.max_slices),
-        sync_path=sync_path,
+        sync_path=sync_path, api=api, provisioning=spec.tpu.provisioning, reservation=spec.tpu.reservation,
+        max_run_duration_seconds=spec.tpu.max_run_duration, compute=compute,
     )
 
 
