@@ -19,3 +19,10 @@ def _parse(text: str) -> ResolvedSpec:
 def spec_of(job) -> ResolvedSpec:
     """The job's resolved spec (`job` is any row with `spec_json`: a Job, a test's stand-in)."""
     return _parse(job.spec_json)
+
+
+def api_of(job) -> str:
+    """Which of Google's TPU APIs the job's slices go through: "tpu-vm" (the Cloud TPU API) or
+    "compute" (Compute Engine), as its spec resolved `tpu.api` (a spec recorded before the
+    field existed: the TPU API)."""
+    return spec_of(job).api

@@ -223,3 +223,31 @@ def test_reservation_wordings_end_the_placement_saying_so(text):
     # Not a reservation refusal: a stockout of reserved capacity stays a capacity miss.
     assert type(classify("creating node n1", operation(8, "Insufficient reserved capacity. Contact customer "
                                                           "support to increase your reservation."))) is StockoutError
+
+
+COMPUTE_STOCKOUT = ("The zone 'projects/p/zones/us-east5-a' does not have enough resources available to "
+                    "fulfill the request.  Try a different zone, or try again later.")
+
+
+def compute_operation(status: int, code: str, message: str):
+    """What tpujob.cloud.compute.operation_failure builds from a DONE Compute operation's
+    errors[0] and httpErrorStatusCode."""
+    return gexc.from_http_status(status, message, errors=[{"reason": code, "message": message}])
+
+
+@pytest.mark.parametrize("code", ["ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+                                  "RESOURCE_POOL_EXHAUSTED"])
+def test_a_compute_engine_capacity_miss_is_a_stockout_not_a_retried_503(code):
+    err = classify("creating instance vm", compute_operation(503, code, COMPUTE_STOCKOUT),
+                   "compute.googleapis.com", create_operation=True)
+    assert type(err) is StockoutError and "does not have enough resources available" in str(err)
+
+
+def test_a_compute_engine_reservation_without_room_or_missing_is_reservation_unavailable():
+    from tpujob.errors import ReservationUnavailable
+
+    for message in ("Specified reservation 'r1' does not exist.",
+                    "Specified reservation 'r1' does not have available resources for the request."):
+        err = classify("creating instance vm", compute_operation(412, "CONDITION_NOT_MET", message),
+                       "compute.googleapis.com", create_operation=True)
+        assert type(err) is ReservationUnavailable and "r1" in str(err), message

@@ -105,6 +105,11 @@ class SliceRequest:
     slices: int = 1  # multislice: nodes NAME-0 .. NAME-(slices-1), tpujob.cloud.multislice
     node_ids: tuple[str, ...] = ()  # these nodes instead (an elastic attempt's grown ones)
     valid_until_seconds: int | None = None  # queued only: give up waiting after this long
+    api: str = "tpu-vm"  # or "compute": which Cloud of tpujob.cloud.apis creates it
+    # The Compute Engine path (tpujob.cloud.compute_tpu): provisioning "flex-start" with its
+    # run limit, "reservation" with the reservation's name.
+    reservation: str | None = None
+    max_run_duration_seconds: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     ssh_keys: tuple[str, ...] = ()  # "USER:ssh-ed25519 AAAA... comment" lines
@@ -171,7 +176,9 @@ class TpuResource:
 
 
 class Cloud(Protocol):
-    """Slices on a TPU cloud. Implemented by tpujob.cloud.gcp.GcpCloud (Google or the emulator).
+    """Slices on a TPU cloud. Implemented by tpujob.cloud.gcp.GcpCloud (the Cloud TPU API) and
+    tpujob.cloud.compute_tpu.ComputeTpuCloud (Compute Engine), both behind
+    tpujob.cloud.apis.TpuApis (Google or the emulator).
 
     Errors: typed by tpujob.cloud.errors (StockoutError when a zone has no capacity,
     QuotaExceeded, PlacementUnavailable, PermissionDenied, NotFoundError for a missing resource
@@ -195,3 +202,6 @@ class Cloud(Protocol):
                      slices: int = 1, nodes: Sequence[str] = ()) -> None: ...
     def host_keys(self, project: str, zone: str, name: str, slices: int = 1,
                   nodes: Sequence[str] = ()) -> dict[int, list[str]]: ...
+    # The Cloud that serves slices made through `api` ("tpu-vm": the Cloud TPU API; "compute":
+    # Compute Engine, tpujob.cloud.apis), where the job's spec says which.
+    def for_api(self, api: str) -> "Cloud": ...

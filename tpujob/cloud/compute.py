@@ -223,15 +223,23 @@ class GcpCompute:
                                 operation=op.name)
             else:
                 op = self._call(what, self._global_ops.wait, project=project, operation=op.name)
-        if op.error and op.error.errors:
-            first = op.error.errors[0]
-            if not op.http_error_status_code:
-                raise CloudError(f"{what}: {first.code}: {first.message}")
-            # A failed operation carries the HTTP status the request would have had
-            # (compute.v1 Operation.httpErrorStatusCode): the same classifier as a direct answer.
-            err = gexc.from_http_status(op.http_error_status_code, first.message,
-                                        errors=[{"reason": first.code, "message": first.message}])
-            raise classify(what, err, COMPUTE)
+        failure = operation_failure(op, what)
+        if failure is not None:
+            raise failure
+
+
+def operation_failure(op: Any, what: str, create: bool = False) -> Exception | None:
+    """The typed error a DONE Compute operation ended with, or None if it ended well."""
+    if not (op.error and op.error.errors):
+        return None
+    first = op.error.errors[0]
+    if not op.http_error_status_code:
+        return CloudError(f"{what}: {first.code}: {first.message}")
+    # A failed operation carries the HTTP status the request would have had
+    # (compute.v1 Operation.httpErrorStatusCode): the same classifier as a direct answer.
+    err = gexc.from_http_status(op.http_error_status_code, first.message,
+                                errors=[{"reason": first.code, "message": first.message}])
+    return classify(what, err, COMPUTE, create_operation=create)
 
 
 def _disk(d: Any) -> DiskInfo:

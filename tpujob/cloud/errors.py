@@ -40,6 +40,8 @@ NETWORK = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
 _RATE = re.compile(r"per ?minute|per ?second|requests per|rate limit", re.IGNORECASE)
 _STOCKOUT = re.compile(r"no more capacity in the zone|not have enough resources available|"
                        r"insufficient reserved capacity", re.IGNORECASE)
+_COMPUTE_STOCKOUTS = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+                      "RESOURCE_POOL_EXHAUSTED")
 _QUOTA = re.compile(r"quota limit '([^']*)' has been exceeded|quota '([^']*)' (?:exhausted|exceeded)",
                     re.IGNORECASE)
 _QUOTA_WHERE = re.compile(r"limit:?\s*[\d.]+\s+in\s+(region|zone)\s+([a-z0-9-]+)", re.IGNORECASE)
@@ -50,7 +52,8 @@ _QUOTA_SCOPE = re.compile(r"PerProjectPer(Zone|Region)", re.IGNORECASE)
 # (sayouzone/gemma3-sft tpu/README.md): the ErrorInfo reason decides where present.
 _LOCATION_POLICY = re.compile(r"permission denied on 'locations/([a-z0-9-]+)' \(or it may not exist\)",
                               re.IGNORECASE)
-_RESERVATION = re.compile(r"reservation\b[^.;]*\b(?:not found|does not exist|was not found)|"
+_RESERVATION = re.compile(r"reservation\b[^.;]*\b(?:not found|does not exist|was not found|"
+                          r"does not have available resources)|"
                           r"target reservation must be specified", re.IGNORECASE)
 _PREEMPTED = re.compile(r"not supported while in state PREEMPTED", re.IGNORECASE)
 _BILLING = re.compile(r"requires billing to be enabled|has billing disabled|billing account for "
@@ -220,6 +223,16 @@ RULES: tuple[Rule, ...] = (
          "terraform-provider-google#10222 / magic-modules#7297 (\"Error code 8, message: There is "
          "no more capacity in the zone\"); SkyPilot sky/backends failover handler (codes 8, 9); "
          "skypilot#4579"),
+    Rule("Compute Engine has no capacity (operation errors[].code ZONE_RESOURCE_POOL_EXHAUSTED, "
+         "_WITH_DETAILS or RESOURCE_POOL_EXHAUSTED, \"The zone '...' does not have enough resources "
+         "available to fulfill the request.\", HTTP 503 on the operation): StockoutError, backoff then "
+         "the next placement; quota cannot fix it",
+         lambda a: a.reason in _COMPUTE_STOCKOUTS or (a.service == "compute.googleapis.com"
+                                                        and bool(_STOCKOUT.search(a.text))),
+         lambda a: StockoutError(a.message),
+         "cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability "
+         "(official: the code and wording); scylladb/scylla-cluster-tests#12477 (the 503 on the "
+         "operation); kubernetes/autoscaler cloudprovider/gce (RESOURCE_POOL_EXHAUSTED)"),
     Rule("resource quota spent (429 \"Quota limit '...' has been exceeded. Limit: 0 in region R\", "
          "QuotaFailure \"Quota '...' exhausted. Limit N in region R\" or \"... in zone Z\", in the "
          "message or in google.rpc.QuotaFailure violations): QuotaExceeded with its scope (zone or "
@@ -256,7 +269,9 @@ RULES: tuple[Rule, ...] = (
          lambda a: bool(_RESERVATION.search(a.text)) and not isinstance(a.err, _EXHAUSTED), _reservation,
          "hashicorp/terraform-provider-google#24153 (\"Error code 3, message: Cloud TPU received an "
          "invalid argument. A target reservation must be specified when the host project has at least "
-         "one ...\"); \"Reservation not found\": issue 22's wording, no public TPU payload found"),
+         "one ...\"); \"Reservation not found\": issue 22's wording, no public TPU payload found; "
+         "Compute Engine's \"Specified reservation 'R' does not exist.\" and \"... does not have available "
+         "resources for the request.\" (kubernetes/autoscaler cloudprovider/gce)"),
     Rule("403 billing disabled (ErrorInfo BILLING_DISABLED, \"This API method requires billing to be "
          "enabled\", \"has billing disabled\") or a free-trial billing account: BillingDisabled with "
          "the billing fix (exit 6)",

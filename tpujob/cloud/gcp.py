@@ -20,7 +20,7 @@ from google.protobuf import duration_pb2
 from tpujob.cloud import multislice
 from tpujob.cloud.base import Host, MaintenanceWindow, Slice, SlicePhase, SliceRequest, TpuResource, slice_phase
 from tpujob.cloud.errors import classify, invoke, new_retry, status_error
-from tpujob.errors import CloudError, CloudRefused, ConflictError, NotFoundError, UsageError
+from tpujob.errors import CloudError, CloudRefused, ConfigError, ConflictError, NotFoundError, UsageError
 from tpujob.names import node_names
 
 class GcpCloud:
@@ -47,6 +47,11 @@ class GcpCloud:
         kwargs.setdefault("retry_maximum", 0.5)
         kwargs.setdefault("poll_interval", 0.05)
         return cls(endpoint=endpoint, credentials=AnonymousCredentials(), **kwargs)
+
+    def for_api(self, api: str) -> GcpCloud:
+        if api != "tpu-vm":
+            raise ConfigError(f"a job on the {api!r} API needs tpujob.cloud.apis.TpuApis, not the TPU API alone")
+        return self
 
     # ---- create -----------------------------------------------------------------------------
 

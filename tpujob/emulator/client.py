@@ -45,6 +45,12 @@ class EmulatorClient:
         return self._request("POST", "stockout",
                              {"zone": zone, "acceleratorType": accelerator_type, "clear": clear})
 
+    def reserve(self, project: str, zone: str, name: str, machine_type: str, count: int = 1) -> dict:
+        """A specific reservation of `count` VMs of `machine_type` (0: remove it), for the
+        Compute Engine path's `provisioning: reservation` (emulator/tpu_vms.py)."""
+        return self._request("POST", "reservations", {"project": project, "zone": zone, "name": name,
+                                                      "machineType": machine_type, "count": count})
+
     def set_faults(self, api_error_rate: float | None = None,
                    provisioning_delay: float | None = None,
                    hostkeys_delay: float | None = None) -> dict:

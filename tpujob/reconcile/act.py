@@ -22,7 +22,7 @@ from tpujob.errors import (
     HostsUnreachable, SetupFailed, SlicePreempted, SshAuthRefused, StockoutError, TpujobError, UsageError,
 )
 from tpujob.faults import crash_point
-from tpujob.job_spec import spec_of
+from tpujob.job_spec import api_of, spec_of
 from tpujob.names import nodes_to_delete, own_nodes, slice_labels
 from tpujob.reconcile import elastic_act, placement as placing
 from tpujob.reconcile.actions import (
@@ -155,7 +155,7 @@ class Actor:
             elastic_act.delete_lost(self, turn, action)
             return done()
         if turn.attempt is not None:
-            self.cloud.delete_slice(turn.job.project, turn.attempt.zone, turn.attempt.slice_name,
+            self.cloud.for_api(api_of(turn.job)).delete_slice(turn.job.project, turn.attempt.zone, turn.attempt.slice_name,
                                     slices=turn.attempt.slices, nodes=nodes_to_delete(turn.attempt))
             crash_point("slice-deleted")
             self.store.add_event(turn.job.id, "slice", f"deleted slice {turn.attempt.slice_name}")
@@ -231,11 +231,11 @@ class Actor:
                                          slices=attempt.slices)
             created: Optional[Slice] = None
             if attempt.queued:
-                created = self.cloud.create_queued_resource(request)
+                created = self.cloud.for_api(request.api).create_queued_resource(request)
             else:
                 # Not waited for: the worker moves on, and the next sweep's listing shows the
                 # node CREATING, then READY (or, absent, its operation says why).
-                operation = self.cloud.request_node(request)
+                operation = self.cloud.for_api(request.api).request_node(request)
                 self.store.record_create_operation(job.id, attempt.number, operation)
         except ConflictError:
             # The slice exists: an earlier try of this very create got through. Adopt it.
@@ -277,10 +277,11 @@ class Actor:
         spec = spec_of(job)
         return SliceRequest(
             project=job.project, zone=attempt.zone, accelerator_type=attempt.accelerator,
-            runtime_version=runtime_version(spec, attempt.accelerator), provisioning=spec.spec.tpu.provisioning,
+            runtime_version=runtime_version(spec, attempt.accelerator), provisioning=spec.provisioning,
             labels=slice_labels(job.id, attempt.number),
             # The job's disks: clones made at the first attempt, reused after.
             ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt), metadata=self.metadata,
+            api=spec.api, reservation=spec.reservation, max_run_duration_seconds=spec.max_run_duration_seconds,
             **slice_network(spec), **fields)
 
     def _earlier_create(self, job: Job, attempt: Attempt) -> Optional[Outcome]:
@@ -295,7 +296,7 @@ class Actor:
             return None
         what = f"creating node {attempt.slice_name}"
         try:
-            if not self.cloud.operation_done(attempt.create_operation, what, create=True):
+            if not self.cloud.for_api(api_of(job)).operation_done(attempt.create_operation, what, create=True):
                 return retry_after(0, f"the create of {attempt.slice_name} is under way")
         except NotFoundError:
             pass
@@ -314,7 +315,7 @@ class Actor:
         return None
 
     def _slice_of(self, job: Job, attempt: Attempt) -> Slice:
-        return self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+        return self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
                                    nodes=own_nodes(attempt))
 
     def _set_up(self, turn: _Turn, action: SetUp) -> Outcome:

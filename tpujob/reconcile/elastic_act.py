@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from tpujob.cloud.multislice import surviving_hosts
 from tpujob.errors import ConflictError, TpujobError
-from tpujob.job_spec import spec_of
+from tpujob.job_spec import api_of, spec_of
 from tpujob.names import attempt_nodes, growing_nodes, slice_name
 from tpujob.store.states import State
 
@@ -40,7 +40,7 @@ def delete_lost(actor: Actor, turn: _Turn, action: DeleteSlice) -> None:
     nodes = attempt_nodes(turn.attempt)
     lost = [nodes[k] for k in turn.slice.lost_slices if k < len(nodes)]
     for node in lost:
-        actor.cloud.delete_node(turn.job.project, turn.attempt.zone, node)
+        actor.cloud.for_api(api_of(turn.job)).delete_node(turn.job.project, turn.attempt.zone, node)
     actor.store.add_event(turn.job.id, "slice", f"deleted lost slice{'s' if len(lost) > 1 else ''} {', '.join(lost)}")
 
 
@@ -77,7 +77,7 @@ def grow_slices(actor: Actor, turn: _Turn, action: GrowSlices) -> Outcome:
     names = [f"{prefix}-{k}" for k in range(attempt.slices, attempt.slices + missing)]
     request = actor.slice_request(job, attempt, name=prefix, slices=len(names), node_ids=tuple(names))
     try:
-        operation = actor.cloud.request_node(request)
+        operation = actor.cloud.for_api(request.api).request_node(request)
     except ConflictError:
         operation = ""  # an earlier try made them: followed by name from now on
     operations = operation.split() if operation else []
@@ -93,7 +93,7 @@ def drop_growth(actor: Actor, turn: _Turn, action: DropGrowth) -> Outcome:
 
     job, attempt = turn.job, turn.attempt
     for node in growing_nodes(attempt):
-        actor.cloud.delete_node(job.project, attempt.zone, node)
+        actor.cloud.for_api(api_of(job)).delete_node(job.project, attempt.zone, node)
     actor.store.record_growing(job.id, attempt.number, json.dumps({"failed_at": actor.clock()}))
     actor.store.add_event(job.id, "slice", f"could not grow back: {action.why}; trying again after the backoff")
     return done()

@@ -9,6 +9,7 @@ from typing import Callable, Optional, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase
 from tpujob.cloud.multislice import pick
+from tpujob.job_spec import api_of
 from tpujob.names import growing_state, own_nodes
 from tpujob.errors import (
     LocationDenied, PlacementUnavailable, QuotaExceeded, SlicePreempted, StockoutError, TpujobError,
@@ -97,9 +98,10 @@ class Observer:
         whose permission was revoked) must not blind the sweep to every other zone."""
         seen: Slices = {}
         failed: dict[tuple[str, str], str] = {}
-        for project, zone in sorted({(j.project, j.zone) for j in jobs if j.attempt > 0}):
+        # Per API too: a zone's Compute Engine TPU VMs are another list than its TPU nodes.
+        for project, zone, api in sorted({(j.project, j.zone, api_of(j)) for j in jobs if j.attempt > 0}):
             try:
-                listed = self.cloud.list_slices(project, zone)
+                listed = self.cloud.for_api(api).list_slices(project, zone)
             except TpujobError as exc:
                 failed[(project, zone)] = str(exc)
                 continue
@@ -157,7 +159,7 @@ class Observer:
         found = listed_slice(slices, attempt)
         # The listing predates a change another actor made (a new attempt, a create): look again.
         if found is None and (job.state_since or 0) >= snapshot_at - 1:
-            found = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+            found = self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
                                              nodes=own_nodes(attempt))
         return found
 
@@ -209,7 +211,7 @@ class Observer:
         nodes = growing_state(attempt).get("nodes", {})
         if not nodes:
             return None, ""  # none asked for since the last failure
-        grown = self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=len(nodes),
+        grown = self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=len(nodes),
                                      nodes=list(nodes))
         if grown.phase == SlicePhase.READY:
             return "ready", ""
@@ -218,7 +220,7 @@ class Observer:
         if grown.phase == SlicePhase.GONE or any(k in grown.lost_slices for k in range(len(nodes))):
             operations = " ".join(op for op in nodes.values() if op)
             try:
-                if operations and not self.cloud.operation_done(operations, "growing back", create=True):
+                if operations and not self.cloud.for_api(api_of(job)).operation_done(operations, "growing back", create=True):
                     return "creating", ""
             except TpujobError as exc:
                 return "failed", str(exc)

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from tpujob.cloud.base import Cloud, SlicePhase
 from tpujob.errors import JobLocked, TpujobError
-from tpujob.job_spec import spec_of
+from tpujob.job_spec import api_of, spec_of
 from tpujob.names import format_job_id, growing_state, nodes_to_delete
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.act import Actor, Outcome
@@ -220,10 +220,10 @@ class Reconciler:
                 if not _frees_its_slice(self.store.get(job.id)):  # resumed (or kept) meanwhile
                     return None
                 # The sweep that ended it may have deleted it since this one's listing.
-                if self.cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                if self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
                                         nodes=nodes_to_delete(attempt)).phase == SlicePhase.GONE:
                     return None
-                self.cloud.delete_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                self.cloud.for_api(api_of(job)).delete_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
                                         nodes=nodes_to_delete(attempt))
                 self.store.add_event(job.id, "slice", f"deleted slice {attempt.slice_name}, left behind when the "
                                      "job ended (the sweep that ended it stopped before deleting it)")

@@ -69,12 +69,22 @@ class Context:
 def make_cloud(settings: Settings, start_emulator: bool = True):
     """The Cloud for the configured target: Google (ADC), or the local emulator, started first
     unless `start_emulator` is off (a look, e.g. `show`, starts nothing)."""
+    from tpujob.cloud.apis import TpuApis
     from tpujob.cloud.gcp import GcpCloud
 
+    labels = store_labels(settings)
+
+    def compute():  # built on a compute job's first call (google-cloud-compute is slow to import)
+        from tpujob.cloud.compute_tpu import ComputeTpuCloud
+
+        if settings.cloud == "gcp":
+            return ComputeTpuCloud(credentials=_google_credentials(), labels=labels)
+        return ComputeTpuCloud.for_emulator(info["compute_endpoint"], labels=labels)
+
     if settings.cloud == "gcp":
-        return GcpCloud(credentials=_google_credentials(), labels=store_labels(settings))
+        return TpuApis(GcpCloud(credentials=_google_credentials(), labels=labels), compute)
     info = local_emulator(start_emulator)
-    return GcpCloud.for_emulator(info["tpu_endpoint"], labels=store_labels(settings))
+    return TpuApis(GcpCloud.for_emulator(info["tpu_endpoint"], labels=labels), compute)
 
 
 def local_emulator(start: bool = True) -> dict:

@@ -22,7 +22,7 @@ from tpujob.hosts import program
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
-from tpujob.job_spec import spec_of
+from tpujob.job_spec import api_of, spec_of
 from tpujob.names import format_job_id, local_log_dir, own_nodes, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
@@ -131,7 +131,7 @@ class SshHostOps:
         recorded = _recorded_keys(self.ctx.store, job.id, attempt.number)
         if slice_.hosts and all(recorded.get(h.index) for h in slice_.hosts):
             return recorded
-        published = self.cloud.host_keys(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+        published = self.cloud.for_api(api_of(job)).host_keys(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
                                          nodes=own_nodes(attempt))
         keys = {i: v for i, v in published.items() if v} | recorded
         if slice_.hosts and all(keys.get(h.index) for h in slice_.hosts):

@@ -15,7 +15,7 @@ from tpujob.service.accounting import account
 from tpujob.service.context import Context, make_cloud, make_compute, make_storage
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
-from tpujob.job_spec import spec_of
+from tpujob.job_spec import api_of, spec_of
 from tpujob.names import (attempt_nodes, clone_name, format_job_id, growing_nodes, local_log_dir, nodes_text,
                           nodes_to_delete, own_nodes, slice_name, snapshot_name)
 from tpujob.store.states import ENDED, AttemptEnd, State
@@ -229,7 +229,7 @@ def _stop_program(ctx: Context, job, cloud) -> None:
     attempt = ctx.store.current_attempt(job.id)
     if attempt is None or attempt.ended_at is not None:
         return
-    slice_ = cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+    slice_ = cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
                            nodes=own_nodes(attempt))
     if slice_.phase != SlicePhase.READY:
         return
@@ -237,7 +237,7 @@ def _stop_program(ctx: Context, job, cloud) -> None:
     try:
         ops.stop_program(job, attempt, slice_)
     except CloudError:
-        if cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+        if cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
                            nodes=own_nodes(attempt)).phase == SlicePhase.READY:
             raise
         return  # preempted or deleted while we stopped it: its hosts took the program with them
@@ -281,10 +281,10 @@ def delete(ctx: Context, ref: str):
                     ctx.store.add_event(job.id, "hosts", f"stop failed, deleting anyway: {exc}")
             # Every attempt's slice, not just the current one: nothing is left behind.
             for zone in sorted({a.zone for a in attempts}):
-                listed = set(cloud.list_slices(job.project, zone))
+                listed = set(cloud.for_api(api_of(job)).list_slices(job.project, zone))
                 for a in sorted((a for a in attempts if a.zone == zone), key=lambda a: a.slice_name):
                     if listed & {a.slice_name, *attempt_nodes(a), *growing_nodes(a)}:
-                        cloud.delete_slice(job.project, zone, a.slice_name, slices=a.slices,
+                        cloud.for_api(api_of(job)).delete_slice(job.project, zone, a.slice_name, slices=a.slices,
                                            nodes=nodes_to_delete(a))
                         ctx.store.add_event(job.id, "slice", f"deleted slice {a.slice_name}"
                                             + (f" ({a.slices} slices)" if a.slices > 1 else ""))

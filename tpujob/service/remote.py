@@ -57,9 +57,11 @@ def _attempt(ctx: Context, job, number: int | None):
 
 
 def _slice(cloud, job, attempt):
+    from tpujob.job_spec import api_of
+
     try:
-        return cloud.get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
-                               nodes=own_nodes(attempt))
+        return cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
+                                                    slices=attempt.slices, nodes=own_nodes(attempt))
     except NotFoundError:
         return None
 

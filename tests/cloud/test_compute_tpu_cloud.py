@@ -1,0 +1,122 @@
+"""The slice port over Compute Engine (ComputeTpuCloud) against the emulator: the instance it
+asks for, its phases from insert to preemption, and the errors a user sees, typed as the
+reconcile decides on them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpujob.cloud.base import SlicePhase, SliceRequest
+from tpujob.errors import ReservationUnavailable, StockoutError, UsageError
+
+PROJECT, ZONE = "tpujob-test", "us-east5-a"  # us-east5-a offers v6e and v5p (emulator/tpu_vm_rules.py)
+
+
+@pytest.fixture
+def compute(server):
+    from tpujob.cloud.compute_tpu import ComputeTpuCloud
+
+    return ComputeTpuCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05, poll_interval=0.01,
+                                        labels={"tpujob-store": "s1"})
+
+
+def request(name: str, accelerator: str = "v6e-8", **fields) -> SliceRequest:
+    return SliceRequest(project=PROJECT, zone=ZONE, name=name, accelerator_type=accelerator, api="compute",
+                        runtime_version="", labels={"tpujob-job": "000001"}, ssh_keys=("tpujob:ssh-ed25519 AAAA k",),
+                        **fields)
+
+
+def instance(server, name: str) -> dict:
+    from tpujob.emulator.payloads import ApiError
+
+    try:
+        return server.emulator.tpu_vms.get(PROJECT, ZONE, name)
+    except ApiError:
+        return {}
+
+
+def test_a_spot_v6e_8_is_one_instance_with_its_machine_type_image_and_scheduling(compute, server):
+    made = compute.create_node(request("vm1", provisioning="spot"))
+    assert (made.phase, made.node_state, made.accelerator_type) == (SlicePhase.READY, "RUNNING", "ct6e-standard-8t")
+    body = instance(server, "vm1")
+    assert body["machineType"].endswith("/zones/us-east5-a/machineTypes/ct6e-standard-8t")
+    assert body["scheduling"]["provisioningModel"] == "SPOT"
+    assert body["scheduling"]["onHostMaintenance"] == "TERMINATE"
+    assert body["labels"] == {"tpujob-store": "s1", "tpujob-job": "000001"}
+    keys = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    assert keys["ssh-keys"] == "tpujob:ssh-ed25519 AAAA k"
+    assert [h.index for h in made.hosts] == [0] and made.hosts[0].ip
+    listed = compute.list_slices(PROJECT, ZONE)
+    assert list(listed) == ["vm1"] and listed["vm1"].phase is SlicePhase.READY
+
+
+def test_a_preempted_spot_vm_reads_preempted_then_gone_once_deleted(compute, server):
+    compute.create_node(request("vm2", provisioning="spot"))
+    server.emulator.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/vm2", 0)
+    seen = compute.get_slice(PROJECT, ZONE, "vm2")
+    assert seen.phase is SlicePhase.PREEMPTED and seen.node_state in ("STOPPING", "TERMINATED")
+    compute.delete_slice(PROJECT, ZONE, "vm2")
+    assert compute.get_slice(PROJECT, ZONE, "vm2").phase is SlicePhase.GONE
+    compute.delete_slice(PROJECT, ZONE, "vm2")  # a missing instance's delete succeeds
+
+
+def test_a_stockout_is_a_stockout_error_with_googles_words(compute, server):
+    server.emulator.stockout(ZONE, "ct6e-standard-8t", False)
+    try:
+        with pytest.raises(StockoutError, match="does not have enough resources available"):
+            compute.create_node(request("vm3"))
+    finally:
+        server.emulator.stockout(ZONE, "ct6e-standard-8t", clear=True)
+    assert compute.get_slice(PROJECT, ZONE, "vm3").phase is SlicePhase.GONE
+
+
+def test_a_reservation_that_does_not_exist_ends_the_create_with_its_message(compute):
+    with pytest.raises(ReservationUnavailable, match="Specified reservation 'missing' does not exist"):
+        compute.create_node(request("vm4", provisioning="reservation", reservation="missing"))
+
+
+def test_a_reservation_that_exists_is_consumed_by_name(compute, server):
+    server.emulator.tpu_vms.reserve(PROJECT, ZONE, "res1", "ct6e-standard-8t", 1)
+    made = compute.create_node(request("vm5", provisioning="reservation", reservation="res1"))
+    assert made.phase is SlicePhase.READY
+    body = instance(server, "vm5")
+    assert body["scheduling"]["provisioningModel"] == "RESERVATION_BOUND"
+    assert body["reservationAffinity"] == {"consumeReservationType": "SPECIFIC_RESERVATION",
+                                           "key": "compute.googleapis.com/reservation-name", "values": ["res1"]}
+
+
+def test_flex_start_waits_queued_then_runs(compute, server):
+    server.emulator.set_faults(None, provisioning_delay=0.3)
+    operation = compute.request_node(request("vm6", provisioning="flex-start", max_run_duration_seconds=3600))
+    assert compute.get_slice(PROJECT, ZONE, "vm6").phase is SlicePhase.QUEUED
+    assert instance(server, "vm6")["scheduling"]["maxRunDuration"] == {"seconds": "3600"}
+    import time
+
+    deadline = time.monotonic() + 10
+    while not compute.operation_done(operation, "creating vm6", create=True):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert compute.get_slice(PROJECT, ZONE, "vm6").phase is SlicePhase.READY
+
+
+def test_a_multi_host_slice_and_queued_resources_are_refused_before_any_call(compute):
+    calls = compute.api_calls
+    with pytest.raises(UsageError, match="needs 4 hosts"):
+        compute.request_node(request("vm7", accelerator="v6e-16"))
+    with pytest.raises(UsageError, match="queued resources belong to the Cloud TPU API"):
+        compute.create_queued_resource(request("vm8"))
+    assert compute.api_calls == calls
+
+
+def test_the_router_sends_each_api_its_own_calls(server):
+    from tpujob.cloud.apis import TpuApis
+    from tpujob.cloud.compute_tpu import ComputeTpuCloud
+    from tpujob.cloud.gcp import GcpCloud
+
+    tpu = GcpCloud.for_emulator(server.url)
+    made = []
+    apis = TpuApis(tpu, lambda: made.append(1) or ComputeTpuCloud.for_emulator(server.url))
+    assert apis.for_api("tpu-vm") is tpu and made == []   # never built for a TPU-API store
+    assert isinstance(apis.for_api("compute"), ComputeTpuCloud) and apis.for_api("compute") is apis.for_api("compute")
+    assert made == [1]
+    assert apis.list_slices(PROJECT, "us-central2-b") == {}   # the rest is the TPU API's

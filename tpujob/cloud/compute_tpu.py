@@ -1,0 +1,260 @@
+"""The Cloud protocol over Compute Engine (google-cloud-compute, REST): a TPU VM is an instance
+with a TPU machine type. Google's path for TPU7x and later, and for flex-start and reservations
+(docs/compute-engine.md; shared/facts/compute-engine-tpu.md has every fact with its source).
+
+This module serves single-host slices (one instance). A slice of several hosts (a workload
+policy, an instance template and a BULK managed instance group) is refused here until it is
+built. Import lazily: compute_v1 costs seconds to import.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import compute_v1
+
+from tpujob.catalogue import compute_shape
+from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, TpuResource
+from tpujob.cloud.compute import COMPUTE, operation_failure, rfc3339
+from tpujob.cloud.errors import invoke, new_retry
+from tpujob.errors import CloudError, ConfigError, NotFoundError, UsageError
+
+# compute.v1 discovery, Instance.status, to the phases the reconcile decides on. PENDING is
+# flex-start "waiting for available capacity from Dynamic Workload Scheduler": queued.
+# TERMINATED is how a preempted Spot VM (instanceTerminationAction STOP) or a failed one
+# stays: "must be deleted and recreated" (cloud.google.com/tpu/docs/spot-compute), the same
+# remedy as a preempted node. STOPPING/PENDING_STOP lead there. SUSPENDED is not asked for by
+# tpujob: a VM found so is as good as lost. REPAIRING: Google restarts a failed on-demand,
+# flex-start or reserved TPU VM on healthy hardware (cloud.google.com/tpu/docs/failure-recovery).
+INSTANCE_PHASES: dict[str, SlicePhase] = {
+    "PENDING": SlicePhase.QUEUED,
+    "PROVISIONING": SlicePhase.PROVISIONING,
+    "STAGING": SlicePhase.PROVISIONING,
+    "REPAIRING": SlicePhase.PROVISIONING,
+    "RUNNING": SlicePhase.READY,
+    "PENDING_STOP": SlicePhase.PREEMPTED,
+    "STOPPING": SlicePhase.PREEMPTED,
+    "TERMINATED": SlicePhase.PREEMPTED,
+    "STOPPED": SlicePhase.PREEMPTED,
+    "SUSPENDING": SlicePhase.FAILED,
+    "SUSPENDED": SlicePhase.FAILED,
+    "DEPROVISIONING": SlicePhase.DELETING,
+}
+# Compute Engine's TPU machine types (cloud.google.com/compute/docs/tpus/tpu-machines): what
+# tells a TPU VM from the project's other instances in a listing.
+TPU_MACHINE_PREFIXES = ("ct5p-", "ct6e-", "tpu7x-")
+# provisioning (the spec's) -> scheduling.provisioningModel (compute.v1 discovery, Scheduling).
+PROVISIONING_MODELS = {"spot": "SPOT", "on-demand": "STANDARD", "flex-start": "FLEX_START",
+                       "reservation": "RESERVATION_BOUND"}
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"  # ReservationAffinity.key
+# `instances create` gives no cloud-platform scope unless asked (facts: xbill9/gemma4-dev
+# HARDWARE.md); a TPU-API VM had it, and the runtime reads and writes Cloud Storage.
+SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+
+
+class ComputeTpuCloud:
+    """TPU VMs as Compute Engine instances. `api_calls` counts every request sent."""
+
+    def __init__(self, endpoint: str | None = None, credentials: Any = None,
+                 retry_initial: float = 1.0, retry_maximum: float = 30.0,
+                 retry_deadline: float = 300.0, poll_interval: float = 2.0,
+                 labels: dict[str, str] | None = None):
+        options = {"api_endpoint": endpoint} if endpoint else None
+        kwargs = dict(transport="rest", credentials=credentials, client_options=options)
+        self._instances = compute_v1.InstancesClient(**kwargs)
+        self._zone_ops = compute_v1.ZoneOperationsClient(**kwargs)
+        self._retry = new_retry(retry_initial, retry_maximum, retry_deadline)
+        self.poll_interval = poll_interval
+        self.labels = dict(labels or {})  # on every instance created (the store's id)
+        self.api_calls = 0
+        self._count_lock = threading.Lock()
+
+    @classmethod
+    def for_emulator(cls, endpoint: str, **kwargs: Any) -> ComputeTpuCloud:
+        kwargs.setdefault("retry_initial", 0.05)
+        kwargs.setdefault("retry_maximum", 0.5)
+        kwargs.setdefault("poll_interval", 0.05)
+        return cls(endpoint=endpoint, credentials=AnonymousCredentials(), **kwargs)
+
+    def for_api(self, api: str) -> ComputeTpuCloud:
+        if api != "compute":
+            raise ConfigError(f"a job on the {api!r} API needs tpujob.cloud.apis.TpuApis, not Compute Engine alone")
+        return self
+
+    # ---- create -----------------------------------------------------------------------------
+
+    def create_node(self, request: SliceRequest, timeout: float = 1800.0) -> Slice:
+        """Create the instance and wait for its insert (RUNNING, PENDING for flex-start, or a
+        typed error: StockoutError on ZONE_RESOURCE_POOL_EXHAUSTED)."""
+        operation = self.request_node(request)
+        deadline = time.monotonic() + timeout
+        while not self.operation_done(operation, f"creating instance {request.name}", create=True):
+            if time.monotonic() > deadline:
+                raise CloudError(f"creating instance {request.name}: not done after {timeout:g} s")
+            time.sleep(self.poll_interval)
+        return self.get_slice(request.project, request.zone, request.name)
+
+    def request_node(self, request: SliceRequest) -> str:
+        """Insert the instance; its zone operation's path, not waited for."""
+        instance = self._instance(request)
+        op = self._call(f"creating instance {request.name}", self._instances.insert,
+                        project=request.project, zone=request.zone, instance_resource=instance)
+        return f"projects/{request.project}/zones/{request.zone}/operations/{op.name}"
+
+    def operation_done(self, name: str, what: str, create: bool = False) -> bool:
+        """Whether the zone operation (`projects/P/zones/Z/operations/N`) has ended well; one that
+        ended with an error raises it, typed."""
+        _, project, _, zone, _, op_name = name.split("/")
+        op = self._call(what, self._zone_ops.get, project=project, zone=zone, operation=op_name)
+        if op.status != compute_v1.Operation.Status.DONE:
+            return False
+        failure = operation_failure(op, what, create=create)
+        if failure is not None:
+            raise failure
+        return True
+
+    def create_queued_resource(self, request: SliceRequest, timeout: float = 300.0) -> Slice:
+        raise UsageError("queued resources belong to the Cloud TPU API: on the Compute Engine path "
+                         "set tpu.queued: false (flex-start waits for capacity instead)")
+
+    def _instance(self, request: SliceRequest) -> compute_v1.Instance:
+        shape = compute_shape(request.accelerator_type)
+        if shape.hosts != 1 or request.slices != 1:
+            raise UsageError(f"{request.accelerator_type} needs {shape.hosts} hosts: a multi-host slice "
+                             "on the Compute Engine path (a managed instance group) is not built yet")
+        model = PROVISIONING_MODELS.get(request.provisioning)
+        if model is None:
+            raise UsageError(f"provisioning {request.provisioning!r} is not offered on the Compute Engine "
+                             f"path: use {', '.join(PROVISIONING_MODELS)}")
+        zone = request.zone
+        metadata = dict(request.metadata)
+        if request.ssh_keys:
+            metadata["ssh-keys"] = "\n".join(filter(None, [metadata.get("ssh-keys"), *request.ssh_keys]))
+        # TPU VMs cannot live-migrate: onHostMaintenance TERMINATE (facts: Google's create
+        # command). Spot and flex-start are not restarted by Compute Engine after a stop.
+        scheduling = compute_v1.Scheduling(on_host_maintenance="TERMINATE", provisioning_model=model,
+                                           automatic_restart=model in ("STANDARD", "RESERVATION_BOUND"))
+        if model == "SPOT":
+            scheduling.instance_termination_action = "STOP"  # a preempted VM stays, TERMINATED
+        if model == "FLEX_START":
+            scheduling.instance_termination_action = "DELETE"
+            scheduling.max_run_duration = compute_v1.Duration(seconds=request.max_run_duration_seconds or 0)
+        instance = compute_v1.Instance(
+            name=request.name, machine_type=f"zones/{zone}/machineTypes/{shape.machine_type}",
+            labels={**self.labels, **request.labels},
+            metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in metadata.items()]),
+            disks=[compute_v1.AttachedDisk(
+                boot=True, auto_delete=True,
+                initialize_params=compute_v1.AttachedDiskInitializeParams(
+                    source_image=f"projects/{shape.image_project}/global/images/family/{shape.image_family}",
+                    disk_type=f"zones/{zone}/diskTypes/{shape.boot_disk_type}"))]
+            + [compute_v1.AttachedDisk(source=d.source, mode="READ_ONLY" if d.read_only else "READ_WRITE")
+               for d in request.data_disks],
+            network_interfaces=[compute_v1.NetworkInterface(
+                network=request.network or "global/networks/default",
+                subnetwork=request.subnetwork or None,
+                access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")]
+                if request.external_ips else [])],
+            tags=compute_v1.Tags(items=list(request.tags)),
+            scheduling=scheduling,
+            service_accounts=[compute_v1.ServiceAccount(email="default", scopes=list(SCOPES))])
+        if model == "RESERVATION_BOUND":
+            instance.reservation_affinity = compute_v1.ReservationAffinity(
+                consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_KEY,
+                values=[request.reservation or ""])
+        return instance
+
+    # ---- read -------------------------------------------------------------------------------
+
+    def get_slice(self, project: str, zone: str, name: str, slices: int = 1,
+                  nodes: Sequence[str] = ()) -> Slice:
+        try:
+            instance = self._call(f"getting instance {name}", self._instances.get,
+                                  project=project, zone=zone, instance=name)
+        except NotFoundError:
+            return Slice(name=name, zone=zone, phase=SlicePhase.GONE)
+        return _slice(instance, zone)
+
+    def list_slices(self, project: str, zone: str) -> dict[str, Slice]:
+        """Every TPU VM of the zone, from one instances list."""
+        return {i.name: _slice(i, zone) for i in self._tpu_instances(project, zone)}
+
+    def list_tpu_resources(self, project: str, zone: str) -> list[TpuResource]:
+        return [TpuResource("instance", i.name, zone, i.status, labels=dict(i.labels),
+                            created=rfc3339(i.creation_timestamp), accelerator_type=_short(i.machine_type),
+                            hosts=_hosts(i), data_disks=tuple(_short(d.source) for d in i.disks if not d.boot),
+                            spot=i.scheduling.provisioning_model == "SPOT", metadata=_metadata(i))
+                for i in self._tpu_instances(project, zone)]
+
+    def host_keys(self, project: str, zone: str, name: str, slices: int = 1,
+                  nodes: Sequence[str] = ()) -> dict[int, list[str]]:
+        """The VM's SSH host keys ("TYPE BASE64") from its `hostkeys/` guest attributes."""
+        answer = self._call(f"reading host keys of {name}", self._instances.get_guest_attributes,
+                            project=project, zone=zone, instance=name, query_path="hostkeys/")
+        return {0: [f"{item.key} {item.value}" for item in answer.query_value.items
+                    if item.namespace == "hostkeys"]}
+
+    # ---- delete -----------------------------------------------------------------------------
+
+    def delete_node(self, project: str, zone: str, name: str, timeout: float = 600.0) -> None:
+        what = f"deleting instance {name}"
+        try:
+            op = self._call(what, self._instances.delete, project=project, zone=zone, instance=name)
+        except NotFoundError:
+            return
+        operation = f"projects/{project}/zones/{zone}/operations/{op.name}"
+        deadline = time.monotonic() + timeout
+        while not self.operation_done(operation, what):
+            if time.monotonic() > deadline:
+                raise CloudError(f"{what}: not done after {timeout:g} s")
+            time.sleep(self.poll_interval)
+
+    def delete_queued_resource(self, project: str, zone: str, name: str, timeout: float = 600.0) -> None:
+        return None  # none on this path
+
+    def delete_slice(self, project: str, zone: str, name: str, timeout: float = 600.0,
+                     slices: int = 1, nodes: Sequence[str] = ()) -> None:
+        self.delete_node(project, zone, name, timeout)
+
+    # ---- plumbing ---------------------------------------------------------------------------
+
+    def _tpu_instances(self, project: str, zone: str) -> list[compute_v1.Instance]:
+        items = self._call(f"listing instances in {zone}",
+                           lambda: list(self._instances.list(project=project, zone=zone)))
+        return [i for i in items if _short(i.machine_type).startswith(TPU_MACHINE_PREFIXES)]
+
+    def _call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        def attempt() -> Any:
+            with self._count_lock:
+                self.api_calls += 1
+            return fn(*args, **kwargs)
+
+        return invoke(self._retry, what, attempt, COMPUTE)
+
+
+def _short(ref: str) -> str:
+    return ref.rstrip("/").rsplit("/", 1)[-1] if ref else ""
+
+
+def _hosts(instance: compute_v1.Instance) -> tuple[Host, ...]:
+    nic = instance.network_interfaces[0] if instance.network_interfaces else None
+    if nic is None or not nic.network_i_p:
+        return ()
+    external = nic.access_configs[0].nat_i_p if nic.access_configs else ""
+    return (Host(0, nic.network_i_p, external or None),)
+
+
+def _metadata(instance: compute_v1.Instance) -> dict[str, str]:
+    return {item.key: item.value for item in instance.metadata.items}
+
+
+def _slice(instance: compute_v1.Instance, zone: str) -> Slice:
+    phase = INSTANCE_PHASES.get(instance.status, SlicePhase.FAILED)
+    return Slice(name=instance.name, zone=zone, phase=phase, node_state=instance.status,
+                 accelerator_type=_short(instance.machine_type),
+                 hosts=_hosts(instance) if phase == SlicePhase.READY else (),
+                 labels=dict(instance.labels), detail=instance.status_message or "",
+                 node_create_time=rfc3339(instance.creation_timestamp), metadata=_metadata(instance))
