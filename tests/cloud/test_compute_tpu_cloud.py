@@ -48,6 +48,8 @@ def test_a_spot_v6e_8_is_one_instance_with_its_machine_type_image_and_scheduling
     assert [h.index for h in made.hosts] == [0] and made.hosts[0].ip
     listed = compute.list_slices(PROJECT, ZONE)
     assert list(listed) == ["vm1"] and listed["vm1"].phase is SlicePhase.READY
+    keys = compute.host_keys(PROJECT, ZONE, "vm1")   # guest attributes, hostkeys/ (none published: no hosts)
+    assert list(keys) == [0] and all(" " in k for k in keys[0])
 
 
 def test_a_preempted_spot_vm_reads_preempted_then_gone_once_deleted(compute, server):

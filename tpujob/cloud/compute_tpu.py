@@ -193,7 +193,8 @@ class ComputeTpuCloud:
                   nodes: Sequence[str] = ()) -> dict[int, list[str]]:
         """The VM's SSH host keys ("TYPE BASE64") from its `hostkeys/` guest attributes."""
         answer = self._call(f"reading host keys of {name}", self._instances.get_guest_attributes,
-                            project=project, zone=zone, instance=name, query_path="hostkeys/")
+                            request=compute_v1.GetGuestAttributesInstanceRequest(
+                                project=project, zone=zone, instance=name, query_path="hostkeys/"))
         return {0: [f"{item.key} {item.value}" for item in answer.query_value.items
                     if item.namespace == "hostkeys"]}
 

@@ -147,6 +147,7 @@ class Reconciler:
         poll = max(float(getattr(self.cloud, "poll_interval", 2.0)), MIN_FOLLOW_POLL)
         following = self._creating({job_id: None for job_id in job_ids})
         decided = {job_id: time.monotonic() for job_id in following}
+        waiting: set[int] = set()  # a flex-start VM waiting for capacity: hours, not a create's minutes
         while following and time.monotonic() + poll < deadline:
             time.sleep(poll)
             jobs = [job for job, _ in following.values()]
@@ -155,13 +156,16 @@ class Reconciler:
             changed = []
             for job, attempt in following.values():
                 listed = listed_slice(slices, attempt)
+                if listed is not None and listed.phase == SlicePhase.QUEUED:
+                    waiting.add(job.id)  # decided on once more below, then left to the next sweeps
                 if (job.project, job.zone) not in blind and (
                         listed is None or listed.phase != SlicePhase.PROVISIONING
                         or time.monotonic() - decided[job.id] >= FOLLOW_RECHECK_SECONDS):
                     changed.append(job)
                     decided[job.id] = time.monotonic()
             self._act_all_reported(changed, slices, snapshot_at, report)
-            following = self._creating({job_id: attempt.number for job_id, (_, attempt) in following.items()})
+            following = self._creating({job_id: attempt.number for job_id, (_, attempt) in following.items()
+                                        if job_id not in waiting})
 
     def _creating(self, wanted: dict[int, Optional[int]]) -> dict[int, tuple[Job, Attempt]]:
         """The jobs among these whose node create is under way, with that attempt; given an

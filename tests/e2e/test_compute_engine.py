@@ -1,0 +1,124 @@
+"""Jobs on Compute Engine TPU VMs (`tpu.api: compute`) against the emulator, through the CLI a
+user runs: the bundled runtime to SUCCEEDED through a preemption (beside the same job on the
+Cloud TPU API), a flex-start job that waits for capacity, then runs, and a reservation that
+does not exist ending the placement with Google's words."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from reconcile_helpers import local_bucket, project  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.slow
+
+STEPS = 40
+RUNTIME = f"""\
+run_dir: gs://BUCKET/runs
+requeue: {{backoff_seconds: 0, min_run_seconds: 0, max_preemptions: 2, max_failures: 0}}
+run:
+  runtime:
+    model: tiny
+    steps: {STEPS}
+    batch_size: 8
+    seq_len: 64
+    checkpoint_every: 1000   # only the SIGTERM save and the final one: saves on gcsfuse are slow
+    log_every: 5
+    heartbeat_every_s: 1
+"""
+SLEEPER = """\
+requeue: {backoff_seconds: 0, min_run_seconds: 0, max_failures: 0}
+run: {command: 'sleep 600'}
+"""
+# Zones no other test uses: a stockout or a reservation here touches only these tests.
+APIS = {
+    "tpu-vm": ("v4-8", "us-central2-b", "projects/{project}/locations/{zone}/nodes/{name}"),
+    "compute": ("v6e-8", "us-east4-a", "projects/{project}/zones/{zone}/instances/{name}"),
+}
+
+
+def _show(cli, name: str) -> dict:
+    result = cli("show", "--json", name)
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def _requeue_until(cli, name: str, done, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = cli("requeue")
+        assert result.code == 0, result.err
+        data = _show(cli, name)
+        if done(data):
+            return data
+        assert time.monotonic() < deadline, json.dumps(data, indent=1)[-3000:]
+        time.sleep(0.5)
+
+
+def _create(cli, tmp_path, name: str, tpu: str, body: str) -> None:
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(f"name: {name}\ntpu: {tpu}\n{body}")
+    result = cli("create", spec)
+    assert result.code == 0, result.err
+
+
+@pytest.mark.parametrize("api", sorted(APIS))
+def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local_cloud, shared_emulator, project,
+                                                                 tmp_path):  # noqa: F811 - fixture
+    accelerator, zone, ref = APIS[api]
+    bucket = local_bucket(shared_emulator, project, "ce")
+    name = f"ce-{api}"
+    _create(cli, tmp_path, name, f"{{accelerator: {accelerator}, zone: {zone}, api: {api}, queued: false}}",
+            RUNTIME.replace("BUCKET", bucket.name))
+
+    data = _requeue_until(cli, name, lambda d: (d["attempts"][0]["last_step"] or 0) >= 3, timeout=120)
+    first = data["attempts"][0]["slice_name"]
+    if api == "compute":  # a Compute Engine instance of the accelerator's machine type
+        (vm,) = [i for i in _instances(local_cloud, project, zone) if i["name"] == first]
+        assert vm["machineType"].endswith("/machineTypes/ct6e-standard-8t") and vm["status"] == "RUNNING"
+    local_cloud.preempt(ref.format(project=project, zone=zone, name=first), grace_seconds=30)
+
+    data = _requeue_until(cli, name, lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=180)
+    assert data["state"] == "SUCCEEDED", [e["message"] for e in data["events"]]
+    assert [(a["number"], a["end_reason"]) for a in data["attempts"]] == [(1, "preempted"), (2, "succeeded")]
+    assert data["attempts"][1]["slice_name"] != first
+    assert data["attempts"][1]["resumed_from_step"] is not None
+    if api == "compute":  # both VMs deleted: the preempted one and the one that finished
+        assert [i["name"] for i in _instances(local_cloud, project, zone)] == []
+
+
+def test_a_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path):  # noqa: F811
+    zone = "asia-south1-b"
+    local_cloud.stockout(zone, "ct6e-standard-8t")
+    try:
+        _create(cli, tmp_path, "flex", f"{{accelerator: v6e-8, zone: {zone}, api: compute, provisioning: flex-start, "
+                                       "max_run_duration: 2h}", SLEEPER)
+        assert cli("requeue").code == 0
+        for _ in range(3):   # sweeps pass while the VM waits: nothing ends, nothing is made twice
+            assert cli("requeue").code == 0
+            data = _show(cli, "flex")
+            assert (data["state"], data["attempt"]) == ("PROVISIONING", 1), data["events"][-3:]
+    finally:
+        local_cloud.stockout(zone, "ct6e-standard-8t", clear=True)
+    data = _requeue_until(cli, "flex", lambda d: d["state"] == "RUNNING", timeout=60)
+    assert [a["end_reason"] for a in data["attempts"]] == [None]
+
+
+def test_a_reservation_that_does_not_exist_ends_the_placement_with_its_message(cli, local_cloud, project,
+                                                                                tmp_path):  # noqa: F811
+    zone = "us-east4-b"
+    _create(cli, tmp_path, "resv", f"{{accelerator: v6e-8, zone: {zone}, api: compute, provisioning: reservation, "
+                                   "reservation: nope}", SLEEPER)
+    data = _requeue_until(cli, "resv", lambda d: d["attempts"] and d["attempts"][0]["end_reason"], timeout=60)
+    said = " ".join(e["message"] for e in data["events"])
+    assert "Specified reservation 'nope' does not exist" in said, said
+    assert data["attempts"][0]["slice_name"] not in {r["name"] for r in _instances(local_cloud, project, zone)}
+
+
+def _instances(client, project: str, zone: str) -> list[dict]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{client.url}/compute/v1/projects/{project}/zones/{zone}/instances") as answer:
+        return json.loads(answer.read()).get("items", [])
