@@ -13,11 +13,14 @@ import math
 import random
 import string
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from werkzeug.routing import Rule
 
-from tpujob.emulator.payloads import ApiError, check_id, copy_json, now, read_json
+from tpujob.emulator.oslogin import host_login
+from tpujob.emulator.payloads import (ApiError, VirtualHost, authorized_keys, check_id, copy_json,
+                                      host_ip, now, read_json)
 from tpujob.emulator.tpu_vm_rules import WORDINGS, machine_type, scheduling
 from tpujob.emulator.tpu_vms import Instance
 from tpujob.emulator.zone_operations import API_ROOT, operation_error, refusal
@@ -265,21 +268,32 @@ class TpuMigs:
                 inst.body["status"] = "STAGING"
                 self.vms._instances[inst.ref] = inst
                 insts.append(inst)
+        # The template's metadata reaches every VM (each VM's body carries it, as one
+        # instances.insert's does), so its ssh-keys and OS Login let in on every host, as
+        # tpu_vms.TpuVms._start_hosts does for a lone VM.
+        metadata = lambda: {i.get("key"): i.get("value", "")  # noqa: E731
+                            for i in (props.get("metadata") or {}).get("items", [])}
         machines, hosts = None, []
         if em._factory:
             machines = em._factory(root=em.root / "migs" / ref.replace("/", "_"),
                                    node_id=mig["name"], num_hosts=len(members),
-                                   authorized_keys=[], ip_block=block, ssh_port=em.ssh_port)
+                                   authorized_keys=authorized_keys(metadata()), ip_block=block,
+                                   ssh_port=em.ssh_port,
+                                   login=host_login(em.oslogin, project, metadata))
             hosts = machines.start()
+        else:  # hosts switched off: addresses only, as a lone VM's VirtualHost
+            hosts = [VirtualHost(i, host_ip(block, i), em.ssh_port) for i in range(len(members))]
         with self._lock, em._lock:
             if ref not in self._migs:  # deleted meanwhile
                 if machines:
                     machines.stop()
                 return
             self._slices[ref] = machines
+            booted = time.monotonic()
             for i, inst in enumerate(insts):
                 inst.hosts = [hosts[i]] if hosts else []
                 inst.machines = MemberMachines(machines, i) if machines else None
+                inst.booted_at = booted  # its host keys publish after the hostkeys delay
                 inst.body["status"] = "RUNNING"
             mig["status"] = _status(True, _topology(mig["status"]), "ACTIVE")
             em._changed.notify_all()
