@@ -106,6 +106,11 @@ class TpuMigs:
     def get_policy(self, project: str, region: str, name: str) -> dict:
         return self._get(self._policies, f"projects/{project}/regions/{region}/resourcePolicies/{name}")
 
+    def list_policies(self, project: str, region: str) -> dict:
+        """resourcePolicies.list (compute.v1.json ResourcePolicyList): every policy, by name."""
+        return {"kind": "compute#resourcePolicyList",
+                "items": self._list(self._policies, f"projects/{project}/regions/{region}/resourcePolicies/")}
+
     def delete_policy(self, project: str, region: str, name: str) -> dict:
         ref = f"projects/{project}/regions/{region}/resourcePolicies/{name}"
         self._pop(self._policies, ref)
@@ -123,6 +128,11 @@ class TpuMigs:
 
     def get_template(self, project: str, name: str) -> dict:
         return self._get(self._templates, f"projects/{project}/global/instanceTemplates/{name}")
+
+    def list_templates(self, project: str) -> dict:
+        """instanceTemplates.list (compute.v1.json InstanceTemplateList): global, by name."""
+        return {"kind": "compute#instanceTemplateList",
+                "items": self._list(self._templates, f"projects/{project}/global/instanceTemplates/")}
 
     def delete_template(self, project: str, name: str) -> dict:
         ref = f"projects/{project}/global/instanceTemplates/{name}"
@@ -312,6 +322,10 @@ class TpuMigs:
                 raise ApiError(404, f"The resource '{ref}' was not found")
             return copy_json(table[ref])
 
+    def _list(self, table: dict, prefix: str) -> list[dict]:
+        with self._lock:
+            return [copy_json(table[r]) for r in sorted(table) if r.startswith(prefix)]
+
     def _pop(self, table: dict, ref: str) -> dict:
         with self._lock:
             self._get(table, ref)
@@ -343,15 +357,17 @@ def _topology(status: dict) -> str | None:
 
 
 
-# compute.v1.json paths: resourcePolicies (regional), instanceTemplates (global),
-# instanceGroupManagers and instanceGroupManagerResizeRequests.insert (zonal).
+# compute.v1.json paths: resourcePolicies (regional) and instanceTemplates (global), lists
+# included; instanceGroupManagers and instanceGroupManagerResizeRequests.insert (zonal).
 def rules(base: str) -> list[Rule]:
     pol, tpl = f"{base}/regions/<region>/resourcePolicies", f"{base}/global/instanceTemplates"
     mig = f"{base}/zones/<zone>/instanceGroupManagers"
     return [Rule(pol, methods=["POST"], endpoint="insert_policy"),
+            Rule(pol, methods=["GET"], endpoint="list_policies"),
             Rule(f"{pol}/<name>", methods=["GET"], endpoint="get_policy"),
             Rule(f"{pol}/<name>", methods=["DELETE"], endpoint="delete_policy"),
             Rule(tpl, methods=["POST"], endpoint="insert_template"),
+            Rule(tpl, methods=["GET"], endpoint="list_templates"),
             Rule(f"{tpl}/<name>", methods=["GET"], endpoint="get_template"),
             Rule(f"{tpl}/<name>", methods=["DELETE"], endpoint="delete_template"),
             Rule(mig, methods=["POST"], endpoint="insert_mig"),
