@@ -250,3 +250,40 @@ def test_a_failed_deletion_is_reported_and_the_others_go_on(ctx, local_cloud, pr
     assert rows["b-000051"]["deleted"] is True and rows["b-000051"]["error"] is None
     assert rows["a-000051"]["deleted"] is False and "compute.disks.delete" in rows["a-000051"]["error"]
     assert {d.name for d in compute.list_disks(project, ZONE)} == {"a-000051"}
+
+
+def test_a_lost_jobs_mig_slice_goes_with_its_template_and_policy(ctx, local_cloud, project, monkeypatch, cli):
+    """On the Compute Engine path: a multi-host slice whose job is gone from the store is one
+    leftover (its MIG, deleted with its template and policy), and a create that crashed before
+    its MIG leaves a template and a policy that are listed and deleted each."""
+    from tpujob.cloud.base import SliceRequest
+    from tpujob.service.context import make_cloud
+
+    zone = "us-east5-a"  # offers v6e (emulator/tpu_vm_rules.py)
+    monkeypatch.setenv("TPUJOB_ZONE", zone)
+    compute = make_cloud(ctx.settings).for_api("compute")
+
+    def request(name: str, job: str) -> SliceRequest:
+        return SliceRequest(project=project, zone=zone, name=name, accelerator_type="v6e-16",
+                            runtime_version="", api="compute", labels={"tpujob-job": job})
+
+    compute.request_node(request("tpujob-000042-1", "000042"))
+    crashed = request("tpujob-000043-1", "000043")
+    compute._insert_and_wait("policy", compute._policies.insert, f"projects/{project}/regions/us-east5",
+                             project=project, region="us-east5",
+                             resource_policy_resource=compute._workload_policy(crashed))
+    compute._insert_and_wait("template", compute._templates.insert, f"projects/{project}/global",
+                             project=project, instance_template_resource=compute._template(crashed))
+    rows = json.loads(cli("gc", "--json").out)
+    assert _names(rows) == {("mig", "tpujob-000042-1"), ("instance-template", "tpujob-000043-1"),
+                            ("workload-policy", "tpujob-000043-1")}
+    assert {r["why"] for r in rows} == {"job 000042 is not in this store (deleted)",
+                                        "job 000043 is not in this store (deleted)"}
+    assert {r["store"] for r in rows} == {_store_id(ctx)}
+    done = cli("gc", "--yes")
+    assert done.code == 0, done.err
+    assert f"deleted mig tpujob-000042-1 in {zone}" in done.out
+    assert compute.list_tpu_resources(project, zone) == []
+    assert list(compute._templates.list(project=project)) == []
+    assert list(compute._policies.list(project=project, region="us-east5")) == []
+    assert compute.list_slices(project, zone) == {}

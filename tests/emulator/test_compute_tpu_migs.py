@@ -123,3 +123,56 @@ def test_preempting_one_vm_kills_its_host_only(tmp_path):
         assert srv.emulator.hosts(refs[0]) == [] and len(srv.emulator.hosts(refs[1])) == 1
         got = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
         assert got.status.applied_accelerator_topologies[0].state == "INCOMPLETE"
+
+
+class RecordingMachines:
+    """A machines factory that records what each slice was started with; hosts with a host key."""
+
+    made: list[dict] = []
+
+    def __init__(self, **kwargs):
+        RecordingMachines.made.append(kwargs)
+        self.kwargs = kwargs
+
+    def start(self):
+        from tpujob.emulator.payloads import VirtualHost, host_ip
+
+        return [VirtualHost(i, host_ip(self.kwargs["ip_block"], i), self.kwargs["ssh_port"],
+                            host_key=f"ssh-ed25519 KEY{i}") for i in range(self.kwargs["num_hosts"])]
+
+    def stop(self):
+        pass
+
+    def kill_host(self, index):
+        pass
+
+
+def test_the_templates_ssh_keys_reach_every_host_and_each_vm_publishes_its_host_key(tmp_path):
+    RecordingMachines.made = []
+    with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
+                        machines_factory=RecordingMachines) as srv:
+        templates = client(compute_v1.InstanceTemplatesClient, srv.url)
+        templates.insert(project=P, instance_template_resource=compute_v1.InstanceTemplate(
+            name="tpl", properties=compute_v1.InstanceProperties(
+                machine_type="tpu7x-standard-4t",
+                metadata=compute_v1.Metadata(items=[compute_v1.Items(
+                    key="ssh-keys", value="alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b")]),
+                scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE",
+                                                 provisioning_model="SPOT")))).result()
+        migs = make_slice(srv.url)
+        stable(migs)
+        [made] = RecordingMachines.made
+        assert made["num_hosts"] == 2
+        assert made["authorized_keys"] == ["alice:ssh-ed25519 AAAA a", "bob:ssh-ed25519 BBBB b"]
+        assert made["login"] is not None  # OS Login is asked at each login, as for a lone VM
+        instances = client(compute_v1.InstancesClient, srv.url)
+        names = sorted(m.name for m in migs.list_managed_instances(
+            project=P, zone=ZONE, instance_group_manager="mig1"))
+        keys = [[i.value for i in instances.get_guest_attributes(
+            compute_v1.GetGuestAttributesInstanceRequest(
+                project=P, zone=ZONE, instance=n, query_path="hostkeys/")).query_value.items]
+            for n in names]
+        assert sorted(keys) == [["KEY0"], ["KEY1"]]
+        metadata = instances.get(project=P, zone=ZONE, instance=names[0]).metadata.items
+        assert [(i.key, i.value) for i in metadata] == [
+            ("ssh-keys", "alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b")]

@@ -162,7 +162,7 @@ class Slice:
 class TpuResource:
     """A queued resource or a node as a list shows it: what `tpujob gc` weighs and deletes."""
 
-    kind: str  # "queued-resource" or "node"
+    kind: str  # "queued-resource", "node"; Compute Engine: "instance", "mig", "instance-template", "workload-policy"
     name: str
     zone: str
     state: str

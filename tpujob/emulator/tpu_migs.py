@@ -13,11 +13,14 @@ import math
 import random
 import string
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from werkzeug.routing import Rule
 
-from tpujob.emulator.payloads import ApiError, check_id, copy_json, now, read_json
+from tpujob.emulator.oslogin import host_login
+from tpujob.emulator.payloads import (ApiError, VirtualHost, authorized_keys, check_id, copy_json,
+                                      host_ip, now, read_json)
 from tpujob.emulator.tpu_vm_rules import WORDINGS, machine_type, scheduling
 from tpujob.emulator.tpu_vms import Instance
 from tpujob.emulator.zone_operations import API_ROOT, operation_error, refusal
@@ -103,6 +106,11 @@ class TpuMigs:
     def get_policy(self, project: str, region: str, name: str) -> dict:
         return self._get(self._policies, f"projects/{project}/regions/{region}/resourcePolicies/{name}")
 
+    def list_policies(self, project: str, region: str) -> dict:
+        """resourcePolicies.list (compute.v1.json ResourcePolicyList): every policy, by name."""
+        return {"kind": "compute#resourcePolicyList",
+                "items": self._list(self._policies, f"projects/{project}/regions/{region}/resourcePolicies/")}
+
     def delete_policy(self, project: str, region: str, name: str) -> dict:
         ref = f"projects/{project}/regions/{region}/resourcePolicies/{name}"
         self._pop(self._policies, ref)
@@ -120,6 +128,11 @@ class TpuMigs:
 
     def get_template(self, project: str, name: str) -> dict:
         return self._get(self._templates, f"projects/{project}/global/instanceTemplates/{name}")
+
+    def list_templates(self, project: str) -> dict:
+        """instanceTemplates.list (compute.v1.json InstanceTemplateList): global, by name."""
+        return {"kind": "compute#instanceTemplateList",
+                "items": self._list(self._templates, f"projects/{project}/global/instanceTemplates/")}
 
     def delete_template(self, project: str, name: str) -> dict:
         ref = f"projects/{project}/global/instanceTemplates/{name}"
@@ -265,21 +278,32 @@ class TpuMigs:
                 inst.body["status"] = "STAGING"
                 self.vms._instances[inst.ref] = inst
                 insts.append(inst)
+        # The template's metadata reaches every VM (each VM's body carries it, as one
+        # instances.insert's does), so its ssh-keys and OS Login let in on every host, as
+        # tpu_vms.TpuVms._start_hosts does for a lone VM.
+        metadata = lambda: {i.get("key"): i.get("value", "")  # noqa: E731
+                            for i in (props.get("metadata") or {}).get("items", [])}
         machines, hosts = None, []
         if em._factory:
             machines = em._factory(root=em.root / "migs" / ref.replace("/", "_"),
                                    node_id=mig["name"], num_hosts=len(members),
-                                   authorized_keys=[], ip_block=block, ssh_port=em.ssh_port)
+                                   authorized_keys=authorized_keys(metadata()), ip_block=block,
+                                   ssh_port=em.ssh_port,
+                                   login=host_login(em.oslogin, project, metadata))
             hosts = machines.start()
+        else:  # hosts switched off: addresses only, as a lone VM's VirtualHost
+            hosts = [VirtualHost(i, host_ip(block, i), em.ssh_port) for i in range(len(members))]
         with self._lock, em._lock:
             if ref not in self._migs:  # deleted meanwhile
                 if machines:
                     machines.stop()
                 return
             self._slices[ref] = machines
+            booted = time.monotonic()
             for i, inst in enumerate(insts):
                 inst.hosts = [hosts[i]] if hosts else []
                 inst.machines = MemberMachines(machines, i) if machines else None
+                inst.booted_at = booted  # its host keys publish after the hostkeys delay
                 inst.body["status"] = "RUNNING"
             mig["status"] = _status(True, _topology(mig["status"]), "ACTIVE")
             em._changed.notify_all()
@@ -297,6 +321,10 @@ class TpuMigs:
             if ref not in table:  # Compute's 404 wording (compute.py, for disks)
                 raise ApiError(404, f"The resource '{ref}' was not found")
             return copy_json(table[ref])
+
+    def _list(self, table: dict, prefix: str) -> list[dict]:
+        with self._lock:
+            return [copy_json(table[r]) for r in sorted(table) if r.startswith(prefix)]
 
     def _pop(self, table: dict, ref: str) -> dict:
         with self._lock:
@@ -329,15 +357,17 @@ def _topology(status: dict) -> str | None:
 
 
 
-# compute.v1.json paths: resourcePolicies (regional), instanceTemplates (global),
-# instanceGroupManagers and instanceGroupManagerResizeRequests.insert (zonal).
+# compute.v1.json paths: resourcePolicies (regional) and instanceTemplates (global), lists
+# included; instanceGroupManagers and instanceGroupManagerResizeRequests.insert (zonal).
 def rules(base: str) -> list[Rule]:
     pol, tpl = f"{base}/regions/<region>/resourcePolicies", f"{base}/global/instanceTemplates"
     mig = f"{base}/zones/<zone>/instanceGroupManagers"
     return [Rule(pol, methods=["POST"], endpoint="insert_policy"),
+            Rule(pol, methods=["GET"], endpoint="list_policies"),
             Rule(f"{pol}/<name>", methods=["GET"], endpoint="get_policy"),
             Rule(f"{pol}/<name>", methods=["DELETE"], endpoint="delete_policy"),
             Rule(tpl, methods=["POST"], endpoint="insert_template"),
+            Rule(tpl, methods=["GET"], endpoint="list_templates"),
             Rule(f"{tpl}/<name>", methods=["GET"], endpoint="get_template"),
             Rule(f"{tpl}/<name>", methods=["DELETE"], endpoint="delete_template"),
             Rule(mig, methods=["POST"], endpoint="insert_mig"),

@@ -106,13 +106,24 @@ def project_check(project: str) -> Check:
 # ---- APIs ---------------------------------------------------------------------------------------
 
 def _clients(settings, info: dict | None, credentials: Any) -> tuple[Any, Any]:
+    """Both TPU APIs behind one TpuApis (the orphans check counts Compute Engine's slices as
+    `tpujob gc` does; its client is built only when asked), and the disks' client."""
+    from tpujob.cloud.apis import TpuApis
     from tpujob.cloud.compute import GcpCompute
     from tpujob.cloud.gcp import GcpCloud
 
+    def tpus_on_compute():
+        from tpujob.cloud.compute_tpu import ComputeTpuCloud
+
+        if info is not None:
+            return ComputeTpuCloud.for_emulator(info["compute_endpoint"], retry_deadline=_RETRY_DEADLINE)
+        return ComputeTpuCloud(credentials=credentials, retry_deadline=_RETRY_DEADLINE)
+
     if info is not None:
-        return (GcpCloud.for_emulator(info["tpu_endpoint"], retry_deadline=_RETRY_DEADLINE),
+        return (TpuApis(GcpCloud.for_emulator(info["tpu_endpoint"], retry_deadline=_RETRY_DEADLINE),
+                        tpus_on_compute),
                 GcpCompute.for_emulator(info["compute_endpoint"], info["tpu_endpoint"]))
-    return (GcpCloud(credentials=credentials, retry_deadline=_RETRY_DEADLINE),
+    return (TpuApis(GcpCloud(credentials=credentials, retry_deadline=_RETRY_DEADLINE), tpus_on_compute),
             GcpCompute(credentials=credentials, retry_deadline=_RETRY_DEADLINE))
 
 

@@ -1,14 +1,19 @@
 """`tpujob gc`: cloud resources tpujob made that no active job of this store owns.
 
 What counts: queued resources, nodes, disks and snapshots labelled `tpujob-job` (anything
-without that label is never touched). A resource labelled with this store's id
+without that label is never touched), and on the Compute Engine path (tpu.api: compute) lone TPU
+VMs ("instance"), multi-host slices ("mig": its MIG, instance template and workload policy,
+deleted together) and a slice's template or policy left without its MIG (ComputeTpuCloud.
+list_tpu_resources says how each is told: a template by its properties.labels, a policy, which
+has no labels, by its name). A resource labelled with this store's id
 (`tpujob-store`) is an orphan when its job ended or is gone from the store, at any age. One
 labelled by another store (or by no store, made before stores had ids) may still be that
 store's live job: it is listed only once older than `min_age` and, for a slice, when no
 program runs on its hosts (asked over SSH; hosts that cannot be reached count as idle).
 
 The cloud is read in one batched pass: per zone one queued-resources list, one nodes list and
-one disks list, and one snapshots list for the project. Nothing here prints.
+one disks list (and Compute Engine's instances, MIGs with their members, templates and
+policies), and one snapshots list for the project. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -27,12 +32,18 @@ from tpujob.store.states import ACTIVE, State
 DEFAULT_MIN_AGE = 3600
 # Deletion order: a queued resource (with force, which takes its node along), then nodes, then
 # the disks they used (Compute refuses to delete a disk still attached), then snapshots.
-_ORDER = ("queued-resource", "node", "disk", "snapshot")
+# A MIG (with its template and policy) before a lone template or policy, all before disks.
+_ORDER = ("queued-resource", "node", "mig", "instance", "instance-template", "workload-policy",
+          "disk", "snapshot")
+COMPUTE_KINDS = ("mig", "instance", "instance-template", "workload-policy")
+SLICE_KINDS = ("node", "mig", "instance")  # what runs a program on hosts
+# Global (a template) or regional (a policy): listed from every zone gc looks in, kept once.
+_NOT_ZONAL = ("instance-template", "workload-policy")
 
 
 @dataclass(frozen=True)
 class Leftover:
-    kind: str  # queued-resource | node | disk | snapshot
+    kind: str  # _ORDER: queued-resource | node | mig | instance | instance-template | ... | snapshot
     name: str
     zone: str  # "" for a snapshot (global)
     job: str  # the tpujob-job label
@@ -89,7 +100,7 @@ def find(ctx: Context, zones: list[str] | None = None, min_age: float = DEFAULT_
     compute = compute or make_compute(ctx.settings)
     runs_program = runs_program or _ssh_runs_program(ctx, cloud)
     now = time.time() if now is None else now
-    listed = {zone: (cloud.list_tpu_resources(project, zone), compute.list_disks(project, zone))
+    listed = {zone: (_tpu_resources(cloud, project, zone), compute.list_disks(project, zone))
               for zone in zones}
     snapshots = compute.list_snapshots(project)
     # The store is read after the cloud: a job is recorded before its first create, so whatever
@@ -98,13 +109,18 @@ def find(ctx: Context, zones: list[str] | None = None, min_age: float = DEFAULT_
 
     found: list[Leftover] = []
     nodes_in_use: set[tuple[str, str]] = set()  # (zone, node) kept: their disks stay too
+    seen: set[tuple[str, str]] = set()  # (kind, name) of a template or policy already weighed
     for zone, (slices, disks) in listed.items():
-        busy = {r.name for r in slices if r.kind == "node" and owners.foreign(r.labels, r.created)
+        busy = {r.name for r in slices if r.kind in SLICE_KINDS and owners.foreign(r.labels, r.created)
                 and runs_program(project, zone, r)}
         for r in slices:
+            if r.kind in _NOT_ZONAL:
+                if (r.kind, r.name) in seen:
+                    continue
+                seen.add((r.kind, r.name))
             why = owners.why(r.labels, r.created, r.kind)
             if why is None or r.name in busy:
-                if r.kind == "node":
+                if r.kind in SLICE_KINDS:
                     nodes_in_use.add((zone, r.name))
                 continue
             found.append(_leftover(r.kind, r.name, zone, r.labels, why, r.state, r.created, now,
@@ -137,6 +153,12 @@ def delete(ctx: Context, leftovers: list[Leftover], *, cloud: Any = None, comput
                 cloud.delete_queued_resource(project, x.zone, x.name)  # force: its node too
             elif x.kind == "node":
                 cloud.delete_node(project, x.zone, x.name)
+            elif x.kind in ("mig", "instance"):  # a MIG: its template and policy too
+                _compute_tpus(cloud).delete_slice(project, x.zone, x.name)
+            elif x.kind == "instance-template":
+                _compute_tpus(cloud).delete_template(project, x.name)
+            elif x.kind == "workload-policy":
+                _compute_tpus(cloud).delete_workload_policy(project, x.zone.rsplit("-", 1)[0], x.name)
             elif x.kind == "disk":
                 compute.delete_disk(project, x.zone, x.name)
             else:
@@ -189,10 +211,28 @@ class _Owners:
         return created is not None and self.now - created >= self.min_age
 
 
+def _compute_tpus(cloud) -> Any:
+    """The Compute Engine TPU path of a TpuApis (tpujob.cloud.apis)."""
+    return cloud.for_api("compute")
+
+
+def _tpu_resources(cloud, project: str, zone: str) -> list:
+    """Both APIs' TPU resources of the zone. Compute Engine's are always asked for: gc lists
+    disks through Compute Engine already, and a lost store's slices on that path (its jobs gone
+    from any store) would otherwise never be found. A cloud of the TPU API alone (not a
+    TpuApis) has only that API's."""
+    from tpujob.cloud.apis import TpuApis
+
+    found = list(cloud.list_tpu_resources(project, zone))
+    if isinstance(cloud, TpuApis):
+        found += _compute_tpus(cloud).list_tpu_resources(project, zone)
+    return found
+
+
 def _kept(job, kind: str) -> bool:
     """What an ended job keeps by the user's wish: its slice (`create --keep-slice`), its clones
     and their snapshots (a disk with `keep: true`)."""
-    if kind in ("queued-resource", "node"):
+    if kind in ("queued-resource", *COMPUTE_KINDS, "node"):
         return bool(job.keep_slice)
     from tpujob.job_spec import spec_of
 
@@ -206,7 +246,7 @@ def _leftover(kind, name, zone, labels, why, state, created, now, cost) -> Lefto
 
 def _slice_cost(r) -> float | None:
     """A node's price per hour; a queued resource costs nothing itself (its node is billed)."""
-    if r.kind == "queued-resource":
+    if r.kind in ("queued-resource", "instance-template", "workload-policy"):
         return 0.0
     try:
         return catalogue.accelerator(r.accelerator_type or "").hourly_cost(spot=r.spot)
@@ -231,8 +271,9 @@ def _ssh_runs_program(ctx: Context, cloud) -> Callable[[str, str, Any], bool]:
     def runs(project: str, zone: str, node) -> bool:
         if not node.hosts:
             return False
+        owner = _compute_tpus(cloud) if node.kind in COMPUTE_KINDS else cloud
         try:
-            keys, port = cloud.host_keys(project, zone, node.name), ssh_port(ctx.settings)
+            keys, port = owner.host_keys(project, zone, node.name), ssh_port(ctx.settings)
             hosts = [Host(h.index, h.address(True), port, tuple(keys.get(h.index, ())))
                      for h in node.hosts]
             user = logins.for_slice(project, node.metadata).user  # OS Login's user where it is on

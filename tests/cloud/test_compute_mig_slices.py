@@ -1,0 +1,172 @@
+"""Multi-host slices on the Compute Engine path (ComputeTpuCloud) against the emulator: one
+name for a workload policy, an instance template and a BULK MIG; their bodies as sent; the
+slice's phases from the MIG and its VMs; deletion of all three; gc's view of them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tpujob.cloud.base import SlicePhase, SliceRequest
+from tpujob.errors import ConflictError, StockoutError
+
+PROJECT, ZONE, REGION = "tpujob-test", "us-east5-a", "us-east5"  # us-east5-a offers v6e
+
+
+@pytest.fixture
+def compute(server):
+    from tpujob.cloud.compute_tpu import ComputeTpuCloud
+
+    return ComputeTpuCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05, poll_interval=0.01,
+                                        labels={"tpujob-store": "s1"})
+
+
+def request(name: str, accelerator: str = "v6e-16", **fields) -> SliceRequest:
+    fields.setdefault("provisioning", "spot")
+    return SliceRequest(project=PROJECT, zone=ZONE, name=name, accelerator_type=accelerator, api="compute",
+                        runtime_version="", labels={"tpujob-job": "000001"}, ssh_keys=("tpujob:ssh-ed25519 AAAA k",),
+                        **fields)
+
+
+def migs(server):
+    return server.emulator.compute.tpu_vms.migs
+
+
+def until(compute, name: str, phase: SlicePhase, seconds: float = 10):
+    deadline = time.monotonic() + seconds
+    while True:
+        seen = compute.get_slice(PROJECT, ZONE, name)
+        if seen.phase is phase:
+            return seen
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.02)
+
+
+def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute, server):
+    server.emulator.set_faults(None, provisioning_delay=0.3)
+    operation = compute.request_node(request("tpujob-000001-1"))
+    assert operation.startswith(f"projects/{PROJECT}/zones/{ZONE}/operations/")
+    policy = migs(server).get_policy(PROJECT, REGION, "tpujob-000001-1")
+    assert policy["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "4x4"}
+    template = migs(server).get_template(PROJECT, "tpujob-000001-1")["properties"]
+    assert template["machineType"] == "ct6e-standard-4t"  # a bare name in a template
+    [boot] = template["disks"]
+    assert boot["boot"] and boot["autoDelete"]
+    assert boot["initializeParams"] == {
+        "sourceImage": "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e",
+        "diskType": "hyperdisk-balanced"}
+    assert template["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "SPOT",
+                                      "automaticRestart": False, "instanceTerminationAction": "STOP"}
+    assert template["labels"] == {"tpujob-store": "s1", "tpujob-job": "000001"}
+    assert template["metadata"]["items"] == [{"key": "ssh-keys", "value": "tpujob:ssh-ed25519 AAAA k"}]
+    assert template["serviceAccounts"] == [{"email": "default",
+                                            "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
+    mig = migs(server).get_mig(PROJECT, ZONE, "tpujob-000001-1")
+    assert {k: mig[k] for k in ("baseInstanceName", "targetSize", "instanceTemplate", "targetSizePolicy",
+                                "instanceLifecyclePolicy", "resourcePolicies")} == {
+        "baseInstanceName": "tpujob-000001-1", "targetSize": 4,
+        "instanceTemplate": f"projects/{PROJECT}/global/instanceTemplates/tpujob-000001-1",
+        "targetSizePolicy": {"mode": "BULK"},
+        "instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"},
+        "resourcePolicies": {"workloadPolicy": f"projects/{PROJECT}/regions/{REGION}/resourcePolicies/tpujob-000001-1"}}
+
+    assert compute.get_slice(PROJECT, ZONE, "tpujob-000001-1").phase is SlicePhase.PROVISIONING
+    assert compute.operation_done(operation, "creating", create=True)
+    ready = until(compute, "tpujob-000001-1", SlicePhase.READY)
+    names = sorted(m["name"] for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000001-1")["managedInstances"])
+    vms = [server.emulator.compute.tpu_vms.get(PROJECT, ZONE, n) for n in names]
+    assert [h.index for h in ready.hosts] == [0, 1, 2, 3]
+    assert [h.ip for h in ready.hosts] == [vm["networkInterfaces"][0]["networkIP"] for vm in vms]  # by name
+    assert ready.accelerator_type == "ct6e-standard-4t" and ready.labels["tpujob-job"] == "000001"
+    assert compute.host_keys(PROJECT, ZONE, "tpujob-000001-1") == {0: [], 1: [], 2: [], 3: []}
+
+
+def test_preempting_one_vm_makes_the_slice_preempted_and_delete_takes_all_three(compute, server):
+    compute.request_node(request("tpujob-000002-1"))
+    until(compute, "tpujob-000002-1", SlicePhase.READY)
+    [first, *_] = sorted(m["name"] for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000002-1")["managedInstances"])
+    server.emulator.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/{first}", 0)
+    seen = compute.get_slice(PROJECT, ZONE, "tpujob-000002-1")
+    assert seen.phase is SlicePhase.PREEMPTED and first in seen.detail
+    assert compute.list_slices(PROJECT, ZONE)["tpujob-000002-1"].phase is SlicePhase.PREEMPTED
+    compute.delete_slice(PROJECT, ZONE, "tpujob-000002-1")
+    for table in ("_policies", "_templates", "_migs"):
+        assert getattr(migs(server), table) == {}
+    assert server.emulator.compute.tpu_vms.list(PROJECT, ZONE)["items"] == []
+    assert compute.get_slice(PROJECT, ZONE, "tpujob-000002-1").phase is SlicePhase.GONE
+    compute.delete_slice(PROJECT, ZONE, "tpujob-000002-1")  # twice: nothing left, no error
+
+
+def test_a_stocked_out_zone_fails_the_slice_with_a_typed_stockout(compute, server):
+    server.emulator.stockout(ZONE, "ct6e-standard-4t", False)
+    try:
+        compute.request_node(request("tpujob-000003-1"))
+        failed = until(compute, "tpujob-000003-1", SlicePhase.FAILED)
+        assert isinstance(failed.failure, StockoutError)
+        assert "ZONE_RESOURCE_POOL_EXHAUSTED" in failed.detail
+        assert "does not have enough resources available" in str(failed.failure)
+        listed = compute.list_slices(PROJECT, ZONE)["tpujob-000003-1"]
+        assert listed.phase is SlicePhase.FAILED and isinstance(listed.failure, StockoutError)
+    finally:
+        server.emulator.stockout(ZONE, "ct6e-standard-4t", clear=True)
+        compute.delete_slice(PROJECT, ZONE, "tpujob-000003-1")
+
+
+def test_a_retry_after_a_crash_before_the_mig_adopts_the_policy_and_template(compute, server, monkeypatch):
+    inserted = []
+    real = migs(server).insert_mig
+    def counted(*args):  # MIGs made: a 409 makes none
+        made = real(*args)
+        inserted.append(args)
+        return made
+
+    monkeypatch.setattr(migs(server), "insert_mig", counted)
+    crash = compute._migs.insert
+
+    def crashed(*args, **kwargs):
+        raise KeyboardInterrupt("killed between the template and the MIG")
+
+    compute._migs.insert = crashed
+    with pytest.raises(KeyboardInterrupt):
+        compute.request_node(request("tpujob-000004-1"))
+    assert migs(server).get_template(PROJECT, "tpujob-000004-1") and inserted == []
+    compute._migs.insert = crash
+    operation = compute.request_node(request("tpujob-000004-1"))
+    assert compute.operation_done(operation, "creating", create=True) and len(inserted) == 1
+    with pytest.raises(ConflictError):  # a second retry: the MIG exists, adopted by the caller
+        compute.request_node(request("tpujob-000004-1"))
+    assert len(inserted) == 1 and len(migs(server)._migs) == 1
+    until(compute, "tpujob-000004-1", SlicePhase.READY)
+
+
+def test_list_slices_shows_a_lone_vm_and_a_mig_as_two_slices(compute, server):
+    compute.create_node(request("vm1", accelerator="v6e-8"))
+    compute.request_node(request("tpujob-000005-1"))
+    until(compute, "tpujob-000005-1", SlicePhase.READY)
+    calls = compute.api_calls
+    listed = compute.list_slices(PROJECT, ZONE)
+    assert compute.api_calls - calls == 3  # instances, MIGs, one listManagedInstances
+    assert sorted(listed) == ["tpujob-000005-1", "vm1"]
+    assert listed["vm1"].phase is SlicePhase.READY and len(listed["vm1"].hosts) == 1
+    assert listed["tpujob-000005-1"].phase is SlicePhase.READY and len(listed["tpujob-000005-1"].hosts) == 4
+    kinds = sorted((r.kind, r.name) for r in compute.list_tpu_resources(PROJECT, ZONE))
+    assert kinds == [("instance", "vm1"), ("mig", "tpujob-000005-1")]
+
+
+def test_gc_sees_a_template_and_policy_left_without_their_mig(compute, server):
+    """A create that crashed after its template: its template (by its labels) and its policy
+    (by its name, labelled as its template) are listed, and deleted one by one."""
+    compute._insert_and_wait("policy", compute._policies.insert, f"projects/{PROJECT}/regions/{REGION}",
+                             project=PROJECT, region=REGION,
+                             resource_policy_resource=compute._workload_policy(request("tpujob-000006-1")))
+    compute._insert_and_wait("template", compute._templates.insert, f"projects/{PROJECT}/global",
+                             project=PROJECT, instance_template_resource=compute._template(request("tpujob-000006-1")))
+    found = {(r.kind, r.name): r for r in compute.list_tpu_resources(PROJECT, ZONE)}
+    assert sorted(found) == [("instance-template", "tpujob-000006-1"), ("workload-policy", "tpujob-000006-1")]
+    assert all(r.labels == {"tpujob-store": "s1", "tpujob-job": "000001"} for r in found.values())
+    compute.delete_template(PROJECT, "tpujob-000006-1")
+    [alone] = compute.list_tpu_resources(PROJECT, ZONE)
+    assert (alone.kind, alone.labels) == ("workload-policy", {"tpujob-job": "000006"})  # from its name
+    compute.delete_workload_policy(PROJECT, REGION, "tpujob-000006-1")
+    assert compute.list_tpu_resources(PROJECT, ZONE) == []
