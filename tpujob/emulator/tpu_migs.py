@@ -22,7 +22,7 @@ from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import (ApiError, VirtualHost, authorized_keys, check_id, copy_json,
                                       host_ip, now, read_json)
 from tpujob.emulator.tpu_vm_rules import WORDINGS, machine_type, scheduling
-from tpujob.emulator.tpu_vms import Instance
+from tpujob.emulator.tpu_vms import Instance, prepare_vm_hosts
 from tpujob.emulator.zone_operations import API_ROOT, operation_error, refusal
 
 if TYPE_CHECKING:
@@ -291,6 +291,9 @@ class TpuMigs:
                                    ssh_port=em.ssh_port,
                                    login=host_login(em.oslogin, project, metadata))
             hosts = machines.start()
+            # Data disks are not attached to a MIG's VMs here: their template names disks by
+            # name, and tpujob sends none on this path yet.
+            prepare_vm_hosts(em, machines, mig["name"], len(members), [])
         else:  # hosts switched off: addresses only, as a lone VM's VirtualHost
             hosts = [VirtualHost(i, host_ip(block, i), em.ssh_port) for i in range(len(members))]
         with self._lock, em._lock:

@@ -273,6 +273,9 @@ class TpuVms:
             login=host_login(em.oslogin, inst.project, metadata))
         try:
             hosts = machines.start()
+            prepare_vm_hosts(em, machines, inst.name, 1, [
+                {"sourceDisk": d.get("source", ""), "mode": d.get("mode", "READ_WRITE")}
+                for d in inst.body.get("disks", []) if not d.get("boot") and d.get("source")])
         except Exception:
             machines.stop()
             raise
@@ -285,6 +288,8 @@ class TpuVms:
             machines, inst.machines = inst.machines, None
         if machines:
             machines.stop()
+        if em.compute is not None:
+            em.compute.release(inst.name)  # its data disks are free again
         self._drop(inst)
         if op:
             self.ops.finish(op)
@@ -391,3 +396,14 @@ def _filter(expression: str):
         return True
 
     return match
+
+
+def prepare_vm_hosts(em: Any, machines: Any, name: str, num_hosts: int, data_disks: list[dict]) -> None:
+    """What a TPU VM's image gives its hosts, as a TPU API node's (resources.py): the data
+    disks it attaches, apt's tools, gcsfuse where Cloud Storage runs (compute.prepare), and
+    apt's lock held a while after the first boot (apt.py: unattended-upgrades)."""
+    if em.compute is not None and hasattr(machines, "host_pids"):
+        em.compute.prepare([machines.host_pids(i) for i in range(num_hosts)],
+                           em.compute.attachments(name, data_disks, num_hosts))
+    if hasattr(machines, "hold_apt_lock"):
+        machines.hold_apt_lock(em.apt_lock_seconds)

@@ -12,6 +12,10 @@ from tpujob.errors import ConfigError
 from tpujob.service.context import Context, make_cloud
 from tpujob.store.states import ENDED, State
 
+# How long `create` follows a slice that waits for capacity (a queued resource, a flex-start VM)
+# before it hands the job to the sweeps: such a wait lasts minutes to hours on Google.
+QUEUE_FOLLOW_SECONDS = 30.0
+
 
 def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     """The Reconciler every sweep runs. TPUJOB_LEASE_SECONDS (default 90) is how long a job's
@@ -118,6 +122,7 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
     poll = poll if poll is not None else (0.2 if ctx.settings.cloud == "local" else 5.0)
     seen = 0
     deadline = time.monotonic() + timeout
+    waiting_since: Optional[float] = None
     while True:
         rec.sweep([job_id])
         deliver_quietly(ctx)
@@ -135,4 +140,26 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
             return job
         if time.monotonic() > deadline:
             return job
+        if not until_ended and state == State.PROVISIONING:
+            waiting_since = _waiting_since(rec, job, waiting_since)
+            if waiting_since is not None and time.monotonic() - waiting_since > QUEUE_FOLLOW_SECONDS:
+                return job  # waiting for capacity (hours, maybe): the sweeps take it from here
+        else:
+            waiting_since = None
         time.sleep(poll)
+
+
+def _waiting_since(rec, job, since: Optional[float]) -> Optional[float]:
+    """When the job's slice was first seen waiting for capacity (QUEUED), or None if it is not."""
+    from tpujob.cloud.base import SlicePhase
+    from tpujob.job_spec import api_of
+    from tpujob.names import own_nodes
+
+    attempt = rec.store.current_attempt(job.id)
+    if attempt is None:
+        return None
+    seen = rec.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
+                                                    slices=attempt.slices, nodes=own_nodes(attempt))
+    if seen.phase != SlicePhase.QUEUED:
+        return None
+    return since if since is not None else time.monotonic()
