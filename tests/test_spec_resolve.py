@@ -285,3 +285,22 @@ def test_a_compute_spec_survives_the_store():
     again = spec_mod.ResolvedSpec.model_validate_json(json.dumps(r.to_json_dict()))
     assert again == r
     assert (again.api, again.max_run_duration_seconds, again.compute.machine_type) == ("compute", 7200, "ct6e-standard-8t")
+
+
+def test_a_compute_engine_attempt_boots_its_image_family_and_keys_its_setup_cache_on_it():
+    from tpujob.reconcile.policy import runtime_version
+
+    r = _resolve(_spec("""
+        name: demo
+        tpu: {accelerator: v6e-8, zone: us-east5-b, api: compute}
+        run: {command: python train.py}
+        """))
+    assert r.api == "compute"
+    # What the attempt's request and the setup cache's key read: the image the VM boots.
+    assert runtime_version(r, "v6e-8") == "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
+    tpu_api = _resolve(_spec("""
+        name: demo
+        tpu: {accelerator: v6e-8, zone: us-east5-b}
+        run: {command: python train.py}
+        """))
+    assert runtime_version(tpu_api, "v6e-8") == "v2-alpha-tpuv6e"

@@ -113,6 +113,8 @@ def runtime_version(spec: ResolvedSpec, accelerator: str) -> str:
     explicit = spec.spec.tpu.runtime_version
     if explicit:
         return explicit
-    from tpujob.catalogue import accelerator as lookup
+    from tpujob.catalogue import accelerator as lookup, compute_shape
 
+    if spec.api == "compute":  # a Compute Engine TPU VM boots an image family, not a TPU runtime
+        return compute_shape(accelerator).image_family
     return lookup(accelerator).generation.runtime_version
