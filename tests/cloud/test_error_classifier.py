@@ -251,3 +251,14 @@ def test_a_compute_engine_reservation_without_room_or_missing_is_reservation_una
         err = classify("creating instance vm", compute_operation(412, "CONDITION_NOT_MET", message),
                        "compute.googleapis.com", create_operation=True)
         assert type(err) is ReservationUnavailable and "r1" in str(err), message
+
+
+def test_a_compute_engine_tpu_quota_of_zero_is_quota_exceeded_for_the_region():
+    # xbill9/gemma4-dev HARDWARE.md (shared/facts/compute-engine-tpu.md): a v6e insert without
+    # quota, "Quota 'TPUS_PER_TPU_FAMILY' exceeded. Limit: 0.0"; Compute's operation error code is
+    # QUOTA_EXCEEDED (compute.v1 discovery, Errors), with the region Compute names after the limit.
+    message = "Quota 'TPUS_PER_TPU_FAMILY' exceeded.  Limit: 0.0 in region us-east5."
+    err = classify("creating instance vm", compute_operation(403, "QUOTA_EXCEEDED", message),
+                   "compute.googleapis.com", create_operation=True)
+    assert type(err) is QuotaExceeded and "TPUS_PER_TPU_FAMILY" in str(err)
+    assert (err.region, err.scope) == ("us-east5", "region")
