@@ -3,9 +3,9 @@
 What counts: queued resources, nodes, disks and snapshots labelled `tpujob-job` (anything
 without that label is never touched), and on the Compute Engine path (tpu.api: compute) lone TPU
 VMs ("instance"), multi-host slices ("mig": its MIG, instance template and workload policy,
-deleted together) and a slice's template or policy left without its MIG (ComputeTpuCloud.
-list_tpu_resources says how each is told: a template by its properties.labels, a policy, which
-has no labels, by its name). A resource labelled with this store's id
+deleted together) and a slice's template or policy left without its MIG (tpujob.cloud.
+compute_migs, MigSlices._mig_resources, says how each is told: a template by its
+properties.labels, a policy, which has no labels, by its name). A resource labelled with this store's id
 (`tpujob-store`) is an orphan when its job ended or is gone from the store, at any age. One
 labelled by another store (or by no store, made before stores had ids) may still be that
 store's live job: it is listed only once older than `min_age` and, for a slice, when no

@@ -1,0 +1,66 @@
+"""How tpujob reads a Compute Engine TPU VM (an Instance): its status as a slice phase, its
+addresses, its metadata. One home for what both slice shapes read: a lone VM
+(tpujob.cloud.compute_tpu) and the VMs of a multi-host slice's MIG (tpujob.cloud.compute_migs).
+"""
+
+from __future__ import annotations
+
+from google.cloud import compute_v1
+
+from tpujob.cloud.base import Host, Slice, SlicePhase
+from tpujob.cloud.compute import rfc3339
+
+# compute.v1 discovery, Instance.status, to the phases the reconcile decides on. PENDING is
+# flex-start "waiting for available capacity from Dynamic Workload Scheduler": queued.
+# TERMINATED is how a preempted Spot VM (instanceTerminationAction STOP) or a failed one
+# stays: "must be deleted and recreated" (cloud.google.com/tpu/docs/spot-compute), the same
+# remedy as a preempted node. STOPPING/PENDING_STOP lead there. SUSPENDED is not asked for by
+# tpujob: a VM found so is as good as lost. REPAIRING: Google restarts a failed on-demand,
+# flex-start or reserved TPU VM on healthy hardware (cloud.google.com/tpu/docs/failure-recovery).
+INSTANCE_PHASES: dict[str, SlicePhase] = {
+    "PENDING": SlicePhase.QUEUED,
+    "PROVISIONING": SlicePhase.PROVISIONING,
+    "STAGING": SlicePhase.PROVISIONING,
+    "REPAIRING": SlicePhase.PROVISIONING,
+    "RUNNING": SlicePhase.READY,
+    "PENDING_STOP": SlicePhase.PREEMPTED,
+    "STOPPING": SlicePhase.PREEMPTED,
+    "TERMINATED": SlicePhase.PREEMPTED,
+    "STOPPED": SlicePhase.PREEMPTED,
+    "SUSPENDING": SlicePhase.FAILED,
+    "SUSPENDED": SlicePhase.FAILED,
+    "DEPROVISIONING": SlicePhase.DELETING,
+}
+
+
+def shorten(ref: str) -> str:
+    """The last part of a resource URL (`zones/Z/machineTypes/M` -> `M`)."""
+    return ref.rstrip("/").rsplit("/", 1)[-1] if ref else ""
+
+
+def read_address(instance: compute_v1.Instance) -> tuple[str, str | None]:
+    """(internal, external or None) of the VM's first interface; ("", None) before it has one."""
+    nic = instance.network_interfaces[0] if instance.network_interfaces else None
+    if nic is None or not nic.network_i_p:
+        return "", None
+    external = nic.access_configs[0].nat_i_p if nic.access_configs else ""
+    return nic.network_i_p, external or None
+
+
+def read_hosts(instance: compute_v1.Instance) -> tuple[Host, ...]:
+    ip, external = read_address(instance)
+    return (Host(0, ip, external),) if ip else ()
+
+
+def read_metadata(instance: compute_v1.Instance) -> dict[str, str]:
+    return {item.key: item.value for item in instance.metadata.items}
+
+
+def read_slice(instance: compute_v1.Instance, zone: str) -> Slice:
+    """A lone VM as a single-host slice: an unknown status is FAILED."""
+    phase = INSTANCE_PHASES.get(instance.status, SlicePhase.FAILED)
+    return Slice(name=instance.name, zone=zone, phase=phase, node_state=instance.status,
+                 accelerator_type=shorten(instance.machine_type),
+                 hosts=read_hosts(instance) if phase == SlicePhase.READY else (),
+                 labels=dict(instance.labels), detail=instance.status_message or "",
+                 node_create_time=rfc3339(instance.creation_timestamp), metadata=read_metadata(instance))
