@@ -822,16 +822,6 @@ REFUSALS = [
           slices: 2  #<
         run: {command: x}
         """), "tpu.slices", "multislice on the Compute Engine path is not supported yet"),
-    ("multi-host-flex-start-on-compute", _spec("""
-        name: demo
-        tpu:
-          accelerator: v6e-16
-          zone: us-east5-b
-          api: compute
-          provisioning: flex-start  #<
-          max_run_duration: 2h
-        run: {command: x}
-        """), "tpu.provisioning", "flex-start for a multi-host slice (4 VMs) is not supported yet"),
     ("disks-on-a-multi-host-compute-slice", _spec("""
         name: demo
         tpu:

@@ -248,6 +248,13 @@ def test_flex_start_run_limit(written, seconds):
     assert r.cost_per_hour_usd is None  # billed at DWS prices, none published per chip
 
 
+def test_a_multi_host_flex_start_slice_resolves_on_compute():
+    # A BULK MIG made at size 0, then resized to its hosts (tpujob.cloud.compute_migs).
+    r = _resolve(_tpu("v6e-16", "us-east5-b", "api: compute\nprovisioning: flex-start\nmax_run_duration: 2h"))
+    assert (r.api, r.provisioning, r.max_run_duration_seconds) == ("compute", "flex-start", 7200)
+    assert (r.compute.machine_type, r.compute.topology, r.compute.hosts) == ("ct6e-standard-4t", "4x4", 4)
+
+
 @pytest.mark.parametrize("provisioning", ["spot", "on-demand"])
 def test_other_compute_vms_may_have_a_run_limit(provisioning):
     # Compute Engine takes maxRunDuration on any VM but a legacy preemptible one (30 s to 120 days).

@@ -170,3 +170,95 @@ def test_gc_sees_a_template_and_policy_left_without_their_mig(compute, server):
     assert (alone.kind, alone.labels) == ("workload-policy", {"tpujob-job": "000006"})  # from its name
     compute.delete_workload_policy(PROJECT, REGION, "tpujob-000006-1")
     assert compute.list_tpu_resources(PROJECT, ZONE) == []
+
+
+def flex(name: str) -> SliceRequest:
+    return request(name, provisioning="flex-start", max_run_duration_seconds=7200)
+
+
+def recorded(server, monkeypatch) -> list:
+    """The emulator's MIG-side calls, in order: (method, what it was given)."""
+    calls = []
+    for method in ("insert_policy", "insert_template", "insert_mig", "resize_mig"):
+        real = getattr(migs(server), method)
+
+        def record(*args, _real=real, _method=method):
+            answer = _real(*args)  # a refusal (a 409) is not recorded
+            calls.append((_method, args[-1]))
+            return answer
+
+        monkeypatch.setattr(migs(server), method, record)
+    return calls
+
+
+def test_a_flex_start_slice_is_a_mig_made_at_size_0_then_resized_to_its_hosts(compute, server, monkeypatch):
+    calls = recorded(server, monkeypatch)
+    server.emulator.set_faults(None, provisioning_delay=0.6)
+    operation = compute.request_node(flex("tpujob-000007-1"))
+    assert [c[0] for c in calls] == ["insert_policy", "insert_template", "insert_mig", "resize_mig"]
+    template = calls[1][1]["properties"]["scheduling"]
+    assert template == {"onHostMaintenance": "TERMINATE", "provisioningModel": "FLEX_START",
+                        "automaticRestart": False, "instanceTerminationAction": "DELETE",
+                        "maxRunDuration": {"seconds": "7200"}}
+    assert calls[2][1] == {
+        "name": "tpujob-000007-1", "baseInstanceName": "tpujob-000007-1", "targetSize": 0,
+        "instanceTemplate": f"projects/{PROJECT}/global/instanceTemplates/tpujob-000007-1",
+        "targetSizePolicy": {"mode": "BULK"},
+        "instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"},
+        "resourcePolicies": {"workloadPolicy": f"projects/{PROJECT}/regions/{REGION}/resourcePolicies/tpujob-000007-1"}}
+    assert calls[3][1] == 4  # resize?size=4: the host count, no body
+    resize = migs(server).ops.get(PROJECT, ZONE, operation.rsplit("/", 1)[1])
+    assert operation.startswith(f"projects/{PROJECT}/zones/{ZONE}/operations/") and resize["operationType"] == "resize"
+    assert compute.operation_done(operation, "creating", create=True)
+    assert compute.get_slice(PROJECT, ZONE, "tpujob-000007-1").phase is SlicePhase.QUEUED  # members PENDING
+    ready = until(compute, "tpujob-000007-1", SlicePhase.READY)
+    assert [h.index for h in ready.hosts] == [0, 1, 2, 3]
+
+
+def test_a_stockout_keeps_a_flex_start_slice_queued_until_capacity_returns(compute, server):
+    server.emulator.stockout(ZONE, "ct6e-standard-4t", False)
+    try:
+        compute.request_node(flex("tpujob-000008-1"))
+        time.sleep(0.5)  # several of the emulator's tries
+        for seen in (compute.get_slice(PROJECT, ZONE, "tpujob-000008-1"),
+                     compute.list_slices(PROJECT, ZONE)["tpujob-000008-1"]):
+            assert seen.phase is SlicePhase.QUEUED and seen.failure is None, seen
+    finally:
+        server.emulator.stockout(ZONE, "ct6e-standard-4t", clear=True)
+    assert len(until(compute, "tpujob-000008-1", SlicePhase.READY).hosts) == 4
+    compute.delete_slice(PROJECT, ZONE, "tpujob-000008-1")
+
+
+def test_a_retried_flex_start_request_neither_creates_nor_resizes_twice(compute, server, monkeypatch):
+    calls = recorded(server, monkeypatch)
+    real = compute._migs.resize
+
+    def crashed(*args, **kwargs):
+        raise KeyboardInterrupt("killed between the MIG's insert and its resize")
+
+    compute._migs.resize = crashed
+    with pytest.raises(KeyboardInterrupt):
+        compute.request_node(flex("tpujob-000009-1"))
+    assert [c[0] for c in calls] == ["insert_policy", "insert_template", "insert_mig"]
+    stuck = compute.get_slice(PROJECT, ZONE, "tpujob-000009-1")  # stable at 0: nothing under way
+    assert stuck.phase is SlicePhase.PROVISIONING and "targetSize 0" in stuck.detail
+    compute._migs.resize = real
+    operation = compute.request_node(flex("tpujob-000009-1"))  # its 409s adopt; the MIG is resized
+    assert [c[0] for c in calls] == ["insert_policy", "insert_template", "insert_mig", "resize_mig"]
+    assert compute.operation_done(operation, "creating", create=True)
+    with pytest.raises(ConflictError):  # grown already: adopted by the caller, not resized again
+        compute.request_node(flex("tpujob-000009-1"))
+    assert [c[0] for c in calls] == ["insert_policy", "insert_template", "insert_mig", "resize_mig"]
+    assert len(migs(server)._migs) == 1
+    until(compute, "tpujob-000009-1", SlicePhase.READY)
+
+
+def test_a_mig_asked_to_grow_from_size_0_reads_queued(compute, server):
+    """Between the resize and its VMs a MIG may read targetSize 0, not stable (how Google shows
+    it is not known): waiting for capacity, not READY with no hosts nor FAILED."""
+    from google.cloud import compute_v1
+
+    mig = compute_v1.InstanceGroupManager(name="tpujob-000010-1", target_size=0, status=compute_v1.InstanceGroupManagerStatus(
+        is_stable=False, bulk_instance_operation=compute_v1.InstanceGroupManagerStatusBulkInstanceOperation(in_progress=True)))
+    seen = compute._mig_slice(PROJECT, ZONE, mig, [], {})
+    assert seen.phase is SlicePhase.QUEUED and seen.hosts == ()

@@ -1,7 +1,8 @@
 """Jobs on Compute Engine TPU VMs (`tpu.api: compute`) against the emulator, through the CLI a
 user runs: the bundled runtime to SUCCEEDED through a preemption (beside the same job on the
-Cloud TPU API), a flex-start job that waits for capacity, then runs, and a reservation that
-does not exist ending the placement with Google's words."""
+Cloud TPU API), a flex-start job that waits for capacity, then runs (one VM, and a 4-host MIG
+made at size 0, then resized), and a reservation that does not exist ending the placement with
+Google's words."""
 
 from __future__ import annotations
 
@@ -122,6 +123,29 @@ def test_a_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project
         local_cloud.stockout(zone, "ct6e-standard-8t", clear=True)
     data = _requeue_until(cli, "flex", lambda d: d["state"] == "RUNNING", timeout=60)
     assert [a["end_reason"] for a in data["attempts"]] == [None]
+
+
+def test_a_multi_host_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path):  # noqa: F811
+    """A v6e-16 flex-start slice: a BULK MIG made at size 0, resized to its 4 hosts, whose VMs
+    wait PENDING while the machine type is stocked out, then come up and run the job."""
+    zone = "asia-south1-c"
+    local_cloud.stockout(zone, "ct6e-standard-4t")
+    try:
+        _create(cli, tmp_path, "flex4", f"{{accelerator: v6e-16, zone: {zone}, api: compute, "
+                                        "provisioning: flex-start, max_run_duration: 2h}", SLEEPER)
+        assert cli("requeue").code == 0
+        for _ in range(3):   # sweeps pass while the MIG waits: nothing ends, nothing is made twice
+            assert cli("requeue").code == 0
+            data = _show(cli, "flex4")
+            assert (data["state"], data["attempt"]) == ("PROVISIONING", 1), data["events"][-3:]
+        waiting = [i for i in _instances(local_cloud, project, zone)
+                   if i["name"].startswith(data["attempts"][0]["slice_name"] + "-")]
+        assert len(waiting) == 4 and {i["status"] for i in waiting} == {"PENDING"}, waiting
+    finally:
+        local_cloud.stockout(zone, "ct6e-standard-4t", clear=True)
+    data = _requeue_until(cli, "flex4", lambda d: d["state"] == "RUNNING", timeout=120)
+    assert [a["end_reason"] for a in data["attempts"]] == [None]
+    assert {i["status"] for i in _instances(local_cloud, project, zone)} == {"RUNNING"}
 
 
 def test_a_reservation_that_does_not_exist_ends_the_placement_with_its_message(cli, local_cloud, project,

@@ -21,7 +21,7 @@ def client(kind, url: str):
 
 
 def make_slice(url: str, topology: str = "2x2x2", mode: str = "BULK", size: int = 2,
-               policy_ref: str | None = None, name: str = "mig1"):
+               policy_ref: str | None = None, name: str = "mig1", template: str = "tpl"):
     """A workload policy, a template and a MIG; returns the MIG client."""
     policies = client(compute_v1.ResourcePoliciesClient, url)
     templates = client(compute_v1.InstanceTemplatesClient, url)
@@ -38,7 +38,7 @@ def make_slice(url: str, topology: str = "2x2x2", mode: str = "BULK", size: int 
         pass
     migs.insert(project=P, zone=ZONE, instance_group_manager_resource=compute_v1.InstanceGroupManager(
         name=name, base_instance_name="slice", target_size=size,
-        instance_template=f"projects/{P}/global/instanceTemplates/tpl",
+        instance_template=f"projects/{P}/global/instanceTemplates/{template}",
         target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(mode=mode),
         resource_policies=compute_v1.InstanceGroupManagerResourcePolicies(
             workload_policy=policy_ref or f"projects/{P}/regions/{REGION}/resourcePolicies/wp")))
@@ -105,6 +105,70 @@ def test_a_stocked_out_zone_keeps_the_mig_creating_with_its_error(server, http):
     assert not got.status.is_stable and got.status.bulk_instance_operation.in_progress
     http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "tpu7x-standard-4t", "clear": True})
     assert stable(migs).status.applied_accelerator_topologies[0].state == "ACTIVE"
+
+
+def flex_start_template(url: str, name: str = "flex") -> None:
+    """A FLEX_START template: the one-VM body of a flex-start slice (maxRunDuration required)."""
+    client(compute_v1.InstanceTemplatesClient, url).insert(
+        project=P, instance_template_resource=compute_v1.InstanceTemplate(
+            name=name, properties=compute_v1.InstanceProperties(
+                machine_type="tpu7x-standard-4t", scheduling=compute_v1.Scheduling(
+                    on_host_maintenance="TERMINATE", provisioning_model="FLEX_START",
+                    instance_termination_action="DELETE",
+                    max_run_duration=compute_v1.Duration(seconds=3600))))).result()
+
+
+def managed(migs, name: str = "mig1") -> list:
+    return list(migs.list_managed_instances(project=P, zone=ZONE, instance_group_manager=name))
+
+
+def test_a_flex_start_mig_is_made_at_size_0_then_resized_to_its_hosts(server):
+    flex_start_template(server.url)
+    migs = make_slice(server.url, size=0, template="flex")
+    empty = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
+    assert empty.target_size == 0 and empty.status.is_stable and managed(migs) == []
+    operation = migs.resize(project=P, zone=ZONE, instance_group_manager="mig1", size=2)
+    operation.result()
+    assert operation.operation_type == "resize"
+    got = stable(migs)
+    assert got.target_size == 2 and got.status.applied_accelerator_topologies[0].state == "ACTIVE"
+    members = managed(migs)
+    assert {m.instance_status for m in members} == {"RUNNING"}
+    migs.resize(project=P, zone=ZONE, instance_group_manager="mig1", size=2).result()  # no change
+    assert [m.name for m in managed(migs)] == [m.name for m in members]
+
+
+@pytest.mark.parametrize("start, size, message", [
+    (2, 4, "A managed instance group in bulk mode can grow only from target size 0"),
+    (0, 3, "in the gang mode of size '2'. Should be equal to the gang size."),
+])
+def test_a_resize_google_refuses(server, start, size, message):
+    flex_start_template(server.url)
+    migs = make_slice(server.url, size=start, template="flex")
+    with pytest.raises(exceptions.BadRequest) as err:
+        migs.resize(project=P, zone=ZONE, instance_group_manager="mig1", size=size)
+    assert message in err.value.message
+    assert migs.get(project=P, zone=ZONE, instance_group_manager="mig1").target_size == start
+
+
+def test_a_flex_start_mig_waits_pending_through_a_stockout_then_comes_up(server, http):
+    http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "tpu7x-standard-4t"})
+    try:
+        flex_start_template(server.url)
+        migs = make_slice(server.url, size=0, template="flex")
+        migs.resize(project=P, zone=ZONE, instance_group_manager="mig1", size=2).result()
+        time.sleep(0.5)  # several of the emulator's tries
+        members = managed(migs)
+        assert len(members) == 2 and {m.instance_status for m in members} == {"PENDING"}
+        assert {m.current_action for m in members} == {"CREATING"}
+        got = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
+        assert not got.status.is_stable and got.status.bulk_instance_operation.in_progress
+        assert list(migs.list_errors(project=P, zone=ZONE, instance_group_manager="mig1")) == []
+    finally:
+        http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "tpu7x-standard-4t", "clear": True})
+    assert stable(migs).status.applied_accelerator_topologies[0].state == "ACTIVE"
+    assert {m.instance_status for m in managed(migs)} == {"RUNNING"}
+    assert sorted(m.name for m in managed(migs)) == sorted(m.name for m in members)  # the same VMs
 
 
 @pytest.mark.slow

@@ -37,6 +37,13 @@ TARGET_SIZE_MODE = "BULK"
 # multi-host TPU MIG so that one VM is never repaired alone (wchen99998/skypilot
 # sky/provision/gcp/mig_utils.py). A lost host is tpujob's to act on: delete and re-create.
 ON_FAILURE = "DO_NOTHING"
+# A flex-start slice: "put FLEX_START in the template, create a BULK MIG at size 0, resize to N",
+# as "Creating resize requests for managed instance group with TPU is not allowed" (facts:
+# memory-layers TPU runbook, a user report); bulk mode grows a MIG only from target size 0
+# (cloud.google.com/compute/docs/instance-groups/about-bulk-mode). The resize is
+# instanceGroupManagers.resize, POST .../instanceGroupManagers/NAME/resize?size=N, no body
+# (compute.v1 discovery).
+GROWN_BY_RESIZE = frozenset({"flex-start"})
 SLICE_NAME = re.compile(r"^tpujob-(\d{6})-\d+$")  # tpujob.names.slice_name
 
 
@@ -54,7 +61,13 @@ class MigSlices:
     def _request_mig(self, request: SliceRequest) -> str:
         """The policy, then the template, each insert waited for (a 409 adopts what a crashed
         try made: one name per slice, derived, never random), then the MIG. Its insert's 409
-        leaves as ConflictError, as a single-host insert's does: the caller adopts it."""
+        leaves as ConflictError, as a single-host insert's does: the caller adopts it.
+
+        Flex-start (GROWN_BY_RESIZE): the MIG is inserted at targetSize 0 and waited for, then
+        resized to the host count and that waited for ("marked DONE when the resize actions are
+        scheduled", compute.v1 discovery); the resize's zone operation is returned. A retry
+        adopts a MIG its 409 finds at targetSize 0 and resizes it; one already grown leaves as
+        ConflictError (adopted by the caller), never resized twice."""
         project, zone, name = request.project, request.zone, request.name
         region = _region(zone)
         self._insert_and_wait(f"creating workload policy {name}", self._policies.insert,
@@ -63,9 +76,28 @@ class MigSlices:
         self._insert_and_wait(f"creating instance template {name}", self._templates.insert,
                               _scope("global", project), project=project,
                               instance_template_resource=self._template(request))
-        op = self._call(f"creating managed instance group {name}", self._migs.insert,
-                        project=project, zone=zone, instance_group_manager_resource=self._mig(request))
-        return f"projects/{project}/zones/{zone}/operations/{op.name}"
+        what = f"creating managed instance group {name}"
+        if request.provisioning not in GROWN_BY_RESIZE:
+            op = self._call(what, self._migs.insert, project=project, zone=zone,
+                            instance_group_manager_resource=self._mig(request))
+            return f"projects/{project}/zones/{zone}/operations/{op.name}"
+        zone_ops = _scope("zones", project, zone) + "/operations"
+        try:
+            op = self._call(what, self._migs.insert, project=project, zone=zone,
+                            instance_group_manager_resource=self._mig(request, size=0))
+        except ConflictError:
+            found = self._call(f"getting managed instance group {name}", self._migs.get,
+                               project=project, zone=zone, instance_group_manager=name)
+            if found.target_size != 0:
+                raise  # resized by an earlier try: the caller adopts it
+        else:
+            self._wait(f"{zone_ops}/{op.name}", what, create=True)
+        hosts = compute_shape(request.accelerator_type).hosts
+        what = f"resizing managed instance group {name} to {hosts}"
+        op = self._call(what, self._migs.resize, project=project, zone=zone,
+                        instance_group_manager=name, size=hosts)
+        self._wait(f"{zone_ops}/{op.name}", what, create=True)
+        return f"{zone_ops}/{op.name}"
 
     def _workload_policy(self, request: SliceRequest) -> compute_v1.ResourcePolicy:
         shape = compute_shape(request.accelerator_type)
@@ -100,12 +132,13 @@ class MigSlices:
         return compute_v1.InstanceTemplate(name=request.name, properties=properties,
                                            description=f"tpujob slice {request.name}")
 
-    def _mig(self, request: SliceRequest) -> compute_v1.InstanceGroupManager:
+    def _mig(self, request: SliceRequest, size: int | None = None) -> compute_v1.InstanceGroupManager:
+        """The MIG's body: targetSize `size`, else the host count."""
         project, name = request.project, request.name
         region = _region(request.zone)
         return compute_v1.InstanceGroupManager(
             name=name, base_instance_name=name,
-            target_size=compute_shape(request.accelerator_type).hosts,
+            target_size=compute_shape(request.accelerator_type).hosts if size is None else size,
             instance_template=f"projects/{project}/global/instanceTemplates/{name}",
             target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(mode=TARGET_SIZE_MODE),
             instance_lifecycle_policy=compute_v1.InstanceGroupManagerInstanceLifecyclePolicy(
@@ -152,7 +185,8 @@ class MigSlices:
                    instances: dict[str, compute_v1.Instance]) -> Slice:
         """A MIG's phase, from the MIG and its managed instances, in this order:
         a member PENDING_STOP/STOPPING/TERMINATED/STOPPED (INSTANCE_PHASES: preempted) ->
-        PREEMPTED; topology FAILED -> FAILED; not stable (or bulkInstanceOperation in
+        PREEMPTED; targetSize 0 (a flex-start MIG before its resize) -> QUEUED once asked to
+        grow (not stable), else PROVISIONING (_size_zero); topology FAILED -> FAILED; not stable (or bulkInstanceOperation in
         progress) -> FAILED when a member's lastAttempt has an error (typed: a stockout is a
         StockoutError), else QUEUED while a member is PENDING (flex-start), else PROVISIONING;
         stable with every member RUNNING and targetSize of them -> READY with one Host per VM
@@ -182,6 +216,8 @@ class MigSlices:
         if lost:
             return Slice(phase=SlicePhase.PREEMPTED, detail=f"{', '.join(lost)}: "
                          f"{', '.join(statuses[n] for n in lost)}", **base)
+        if target == 0:
+            return self._size_zero(stable, base)
         attempt = [e for m in managed for e in m.last_attempt.errors.errors]
         if topology == "FAILED" or (stable and (len(running) < target or len(statuses) < target)):
             code, message = (attempt[-1].code, attempt[-1].message) if attempt \
@@ -200,6 +236,18 @@ class MigSlices:
             return Slice(phase=SlicePhase.QUEUED if pending else SlicePhase.PROVISIONING, **base)
         hosts = tuple(Host(i, *read_address(vm)) for i, vm in enumerate(vms))
         return Slice(phase=SlicePhase.READY, hosts=hosts, **base)
+
+    @staticmethod
+    def _size_zero(stable: bool, base: dict) -> Slice:
+        """A MIG at targetSize 0: tpujob makes one only for a flex-start slice, resized at once
+        after its insert. Not stable (a resize under way, or a MIG that grows as Google keeps
+        it waiting): QUEUED, waiting for capacity. Stable: nothing asked of it, a create cut
+        off between the insert and the resize: PROVISIONING, so that the provisioning timeout
+        replaces it rather than a queue waiting for ever. tpujob's choice: no source says how
+        Google shows a BULK MIG between a resize and its VMs."""
+        if stable:
+            return Slice(phase=SlicePhase.PROVISIONING, detail="targetSize 0: not resized", **base)
+        return Slice(phase=SlicePhase.QUEUED, detail="targetSize 0: waiting to grow", **base)
 
     def _latest_error(self, project: str, zone: str, name: str) -> tuple[str, str]:
         """listErrors' latest `error{code, message}` (compute.v1 discovery), or ("", "")."""

@@ -88,7 +88,9 @@ class ComputeTpuCloud(MigSlices):
 
     def request_node(self, request: SliceRequest) -> str:
         """Insert the instance (a multi-host slice: its policy and template, waited for, then
-        its MIG); the last insert's zone operation's path, not waited for."""
+        its MIG); the last insert's zone operation's path, not waited for. A multi-host
+        flex-start slice's MIG is inserted at size 0 and resized (MigSlices._request_mig): the
+        resize's zone operation."""
         instance = self._instance(request)
         if compute_shape(request.accelerator_type).hosts > 1:
             return self._request_mig(request)

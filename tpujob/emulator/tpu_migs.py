@@ -22,7 +22,7 @@ from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import (ApiError, VirtualHost, authorized_keys, check_id, copy_json,
                                       host_ip, now, read_json)
 from tpujob.emulator.tpu_vm_rules import WORDINGS, machine_type, scheduling
-from tpujob.emulator.tpu_vms import Instance, prepare_vm_hosts
+from tpujob.emulator.tpu_vms import FLEX_START_WAITS_OUT_STOCKOUTS, Instance, prepare_vm_hosts
 from tpujob.emulator.zone_operations import API_ROOT, operation_error, refusal
 
 if TYPE_CHECKING:
@@ -51,6 +51,18 @@ UNSOURCED = {
     # VM reads TERMINATED, is not recreated, and the topology reads INCOMPLETE ("insufficient
     # number of running VMs", compute.v1.json); its host alone dies, without a SIGTERM grace.
     "topology_after_loss": "INCOMPLETE",
+    # Bulk mode lets a MIG's target size grow only from 0 (cloud.google.com/compute/docs/
+    # instance-groups/about-bulk-mode: facts, "grow only from targetSize 0"); Google's words for
+    # refusing a resize that grows a BULK MIG from another size are quoted nowhere found.
+    "grow_from_zero": ("A managed instance group in bulk mode can grow only from target size 0 "
+                       "(the emulator's words: Google's are quoted nowhere found)"),
+    # While a flex-start BULK MIG waits for capacity, its members read PENDING, as a lone
+    # flex-start VM does ("waiting for available capacity from Dynamic Workload Scheduler",
+    # compute.v1.json Instance.status), and a stockout records no error (tpu_vms.
+    # FLEX_START_WAITS_OUT_STOCKOUTS). No source says whether a BULK MIG lists its VMs before it
+    # can make them all ("the MIG stays at zero instances until it is able to obtain the full
+    # capacity", overview-add-vms-all-at-once-in-mig); here they are listed, PENDING.
+    "flex_start_members": "PENDING",
 }
 
 
@@ -172,8 +184,10 @@ class TpuMigs:
                "id": str(random.randrange(1, 2**62)), "baseInstanceName": base,
                "zone": f"{API_ROOT}/projects/{project}/zones/{zone}", "targetSize": size,
                "selfLink": f"{API_ROOT}/{ref}", "creationTimestamp": now(),
-               "status": _status(False, topology, "ACTIVATING"),
-               "tpujobMembers": [f"{base}-{_suffix()}" for _ in range(size)], "tpujobErrors": []}
+               # A MIG at size 0 has nothing to do: stable, until a resize grows it.
+               "status": _status(size == 0, topology, "ACTIVATING"),
+               "tpujobMembers": [f"{base}-{_suffix()}" for _ in range(size)], "tpujobErrors": [],
+               "tpujobHosts": hosts if topology else None}
         self._put(self._migs, ref, mig)
         if size:
             self.em._spawn(self._provision, project, zone, ref, props, kind)
@@ -227,6 +241,40 @@ class TpuMigs:
             machines.stop()
         return self.ops.new(project, zone, "delete", mig["selfLink"])
 
+    def resize_mig(self, project: str, zone: str, name: str, size: int) -> dict:
+        """instanceGroupManagers.resize (POST .../instanceGroupManagers/NAME/resize?size=N, a
+        zone operation, compute.v1.json). A BULK TPU MIG grows only from targetSize 0
+        (about-bulk-mode, facts; UNSOURCED["grow_from_zero"]) and only to its gang size (the
+        insert's rule, MIG_WORDINGS["gang"]); then every VM is made at once, as an insert at
+        that size makes them. The operation is DONE at once: "marked DONE when the resize
+        actions are scheduled" (compute.v1.json). Shrinking is not served (an emulator limit)."""
+        ref = f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}"
+        with self._lock:
+            self._get(self._migs, ref)  # 404 when there is none
+            mig = self._migs[ref]
+            current = int(mig["targetSize"])
+            if size < 0:
+                raise refusal(400, f"Invalid value for field 'size': '{size}'. Must be greater than or "
+                                   "equal to 0 (the emulator's words)", "invalid")
+            if size == current:
+                return self.ops.new(project, zone, "resize", mig["selfLink"])
+            if size < current:
+                raise ApiError(400, "emulator limit: shrinking a managed instance group is not served")
+            if current != 0:
+                raise refusal(UNSOURCED["refusal_status"], UNSOURCED["grow_from_zero"], "invalid")
+            hosts = mig.get("tpujobHosts")
+            if hosts and size != hosts:
+                raise refusal(UNSOURCED["refusal_status"],
+                              MIG_WORDINGS["gang"].format(size=size, hosts=hosts), "invalid")
+            template = self._get(self._templates, _ref_of(mig.get("instanceTemplate", "")))
+            props = template.get("properties", {})
+            kind = machine_type(zone, props.get("machineType", ""))
+            base = mig["baseInstanceName"]
+            mig.update(targetSize=size, tpujobMembers=[f"{base}-{_suffix()}" for _ in range(size)],
+                       status=_status(False, _topology(mig["status"]), "ACTIVATING"))
+            self.em._spawn(self._provision, project, zone, ref, props, kind)
+            return self.ops.new(project, zone, "resize", mig["selfLink"])
+
     def refuse_resize_request(self, *args) -> dict:
         raise refusal(UNSOURCED["refusal_status"], MIG_WORDINGS["resize_request"], "invalid")
 
@@ -249,8 +297,14 @@ class TpuMigs:
 
     def _provision(self, project: str, zone: str, ref: str, props: dict, kind) -> None:
         """BULK: every VM at once, retried while the zone is stocked out (ManagedInstance
-        currentAction CREATING "retries until success", compute.v1.json)."""
+        currentAction CREATING "retries until success", compute.v1.json), each try's stockout
+        in listErrors. A FLEX_START template's VMs are made at once, PENDING, and wait out the
+        stockout without an error, as a lone flex-start VM does (UNSOURCED["flex_start_members"])."""
         em = self.em
+        flex = FLEX_START_WAITS_OUT_STOCKOUTS and scheduling(props)["provisioningModel"] == "FLEX_START"
+        insts = self._make_members(project, zone, ref, props, kind) if flex else []
+        if flex and not insts:
+            return  # deleted meanwhile
         delay = em.provisioning_delay
         while True:
             if not em._sleep(delay, None):
@@ -262,22 +316,20 @@ class TpuMigs:
                     return
                 if not em._stocked_out(zone, kind.name):
                     break
+                if flex:
+                    continue
                 message = WORDINGS["stockout"].format(project=project, zone=zone)
                 mig["tpujobErrors"].append({**operation_error(
                     "ZONE_RESOURCE_POOL_EXHAUSTED", message, 503), "timestamp": now(),
                     "instance": f"{mig['zone']}/instances/{mig['tpujobMembers'][0]}"})
         members = mig["tpujobMembers"]
-        block = em._free_ip_block()
+        insts = insts or self._make_members(project, zone, ref, props, kind)
+        if not insts:
+            return
+        block = insts[0].ip_block
         with em._lock:
-            insts = []
-            for i, member in enumerate(members):
-                inst = Instance(project, zone, member, {}, kind, block, None, host_index=i)
-                nics = props.get("networkInterfaces") or [{}]
-                inst.body = self.vms._body(inst, {**props, "name": member}, scheduling(props),
-                                           [{**nics[0], "accessConfigs": []}])
+            for inst in insts:
                 inst.body["status"] = "STAGING"
-                self.vms._instances[inst.ref] = inst
-                insts.append(inst)
         # The template's metadata reaches every VM (each VM's body carries it, as one
         # instances.insert's does), so its ssh-keys and OS Login let in on every host, as
         # tpu_vms.TpuVms._start_hosts does for a lone VM.
@@ -300,6 +352,8 @@ class TpuMigs:
             if ref not in self._migs:  # deleted meanwhile
                 if machines:
                     machines.stop()
+                for inst in insts:
+                    self.vms._drop(inst)
                 return
             self._slices[ref] = machines
             booted = time.monotonic()
@@ -310,6 +364,26 @@ class TpuMigs:
                 inst.body["status"] = "RUNNING"
             mig["status"] = _status(True, _topology(mig["status"]), "ACTIVE")
             em._changed.notify_all()
+
+    def _make_members(self, project: str, zone: str, ref: str, props: dict, kind) -> list[Instance]:
+        """The MIG's VMs, as its template describes them (a FLEX_START one reads PENDING, any
+        other PROVISIONING), in one address block; [] when the MIG is gone."""
+        em = self.em
+        with self._lock, em._lock:
+            mig = self._migs.get(ref)
+            if mig is None:
+                return []
+            block = em._free_ip_block()
+            insts = []
+            for i, member in enumerate(mig["tpujobMembers"]):
+                inst = Instance(project, zone, member, {}, kind, block, None, host_index=i)
+                nics = props.get("networkInterfaces") or [{}]
+                inst.body = self.vms._body(inst, {**props, "name": member}, scheduling(props),
+                                           [{**nics[0], "accessConfigs": []}])
+                self.vms._instances[inst.ref] = inst
+                insts.append(inst)
+            em._changed.notify_all()
+            return insts
 
     # ---- helpers ----------------------------------------------------------------------------
 
@@ -361,7 +435,8 @@ def _topology(status: dict) -> str | None:
 
 
 # compute.v1.json paths: resourcePolicies (regional) and instanceTemplates (global), lists
-# included; instanceGroupManagers and instanceGroupManagerResizeRequests.insert (zonal).
+# included; instanceGroupManagers (resize included) and instanceGroupManagerResizeRequests.insert
+# (zonal).
 def rules(base: str) -> list[Rule]:
     pol, tpl = f"{base}/regions/<region>/resourcePolicies", f"{base}/global/instanceTemplates"
     mig = f"{base}/zones/<zone>/instanceGroupManagers"
@@ -379,6 +454,7 @@ def rules(base: str) -> list[Rule]:
             Rule(f"{mig}/<name>", methods=["DELETE"], endpoint="delete_mig"),
             Rule(f"{mig}/<name>/listManagedInstances", methods=["POST"], endpoint="list_managed"),
             Rule(f"{mig}/<name>/listErrors", methods=["GET"], endpoint="list_errors"),
+            Rule(f"{mig}/<name>/resize", methods=["POST"], endpoint="resize_mig"),
             Rule(f"{mig}/<name>/resizeRequests", methods=["POST"],
                  endpoint="refuse_resize_request"),
             Rule(f"{base}/regions/<region>/operations/<name>", methods=["GET"],
@@ -397,6 +473,12 @@ def handle(migs: TpuMigs, request: Any, endpoint: str, args: dict) -> dict:
         ops = migs.ops
         return (ops.wait if wait else ops.get)(project, args["region"], args["name"])
     scope = [args[k] for k in ("region", "zone") if k in args]
+    if endpoint == "resize_mig":
+        try:
+            size = int(request.args.get("size", ""))
+        except ValueError:
+            raise ApiError(400, "Required parameter 'size' is missing or not an integer") from None
+        return migs.resize_mig(project, args["zone"], args["name"], size)
     if endpoint.startswith("insert_"):
         return getattr(migs, endpoint)(project, *scope, read_json(request))
     return getattr(migs, endpoint)(project, *scope, *([args["name"]] if "name" in args else []))

@@ -245,12 +245,6 @@ def _api(spec: JobSpec, acc: Accelerator, lines) -> tuple[str, ComputePlacement 
     if tpu.max_slices > 1:
         raise _fail("multislice on the Compute Engine path is not supported yet: use slices: 1, or "
                     "api: tpu-vm on v5p/v6e", ("tpu", "slices"), lines)
-    if shape.hosts > 1 and tpu.provisioning == "flex-start":
-        # A flex-start slice is a BULK MIG made at size 0, then resized (facts: memory-layers TPU
-        # runbook, a user report); tpujob makes its MIGs at full size and has not built that.
-        raise _fail(f"flex-start for a multi-host slice ({shape.hosts} VMs) is not supported yet on the Compute "
-                    "Engine path: use a single-host accelerator, or spot, on-demand or reservation",
-                    ("tpu", "provisioning"), lines)
     if shape.hosts > 1 and spec.disks:
         raise _fail(f"persistent disks on a multi-host Compute Engine slice ({shape.hosts} VMs) are not supported "
                     "yet: use a bucket, a single-host accelerator, or api: tpu-vm", ("disks",), lines)
