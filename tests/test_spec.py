@@ -822,17 +822,18 @@ REFUSALS = [
           slices: 2  #<
         run: {command: x}
         """), "tpu.slices", "multislice on the Compute Engine path is not supported yet"),
-    ("disks-on-a-multi-host-compute-slice", _spec("""
+    ("a-read-write-disk-on-a-multi-host-compute-slice", _spec("""
         name: demo
         tpu:
           accelerator: v6e-16
           zone: us-east5-b
           api: compute
-        disks:  #<
+        disks:
           - name: data
+            mode: read-write  #<
             mount: /mnt/data
         run: {command: x}
-        """), "disks", "persistent disks on a multi-host Compute Engine slice (4 VMs) are not supported yet"),
+        """), "disks[0].mode", "a read-write disk cannot be attached to v6e-16 (4 hosts"),
     ("preemptible-on-compute", _spec("""
         name: demo
         tpu:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -98,6 +99,10 @@ def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local
             assert time.monotonic() < deadline, [b.name for b in bucket.list_blobs()]
             time.sleep(0.5)
     local_cloud.preempt(ref.format(project=project, zone=zone, name=victim), grace_seconds=30)
+    if every == 1000:  # one host: its VM reads preempted once the SIGTERM checkpoint is written
+        status = bucket.get_blob(f"runs/{data['id']}/status.json")
+        status = json.loads(status.download_as_bytes()) if status is not None else None
+        assert status is not None and status["state"] == "preempted", status
 
     data = _requeue_until(cli, name, lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=400)
     assert data["state"] == "SUCCEEDED", [e["message"] for e in data["events"]]
@@ -157,6 +162,64 @@ def test_a_reservation_that_does_not_exist_ends_the_placement_with_its_message(c
     said = " ".join(e["message"] for e in data["events"])
     assert "Specified reservation 'nope' does not exist" in said, said
     assert data["attempts"][0]["slice_name"] not in {r["name"] for r in _instances(local_cloud, project, zone)}
+
+
+DISK_ZONE = "us-east1-d"  # offers v6e; no other test uses it
+MASTER = f"""\
+tpu: {{accelerator: v6e-8, zone: {DISK_ZONE}, api: compute}}
+disks:
+  - {{name: cemaster, mode: read-write, mount: /mnt/master, type: hyperdisk-balanced}}
+run:
+  command: "mkdir -p /mnt/master/ds && echo shard-0 > /mnt/master/ds/train.txt"
+"""
+POD = f"""\
+tpu: {{accelerator: v6e-16, zone: {DISK_ZONE}, api: compute}}
+disks:
+  - {{name: cedata, snapshot: cemaster-snap, mode: read-only, mount: /mnt/data}}
+run:
+  command: "cat /mnt/data/ds/train.txt > $HOME/seen; touch /mnt/data/new 2> $HOME/err; echo $? > $HOME/rc; sleep 600"
+"""
+
+
+def test_clone_and_scale_on_compute_engine_a_master_on_one_vm_its_clone_on_every_vm_of_a_mig(
+        cli, local_cloud, project, tmp_path):  # noqa: F811 - fixture
+    """A master disk written read-write by a one-VM job, snapshotted, cloned for a v6e-16 job
+    whose MIG's template names the clone: every VM reads it, none can write it, and the job's
+    delete takes the MIG's VMs and then the clone."""
+    spec = tmp_path / "cemaster.yaml"
+    spec.write_text("name: cemaster\n" + MASTER)
+    result = cli("create", "--wait", spec)
+    assert result.code == 0, result.err
+    assert _show(cli, "cemaster")["state"] == "SUCCEEDED"
+    assert cli("disk", "snapshot", "cemaster", "--name", "cemaster-snap", "--zone", DISK_ZONE).code == 0
+
+    _create(cli, tmp_path, "cepod", POD.split("\n", 1)[0].split(": ", 1)[1], POD.split("\n", 1)[1])
+    data = _requeue_until(cli, "cepod", lambda d: d["state"] in ("RUNNING", "FAILED"), timeout=240)
+    assert data["state"] == "RUNNING", [e["message"] for e in data["events"]]
+    first = data["attempts"][0]["slice_name"]
+    vms = sorted(i["name"] for i in _instances(local_cloud, project, DISK_ZONE) if i["name"].startswith(first + "-"))
+    assert len(vms) == 4, vms
+    clone = f"cedata-{data['id']}"
+    listed = cli("disk", "list", "--zone", DISK_ZONE, "--json")
+    assert listed.code == 0, listed.err
+    (disk,) = [d for d in json.loads(listed.out) if d["name"] == clone]
+    assert (disk["source_snapshot"], sorted(disk["users"])) == ("cemaster-snap", vms)
+    for vm in vms:  # every VM reads the same file; a write fails read-only
+        root = Path(local_cloud.hosts(f"projects/{project}/zones/{DISK_ZONE}/instances/{vm}")[0]["root"])
+        deadline = time.monotonic() + 60
+        while not (root / "home/tpujob/rc").exists():
+            assert time.monotonic() < deadline, vm
+            time.sleep(0.2)
+        assert (root / "home/tpujob/seen").read_text() == "shard-0\n"
+        assert (root / "home/tpujob/rc").read_text() == "1\n"
+        assert "Read-only file system" in (root / "home/tpujob/err").read_text()
+
+    assert cli("delete", "cepod").code == 0
+    listed = cli("disk", "list", "--zone", DISK_ZONE, "--json")
+    assert clone not in {d["name"] for d in json.loads(listed.out)}
+    assert [i["name"] for i in _instances(local_cloud, project, DISK_ZONE)] == []
+    assert cli("delete", "cemaster").code == 0
+    assert cli("disk", "delete", "cemaster", "--zone", DISK_ZONE).code == 0
 
 
 def _instances(client, project: str, zone: str) -> list[dict]:

@@ -240,3 +240,56 @@ def test_the_templates_ssh_keys_reach_every_host_and_each_vm_publishes_its_host_
         metadata = instances.get(project=P, zone=ZONE, instance=names[0]).metadata.items
         assert [(i.key, i.value) for i in metadata] == [
             ("ssh-keys", "alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b")]
+
+
+def disk_template(url: str, name: str, disk: str, mode: str = "READ_ONLY") -> None:
+    """A template whose VMs attach the zone's disk `disk` (named, as a template names it)."""
+    client(compute_v1.InstanceTemplatesClient, url).insert(
+        project=P, instance_template_resource=compute_v1.InstanceTemplate(
+            name=name, properties=compute_v1.InstanceProperties(
+                machine_type="tpu7x-standard-4t", disks=[
+                    compute_v1.AttachedDisk(boot=True, auto_delete=True),
+                    compute_v1.AttachedDisk(source=disk, mode=mode, auto_delete=False)],
+                scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE",
+                                                 provisioning_model="SPOT")))).result()
+
+
+def test_every_vm_of_a_mig_attaches_its_templates_disk_once_the_zone_has_it(server):
+    disks = client(compute_v1.DisksClient, server.url)
+    disk_template(server.url, "ro", "data")
+    migs = make_slice(server.url, name="withdisk", template="ro")
+    deadline = time.monotonic() + 5  # no such disk yet: each try fails with Compute's words
+    while not list(migs.list_errors(project=P, zone=ZONE, instance_group_manager="withdisk")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    (error, *_) = migs.list_errors(project=P, zone=ZONE, instance_group_manager="withdisk")
+    assert error.error.message == (f"Invalid value for field 'resource.disks[1].source': "
+                                   f"'projects/{P}/zones/{ZONE}/disks/data'. The referenced disk "
+                                   "resource cannot be found.")
+    assert not migs.get(project=P, zone=ZONE, instance_group_manager="withdisk").status.is_stable
+
+    disks.insert(project=P, zone=ZONE, disk_resource=compute_v1.Disk(
+        name="data", size_gb=10, type_=f"zones/{ZONE}/diskTypes/hyperdisk-balanced")).result()
+    stable(migs, "withdisk")
+    names = sorted(m.name for m in managed(migs, "withdisk"))
+    instances = client(compute_v1.InstancesClient, server.url)
+    for name in names:
+        (disk,) = [d for d in instances.get(project=P, zone=ZONE, instance=name).disks if not d.boot]
+        assert disk.source.endswith(f"/projects/{P}/zones/{ZONE}/disks/data") and disk.mode == "READ_ONLY"
+    assert sorted(disks.get(project=P, zone=ZONE, disk="data").users) == names
+    migs.delete(project=P, zone=ZONE, instance_group_manager="withdisk")
+    assert list(disks.get(project=P, zone=ZONE, disk="data").users) == []
+
+
+def test_a_templates_read_write_disk_is_refused_to_the_second_vm(server):
+    client(compute_v1.DisksClient, server.url).insert(project=P, zone=ZONE, disk_resource=compute_v1.Disk(
+        name="rw", size_gb=10, type_=f"zones/{ZONE}/diskTypes/hyperdisk-balanced")).result()
+    disk_template(server.url, "rwt", "rw", mode="READ_WRITE")
+    migs = make_slice(server.url, name="rwmig", template="rwt")
+    deadline = time.monotonic() + 5
+    while not list(migs.list_errors(project=P, zone=ZONE, instance_group_manager="rwmig")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    (error, *_) = migs.list_errors(project=P, zone=ZONE, instance_group_manager="rwmig")
+    assert "is already being used by 'slice-" in error.error.message and "in READ_WRITE mode" in error.error.message
+    assert list(client(compute_v1.DisksClient, server.url).get(project=P, zone=ZONE, disk="rw").users) == []

@@ -239,3 +239,49 @@ def test_a_real_host_answers_and_publishes_its_key(tmp_path):
         op = instances.delete(project=PROJECT, zone=ZONE, instance="real")
         ops.wait(project=PROJECT, zone=ZONE, operation=op.name)
         assert not (tmp_path / "emu" / "instances" / PROJECT / ZONE / "real").exists()
+
+
+def make_disk(url: str, name: str, zone: str = ZONE) -> None:
+    disks = compute_v1.DisksClient(transport="rest", credentials=AnonymousCredentials(),
+                                   client_options={"api_endpoint": url})
+    disks.insert(project=PROJECT, zone=zone, disk_resource=compute_v1.Disk(
+        name=name, size_gb=10, type_=f"zones/{zone}/diskTypes/hyperdisk-balanced")).result()
+
+
+def disk_users(url: str, name: str) -> list[str]:
+    disks = compute_v1.DisksClient(transport="rest", credentials=AnonymousCredentials(),
+                                   client_options={"api_endpoint": url})
+    return list(disks.get(project=PROJECT, zone=ZONE, disk=name).users)
+
+
+def with_disk(body: compute_v1.Instance, name: str, mode: str) -> compute_v1.Instance:
+    body.disks = [compute_v1.AttachedDisk(boot=True, auto_delete=True), compute_v1.AttachedDisk(
+        source=f"projects/{PROJECT}/zones/{ZONE}/disks/{name}", mode=mode)]
+    return body
+
+
+def test_a_vms_data_disk_must_exist_and_is_held_until_the_vm_is_gone(server, api):
+    instances, ops = api
+    with pytest.raises(exceptions.BadRequest) as err:
+        instances.insert(project=PROJECT, zone=ZONE, instance_resource=with_disk(vm("v1"), "data", "READ_WRITE"))
+    assert (f"Invalid value for field 'resource.disks[1].source': 'projects/{PROJECT}/zones/{ZONE}/disks/data'. "
+            "The referenced disk resource cannot be found.") in err.value.message
+    assert listed(instances) == []
+
+    make_disk(server.url, "data")
+    assert insert(instances, ops, with_disk(vm("v1"), "data", "READ_WRITE")).error.errors == []
+    (disk,) = [d for d in instances.get(project=PROJECT, zone=ZONE, instance="v1").disks if not d.boot]
+    assert disk.source.endswith(f"/projects/{PROJECT}/zones/{ZONE}/disks/data") and disk.mode == "READ_WRITE"
+    assert disk_users(server.url, "data") == ["v1"]
+    # Held read-write by v1: no other VM may attach it, in either mode.
+    with pytest.raises(exceptions.BadRequest) as err:
+        instances.insert(project=PROJECT, zone=ZONE, instance_resource=with_disk(vm("v2"), "data", "READ_ONLY"))
+    assert "is already being used by 'v1' in READ_WRITE mode" in err.value.message
+    assert listed(instances) == ["v1"]
+
+    instances.delete(project=PROJECT, zone=ZONE, instance="v1")
+    deadline = time.monotonic() + 5
+    while listed(instances):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert disk_users(server.url, "data") == []

@@ -156,6 +156,8 @@ class Slice:
     # Multislice: the slices (0..N-1) whose own node reads preempted, failed, deleting or gone.
     lost_slices: tuple[int, ...] = ()
     part_hosts: tuple[int, ...] = ()  # multislice: each slice's host count, in order
+    # Compute Engine: short names of the data disks every VM of the slice has attached.
+    data_disks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ class GcpCompute:
         options = {"api_endpoint": endpoint} if endpoint else None
         kwargs = dict(transport="rest", credentials=credentials, client_options=options)
         self._disks = compute_v1.DisksClient(**kwargs)
+        self._instances = compute_v1.InstancesClient(**kwargs)
         self._snapshots = compute_v1.SnapshotsClient(**kwargs)
         self._zone_ops = compute_v1.ZoneOperationsClient(**kwargs)
         self._global_ops = compute_v1.GlobalOperationsClient(**kwargs)
@@ -185,14 +186,18 @@ class GcpCompute:
     # ---- TPU nodes --------------------------------------------------------------------------
 
     def node_disks(self, project: str, zone: str) -> list[NodeDisk]:
-        """Every disk attached to a TPU node of the zone, with its mode."""
+        """Every data disk attached to a TPU node or a Compute Engine VM (a TPU VM of the
+        Compute Engine path, or any other) of the zone, with its mode: one list of each."""
         from google.cloud import tpu_v2
 
         nodes = self._call("listing nodes", lambda: list(self._tpu_client().list_nodes(
             parent=f"projects/{project}/locations/{zone}")))
+        instances = self._call("listing instances", lambda: list(self._instances.list(project=project, zone=zone)))
         return [NodeDisk(_short(n.name), d.source_disk,
                          d.mode == tpu_v2.AttachedDisk.DiskMode.READ_ONLY)
-                for n in nodes for d in n.data_disks]
+                for n in nodes for d in n.data_disks] + \
+            [NodeDisk(i.name, disk_path(project, zone, _short(d.source)), d.mode == "READ_ONLY")
+             for i in instances for d in i.disks if not d.boot and d.source]
 
     def _tpu_client(self):
         from google.cloud import tpu_v2

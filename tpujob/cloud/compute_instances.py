@@ -63,4 +63,10 @@ def read_slice(instance: compute_v1.Instance, zone: str) -> Slice:
                  accelerator_type=shorten(instance.machine_type),
                  hosts=read_hosts(instance) if phase == SlicePhase.READY else (),
                  labels=dict(instance.labels), detail=instance.status_message or "",
-                 node_create_time=rfc3339(instance.creation_timestamp), metadata=read_metadata(instance))
+                 node_create_time=rfc3339(instance.creation_timestamp), metadata=read_metadata(instance),
+                 data_disks=read_data_disks(instance))
+
+
+def read_data_disks(instance: compute_v1.Instance) -> tuple[str, ...]:
+    """Short names of the VM's attached data disks (not its boot disk)."""
+    return tuple(sorted(shorten(d.source) for d in instance.disks if not d.boot and d.source))

@@ -21,7 +21,8 @@ from google.cloud import compute_v1
 from tpujob.catalogue import compute_shape
 from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, TpuResource
 from tpujob.cloud.compute import COMPUTE, rfc3339
-from tpujob.cloud.compute_instances import INSTANCE_PHASES, read_address, read_metadata, shorten
+from tpujob.cloud.compute_instances import (INSTANCE_PHASES, read_address, read_data_disks, read_metadata,
+                                            shorten)
 from tpujob.cloud.errors import classify
 from tpujob.errors import ConflictError, NotFoundError
 from tpujob.names import JOB_LABEL
@@ -207,7 +208,10 @@ class MigSlices:
         running = sorted(n for n, s in statuses.items() if s == "RUNNING")
         state = f"{topology or ('STABLE' if stable else 'CREATING')} ({len(running)}/{target} RUNNING)"
         vms = [instances[n] for n in host_order(statuses) if n in instances]
+        # The disks every VM has (the template's): a VM made without one lacks it (check_disks).
+        held = [set(read_data_disks(vm)) for vm in vms]
         base = dict(name=name, zone=zone, node_state=state,
+                    data_disks=tuple(sorted(set.intersection(*held))) if held else (),
                     accelerator_type=shorten(vms[0].machine_type) if vms else None,
                     labels=dict(vms[0].labels) if vms else {}, metadata=read_metadata(vms[0]) if vms else {},
                     node_create_time=rfc3339(mig.creation_timestamp))

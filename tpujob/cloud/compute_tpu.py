@@ -21,7 +21,7 @@ from google.cloud import compute_v1
 from tpujob.catalogue import compute_shape
 from tpujob.cloud.base import Slice, SliceRequest, TpuResource
 from tpujob.cloud.compute import COMPUTE, operation_failure, rfc3339
-from tpujob.cloud.compute_instances import read_hosts, read_metadata, read_slice, shorten
+from tpujob.cloud.compute_instances import read_data_disks, read_hosts, read_metadata, read_slice, shorten
 from tpujob.cloud.compute_migs import MigSlices
 from tpujob.cloud.errors import invoke, new_retry
 from tpujob.errors import CloudError, ConfigError, NotFoundError, UsageError
@@ -208,7 +208,7 @@ class ComputeTpuCloud(MigSlices):
         migs, leftovers, members = self._mig_resources(project, zone, instances)
         lone = [TpuResource("instance", i.name, zone, i.status, labels=dict(i.labels),
                             created=rfc3339(i.creation_timestamp), accelerator_type=shorten(i.machine_type),
-                            hosts=read_hosts(i), data_disks=tuple(shorten(d.source) for d in i.disks if not d.boot),
+                            hosts=read_hosts(i), data_disks=read_data_disks(i),
                             spot=i.scheduling.provisioning_model == "SPOT", metadata=read_metadata(i))
                 for i in instances.values() if i.name not in members]
         return migs + lone + leftovers

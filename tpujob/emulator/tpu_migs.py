@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from werkzeug.routing import Rule
 
+from tpujob.emulator import vm_disks
 from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import (ApiError, VirtualHost, authorized_keys, check_id, copy_json,
                                       host_ip, now, read_json)
@@ -63,6 +64,11 @@ UNSOURCED = {
     # can make them all ("the MIG stays at zero instances until it is able to obtain the full
     # capacity", overview-add-vms-all-at-once-in-mig); here they are listed, PENDING.
     "flex_start_members": "PENDING",
+    # A MIG whose template names a data disk the zone lacks (or one held read-write elsewhere):
+    # no source says how Google answers. Here each try to make the VMs fails with the words
+    # instances.insert would give (vm_disks.py) in listErrors and lastAttempt, retried as a
+    # stockout is (CREATING "retries until success").
+    "disk_refusal": "retried",
 }
 
 
@@ -315,13 +321,21 @@ class TpuMigs:
                 if mig is None:
                     return
                 if not em._stocked_out(zone, kind.name):
-                    break
-                if flex:
+                    # Its template's data disks, on every VM or none; a refusal is that try's
+                    # error, retried as a stockout is (UNSOURCED["disk_refusal"]).
+                    try:
+                        disks = vm_disks.attach(em, mig["tpujobMembers"], project, zone,
+                                                props.get("disks", []))
+                        break
+                    except ApiError as exc:
+                        reason, message, code = exc.status, exc.message, exc.code
+                elif flex:
                     continue
-                message = WORDINGS["stockout"].format(project=project, zone=zone)
-                mig["tpujobErrors"].append({**operation_error(
-                    "ZONE_RESOURCE_POOL_EXHAUSTED", message, 503), "timestamp": now(),
-                    "instance": f"{mig['zone']}/instances/{mig['tpujobMembers'][0]}"})
+                else:
+                    reason, code = "ZONE_RESOURCE_POOL_EXHAUSTED", 503
+                    message = WORDINGS["stockout"].format(project=project, zone=zone)
+                mig["tpujobErrors"].append({**operation_error(reason, message, code), "timestamp": now(),
+                                            "instance": f"{mig['zone']}/instances/{mig['tpujobMembers'][0]}"})
         members = mig["tpujobMembers"]
         insts = insts or self._make_members(project, zone, ref, props, kind)
         if not insts:
@@ -343,9 +357,7 @@ class TpuMigs:
                                    ssh_port=em.ssh_port,
                                    login=host_login(em.oslogin, project, metadata))
             hosts = machines.start()
-            # Data disks are not attached to a MIG's VMs here: their template names disks by
-            # name, and tpujob sends none on this path yet.
-            prepare_vm_hosts(em, machines, mig["name"], len(members), [])
+            prepare_vm_hosts(em, machines, mig["name"], len(members), disks)
         else:  # hosts switched off: addresses only, as a lone VM's VirtualHost
             hosts = [VirtualHost(i, host_ip(block, i), em.ssh_port) for i in range(len(members))]
         with self._lock, em._lock:

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tpujob.emulator import vm_disks
 from tpujob.emulator.labels import check_compute_labels
 from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import (ApiError, VirtualHost, authorized_keys, check_id, copy_json,
@@ -97,6 +98,8 @@ class TpuVms:
                 raise ApiError(409, f"The resource '{ref}' already exists")
             nics = body.get("networkInterfaces") or [{}]
             wants_nat = bool(nics[0].get("accessConfigs"))
+            # Its data disks, checked and held before anything is made (vm_disks.py).
+            vm_disks.attach(em, [name], project, zone, body.get("disks", []))
             inst = Instance(project, zone, name, {}, kind, em._free_ip_block(),
                             em._external_block() if wants_nat else None)
             inst.body = self._body(inst, body, sched, nics)
@@ -273,9 +276,8 @@ class TpuVms:
             login=host_login(em.oslogin, inst.project, metadata))
         try:
             hosts = machines.start()
-            prepare_vm_hosts(em, machines, inst.name, 1, [
-                {"sourceDisk": d.get("source", ""), "mode": d.get("mode", "READ_WRITE")}
-                for d in inst.body.get("disks", []) if not d.get("boot") and d.get("source")])
+            prepare_vm_hosts(em, machines, inst.name, 1,
+                             vm_disks.entries(inst.project, inst.zone, inst.body.get("disks", [])))
         except Exception:
             machines.stop()
             raise
@@ -288,8 +290,6 @@ class TpuVms:
             machines, inst.machines = inst.machines, None
         if machines:
             machines.stop()
-        if em.compute is not None:
-            em.compute.release(inst.name)  # its data disks are free again
         self._drop(inst)
         if op:
             self.ops.finish(op)
@@ -310,6 +310,8 @@ class TpuVms:
     def _drop(self, inst: Instance) -> None:
         with self.emulator._lock:
             self._instances.pop(inst.ref, None)
+            if self.emulator.compute is not None:
+                self.emulator.compute.release(inst.name)  # its data disks are free again
             if inst.reservation in self._reservations:
                 spec = self._reservations[inst.reservation]["specificReservation"]
                 spec["inUseCount"] = str(int(spec["inUseCount"]) - 1)
@@ -355,6 +357,9 @@ class TpuVms:
         kept = {k: copy_json(body[k]) for k in ("labels", "disks", "description",
                                                 "reservationAffinity", "serviceAccounts")
                 if body.get(k)}
+        for entry in vm_disks.entries(inst.project, inst.zone, body.get("disks", [])):
+            # An attached disk's source reads back as a full URL, however it was named.
+            kept["disks"][entry["index"]]["source"] = f"{API_ROOT}/{entry['sourceDisk']}"
         metadata = {"kind": "compute#metadata", "fingerprint": "dGVzdA==",
                     "items": copy_json((body.get("metadata") or {}).get("items", []))}
         status = "PENDING" if sched["provisioningModel"] == "FLEX_START" else "PROVISIONING"

@@ -251,7 +251,7 @@ class SshHostOps:
                 uploaded = sync(group, bundle, runtime_bundle_dir(job.id), progress=self._progress("runtime upload"),
                                 timeout=SYNC_TIMEOUT)
                 host_answers.step_ok(uploaded, "runtime upload", hidden)
-            self.check_disks(job, attempt)  # a reused slice may lack one: say so before mounting
+            self.check_disks(job, attempt, slice_)  # a reused slice may lack one: say so before mounting
             script = mounts.mount_script(spec, job.id)  # disks and buckets, before setup
             if script:
                 self._renew_lease(job)
@@ -350,19 +350,25 @@ class SshHostOps:
 
         return disks.data_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone)
 
-    def check_disks(self, job, attempt) -> None:
+    def check_disks(self, job, attempt, slice_) -> None:
         """SetupFailed when the slice lacks one of the job's disks: Google attaches disks to a
-        TPU node at create only (v2's UpdateNode documents no `data_disks`)."""
+        TPU node at create only (v2's UpdateNode documents no `data_disks`); a Compute Engine
+        slice's observation says which disks every VM holds (tpujob attaches them at create)."""
         spec = spec_of(job)
         if not spec.spec.disks:
             return
         from tpujob.service.context import make_compute
 
-        missing = disks.missing_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone,
-                                      attempt.slice_name, attempt.slices, own_nodes(attempt))
+        compute = make_compute(self.ctx.settings)
+        if spec.api == "compute":
+            missing = [d.source.rsplit("/", 1)[-1] for d in disks.data_disks(compute, spec, job.id, attempt.zone)
+                       if d.source.rsplit("/", 1)[-1] not in slice_.data_disks]
+        else:
+            missing = disks.missing_disks(compute, spec, job.id, attempt.zone,
+                                          attempt.slice_name, attempt.slices, own_nodes(attempt))
         if missing:
             raise SetupFailed(f"slice {attempt.slice_name} lacks disk {', '.join(missing)} (detached by "
-                              "hand?): the TPU API attaches disks only when it creates a node; delete the "
+                              "hand?): disks are attached only when the slice is created; delete the "
                               "slice and the next attempt creates it with its disks")
 
     def program_status(self, job, attempt, slice_) -> tuple[HostObservation, ...]:

@@ -245,9 +245,6 @@ def _api(spec: JobSpec, acc: Accelerator, lines) -> tuple[str, ComputePlacement 
     if tpu.max_slices > 1:
         raise _fail("multislice on the Compute Engine path is not supported yet: use slices: 1, or "
                     "api: tpu-vm on v5p/v6e", ("tpu", "slices"), lines)
-    if shape.hosts > 1 and spec.disks:
-        raise _fail(f"persistent disks on a multi-host Compute Engine slice ({shape.hosts} VMs) are not supported "
-                    "yet: use a bucket, a single-host accelerator, or api: tpu-vm", ("disks",), lines)
     if tpu.runtime_version is not None:
         raise _fail(f"a Compute Engine TPU VM boots an image ({shape.image_family}), not a TPU runtime "
                     "version: remove runtime_version", ("tpu", "runtime_version"), lines)
