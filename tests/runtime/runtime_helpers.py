@@ -35,7 +35,7 @@ class Run:
     config: Path
     proc: subprocess.Popen
 
-    def wait(self, timeout: float = 120) -> int:
+    def wait(self, timeout: float = 300) -> int:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
