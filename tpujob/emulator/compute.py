@@ -21,7 +21,7 @@ from typing import Any
 
 from werkzeug.routing import Map, Rule
 
-from tpujob.emulator import apt, tpu_migs
+from tpujob.emulator import apt, tpu_mig_rules
 from tpujob.emulator.disk_rules import access_mode_at_insert, check_attach
 from tpujob.emulator.host_disks import gcsfuse_shim, prepare_hosts
 from tpujob.emulator.labels import check_compute_labels
@@ -53,7 +53,7 @@ ROUTES = Map([
          endpoint="delete_instance"),
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/getGuestAttributes", methods=["GET"],
          endpoint="instance_guest_attributes"),
-    *tpu_migs.rules(_BASE),  # multi-host slices: workload policies, templates, MIGs
+    *tpu_mig_rules.rules(_BASE),  # multi-host slices: workload policies, templates, MIGs
 ], strict_slashes=False)
 
 DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd", "pd-extreme", "hyperdisk-ml",
@@ -336,8 +336,8 @@ def _size(path: pathlib.Path) -> int:
 def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: dict) -> dict:
     """Serve one matched request (the TPU app routes /compute/v1/ here)."""
     project = args["project"]
-    if endpoint in tpu_migs.ENDPOINTS:
-        return tpu_migs.handle(compute.tpu_vms.migs, request, endpoint, args)
+    if endpoint in tpu_mig_rules.ENDPOINTS:
+        return tpu_mig_rules.handle(compute.tpu_vms.migs, request, endpoint, args)
     if "instance" in endpoint:  # tpu_vms.py serves every instances method
         return _instances(compute.tpu_vms, request, endpoint, args)
     if endpoint == "insert_disk":

@@ -4,97 +4,30 @@ VMs form one ICI slice (one machines.SliceMachines of N hosts, each VM one of th
 
 Paths and fields: compute.v1.json revision 20261106 (ResourcePolicy.workloadPolicy,
 InstanceTemplate.properties, InstanceGroupManager, ManagedInstance, listErrors). Facts and
-their sources: shared/facts/compute-engine-tpu.md. What no source says is in UNSOURCED.
+their sources: shared/facts/compute-engine-tpu.md. What no source says is in
+tpu_mig_rules.UNSOURCED; Google's wordings in tpu_mig_rules.MIG_WORDINGS.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import string
 import threading
 import time
-from typing import TYPE_CHECKING, Any
-
-from werkzeug.routing import Rule
+from typing import TYPE_CHECKING
 
 from tpujob.emulator import vm_disks
 from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import (ApiError, VirtualHost, authorized_keys, check_id, copy_json,
-                                      host_ip, now, read_json)
+                                      host_ip, now)
+from tpujob.emulator.tpu_mig_rules import (MIG_WORDINGS, UNSOURCED, MemberMachines, mig_status, ref_of,
+                                           suffix, topology_of)
 from tpujob.emulator.tpu_vm_rules import WORDINGS, machine_type, scheduling
 from tpujob.emulator.tpu_vms import FLEX_START_WAITS_OUT_STOCKOUTS, Instance, prepare_vm_hosts
 from tpujob.emulator.zone_operations import API_ROOT, operation_error, refusal
 
 if TYPE_CHECKING:
     from tpujob.emulator.tpu_vms import TpuVms
-
-MIG_WORDINGS = {
-    # memory-layers TPU runbook (user report): a bare policy name.
-    "malformed": "The URL is malformed.",
-    # memory-layers TPU runbook; third-party TPU7x guide (user reports).
-    "bulk": "MIGs with TPU accelerator topology require BULK mode in target size policy",
-    # vllm-project/ci-infra PR #547 (user report).
-    "placement": ("Creation of a managed instance group with tpu7x-standard-4t machine type with "
-                  "placement policy is not supported. Use workload policy instead."),
-    # memory-layers TPU runbook (user report).
-    "resize_request": "Creating resize requests for managed instance group with TPU is not allowed",
-    # AI-Hypercomputer/xpk#751 quotes only the end ("... in the gang mode of size '8'. Should be
-    # equal to the gang size."); the beginning here is the emulator's.
-    "gang": ("Target size {size} of the managed instance group is not valid in the gang mode of "
-             "size '{hosts}'. Should be equal to the gang size."),
-}
-UNSOURCED = {
-    # Whether the refusals above come synchronously (400) or in the operation: unknown; 400 here.
-    "refusal_status": 400,
-    # A TPU MIG whose VM was preempted (or killed): Google's documents do not say (facts:
-    # "Unknown: how Spot or STANDARD multi-host MIGs behave (also after preemption)"). Here the
-    # VM reads TERMINATED, is not recreated, and the topology reads INCOMPLETE ("insufficient
-    # number of running VMs", compute.v1.json); its host alone dies, without a SIGTERM grace.
-    "topology_after_loss": "INCOMPLETE",
-    # Bulk mode lets a MIG's target size grow only from 0 (cloud.google.com/compute/docs/
-    # instance-groups/about-bulk-mode: facts, "grow only from targetSize 0"); Google's words for
-    # refusing a resize that grows a BULK MIG from another size are quoted nowhere found.
-    "grow_from_zero": ("A managed instance group in bulk mode can grow only from target size 0 "
-                       "(the emulator's words: Google's are quoted nowhere found)"),
-    # While a flex-start BULK MIG waits for capacity, its members read PENDING, as a lone
-    # flex-start VM does ("waiting for available capacity from Dynamic Workload Scheduler",
-    # compute.v1.json Instance.status), and a stockout records no error (tpu_vms.
-    # FLEX_START_WAITS_OUT_STOCKOUTS). No source says whether a BULK MIG lists its VMs before it
-    # can make them all ("the MIG stays at zero instances until it is able to obtain the full
-    # capacity", overview-add-vms-all-at-once-in-mig); here they are listed, PENDING.
-    "flex_start_members": "PENDING",
-    # A MIG whose template names a data disk the zone lacks (or one held read-write elsewhere):
-    # no source says how Google answers. Here each try to make the VMs fails with the words
-    # instances.insert would give (vm_disks.py) in listErrors and lastAttempt, retried as a
-    # stockout is (CREATING "retries until success").
-    "disk_refusal": "retried",
-}
-
-
-class MemberMachines:
-    """One MIG VM's view of its slice's machines: its own host only (any index means it)."""
-
-    def __init__(self, slice_machines, index: int):
-        self._slice, self._index = slice_machines, index
-
-    def host_root(self, index: int):
-        return self._slice.host_root(self._index)
-
-    def ssh_connections(self, index: int) -> dict:
-        return self._slice.ssh_connections(self._index)
-
-    def kill_host(self, index: int = 0) -> None:
-        self._slice.kill_host(self._index)
-
-    def preempt(self, grace_seconds: float) -> None:
-        self._slice.kill_host(self._index)  # UNSOURCED["topology_after_loss"]
-
-    def stop(self) -> None:
-        self._slice.kill_host(self._index)
-
-    def freeze(self, index: int, thaw: bool = False) -> int:
-        return self._slice.freeze(self._index, thaw)
 
 
 class TpuMigs:
@@ -162,7 +95,7 @@ class TpuMigs:
     def insert_mig(self, project: str, zone: str, body: dict) -> dict:
         name = body.get("name", "")
         check_id(name, "instance group manager name")
-        template = self._get(self._templates, _ref_of(body.get("instanceTemplate", "")))
+        template = self._get(self._templates, ref_of(body.get("instanceTemplate", "")))
         props = template.get("properties", {})
         kind = machine_type(zone, props.get("machineType", ""))
         scheduling(props)
@@ -171,7 +104,7 @@ class TpuMigs:
         if policy_ref:
             if "/" not in policy_ref:
                 raise refusal(UNSOURCED["refusal_status"], MIG_WORDINGS["malformed"], "invalid")
-            topology = self._get(self._policies, _ref_of(policy_ref, project)).get(
+            topology = self._get(self._policies, ref_of(policy_ref, project)).get(
                 "workloadPolicy", {}).get("acceleratorTopology")
         elif kind.name == "tpu7x-standard-4t" and props.get("resourcePolicies"):
             raise refusal(UNSOURCED["refusal_status"], MIG_WORDINGS["placement"], "invalid")
@@ -191,8 +124,8 @@ class TpuMigs:
                "zone": f"{API_ROOT}/projects/{project}/zones/{zone}", "targetSize": size,
                "selfLink": f"{API_ROOT}/{ref}", "creationTimestamp": now(),
                # A MIG at size 0 has nothing to do: stable, until a resize grows it.
-               "status": _status(size == 0, topology, "ACTIVATING"),
-               "tpujobMembers": [f"{base}-{_suffix()}" for _ in range(size)], "tpujobErrors": [],
+               "status": mig_status(size == 0, topology, "ACTIVATING"),
+               "tpujobMembers": [f"{base}-{suffix()}" for _ in range(size)], "tpujobErrors": [],
                "tpujobHosts": hosts if topology else None}
         self._put(self._migs, ref, mig)
         if size:
@@ -272,12 +205,12 @@ class TpuMigs:
             if hosts and size != hosts:
                 raise refusal(UNSOURCED["refusal_status"],
                               MIG_WORDINGS["gang"].format(size=size, hosts=hosts), "invalid")
-            template = self._get(self._templates, _ref_of(mig.get("instanceTemplate", "")))
+            template = self._get(self._templates, ref_of(mig.get("instanceTemplate", "")))
             props = template.get("properties", {})
             kind = machine_type(zone, props.get("machineType", ""))
             base = mig["baseInstanceName"]
-            mig.update(targetSize=size, tpujobMembers=[f"{base}-{_suffix()}" for _ in range(size)],
-                       status=_status(False, _topology(mig["status"]), "ACTIVATING"))
+            mig.update(targetSize=size, tpujobMembers=[f"{base}-{suffix()}" for _ in range(size)],
+                       status=mig_status(False, topology_of(mig["status"]), "ACTIVATING"))
             self.em._spawn(self._provision, project, zone, ref, props, kind)
             return self.ops.new(project, zone, "resize", mig["selfLink"])
 
@@ -289,7 +222,7 @@ class TpuMigs:
         with self._lock:
             for mig in self._migs.values():
                 if inst.name in mig["tpujobMembers"]:
-                    mig["status"] = _status(True, _topology(mig["status"]),
+                    mig["status"] = mig_status(True, topology_of(mig["status"]),
                                             UNSOURCED["topology_after_loss"])
 
     def close(self) -> None:
@@ -374,7 +307,7 @@ class TpuMigs:
                 inst.machines = MemberMachines(machines, i) if machines else None
                 inst.booted_at = booted  # its host keys publish after the hostkeys delay
                 inst.body["status"] = "RUNNING"
-            mig["status"] = _status(True, _topology(mig["status"]), "ACTIVE")
+            mig["status"] = mig_status(True, topology_of(mig["status"]), "ACTIVE")
             em._changed.notify_all()
 
     def _make_members(self, project: str, zone: str, ref: str, props: dict, kind) -> list[Instance]:
@@ -419,78 +352,3 @@ class TpuMigs:
         with self._lock:
             self._get(table, ref)
             return table.pop(ref)
-
-
-def _ref_of(url: str, project: str = "") -> str:
-    """`projects/P/...` of a full or partial URL (`regions/R/...` takes `project`)."""
-    tail = url.split("/compute/v1/")[-1]
-    return tail if tail.startswith("projects/") else f"projects/{project}/{tail}"
-
-
-def _suffix() -> str:
-    # baseInstanceName + "-" + 4 random characters (compute.v1.json InstanceGroupManager).
-    return "".join(random.choices(string.ascii_lowercase + string.digits, k=4))
-
-
-def _status(stable: bool, topology: str | None, state: str) -> dict:
-    status = {"isStable": stable, "bulkInstanceOperation": {"inProgress": not stable}}
-    if topology:
-        status["appliedAcceleratorTopologies"] = [{"acceleratorTopology": topology,
-                                                   "state": state}]
-    return status
-
-
-def _topology(status: dict) -> str | None:
-    applied = status.get("appliedAcceleratorTopologies") or [{}]
-    return applied[0].get("acceleratorTopology")
-
-
-
-# compute.v1.json paths: resourcePolicies (regional) and instanceTemplates (global), lists
-# included; instanceGroupManagers (resize included) and instanceGroupManagerResizeRequests.insert
-# (zonal).
-def rules(base: str) -> list[Rule]:
-    pol, tpl = f"{base}/regions/<region>/resourcePolicies", f"{base}/global/instanceTemplates"
-    mig = f"{base}/zones/<zone>/instanceGroupManagers"
-    return [Rule(pol, methods=["POST"], endpoint="insert_policy"),
-            Rule(pol, methods=["GET"], endpoint="list_policies"),
-            Rule(f"{pol}/<name>", methods=["GET"], endpoint="get_policy"),
-            Rule(f"{pol}/<name>", methods=["DELETE"], endpoint="delete_policy"),
-            Rule(tpl, methods=["POST"], endpoint="insert_template"),
-            Rule(tpl, methods=["GET"], endpoint="list_templates"),
-            Rule(f"{tpl}/<name>", methods=["GET"], endpoint="get_template"),
-            Rule(f"{tpl}/<name>", methods=["DELETE"], endpoint="delete_template"),
-            Rule(mig, methods=["POST"], endpoint="insert_mig"),
-            Rule(mig, methods=["GET"], endpoint="list_migs"),
-            Rule(f"{mig}/<name>", methods=["GET"], endpoint="get_mig"),
-            Rule(f"{mig}/<name>", methods=["DELETE"], endpoint="delete_mig"),
-            Rule(f"{mig}/<name>/listManagedInstances", methods=["POST"], endpoint="list_managed"),
-            Rule(f"{mig}/<name>/listErrors", methods=["GET"], endpoint="list_errors"),
-            Rule(f"{mig}/<name>/resize", methods=["POST"], endpoint="resize_mig"),
-            Rule(f"{mig}/<name>/resizeRequests", methods=["POST"],
-                 endpoint="refuse_resize_request"),
-            Rule(f"{base}/regions/<region>/operations/<name>", methods=["GET"],
-                 endpoint="region_operation"),
-            Rule(f"{base}/regions/<region>/operations/<name>/wait", methods=["POST"],
-                 endpoint="region_operation_wait")]
-
-
-ENDPOINTS = frozenset(r.endpoint for r in rules(""))
-
-
-def handle(migs: TpuMigs, request: Any, endpoint: str, args: dict) -> dict:
-    project = args["project"]
-    if endpoint.startswith("region_operation"):
-        wait = endpoint.endswith("_wait")
-        ops = migs.ops
-        return (ops.wait if wait else ops.get)(project, args["region"], args["name"])
-    scope = [args[k] for k in ("region", "zone") if k in args]
-    if endpoint == "resize_mig":
-        try:
-            size = int(request.args.get("size", ""))
-        except ValueError:
-            raise ApiError(400, "Required parameter 'size' is missing or not an integer") from None
-        return migs.resize_mig(project, args["zone"], args["name"], size)
-    if endpoint.startswith("insert_"):
-        return getattr(migs, endpoint)(project, *scope, read_json(request))
-    return getattr(migs, endpoint)(project, *scope, *([args["name"]] if "name" in args else []))
