@@ -135,7 +135,10 @@ class ComputeTpuCloud(MigSlices):
         if request.ssh_keys:
             metadata["ssh-keys"] = "\n".join(filter(None, [metadata.get("ssh-keys"), *request.ssh_keys]))
         # TPU VMs cannot live-migrate: onHostMaintenance TERMINATE (facts: Google's create
-        # command). Spot and flex-start are not restarted by Compute Engine after a stop.
+        # command). automaticRestart: false for Spot (a preempted Spot VM is not restarted:
+        # facts, spot-compute) and, tpujob's choice, for flex-start, whose restart no source
+        # pins to this field (failure-recovery says Google restarts failed flex-start VMs):
+        # tpujob makes a new slice instead (docs/compute-engine.md, choices).
         scheduling = compute_v1.Scheduling(on_host_maintenance="TERMINATE", provisioning_model=model,
                                            automatic_restart=model in ("STANDARD", "RESERVATION_BOUND"))
         if model == "SPOT":
