@@ -131,7 +131,7 @@ def test_a_host_that_stays_dirty_is_replaced_after_one_failed_attempt(cli, ctx, 
     _kill_the_program(local_cloud, project, first, job.id)   # the attempt before the host went bad
     job = sweep_until(ctx, job.id, lambda j: j.attempt >= 3, timeout=240, rec=rec, pause=0.5)
     attempts = ctx.store.attempts(job.id)
-    # Attempt 2 on the same slice: cleaned, but the holder came back; the runtime found the TPU
+    # Attempt 2 on the same slice: cleaned, but the holder came back at once; the runtime found the TPU
     # busy (libtpu's words), and the slice went at once: attempt 3 is on a new one.
     assert [a.end_reason for a in attempts[:2]] == ["failed", "bad_host"]
     assert attempts[1].slice_name == first.slice_name != attempts[2].slice_name

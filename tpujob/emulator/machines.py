@@ -55,6 +55,11 @@ HOST_PATHS = {"dpkg": "/var/lib/dpkg", "apt-sources": "/etc/apt/sources.list.d",
 # A directory where each host's program logs (tpujob's `.tpujob/jobs/JOB/attempt-N/program.log`
 # under any home) are copied before a deleted node's files go: `scripts/soak.py --keep` reads them.
 KEEP_LOGS_ENV = "TPUJOB_EMULATOR_KEEP_LOGS"
+# A sticky TPU holder (dirty_host) is back this soon after it is ended, well before the program
+# launched after the cleaning reaches its claim (its interpreter alone takes longer), so that
+# program always finds the TPU held. With a second, a launch right after the cleaning could
+# claim the TPU first and train on a "bad" host (a flaky e2e in a serial run, too).
+STICKY_RESPAWN_SECONDS = 0.05
 
 # Outside every host's own directories: where kept paths wait while those are mounted over.
 _STAGE = "/run/tpujob-emulator-stage"
@@ -256,8 +261,8 @@ class SliceMachines:
     def dirty_host(self, index: int, sticky: bool = False) -> int:
         """A process on host `index` holding its emulated accelerator device, as a program of an
         earlier run left behind would (the next program then finds the TPU busy). `sticky`: one
-        that comes back a second after it is ended, as on a host whose TPU is wedged: no
-        cleaning makes that host usable. Returns the holder's pid."""
+        that comes back at once (STICKY_RESPAWN_SECONDS) after it is ended, as on a host whose
+        TPU is wedged: no cleaning makes that host usable. Returns the holder's pid."""
         host = self._hosts[index]
         if not host.alive or host.server is None:
             raise RuntimeError(f"host {index} is not running")
@@ -288,11 +293,11 @@ class SliceMachines:
         return proc
 
     def _keep_dirty(self, host: _Host, proc: subprocess.Popen, sticky: bool) -> None:
-        """Reap the holder once it is ended; a sticky one is started again a second later,
-        for as long as the host lives."""
+        """Reap the holder once it is ended; a sticky one is started again at once, for as
+        long as the host lives."""
         while True:
             proc.wait()
-            if not sticky or self._stopping.wait(1.0) or not host.alive:
+            if not sticky or self._stopping.wait(STICKY_RESPAWN_SECONDS) or not host.alive:
                 return
             with self._lock:
                 if not host.alive:
