@@ -178,3 +178,24 @@ def test_each_host_has_a_dev_disk_of_its_own_never_the_machines(hosted, tmp_path
     second.close()
     for name in ("own1", "own2"):
         cloud.delete_slice("p", ZONE, name)
+
+
+def test_a_node_whose_host_addresses_another_process_holds_comes_up_on_other_ones(hosted):
+    """Another process (another emulator on this machine) listening on one of the addresses
+    the node drew, on the same SSH port: the node's hosts take another block, not UNKNOWN."""
+    import socket
+
+    from tpujob.emulator.payloads import host_ip
+
+    server, cloud = hosted
+    em = server.emulator
+    taken, drawn = 4321, iter([4321])
+    real = em._free_ip_block
+    em._free_ip_block = lambda: next(drawn, None) or real()
+    with socket.socket() as squatter:
+        squatter.bind((host_ip(taken, 0), server.info["ssh_port"]))
+        squatter.listen()
+        s = cloud.create_node(SliceRequest(project="p", zone=ZONE, name="n2", accelerator_type="v4-8",
+                                           runtime_version="tpu-ubuntu2204-base"))
+    assert s.phase == SlicePhase.READY
+    assert s.hosts[0].ip != host_ip(taken, 0)

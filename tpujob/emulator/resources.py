@@ -8,6 +8,7 @@ Queued resources: queued_resources.py; injected faults: faults.py; operations: o
 
 from __future__ import annotations
 
+import errno
 import logging
 import pathlib
 import random
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 # machine page, and Scheduling in compute.v1's discovery document: 30 s for Spot, 120 s for
 # Standard; shared/facts/operations.md). The emulator's default preemption grace.
 SPOT_NOTICE_SECONDS = 30.0
+# Address blocks tried when a node's host addresses are taken on the SSH port (_bring_up).
+ADDRESS_TRIES = 3
 
 
 class Machines(Protocol):
@@ -275,12 +278,24 @@ class Emulator(QueuedResources, Faults, Maintenance):
         machines = None
         if self._factory:
             try:
-                machines = self._factory(
-                    root=self.root / "hosts" / node.node_id, node_id=node.node_id,
-                    num_hosts=hosts_count, authorized_keys=keys, ip_block=node.ip_block,
-                    ssh_port=self.ssh_port, external_ips=externals, login=host_login(
-                        self.oslogin, node.parent.split("/")[1], lambda: node.body.get("metadata", {})))
-                hosts = machines.start()
+                for tries_left in reversed(range(ADDRESS_TRIES)):
+                    machines = self._factory(
+                        root=self.root / "hosts" / node.node_id, node_id=node.node_id,
+                        num_hosts=hosts_count, authorized_keys=keys, ip_block=node.ip_block,
+                        ssh_port=self.ssh_port, external_ips=externals, login=host_login(
+                            self.oslogin, node.parent.split("/")[1], lambda: node.body.get("metadata", {})))
+                    try:
+                        hosts = machines.start()
+                        break
+                    except OSError as err:
+                        if err.errno != errno.EADDRINUSE or not tries_left:
+                            raise
+                        # Another process on this machine holds one of these host addresses
+                        # on the SSH port (the port is free only on 127.0.0.1): other addresses.
+                        machines.stop()
+                        log.warning("host addresses of %s in use (%s): another block", node.name, err)
+                        with self._lock:
+                            node.ip_block = self._free_ip_block()
                 if hasattr(machines, "hold_apt_lock"):
                     machines.hold_apt_lock(self.apt_lock_seconds)  # first boot: apt.py
                 self._expose_disks(node, machines, node.body.get("dataDisks", []))
