@@ -153,6 +153,13 @@ def missing_disks(compute, spec: ResolvedSpec, job_id: int, zone: str, node: str
             if any(d.source not in found for found in attached.values())]
 
 
+def missing_from(compute, spec: ResolvedSpec, job_id: int, zone: str, held: tuple[str, ...]) -> list[str]:
+    """The job's disks a Compute Engine slice lacks, by name, from the short names of the disks
+    every one of its VMs holds (the observed Slice.data_disks)."""
+    wanted = [d.source.rsplit("/", 1)[-1] for d in data_disks(compute, spec, job_id, zone)]
+    return [name for name in wanted if name not in held]
+
+
 def delete_clones(compute, spec: ResolvedSpec, job_id: int, zones: set[str]) -> list[str]:
     """Delete the job's clones and their snapshots, except those with `keep`; what was deleted.
     Only disks labelled as this job's are deleted."""

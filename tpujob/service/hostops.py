@@ -361,8 +361,7 @@ class SshHostOps:
 
         compute = make_compute(self.ctx.settings)
         if spec.api == "compute":
-            missing = [d.source.rsplit("/", 1)[-1] for d in disks.data_disks(compute, spec, job.id, attempt.zone)
-                       if d.source.rsplit("/", 1)[-1] not in slice_.data_disks]
+            missing = disks.missing_from(compute, spec, job.id, attempt.zone, slice_.data_disks)
         else:
             missing = disks.missing_disks(compute, spec, job.id, attempt.zone,
                                           attempt.slice_name, attempt.slices, own_nodes(attempt))
