@@ -67,50 +67,8 @@ _STAGE = "/run/tpujob-emulator-stage"
 # 127.<16 + block // 250>: the second octet stays <= 255 up to this block.
 MAX_IP_BLOCK = 250 * (255 - 16) + 249
 
-# Args: STAGE NKEEP KEPT... (SOURCE TARGET)... Kept paths are bound onto the stage first, the
-# host's own directories mounted over their targets, then the kept paths moved back in place.
-_HOLDER_SCRIPT = r"""
-set -e
-stage=$1 device=$2 nkeep=$3; shift 3
-mount -t tmpfs tpujob-stage "$stage"
-kept=()
-for ((i = 0; i < nkeep; i++)); do mkdir "$stage/$i"; mount --bind "$1" "$stage/$i"; kept+=("$1"); shift; done
-while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
-for ((i = 0; i < nkeep; i++)); do mkdir -p "${kept[i]}"; mount --move "$stage/$i" "${kept[i]}"; done
-umount "$stage"
-# The emulated accelerator: a regular file of the host's own (on a tmpfs private to this
-# namespace), which its programs open and hold as they would /dev/vfio/N on a v5e+ VM.
-dir=${device%/*}
-if [ ! -d "$dir" ]; then
-  # Made in the machine's /dev, the directory would show on every host and beside the machine's
-  # own processes (where any `find /proc/*/fd -lname '/dev/vfio/*'` would meet every emulated
-  # host's TPU users): this host gets a /dev of its own instead, a tmpfs with each entry of the
-  # machine's /dev bound into it.
-  mount -t tmpfs tpujob-stage "$stage"
-  mkdir "$stage/dev"
-  mount --rbind /dev "$stage/dev"
-  mount -t tmpfs -o mode=755 tpujob-dev /dev
-  for entry in "$stage/dev"/* "$stage/dev"/.[!.]*; do
-    [ -e "$entry" ] || [ -L "$entry" ] || continue
-    name=/dev/${entry##*/}
-    # /dev/disk is each host's own (its disks, apt's tools: host_disks.py), never the machine's
-    # bound in, where every host of every emulator would share what one was given.
-    [ "$name" = /dev/disk ] && continue
-    if [ -L "$entry" ]; then cp -P "$entry" "$name"
-    elif [ -d "$entry" ]; then mkdir "$name"; mount --rbind "$entry" "$name"
-    else : > "$name"; mount --bind "$entry" "$name"; fi
-  done
-  umount -l "$stage/dev"
-  umount "$stage"
-  mkdir /dev/disk
-  mount -t tmpfs -o mode=755 tpujob-host /dev/disk
-  mkdir "$dir"
-fi
-mount -t tmpfs -o size=64k tpujob-tpu "$dir"
-: > "$device"
-echo ready
-exec sleep infinity
-"""
+# The holder (holder.py) runs as a script: standard library only, before tpujob is importable.
+_HOLDER = str(pathlib.Path(__file__).with_name("holder.py"))
 
 
 @dataclass(frozen=True)
@@ -156,7 +114,7 @@ class _Host:
             args += [str(self.root / name), f"/{name}"]
         self.holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--",
-             "bash", "-c", _HOLDER_SCRIPT, "tpujob-host"] + args,
+             sys.executable, "-I", _HOLDER] + args,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True)
 
