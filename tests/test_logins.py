@@ -56,6 +56,26 @@ def test_os_login_on_imports_the_key_once_and_logs_in_as_the_profiles_user():
     assert [c for c in client.calls if c[0] == "project"] == [("project", "p")]  # asked once
 
 
+def test_workers_asking_at_once_wait_for_one_read_of_the_project():
+    # A sweep's workers (and SshHostOps.prepare's thread) meet at the first setup: one read.
+    import threading
+    import time
+
+    class SlowOsLogin(FakeOsLogin):
+        def project_enabled(self, project):
+            time.sleep(0.2)
+            return super().project_enabled(project)
+
+    client = SlowOsLogin()
+    found = logins(client)
+    threads = [threading.Thread(target=found.for_slice, args=("p", {})) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert client.calls == [("project", "p")]
+
+
 def test_the_key_is_imported_again_once_half_its_expiry_has_passed():
     client, now = FakeOsLogin(enabled={"p": True}), [1000.0]
     found = logins(client, clock=lambda: now[0])

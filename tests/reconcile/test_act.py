@@ -54,6 +54,14 @@ def test_a_launch_is_reported_and_decide_makes_the_move_to_running(server, store
         Move(State.RUNNING, f"program launched on {len(ready.hosts)} hosts")]
 
 
+def test_a_slice_asked_for_tells_the_hosts_side_to_prepare_its_setup(server, store):
+    # The login is learnt while the slice comes (SshHostOps.prepare), not on the setup's path.
+    job, hosts = add_job(store, spec()), Hosts()
+    actor = Actor(store, cloud_for(server), hosts, "me", ssh_keys=(), clock=lambda: 1000.0)
+    opened(store, actor, job)
+    assert hosts.prepared == [job.id]
+
+
 def test_a_failed_setup_is_an_outcome_not_a_move(server, store):
     job = add_job(store, spec())
     actor = Actor(store, cloud_for(server), FailingSetup(), "me", ssh_keys=(), clock=lambda: 1000.0)

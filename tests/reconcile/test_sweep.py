@@ -35,6 +35,7 @@ class Hosts:
 
     fail_for: set = field(default_factory=set)  # job ids whose launch hits a bug
     launched: list = field(default_factory=list)
+    prepared: list = field(default_factory=list)  # job ids whose slice was asked for
     disks: object = None  # callable(job, attempt) -> data disks, as SshHostOps.data_disks
 
     def start_setup(self, job, attempt, slice_):
@@ -59,6 +60,9 @@ class Hosts:
 
     def data_disks(self, job, attempt):
         return self.disks(job, attempt) if self.disks else ()
+
+    def prepare(self, job):
+        self.prepared.append(job.id)
 
 
 def cloud_for(server, cls=None):

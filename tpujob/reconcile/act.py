@@ -267,6 +267,7 @@ class Actor:
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
             return retry_after(0, str(exc))
         crash_point("slice-requested")
+        self.hosts.prepare(job)
         self.store.add_event(job.id, "slice", f"requested {attempt.slice_name} "
                                               f"({'queued resource' if attempt.queued else 'node'})")
         return done(slice_=created)

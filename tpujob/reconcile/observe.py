@@ -70,6 +70,7 @@ class HostOps(Protocol):
     def capture_stacks(self, job: Job, attempt: Attempt, slice_: Slice) -> str: ...
     def unmount(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
     def data_disks(self, job: Job, attempt: Attempt) -> tuple: ...  # the slice request's disks
+    def prepare(self, job: Job) -> None: ...  # a slice was asked for: learn now what its setup needs
 
 
 class RunDirs(Protocol):

@@ -341,6 +341,18 @@ class SshHostOps:
             if said_:
                 self.ctx.store.add_event(job.id, "hosts", f"cleaned host {r.index}: {said_}")
 
+    def prepare(self, job) -> None:
+        """A slice was just asked for: learn how its hosts will be logged in to (the project's
+        OS Login, read through google-cloud-compute, whose import alone is a second of CPU) in
+        the background while the slice comes, instead of on the setup's path."""
+        threading.Thread(target=self._learn_login, args=(job.project,), name="tpujob-login", daemon=True).start()
+
+    def _learn_login(self, project: str) -> None:
+        try:
+            self.logins.for_slice(project, self.logins.node_metadata())
+        except Exception:  # noqa: BLE001 - the setup asks again, and says why
+            pass
+
     def data_disks(self, job, attempt) -> tuple:
         """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
         spec = spec_of(job)

@@ -77,6 +77,7 @@ class Logins:
         self._lock = threading.Lock()
         self._project: dict[str, tuple[float, Optional[bool]]] = {}  # project -> (when read, value)
         self._imported: dict[str, tuple[float, str]] = {}  # project -> (when, POSIX user)
+        self._reading: dict[str, threading.Lock] = {}  # project -> held while its setting is read
 
     @property
     def client(self):
@@ -100,13 +101,16 @@ class Logins:
 
     def project_enabled(self, project: str) -> Optional[bool]:
         with self._lock:
-            seen = self._project.get(project)
-        if seen is not None and self.clock() - seen[0] < PROJECT_TTL_SECONDS:
-            return seen[1]
-        found = self.client.project_enabled(project)
-        with self._lock:
-            self._project[project] = (self.clock(), found)
-        return found
+            reading = self._reading.setdefault(project, threading.Lock())
+        with reading:  # one read at a time per project: a sweep's workers wait for its answer
+            with self._lock:
+                seen = self._project.get(project)
+            if seen is not None and self.clock() - seen[0] < PROJECT_TTL_SECONDS:
+                return seen[1]
+            found = self.client.project_enabled(project)
+            with self._lock:
+                self._project[project] = (self.clock(), found)
+            return found
 
     def for_slice(self, project: str, node_metadata: dict[str, str]) -> Login:
         """The login for a slice whose node carries `node_metadata`."""
