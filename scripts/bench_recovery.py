@@ -207,7 +207,7 @@ class RunDirWatch:
 
 def measure_runtime(cached: bool) -> dict:
     from tpujob.service import jobs
-    from tpujob.service.context import make_storage
+    from tpujob.clients import make_storage
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)

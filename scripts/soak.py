@@ -111,8 +111,8 @@ class Night:
     # -- the jobs ---------------------------------------------------------------------------
     def record_jobs(self) -> None:
         from tpujob.service import jobs
-        from tpujob.service.context import make_storage
-        from tpujob.service.buckets import create_local_bucket
+        from tpujob.clients import make_storage
+        from tpujob.attempt.buckets import create_local_bucket
 
         create_local_bucket(make_storage(self.ctx.settings), BUCKET)
         four_hosts = 0
@@ -196,7 +196,7 @@ class Night:
         bucket before the next attempt can write there."""
         from tpujob.names import format_job_id
         from tpujob.runtime.contract import STATE_PREEMPTED, STATUS_FILE, parse_status
-        from tpujob.service.context import make_storage
+        from tpujob.clients import make_storage
 
         blob = make_storage(self.ctx.settings).bucket(BUCKET).get_blob(f"runs/{format_job_id(job_id)}/{STATUS_FILE}")
         try:

@@ -55,7 +55,7 @@ def check(night, *, zone: str, checkpoint_every: int, gc: Callable[[], subproces
             night.resumptions += resumptions
     # Cloud: every node and queued resource is a live attempt's, once; gc finds no orphan.
     checks += 1
-    from tpujob.service.context import make_cloud
+    from tpujob.clients import make_cloud
 
     for resource in make_cloud(ctx.settings).list_tpu_resources(ctx.default_project, zone):
         if (zone, resource.name) not in live:

@@ -235,7 +235,8 @@ def test_gcp_without_a_project_is_an_error(cli, no_cron, monkeypatch):
 # ---- cloud checks against the emulator -----------------------------------------------------------
 
 def test_every_cloud_check_passes_against_the_emulator(cli, no_cron, local_cloud, shared_emulator, spec_file):
-    from tpujob.service.context import Context, make_storage
+    from tpujob.clients import make_storage
+    from tpujob.service.context import Context
 
     gcs = make_storage(Context.load().settings)
     if gcs.lookup_bucket("doctor-runs") is None:
@@ -289,7 +290,8 @@ def test_a_missing_bucket_is_an_error_and_a_far_one_a_warning(cli, no_cron, loca
     import requests
 
     from tpujob.service import jobs
-    from tpujob.service.context import Context, make_storage
+    from tpujob.clients import make_storage
+    from tpujob.service.context import Context
 
     job = record(spec_file, name="nobucket", extra="run_dir: gs://doctor-no-such-bucket/runs")
     result, _, checks = doctor(cli)

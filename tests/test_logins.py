@@ -1,4 +1,4 @@
-"""Who tpujob logs in as (service/logins.py), with a stand-in for the OS Login client: the
+"""Who tpujob logs in as (attempt/logins.py), with a stand-in for the OS Login client: the
 project's enable-oslogin and the node's override, the key imported once per project and
 renewed at half its expiry, the profile's POSIX user, and the words of a refusal."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from tpujob.cloud.oslogin import Profile, effective, metadata_flag, posix_username
 from tpujob.errors import ConfigError, PermissionDenied, SshAuthRefused, UsageError
-from tpujob.service.logins import KEY_TTL_SECONDS, Login, Logins
+from tpujob.attempt.logins import KEY_TTL_SECONDS, Login, Logins
 from tpujob.settings import Settings
 
 KEY = "ssh-ed25519 AAAAkey tpujob"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tpujob.errors import ConfigError, EXIT_CONFIG
-from tpujob.service import secrets
+from tpujob.attempt import secrets
 
 
 def write_file(home, text: str, mode: int = 0o600):

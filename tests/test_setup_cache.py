@@ -6,7 +6,7 @@ import pytest
 
 from tpujob import spec as spec_mod
 from tpujob.errors import SpecError
-from tpujob.service import setup_cache
+from tpujob.attempt import setup_cache
 
 BASE = """\
 name: cached

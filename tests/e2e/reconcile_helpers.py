@@ -211,7 +211,7 @@ def local_bucket(shared_emulator, project: str, prefix: str):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from tpujob.service.buckets import create_local_bucket
+    from tpujob.attempt.buckets import create_local_bucket
 
     client = storage.Client(project=project, credentials=AnonymousCredentials(),
                             client_options={"api_endpoint": shared_emulator["storage_endpoint"]})

@@ -57,7 +57,8 @@ run: {{command: "true"}}
 def test_a_clone_follows_the_job_to_a_fallback_zone_from_the_snapshot(cli, local_cloud, tmp_path, project):
     # The master lives in ZONE; v5e is not offered there, so the job runs in the fallback zone,
     # on a clone made there from the (global) snapshot of the master.
-    from tpujob.service.context import Context, make_compute
+    from tpujob.clients import make_compute
+    from tpujob.service.context import Context
 
     compute = make_compute(Context.load().settings)
     compute.create_disk(project, ZONE, "master", disk_type="pd-balanced", size_gb=10)

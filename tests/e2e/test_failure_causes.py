@@ -68,7 +68,8 @@ def test_a_failing_setup_shows_what_it_said_and_never_a_secret(cli, local_cloud,
 
 
 def test_a_bucket_gone_at_mount_time_says_so(cli, local_cloud, tmp_path):
-    from tpujob.service.context import Context, make_storage
+    from tpujob.clients import make_storage
+    from tpujob.service.context import Context
 
     gcs = make_storage(Context.load().settings)
     name = f"vanishing-{os.getpid()}"

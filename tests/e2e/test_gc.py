@@ -21,7 +21,8 @@ def nothing_left(project, local_cloud):
     left in the shared emulator, their short names (every fresh store's tpujob-000001-1) and
     running hosts broke the tests that came after."""
     yield
-    from tpujob.service.context import Context, make_cloud
+    from tpujob.clients import make_cloud
+    from tpujob.service.context import Context
 
     cloud = make_cloud(Context.load().settings)
     names = {item["name"].rsplit("/", 1)[-1] for kind in ("queuedResources", "nodes")
@@ -75,7 +76,7 @@ def _cloud_names(client, project) -> set[tuple[str, str]]:
 
 def test_a_crashed_create_is_found_and_yes_deletes_exactly_what_was_listed(
         ctx, local_cloud, project, tmp_path, monkeypatch, cli):
-    from tpujob.service.context import make_cloud, make_compute
+    from tpujob.clients import make_cloud, make_compute
 
     monkeypatch.setenv("TPUJOB_ZONE", ZONE)  # the store forgets its only job below
 
@@ -134,7 +135,7 @@ def test_a_crashed_create_is_found_and_yes_deletes_exactly_what_was_listed(
 
 
 def test_another_stores_resources_wait_for_min_age(ctx, local_cloud, project, tmp_path, monkeypatch, cli):
-    from tpujob.service.context import make_cloud, make_compute
+    from tpujob.clients import make_cloud, make_compute
 
     other = _other_store(monkeypatch, tmp_path)
     monkeypatch.setenv("TPUJOB_ZONE", ZONE)
@@ -204,7 +205,7 @@ def test_a_slice_running_a_program_is_kept_whoever_made_it(ctx, local_cloud, pro
 
 
 def test_bad_input_is_refused_before_anything(ctx, local_cloud, project, cli):
-    from tpujob.service.context import make_compute
+    from tpujob.clients import make_compute
 
     compute = make_compute(ctx.settings)
     compute.create_disk(project, ZONE, "c-000052", disk_type="pd-balanced", labels={"tpujob-job": "000052"})
@@ -217,7 +218,7 @@ def test_bad_input_is_refused_before_anything(ctx, local_cloud, project, cli):
 
 
 def test_doctor_counts_the_leftovers(ctx, local_cloud, project, monkeypatch, cli):
-    from tpujob.service.context import make_cloud
+    from tpujob.clients import make_cloud
 
     monkeypatch.setenv("TPUJOB_ZONE", ZONE)
     mine = {"tpujob-job": "000009", "tpujob-store": _store_id(ctx)}
@@ -230,7 +231,7 @@ def test_doctor_counts_the_leftovers(ctx, local_cloud, project, monkeypatch, cli
 
 
 def test_a_failed_deletion_is_reported_and_the_others_go_on(ctx, local_cloud, project, monkeypatch, cli):
-    from tpujob.service.context import make_compute
+    from tpujob.clients import make_compute
 
     monkeypatch.setenv("TPUJOB_ZONE", ZONE)
     compute = make_compute(ctx.settings)
@@ -257,7 +258,7 @@ def test_a_lost_jobs_mig_slice_goes_with_its_template_and_policy(ctx, local_clou
     leftover (its MIG, deleted with its template and policy), and a create that crashed before
     its MIG leaves a template and a policy that are listed and deleted each."""
     from tpujob.cloud.base import SliceRequest
-    from tpujob.service.context import make_cloud
+    from tpujob.clients import make_cloud
 
     zone = "us-east5-a"  # offers v6e (emulator/tpu_vm_rules.py)
     monkeypatch.setenv("TPUJOB_ZONE", zone)

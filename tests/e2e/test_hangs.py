@@ -79,7 +79,7 @@ def test_a_frozen_host_is_hung_its_stacks_kept_and_the_job_restarted_on_a_new_sl
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from tpujob.service.buckets import create_local_bucket
+    from tpujob.attempt.buckets import create_local_bucket
 
     bucket = f"hang-{uuid.uuid4().hex[:8]}"
     create_local_bucket(storage.Client(project=project, credentials=AnonymousCredentials(),

@@ -59,7 +59,8 @@ def _host_log(tpujob_home, job_id) -> str:
 
 
 def _bucket(name):
-    from tpujob.service.context import Context, make_storage
+    from tpujob.clients import make_storage
+    from tpujob.service.context import Context
 
     gcs = make_storage(Context.load().settings)
     if gcs.lookup_bucket(name) is None:

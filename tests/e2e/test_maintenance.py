@@ -39,7 +39,7 @@ def test_maintenance_checkpoints_and_replaces_the_slice(cli, ctx, local_cloud, p
     announced = cli("emulator", "maintenance", node_ref(project, ZONE, first), "--in", after)
     assert announced.code == 0, announced.err
     if after == 0:  # the window opens at once: wait until the node says so
-        from tpujob.service.context import make_cloud
+        from tpujob.clients import make_cloud
 
         cloud = make_cloud(ctx.settings)
         sweep_until(ctx, job.id, lambda j: cloud.get_slice(project, ZONE, first).health == "UNHEALTHY_MAINTENANCE"

@@ -193,7 +193,8 @@ def test_buckets_on_every_host_the_run_dir_and_the_region_check(cli, local_cloud
                                                                 stored_jobs):
     import requests
 
-    from tpujob.service.context import Context, make_storage
+    from tpujob.clients import make_storage
+    from tpujob.service.context import Context
 
     gcs = make_storage(Context.load().settings)
     endpoint = shared_emulator["storage_endpoint"]

@@ -25,7 +25,8 @@ run:
 
 @pytest.fixture
 def bucket(local_cloud):
-    from tpujob.service.context import Context, make_storage
+    from tpujob.clients import make_storage
+    from tpujob.service.context import Context
 
     gcs = make_storage(Context.load().settings)
     if gcs.lookup_bucket("rundir-tests") is None:

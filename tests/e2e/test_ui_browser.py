@@ -110,7 +110,7 @@ def test_the_dashboard_shows_a_preempted_job_and_cancels_it(cli, local_cloud, sh
     from google.cloud import storage
     from selenium.webdriver.common.by import By
 
-    from tpujob.service.buckets import create_local_bucket
+    from tpujob.attempt.buckets import create_local_bucket
 
     bucket_name = f"uib-{uuid.uuid4().hex[:8]}"
     client = storage.Client(project=project, credentials=AnonymousCredentials(),

@@ -5,7 +5,7 @@ import pytest
 from tpujob.hosts.bad_host import SIGNATURES, bad_host_line
 from tpujob.hosts.program import HostStatus
 from tpujob.reconcile.observation import Program
-from tpujob.service.host_answers import observation_of as _status
+from tpujob.attempt.host_answers import observation_of as _status
 
 # The wordings as their sources quote them (/work/shared/facts/operations.md).
 QUOTED = [
@@ -44,7 +44,7 @@ def test_a_dead_programs_log_reaches_decide_bounded_and_masked():
 
 
 def test_programs_run_with_jax_platforms_tpu_on_real_tpus_only():
-    from tpujob.service.hostops import program_env
+    from tpujob.attempt.hosts import program_env
 
     assert program_env("gcp", {"A": "1"}) == {"JAX_PLATFORMS": "tpu", "A": "1"}
     assert program_env("gcp", {"JAX_PLATFORMS": "cpu"}) == {"JAX_PLATFORMS": "cpu"}   # the spec's word wins

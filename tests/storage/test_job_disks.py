@@ -10,7 +10,8 @@ from spec_texts import resolved_spec
 from storage_helpers import PROJECT, ZONE
 from tpujob.cloud.base import SliceRequest
 from tpujob.errors import ConflictError, UsageError
-from tpujob.service import disks, mounts
+from tpujob.attempt import mounts
+from tpujob.attempt import slice_disks as disks
 
 
 def job_spec(*disks):

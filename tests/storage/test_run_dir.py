@@ -13,7 +13,7 @@ from spec_texts import resolved_spec
 from tpujob.cloud.gcs import Gcs
 from tpujob.emulator.server import EmulatorServer
 from tpujob.errors import UsageError
-from tpujob.service import buckets, run_dirs
+from tpujob.attempt import buckets, run_dirs
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,8 @@ def test_the_file_cache_is_part_of_a_bucket(cli, spec_file):
 
 
 def test_a_clone_is_named_after_its_job(cli, spec_file, local_cloud):
-    from tpujob.service.context import Context, make_compute
+    from tpujob.clients import make_compute
+    from tpujob.service.context import Context
 
     compute = make_compute(Context.load().settings)  # the clone's snapshot must exist (create checks)
     compute.create_disk("p", "us-central2-b", "seed", disk_type="pd-balanced", size_gb=10)

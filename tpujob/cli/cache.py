@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
               as_json: bool = typer.Option(False, "--json")) -> None:
         """The setup archives, newest first: bucket, key, size, age."""
         from tpujob.cli import render
-        from tpujob.service import setup_cache
+        from tpujob.attempt import setup_cache
         from tpujob.service.context import Context
 
         found = setup_cache.entries(Context.load(), bucket)
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
               as_json: bool = typer.Option(False, "--json")) -> None:
         """Delete setup archives: the next setup of each key runs again, and stores it anew."""
         from tpujob.cli import render
-        from tpujob.service import setup_cache
+        from tpujob.attempt import setup_cache
         from tpujob.service.context import Context
 
         gone = setup_cache.clear(Context.load(), key, bucket)

@@ -171,8 +171,8 @@ def register(app: typer.Typer) -> None:
     def create_bucket(bucket: str = typer.Argument(..., help="Bucket name, without gs://.")):
         """Create a bucket in the emulator's Cloud Storage (`gcloud storage buckets create` on
         Google); one that exists is left as it is."""
-        from tpujob.service.buckets import create_local_bucket
-        from tpujob.service.context import local_storage
+        from tpujob.attempt.buckets import create_local_bucket
+        from tpujob.clients import local_storage
 
         made = create_local_bucket(local_storage(), bucket)
         typer.echo(f"bucket gs://{bucket} {'created' if made else 'exists already'}")

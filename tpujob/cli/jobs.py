@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         """Check a job spec and print what it resolves to (hosts, chips, disks, cost)."""
         from tpujob.service import jobs
 
-        from tpujob.service.logins import opt_out_warnings
+        from tpujob.attempt.logins import opt_out_warnings
 
         ctx = _ctx()
         resolved = jobs.validate(ctx, spec)
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         """Record a job, create its slice, set up every host and start the program."""
         from tpujob.service import jobs
 
-        from tpujob.service.logins import opt_out_warnings
+        from tpujob.attempt.logins import opt_out_warnings
 
         ctx = _ctx()
         _print_warnings(opt_out_warnings(ctx.settings))
@@ -125,7 +125,8 @@ def register(app: typer.Typer) -> None:
                                            help="Draw the attempts as bars over the job's life.")):
         """Show a job: its state, attempts, each host's program (while it runs) and events."""
         from tpujob import progress
-        from tpujob.service import jobs, setup_cache
+        from tpujob.attempt import setup_cache
+        from tpujob.service import jobs
 
         detail = jobs.show(_ctx(), job)
         current = detail.attempts[-1] if detail.attempts else None

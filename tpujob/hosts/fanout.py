@@ -222,7 +222,7 @@ class HostGroup:
                 ) from err
             except paramiko.AuthenticationException as err:
                 # The host answered and said no: retrying the same key cannot help, and it is
-                # not a host that is down (service.hostops says why, OS Login or metadata).
+                # not a host that is down (attempt.hosts says why, OS Login or metadata).
                 client.close()
                 raise SshAuthRefused(f"{where}: SSH authentication as {self.user!r} refused: "
                                      f"{err or type(err).__name__}") from err

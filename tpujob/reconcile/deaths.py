@@ -1,6 +1,6 @@
 """How a program's death is told (pure, for decide): which host died first, and what an exit
 code means. The words themselves come from the hosts (hosts/program.status: the end of the
-program's log, bounded and masked by service/hostops)."""
+program's log, bounded and masked by attempt/hosts.py)."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ class Setup(str, Enum):
 
 @dataclass(frozen=True)
 class SetupSeen:
-    """What the hosts said of an attempt's setup (tpujob.service.hostops): each host's state,
+    """What the hosts said of an attempt's setup (tpujob.attempt.hosts): each host's state,
     and where one failed or refused tpujob's key, why (what becomes the attempt's cause)."""
     hosts: tuple[Setup, ...]
     error: Optional[str] = None
@@ -58,7 +58,7 @@ class HostObservation:
     step: Optional[int] = None  # the runtime contract's heartbeat, where the program keeps one
     total: Optional[int] = None  # ... and the step it runs to, where the heartbeat says
     resumed_from: Optional[int] = None
-    refusal: Optional[str] = None  # REFUSED: why, and the fix (service.hostops words it)
+    refusal: Optional[str] = None  # REFUSED: why, and the fix (attempt.hosts words it)
     # Where the program ended without a word of its own (a non-zero exit, or gone without an
     # exit code): when it ended (to tell the host that died first), its last log lines (bounded
     # and masked, hosts/failure.py) and the known bad-host line among them (hosts/bad_host.py).

@@ -60,7 +60,7 @@ def listed_slice(slices: Slices, attempt: Attempt) -> Optional[Slice]:
 
 
 class HostOps(Protocol):
-    """What the sweep does on the hosts of a READY slice (tpujob.service.hostops)."""
+    """What the sweep does on the hosts of a READY slice (tpujob.attempt.hosts)."""
 
     def start_setup(self, job: Job, attempt: Attempt, slice_: Slice) -> SetupSeen: ...  # detached
     def setup_status(self, job: Job, attempt: Attempt, slice_: Slice) -> SetupSeen: ...
@@ -74,7 +74,7 @@ class HostOps(Protocol):
 
 
 class RunDirs(Protocol):
-    """The run dirs on GCS (tpujob.service.run_dirs.GcsRunDirs): how each program is doing,
+    """The run dirs on GCS (tpujob.attempt.run_dirs.GcsRunDirs): how each program is doing,
     read without SSH. Jobs whose run dir is host-local are left out of the answer."""
 
     def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDirStatus]: ...

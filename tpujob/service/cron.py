@@ -27,7 +27,7 @@ SETTLE_MAX_SECONDS = 15 * 60
 # What the sweep reads from the environment and cron's lacks, written into the line when set in
 # the installing shell: every setting (tpujob.settings: TPUJOB_CLOUD, TPUJOB_SSH_USER, ...), the
 # emulator's directory, the lease length, the sweep's workers and the notification timeout.
-# Secrets are not: cron reads them from $TPUJOB_HOME/secrets.env (tpujob.service.secrets),
+# Secrets are not: cron reads them from $TPUJOB_HOME/secrets.env (tpujob.attempt.secrets),
 # never from its command line.
 CARRIED = ("TPUJOB_DB_URL", "TPUJOB_CLOUD",
            *(f"TPUJOB_{key.upper()}" for key in settings_mod.KEYS if key not in ("db_url", "cloud")),

@@ -65,7 +65,7 @@ def _number(value) -> float | None:
 def read(ctx, spec, job_id: int, bars) -> Curves:
     """The job's curves from its gs:// run dir. A host-local run dir is not read: it lives on
     host 0 only and goes with the slice at a preemption, so it never holds a run's whole story."""
-    from tpujob.service.run_dirs import run_dir_location
+    from tpujob.attempt.run_dirs import run_dir_location
 
     location = run_dir_location(spec, job_id)
     if location is None:
@@ -76,7 +76,7 @@ def read(ctx, spec, job_id: int, bars) -> Curves:
     source = f"gs://{bucket}/{name}"
     from tpujob.cloud.gcs import Gcs
     from tpujob.errors import TpujobError
-    from tpujob.service.context import make_storage
+    from tpujob.clients import make_storage
 
     try:
         found = Gcs(make_storage(ctx.settings, start_emulator=False)).read_tail(bucket, name, MAX_BYTES)

@@ -114,7 +114,7 @@ def _secret_values(ctx: Context, ref: str) -> list[str]:
     import os
 
     from tpujob.errors import ConfigError
-    from tpujob.service import secrets
+    from tpujob.attempt import secrets
 
     names = spec_of(ctx.store.find(ref)).spec.secrets
     if not names:

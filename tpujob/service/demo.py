@@ -46,8 +46,8 @@ def start(ctx: Context, spec: str | None = None) -> Demo:
     info = running or process.start()
     run_dir_bucket = _run_dir_bucket(path)
     if run_dir_bucket:
-        from tpujob.service.buckets import create_local_bucket
-        from tpujob.service.context import make_storage
+        from tpujob.attempt.buckets import create_local_bucket
+        from tpujob.clients import make_storage
 
         create_local_bucket(make_storage(ctx.settings), run_dir_bucket)
     job = jobs.create(ctx, str(path)).job
@@ -58,7 +58,7 @@ def _run_dir_bucket(path: Path) -> str | None:
     """The bucket of the spec's `run_dir: gs://BUCKET/...`, if it names one (create validates)."""
     import yaml
 
-    from tpujob.service.run_dirs import split_gs
+    from tpujob.attempt.run_dirs import split_gs
 
     try:
         data = yaml.safe_load(path.read_text())

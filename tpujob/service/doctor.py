@@ -91,7 +91,7 @@ def ssh_key_check(ctx: Context) -> Check:
 
 def secrets_check() -> Check:
     from tpujob.errors import ConfigError
-    from tpujob.service.secrets import read_file, secrets_file
+    from tpujob.attempt.secrets import read_file, secrets_file
 
     path = secrets_file()
     if not path.exists():

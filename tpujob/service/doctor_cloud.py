@@ -205,8 +205,8 @@ def oslogin_check(ctx: Context, project: str, info: dict | None, credentials: An
     does there. Only reads: the key is imported by the next setup, not here."""
     from tpujob.cloud.oslogin import GcpOsLogin
     from tpujob.hosts.keys import key_path, public_key_line
-    from tpujob.service.context import credentials_email
-    from tpujob.service.logins import POLICY_NOTE
+    from tpujob.clients import credentials_email
+    from tpujob.attempt.logins import POLICY_NOTE
 
     settings = ctx.settings
     try:
@@ -246,7 +246,7 @@ def oslogin_check(ctx: Context, project: str, info: dict | None, credentials: An
 def buckets_check(settings, info: dict | None, credentials: Any, project: str, jobs: list) -> Check:
     """Each active job's buckets (run dir included) exist and sit in its slice's region."""
     from tpujob.errors import MissingBucket
-    from tpujob.service import buckets, run_dirs
+    from tpujob.attempt import buckets, run_dirs
 
     from tpujob.job_spec import spec_of
 
@@ -276,7 +276,7 @@ def _storage_client(settings, info: dict | None, credentials: Any, project: str)
 
     if info is None:
         return gcs_lib.Client(project=project, credentials=credentials)
-    from tpujob.service.context import make_storage
+    from tpujob.clients import make_storage
 
     return make_storage(settings, start_emulator=False)
 

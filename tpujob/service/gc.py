@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 from tpujob import catalogue
 from tpujob.errors import TpujobError, UsageError
-from tpujob.service.context import Context, make_cloud, make_compute
+from tpujob.clients import make_cloud, make_compute
+from tpujob.service.context import Context
 from tpujob.names import JOB_LABEL, STORE_LABEL, format_job_id
 from tpujob.store.identity import store_id
 from tpujob.store.states import ACTIVE, State
@@ -261,10 +262,10 @@ def _ssh_runs_program(ctx: Context, cloud) -> Callable[[str, str, Any], bool]:
     from tpujob.hosts.fanout import Host, HostGroup
     from tpujob.hosts.keys import load_key
     from tpujob.hosts.scripts import as_command, render
-    from tpujob.service.hostops import ssh_port
+    from tpujob.attempt.hosts import ssh_port
 
     from tpujob.hosts.keys import public_key_line
-    from tpujob.service.logins import Logins
+    from tpujob.attempt.logins import Logins
 
     logins = Logins(ctx.settings, lambda: public_key_line(ctx.settings.home), register=False)  # only looks
 

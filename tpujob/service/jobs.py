@@ -12,7 +12,8 @@ from typing import Callable, NamedTuple
 from tpujob import spec as spec_mod
 from tpujob.errors import CloudError, ConflictError, TpujobError, UsageError
 from tpujob.service.accounting import account
-from tpujob.service.context import Context, make_cloud, make_compute, make_storage
+from tpujob.clients import make_cloud, make_compute, make_storage
+from tpujob.service.context import Context
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
 from tpujob.job_spec import api_of, spec_of
@@ -137,7 +138,7 @@ def check_existing_disks(ctx: Context, resolved: ResolvedSpec) -> None:
     """The read-only disks the job does not clone, and the clones' snapshots and masters, must
     exist (NotFoundError, exit 3, names the first missing one and the command that makes it):
     one Compute get each; no client at all when the spec has none."""
-    from tpujob.service import disks
+    from tpujob.attempt import slice_disks as disks
 
     if disks.sourced_disks(resolved):
         disks.check_existing_disks(make_compute(ctx.settings), resolved)
@@ -150,7 +151,8 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
     --strict lint error, a missing secret or missing credentials write nothing. A bucket in
     another region than the slice, or a placement Google's zone table does not list, is a
     `warn`ing, refused with `strict`."""
-    from tpujob.service import buckets, disks
+    from tpujob.attempt import buckets
+    from tpujob.attempt import slice_disks as disks
 
     resolved = validate(ctx, path)
     for message in placement_warnings(resolved, strict=strict):
@@ -159,7 +161,7 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
     # The first setup needs the secrets' values, the first notification its webhook's: refuse now.
     named = resolved.spec.secrets + spec_mod.webhook_secrets(resolved.spec)
     if named:
-        from tpujob.service.secrets import resolve
+        from tpujob.attempt.secrets import resolve
 
         resolve(named)
     make_cloud(ctx.settings)
@@ -201,7 +203,7 @@ def show(ctx: Context, ref: str) -> JobDetail:
     spec = spec_of(job)
     if detail.attempts and spec.spec.run_dir:
         from tpujob.cloud.gcs import Gcs
-        from tpujob.service import run_dirs
+        from tpujob.attempt import run_dirs
 
         try:
             detail.run_dir = run_dirs.read_run_dir(Gcs(make_storage(ctx.settings, start_emulator=False)),
@@ -224,7 +226,7 @@ def _stop_program(ctx: Context, job, cloud) -> None:
     disks and buckets there. CloudError (nothing recorded) when a host of a READY slice failed
     to stop it; a slice that is gone, or went away meanwhile, has no program left to stop."""
     from tpujob.cloud.base import SlicePhase
-    from tpujob.service.hostops import SshHostOps
+    from tpujob.attempt.hosts import SshHostOps
 
     attempt = ctx.store.current_attempt(job.id)
     if attempt is None or attempt.ended_at is not None:
@@ -302,7 +304,7 @@ def _delete_clones(ctx: Context, job, attempts) -> None:
     spec = spec_of(job)
     if not spec.spec.disks:
         return
-    from tpujob.service import disks
+    from tpujob.attempt import slice_disks as disks
 
     compute = make_compute(ctx.settings)
     for what in disks.delete_clones(compute, spec, job.id, {a.zone for a in attempts}):

@@ -70,7 +70,7 @@ def target_of(channel: NotifySpec) -> str:
 # -- one send ---------------------------------------------------------------------------------
 
 def _webhook_url(reference: str) -> str:
-    from tpujob.service.secrets import resolve
+    from tpujob.attempt.secrets import resolve
     from tpujob.spec import WEBHOOK_SECRET
 
     match = WEBHOOK_SECRET.match(reference)
@@ -125,7 +125,7 @@ def send_email(ctx: Context, address: str, subject: str, text: str, timeout: flo
     try:
         password = None
         if s.smtp_username:
-            from tpujob.service.secrets import resolve
+            from tpujob.attempt.secrets import resolve
 
             password = resolve([PASSWORD_SECRET])[PASSWORD_SECRET]
         with smtplib.SMTP(s.smtp_host, int(s.smtp_port), timeout=timeout) as smtp:

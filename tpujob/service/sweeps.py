@@ -9,7 +9,8 @@ import time
 from typing import Callable, Optional
 
 from tpujob.errors import ConfigError
-from tpujob.service.context import Context, make_cloud
+from tpujob.clients import make_cloud
+from tpujob.service.context import Context
 from tpujob.store.states import ENDED, State
 
 # How long `create` follows a slice that waits for capacity (a queued resource, a flex-start VM)
@@ -25,8 +26,8 @@ def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
     finish it."""
     from tpujob.hosts.keys import ssh_keys_metadata
     from tpujob.reconcile.sweep import LEASE_SECONDS, Reconciler
-    from tpujob.service.hostops import SshHostOps
-    from tpujob.service.run_dirs import GcsRunDirs
+    from tpujob.attempt.hosts import SshHostOps
+    from tpujob.attempt.run_dirs import GcsRunDirs
 
     workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
     cloud = make_cloud(ctx.settings)

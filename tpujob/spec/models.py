@@ -194,7 +194,7 @@ class SetupSpec(_Model):
     The cache paths (on the hosts; relative ones from the home) are packed once after a
     successful setup on host 0 and unpacked instead of running it by every later host and attempt
     whose key (the setup, the key files' contents, the runtime version, the generation) is the
-    same (tpujob.service.setup_cache)."""
+    same (tpujob.attempt.setup_cache)."""
     run: str
     cache: list[str] = Field(default_factory=list)
     key_files: list[str] = Field(default_factory=list)  # relative to the sync directory

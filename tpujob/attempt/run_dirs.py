@@ -86,7 +86,7 @@ class GcsRunDirs:
             return {}  # no client (and no import) for jobs whose run dir is host-local
         if self._gcs is None:
             from tpujob.cloud.gcs import Gcs
-            from tpujob.service.context import make_storage
+            from tpujob.clients import make_storage
 
             self._gcs = Gcs(make_storage(self.settings))
         views = read_run_dirs(self._gcs, specs, now)

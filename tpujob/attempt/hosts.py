@@ -26,7 +26,8 @@ from tpujob.job_spec import api_of, spec_of
 from tpujob.names import format_job_id, local_log_dir, own_nodes, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
-from tpujob.service import disks, host_answers, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
+from tpujob.attempt import host_answers, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
+from tpujob.attempt import slice_disks as disks
 from tpujob.spec import ResolvedSpec
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
@@ -63,11 +64,11 @@ class SshHostOps:
     def __init__(self, ctx, cloud, *, progress: Optional[ProgressSink] = None,
                  actor: Optional[str] = None, lease_seconds: Optional[float] = None, logins=None):
         from tpujob.hosts.keys import public_key_line
-        from tpujob.service.logins import Logins
+        from tpujob.attempt.logins import Logins
 
         self.ctx = ctx
         self.cloud = cloud
-        # Who logs in on a slice: OS Login's POSIX user or ssh_user (service.logins).
+        # Who logs in on a slice: OS Login's POSIX user or ssh_user (attempt.logins).
         self.logins = logins or Logins(ctx.settings, lambda: public_key_line(ctx.settings.home))
         self.progress = progress
         self.actor = actor
@@ -80,7 +81,7 @@ class SshHostOps:
 
     # -- plumbing ----------------------------------------------------------------------------
     def login(self, job, slice_):
-        """The login on the job's slice (service.logins.Login): its user, and why, for a refusal."""
+        """The login on the job's slice (attempt.logins.Login): its user, and why, for a refusal."""
         return self.logins.for_slice(job.project, slice_.metadata)
 
     def group(self, job, attempt, slice_, keys: dict[int, list[str]] | None = None) -> HostGroup:
@@ -358,7 +359,7 @@ class SshHostOps:
         spec = spec_of(job)
         if not spec.spec.disks:
             return ()
-        from tpujob.service.context import make_compute
+        from tpujob.clients import make_compute
 
         return disks.data_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone)
 
@@ -369,7 +370,7 @@ class SshHostOps:
         spec = spec_of(job)
         if not spec.spec.disks:
             return
-        from tpujob.service.context import make_compute
+        from tpujob.clients import make_compute
 
         compute = make_compute(self.ctx.settings)
         if spec.api == "compute":

@@ -82,7 +82,7 @@ class Logins:
     @property
     def client(self):
         if self._client is None:
-            from tpujob.service.context import make_oslogin
+            from tpujob.clients import make_oslogin
 
             self._client = make_oslogin(self.settings)
         return self._client
@@ -90,7 +90,7 @@ class Logins:
     @property
     def account(self) -> str:
         if self._account is None:
-            from tpujob.service.context import login_account
+            from tpujob.clients import login_account
 
             self._account = login_account(self.settings)
         return self._account

@@ -7,7 +7,7 @@ from tpujob.hosts import program
 from tpujob.hosts.failure import cause, said
 from tpujob.hosts.fanout import HostResult
 from tpujob.reconcile.observation import Setup, SetupSeen
-from tpujob.service import setup_cache
+from tpujob.attempt import setup_cache
 
 _STATES = {"absent": Setup.ABSENT, "running": Setup.RUNNING, "done": Setup.DONE,
            "unreachable": Setup.UNREACHABLE}

@@ -3,7 +3,7 @@ setup is kept once it ran, under which key, and `tpujob cache list|clear`.
 
 Where: in the job's run dir bucket, as `gs://BUCKET/tpujob-cache/KEY.tar.zst` (or `.tar.gz` on a
 host without zstd). Every host already mounts that bucket at RUN_DIR_MOUNT (gcsfuse, before
-setup: service.mounts), so host 0 writes the archive there after a successful setup and every
+setup: attempt.mounts), so host 0 writes the archive there after a successful setup and every
 later host reads it from there: nothing else is installed or downloaded on the hosts, and the
 local cloud keeps it in the emulator's Cloud Storage by the same path (no $TPUJOB_HOME variant:
 a real TPU VM cannot reach the machine tpujob runs on). A spec with a cache and no
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from tpujob.names import RUN_DIR_MOUNT
-from tpujob.service.run_dirs import split_gs
+from tpujob.attempt.run_dirs import split_gs
 from tpujob.spec import ResolvedSpec
 
 PREFIX = "tpujob-cache"  # the objects' prefix in a run dir's bucket
@@ -133,7 +133,7 @@ def buckets(ctx) -> list[str]:
 def entries(ctx, bucket: Optional[str] = None) -> list[Entry]:
     """The archives in the jobs' buckets (or in `bucket`), newest first."""
     from tpujob.cloud.gcs import Gcs
-    from tpujob.service.context import make_storage
+    from tpujob.clients import make_storage
 
     gcs = Gcs(make_storage(ctx.settings))
     out = []
@@ -151,7 +151,7 @@ def clear(ctx, key_prefix: str = "", bucket: Optional[str] = None) -> list[Entry
     """Delete the archives (those whose key starts with `key_prefix`): the next setup of each
     key runs again and stores it anew. Returns what was deleted."""
     from tpujob.cloud.gcs import Gcs
-    from tpujob.service.context import make_storage
+    from tpujob.clients import make_storage
 
     gcs = Gcs(make_storage(ctx.settings))
     gone = [e for e in entries(ctx, bucket) if e.key.startswith(key_prefix)]

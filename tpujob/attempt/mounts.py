@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from tpujob.hosts.scripts import render
 from tpujob.names import RUN_DIR_MOUNT
-from tpujob.service.disks import device_name
-from tpujob.service.run_dirs import run_dir_location
+from tpujob.attempt.slice_disks import device_name
+from tpujob.attempt.run_dirs import run_dir_location
 from tpujob.spec import BucketSpec, ResolvedSpec
 
 
