@@ -65,15 +65,33 @@ def _references(mod: Module, xla: bool, values: Values) -> None:
             name = call_name(node)
             if xla:
                 _xla_call(mod, node, qual, name, values)
-            # A method named like a dynamic op counts only as a tensor call (on a tensor, or
-            # with torch-only keywords): pandas' unique() and numpy's nonzero() are not XLA's.
-            if ((qual and qual.startswith("torch.") and qual.rsplit(".", 1)[1] in DYNAMIC_FUNCS)
-                    or (qual is None and isinstance(node.func, ast.Attribute)
-                        and name in DYNAMIC_FUNCS
-                        and values.is_tensor(node, mod.scope_of[node]))):
-                mod.emit("TPU007", node, f"{source_of(node.func)}()")
-            elif qual == "torch.where" and len(node.args) == 1 and not node.keywords:
-                mod.emit("TPU007", node, "torch.where(cond) with one argument")
+            _dynamic_call(mod, node, qual, name, values)
+
+
+def _dynamic_call(mod: Module, node: ast.Call, qual: str | None, name: str, values: Values
+                  ) -> None:
+    """torch.nonzero(x), x.unique(), torch.where(cond): output sizes set by tensor values.
+
+    A method named like a dynamic op counts only as a tensor call (on a tensor, or with
+    torch-only keywords): pandas' unique() and numpy's nonzero() are not XLA's. On a host
+    tensor (`torch.tensor(ids)`, `out.cpu()`) torch runs the op eagerly on the CPU, where a
+    data loader or an eval packer may size things as it likes.
+    """
+    scope = mod.scope_of[node]
+    if qual and qual.startswith("torch.") and qual.rsplit(".", 1)[1] in DYNAMIC_FUNCS:
+        operand = node.args[0] if node.args else None
+        detail = f"{source_of(node.func)}()"
+    elif (qual is None and isinstance(node.func, ast.Attribute) and name in DYNAMIC_FUNCS
+          and values.is_tensor(node, scope)):
+        operand = node.func.value
+        detail = f"{source_of(node.func)}()"
+    elif qual == "torch.where" and len(node.args) == 1 and not node.keywords:
+        operand = node.args[0]
+        detail = "torch.where(cond) with one argument"
+    else:
+        return
+    if not values.is_host_tensor(operand, scope):
+        mod.emit("TPU007", node, detail)
 
 
 def _xla_call(mod: Module, node: ast.Call, qual: str | None, name: str, values: Values
@@ -126,8 +144,8 @@ def _dynamic_shapes(mod: Module, values: Values) -> None:
         if scope not in scopes:
             scopes[scope] = _scope_names(assigns.get(scope, []), resolve, on_host)
         masks, counts = scopes[scope]
-        if values.is_numpy(node.value, scope):
-            continue  # a numpy array on the host (image pre-processing): not traced by XLA
+        if values.is_numpy(node.value, scope) or values.is_host_tensor(node.value, scope):
+            continue  # an array or CPU tensor on the host (pre-processing): not traced by XLA
         if any(_is_mask(p, masks, resolve) for p in maybe_masks):
             mod.emit("TPU007", node, f"boolean-mask indexing {source_of(node)}")
         elif any(_from_values(b, counts, on_host) for b in bounds):
