@@ -74,6 +74,25 @@ def test_unparsable_file_is_an_error_finding(tmp_path: Path) -> None:
     assert [(Path(f.path).name, f.rule, f.line) for f in findings] == [("py2.py", "TPU000", 1)]
 
 
+def test_python_312_syntax_is_a_warning_on_an_older_python(tmp_path: Path) -> None:
+    # AI-Hypercomputer/maxtext kernels/mhc/common.py:58 (a `type` alias) and
+    # examples/sft_qwen3_demo_utils.py:135 (an f-string nesting its quotes) are valid Python
+    # 3.12; on an older Python they must not block `create --strict` as broken files.
+    tree(tmp_path, {
+        "alias.py": "import jax\ntype KernelContext = tuple[jax.Array, jax.Array]\n",
+        "generic.py": "def first[T](xs: list[T]) -> T:\n    return xs[0]\n",
+        "fstring.py": 'batch = {"a": [1]}\nprint(f"Target: {batch["a"][0]}")\n',
+    })
+    findings = lint_paths([tmp_path])
+    if sys.version_info >= (3, 12):
+        assert findings == []
+    else:
+        assert [(Path(f.path).name, f.rule, f.severity) for f in findings] == [
+            ("alias.py", "TPU000", "warning"), ("fstring.py", "TPU000", "warning"),
+            ("generic.py", "TPU000", "warning")]
+        assert "Python 3.12 syntax?" in findings[0].message
+
+
 def test_findings_on_one_spot_print_in_the_same_order_every_run(tmp_path: Path) -> None:
     # pytorch/xla test/distributed_util.py:48: nn.Linear(1000, 1000) has two TPU012 findings
     # at one line and column; their order followed the hash seed, so two runs differed.
