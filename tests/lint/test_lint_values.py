@@ -26,5 +26,6 @@ def test_long_chains_of_names_stop_without_error(tmp_path: Path) -> None:
     lines.append("    return a2999.unique()")
     (tmp_path / "chain.py").write_text("\n".join(lines) + "\n")
     lint_paths([tmp_path / "chain.py"])  # too deep to follow to torch.zeros: no finding, no crash
-    (tmp_path / "short.py").write_text("import torch\nx = torch.zeros(3)\ny = x + 1\nz = y.unique()\n")
+    (tmp_path / "short.py").write_text(
+        "import torch\nx = torch.zeros(3, device='xla')\ny = x + 1\nz = y.unique()\n")
     assert [f.rule for f in lint_paths([tmp_path / "short.py"])] == ["TPU007"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+import sys
 import tokenize
 import warnings
 from collections.abc import Collection
@@ -12,9 +13,12 @@ from collections.abc import Collection
 from tpujob.lint import jax_rules, torch_rules
 from tpujob.lint.module import Module
 from tpujob.lint.names import Names
-from tpujob.lint.rules import Finding, finding
+from tpujob.lint.rules import WARNING, Finding, finding
 
 IGNORE = re.compile(r"#\s*tpujob:\s*ignore\[([A-Za-z0-9_,\s]+)\]")
+# Python 3.12 syntax that an older Python running tpujob rejects: `type X = ...` aliases and
+# `def f[T]` / `class C[T]` type parameters (PEP 695); f-strings are matched by their error.
+NEWER_SYNTAX = re.compile(r"\s*(type\s+\w+\s*[=\[]|(async\s+)?(def|class)\s+\w+\s*\[)")
 
 
 def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 128,
@@ -32,15 +36,30 @@ def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 12
         line = getattr(exc, "lineno", None) or 1
         col = getattr(exc, "offset", None) or 1
         detail = getattr(exc, "msg", None) or str(exc)
+        if _newer_syntax(exc):
+            # The job's Python may well be 3.12+: say so, and do not block `create --strict`.
+            here = ".".join(map(str, sys.version_info[:2]))
+            return [finding("TPU000", path, line, col, severity=WARNING,
+                            detail=f"{detail} (Python 3.12 syntax? tpujob runs on {here})",
+                            fix="run tpujob on the job's Python (3.12+) to check this file")]
         return [finding("TPU000", path, line, col, detail=detail)]
     mod = Module(tree, path, rules, mxu, xla)
     torch_rules.check(mod)
     jax_rules.check(mod)
-    found = sorted(set(mod.findings), key=lambda f: (f.line, f.col, f.rule))
+    # The message breaks ties (two widths of one nn.Linear) so runs print the same order.
+    found = sorted(set(mod.findings), key=lambda f: (f.line, f.col, f.rule, f.message))
     if found and b"tpujob:" in source:
         ignored = ignored_lines(source)
         found = [f for f in found if f.rule not in ignored.get(f.line, ())]
     return found
+
+
+def _newer_syntax(exc: SyntaxError | ValueError) -> bool:
+    """A parse failure that Python 3.12 would not have: a PEP 695 alias or type parameters,
+    or an f-string (PEP 701 lets them nest quotes, hold backslashes and comments)."""
+    if sys.version_info >= (3, 12) or not isinstance(exc, SyntaxError):
+        return False
+    return (exc.msg or "").startswith("f-string") or bool(NEWER_SYNTAX.match(exc.text or ""))
 
 
 def imports_torch_xla(source: bytes) -> bool:

@@ -2,8 +2,8 @@
 
 Inside a function traced by `jax.jit` (or `jax.pmap`) the arguments are abstract values:
 Python `if`/`while`/`range()` on them, or a slice whose bound comes from them (`x[:x.sum()]`),
-raises at trace time. Shapes, dtypes and arguments named in static_argnums/static_argnames
-are concrete and fine.
+raises at trace time. Shapes, dtypes (`x.ndim`, `jnp.ndim(x)`, `jax.typeof(x)`) and arguments
+named in static_argnums/static_argnames are concrete and fine.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ from tpujob.lint.names import call_name
 JITS = {"jax.jit", "jax.pmap", "flax.nnx.jit", "flax.linen.jit"}
 PARTIALS = {"functools.partial"}
 STATIC_ATTRS = {"shape", "ndim", "dtype", "size", "sharding", "aval", "weak_type"}
-STATIC_CALLS = {"len", "isinstance", "type", "hasattr", "callable", "id"}
+# Calls that read only an argument's type or structure (`jnp.ndim(x)`, `jax.typeof(x)`): the
+# abstract value is concrete while tracing, as `x.ndim` is.
+STATIC_CALLS = {"len", "isinstance", "type", "hasattr", "callable", "id", "ndim", "shape",
+                "isscalar", "typeof", "result_type"}
 CONCRETE_CALLS = {"int", "float", "bool", "range"}
 # Layers whose widths reach the MXU: qualified name -> (position, keyword) of each width.
 LAYERS: dict[str, tuple[tuple[int, str], ...]] = {

@@ -95,8 +95,10 @@ RULES: dict[str, Rule] = {
 
 
 def finding(rule_id: str, path: str, line: int, col: int, *, detail: str = "",
-            symbol: str = "", fix: str = "") -> Finding:
-    """A finding for rule_id; `detail` is prefixed to the rule's message, `fix` replaces its fix."""
+            symbol: str = "", fix: str = "", severity: str = "") -> Finding:
+    """A finding for rule_id; `detail` is prefixed to the rule's message, `fix` and `severity`
+    replace the rule's."""
     rule = RULES[rule_id]
     message = f"{detail}: {rule.message}" if detail else rule.message
-    return Finding(path, line, col, rule.id, rule.severity, message, fix or rule.fix, symbol)
+    return Finding(path, line, col, rule.id, severity or rule.severity, message,
+                   fix or rule.fix, symbol)

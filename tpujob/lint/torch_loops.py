@@ -2,7 +2,9 @@
 
 A training loop is a `for`/`while` whose body calls `.backward()` or an optimizer's `.step()`
 (the receiver is named like an optimizer: `optimizer`, `self.optim`, `opt`, `scaler`),
-directly or through a function of the same module (`train_step(batch)`, `self.step(...)`).
+directly or through a function of the same module (`train_step(batch)`, `self.step(...)`)
+outside that function's own loops: an epoch loop calling `train(epoch)`, which loops over the
+batches, is not one (the batch loop is judged in its own function).
 Syncs are looked for in the body minus nested functions and minus the branches of an `if`:
 `if step % 100 == 0: print(loss.item())` is the usual, acceptable, logging pattern.
 """
@@ -128,7 +130,9 @@ class _Loops:
             params = {a.arg for a in scope.args.posonlyargs + scope.args.args
                       + scope.args.kwonlyargs}
         loops = [n for n in self.mod.of_type(*LOOPS) if self.mod.scope_of[n] is scope]
-        flags = {id(loop): self.flags_of(walk_local(loop)) for loop in loops}
+        # Callees count outside their own loops: an epoch loop calling `train_loop_fn(loader)`
+        # does not grow the graph itself; the batch loop in train_loop_fn is judged where it is.
+        flags = {id(loop): self.flags_of(walk_local(loop), direct=True) for loop in loops}
         for loop in loops:
             if self.iterates_loader(loop, params):
                 flags[id(loop)].sync = True

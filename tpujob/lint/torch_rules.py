@@ -10,6 +10,7 @@ imports torch_xla).
 from __future__ import annotations
 
 import ast
+from functools import partial
 
 from tpujob.lint.module import Module, source_of
 from tpujob.lint.names import call_name
@@ -64,15 +65,33 @@ def _references(mod: Module, xla: bool, values: Values) -> None:
             name = call_name(node)
             if xla:
                 _xla_call(mod, node, qual, name, values)
-            # A method named like a dynamic op counts only as a tensor call (on a tensor, or
-            # with torch-only keywords): pandas' unique() and numpy's nonzero() are not XLA's.
-            if ((qual and qual.startswith("torch.") and qual.rsplit(".", 1)[1] in DYNAMIC_FUNCS)
-                    or (qual is None and isinstance(node.func, ast.Attribute)
-                        and name in DYNAMIC_FUNCS
-                        and values.is_tensor(node, mod.scope_of[node]))):
-                mod.emit("TPU007", node, f"{source_of(node.func)}()")
-            elif qual == "torch.where" and len(node.args) == 1 and not node.keywords:
-                mod.emit("TPU007", node, "torch.where(cond) with one argument")
+            _dynamic_call(mod, node, qual, name, values)
+
+
+def _dynamic_call(mod: Module, node: ast.Call, qual: str | None, name: str, values: Values
+                  ) -> None:
+    """torch.nonzero(x), x.unique(), torch.where(cond): output sizes set by tensor values.
+
+    A method named like a dynamic op counts only as a tensor call (on a tensor, or with
+    torch-only keywords): pandas' unique() and numpy's nonzero() are not XLA's. On a host
+    tensor (`torch.tensor(ids)`, `out.cpu()`) torch runs the op eagerly on the CPU, where a
+    data loader or an eval packer may size things as it likes.
+    """
+    scope = mod.scope_of[node]
+    if qual and qual.startswith("torch.") and qual.rsplit(".", 1)[1] in DYNAMIC_FUNCS:
+        operand = node.args[0] if node.args else None
+        detail = f"{source_of(node.func)}()"
+    elif (qual is None and isinstance(node.func, ast.Attribute) and name in DYNAMIC_FUNCS
+          and values.is_tensor(node, scope)):
+        operand = node.func.value
+        detail = f"{source_of(node.func)}()"
+    elif qual == "torch.where" and len(node.args) == 1 and not node.keywords:
+        operand = node.args[0]
+        detail = "torch.where(cond) with one argument"
+    else:
+        return
+    if not values.is_host_tensor(operand, scope):
+        mod.emit("TPU007", node, detail)
 
 
 def _xla_call(mod: Module, node: ast.Call, qual: str | None, name: str, values: Values
@@ -121,14 +140,15 @@ def _dynamic_shapes(mod: Module, values: Values) -> None:
         if not (bounds or maybe_masks):
             continue
         scope = scope_of[node]
+        on_host = partial(values.is_numpy, scope=scope)
         if scope not in scopes:
-            scopes[scope] = _scope_names(assigns.get(scope, []), resolve)
+            scopes[scope] = _scope_names(assigns.get(scope, []), resolve, on_host)
         masks, counts = scopes[scope]
-        if values.is_numpy(node.value, scope):
-            continue  # a numpy array on the host (image pre-processing): not traced by XLA
+        if values.is_numpy(node.value, scope) or values.is_host_tensor(node.value, scope):
+            continue  # an array or CPU tensor on the host (pre-processing): not traced by XLA
         if any(_is_mask(p, masks, resolve) for p in maybe_masks):
             mod.emit("TPU007", node, f"boolean-mask indexing {source_of(node)}")
-        elif any(_from_values(b, counts) for b in bounds):
+        elif any(_from_values(b, counts, on_host) for b in bounds):
             mod.emit("TPU007", node, f"slice length from tensor values {source_of(node)}")
     collates = _collate_functions(mod)
     if collates:
@@ -143,8 +163,9 @@ def _dynamic_shapes(mod: Module, values: Values) -> None:
                              "torch.stack")
 
 
-def _scope_names(assigns: list[ast.Assign], resolve) -> tuple[set[str], set[str]]:
-    """Names bound in one function to masks (`m = x > 0`) and to tensor-derived ints."""
+def _scope_names(assigns: list[ast.Assign], resolve, on_host) -> tuple[set[str], set[str]]:
+    """Names bound in one function to masks (`m = x > 0`) and to tensor-derived ints
+    (`n = lengths.max()`; `V = header[3].item()` of a numpy header is a file's constant)."""
     masks: set[str] = set()
     values: set[str] = set()
     facts = []
@@ -156,8 +177,7 @@ def _scope_names(assigns: list[ast.Assign], resolve) -> tuple[set[str], set[str]
             for sub in ast.walk(node.value):
                 if isinstance(sub, ast.Name):
                     refs.add(sub.id)
-                elif (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
-                      and sub.func.attr in VALUE_CALLS):
+                elif _value_call(sub, on_host):
                     from_values = True
             facts.append((node.value, targets, from_values, refs))
     for _ in range(2):  # one round of propagation: m = x > 0; m2 = m & n
@@ -184,15 +204,22 @@ def _is_mask(node: ast.expr, masks: set[str], resolve) -> bool:
     return False
 
 
-def _from_values(node: ast.expr, values: set[str]) -> bool:
+def _from_values(node: ast.expr, values: set[str], on_host) -> bool:
     """True when an int comes from tensor contents (`x.sum()`, `n.item()`), not from shapes."""
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name) and sub.id in values:
             return True
-        if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
-                and sub.func.attr in VALUE_CALLS):
+        if _value_call(sub, on_host):
             return True
     return False
+
+
+def _value_call(node: ast.AST, on_host) -> bool:
+    """`x.sum()`, `n.item()` on something other than a numpy array: numpy's values are read
+    on the host before tracing (llm.c reads its vocab size as `header[3].item()`), so a slice
+    they size is as static as a literal."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in VALUE_CALLS and not on_host(node.func.value))
 
 
 def _collate_functions(mod: Module) -> set[ast.AST]:

@@ -10,6 +10,9 @@ scope is collected, and a name is looked up in its own scope, then in the enclos
   to a torch/torch_xla function, or the receiver of a method only tensors have). A plain
   `config` parameter, a dict, a `sorted(...)` list or a pandas frame is none of these.
 - A name holds a numpy array when some binding is made by numpy and none is a tensor.
+- A name holds a host tensor when *every* binding is one: made by a torch factory without a
+  `device=` (`torch.tensor(ids)`, `torch.from_numpy(a)`), by `.cpu()`, or derived from one
+  without moving it. Torch runs those eagerly on the CPU; XLA never traces them.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ TENSOR_KEYWORDS = {"dim", "keepdim", "as_tuple"}
 # Methods of a tensor whose result is not a tensor.
 NON_TENSOR_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "data_ptr",
                       "is_contiguous", "element_size", "stride", "get_device"}
+# torch factories that make a CPU tensor unless given `device=` (or a default device is set).
+HOST_FACTORIES = {"tensor", "as_tensor", "from_numpy", "from_file", "frombuffer", "zeros",
+                  "ones", "empty", "full", "arange", "linspace", "rand", "randn", "randint",
+                  "randperm", "eye"}
+# Methods that may move a tensor off the host.
+MOVING_METHODS = {"to", "cuda", "xla", "to_device"}
 # The scopes Module records (a lambda's parameters are looked up in the enclosing function).
 FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -61,6 +70,7 @@ class Values:
         self._bind_all()
         self._tensor_params: dict[ast.AST, set[str]] = {}
         self._tensor_attrs: set[str] | None = None
+        self._sets_default_device: bool | None = None
         # (question, name, scope) -> answer. Each name is judged once: without this, a loop
         # body of `n = n + m; m = m + n` lines is re-walked exponentially often.
         self._judged: dict[tuple[str, str, int], bool] = {}
@@ -212,6 +222,59 @@ class Values:
         return (any(self.is_numpy(p, scope, depth + 1) for p in parts)
                 and not any(self.is_tensor(p, scope, depth + 1) for p in parts))
 
+    # --- host tensors ---------------------------------------------------------------------
+
+    def is_host_tensor(self, node: ast.AST | None, scope: ast.AST, depth: int = 0) -> bool:
+        """A CPU tensor: `torch.tensor(ids)`, `out.cpu()`, `(t == eot)` of one, a name every
+        binding of which is one. Parameters and attributes are not known to be."""
+        if node is None or depth > MAX_DEPTH:
+            return False
+        if isinstance(node, ast.Name):
+            return self._judge("host", node.id, scope, lambda where, values: bool(values) and all(
+                self.is_host_tensor(v, where, depth + 1) for v in values))
+        if isinstance(node, ast.Call):
+            return self._makes_host_tensor(node, scope, depth)
+        if isinstance(node, ast.Subscript):
+            return self.is_host_tensor(node.value, scope, depth + 1)
+        operands = {ast.BinOp: lambda n: [n.left, n.right], ast.UnaryOp: lambda n: [n.operand],
+                    ast.Compare: lambda n: [n.left, *n.comparators]}.get(type(node))
+        if operands is None:
+            return False
+        # `t == eot` of a host tensor is one; `t + w` with a device tensor `w` is not.
+        tensors = [p for p in operands(node) if self.is_tensor(p, scope, depth + 1)]
+        return bool(tensors) and all(self.is_host_tensor(p, scope, depth + 1) for p in tensors)
+
+    def _makes_host_tensor(self, call: ast.Call, scope: ast.AST, depth: int) -> bool:
+        qual = self.resolve(call.func)
+        if qual is not None:
+            if self._default_device() or not _is_factory(qual):
+                return False
+            device = next((k.value for k in call.keywords if k.arg == "device"), None)
+            if device is not None and not (isinstance(device, ast.Constant)
+                                           and device.value == "cpu"):
+                return False
+            # torch.tensor(t) and torch.as_tensor(t) keep the device of a tensor `t`.
+            data = call.args[0] if call.args else None
+            return not (self.is_tensor(data, scope, depth + 1)
+                        and not self.is_host_tensor(data, scope, depth + 1))
+        if not isinstance(call.func, ast.Attribute):
+            return False
+        method = call.func.attr
+        if method == "cpu":
+            return True
+        if method == "to" and _to_keeps_device(call, self.resolve):
+            return self.is_host_tensor(call.func.value, scope, depth + 1)
+        return (method not in MOVING_METHODS and method not in NON_TENSOR_METHODS
+                and self.is_host_tensor(call.func.value, scope, depth + 1))
+
+    def _default_device(self) -> bool:
+        """`torch.set_default_device(...)` anywhere: factories may then make device tensors."""
+        if self._sets_default_device is None:
+            self._sets_default_device = any(
+                self.resolve(c.func) == "torch.set_default_device"
+                for c in self.mod.of_type(ast.Call))
+        return self._sets_default_device
+
     def tensor_params(self, scope: ast.AST) -> set[str]:
         """The parameters of a function that its body uses as tensors."""
         if scope not in self._tensor_params:
@@ -248,6 +311,19 @@ def _torch_tensor_function(qual: str) -> bool:
     return len(parts) == 2 and parts[0] == "torch" and parts[1] not in TORCH_NON_TENSOR
 
 
+def _is_factory(qual: str) -> bool:
+    """torch.tensor, torch.zeros...: a new tensor, on the CPU unless told otherwise."""
+    module, _, name = qual.rpartition(".")
+    return module == "torch" and name in HOST_FACTORIES
+
+
+def _to_keeps_device(call: ast.Call, resolve) -> bool:
+    """`.to(torch.int32)`, `.to(dtype=...)`: a dtype change that leaves the tensor where it is."""
+    if any(k.arg not in ("dtype", "non_blocking", "copy") for k in call.keywords):
+        return False
+    return all((resolve(a) or "").startswith("torch.") for a in call.args)
+
+
 def _tensor_keywords(call: ast.Call) -> bool:
     return any(k.arg in TENSOR_KEYWORDS for k in call.keywords)
 
@@ -267,7 +343,9 @@ def _used_as_tensors(func: ast.AST, params: set[str], resolve) -> set[str]:
     for node in (n for stmt in body for n in ast.walk(stmt)):
         if isinstance(node, ast.Call):
             qual = resolve(node.func) or ""
-            if qual.startswith(("torch.", "torch_xla.")):
+            # A factory takes lists, arrays, paths and sizes: `torch.tensor(ids)` says nothing
+            # about `ids`.
+            if qual.startswith(("torch.", "torch_xla.")) and not _is_factory(qual):
                 passed = node.args + [k.value for k in node.keywords]
                 found.update(a.id for a in passed if isinstance(a, ast.Name) and a.id in params)
             if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
