@@ -206,8 +206,8 @@ class RunDirWatch:
 
 
 def measure_runtime(cached: bool) -> dict:
-    from tpujob.service import jobs
     from tpujob.clients import make_storage
+    from tpujob.service import jobs
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)

@@ -110,9 +110,9 @@ class Night:
 
     # -- the jobs ---------------------------------------------------------------------------
     def record_jobs(self) -> None:
-        from tpujob.service import jobs
-        from tpujob.clients import make_storage
         from tpujob.attempt.buckets import create_local_bucket
+        from tpujob.clients import make_storage
+        from tpujob.service import jobs
 
         create_local_bucket(make_storage(self.ctx.settings), BUCKET)
         four_hosts = 0
@@ -194,9 +194,9 @@ class Night:
         """Whether the runtime's status.json says it stopped on the notice with its checkpoint
         written (contract.STATE_PREEMPTED), after `since`: the run dir's word, read from the
         bucket before the next attempt can write there."""
+        from tpujob.clients import make_storage
         from tpujob.names import format_job_id
         from tpujob.runtime.contract import STATE_PREEMPTED, STATUS_FILE, parse_status
-        from tpujob.clients import make_storage
 
         blob = make_storage(self.ctx.settings).bucket(BUCKET).get_blob(f"runs/{format_job_id(job_id)}/{STATUS_FILE}")
         try:

@@ -17,10 +17,9 @@ import subprocess
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Optional
 
 
-def server_bin() -> Optional[Path]:
+def server_bin() -> Path | None:
     """The directory of initdb/pg_ctl: Debian's newest /usr/lib/postgresql/N/bin, else PATH."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
     if found:
@@ -51,7 +50,7 @@ class Cluster:
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv[:2])} exited {done.returncode}: {(done.stderr or done.stdout)[-2000:]}")
 
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "--auth=trust", "-U", "postgres",
                   "--encoding=UTF8", "--no-sync")
         options = (f"-h 127.0.0.1 -p {self.port} -k {self.root} -F -c max_connections=300 "

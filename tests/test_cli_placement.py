@@ -4,7 +4,6 @@ before anything is recorded or the cloud is touched."""
 
 from __future__ import annotations
 
-
 # v5e is not offered in us-central2-b; asia-northeast1-a offers no TPUs at all.
 UNOFFERED = ("name: demo\ntpu: {accelerator: v5litepod-4, zone: us-central2-b, project: lab,\n"
              "      fallback: [{zone: us-west4-a}, {zone: asia-northeast1-a}]}\nrun: {command: x}\n")

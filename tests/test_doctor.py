@@ -161,8 +161,9 @@ def test_missing_emulator_prerequisites_are_errors_on_local_and_warnings_on_gcp(
     assert checks["emulator: libfuse"]["status"] == "error"
     assert checks["emulator: libfuse"]["fix"] == "apt-get install -y fuse libfuse2"
 
-    from tpujob.service import doctor_cloud
     from google.auth.exceptions import DefaultCredentialsError
+
+    from tpujob.service import doctor_cloud
 
     def no_adc():
         raise DefaultCredentialsError("Your default credentials were not found.")
@@ -289,8 +290,8 @@ def test_a_missing_bucket_is_an_error_and_a_far_one_a_warning(cli, no_cron, loca
                                                              spec_file):
     import requests
 
-    from tpujob.service import jobs
     from tpujob.clients import make_storage
+    from tpujob.service import jobs
     from tpujob.service.context import Context
 
     job = record(spec_file, name="nobucket", extra="run_dir: gs://doctor-no-such-bucket/runs")

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from spec_texts import STORED
+
 from tpujob.cli import render
 from tpujob.service.context import Context
 from tpujob.store.states import State

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from tpujob.attempt.logins import KEY_TTL_SECONDS, Login, Logins
 from tpujob.cloud.oslogin import Profile, effective, metadata_flag, posix_username
 from tpujob.errors import ConfigError, PermissionDenied, SshAuthRefused, UsageError
-from tpujob.attempt.logins import KEY_TTL_SECONDS, Login, Logins
 from tpujob.settings import Settings
 
 KEY = "ssh-ed25519 AAAAkey tpujob"

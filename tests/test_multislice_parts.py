@@ -4,15 +4,15 @@ their phases and hosts read as one slice, and the variables each host gets."""
 from __future__ import annotations
 
 import pytest
-
 from spec_texts import dedent_spec as _spec
+
 from tpujob import spec as spec_mod
 from tpujob.cloud.base import Host, Slice, SlicePhase
 from tpujob.cloud.multislice import combine, pick
-from tpujob.names import node_names
 from tpujob.errors import SpecError
 from tpujob.hosts.fanout import Host as SshHost
 from tpujob.hosts.program import HostAttempt
+from tpujob.names import node_names
 
 pytestmark = pytest.mark.usefixtures("no_emulator_left")
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlalchemy import text
-
 from notify_servers import Mailbox, Silent, Webhook, free_port
 from spec_texts import dedent_spec
+from sqlalchemy import text
+
 from tpujob.store import outbox as outbox_mod
 from tpujob.store.states import EndReason, State
 
@@ -266,8 +266,9 @@ def test_notify_test_exits_5_naming_each_failure(cli, ctx, spec_file, webhook):
 
 
 def test_notify_test_without_channels_or_job(cli, ctx, spec_file):
-    from tpujob.service import jobs
     from spec_texts import VALID
+
+    from tpujob.service import jobs
 
     jobs.record(ctx, str(spec_file(VALID)))
     result = cli("notify", "test", "demo")

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 
-import pytest
-
 from notify_servers import Mailbox, Webhook
 from spec_texts import dedent_spec
 

@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from spec_texts import STORED
 from sqlalchemy import create_engine, text
 
 from tpujob.errors import IllegalTransition, JobLocked
 from tpujob.store.states import TRANSITIONS, State
-from spec_texts import STORED
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = 4

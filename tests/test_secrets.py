@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpujob.errors import ConfigError, EXIT_CONFIG
 from tpujob.attempt import secrets
+from tpujob.errors import EXIT_CONFIG, ConfigError
 
 
 def write_file(home, text: str, mode: int = 0o600):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tpujob import spec as spec_mod
-from tpujob.errors import SpecError
 from tpujob.attempt import setup_cache
+from tpujob.errors import SpecError
 
 BASE = """\
 name: cached

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from spec_texts import STORED
 
 from tpujob.service.context import Context
 from tpujob.store.states import EndReason, State
-from spec_texts import STORED
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from spec_texts import VALID, dedent_spec as _spec
+from spec_texts import VALID
+from spec_texts import dedent_spec as _spec
 
 # No test here may leave a background emulator behind (checked after every test).
 pytestmark = pytest.mark.usefixtures("no_emulator_left")

@@ -4,7 +4,6 @@ rest of the spec (exit 2, the field and its line, nothing written) and printed b
 from __future__ import annotations
 
 import pytest
-
 from spec_texts import dedent_spec as _spec
 
 pytestmark = pytest.mark.usefixtures("no_emulator_left")

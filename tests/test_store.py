@@ -8,11 +8,11 @@ import time
 from collections import deque
 
 import pytest
+from spec_texts import STORED
 
 from tpujob.errors import EXIT_CONFLICT, EXIT_NOT_FOUND, IllegalTransition, JobLocked, NotFoundError
 from tpujob.store.repository import Store, format_job_id, open_store, slice_name
 from tpujob.store.states import ACTIVE, ENDED, TRANSITIONS, EndReason, State
-from spec_texts import STORED
 
 PAIRS = [(src, dst) for src in State for dst in State]
 LEGAL = [(s, d) for s, d in PAIRS if d in TRANSITIONS[s]]

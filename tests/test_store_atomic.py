@@ -10,8 +10,8 @@ import sys
 import threading
 
 import pytest
-
 from spec_texts import STORED
+
 from tpujob.errors import IllegalTransition, NotFoundError
 from tpujob.store.repository import Store, open_store
 from tpujob.store.states import State

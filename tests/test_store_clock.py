@@ -4,11 +4,11 @@ is pinned here instead of slept through; `store.lease()` holds a job for a block
 from __future__ import annotations
 
 import pytest
+from spec_texts import STORED
 
 from tpujob.errors import IllegalTransition, JobLocked
 from tpujob.store.repository import Store, open_store
 from tpujob.store.states import EndReason, State
-from spec_texts import STORED
 
 
 class FakeClock:

@@ -7,8 +7,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
 from job_story import story  # noqa: F401 - fixture
+
 from tpujob.service import curves
 from tpujob.service.timeline import timeline
 
@@ -145,6 +145,7 @@ def test_a_multislice_attempt_is_a_row_per_slice_with_the_lost_slice_marked(cli)
     assert timeline_dict(line)["marks"] == [{"at": 50.0, "kind": "preempted", "attempt": 1, "slice": 1}]
 
     from io import StringIO
+
     from rich.console import Console
 
     out = StringIO()

@@ -13,8 +13,8 @@ import sys
 from urllib.parse import urlencode, urlsplit
 
 import pytest
-
 from job_story import story  # noqa: F401 - fixture
+
 from tpujob.service.context import Context
 
 TOKEN = "test-token-0123456789abcdef"

@@ -406,7 +406,7 @@ def _most_cubic(topologies) -> str:
     return min(topologies, key=lambda t: (max(map(int, t.split("x"))), tuple(map(int, t.split("x")))))
 
 
-def compute_shape(accelerator_type: "str | Accelerator") -> ComputeShape:
+def compute_shape(accelerator_type: str | Accelerator) -> ComputeShape:
     """What `accelerator_type` becomes on Compute Engine: machine type, VMs, topology, boot disk
     and image. Raises NoComputeShape for an accelerator Compute Engine does not serve, and
     SpecError for a name that is no accelerator type."""

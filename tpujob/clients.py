@@ -43,8 +43,8 @@ def local_emulator(start: bool = True) -> dict:
 def store_labels(settings: Settings) -> dict[str, str]:
     """The label every resource this store creates carries: its id (`tpujob gc` tells this
     store's orphans from another store's by it)."""
-    from tpujob.store.db import engine_for
     from tpujob.names import STORE_LABEL
+    from tpujob.store.db import engine_for
     from tpujob.store.identity import store_id
 
     return {STORE_LABEL: store_id(engine_for(settings.database_url))}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 # The rate is taken over the samples of this many seconds before the newest one: long enough to
 # smooth out a checkpoint's pause, short enough to follow a run that slowed down.
@@ -21,15 +20,15 @@ MIN_SPACING_SECONDS = 10.0
 
 @dataclass(frozen=True)
 class Progress:
-    step: Optional[int]
-    total: Optional[int]
-    steps_per_second: Optional[float]  # None until two samples some seconds apart
-    rate_span_seconds: Optional[float]  # the span the rate was taken over
-    seconds_left: Optional[float]      # None without a total or a rate
-    observed_at: Optional[float]       # when the newest sample was taken
+    step: int | None
+    total: int | None
+    steps_per_second: float | None  # None until two samples some seconds apart
+    rate_span_seconds: float | None  # the span the rate was taken over
+    seconds_left: float | None      # None without a total or a rate
+    observed_at: float | None       # when the newest sample was taken
 
     @property
-    def fraction(self) -> Optional[float]:
+    def fraction(self) -> float | None:
         if self.step is None or not self.total:
             return None
         return max(0.0, min(1.0, self.step / self.total))
@@ -45,7 +44,7 @@ class Progress:
         return data
 
 
-def _samples(raw: Optional[str]) -> list[list[float]]:
+def _samples(raw: str | None) -> list[list[float]]:
     try:
         data = json.loads(raw) if raw else []
     except ValueError:
@@ -53,7 +52,7 @@ def _samples(raw: Optional[str]) -> list[list[float]]:
     return [s for s in data if isinstance(s, list) and len(s) == 2] if isinstance(data, list) else []
 
 
-def add_sample(raw: Optional[str], at: float, step: int) -> str:
+def add_sample(raw: str | None, at: float, step: int) -> str:
     """The series with (at, step) added (replacing the newest when closer than the spacing, so
     the newest step is always there) and samples older than the window dropped."""
     samples = _samples(raw)
@@ -68,7 +67,7 @@ def add_sample(raw: Optional[str], at: float, step: int) -> str:
     return json.dumps(samples, separators=(",", ":"))
 
 
-def progress_of(step: Optional[int], total: Optional[int], raw: Optional[str]) -> Progress:
+def progress_of(step: int | None, total: int | None, raw: str | None) -> Progress:
     samples = _samples(raw)
     rate = span = None
     if len(samples) >= 2:
@@ -82,14 +81,14 @@ def progress_of(step: Optional[int], total: Optional[int], raw: Optional[str]) -
                     observed_at=samples[-1][0] if samples else None)
 
 
-def of_attempt(attempt) -> Optional[Progress]:
+def of_attempt(attempt) -> Progress | None:
     """The progress of an attempt as the store keeps it (None without an attempt)."""
     if attempt is None:
         return None
     return progress_of(attempt.last_step, attempt.total_steps, attempt.progress)
 
 
-def step_text(step: Optional[int], total: Optional[int]) -> str:
+def step_text(step: int | None, total: int | None) -> str:
     """`list`'s STEP column: 1250/20000, 1250 without a total, - before any step."""
     if step is None:
         return "-"

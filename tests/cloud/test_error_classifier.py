@@ -9,8 +9,15 @@ from google.api_core import exceptions as gexc
 
 from tpujob.cloud.errors import RULES, classify, retryable
 from tpujob.errors import (
-    AuthError, CloudError, CloudRefused, InternalCreateError, PermissionDenied,
-    PlacementUnavailable, QuotaExceeded, ServiceDisabled, StockoutError,
+    AuthError,
+    CloudError,
+    CloudRefused,
+    InternalCreateError,
+    PermissionDenied,
+    PlacementUnavailable,
+    QuotaExceeded,
+    ServiceDisabled,
+    StockoutError,
 )
 
 

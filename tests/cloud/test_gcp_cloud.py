@@ -7,11 +7,10 @@ import time
 from dataclasses import replace
 
 import pytest
+from cloud_helpers import PROJECT, ZONE, wait_for_slice
 
 from tpujob.cloud.base import SlicePhase, SliceRequest
-from cloud_helpers import PROJECT, ZONE, wait_for_slice
 from tpujob.errors import CloudError, ConflictError, NotFoundError, StockoutError, UsageError
-
 
 
 def request(name: str = "s1", accelerator: str = "v4-16", **kw) -> SliceRequest:

@@ -8,16 +8,22 @@ import socket
 import time
 
 import pytest
+from cloud_helpers import PROJECT, ZONE, wait_for_slice
 from google.api_core import exceptions as gexc
 
-from cloud_helpers import PROJECT, ZONE, wait_for_slice
 from tpujob.cloud.base import SlicePhase, SliceRequest
-from tpujob.cloud.errors import classify as _error, retryable as _retryable
+from tpujob.cloud.errors import classify as _error
+from tpujob.cloud.errors import retryable as _retryable
 from tpujob.errors import (
-    AuthError, CloudError, CloudRefused, ConfigError, NotFoundError, PermissionDenied, QuotaExceeded,
+    AuthError,
+    CloudError,
+    CloudRefused,
+    ConfigError,
+    NotFoundError,
+    PermissionDenied,
+    QuotaExceeded,
     StockoutError,
 )
-
 
 
 def request(name: str = "s1", accelerator: str = "v4-8", **kw) -> SliceRequest:

@@ -5,8 +5,8 @@ as one slice from queueing to preemption, and the requests the emulator refuses.
 from __future__ import annotations
 
 import pytest
-
 from cloud_helpers import PROJECT, ZONE, wait_for_slice
+
 from tpujob.cloud.base import SlicePhase, SliceRequest
 from tpujob.emulator.payloads import ApiError
 

@@ -8,6 +8,7 @@ import json
 import urllib.request
 
 from cloud_helpers import PROJECT, ZONE, wait_for_slice
+
 from tpujob.cloud.base import SlicePhase, SliceRequest
 
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from reconcile_helpers import local_bucket, project  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow

@@ -12,10 +12,18 @@ import random
 import threading
 
 import pytest
-
 from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE, assert_consistent, assert_no_orphans, ctx, finish, node_ref, project, reconciler, record_many,
-    requeue_processes, resources,
+    ZONE,
+    assert_consistent,
+    assert_no_orphans,
+    ctx,
+    finish,
+    node_ref,
+    project,
+    reconciler,
+    record_many,
+    requeue_processes,
+    resources,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]

@@ -8,11 +8,26 @@ import contextlib
 import time
 
 import pytest
-
 from reconcile_helpers import (  # noqa: F401 - fixtures
-    FALLBACK_ZONE, V5E, ZONE, assert_consistent, assert_no_orphans, ctx, finish, host_root, node_ref, project, reconciler, record,
-    requeue_processes, resources, running, sweep_until, wait_for_file,
+    FALLBACK_ZONE,
+    V5E,
+    ZONE,
+    assert_consistent,
+    assert_no_orphans,
+    ctx,
+    finish,
+    host_root,
+    node_ref,
+    project,
+    reconciler,
+    record,
+    requeue_processes,
+    resources,
+    running,
+    sweep_until,
+    wait_for_file,
 )
+
 from tpujob.faults import CRASH_POINTS
 
 pytestmark = pytest.mark.slow

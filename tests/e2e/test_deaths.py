@@ -13,9 +13,16 @@ import time
 import uuid
 
 import pytest
-
 from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE, ctx, host_root, node_ref, project, reconciler, record, resources, sweep_until,
+    ZONE,
+    ctx,
+    host_root,
+    node_ref,
+    project,
+    reconciler,
+    record,
+    resources,
+    sweep_until,
 )
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,6 @@ import json
 import time
 
 import pytest
-
 from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

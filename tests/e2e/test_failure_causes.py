@@ -45,8 +45,8 @@ def test_a_failing_setup_shows_what_it_said_and_never_a_secret(cli, local_cloud,
                                                                 tpujob_home):
     value = f"hunter2-{os.getpid()}-{time.monotonic_ns()}"
     monkeypatch.setenv("API_TOKEN", value)
-    setup = ('echo "using $API_TOKEN" >&2; echo "DB_PASSWORD=pa55word-{0}" >&2; echo downloading; '
-             'echo boom >&2; exit 3').format(os.getpid())
+    setup = (f'echo "using $API_TOKEN" >&2; echo "DB_PASSWORD=pa55word-{os.getpid()}" >&2; echo downloading; '
+             'echo boom >&2; exit 3')
     spec = tmp_path / "boom.yaml"
     spec.write_text(SETUP_FAILS.format(name="boom", setup=json.dumps(setup)))
     result = cli("create", "--wait", spec)

@@ -4,10 +4,17 @@ state it deserves."""
 from __future__ import annotations
 
 import pytest
-
 from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE, assert_consistent, assert_no_orphans, ctx, node_ref, project, reconciler, record,
+    ZONE,
+    assert_consistent,
+    assert_no_orphans,
+    ctx,
+    node_ref,
+    project,
+    reconciler,
+    record,
 )
+
 from tpujob.errors import TpujobError
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -7,9 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE, api_list, ctx, finish, project, record, requeue_processes, running, sweep_until,
+    ZONE,
+    api_list,
+    ctx,
+    finish,
+    project,
+    record,
+    requeue_processes,
+    running,
+    sweep_until,
 )
 
 pytestmark = pytest.mark.slow
@@ -257,8 +264,8 @@ def test_a_lost_jobs_mig_slice_goes_with_its_template_and_policy(ctx, local_clou
     """On the Compute Engine path: a multi-host slice whose job is gone from the store is one
     leftover (its MIG, deleted with its template and policy), and a create that crashed before
     its MIG leaves a template and a policy that are listed and deleted each."""
-    from tpujob.cloud.base import SliceRequest
     from tpujob.clients import make_cloud
+    from tpujob.cloud.base import SliceRequest
 
     zone = "us-east5-a"  # offers v6e (emulator/tpu_vm_rules.py)
     monkeypatch.setenv("TPUJOB_ZONE", zone)

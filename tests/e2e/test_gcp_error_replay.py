@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from reconcile_helpers import ctx, project, record, spec_text  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow

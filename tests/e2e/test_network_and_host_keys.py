@@ -8,7 +8,6 @@ import json
 import uuid
 
 import pytest
-
 from reconcile_helpers import ZONE, api_list, ctx, node_ref, project, reconciler, running, sweep_until  # noqa: F401
 
 pytestmark = pytest.mark.slow

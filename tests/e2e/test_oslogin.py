@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from reconcile_helpers import ZONE, ctx, host_root, project, record, resources, sweep_until  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -7,10 +7,21 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from reconcile_helpers import (  # noqa: F401 - fixtures
-    FALLBACK_ZONE, V5E, ZONE, api_list, assert_no_orphans, ctx, host_root, node_ref, project, record, resources,
-    running, sweep_until, wait_for_file,
+    FALLBACK_ZONE,
+    V5E,
+    ZONE,
+    api_list,
+    assert_no_orphans,
+    ctx,
+    host_root,
+    node_ref,
+    project,
+    record,
+    resources,
+    running,
+    sweep_until,
+    wait_for_file,
 )
 
 pytestmark = pytest.mark.slow

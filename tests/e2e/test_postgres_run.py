@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import create_engine, text
-
 from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE, assert_no_orphans, node_ref, project, record, running, sweep_until,
+    ZONE,
+    assert_no_orphans,
+    node_ref,
+    project,
+    record,
+    running,
+    sweep_until,
 )
+from sqlalchemy import create_engine, text
 
 pytestmark = pytest.mark.slow
 

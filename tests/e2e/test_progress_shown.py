@@ -68,7 +68,7 @@ def test_list_show_and_the_dashboard_tell_the_step_the_rate_and_the_time_left(cl
 
     text = cli("show", "counting").out
     (line,) = [line for line in text.splitlines() if line.startswith("progress:")]
-    assert f"/5000 (" in line and "steps/s over the last" in line and line.endswith(" left"), line
+    assert "/5000 (" in line and "steps/s over the last" in line and line.endswith(" left"), line
 
     page = _dashboard_jobs_page()
     assert '<progress max="1" value="0.' in page and "/5000</td>" in page

@@ -6,10 +6,21 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from reconcile_helpers import (  # noqa: F401 - fixtures
-    FALLBACK_ZONE, V5E, ZONE, assert_no_orphans, ctx, host_root, node_ref, project, reconciler, record, resources,
-    running, sweep_until, wait_for_file,
+    FALLBACK_ZONE,
+    V5E,
+    ZONE,
+    assert_no_orphans,
+    ctx,
+    host_root,
+    node_ref,
+    project,
+    reconciler,
+    record,
+    resources,
+    running,
+    sweep_until,
+    wait_for_file,
 )
 
 pytestmark = pytest.mark.slow
@@ -194,9 +205,9 @@ def test_a_host_that_dies_in_setup_is_replaced_after_the_grace_not_the_setup_tim
                                                                                       tmp_path):
     import threading
 
-    from tpujob.service import jobs
-
     from reconcile_helpers import spec_text
+
+    from tpujob.service import jobs
 
     path = tmp_path / "dies-in-setup.yaml"
     # A setup that takes a while, so the host dies under it; the setup timeout (15 min by

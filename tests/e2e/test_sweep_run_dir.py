@@ -7,7 +7,6 @@ import time
 import uuid
 
 import pytest
-
 from reconcile_helpers import ZONE, ctx, node_ref, project, reconciler, running, sweep_until  # noqa: F401
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,6 @@ import uuid
 from urllib.parse import urlsplit
 
 import pytest
-
 from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,6 @@ import urllib.request
 import pytest
 
 
-
 @pytest.fixture
 def http(server):
     """Call the server with plain JSON: (status code, body)."""

@@ -23,7 +23,7 @@ class Endpoint:
 
 
 class RecordingMachines:
-    made: list["RecordingMachines"] = []
+    made: list[RecordingMachines] = []
 
     def __init__(self, root, node_id, num_hosts, authorized_keys, ip_block, ssh_port, external_ips=None,
                  login=None):

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from tpujob.cloud.base import SliceRequest
-from tpujob.errors import CloudRefused, PlacementUnavailable
+from tpujob.errors import PlacementUnavailable
 
 PROJECT = "p"
 

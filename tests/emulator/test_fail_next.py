@@ -7,7 +7,11 @@ import pytest
 
 from tpujob.cloud.base import SlicePhase, SliceRequest
 from tpujob.errors import (
-    PermissionDenied, QuotaExceeded, ServiceDisabled, StockoutError, UsageError,
+    PermissionDenied,
+    QuotaExceeded,
+    ServiceDisabled,
+    StockoutError,
+    UsageError,
 )
 
 PROJECT, ZONE = "tpujob-test", "us-central2-b"

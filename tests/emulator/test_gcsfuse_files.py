@@ -12,7 +12,7 @@ from tpujob.emulator.gcsfuse import BucketFs
 
 
 class _Blob:
-    def __init__(self, bucket: "_Bucket", name: str):
+    def __init__(self, bucket: _Bucket, name: str):
         self.bucket, self.name = bucket, name
         self.updated = None
 
@@ -44,7 +44,7 @@ class _Bucket:
         names = sorted(n for n in self.objects if n.startswith(prefix))
         return [_Blob(self, n) for n in names][:max_results]
 
-    def copy_blob(self, blob: _Blob, bucket: "_Bucket", new_name: str) -> None:
+    def copy_blob(self, blob: _Blob, bucket: _Bucket, new_name: str) -> None:
         bucket.objects[new_name] = self.objects[blob.name]
 
     def delete_blob(self, name: str) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from test_emulator_hosts import RecordingMachines, request
+
 from tpujob.emulator.server import EmulatorServer
 
 ZONE = "us-central2-b"

@@ -14,7 +14,6 @@ import paramiko
 import pytest
 
 import tpujob
-
 from tpujob.emulator.machines import SliceMachines, host_ip, kept_paths
 from tpujob.hosts.keys import load_key, public_key_line
 

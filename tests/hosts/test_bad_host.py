@@ -2,10 +2,10 @@
 
 import pytest
 
+from tpujob.attempt.host_answers import observation_of as _status
 from tpujob.hosts.bad_host import SIGNATURES, bad_host_line
 from tpujob.hosts.program import HostStatus
 from tpujob.reconcile.observation import Program
-from tpujob.attempt.host_answers import observation_of as _status
 
 # The wordings as their sources quote them (/work/shared/facts/operations.md).
 QUOTED = [

@@ -6,12 +6,21 @@ from dataclasses import replace
 import pytest
 
 from tpujob.reconcile.actions import (
-    ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, MarkUnhealthy, Move, ResetCount, SetUp,
-    StartAttempt, StopProgram,
+    ClearUnhealthy,
+    Count,
+    CreateSlice,
+    DeleteSlice,
+    EndAttempt,
+    MarkUnhealthy,
+    Move,
+    ResetCount,
+    SetUp,
+    StartAttempt,
+    StopProgram,
 )
 from tpujob.reconcile.decide import Policy, decide
 from tpujob.reconcile.observation import HostObservation, JobView, Observation, Program, SliceCondition
-from tpujob.store.states import EndReason, State, TRANSITIONS
+from tpujob.store.states import TRANSITIONS, EndReason, State
 
 P = Policy(max_preemptions=2, max_failures=1, max_nan=1, backoff_seconds=10, max_capacity_retries=3)
 RUN = HostObservation(Program.RUNNING)

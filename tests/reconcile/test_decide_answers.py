@@ -12,7 +12,12 @@ import pytest
 
 from tpujob.cloud.base import Slice, SlicePhase
 from tpujob.errors import (
-    CloudRefused, LocationDenied, PermissionDenied, QuotaExceeded, ReservationUnavailable, SlicePreempted,
+    CloudRefused,
+    LocationDenied,
+    PermissionDenied,
+    QuotaExceeded,
+    ReservationUnavailable,
+    SlicePreempted,
     StockoutError,
 )
 from tpujob.reconcile.actions import Count, DeleteSlice, EndAttempt, Move, StartAttempt

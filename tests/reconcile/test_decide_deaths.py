@@ -4,11 +4,11 @@ and a known bad-host line ending the attempt `bad_host` (its own budget, a new s
 import pytest
 
 from tpujob.reconcile.actions import Count, DeleteSlice, EndAttempt, MarkUnhealthy, Move, StartAttempt, StopProgram
+from tpujob.reconcile.deaths import exit_meaning
 from tpujob.reconcile.decide import Policy, decide
 from tpujob.reconcile.observation import HostObservation, JobView, Observation, Program, SliceCondition
-from tpujob.reconcile.deaths import exit_meaning
 from tpujob.runtime.contract import RunDirStatus
-from tpujob.store.states import EndReason, State, TRANSITIONS
+from tpujob.store.states import TRANSITIONS, EndReason, State
 
 P = Policy(max_preemptions=2, max_failures=1, max_nan=1, backoff_seconds=10, max_bad_hosts=2)
 RUN = HostObservation(Program.RUNNING)

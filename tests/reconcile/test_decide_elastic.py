@@ -5,12 +5,21 @@ followed, dropped on a failure and taken on once READY."""
 from dataclasses import replace
 
 from tpujob.reconcile.actions import (
-    ClearUnhealthy, Count, DeleteSlice, DropGrowth, EndAttempt, GrowSlices, MarkUnhealthy, Move, SetUp, StartAttempt,
+    ClearUnhealthy,
+    Count,
+    DeleteSlice,
+    DropGrowth,
+    EndAttempt,
+    GrowSlices,
+    MarkUnhealthy,
+    Move,
+    SetUp,
+    StartAttempt,
     StopProgram,
 )
 from tpujob.reconcile.decide import Policy, decide
 from tpujob.reconcile.observation import HostObservation, JobView, Observation, Program, SliceCondition
-from tpujob.store.states import State, TRANSITIONS
+from tpujob.store.states import TRANSITIONS, State
 
 ELASTIC = Policy(max_preemptions=2, max_failures=1, max_nan=1, backoff_seconds=10, min_slices=1, max_slices=2)
 FIXED = replace(ELASTIC, min_slices=2)

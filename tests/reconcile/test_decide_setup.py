@@ -5,7 +5,14 @@ waiting on it."""
 import pytest
 
 from tpujob.reconcile.actions import (
-    ClearUnhealthy, Count, DeleteSlice, EndAttempt, Launch, Move, SetUp, StopProgram,
+    ClearUnhealthy,
+    Count,
+    DeleteSlice,
+    EndAttempt,
+    Launch,
+    Move,
+    SetUp,
+    StopProgram,
 )
 from tpujob.reconcile.decide import Policy, decide
 from tpujob.reconcile.observation import JobView, Observation, Setup, SliceCondition

@@ -155,8 +155,8 @@ def test_a_create_the_cloud_refuses_ends_the_job_instead_of_looping(server, stor
 
 
 def test_a_misspelled_snapshot_ends_the_job_with_its_name(server, store):
-    from tpujob.cloud.compute import GcpCompute
     from tpujob.attempt import slice_disks as disks
+    from tpujob.cloud.compute import GcpCompute
 
     compute = GcpCompute.for_emulator(server.url, server.url)
     hosts = Hosts(disks=lambda job, attempt: disks.data_disks(

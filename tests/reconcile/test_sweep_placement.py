@@ -5,6 +5,7 @@ slice preempted under its setup (a disk attach refused on a PREEMPTED node)."""
 from __future__ import annotations
 
 from test_sweep import PROJECT, V5E, Z1, Z2, Hosts, add_job, cloud_for, events, spec, store  # noqa: F401
+
 from tpujob.reconcile.sweep import Reconciler
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from runtime_helpers import BASE, Run, launch, load_checkpoint
 
 

@@ -7,8 +7,8 @@ import socket
 import time
 
 import pytest
-
 from runtime_helpers import BASE, checkpoint_steps, load_checkpoint, metrics, status
+
 from tpujob.runtime import contract
 
 pytestmark = pytest.mark.slow

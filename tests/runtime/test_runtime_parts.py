@@ -9,10 +9,10 @@ import sys
 import time
 
 import pytest
-
 from runtime_helpers import REPO
+
 from tpujob.runtime import peaks
-from tpujob.runtime.config import ConfigError, ModelConfig, PRESETS, config_from_dict
+from tpujob.runtime.config import PRESETS, ConfigError, ModelConfig, config_from_dict
 from tpujob.runtime.distributed import read_env
 
 

@@ -174,8 +174,8 @@ def test_cli_data_pack(tmp_path):
 
 
 def test_init_judge_catches_the_classic_mistakes():
-    from tpujob.runtime.model import InitRule
     from tpujob.runtime.initcheck import judge
+    from tpujob.runtime.model import InitRule
 
     rng = np.random.default_rng(0)
     good = rng.normal(0, 0.01, 100_000)

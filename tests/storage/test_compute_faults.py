@@ -7,9 +7,8 @@ import json
 import urllib.error
 import urllib.request
 
-import pytest
-
 from storage_helpers import PROJECT, ZONE
+
 from tpujob.emulator.payloads import ApiError
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from spec_texts import resolved_spec
 from storage_helpers import PROJECT, ZONE
+
+from tpujob.attempt import slice_disks as disks
 from tpujob.cloud.base import DataDisk, SliceRequest
 from tpujob.errors import CloudError
-from tpujob.attempt import slice_disks as disks
 
 V6E_ZONE = "us-east5-b"  # a zone Google offers v6e in (ZONE, us-central2-b, is v4's)
 RUNTIME = {"v4": "tpu-ubuntu2204-base", "v6e": "v2-alpha-tpuv6e"}

@@ -5,13 +5,13 @@ zone (never an empty disk there), deleted with the job and only with it."""
 from __future__ import annotations
 
 import pytest
-
 from spec_texts import resolved_spec
 from storage_helpers import PROJECT, ZONE
-from tpujob.cloud.base import SliceRequest
-from tpujob.errors import ConflictError, UsageError
+
 from tpujob.attempt import mounts
 from tpujob.attempt import slice_disks as disks
+from tpujob.cloud.base import SliceRequest
+from tpujob.errors import ConflictError, UsageError
 
 
 def job_spec(*disks):

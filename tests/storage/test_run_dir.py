@@ -8,12 +8,12 @@ import time
 
 import pytest
 import requests
-
 from spec_texts import resolved_spec
+
+from tpujob.attempt import buckets, run_dirs
 from tpujob.cloud.gcs import Gcs
 from tpujob.emulator.server import EmulatorServer
 from tpujob.errors import UsageError
-from tpujob.attempt import buckets, run_dirs
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@ mounts, or its run dir's, in another region than the slice is slow and costs egr
 
 from __future__ import annotations
 
-from tpujob.errors import MissingBucket, NotFoundError, UsageError
 from tpujob.attempt.run_dirs import run_dir_location
+from tpujob.errors import MissingBucket, NotFoundError, UsageError
 from tpujob.spec import ResolvedSpec
 
 # Multi-regions and predefined dual-regions (Cloud Storage's bucket locations), by the regions

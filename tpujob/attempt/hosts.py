@@ -15,19 +15,19 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
+from tpujob.attempt import host_answers, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
+from tpujob.attempt import slice_disks as disks
 from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
-from tpujob.hosts.scripts import as_command
 from tpujob.hosts.keys import load_key
+from tpujob.hosts.scripts import as_command
 from tpujob.job_spec import api_of, spec_of
 from tpujob.names import format_job_id, local_log_dir, own_nodes, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
-from tpujob.attempt import host_answers, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
-from tpujob.attempt import slice_disks as disks
 from tpujob.spec import ResolvedSpec
 
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
@@ -61,10 +61,10 @@ class SshHostOps:
     on the hosts: setup.sh's lock makes the next sweep's setup of that attempt wait for it.
     `lease_seconds` (with `actor`) is the TTL the sweep holds its leases for."""
 
-    def __init__(self, ctx, cloud, *, progress: Optional[ProgressSink] = None,
-                 actor: Optional[str] = None, lease_seconds: Optional[float] = None, logins=None):
-        from tpujob.hosts.keys import public_key_line
+    def __init__(self, ctx, cloud, *, progress: ProgressSink | None = None,
+                 actor: str | None = None, lease_seconds: float | None = None, logins=None):
         from tpujob.attempt.logins import Logins
+        from tpujob.hosts.keys import public_key_line
 
         self.ctx = ctx
         self.cloud = cloud
@@ -186,7 +186,7 @@ class SshHostOps:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def host_attempt(self, job, attempt, slice_, *, secrets: Optional[dict[str, str]] = None
+    def host_attempt(self, job, attempt, slice_, *, secrets: dict[str, str] | None = None
                      ) -> program.HostAttempt:
         """What the host scripts need. Secret values only where the caller passes them: setup
         and launch; status, stop, logs and exec run without them (and so from cron too)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 from tpujob.errors import CloudRefused, PermissionDenied, SshAuthRefused
 
@@ -40,7 +40,7 @@ class Login:
     os_login: bool
     project: str
     account: str = ""  # OS Login only: whose profile holds the key
-    node_says: Optional[str] = None  # the node's own enable-oslogin, when it has one
+    node_says: str | None = None  # the node's own enable-oslogin, when it has one
 
     def refusal(self, cause: str) -> str:
         """The event when the hosts refuse tpujob's key: the cause, why, and the fix."""
@@ -75,7 +75,7 @@ class Logins:
         self._account = account
         self.clock = clock
         self._lock = threading.Lock()
-        self._project: dict[str, tuple[float, Optional[bool]]] = {}  # project -> (when read, value)
+        self._project: dict[str, tuple[float, bool | None]] = {}  # project -> (when read, value)
         self._imported: dict[str, tuple[float, str]] = {}  # project -> (when, POSIX user)
         self._reading: dict[str, threading.Lock] = {}  # project -> held while its setting is read
 
@@ -99,7 +99,7 @@ class Logins:
         """What a new node's metadata carries for OS Login: the opt-out, or nothing."""
         return dict(OPT_OUT) if self.settings.os_login_opt_out else {}
 
-    def project_enabled(self, project: str) -> Optional[bool]:
+    def project_enabled(self, project: str) -> bool | None:
         with self._lock:
             reading = self._reading.setdefault(project, threading.Lock())
         with reading:  # one read at a time per project: a sweep's workers wait for its answer

@@ -3,10 +3,10 @@ setup, and unmounting them: one script each, rendered from templates/."""
 
 from __future__ import annotations
 
+from tpujob.attempt.run_dirs import run_dir_location
+from tpujob.attempt.slice_disks import device_name
 from tpujob.hosts.scripts import render
 from tpujob.names import RUN_DIR_MOUNT
-from tpujob.attempt.slice_disks import device_name
-from tpujob.attempt.run_dirs import run_dir_location
 from tpujob.spec import BucketSpec, ResolvedSpec
 
 

@@ -85,8 +85,8 @@ class GcsRunDirs:
         if not any(run_dir_location(spec, job_id) for spec, job_id, _ in specs):
             return {}  # no client (and no import) for jobs whose run dir is host-local
         if self._gcs is None:
-            from tpujob.cloud.gcs import Gcs
             from tpujob.clients import make_storage
+            from tpujob.cloud.gcs import Gcs
 
             self._gcs = Gcs(make_storage(self.settings))
         views = read_run_dirs(self._gcs, specs, now)

@@ -16,7 +16,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping
 
 from tpujob import settings as settings_mod
 from tpujob.errors import ConfigError
@@ -54,7 +54,7 @@ def read_file(path: Path) -> dict[str, str]:
     return values
 
 
-def resolve(names: list[str], environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+def resolve(names: list[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """{name: value} for every secret the spec names: from `environ` (the process's by
     default), else from secrets.env (read only when something is missing there). ConfigError
     naming what is missing, and where it was looked for."""

@@ -20,17 +20,16 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
-from tpujob.names import RUN_DIR_MOUNT
 from tpujob.attempt.run_dirs import split_gs
+from tpujob.names import RUN_DIR_MOUNT
 from tpujob.spec import ResolvedSpec
 
 PREFIX = "tpujob-cache"  # the objects' prefix in a run dir's bucket
 SUFFIXES = (".tar.zst", ".tar.gz")
 
 
-def key(spec: ResolvedSpec, accelerator: str) -> Optional[str]:
+def key(spec: ResolvedSpec, accelerator: str) -> str | None:
     """The cache key of this spec's setup on `accelerator` (None: the setup caches nothing)."""
     cache = spec.spec.setup_cache
     if cache is None:
@@ -48,7 +47,7 @@ def key(spec: ResolvedSpec, accelerator: str) -> Optional[str]:
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def describe(notes: list[str]) -> Optional[str]:
+def describe(notes: list[str]) -> str | None:
     """The hosts' notes (setup.sh's setup.cache: "hit 1.2", "miss absent stored 3.4", ...) in
     words, for the attempt's event; None where no host kept one (no cache)."""
     if not any(notes):
@@ -90,7 +89,7 @@ def per_attempt(attempts, events) -> dict[int, str]:
     return out
 
 
-def bucket_of(spec: ResolvedSpec) -> Optional[str]:
+def bucket_of(spec: ResolvedSpec) -> str | None:
     found = split_gs(spec.spec.run_dir) if spec.spec.run_dir else None
     return found[0] if found else None
 
@@ -108,7 +107,7 @@ class Entry:
     key: str
     name: str  # the object's name
     size_bytes: int
-    updated: Optional[float]
+    updated: float | None
 
     @property
     def url(self) -> str:
@@ -130,10 +129,10 @@ def buckets(ctx) -> list[str]:
     return sorted(found)
 
 
-def entries(ctx, bucket: Optional[str] = None) -> list[Entry]:
+def entries(ctx, bucket: str | None = None) -> list[Entry]:
     """The archives in the jobs' buckets (or in `bucket`), newest first."""
-    from tpujob.cloud.gcs import Gcs
     from tpujob.clients import make_storage
+    from tpujob.cloud.gcs import Gcs
 
     gcs = Gcs(make_storage(ctx.settings))
     out = []
@@ -147,11 +146,11 @@ def entries(ctx, bucket: Optional[str] = None) -> list[Entry]:
     return sorted(out, key=lambda e: (-(e.updated or 0), e.bucket, e.key))
 
 
-def clear(ctx, key_prefix: str = "", bucket: Optional[str] = None) -> list[Entry]:
+def clear(ctx, key_prefix: str = "", bucket: str | None = None) -> list[Entry]:
     """Delete the archives (those whose key starts with `key_prefix`): the next setup of each
     key runs again and stores it anew. Returns what was deleted."""
-    from tpujob.cloud.gcs import Gcs
     from tpujob.clients import make_storage
+    from tpujob.cloud.gcs import Gcs
 
     gcs = Gcs(make_storage(ctx.settings))
     gone = [e for e in entries(ctx, bucket) if e.key.startswith(key_prefix)]

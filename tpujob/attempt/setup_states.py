@@ -3,11 +3,11 @@ and where one failed, the cause in the host's own words (hosts.failure), bounded
 
 from __future__ import annotations
 
+from tpujob.attempt import setup_cache
 from tpujob.hosts import program
 from tpujob.hosts.failure import cause, said
 from tpujob.hosts.fanout import HostResult
 from tpujob.reconcile.observation import Setup, SetupSeen
-from tpujob.attempt import setup_cache
 
 _STATES = {"absent": Setup.ABSENT, "running": Setup.RUNNING, "done": Setup.DONE,
            "unreachable": Setup.UNREACHABLE}

@@ -13,8 +13,7 @@ from __future__ import annotations
 from tpujob.cloud.base import DataDisk
 from tpujob.errors import ConflictError, NotFoundError, UsageError
 from tpujob.names import JOB_LABEL, clone_name, format_job_id, job_labels, node_names, snapshot_name
-from tpujob.clients import make_compute
-from tpujob.spec import RESOURCE_NAME, DiskSpec, ResolvedSpec
+from tpujob.spec import DiskSpec, ResolvedSpec
 
 
 def is_clone(disk: DiskSpec) -> bool:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 
@@ -12,12 +10,12 @@ def register(app: typer.Typer) -> None:
                         no_args_is_help=True)
 
     @cache.command("list")
-    def list_(bucket: Optional[str] = typer.Option(None, "--bucket", help="Look in this bucket only "
+    def list_(bucket: str | None = typer.Option(None, "--bucket", help="Look in this bucket only "
                                                    "(default: the run dir buckets of this store's jobs)."),
               as_json: bool = typer.Option(False, "--json")) -> None:
         """The setup archives, newest first: bucket, key, size, age."""
-        from tpujob.cli import render
         from tpujob.attempt import setup_cache
+        from tpujob.cli import render
         from tpujob.service.context import Context
 
         found = setup_cache.entries(Context.load(), bucket)
@@ -31,11 +29,11 @@ def register(app: typer.Typer) -> None:
 
     @cache.command("clear")
     def clear(key: str = typer.Argument("", help="Only the keys starting with this (default: all)."),
-              bucket: Optional[str] = typer.Option(None, "--bucket", help="This bucket only."),
+              bucket: str | None = typer.Option(None, "--bucket", help="This bucket only."),
               as_json: bool = typer.Option(False, "--json")) -> None:
         """Delete setup archives: the next setup of each key runs again, and stores it anew."""
-        from tpujob.cli import render
         from tpujob.attempt import setup_cache
+        from tpujob.cli import render
         from tpujob.service.context import Context
 
         gone = setup_cache.clear(Context.load(), key, bucket)

@@ -16,7 +16,6 @@ def register(app: typer.Typer) -> None:
     def install(every: str = typer.Option("5m", "--every", help="How often: 1m-59m or 1h-23h.")):
         """Add (or replace) the crontab line that sweeps this store's jobs."""
         from tpujob.service import cron
-
         from tpujob.settings import redact_urls_in
 
         entry = cron.install(every)

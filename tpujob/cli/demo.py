@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def demo(spec: Optional[str] = typer.Option(None, "--spec", help="Job spec to run (default: the "
+    def demo(spec: str | None = typer.Option(None, "--spec", help="Job spec to run (default: the "
                                                 "example shipped with tpujob, jobs.example.yaml)."),
              timeout: float = typer.Option(600.0, help="Seconds to follow the job before giving up.")):
         """Run the example job on the local TPU emulator, start to finish (no Google account).
@@ -18,9 +16,9 @@ def register(app: typer.Typer) -> None:
         on stderr, then prints `tpujob list --all` and `tpujob show` of the job. Exits 0 when
         the job SUCCEEDED."""
         from tpujob.cli.jobs import follow_job, raise_unless_succeeded
+        from tpujob.names import format_job_id
         from tpujob.service import demo as demo_mod
         from tpujob.service.context import Context
-        from tpujob.names import format_job_id
 
         ctx = Context.load()
         run = demo_mod.start(ctx, spec)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -14,8 +13,8 @@ def register(app: typer.Typer) -> None:
 
     @disk.command("snapshot")
     def snapshot(name: str = typer.Argument(..., help="The disk to snapshot (e.g. the master)."),
-                 snapshot_name: Optional[str] = typer.Option(None, "--name", help="Default DISK-snap."),
-                 zone: Optional[str] = typer.Option(None, "--zone")) -> None:
+                 snapshot_name: str | None = typer.Option(None, "--name", help="Default DISK-snap."),
+                 zone: str | None = typer.Option(None, "--zone")) -> None:
         """Snapshot a disk (it may stay attached to its dev slice)."""
         from tpujob.service import disks
         from tpujob.service.context import Context
@@ -25,9 +24,9 @@ def register(app: typer.Typer) -> None:
 
     @disk.command("clone")
     def clone(snapshot: str = typer.Argument(..., help="The snapshot to clone."),
-              name: Optional[str] = typer.Option(None, "--name", help="Default SNAPSHOT-clone."),
+              name: str | None = typer.Option(None, "--name", help="Default SNAPSHOT-clone."),
               disk_type: str = typer.Option("pd-balanced", "--type"),
-              zone: Optional[str] = typer.Option(None, "--zone")) -> None:
+              zone: str | None = typer.Option(None, "--zone")) -> None:
         """Create a disk from a snapshot, to attach read-only to every host of a pod."""
         from tpujob.service import disks
         from tpujob.service.context import Context
@@ -36,7 +35,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"disk {made.name} ({made.type}, {made.size_gb} GB) from snapshot {snapshot}")
 
     @disk.command("list")
-    def list_(zone: Optional[str] = typer.Option(None, "--zone"),
+    def list_(zone: str | None = typer.Option(None, "--zone"),
               as_json: bool = typer.Option(False, "--json")) -> None:
         """The zone's disks, with what they were made from and who uses them."""
         from tpujob.service import disks
@@ -53,7 +52,7 @@ def register(app: typer.Typer) -> None:
                        f"{','.join(d.users) or '-'}")
 
     @disk.command("delete")
-    def delete(name: str = typer.Argument(...), zone: Optional[str] = typer.Option(None, "--zone")) -> None:
+    def delete(name: str = typer.Argument(...), zone: str | None = typer.Option(None, "--zone")) -> None:
         """Delete a disk (refused by the cloud while a node uses it)."""
         from tpujob.service import disks
         from tpujob.service.context import Context

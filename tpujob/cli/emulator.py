@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from tpujob.cli.render import print_json
@@ -16,7 +14,7 @@ def register(app: typer.Typer) -> None:
 
     @emulator.command()
     def start(
-        provisioning_delay: Optional[float] = typer.Option(
+        provisioning_delay: float | None = typer.Option(
             None, help="Seconds each provisioning step takes (default 0.2)."),
         no_hosts: bool = typer.Option(False, "--no-hosts",
                                       help="Nodes get addresses only, no SSH hosts."),
@@ -44,7 +42,7 @@ def register(app: typer.Typer) -> None:
 
     @emulator.command()
     def preempt(node: str = typer.Argument(..., help="Node id (or full resource name)."),
-                grace: Optional[float] = typer.Option(
+                grace: float | None = typer.Option(
                     None, "--grace", min=0,
                     help="Seconds from SIGTERM to SIGKILL (default 30: Google's Spot notice).")):
         """Preempt a node: SSH stops, its programs get SIGTERM then SIGKILL after the grace, then the
@@ -56,9 +54,9 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"node {node} preempted")
 
     @emulator.command()
-    def image(apt_lock_seconds: Optional[float] = typer.Option(
+    def image(apt_lock_seconds: float | None = typer.Option(
                   None, min=0, help="Seconds unattended-upgrades holds the dpkg lock after boot (default 3)."),
-              gcsfuse: Optional[bool] = typer.Option(
+              gcsfuse: bool | None = typer.Option(
                   None, "--with-gcsfuse/--without-gcsfuse", help="Whether hosts boot with gcsfuse installed.")):
         """What the hosts of nodes created from now on boot with, as a fresh TPU VM image."""
         from tpujob.emulator import process
@@ -81,7 +79,7 @@ def register(app: typer.Typer) -> None:
     @emulator.command()
     def stockout(
         zone: str = typer.Argument(...),
-        accelerator: Optional[str] = typer.Argument(None, help="Only this accelerator type."),
+        accelerator: str | None = typer.Argument(None, help="Only this accelerator type."),
         clear: bool = typer.Option(False, "--clear", help="End the stockout."),
     ):
         """Stock a zone out: queued resources wait, direct creates fail with Google's error."""
@@ -93,11 +91,11 @@ def register(app: typer.Typer) -> None:
 
     @emulator.command()
     def faults(
-        api_error_rate: Optional[float] = typer.Option(
+        api_error_rate: float | None = typer.Option(
             None, help="Fraction of TPU and Compute API calls answered 429 or 503 (0 to 1)."),
-        provisioning_delay: Optional[float] = typer.Option(
+        provisioning_delay: float | None = typer.Option(
             None, help="Seconds each provisioning step takes."),
-        hostkeys_delay: Optional[float] = typer.Option(
+        hostkeys_delay: float | None = typer.Option(
             None, help="Seconds after boot before a node publishes its SSH host keys in guest "
                        "attributes; negative: never."),
         json_: bool = typer.Option(False, "--json"),
@@ -118,22 +116,22 @@ def register(app: typer.Typer) -> None:
 
     @emulator.command("fail-next")
     def fail_next(
-        method: Optional[str] = typer.Argument(
+        method: str | None = typer.Argument(
             None, help="Discovery method id, e.g. tpu.projects.locations.nodes.create."),
-        status: Optional[int] = typer.Option(None, "--status", help="HTTP status (400 to 599)."),
-        message: Optional[str] = typer.Option(None, "--message", help="Google's error message."),
-        grpc_status: Optional[str] = typer.Option(
+        status: int | None = typer.Option(None, "--status", help="HTTP status (400 to 599)."),
+        message: str | None = typer.Option(None, "--message", help="Google's error message."),
+        grpc_status: str | None = typer.Option(
             None, "--grpc-status", help="e.g. PERMISSION_DENIED (default: the status's own)."),
-        reason: Optional[str] = typer.Option(
+        reason: str | None = typer.Option(
             None, "--reason", help="ErrorInfo reason (TPU) or errors[].reason (Compute)."),
         in_operation: bool = typer.Option(
             False, "--in-operation", help="The call succeeds; its operation ends with the error (a "
             "queued resource's create: the queued resource is accepted, then ends FAILED with it)."),
         times: int = typer.Option(1, "--times", min=1, help="How many calls fail."),
-        domain: Optional[str] = typer.Option(None, "--domain", help="ErrorInfo domain (default googleapis.com)."),
-        metadata: Optional[list[str]] = typer.Option(
+        domain: str | None = typer.Option(None, "--domain", help="ErrorInfo domain (default googleapis.com)."),
+        metadata: list[str] | None = typer.Option(
             None, "--metadata", help="ErrorInfo metadata KEY=VALUE (repeatable), e.g. location=us-central2-b."),
-        quota_violation: Optional[list[str]] = typer.Option(
+        quota_violation: list[str] | None = typer.Option(
             None, "--quota-violation", help="A QuotaFailure violation SUBJECT=DESCRIPTION (repeatable)."),
         list_: bool = typer.Option(False, "--list", help="Print the method ids that can fail."),
     ):
@@ -188,21 +186,21 @@ def register(app: typer.Typer) -> None:
 
     @emulator.command("oslogin")
     def oslogin(
-        switch: Optional[str] = typer.Argument(None, help="on or off (none: show the state)."),
+        switch: str | None = typer.Argument(None, help="on or off (none: show the state)."),
         require: bool = typer.Option(
             False, "--require", help="Also the organisation policy constraints/compute.requireOsLogin: "
                                      "a node created with enable-oslogin FALSE is refused."),
         no_role: bool = typer.Option(
             False, "--no-role", help="The account lacks roles/compute.osLogin: keys import, hosts refuse "
                                      "the login."),
-        project: Optional[str] = typer.Option(
+        project: str | None = typer.Option(
             None, "--project", help="The emulated project (default: the configured one, tpujob-local)."),
     ):
         """OS Login for the emulated projects: once on, their metadata reads enable-oslogin TRUE and
         the hosts accept only keys imported through the OS Login API, as the profile's POSIX user."""
         from tpujob import settings
-        from tpujob.errors import UsageError
         from tpujob.emulator import process
+        from tpujob.errors import UsageError
 
         project = project or settings.load().effective_project
         if switch not in (None, "on", "off"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import List, Optional
 
 import typer
 
@@ -12,7 +11,7 @@ from tpujob.cli import render
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def gc(zone: Optional[List[str]] = typer.Option(None, "--zone", help="A zone to look in "
+    def gc(zone: list[str] | None = typer.Option(None, "--zone", help="A zone to look in "
                                                     "(repeatable); default: the zones of this "
                                                     "store's jobs and the zone setting."),
            min_age: float = typer.Option(3600, "--min-age", help="Seconds: another store's "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import List
 
 import typer
 
@@ -37,9 +36,8 @@ def register(app: typer.Typer) -> None:
                                              "instead of warning."),
                  json_out: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON.")):
         """Check a job spec and print what it resolves to (hosts, chips, disks, cost)."""
-        from tpujob.service import jobs
-
         from tpujob.attempt.logins import opt_out_warnings
+        from tpujob.service import jobs
 
         ctx = _ctx()
         resolved = jobs.validate(ctx, spec)
@@ -61,9 +59,8 @@ def register(app: typer.Typer) -> None:
                                            "placement whose zone does not offer its accelerator."),
                json_out: bool = typer.Option(False, "--json")):
         """Record a job, create its slice, set up every host and start the program."""
-        from tpujob.service import jobs
-
         from tpujob.attempt.logins import opt_out_warnings
+        from tpujob.service import jobs
 
         ctx = _ctx()
         _print_warnings(opt_out_warnings(ctx.settings))
@@ -214,7 +211,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"  {e['at']}  {e['kind']:<8} {e['message']}")
 
     @app.command()
-    def cancel(jobs_: List[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
+    def cancel(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
         """Stop a job's program on every host; the slice is kept (`resume` starts it again)."""
         from tpujob.service import jobs
 
@@ -224,7 +221,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"job {render.job_dict(job)['id']} {job.state}")
 
     @app.command()
-    def delete(jobs_: List[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
+    def delete(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
         """Stop a job and delete its slice and queued resource; the record stays."""
         from tpujob.service import jobs
 
@@ -234,7 +231,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"job {render.job_dict(job)['id']} {job.state}")
 
     @app.command()
-    def clean(jobs_: List[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
+    def clean(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
         """Delete a job, remove its logs, then forget its record."""
         from tpujob.service import jobs
 
@@ -299,9 +296,8 @@ def follow_job(ctx, job_id: int, *, wait: bool, timeout: float, quiet: bool):
     on stderr, each host step's progress (never with --json: `quiet`)."""
     import sys
 
-    from tpujob.service import sweeps
-
     from tpujob.cli.progress_line import HostProgressLine
+    from tpujob.service import sweeps
 
     progress = None if quiet else HostProgressLine(sys.stderr, tty=sys.stderr.isatty())
 

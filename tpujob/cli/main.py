@@ -26,8 +26,24 @@ def _options(debug: bool = typer.Option(False, "--debug", help="Show tracebacks.
 
 def _register_all() -> None:
     # Each module imports only typer at the top; what a command needs is imported inside it.
-    from tpujob.cli import (cache, config, cron, data, demo, disk, doctor, emulator, gc, jobs, lint, notify,
-                            remote, starter, sweep, ui)
+    from tpujob.cli import (
+        cache,
+        config,
+        cron,
+        data,
+        demo,
+        disk,
+        doctor,
+        emulator,
+        gc,
+        jobs,
+        lint,
+        notify,
+        remote,
+        starter,
+        sweep,
+        ui,
+    )
 
     for module in (jobs, sweep, remote, disk, cron, lint, data, emulator, demo, starter, config,
                    doctor, notify, gc, ui, cache):

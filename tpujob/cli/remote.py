@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
 
 import typer
 
@@ -28,7 +27,7 @@ def register(app: typer.Typer) -> None:
              host: int = typer.Option(0, "--host", help="Host index (0 is the coordinator)."),
              follow: bool = typer.Option(False, "--follow", "-f",
                                          help="Keep printing until the program ends (or Ctrl-C)."),
-             attempt: Optional[int] = typer.Option(None, "--attempt",
+             attempt: int | None = typer.Option(None, "--attempt",
                                                    help="Attempt number (default: the current one).")):
         """Print the program's log from one host, read over SSH.
 
@@ -44,9 +43,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("exec")
     def exec_(job: str = typer.Argument(..., help="Job id or name."),
-              command: List[str] = typer.Argument(..., metavar="-- COMMAND [ARG...]",
+              command: list[str] = typer.Argument(..., metavar="-- COMMAND [ARG...]",
                                                   help="The command and its arguments, after `--`."),
-              host: Optional[int] = typer.Option(None, "--host", help="Only this host index.")):
+              host: int | None = typer.Option(None, "--host", help="Only this host index.")):
         """Run a command on every host of the job's slice at once; each output line is
         prefixed `[host K] `.
 

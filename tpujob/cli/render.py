@@ -49,8 +49,8 @@ JOB_KEYS = ("id", "name", "state", "end_reason", "accelerator", "zone", "project
 
 def job_dict(job, current=None) -> dict:
     """`current`: the job's current attempt, whose step it shows (a `list` row carries its own)."""
-    from tpujob.service.accounting import goodput
     from tpujob.names import format_job_id
+    from tpujob.service.accounting import goodput
 
     step_of = current if current is not None else job
     return dict(zip(JOB_KEYS, (
@@ -81,8 +81,8 @@ def _json_or_null(text: str | None) -> str:
 
 def print_jobs_json(jobs: list) -> None:
     """print_json([job_dict(job) for job in jobs]), to the byte."""
-    from tpujob.service.accounting import goodput
     from tpujob.names import format_job_id
+    from tpujob.service.accounting import goodput
 
     if not jobs:
         typer.echo("[]")

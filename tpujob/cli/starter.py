@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import shlex
-from typing import Optional
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def init(path: Optional[str] = typer.Argument(None, help="Where to write it (default: job.yaml; "
+    def init(path: str | None = typer.Argument(None, help="Where to write it (default: job.yaml; "
                                                   "a directory gets job.yaml in it)."),
-             accelerator: Optional[str] = typer.Option(None, "--accelerator",
+             accelerator: str | None = typer.Option(None, "--accelerator",
                                                        help="Accelerator type (default: v4-8)."),
              force: bool = typer.Option(False, "--force", help="Overwrite an existing file.")):
         """Write a commented starter job spec for your own program.

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import List, Optional
 
 import typer
 
 from tpujob.cli import render
-from tpujob.names import format_job_id
 from tpujob.cli.jobs import _ctx, follow_job, raise_unless_succeeded
+from tpujob.names import format_job_id
 
 
 def _print_report(report) -> None:
@@ -25,7 +24,7 @@ def _print_report(report) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def requeue(jobs_: Optional[List[str]] = typer.Argument(None, metavar="[JOB]...",
+    def requeue(jobs_: list[str] | None = typer.Argument(None, metavar="[JOB]...",
                                                             help="Jobs to sweep (default: every active job)."),
                 all_: bool = typer.Option(False, "--all", help="Every active job (the default)."),
                 settle: float = typer.Option(0.0, "--settle", min=0.0, help=(
@@ -43,7 +42,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def watch(interval: float = typer.Option(60.0, help="Seconds between sweeps."),
-              count: Optional[int] = typer.Option(None, help="Stop after this many sweeps.")):
+              count: int | None = typer.Option(None, help="Stop after this many sweeps.")):
         """Sweep in a loop in the foreground (for tmux or systemd); Ctrl-C stops it at once,
         SIGTERM (systemctl stop, kill) once the sweep under way has finished."""
         import signal

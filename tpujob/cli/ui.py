@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 
@@ -12,7 +10,7 @@ def register(app: typer.Typer) -> None:
     def ui(port: int = typer.Option(8765, "--port", help="Port to listen on (0: a free one)."),
            host: str = typer.Option("127.0.0.1", "--host",
                                     help="Address to listen on; one other machines reach needs --token."),
-           token: Optional[str] = typer.Option(None, "--token", envvar="TPUJOB_UI_TOKEN",
+           token: str | None = typer.Option(None, "--token", envvar="TPUJOB_UI_TOKEN",
                                                help="The access token (default: a random one, printed)."),
            open_: bool = typer.Option(False, "--open", help="Open the page in a web browser.")):
         """Serve a web dashboard of the jobs (timelines, training curves, logs, cancel/resume/

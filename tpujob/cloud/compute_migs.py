@@ -21,8 +21,7 @@ from google.cloud import compute_v1
 from tpujob.catalogue import compute_shape
 from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, TpuResource
 from tpujob.cloud.compute import COMPUTE, rfc3339
-from tpujob.cloud.compute_instances import (INSTANCE_PHASES, read_address, read_data_disks, read_metadata,
-                                            shorten)
+from tpujob.cloud.compute_instances import INSTANCE_PHASES, read_address, read_data_disks, read_metadata, shorten
 from tpujob.cloud.errors import classify
 from tpujob.errors import ConflictError, NotFoundError
 from tpujob.names import JOB_LABEL

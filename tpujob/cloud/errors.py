@@ -20,9 +20,22 @@ from google.api_core import retry as gretry
 from google.auth import exceptions as auth_exc
 
 from tpujob.errors import (
-    AUTH_HINT, AuthError, BillingDisabled, CloudError, CloudRefused, ConflictError,
-    InternalCreateError, LocationDenied, NotFoundError, PermissionDenied, PlacementUnavailable,
-    QuotaExceeded, ReservationUnavailable, ServiceDisabled, SlicePreempted, StockoutError,
+    AUTH_HINT,
+    AuthError,
+    BillingDisabled,
+    CloudError,
+    CloudRefused,
+    ConflictError,
+    InternalCreateError,
+    LocationDenied,
+    NotFoundError,
+    PermissionDenied,
+    PlacementUnavailable,
+    QuotaExceeded,
+    ReservationUnavailable,
+    ServiceDisabled,
+    SlicePreempted,
+    StockoutError,
     TpujobError,
 )
 

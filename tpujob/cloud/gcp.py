@@ -23,6 +23,7 @@ from tpujob.cloud.errors import classify, invoke, new_retry, status_error
 from tpujob.errors import CloudError, CloudRefused, ConfigError, ConflictError, NotFoundError, UsageError
 from tpujob.names import node_names
 
+
 class GcpCloud:
     """Cloud TPU slices through tpu_v2.TpuClient. `api_calls` counts every request sent."""
 

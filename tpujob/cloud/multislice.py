@@ -12,7 +12,7 @@ recreated (cloud.google.com/tpu/docs/multislice-introduction).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable
 
 from tpujob.cloud.base import QUEUED_RESOURCE_PHASES, Host, Slice, SlicePhase
 from tpujob.names import node_names
@@ -70,8 +70,8 @@ def surviving_hosts(whole: Slice) -> tuple[Host, ...]:
     return tuple(hosts)
 
 
-def pick(find: Callable[[str], Optional[Slice]], name: str, zone: str, slices: int,
-         nodes: Optional[list[str]] = None) -> Optional[Slice]:
+def pick(find: Callable[[str], Slice | None], name: str, zone: str, slices: int,
+         nodes: list[str] | None = None) -> Slice | None:
     """The attempt's slice from what `find` (a name -> its Slice as listed, or None) knows: None
     when none of its nodes, nor a queued resource asking for them, is there.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1, oslogin_v1
@@ -29,12 +29,12 @@ COMPUTE = "compute.googleapis.com"
 ENABLE_KEY = "enable-oslogin"  # the metadata key, on a node or in the project's common metadata
 
 
-def metadata_flag(value: Optional[str]) -> Optional[bool]:
+def metadata_flag(value: str | None) -> bool | None:
     """An `enable-oslogin` value as gcloud reads it: None when absent, else value == "true"."""
     return None if value is None else value.strip().lower() == "true"
 
 
-def effective(node_value: Optional[str], project_enabled: Optional[bool]) -> bool:
+def effective(node_value: str | None, project_enabled: bool | None) -> bool:
     """On for a node: its own `enable-oslogin` when set, else the project's (off when unset)."""
     node = metadata_flag(node_value)
     return node if node is not None else bool(project_enabled)
@@ -83,7 +83,7 @@ class GcpOsLogin:
         return cls(endpoint=endpoint, compute_endpoint=endpoint, credentials=AnonymousCredentials(),
                    **kwargs)
 
-    def project_enabled(self, project: str) -> Optional[bool]:
+    def project_enabled(self, project: str) -> bool | None:
         """The project's `enable-oslogin` (commonInstanceMetadata): None when it is not set."""
         found = self._call(f"reading the metadata of project {project}", COMPUTE,
                            self._projects.get, project=project)

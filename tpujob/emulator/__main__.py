@@ -14,8 +14,8 @@ import pathlib
 import signal
 import threading
 
-from tpujob.emulator.server import DEFAULT_PROJECT, EmulatorServer
 from tpujob.emulator.process import ENDPOINTS_FILE
+from tpujob.emulator.server import DEFAULT_PROJECT, EmulatorServer
 
 log = logging.getLogger("tpujob.emulator")
 

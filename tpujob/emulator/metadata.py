@@ -49,7 +49,7 @@ class MetadataServer:
         self.address = f"{ip}:{self._http.server_port}"
         self._thread = threading.Thread(target=self._http.serve_forever, name=f"metadata {ip}", daemon=True)
 
-    def start(self) -> "MetadataServer":
+    def start(self) -> MetadataServer:
         self._thread.start()
         return self
 

@@ -19,8 +19,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tpujob.emulator.labels import check_tpu_labels
-from tpujob.emulator.payloads import (ApiError, accelerator_hosts, check_id, check_placement,
-                                      copy_json, duration_seconds, now)
+from tpujob.emulator.payloads import (
+    ApiError,
+    accelerator_hosts,
+    check_id,
+    check_placement,
+    copy_json,
+    duration_seconds,
+    now,
+)
 
 if TYPE_CHECKING:
     from tpujob.emulator.resources import Node

@@ -19,17 +19,31 @@ from typing import Any, Callable, Protocol
 
 from tpujob.emulator.failnext import FailNext
 from tpujob.emulator.faults import Faults
-from tpujob.emulator.maintenance import Maintenance
 from tpujob.emulator.labels import check_tpu_labels
 from tpujob.emulator.machines import MAX_IP_BLOCK
+from tpujob.emulator.maintenance import Maintenance
+from tpujob.emulator.node_updates import DATA_DISKS, apply_documented, mask_paths
 from tpujob.emulator.operations import Operations
 from tpujob.emulator.oslogin import OsLogin, host_login
-from tpujob.emulator.node_updates import DATA_DISKS, apply_documented, mask_paths
-from tpujob.emulator.payloads import (ABORTED, EXTERNAL_BLOCKS, INTERNAL, RESOURCE_EXHAUSTED,
-                                      TPU_RUNTIME_PORT, ApiError, VirtualHost, accelerator_hosts,
-                                      authorized_keys, check_id, check_placement, copy_json,
-                                      external_ip, external_ips_enabled, host_ip, now,
-                                      stockout_message)
+from tpujob.emulator.payloads import (
+    ABORTED,
+    EXTERNAL_BLOCKS,
+    INTERNAL,
+    RESOURCE_EXHAUSTED,
+    TPU_RUNTIME_PORT,
+    ApiError,
+    VirtualHost,
+    accelerator_hosts,
+    authorized_keys,
+    check_id,
+    check_placement,
+    copy_json,
+    external_ip,
+    external_ips_enabled,
+    host_ip,
+    now,
+    stockout_message,
+)
 from tpujob.emulator.queued_resources import QueuedResource, QueuedResources
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,16 @@ from typing import TYPE_CHECKING
 
 from tpujob.emulator import vm_disks
 from tpujob.emulator.oslogin import host_login
-from tpujob.emulator.payloads import (ApiError, VirtualHost, authorized_keys, check_id, copy_json,
-                                      host_ip, now)
-from tpujob.emulator.tpu_mig_rules import (MIG_WORDINGS, UNSOURCED, MemberMachines, mig_status, ref_of,
-                                           suffix, topology_of)
+from tpujob.emulator.payloads import ApiError, VirtualHost, authorized_keys, check_id, copy_json, host_ip, now
+from tpujob.emulator.tpu_mig_rules import (
+    MIG_WORDINGS,
+    UNSOURCED,
+    MemberMachines,
+    mig_status,
+    ref_of,
+    suffix,
+    topology_of,
+)
 from tpujob.emulator.tpu_vm_rules import WORDINGS, machine_type, scheduling
 from tpujob.emulator.tpu_vms import FLEX_START_WAITS_OUT_STOCKOUTS, Instance, prepare_vm_hosts
 from tpujob.emulator.zone_operations import API_ROOT, operation_error, refusal

@@ -24,10 +24,24 @@ from typing import TYPE_CHECKING, Any
 from tpujob.emulator import vm_disks
 from tpujob.emulator.labels import check_compute_labels
 from tpujob.emulator.oslogin import host_login
-from tpujob.emulator.payloads import (ApiError, VirtualHost, authorized_keys, check_id, copy_json,
-                                      external_ip, host_ip, now)
-from tpujob.emulator.tpu_vm_rules import (OPERATION_ERRORS, WORDINGS, MachineType, machine_type,
-                                          reservation_name, scheduling)
+from tpujob.emulator.payloads import (
+    ApiError,
+    VirtualHost,
+    authorized_keys,
+    check_id,
+    copy_json,
+    external_ip,
+    host_ip,
+    now,
+)
+from tpujob.emulator.tpu_vm_rules import (
+    OPERATION_ERRORS,
+    WORDINGS,
+    MachineType,
+    machine_type,
+    reservation_name,
+    scheduling,
+)
 from tpujob.emulator.zone_operations import API_ROOT, operation_error
 
 if TYPE_CHECKING:

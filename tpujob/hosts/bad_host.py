@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 MAX_LINE_CHARS = 300  # the matched line, as shown in the event: its end is kept
 
@@ -40,7 +39,7 @@ SIGNATURES: tuple[Signature, ...] = (
 )
 
 
-def bad_host_line(log_text: str) -> Optional[str]:
+def bad_host_line(log_text: str) -> str | None:
     """The last line of `log_text` matching a known bad-host signature (bounded), or None.
     The caller masks it like any log line it shows."""
     for line in reversed(log_text.splitlines()):

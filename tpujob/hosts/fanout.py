@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import pathlib
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -291,7 +290,7 @@ class HostGroup:
                     keep(channel.recv_stderr(32768), stderr=True)
                 try:
                     chunk = channel.recv(32768)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 if not chunk:
                     break
@@ -299,7 +298,7 @@ class HostGroup:
             while True:   # the channel's end closes both streams: what stderr still holds
                 try:
                     chunk = channel.recv_stderr(32768)
-                except socket.timeout:
+                except TimeoutError:
                     break
                 if not chunk:
                     break

@@ -19,7 +19,6 @@ from tpujob.hosts.fanout import Host, HostGroup, HostResult, Progress
 from tpujob.hosts.scripts import as_command, env_payload, render
 from tpujob.names import host_job_dir
 
-
 MEGASCALE_PORT = 8081  # Levanter's (ray_tpu.py); no Google page names a port for slices made apart
 
 

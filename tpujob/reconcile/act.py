@@ -14,20 +14,46 @@ A handler never moves the job itself: what it learned goes back to decide as an 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase, SliceRequest
 from tpujob.errors import (
-    AuthError, CloudError, CloudRefused, ConflictError, NotFoundError, PermissionDenied, LocationDenied,
-    HostsUnreachable, SetupFailed, SlicePreempted, SshAuthRefused, StockoutError, TpujobError, UsageError,
+    AuthError,
+    CloudError,
+    CloudRefused,
+    ConflictError,
+    HostsUnreachable,
+    LocationDenied,
+    NotFoundError,
+    PermissionDenied,
+    SetupFailed,
+    SlicePreempted,
+    SshAuthRefused,
+    StockoutError,
+    TpujobError,
+    UsageError,
 )
 from tpujob.faults import crash_point
 from tpujob.job_spec import api_of, spec_of
 from tpujob.names import nodes_to_delete, own_nodes, slice_labels
-from tpujob.reconcile import elastic_act, placement as placing
+from tpujob.reconcile import elastic_act
+from tpujob.reconcile import placement as placing
 from tpujob.reconcile.actions import (
-    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, DropGrowth, EndAttempt, GrowSlices, Launch,
-    MarkUnhealthy, Move, ResetCount, SetUp, StartAttempt, StopProgram,
+    Action,
+    ClearUnhealthy,
+    Count,
+    CreateSlice,
+    DeleteSlice,
+    DropGrowth,
+    EndAttempt,
+    GrowSlices,
+    Launch,
+    MarkUnhealthy,
+    Move,
+    ResetCount,
+    SetUp,
+    StartAttempt,
+    StopProgram,
 )
 from tpujob.reconcile.observation import Observation, Setup, SliceCondition
 from tpujob.reconcile.observe import PHASES, HostOps, refusal_of
@@ -35,20 +61,21 @@ from tpujob.reconcile.policy import placements, runtime_version, slice_network
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
 
+
 @dataclass(frozen=True)
 class Outcome:
     kind: str  # "done" | "refused" | "setup_failed" | "ssh_refused" | "retry_after"
     reason: str = ""
     seconds: float = 0.0  # retry_after: not before this (0: the next sweep)
-    observed: Optional[Observation] = None  # what decide is to decide on next, instead of a listing
-    slice: Optional[Slice] = None  # the slice as act last saw it (created, or read again)
+    observed: Observation | None = None  # what decide is to decide on next, instead of a listing
+    slice: Slice | None = None  # the slice as act last saw it (created, or read again)
 
 
-def done(observed: Optional[Observation] = None, slice_: Optional[Slice] = None) -> Outcome:
+def done(observed: Observation | None = None, slice_: Slice | None = None) -> Outcome:
     return Outcome("done", observed=observed, slice=slice_)
 
 
-def refused(phase: SliceCondition, reason: str, scope: Optional[str] = None) -> Outcome:
+def refused(phase: SliceCondition, reason: str, scope: str | None = None) -> Outcome:
     return Outcome("refused", reason, observed=Observation(slice=phase, refusal=reason, scope=scope))
 
 
@@ -71,16 +98,16 @@ def retry_after(seconds: float, reason: str) -> Outcome:
 class _Turn:
     """One act call's view of the job as its actions change it."""
     job: Job
-    attempt: Optional[Attempt]
-    slice: Optional[Slice]
+    attempt: Attempt | None
+    slice: Slice | None
     state: State
     counters: dict[str, int] = field(default_factory=dict)
-    ended: Optional[int] = None  # the attempt an EndAttempt just ended: the next Move says why
+    ended: int | None = None  # the attempt an EndAttempt just ended: the next Move says why
 
 
 class Actor:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *, ssh_keys: tuple[str, ...],
-                 clock: Callable[[], float], metadata: Optional[dict[str, str]] = None):
+                 clock: Callable[[], float], metadata: dict[str, str] | None = None):
         self.store = store
         self.cloud = cloud
         self.hosts = hosts
@@ -95,7 +122,7 @@ class Actor:
         # with when the job ends on it, a configuration error naming the zone.
         self.config_errors: dict[int, LocationDenied] = {}
 
-    def act(self, job: Job, attempt: Optional[Attempt], slice_: Optional[Slice], actions: list[Action]) -> Outcome:
+    def act(self, job: Job, attempt: Attempt | None, slice_: Slice | None, actions: list[Action]) -> Outcome:
         """The actions in order; the first outcome other than a plain done ends them."""
         turn = _Turn(job, attempt, slice_, State(job.state))
         outcome = done()
@@ -229,7 +256,7 @@ class Actor:
                 return earlier
             request = self.slice_request(job, attempt, name=attempt.slice_name, queued=attempt.queued,
                                          slices=attempt.slices)
-            created: Optional[Slice] = None
+            created: Slice | None = None
             if attempt.queued:
                 created = self.cloud.for_api(request.api).create_queued_resource(request)
             else:
@@ -285,7 +312,7 @@ class Actor:
             api=spec.api, reservation=spec.reservation, max_run_duration_seconds=spec.max_run_duration_seconds,
             **slice_network(spec), **fields)
 
-    def _earlier_create(self, job: Job, attempt: Attempt) -> Optional[Outcome]:
+    def _earlier_create(self, job: Job, attempt: Attempt) -> Outcome | None:
         """What became of this attempt's node create, asked for by an earlier sweep, when its
         node was not in the listing: still under way (wait), or the node there after all (the
         listing predates the create: decide on the node). Its error, once it ended with one, is
@@ -384,7 +411,7 @@ class Actor:
             self.store.add_event(job.id, "setup", f"setup will be retried: {exc}")
         return retry_after(0, str(exc))
 
-    def _lost_under_setup(self, job, attempt) -> Optional[Slice]:
+    def _lost_under_setup(self, job, attempt) -> Slice | None:
         """The slice, read again after a setup step failed, when it is gone or dead (preempted
         meanwhile); None when it still looks usable or cannot be read."""
         try:
@@ -393,7 +420,7 @@ class Actor:
             return None
         return again if PHASES[again.phase] in (SliceCondition.LOST, SliceCondition.ABSENT) else None
 
-    _handlers: dict[type, Callable[["Actor", _Turn, Action], Outcome]] = {
+    _handlers: dict[type, Callable[[Actor, _Turn, Action], Outcome]] = {
         Count: _count, ResetCount: _reset_count, Move: _move, EndAttempt: _end_attempt,
         DeleteSlice: _delete_slice, StopProgram: _stop_program, MarkUnhealthy: _mark_unhealthy,
         ClearUnhealthy: _clear_unhealthy, StartAttempt: _start_attempt, CreateSlice: _create_slice, SetUp: _set_up,

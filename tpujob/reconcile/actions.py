@@ -4,7 +4,6 @@ sweep makes is a Move (or a StartAttempt) among these."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from tpujob.store.states import AttemptEnd, EndReason, State
 
@@ -61,7 +60,7 @@ class SetUp(Action):
 class Launch(Action):
     """Start the program on every host, once setup is done on each (`cache`: the setup cache's
     hit or miss, for the attempt's record)."""
-    cache: Optional[str] = None
+    cache: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class ResetCount(Action):
 class Move(Action):
     to: State
     message: str
-    reason: Optional[EndReason] = None
+    reason: EndReason | None = None
 
 
 @dataclass(frozen=True)

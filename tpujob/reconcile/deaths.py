@@ -5,13 +5,13 @@ program's log, bounded and masked by attempt/hosts.py)."""
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     from tpujob.reconcile.observation import HostObservation
 
 
-def exit_meaning(code: Optional[int]) -> str:
+def exit_meaning(code: int | None) -> str:
     """` (SIGABRT: Aborted)` for 134: a shell reports a program killed by signal N as 128+N
     (bash(1), EXIT STATUS); the name and description are the signal module's. 126 and 127 are
     bash's own (found but not executable; not found). Empty for any other code."""
@@ -28,7 +28,7 @@ def exit_meaning(code: Optional[int]) -> str:
     return ""
 
 
-def first_died(hosts: Sequence[HostObservation]) -> Optional[tuple[int, HostObservation]]:
+def first_died(hosts: Sequence[HostObservation]) -> tuple[int, HostObservation] | None:
     """The host whose program ended first among those that ended saying something (its log),
     with its index: in a multi-host job the others usually die of the first one's death."""
     spoke = [(i, h) for i, h in enumerate(hosts) if h.said or h.bad_host]

@@ -9,17 +9,32 @@ decision, never as a move of act's own. So the whole policy is one table-tested 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
 
 from tpujob.reconcile import elastic
 from tpujob.reconcile.actions import (
-    Action, ClearUnhealthy, Count, CreateSlice, DeleteSlice, EndAttempt, Launch, MarkUnhealthy, Move, ResetCount,
-    SetUp, StartAttempt, StopProgram,
+    Action,
+    ClearUnhealthy,
+    Count,
+    CreateSlice,
+    DeleteSlice,
+    EndAttempt,
+    Launch,
+    MarkUnhealthy,
+    Move,
+    ResetCount,
+    SetUp,
+    StartAttempt,
+    StopProgram,
 )
-from tpujob.reconcile.maintenance import maintenance_reason
 from tpujob.reconcile.deaths import exit_meaning, first_died
+from tpujob.reconcile.maintenance import maintenance_reason
 from tpujob.reconcile.observation import (
-    HostObservation, JobView, Observation, Program, Setup, SliceCondition,
+    HostObservation,
+    JobView,
+    Observation,
+    Program,
+    Setup,
+    SliceCondition,
 )
 from tpujob.reconcile.policy import Policy
 from tpujob.runtime.contract import RunDirStatus
@@ -73,8 +88,8 @@ def _bad_host(job: JobView, policy: Policy, index: int, line: str) -> list[Actio
 
 
 def _spend(job: JobView, policy: Policy, counter: str, *, spent_message: str, again_message: str,
-           extra: tuple[Action, ...] = (), end: Optional[AttemptEnd] = None,
-           reason: Optional[EndReason] = None, retry: bool = True) -> list[Action]:
+           extra: tuple[Action, ...] = (), end: AttemptEnd | None = None,
+           reason: EndReason | None = None, retry: bool = True) -> list[Action]:
     """End the attempt, free the slice, count, then FAILED (budget spent, or no retry) or
     RECOVERING. The count is applied with the Move, in its transaction."""
     budget = BUDGETS[counter]
@@ -152,7 +167,7 @@ def _unavailable(job: JobView, obs: Observation) -> list[Action]:
     return [end, *_freed(obs), Move(State.FAILED, why, EndReason.USER_ERROR)]
 
 
-def _no_quota(job: JobView, obs: Observation) -> Optional[list[Action]]:
+def _no_quota(job: JobView, obs: Observation) -> list[Action] | None:
     """A spent quota: a zonal one (PerProjectPerZone, "in zone Z") says nothing of the region's
     other zones, a regional one (or one of unknown scope) nothing of another region's. None:
     no such placement is left (the job ends)."""
@@ -229,7 +244,7 @@ def _setting_up(job, obs, policy):
     return _setup_under_way(job, obs.setup, obs.setup_cache)
 
 
-def _setup_under_way(job: JobView, hosts: tuple[Setup, ...], cache: Optional[str] = None) -> list[Action]:
+def _setup_under_way(job: JobView, hosts: tuple[Setup, ...], cache: str | None = None) -> list[Action]:
     """Setup runs detached on the hosts: launch once it is done on every one, start it where it
     is not (idempotent on the hosts: one setup per attempt and host), else wait for it."""
     if hosts and all(h == Setup.DONE for h in hosts):
@@ -330,7 +345,7 @@ def _running(job, obs, policy):
 
 
 def _unhealthy(job: JobView, policy: Policy, hosts: tuple[HostObservation, ...], run: RunDirStatus, hung: bool,
-               first: Optional[tuple[int, HostObservation]], peer_exit: Optional[int] = None) -> list[Action]:
+               first: tuple[int, HostObservation] | None, peer_exit: int | None = None) -> list[Action]:
     """A host gone (or a stale heartbeat): marked, re-checked through the grace, then a lost
     slice. `peer_exit`: the code a peer's program exited with meanwhile (the gone host's doing)."""
     peer = f"; a peer's program exited {peer_exit}{exit_meaning(peer_exit)}" if peer_exit is not None else ""
@@ -360,7 +375,7 @@ def _unhealthy_why(hosts: tuple[HostObservation, ...], run: RunDirStatus, hung: 
     return "; ".join(parts[:4] + ([f"{len(parts) - 4} more"] if len(parts) > 4 else []))
 
 
-def _hang(hosts: tuple[HostObservation, ...], run: RunDirStatus, policy: Policy) -> Optional[str]:
+def _hang(hosts: tuple[HostObservation, ...], run: RunDirStatus, policy: Policy) -> str | None:
     """Why a program alive on every host is hung, or None. A host that died or cannot be
     reached is not a hang (the unhealthy path replaces the slice after its grace). Ages are
     the freshest any host reports: one host's silence is not the program's."""

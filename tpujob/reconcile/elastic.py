@@ -10,10 +10,19 @@ that fails (a stockout) is dropped and tried again after the backoff.
 
 from __future__ import annotations
 
-from typing import Optional
-
-from tpujob.reconcile.actions import (Action, Count, DeleteSlice, DropGrowth, EndAttempt, GrowSlices,
-                                      MarkUnhealthy, Move, SetUp, StartAttempt, StopProgram)
+from tpujob.reconcile.actions import (
+    Action,
+    Count,
+    DeleteSlice,
+    DropGrowth,
+    EndAttempt,
+    GrowSlices,
+    MarkUnhealthy,
+    Move,
+    SetUp,
+    StartAttempt,
+    StopProgram,
+)
 from tpujob.reconcile.observation import JobView, Observation, SliceCondition
 from tpujob.reconcile.policy import Policy
 from tpujob.store.states import AttemptEnd, State
@@ -41,7 +50,7 @@ def shrink(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     ]
 
 
-def await_lost_slice(job: JobView, policy: Policy) -> Optional[list[Action]]:
+def await_lost_slice(job: JobView, policy: Policy) -> list[Action] | None:
     """The program checkpointed on a notice while every slice still reads READY (a node reads
     READY until its hosts are down): wait, within the unhealthy grace, to see which slice goes
     rather than give up the others. None: not elastic, or waited long enough (lost as a whole)."""
@@ -52,7 +61,7 @@ def await_lost_slice(job: JobView, policy: Policy) -> Optional[list[Action]]:
     return [] if job.unhealthy_seconds < policy.unhealthy_grace_seconds else None
 
 
-def grow(job: JobView, obs: Observation, policy: Policy) -> Optional[list[Action]]:
+def grow(job: JobView, obs: Observation, policy: Policy) -> list[Action] | None:
     """What a healthy running attempt does about slices it lacks; None: nothing to do."""
     if not policy.elastic or job.slices >= policy.max_slices:
         return None

@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import Protocol
 
 
 class Observed(Protocol):
-    health: Optional[str]
+    health: str | None
     health_detail: str
-    maintenance_in_seconds: Optional[float]
+    maintenance_in_seconds: float | None
     maintenance_type: str
 
 
-def maintenance_reason(obs: Observed, lead_seconds: float) -> Optional[str]:
+def maintenance_reason(obs: Observed, lead_seconds: float) -> str | None:
     """Why the slice must be left before Google's maintenance takes it (None: no need): health
     UNHEALTHY_MAINTENANCE (tpu.v2.json: "under maintenance ... will resume running once
     rescheduled"), or a window opening within `lead_seconds`, before the next sweep would see it."""

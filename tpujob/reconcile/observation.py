@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Optional
 
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, State
@@ -46,61 +45,61 @@ class SetupSeen:
     """What the hosts said of an attempt's setup (tpujob.attempt.hosts): each host's state,
     and where one failed or refused tpujob's key, why (what becomes the attempt's cause)."""
     hosts: tuple[Setup, ...]
-    error: Optional[str] = None
-    refused: Optional[str] = None
-    cache: Optional[str] = None  # the setup cache's hit or miss, in words (None: no cache)
+    error: str | None = None
+    refused: str | None = None
+    cache: str | None = None  # the setup cache's hit or miss, in words (None: no cache)
 
 
 @dataclass(frozen=True)
 class HostObservation:
     program: Program
-    exit_code: Optional[int] = None
-    step: Optional[int] = None  # the runtime contract's heartbeat, where the program keeps one
-    total: Optional[int] = None  # ... and the step it runs to, where the heartbeat says
-    resumed_from: Optional[int] = None
-    refusal: Optional[str] = None  # REFUSED: why, and the fix (attempt.hosts words it)
+    exit_code: int | None = None
+    step: int | None = None  # the runtime contract's heartbeat, where the program keeps one
+    total: int | None = None  # ... and the step it runs to, where the heartbeat says
+    resumed_from: int | None = None
+    refusal: str | None = None  # REFUSED: why, and the fix (attempt.hosts words it)
     # Where the program ended without a word of its own (a non-zero exit, or gone without an
     # exit code): when it ended (to tell the host that died first), its last log lines (bounded
     # and masked, hosts/failure.py) and the known bad-host line among them (hosts/bad_host.py).
-    ended_at: Optional[float] = None
-    said: Optional[str] = None
-    bad_host: Optional[str] = None
-    log_age: Optional[float] = None  # seconds since the program's log last grew
-    progress_age: Optional[float] = None  # seconds since the heartbeat's step or phase moved
+    ended_at: float | None = None
+    said: str | None = None
+    bad_host: str | None = None
+    log_age: float | None = None  # seconds since the program's log last grew
+    progress_age: float | None = None  # seconds since the heartbeat's step or phase moved
 
 
 @dataclass(frozen=True)
 class Observation:
     slice: SliceCondition
     hosts: tuple[HostObservation, ...] = ()  # observed only when the slice is READY and a program was launched
-    last_step: Optional[int] = None  # from the runtime's status/heartbeat, when known
-    setup_error: Optional[str] = None  # the setup script failed on a host (not a connection error)
+    last_step: int | None = None  # from the runtime's status/heartbeat, when known
+    setup_error: str | None = None  # the setup script failed on a host (not a connection error)
     # Since the node's own createTime: the provisioning phase alone, not the queue wait before it.
     # None while no node exists (a queued resource that has not created it yet).
-    provisioning_seconds: Optional[float] = None
-    refusal: Optional[str] = None  # the cloud's word on a REFUSED, NO_QUOTA or UNAVAILABLE create
+    provisioning_seconds: float | None = None
+    refusal: str | None = None  # the cloud's word on a REFUSED, NO_QUOTA or UNAVAILABLE create
     # The current attempt's run dir on GCS, only for a RUNNING job whose spec has one (files an
     # earlier attempt left are not this one's: the sweep leaves them out).
-    run_dir: Optional[RunDirStatus] = None
-    launched: Optional[int] = None  # act just launched the program on this many hosts
+    run_dir: RunDirStatus | None = None
+    launched: int | None = None  # act just launched the program on this many hosts
     # How far a NO_QUOTA or UNAVAILABLE refusal reaches: "zone" (a zonal quota, LOCATION_POLICY_
     # VIOLATED), "region"; None: a quota counts as regional, a placement as (accelerator, zone).
-    scope: Optional[str] = None
+    scope: str | None = None
     holds_slice: bool = False  # the refused slice holds quota until deleted (a FAILED queued resource)
-    ssh_refused: Optional[str] = None  # setup met hosts refusing tpujob's SSH key: why, and the fix
+    ssh_refused: str | None = None  # setup met hosts refusing tpujob's SSH key: why, and the fix
     # Node.health, its description and symptoms, and Node.upcomingMaintenance's window: seconds until it
     # opens (<= 0: open) and its type (SCHEDULED, UNSCHEDULED), from the zone's one list call.
-    health: Optional[str] = None
+    health: str | None = None
     health_detail: str = ""
-    maintenance_in_seconds: Optional[float] = None
+    maintenance_in_seconds: float | None = None
     maintenance_type: str = ""
     # SETTING_UP: each host's setup, where it was observed (empty: not observed). A failed one
     # is a setup_error, its cause in words.
     setup: tuple[Setup, ...] = ()
-    setup_cache: Optional[str] = None  # the setup cache's hit or miss, in words, once setup is done
+    setup_cache: str | None = None  # the setup cache's hit or miss, in words, once setup is done
     lost_slices: tuple[int, ...] = ()  # multislice: the slices whose node is lost (LOST)
     # Elastic multislice, growing back: "creating", "ready" or "failed" (why: growth_error).
-    growth: Optional[str] = None
+    growth: str | None = None
     growth_error: str = ""
 
 
@@ -113,7 +112,7 @@ class JobView:
     nan_restarts: int
     hosts: int
     in_state_seconds: float  # since the last state change
-    unhealthy_seconds: Optional[float] = None  # since the slice was first seen unhealthy
+    unhealthy_seconds: float | None = None  # since the slice was first seen unhealthy
     placements: int = 1  # the primary placement plus tpu.fallback entries
     placement: int = 0  # the current one's index
     regions: tuple[str, ...] = ()  # each placement's region, by index (empty: not needed)
@@ -124,8 +123,8 @@ class JobView:
     job_id: int = 0  # seeds the backoff's jitter
     capacity_misses: int = 0  # capacity misses in a row, since a slice last came up READY
     flaps: int = 0  # preemptions in a row after runs shorter than min_run_seconds
-    last_end: Optional[AttemptEnd] = None  # the current attempt's end reason, once it ended
+    last_end: AttemptEnd | None = None  # the current attempt's end reason, once it ended
     bad_hosts: int = 0  # attempts ended bad_host
     hangs: int = 0
     slices: int = 1  # the current attempt's
-    growth_failed_seconds: Optional[float] = None  # since growing back last failed (elastic)
+    growth_failed_seconds: float | None = None  # since growing back last failed (elastic)

@@ -5,15 +5,20 @@ SSH status rounds at once; then, per job under its lease, its slice's phase and 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional, Protocol
+from typing import Callable, Protocol
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase
 from tpujob.cloud.multislice import pick
+from tpujob.errors import (
+    LocationDenied,
+    PlacementUnavailable,
+    QuotaExceeded,
+    SlicePreempted,
+    StockoutError,
+    TpujobError,
+)
 from tpujob.job_spec import api_of
 from tpujob.names import growing_state, own_nodes
-from tpujob.errors import (
-    LocationDenied, PlacementUnavailable, QuotaExceeded, SlicePreempted, StockoutError, TpujobError,
-)
 from tpujob.reconcile.observation import HostObservation, Observation, SetupSeen, SliceCondition
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.models import Attempt, Job
@@ -53,7 +58,7 @@ HOST_STATUS_WORKERS = 16
 Slices = dict[tuple[str, str], Slice]  # (zone, node or queued resource name) -> as listed
 
 
-def listed_slice(slices: Slices, attempt: Attempt) -> Optional[Slice]:
+def listed_slice(slices: Slices, attempt: Attempt) -> Slice | None:
     """The attempt's slice in the listing: its node, or its nodes as one (multislice)."""
     return pick(lambda name: slices.get((attempt.zone, name)), attempt.slice_name, attempt.zone,
                 attempt.slices, list(own_nodes(attempt)))
@@ -82,7 +87,7 @@ class RunDirs(Protocol):
 
 class Observer:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, clock: Callable[[], float],
-                 run_dirs: Optional[RunDirs] = None):
+                 run_dirs: RunDirs | None = None):
         self.store = store
         self.cloud = cloud
         self.hosts = hosts
@@ -154,7 +159,7 @@ class Observer:
             return {job_id: seen for job_id, seen in pool.map(ask, wanted) if seen is not None}
 
     # -- per job, under its lease --------------------------------------------------------------
-    def slice_of(self, job: Job, attempt, slices: Slices, snapshot_at: float) -> Optional[Slice]:
+    def slice_of(self, job: Job, attempt, slices: Slices, snapshot_at: float) -> Slice | None:
         if attempt is None:
             return None
         found = listed_slice(slices, attempt)
@@ -206,7 +211,7 @@ class Observer:
                            else window.start - self.clock(),
                            maintenance_type=window.type if window is not None else "")
 
-    def _growth(self, job: Job, attempt) -> tuple[Optional[str], str]:
+    def _growth(self, job: Job, attempt) -> tuple[str | None, str]:
         """How the nodes asked for to grow an elastic attempt back are doing: "creating",
         "ready", or "failed" and why (a node gone whose create ended in an error, or lost)."""
         nodes = growing_state(attempt).get("nodes", {})

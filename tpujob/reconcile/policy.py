@@ -49,7 +49,7 @@ class Policy:
         # Fan-out is parallel, but installs contend for the same mirrors and buckets.
         return self.setup_timeout_seconds * (1 + hosts / 32)
 
-    def backoff(self, job: "JobView") -> float:
+    def backoff(self, job: JobView) -> float:
         """The wait in RECOVERING before the next attempt. After a preemption: none (a preemption
         is not the job's fault, and the zone had capacity a moment ago), unless the attempt
         flapped (ran under min_run_seconds): then backoff_seconds, doubled per flap in a row.
@@ -113,7 +113,8 @@ def runtime_version(spec: ResolvedSpec, accelerator: str) -> str:
     explicit = spec.spec.tpu.runtime_version
     if explicit:
         return explicit
-    from tpujob.catalogue import accelerator as lookup, compute_shape
+    from tpujob.catalogue import accelerator as lookup
+    from tpujob.catalogue import compute_shape
 
     if spec.api == "compute":  # a Compute Engine TPU VM boots an image family, not a TPU runtime
         return compute_shape(accelerator).image_family

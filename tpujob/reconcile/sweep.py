@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 from tpujob.cloud.base import Cloud, SlicePhase
 from tpujob.errors import JobLocked, TpujobError
@@ -74,10 +74,10 @@ class SweepReport:
 
 class Reconciler:
     def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *,
-                 ssh_keys: tuple[str, ...] = (), metadata: Optional[dict[str, str]] = None,
+                 ssh_keys: tuple[str, ...] = (), metadata: dict[str, str] | None = None,
                  clock: Callable[[], float] = time.time,
                  lease_seconds: float = LEASE_SECONDS,
-                 run_dirs: Optional[RunDirs] = None, workers: int = SWEEP_WORKERS):
+                 run_dirs: RunDirs | None = None, workers: int = SWEEP_WORKERS):
         self.store = store
         self.cloud = cloud
         self.actor = actor
@@ -95,7 +95,7 @@ class Reconciler:
     def config_errors(self):
         return self.acting.config_errors
 
-    def sweep(self, job_ids: Optional[list[int]] = None) -> SweepReport:
+    def sweep(self, job_ids: list[int] | None = None) -> SweepReport:
         started, calls0 = time.monotonic(), self.cloud.api_calls
         report = SweepReport()
         self.auth_errors.clear()
@@ -167,7 +167,7 @@ class Reconciler:
             following = self._creating({job_id: attempt.number for job_id, (_, attempt) in following.items()
                                         if job_id not in waiting})
 
-    def _creating(self, wanted: dict[int, Optional[int]]) -> dict[int, tuple[Job, Attempt]]:
+    def _creating(self, wanted: dict[int, int | None]) -> dict[int, tuple[Job, Attempt]]:
         """The jobs among these whose node create is under way, with that attempt; given an
         attempt number, only while that attempt is current (a job that moved on to a next
         attempt in this sweep is left to the next sweep)."""
@@ -181,7 +181,7 @@ class Reconciler:
                 found[job_id] = (job, attempt)
         return found
 
-    def act_all(self, jobs: list[Job], slices: Slices, snapshot_at: float) -> list[tuple[str, Optional[str]]]:
+    def act_all(self, jobs: list[Job], slices: Slices, snapshot_at: float) -> list[tuple[str, str | None]]:
         """Every job's decide/act, `workers` at a time: one job's slice creation, setup and launch
         do not wait for another's. Outcomes in the jobs' order (see act_on)."""
         act = lambda job: self.act_on(job, slices, snapshot_at)  # noqa: E731
@@ -190,7 +190,7 @@ class Reconciler:
         with ThreadPoolExecutor(max_workers=min(self.workers, len(jobs)), thread_name_prefix="tpujob-act") as pool:
             return list(pool.map(act, jobs))
 
-    def act_on(self, job: Job, slices: Slices, snapshot_at: float) -> tuple[str, Optional[str]]:
+    def act_on(self, job: Job, slices: Slices, snapshot_at: float) -> tuple[str, str | None]:
         """One job's decide/act under its own lease: ("acted" | "idle" | "locked", the error
         line or None). Never raises: one job's trouble (or a bug met on it) is reported, recorded
         as an `error` event, and the other jobs go on."""
@@ -213,7 +213,7 @@ class Reconciler:
             except Exception:  # noqa: BLE001 - the lease then expires by itself
                 pass
 
-    def free_left_slice(self, job: Job, slices: Slices) -> Optional[str]:
+    def free_left_slice(self, job: Job, slices: Slices) -> str | None:
         """Delete an ended job's slice that is still listed (see LEFT_SLICE_SECONDS), under the
         job's lease; the error line, or None."""
         attempt = self.store.current_attempt(job.id)
@@ -260,7 +260,7 @@ class Reconciler:
             slice_ = self.observer.slice_of(job, attempt, slices, snapshot_at)
             obs = self.observer.observe(job, attempt, slice_)
             self.observer.record_steps(job, attempt, obs)
-            outcome: Optional[Outcome] = None
+            outcome: Outcome | None = None
             for _ in range(MAX_FOLLOW_UPS):
                 actions = decide(self._view(job, attempt), obs, self._policy(job))
                 if not actions:
@@ -318,7 +318,7 @@ class Reconciler:
         )
 
 
-def _growth_failed_seconds(attempt, now: float) -> Optional[float]:
+def _growth_failed_seconds(attempt, now: float) -> float | None:
     """Since an elastic attempt's growing back last failed (None: it has not)."""
     if attempt is None:
         return None

@@ -100,8 +100,8 @@ class RunDirStatus:
     url: str = ""  # where it was read: gs://BUCKET/PREFIX
 
     @classmethod
-    def of(cls, status: "Status | None", heartbeat_age: float | None, *, problem: str = "",
-           url: str = "") -> "RunDirStatus":
+    def of(cls, status: Status | None, heartbeat_age: float | None, *, problem: str = "",
+           url: str = "") -> RunDirStatus:
         if status is None:
             return cls(heartbeat_age=heartbeat_age, problem=problem, url=url)
         return cls(state=status.state, step=status.step, message=status.message, exit_code=status.exit_code,

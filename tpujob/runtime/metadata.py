@@ -51,7 +51,7 @@ class PreemptedPoller:
         self._thread = threading.Thread(target=self._run, name="preempted-poll", daemon=True)
         self._failed = False
 
-    def start(self) -> "PreemptedPoller":
+    def start(self) -> PreemptedPoller:
         self._thread.start()
         return self
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-from typing import Optional
 
 ENV = "TPUJOB_EMULATED_TPU"  # tpujob/emulator/host_ssh.py EMULATED_DEVICE_ENV
 LOCKFILE = "/tmp/libtpu_lockfile"
@@ -53,7 +52,7 @@ def claim(lockfile: str = LOCKFILE) -> None:
     _held.extend([lock, os.open(device, os.O_RDONLY)])
 
 
-def holder(device: str) -> Optional[int]:
+def holder(device: str) -> int | None:
     """A process other than this one with `device` open (the file itself: device and inode), or None."""
     try:
         st = os.stat(device)

@@ -20,7 +20,7 @@ class Context:
     settings: Settings
 
     @classmethod
-    def load(cls) -> "Context":
+    def load(cls) -> Context:
         return cls(settings_mod.load())
 
     @cached_property

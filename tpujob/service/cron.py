@@ -15,7 +15,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from tpujob import settings as settings_mod
 from tpujob.errors import ConfigError, UsageError
@@ -70,7 +69,7 @@ def settle_seconds(every: str) -> float:
     return float(min(0.8 * count * (3600 if unit == "h" else 60), SETTLE_MAX_SECONDS))
 
 
-def entry(every: str = "5m", *, python: Optional[str] = None, environ: Optional[dict] = None) -> CronEntry:
+def entry(every: str = "5m", *, python: str | None = None, environ: dict | None = None) -> CronEntry:
     """The crontab line for this store, built from the installing process's settings."""
     environ = os.environ if environ is None else environ
     home = settings_mod.home().resolve()
@@ -143,7 +142,7 @@ def remove() -> bool:
     return True
 
 
-def installed() -> Optional[str]:
+def installed() -> str | None:
     """This store's line as the crontab holds it, or None."""
     marker = _marker()
     return next((line for line in read_crontab().splitlines() if line.rstrip().endswith(marker)), None)

@@ -74,9 +74,9 @@ def read(ctx, spec, job_id: int, bars) -> Curves:
     bucket, prefix = location
     name = f"{prefix}/{METRICS_FILE}"
     source = f"gs://{bucket}/{name}"
+    from tpujob.clients import make_storage
     from tpujob.cloud.gcs import Gcs
     from tpujob.errors import TpujobError
-    from tpujob.clients import make_storage
 
     try:
         found = Gcs(make_storage(ctx.settings, start_emulator=False)).read_tail(bucket, name, MAX_BYTES)

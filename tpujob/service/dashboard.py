@@ -113,8 +113,8 @@ def _secret_values(ctx: Context, ref: str) -> list[str]:
     the page: the program may print one. Credential-looking pairs are masked either way."""
     import os
 
-    from tpujob.errors import ConfigError
     from tpujob.attempt import secrets
+    from tpujob.errors import ConfigError
 
     names = spec_of(ctx.store.find(ref)).spec.secrets
     if not names:

@@ -90,8 +90,8 @@ def ssh_key_check(ctx: Context) -> Check:
 
 
 def secrets_check() -> Check:
-    from tpujob.errors import ConfigError
     from tpujob.attempt.secrets import read_file, secrets_file
+    from tpujob.errors import ConfigError
 
     path = secrets_file()
     if not path.exists():

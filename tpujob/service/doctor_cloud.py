@@ -203,10 +203,10 @@ def oslogin_check(ctx: Context, project: str, info: dict | None, credentials: An
     """OS Login in the project (its enable-oslogin metadata), whether tpujob's key is in the
     account's OS Login profile and the user it logs in as, and what `ssh_os_login: false`
     does there. Only reads: the key is imported by the next setup, not here."""
+    from tpujob.attempt.logins import POLICY_NOTE
+    from tpujob.clients import credentials_email
     from tpujob.cloud.oslogin import GcpOsLogin
     from tpujob.hosts.keys import key_path, public_key_line
-    from tpujob.clients import credentials_email
-    from tpujob.attempt.logins import POLICY_NOTE
 
     settings = ctx.settings
     try:
@@ -245,9 +245,8 @@ def oslogin_check(ctx: Context, project: str, info: dict | None, credentials: An
 
 def buckets_check(settings, info: dict | None, credentials: Any, project: str, jobs: list) -> Check:
     """Each active job's buckets (run dir included) exist and sit in its slice's region."""
-    from tpujob.errors import MissingBucket
     from tpujob.attempt import buckets, run_dirs
-
+    from tpujob.errors import MissingBucket
     from tpujob.job_spec import spec_of
 
     specs = [spec_of(j) for j in jobs]

@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from tpujob import catalogue
-from tpujob.errors import TpujobError, UsageError
 from tpujob.clients import make_cloud, make_compute
-from tpujob.service.context import Context
+from tpujob.errors import TpujobError, UsageError
 from tpujob.names import JOB_LABEL, STORE_LABEL, format_job_id
+from tpujob.service.context import Context
 from tpujob.store.identity import store_id
 from tpujob.store.states import ACTIVE, State
 
@@ -259,13 +259,11 @@ def _ssh_runs_program(ctx: Context, cloud) -> Callable[[str, str, Any], bool]:
     """Whether a tpujob program runs on any host of the node, over SSH (templates/running.sh),
     verifying the hosts' published keys; unreachable hosts (another store's key, a dead
     slice) count as not running."""
-    from tpujob.hosts.fanout import Host, HostGroup
-    from tpujob.hosts.keys import load_key
-    from tpujob.hosts.scripts import as_command, render
     from tpujob.attempt.hosts import ssh_port
-
-    from tpujob.hosts.keys import public_key_line
     from tpujob.attempt.logins import Logins
+    from tpujob.hosts.fanout import Host, HostGroup
+    from tpujob.hosts.keys import load_key, public_key_line
+    from tpujob.hosts.scripts import as_command, render
 
     logins = Logins(ctx.settings, lambda: public_key_line(ctx.settings.home), register=False)  # only looks
 

@@ -10,15 +10,25 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from tpujob import spec as spec_mod
-from tpujob.errors import CloudError, ConflictError, TpujobError, UsageError
-from tpujob.service.accounting import account
 from tpujob.clients import make_cloud, make_compute, make_storage
+from tpujob.errors import CloudError, ConflictError, TpujobError, UsageError
+from tpujob.job_spec import api_of, spec_of
+from tpujob.names import (
+    attempt_nodes,
+    clone_name,
+    format_job_id,
+    growing_nodes,
+    local_log_dir,
+    nodes_text,
+    nodes_to_delete,
+    own_nodes,
+    slice_name,
+    snapshot_name,
+)
+from tpujob.service.accounting import account
 from tpujob.service.context import Context
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
-from tpujob.job_spec import api_of, spec_of
-from tpujob.names import (attempt_nodes, clone_name, format_job_id, growing_nodes, local_log_dir, nodes_text,
-                          nodes_to_delete, own_nodes, slice_name, snapshot_name)
 from tpujob.store.states import ENDED, AttemptEnd, State
 
 
@@ -202,8 +212,8 @@ def show(ctx: Context, ref: str) -> JobDetail:
     detail.timeline = timeline(job, detail.attempts, detail.events, now)
     spec = spec_of(job)
     if detail.attempts and spec.spec.run_dir:
-        from tpujob.cloud.gcs import Gcs
         from tpujob.attempt import run_dirs
+        from tpujob.cloud.gcs import Gcs
 
         try:
             detail.run_dir = run_dirs.read_run_dir(Gcs(make_storage(ctx.settings, start_emulator=False)),
@@ -225,8 +235,8 @@ def _stop_program(ctx: Context, job, cloud) -> None:
     """Stop the current attempt's program where its slice is READY, then unmount the job's
     disks and buckets there. CloudError (nothing recorded) when a host of a READY slice failed
     to stop it; a slice that is gone, or went away meanwhile, has no program left to stop."""
-    from tpujob.cloud.base import SlicePhase
     from tpujob.attempt.hosts import SshHostOps
+    from tpujob.cloud.base import SlicePhase
 
     attempt = ctx.store.current_attempt(job.id)
     if attempt is None or attempt.ended_at is not None:

@@ -17,7 +17,6 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from email.message import EmailMessage
-from typing import Optional
 
 from tpujob.errors import ConfigError, NotFoundError, TpujobError, UsageError
 from tpujob.job_spec import spec_of
@@ -99,7 +98,7 @@ def post_webhook(reference: str, text: str, timeout: float) -> None:
         raise SendFailed(f"no HTTP answer ({exc.__class__.__name__})") from None
     except urllib.error.URLError as exc:
         raise SendFailed(_reason(exc.reason)) from None
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise SendFailed(f"no answer within {timeout:g} s") from None
     except OSError as exc:
         raise SendFailed(_reason(exc)) from None
@@ -138,7 +137,7 @@ def send_email(ctx: Context, address: str, subject: str, text: str, timeout: flo
         raise SendFailed(exc.message) from None
     except smtplib.SMTPException as exc:
         raise SendFailed(f"SMTP: {exc.__class__.__name__}: {exc}") from None
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise SendFailed(f"SMTP server gave no answer within {timeout:g} s") from None
     except OSError as exc:
         raise SendFailed(f"SMTP {s.smtp_host}:{s.smtp_port}: {_reason(exc)}") from None
@@ -171,7 +170,7 @@ def deliver_due(ctx: Context, *, limit: int = BATCH) -> list[Outcome]:
     # is still at it (SMTP's connect, STARTTLS, login and data each get `timeout`).
     ttl = 6 * timeout + 30
 
-    def one(row) -> Optional[Outcome]:
+    def one(row) -> Outcome | None:
         channel = channels.get(row.job_id, {}).get(row.channel)
         if channel is None or not boxes.claim(row.id, ctx.actor, ttl):
             return None

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from tpujob.errors import CloudError, ConflictError, NotFoundError, UsageError
 from tpujob.clients import make_cloud
-from tpujob.service.context import Context
+from tpujob.errors import CloudError, ConflictError, NotFoundError, UsageError
 from tpujob.names import format_job_id, local_log_dir, own_nodes
+from tpujob.service.context import Context
 
 _NO_LOG = 66  # templates/logs.sh: no program log for that attempt on the host
 
@@ -69,8 +69,8 @@ def _slice(cloud, job, attempt):
 
 def _group(ctx: Context, cloud, job, attempt, slice_, host: int | None):
     """The HostGroup of the slice, or of its host `host` only."""
-    from tpujob.hosts.fanout import HostGroup
     from tpujob.attempt.hosts import SshHostOps
+    from tpujob.hosts.fanout import HostGroup
 
     group = SshHostOps(ctx, cloud).group(job, attempt, slice_)
     if host is None:
@@ -366,8 +366,8 @@ def host_status(ctx: Context, job) -> list[HostProgram]:
     ips = {h.index: h.address(external_ips(job)) for h in slice_.hosts}
     group = _group(ctx, cloud, job, row, slice_, None)
     group.retries, group.connect_timeout = 0, 5.0   # `show` answers fast; a dead host is news
-    from tpujob.job_spec import spec_of
     from tpujob.attempt.run_dirs import host_run_dir_for
+    from tpujob.job_spec import spec_of
 
     run_dir = host_run_dir_for(spec_of(job), job.id, group.user)  # OS Login's user, where it is on
     attempt = program.HostAttempt(format_job_id(job.id), row.number, "", run_dir, "")

@@ -18,7 +18,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 from tpujob import settings as settings_mod
 from tpujob.errors import ConfigError
@@ -37,7 +37,7 @@ class Watcher:
 
 @dataclass(frozen=True)
 class Sweepers:
-    cron_line: Optional[str]  # this store's crontab line, or None
+    cron_line: str | None  # this store's crontab line, or None
     watchers: tuple[Watcher, ...]
     cron_problem: str = ""  # why the crontab could not be read (e.g. no crontab program)
 
@@ -50,7 +50,7 @@ def watchers_dir() -> Path:
     return settings_mod.home() / "watchers"
 
 
-def _start_time(pid: int) -> Optional[str]:
+def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22): a pid
     reused by another process has another start time. None where /proc cannot tell."""
     try:
@@ -60,7 +60,7 @@ def _start_time(pid: int) -> Optional[str]:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def _alive(pid: int, started: Optional[str]) -> bool:
+def _alive(pid: int, started: str | None) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -84,7 +84,7 @@ def watching(interval: float) -> Iterator[Path]:
         path.unlink(missing_ok=True)
 
 
-def running_watchers(now: Optional[float] = None) -> list[Watcher]:
+def running_watchers(now: float | None = None) -> list[Watcher]:
     """The `tpujob watch` processes sweeping this store now."""
     now = time.time() if now is None else now
     found = []

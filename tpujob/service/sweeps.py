@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable
 
-from tpujob.errors import ConfigError
 from tpujob.clients import make_cloud
+from tpujob.errors import ConfigError
 from tpujob.service.context import Context
 from tpujob.store.states import ENDED, State
 
@@ -18,16 +18,16 @@ from tpujob.store.states import ENDED, State
 QUEUE_FOLLOW_SECONDS = 30.0
 
 
-def reconciler(ctx: Context, *, progress: Optional[Callable] = None):
+def reconciler(ctx: Context, *, progress: Callable | None = None):
     """The Reconciler every sweep runs. TPUJOB_LEASE_SECONDS (default 90) is how long a job's
     lease outlives a sweep that died holding it (the crash tests shorten it); while the sweep
     lives it is renewed, however long a host step (setup) takes. TPUJOB_SWEEP_WORKERS (default
     16): jobs acted on at once. `progress(step, Progress)` hears each host step as hosts
     finish it."""
-    from tpujob.hosts.keys import ssh_keys_metadata
-    from tpujob.reconcile.sweep import LEASE_SECONDS, Reconciler
     from tpujob.attempt.hosts import SshHostOps
     from tpujob.attempt.run_dirs import GcsRunDirs
+    from tpujob.hosts.keys import ssh_keys_metadata
+    from tpujob.reconcile.sweep import LEASE_SECONDS, Reconciler
 
     workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
     cloud = make_cloud(ctx.settings)
@@ -58,7 +58,7 @@ def sweep_workers() -> int:
 MAX_SWEEP_WORKERS = 256
 
 
-def requeue(ctx: Context, job_refs: Optional[list[str]] = None, *, settle: float = 0.0):
+def requeue(ctx: Context, job_refs: list[str] | None = None, *, settle: float = 0.0):
     """One sweep over the given jobs (all active ones when none are given). With `settle`, the
     jobs it leaves setting up are swept again, those alone, until their setup has ended or
     `settle` seconds have passed: a setup runs detached on the hosts, and from cron the program
@@ -74,7 +74,7 @@ def requeue(ctx: Context, job_refs: Optional[list[str]] = None, *, settle: float
     return report
 
 
-def _settle_setups(ctx: Context, rec, report, ids: Optional[list[int]], deadline: float) -> None:
+def _settle_setups(ctx: Context, rec, report, ids: list[int] | None, deadline: float) -> None:
     from tpujob.service.notify import deliver_quietly
 
     def setting_up() -> list[int]:
@@ -92,8 +92,8 @@ def _settle_setups(ctx: Context, rec, report, ids: Optional[list[int]], deadline
     report.setups_ended = len(followed) - len(waiting)
 
 
-def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: Optional[int] = None,
-          stop: Optional[threading.Event] = None) -> None:
+def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | None = None,
+          stop: threading.Event | None = None) -> None:
     """Sweep every `interval` s until `max_sweeps` or `stop` is set (checked between sweeps);
     registered as a watcher meanwhile (`create` and `doctor` look for one: see sweepers)."""
     from tpujob.service import sweepers
@@ -114,7 +114,7 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: Option
 
 def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
            on_event: Callable[[object], None] = lambda e: None,
-           on_progress: Optional[Callable] = None, poll: Optional[float] = None):
+           on_progress: Callable | None = None, poll: float | None = None):
     """Sweep one job until it runs (or, with until_ended, until it ends); report new events,
     and, through `on_progress(step, Progress)`, each host step (sync, mount, setup, launch)."""
     from tpujob.service.notify import deliver_quietly
@@ -123,7 +123,7 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
     poll = poll if poll is not None else (0.2 if ctx.settings.cloud == "local" else 5.0)
     seen = 0
     deadline = time.monotonic() + timeout
-    waiting_since: Optional[float] = None
+    waiting_since: float | None = None
     while True:
         rec.sweep([job_id])
         deliver_quietly(ctx)
@@ -150,7 +150,7 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
         time.sleep(poll)
 
 
-def _waiting_since(rec, job, since: Optional[float]) -> Optional[float]:
+def _waiting_since(rec, job, since: float | None) -> float | None:
     """When the job's slice was first seen waiting for capacity (QUEUED), or None if it is not."""
     from tpujob.cloud.base import SlicePhase
     from tpujob.job_spec import api_of

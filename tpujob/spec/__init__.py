@@ -7,17 +7,42 @@ written or spent. What other modules use is re-exported here: `from tpujob.spec 
 
 from __future__ import annotations
 
-from tpujob.spec.models import (
-    JOB_NAME, RESOURCE_NAME, BUCKET_NAME, ENV_NAME, ZONE_NAME, PROVISIONING, NETWORK_REF,
-    SUBNETWORK_REF, NETWORK_TAG, Fallback, NetworkSpec, TpuSpec, DiskSpec, BucketSpec, RunSpec,
-    RequeuePolicy, NOTIFY_ON, NotifyOn, WEBHOOK_SECRET, EMAIL_ADDRESS, NotifySpec, JobSpec, SetupSpec,
-    ResolvedSpec, mask_webhook,
-)
 from tpujob.spec.lines import (
     parse,
 )
+from tpujob.spec.models import (
+    BUCKET_NAME,
+    EMAIL_ADDRESS,
+    ENV_NAME,
+    JOB_NAME,
+    NETWORK_REF,
+    NETWORK_TAG,
+    NOTIFY_ON,
+    PROVISIONING,
+    RESOURCE_NAME,
+    SUBNETWORK_REF,
+    WEBHOOK_SECRET,
+    ZONE_NAME,
+    BucketSpec,
+    DiskSpec,
+    Fallback,
+    JobSpec,
+    NetworkSpec,
+    NotifyOn,
+    NotifySpec,
+    RequeuePolicy,
+    ResolvedSpec,
+    RunSpec,
+    SetupSpec,
+    TpuSpec,
+    mask_webhook,
+)
 from tpujob.spec.resolution import (
-    SYSTEM_DIRS, NO_MOUNTS_INSIDE, webhook_secrets, resolve, load,
+    NO_MOUNTS_INSIDE,
+    SYSTEM_DIRS,
+    load,
+    resolve,
+    webhook_secrets,
 )
 
 __all__ = [

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from tpujob.errors import SpecError
 from tpujob.spec.models import JobSpec
 
+
 def _line_index(node, path=(), out=None) -> dict[tuple, int]:
     """Map each key path of a composed YAML document to its 1-based line."""
     out = {} if out is None else out

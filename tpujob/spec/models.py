@@ -5,7 +5,7 @@ the catalogue or the settings are resolve.py's."""
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -57,16 +57,16 @@ class _Model(BaseModel):
 
 
 class Fallback(_Model):
-    accelerator: Optional[str] = None
-    zone: Optional[str] = None
+    accelerator: str | None = None
+    zone: str | None = None
 
 
 class NetworkSpec(_Model):
     """The node's networkConfig and tags (tpu.v2 Node.networkConfig, Node.tags)."""
     # gcloud sends enableExternalIps = not --internal-ips: external addresses unless asked not to.
     external_ips: bool = True
-    network: Optional[str] = None  # a name or a resource path; None: Google's "default"
-    subnetwork: Optional[str] = None
+    network: str | None = None  # a name or a resource path; None: Google's "default"
+    subnetwork: str | None = None
     tags: list[str] = Field(default_factory=list)  # firewall targets
 
 
@@ -85,19 +85,19 @@ class SliceRange(_Model):
 
 class TpuSpec(_Model):
     accelerator: str
-    zone: Optional[str] = None
-    project: Optional[str] = None
-    runtime_version: Optional[str] = None
+    zone: str | None = None
+    project: str | None = None
+    runtime_version: str | None = None
     # Which Google API makes the slice: the Cloud TPU API (nodes, queued resources), Compute
     # Engine (instances; a multi-host slice is a BULK MIG with a workload policy), or auto:
     # compute for generations the TPU API does not serve (TPU7x), tpu-vm otherwise.
     api: Literal["auto", "tpu-vm", "compute"] = "auto"
     # flex-start and reservation: Compute Engine only (api: compute).
     provisioning: Literal["spot", "on-demand", "preemptible", "flex-start", "reservation"] = "spot"
-    reservation: Optional[str] = None  # the reservation a `reservation` job consumes
+    reservation: str | None = None  # the reservation a `reservation` job consumes
     # Compute Engine's scheduling.maxRunDuration, whole seconds (a duration like 24h is read as
     # seconds): required for flex-start (at most 7 days).
-    max_run_duration: Optional[int] = None
+    max_run_duration: int | None = None
     # Through a queued resource (TPU API). True by default on the TPU API path; the Compute
     # Engine path has no queued resources, so resolve() makes an unset one false there.
     queued: bool = True
@@ -147,12 +147,12 @@ class TpuSpec(_Model):
 
 class DiskSpec(_Model):
     name: str  # a clone's cloud name is NAME-JOBID (one clone per job)
-    source_disk: Optional[str] = None  # snapshot this master now, then clone
-    snapshot: Optional[str] = None  # clone from this snapshot
+    source_disk: str | None = None  # snapshot this master now, then clone
+    snapshot: str | None = None  # clone from this snapshot
     mode: Literal["read-only", "read-write"] = "read-only"
     mount: str
-    type: Optional[str] = None
-    size_gb: Optional[int] = Field(default=None, gt=0, le=65536)
+    type: str | None = None
+    size_gb: int | None = Field(default=None, gt=0, le=65536)
     keep: bool = False
 
     @model_validator(mode="after")
@@ -169,11 +169,11 @@ class BucketSpec(_Model):
     read_only: bool = False
     # gcsfuse's default; 0 for checkpoint directories that must be strongly consistent.
     metadata_ttl_secs: int = Field(default=60, ge=-1)
-    only_dir: Optional[str] = None
+    only_dir: str | None = None
     # gcsfuse's file cache (v2 flags --cache-dir, --file-cache-max-size-mb): repeated reads of
     # the same data (epochs) come from local disk. Off unless cache_dir is given; -1 = no limit.
-    cache_dir: Optional[str] = None
-    file_cache_max_size_mb: Optional[int] = Field(default=None, ge=-1)
+    cache_dir: str | None = None
+    file_cache_max_size_mb: int | None = Field(default=None, ge=-1)
 
     @field_validator("cache_dir")
     @classmethod
@@ -201,12 +201,12 @@ class SetupSpec(_Model):
 
 
 class RunSpec(_Model):
-    command: Optional[str] = None
-    runtime: Optional[dict[str, Any]] = None
-    workdir: Optional[str] = None
+    command: str | None = None
+    runtime: dict[str, Any] | None = None
+    workdir: str | None = None
     # A program that writes no heartbeat is hung once no host's log has grown for this long
     # (off by default: many programs are silent for long stretches).
-    hang_seconds: Optional[float] = Field(default=None, gt=0, le=7 * 86400)
+    hang_seconds: float | None = Field(default=None, gt=0, le=7 * 86400)
 
 
 _WEEK = 7 * 86400
@@ -250,8 +250,8 @@ EMAIL_ADDRESS = re.compile(r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;.]+$")
 
 
 class NotifySpec(_Model):
-    webhook: Optional[str] = None
-    email: Optional[str] = None
+    webhook: str | None = None
+    email: str | None = None
     on: list[NotifyOn] = Field(default_factory=lambda: ["succeeded", "failed"])
 
 
@@ -262,10 +262,10 @@ class JobSpec(_Model):
     buckets: list[BucketSpec] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     secrets: list[str] = Field(default_factory=list)
-    setup: Optional[str | SetupSpec] = None
-    sync: Optional[str] = None
+    setup: str | SetupSpec | None = None
+    sync: str | None = None
     run: RunSpec
-    run_dir: Optional[str] = None
+    run_dir: str | None = None
     requeue: RequeuePolicy = Field(default_factory=RequeuePolicy)
     notify: list[NotifySpec] = Field(default_factory=list)
 
@@ -275,7 +275,7 @@ class JobSpec(_Model):
         return (self.setup.run if isinstance(self.setup, SetupSpec) else self.setup) or ""
 
     @property
-    def setup_cache(self) -> Optional[SetupSpec]:
+    def setup_cache(self) -> SetupSpec | None:
         """The long form when it names paths to cache; None: setup runs on every host as written."""
         return self.setup if isinstance(self.setup, SetupSpec) and self.setup.cache else None
 
@@ -335,16 +335,16 @@ class ResolvedSpec(BaseModel):
     runtime_version: str
     disk_types: dict[str, str]
     # Every slice's together, at the spec's provisioning; None: no published price.
-    cost_per_hour_usd: Optional[float]
-    on_demand_cost_per_hour_usd: Optional[float] = None  # the list price, for comparison
-    sync_path: Optional[str]
+    cost_per_hour_usd: float | None
+    on_demand_cost_per_hour_usd: float | None = None  # the list price, for comparison
+    sync_path: str | None
     # What the cloud layer builds its request from. A spec recorded before these existed was a
     # TPU API one: api tpu-vm, its spec's provisioning, no reservation or run limit.
     api: Literal["tpu-vm", "compute"] = "tpu-vm"
     provisioning: str = ""  # the spec's (filled in from it when missing)
-    reservation: Optional[str] = None
-    max_run_duration_seconds: Optional[int] = None
-    compute: Optional[ComputePlacement] = None  # api compute only
+    reservation: str | None = None
+    max_run_duration_seconds: int | None = None
+    compute: ComputePlacement | None = None  # api compute only
 
     @model_validator(mode="after")
     def _provisioning_from_the_spec(self):

@@ -12,9 +12,26 @@ from tpujob.catalogue import NEVER_READ_ONLY, Accelerator, NoComputeShape, accel
 from tpujob.errors import SpecError
 from tpujob.names import RUN_DIR_MOUNT  # where the run dir's bucket is mounted: no spec mount may take it
 from tpujob.spec.lines import dotted, parse
-from tpujob.spec.models import (BUCKET_NAME, EMAIL_ADDRESS, ENV_NAME, JOB_NAME, NETWORK_REF, NETWORK_TAG, NOTIFY_ON,
-                                 RESOURCE_NAME, SUBNETWORK_REF, WEBHOOK_SECRET, ZONE_NAME, ComputePlacement, JobSpec,
-                                 NetworkSpec, NotifySpec, ResolvedSpec, SetupSpec)
+from tpujob.spec.models import (
+    BUCKET_NAME,
+    EMAIL_ADDRESS,
+    ENV_NAME,
+    JOB_NAME,
+    NETWORK_REF,
+    NETWORK_TAG,
+    NOTIFY_ON,
+    RESOURCE_NAME,
+    SUBNETWORK_REF,
+    WEBHOOK_SECRET,
+    ZONE_NAME,
+    ComputePlacement,
+    JobSpec,
+    NetworkSpec,
+    NotifySpec,
+    ResolvedSpec,
+    SetupSpec,
+)
+
 
 def _fail(message: str, path: tuple, lines: dict[tuple, int]) -> SpecError:
     return SpecError(message, field=dotted(path), line=lines.get(path))
@@ -403,7 +420,8 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
     if (spec.run.command is None) == (spec.run.runtime is None):
         raise _fail("give exactly one of run.command and run.runtime", ("run",), lines)
     if spec.run.runtime is not None:
-        from tpujob.runtime.config import ConfigError as RuntimeConfigError, config_from_dict
+        from tpujob.runtime.config import ConfigError as RuntimeConfigError
+        from tpujob.runtime.config import config_from_dict
 
         try:
             config_from_dict(spec.run.runtime)

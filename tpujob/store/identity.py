@@ -8,7 +8,6 @@ from sqlalchemy.engine import Engine
 
 from tpujob.store.reads import fetch_all
 
-
 _store_info = Table("store_info", MetaData(), Column("id", String, primary_key=True))
 
 

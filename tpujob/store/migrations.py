@@ -11,7 +11,18 @@ import uuid
 from typing import Callable
 
 from sqlalchemy import (
-    Boolean, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text, func, inspect, select,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    func,
+    inspect,
+    select,
 )
 from sqlalchemy.engine import Connection, Engine
 

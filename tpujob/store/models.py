@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from sqlmodel import Field, SQLModel
 
 
 class Job(SQLModel, table=True):
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True)
     state: str = Field(index=True)
-    end_reason: Optional[str] = None
+    end_reason: str | None = None
     spec_yaml: str  # the spec as submitted, for the record and for `show`
     spec_json: str  # the resolved spec every later attempt is made from
     accelerator: str
@@ -23,15 +21,15 @@ class Job(SQLModel, table=True):
     failures: int = 0
     nan_restarts: int = 0
     keep_slice: bool = False
-    host0_ip: Optional[str] = None
+    host0_ip: str | None = None
     created_at: float
     updated_at: float
-    ended_at: Optional[float] = None
-    observed_at: Optional[float] = None  # when a sweep last looked at this job's slice
-    lease_owner: Optional[str] = None
-    lease_expires: Optional[float] = None
-    state_since: Optional[float] = None
-    unhealthy_since: Optional[float] = None
+    ended_at: float | None = None
+    observed_at: float | None = None  # when a sweep last looked at this job's slice
+    lease_owner: str | None = None
+    lease_expires: float | None = None
+    state_since: float | None = None
+    unhealthy_since: float | None = None
     placement: int = 0
     running_seconds: float = 0.0
     capacity_misses: int = 0  # capacity misses in a row (stockouts, queue timeouts) since READY
@@ -41,7 +39,7 @@ class Job(SQLModel, table=True):
 
 
 class Attempt(SQLModel, table=True):
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="job.id", index=True)
     number: int
     slice_name: str
@@ -49,37 +47,37 @@ class Attempt(SQLModel, table=True):
     accelerator: str
     queued: bool
     started_at: float
-    ended_at: Optional[float] = None
-    end_reason: Optional[str] = None
-    last_step: Optional[int] = None
-    resumed_from_step: Optional[int] = None
-    host_keys: Optional[str] = None  # JSON {host index: [OpenSSH public key lines]}
-    cause: Optional[str] = None  # why it ended, in words: the message of the move that ended it
-    total_steps: Optional[int] = None  # the heartbeat's total, where the program says it
-    progress: Optional[str] = None  # JSON [[time, step], ...] of the last minutes (tpujob/progress.py)
-    create_operation: Optional[str] = None  # the node create's operation, while it may still say why
+    ended_at: float | None = None
+    end_reason: str | None = None
+    last_step: int | None = None
+    resumed_from_step: int | None = None
+    host_keys: str | None = None  # JSON {host index: [OpenSSH public key lines]}
+    cause: str | None = None  # why it ended, in words: the message of the move that ended it
+    total_steps: int | None = None  # the heartbeat's total, where the program says it
+    progress: str | None = None  # JSON [[time, step], ...] of the last minutes (tpujob/progress.py)
+    create_operation: str | None = None  # the node create's operation, while it may still say why
     slices: int = 1  # multislice: the attempt's nodes are SLICE_NAME-0 .. -(slices-1)
-    lost_slices: Optional[str] = None  # multislice: the slices it ended on losing, "1" or "0,1"
+    lost_slices: str | None = None  # multislice: the slices it ended on losing, "1" or "0,1"
     # Elastic multislice: its nodes when not NAME-0..N-1 (space-separated: the slices kept from
     # the attempt before, then those grown for it), and the nodes being created to grow it back
     # (JSON {node: create operation}, plus "failed_at" once a try failed).
-    nodes: Optional[str] = None
-    growing: Optional[str] = None
+    nodes: str | None = None
+    growing: str | None = None
 
 
 class Event(SQLModel, table=True):
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="job.id", index=True)
     at: float
     kind: str
     message: str
-    from_state: Optional[str] = None
-    to_state: Optional[str] = None
+    from_state: str | None = None
+    to_state: str | None = None
 
 
 class Outbox(SQLModel, table=True):
     """A notification to send (store/outbox.py): pending, then sent or gave_up."""
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="job.id", index=True)
     event_id: int
     channel: int  # index into the spec's notify list
@@ -89,7 +87,7 @@ class Outbox(SQLModel, table=True):
     created_at: float
     next_try: float
     attempts: int = 0
-    last_error: Optional[str] = None
-    claimed_by: Optional[str] = None
-    claim_expires: Optional[float] = None
-    sent_at: Optional[float] = None
+    last_error: str | None = None
+    claimed_by: str | None = None
+    claim_expires: float | None = None
+    sent_at: float | None = None

@@ -9,7 +9,6 @@ address or a webhook URL.
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 from sqlalchemy import and_, delete, or_, update
 from sqlmodel import Session, col, select
@@ -29,7 +28,7 @@ MAX_ERROR_CHARS = 300
 _KIND_OF_END = {State.SUCCEEDED: "succeeded", State.FAILED: "failed", State.CANCELLED: "cancelled"}
 
 
-def kind_of(dst: State, fields: dict) -> Optional[str]:
+def kind_of(dst: State, fields: dict) -> str | None:
     """The notification kind of a move, if it is one: an end, or a move to RECOVERING that
     counts a preemption or a NaN restart (the counters arrive as fields of the move; `resume`
     resets them to 0, which counts nothing)."""

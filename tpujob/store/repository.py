@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator
 
 from sqlalchemy import and_, delete, func, or_, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -18,9 +18,9 @@ from sqlmodel import Session, col, select
 
 from tpujob import progress
 from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
+from tpujob.names import format_job_id, node_names, nodes_text, slice_name
 from tpujob.store import outbox
 from tpujob.store.db import READ
-from tpujob.names import format_job_id, node_names, nodes_text, slice_name
 from tpujob.store.models import Attempt, Event, Job
 from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
 
@@ -135,7 +135,7 @@ class Store:
             raise NotFoundError(f"no job with id or name {ref!r}")
         return job
 
-    def list_jobs(self, include_ended: bool = False, states: Optional[Iterable[State]] = None) -> list[Job]:
+    def list_jobs(self, include_ended: bool = False, states: Iterable[State] | None = None) -> list[Job]:
         query = select(Job).order_by(col(Job.id))
         if states is not None:
             query = query.where(col(Job.state).in_([s.value for s in states]))
@@ -152,7 +152,7 @@ class Store:
             return list(session.exec(query))
 
     def transition(self, job_id: int, src: State, dst: State, message: str, *,
-                   end_reason: Optional[EndReason] = None, owner: Optional[str] = None,
+                   end_reason: EndReason | None = None, owner: str | None = None,
                    **fields) -> Job:
         """Move a job from `src` to `dst` if, and only if, it is still in `src` (and, with
         `owner`, still leased to it). Raises IllegalTransition otherwise; nothing changes."""
@@ -277,9 +277,9 @@ class Store:
 
     # -- attempts and events ------------------------------------------------------------------
     def start_attempt(self, job_id: int, src: State, dst: State, message: str, *, zone: str,
-                      accelerator: str, queued: bool, reuse_slice: Optional[str] = None, slices: int = 1,
-                      owner: Optional[str] = None, placement: Optional[int] = None,
-                      nodes: Optional[list[str]] = None) -> tuple[Job, Attempt]:
+                      accelerator: str, queued: bool, reuse_slice: str | None = None, slices: int = 1,
+                      owner: str | None = None, placement: int | None = None,
+                      nodes: list[str] | None = None) -> tuple[Job, Attempt]:
         """Open the next attempt, make it the job's current one and move the job from `src` to
         `dst`, in one transaction: a crash leaves either all of it or none. Its slice is named
         after the attempt, unless `reuse_slice` names a healthy slice of an earlier attempt.
@@ -324,7 +324,7 @@ class Store:
             return session.get(Job, job_id, populate_existing=True), attempt
 
     def end_attempt(self, job_id: int, number: int, reason: AttemptEnd | str,
-                    last_step: Optional[int] = None, lost_slices: tuple[int, ...] = ()) -> None:
+                    last_step: int | None = None, lost_slices: tuple[int, ...] = ()) -> None:
         values = dict(ended_at=self.clock(), end_reason=getattr(reason, "value", reason))
         if last_step is not None:
             values["last_step"] = last_step
@@ -342,13 +342,13 @@ class Store:
             session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
                          .values(cause=cause))
 
-    def record_growing(self, job_id: int, number: int, growing: Optional[str]) -> None:
+    def record_growing(self, job_id: int, number: int, growing: str | None) -> None:
         """The nodes being created to grow attempt `number` back (JSON; None: none)."""
         with self._tx() as session:
             session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
                          .values(growing=growing))
 
-    def record_create_operation(self, job_id: int, number: int, operation: Optional[str]) -> None:
+    def record_create_operation(self, job_id: int, number: int, operation: str | None) -> None:
         """The operation of attempt `number`'s node create (None: forget it, to create again)."""
         with self._tx() as session:
             session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
@@ -359,9 +359,9 @@ class Store:
             session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
                          .values(host_keys=host_keys))
 
-    def record_steps(self, job_id: int, number: int, *, last_step: Optional[int] = None,
-                     resumed_from_step: Optional[int] = None, total_steps: Optional[int] = None,
-                     at: Optional[float] = None) -> None:
+    def record_steps(self, job_id: int, number: int, *, last_step: int | None = None,
+                     resumed_from_step: int | None = None, total_steps: int | None = None,
+                     at: float | None = None) -> None:
         """What the runtime reported for an attempt: its latest step (a sample of the progress
         series when `at` is given), the step it resumed from, the total it runs to."""
         values = {k: v for k, v in (("last_step", last_step), ("resumed_from_step", resumed_from_step),
@@ -390,7 +390,7 @@ class Store:
                     found[row.job_id].append(row)
         return found
 
-    def current_attempt(self, job_id: int) -> Optional[Attempt]:
+    def current_attempt(self, job_id: int) -> Attempt | None:
         with self._read() as session:
             return session.exec(select(Attempt).where(Attempt.job_id == job_id)
                                 .order_by(col(Attempt.number).desc())).first()
@@ -405,7 +405,7 @@ class _Block:
 
     def __init__(self, session: Session):
         self.session = session
-        self.doomed: Optional[BaseException] = None
+        self.doomed: BaseException | None = None
 
     def doom(self, error: BaseException) -> None:
         self.doomed = self.doomed or error

@@ -3,7 +3,7 @@ store keeps thousands of jobs, and this module imports neither sqlmodel nor the 
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from sqlalchemy import and_, column, select, table
 from sqlalchemy.engine import Engine
@@ -18,7 +18,7 @@ class JobSummary(NamedTuple):
     id: int
     name: str
     state: str
-    end_reason: Optional[str]
+    end_reason: str | None
     accelerator: str
     zone: str
     project: str
@@ -27,16 +27,16 @@ class JobSummary(NamedTuple):
     preemptions: int
     failures: int
     nan_restarts: int
-    host0_ip: Optional[str]
+    host0_ip: str | None
     created_at: float
     updated_at: float
-    ended_at: Optional[float]
-    observed_at: Optional[float]
-    state_since: Optional[float]
+    ended_at: float | None
+    observed_at: float | None
+    state_since: float | None
     running_seconds: float
-    last_step: Optional[int] = None    # the current attempt's (attempt.last_step, total_steps)
-    total_steps: Optional[int] = None
-    slices: Optional[int] = None  # the current attempt's (multislice); None before the first
+    last_step: int | None = None    # the current attempt's (attempt.last_step, total_steps)
+    total_steps: int | None = None
+    slices: int | None = None  # the current attempt's (multislice); None before the first
 
 
 

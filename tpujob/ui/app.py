@@ -28,9 +28,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from tpujob.errors import ConflictError, NotFoundError, TpujobError, UsageError
-from tpujob.service import dashboard
 from tpujob.names import format_job_id
 from tpujob.progress import describe, step_text
+from tpujob.service import dashboard
 from tpujob.ui import svg
 
 HERE = Path(__file__).parent
@@ -167,6 +167,7 @@ def make_app(context_factory, token: str, port: int) -> Starlette:
         if not hmac.compare_digest(str(form.get("csrf", "")), csrf):
             return _plain(403, "the form's CSRF field is missing or wrong: reload the page")
         from starlette.concurrency import run_in_threadpool
+
         from tpujob.service import jobs as jobs_service
 
         ref = request.path_params["ref"]
