@@ -47,13 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_requeue import ZONE, fresh  # noqa: E402
 
-SPEC = """\
+SPEC = f"""\
 name: recovery
-tpu: {accelerator: v4-8, zone: %s, queued: false}
+tpu: {{accelerator: v4-8, zone: {ZONE}, queued: false}}
 setup: sleep 5
-requeue: {min_run_seconds: 0}
-run: {command: 'sleep 3600'}
-""" % ZONE
+requeue: {{min_run_seconds: 0}}
+run: {{command: 'sleep 3600'}}
+"""
 
 BUCKET = "bench-recovery"
 RUNTIME_SPEC = """\
@@ -280,8 +280,8 @@ def main() -> None:
 
 def _print_scale(rows: list[dict]) -> None:
     base = rows[0]["seconds"]
-    print(f"workers {os.environ.get('TPUJOB_SWEEP_WORKERS', 'default (16)')}; sweeps are `tpujob requeue --settle {SETTLE}` "
-          "processes, back to back; `setup: sleep 5`, program `sleep`")
+    print(f"workers {os.environ.get('TPUJOB_SWEEP_WORKERS', 'default (16)')}; sweeps are "
+          f"`tpujob requeue --settle {SETTLE}` processes, back to back; `setup: sleep 5`, program `sleep`")
     head = "".join(f" {p:>16}" for p in PHASES)
     print(f"{'jobs':>5} {'all running s':>14} {'sweeps':>7} {'t(N)/t(' + str(rows[0]['jobs']) + ')':>9}  "
           f"median s from the preemption to:{head}")

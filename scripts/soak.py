@@ -59,20 +59,20 @@ REPLAYED = ("stockout_in_operation", "internal_on_create")
 
 RUNTIME = """\
 name: soak-rt-{i}
-tpu: {{accelerator: {accelerator}, zone: %s, queued: {queued}}}
-run_dir: gs://%s/runs
+tpu: {{accelerator: {accelerator}, zone: {zone}, queued: {queued}}}
+run_dir: gs://{bucket}/runs
 requeue: {{backoff_seconds: 2, min_run_seconds: 0, max_preemptions: 1000, max_failures: 20}}
 run:
-  runtime: {{model: tiny, steps: {steps}, batch_size: 8, seq_len: 64, checkpoint_every: %d,
+  runtime: {{model: tiny, steps: {steps}, batch_size: 8, seq_len: 64, checkpoint_every: {checkpoint_every},
             async_checkpoint: {async_}, log_every: 5, heartbeat_every_s: 1}}
-""" % (ZONE, BUCKET, CHECKPOINT_EVERY)
+"""
 
 COMMAND = """\
 name: soak-cmd-{i}
-tpu: {{accelerator: {accelerator}, zone: %s, queued: {queued}}}
+tpu: {{accelerator: {accelerator}, zone: {zone}, queued: {queued}}}
 requeue: {{backoff_seconds: 2, min_run_seconds: 0, max_preemptions: 1000, max_failures: 20}}
 run: {{command: {command}}}
-""" % ZONE
+"""
 
 
 def tpujob(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -125,10 +125,12 @@ class Night:
             if i % 3 == 0:
                 async_ = i % 2 == 1  # both checkpoint modes: their SIGKILL bounds differ
                 text = RUNTIME.format(i=i, accelerator=accelerator, queued=queued, async_=json.dumps(async_),
-                                      steps=self.rng.choice([200, 400]))
+                                      steps=self.rng.choice([200, 400]), zone=ZONE, bucket=BUCKET,
+                                      checkpoint_every=CHECKPOINT_EVERY)
             else:
                 command = "sleep 100000" if i % 3 == 1 else f"sleep {self.rng.randint(30, 180)}; exit 0"
-                text = COMMAND.format(i=i, accelerator=accelerator, queued=queued, command=json.dumps(command))
+                text = COMMAND.format(i=i, accelerator=accelerator, queued=queued, command=json.dumps(command),
+                                      zone=ZONE)
             path = self.directory / f"job-{i}.yaml"
             path.write_text(text)
             job, _ = jobs.record(self.ctx, str(path))

@@ -100,10 +100,10 @@ def _steps(job_id: int, attempts: list, preempted: dict, killed: set,
     """Violations of the step invariant, and how many resumptions were checked. An attempt
     preempted with SIGTERM grace loses no step, unless a host of it had been killed (then its
     program died without notice) or its checkpoint was not written within the grace (a save
-    still in flight is waited for first; status.json then never said `preempted`). Without notice (SIGKILL, a dead host) an attempt loses at
-    most one checkpoint interval with synchronous saves; with async ones the save of the step
-    before may still be in flight when the host dies (the next save waits for it), so up to two
-    (docs/runtime.md)."""
+    still in flight is waited for first; status.json then never said `preempted`). Without
+    notice (SIGKILL, a dead host) an attempt loses at most one checkpoint interval with
+    synchronous saves; with async ones the save of the step before may still be in flight when
+    the host dies (the next save waits for it), so up to two (docs/runtime.md)."""
     found, checked = [], 0
     for before, after in zip(attempts, attempts[1:]):
         if after.resumed_from_step is None or before.last_step is None:

@@ -400,7 +400,8 @@ PROBE = """
 import json, sys
 from tpujob.cli.main import main
 code = main(sys.argv[1:])
-heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'paramiko', 'jax', 'starlette', 'uvicorn', 'jinja2')
+heavy = sorted(m for m in sys.modules
+               if m.split('.')[0] in ('grpc', 'paramiko', 'jax', 'starlette', 'uvicorn', 'jinja2')
                or m.startswith(('google.cloud', 'google.api_core')))
 print(json.dumps({"code": code, "heavy": heavy}))
 """

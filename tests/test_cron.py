@@ -17,7 +17,8 @@ from tpujob.cli import cron as cron_cli
 from tpujob.errors import ConfigError, UsageError
 from tpujob.service import cron
 
-pytestmark = pytest.mark.skipif(shutil.which("crontab") is None, reason="needs the crontab program (apt-get install cron)")
+pytestmark = pytest.mark.skipif(shutil.which("crontab") is None,
+                                reason="needs the crontab program (apt-get install cron)")
 
 OTHER = "17 3 * * * /usr/bin/true # someone else's line"
 

@@ -52,7 +52,8 @@ case "$*" in
   "-m venv .venv")
     mkdir -p .venv/bin
     printf '#!/usr/bin/env bash\n[ -e "$FAKE_ROOT/broken-venv" ] && exit 127; exit 0\n' > .venv/bin/python
-    printf '#!/usr/bin/env bash\nprintf "%%s\\n" "pip $*" >> "$SETUP_CALLS"\nprintf "#!/usr/bin/env bash\\n" > .venv/bin/tpujob; chmod +x .venv/bin/tpujob\n' > .venv/bin/pip
+    printf '#!/usr/bin/env bash\nprintf "%%s\\n" "pip $*" >> "$SETUP_CALLS"\n' > .venv/bin/pip
+    printf 'printf "#!/usr/bin/env bash\\n" > .venv/bin/tpujob; chmod +x .venv/bin/tpujob\n' >> .venv/bin/pip
     chmod +x .venv/bin/python .venv/bin/pip ;;
   *) echo "python3 stand-in: unexpected $*" >&2; exit 99 ;;
 esac""",

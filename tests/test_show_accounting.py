@@ -48,7 +48,8 @@ def test_show_json_has_the_accounting(cli, story):
     assert acc["running_seconds"] == pytest.approx(10.0)
     assert acc["goodput"] == pytest.approx(10 / 140)
     assert acc["seconds_in_state"] == pytest.approx(
-        {"PENDING": 10.0, "PROVISIONING": 10.0 + 10.0, "SETTING_UP": 60.0, "RUNNING": 10.0, "RECOVERING": 40.0, "FAILED": 0.0})
+        {"PENDING": 10.0, "PROVISIONING": 10.0 + 10.0, "SETTING_UP": 60.0, "RUNNING": 10.0, "RECOVERING": 40.0,
+         "FAILED": 0.0})
     assert acc["lost_steps"] == [{"attempt": 1, "last_step": 120, "resumed_from_step": 100, "lost_steps": 20}]
 
 

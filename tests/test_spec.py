@@ -720,7 +720,8 @@ REFUSALS = [
           api: compute
           provisioning: reservation  #<
         run: {command: x}
-        """), "tpu.reservation", "provisioning: reservation needs the reservation to consume: set tpu.reservation: NAME"),
+        """), "tpu.reservation",
+        "provisioning: reservation needs the reservation to consume: set tpu.reservation: NAME"),
     ("reservation-name-without-reservation-provisioning", _spec("""
         name: demo
         tpu:
@@ -812,7 +813,8 @@ REFUSALS = [
           zone: us-central1-c
           queued: true  #<
         run: {command: x}
-        """), "tpu.queued", "queued resources are a Cloud TPU API feature; the Compute Engine path creates VMs directly"),
+        """), "tpu.queued",
+        "queued resources are a Cloud TPU API feature; the Compute Engine path creates VMs directly"),
     ("multislice-on-compute", _spec("""
         name: demo
         tpu:

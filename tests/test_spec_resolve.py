@@ -291,7 +291,8 @@ def test_a_compute_spec_survives_the_store():
     r = _resolve(_tpu("v6e-8", "us-east5-b", "api: compute\nprovisioning: flex-start\nmax_run_duration: 2h"))
     again = spec_mod.ResolvedSpec.model_validate_json(json.dumps(r.to_json_dict()))
     assert again == r
-    assert (again.api, again.max_run_duration_seconds, again.compute.machine_type) == ("compute", 7200, "ct6e-standard-8t")
+    assert (again.api, again.max_run_duration_seconds, again.compute.machine_type) \
+        == ("compute", 7200, "ct6e-standard-8t")
 
 
 def test_a_compute_engine_attempt_boots_its_image_family_and_keys_its_setup_cache_on_it():

@@ -38,11 +38,12 @@ def test_each_attempt_is_a_bar_split_by_state_with_the_recovery_on_the_attempt_b
     assert (line.start, line.end) == (T + 1000.0, T + 1200.0)
     first, second = line.bars
     assert [(s.state, s.start, s.end) for s in first.spans] == [
-        ("PROVISIONING", T + 1010.0, T + 1020.0), ("SETTING_UP", T + 1020.0, T + 1080.0), ("RUNNING", T + 1080.0, T + 1090.0),
-        ("RECOVERING", T + 1090.0, T + 1130.0)]
+        ("PROVISIONING", T + 1010.0, T + 1020.0), ("SETTING_UP", T + 1020.0, T + 1080.0),
+        ("RUNNING", T + 1080.0, T + 1090.0), ("RECOVERING", T + 1090.0, T + 1130.0)]
     assert (first.end_reason, second.start, second.end) == ("preempted", T + 1130.0, T + 1200.0)
     assert [(s.state, s.start, s.end) for s in second.spans] == [
-        ("PROVISIONING", T + 1130.0, T + 1140.0), ("SETTING_UP", T + 1140.0, T + 1150.0), ("RUNNING", T + 1150.0, T + 1200.0)]
+        ("PROVISIONING", T + 1130.0, T + 1140.0), ("SETTING_UP", T + 1140.0, T + 1150.0),
+        ("RUNNING", T + 1150.0, T + 1200.0)]
     assert [(m.kind, m.at, m.attempt) for m in line.marks] == [("preempted", T + 1090.0, 1)]
 
 
@@ -136,7 +137,8 @@ def test_a_multislice_attempt_is_a_row_per_slice_with_the_lost_slice_marked(cli)
     events = [SimpleNamespace(at=0.0, to_state="PROVISIONING"), SimpleNamespace(at=10.0, to_state="RUNNING")]
     line = timeline(job, [attempt(1, 0.0, 50.0, "preempted", "1"), attempt(2, 60.0)], events, 100.0)
     assert [(b.attempt, b.slice, b.slice_name) for b in line.bars] == [
-        (1, 0, "tpujob-000001-1-0"), (1, 1, "tpujob-000001-1-1"), (2, 0, "tpujob-000001-2-0"), (2, 1, "tpujob-000001-2-1")]
+        (1, 0, "tpujob-000001-1-0"), (1, 1, "tpujob-000001-1-1"), (2, 0, "tpujob-000001-2-0"),
+        (2, 1, "tpujob-000001-2-1")]
     assert [(m.attempt, m.slice, m.kind) for m in line.marks] == [(1, 1, "preempted")]  # slice 1 only
     drawn = str(svg.timeline_svg(line))
     assert drawn.count('<g class="bar"') == 4 and 'data-attempt="1" data-slice="1"' in drawn

@@ -54,7 +54,8 @@ def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute
     [boot] = template["disks"]
     assert boot["boot"] and boot["autoDelete"]
     assert boot["initializeParams"] == {
-        "sourceImage": "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e",
+        "sourceImage": ("projects/ubuntu-os-accelerator-images/global/images/family/"
+                        "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"),
         "diskType": "hyperdisk-balanced"}
     assert template["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "SPOT",
                                       "automaticRestart": False, "instanceTerminationAction": "STOP"}
@@ -85,7 +86,8 @@ def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute
 def test_preempting_one_vm_makes_the_slice_preempted_and_delete_takes_all_three(compute, server):
     compute.request_node(request("tpujob-000002-1"))
     until(compute, "tpujob-000002-1", SlicePhase.READY)
-    [first, *_] = sorted(m["name"] for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000002-1")["managedInstances"])
+    [first, *_] = sorted(m["name"]
+                         for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000002-1")["managedInstances"])
     server.emulator.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/{first}", 0)
     seen = compute.get_slice(PROJECT, ZONE, "tpujob-000002-1")
     assert seen.phase is SlicePhase.PREEMPTED and first in seen.detail
@@ -258,7 +260,9 @@ def test_a_mig_asked_to_grow_from_size_0_reads_queued(compute, server):
     it is not known): waiting for capacity, not READY with no hosts nor FAILED."""
     from google.cloud import compute_v1
 
-    mig = compute_v1.InstanceGroupManager(name="tpujob-000010-1", target_size=0, status=compute_v1.InstanceGroupManagerStatus(
-        is_stable=False, bulk_instance_operation=compute_v1.InstanceGroupManagerStatusBulkInstanceOperation(in_progress=True)))
+    mig = compute_v1.InstanceGroupManager(
+        name="tpujob-000010-1", target_size=0, status=compute_v1.InstanceGroupManagerStatus(
+            is_stable=False,
+            bulk_instance_operation=compute_v1.InstanceGroupManagerStatusBulkInstanceOperation(in_progress=True)))
     seen = compute._mig_slice(PROJECT, ZONE, mig, [], {})
     assert seen.phase is SlicePhase.QUEUED and seen.hosts == ()

@@ -210,7 +210,8 @@ def test_a_quota_carries_its_scope(text, scope):
 
 def test_quota_failure_violations_are_read_when_the_message_says_little():
     violation = {"subject": "TPUV6EPreemptiblePerProjectPerZoneForTPUAPI",
-                 "description": "Quota 'TPUV6EPreemptiblePerProjectPerZoneForTPUAPI' exhausted. Limit 0 in zone us-east5-b"}
+                 "description": "Quota 'TPUV6EPreemptiblePerProjectPerZoneForTPUAPI' exhausted. "
+                                "Limit 0 in zone us-east5-b"}
     detail = {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [violation]}
     err = classify("creating node n1", gexc.from_http_status(429, "Quota exceeded.", details=[detail]))
     assert type(err) is QuotaExceeded and (err.scope, err.zone) == ("zone", "us-east5-b")

@@ -77,7 +77,8 @@ def test_connection_errors_are_retried_then_a_cloud_error():
 
     cloud = GcpCloud.for_emulator(f"http://127.0.0.1:{_closed_port()}", retry_initial=0.01,
                                   retry_maximum=0.02, retry_deadline=0.3)
-    with pytest.raises(CloudError, match="listing queued resources in .*gave up after retries: ConnectionError") as info:
+    with pytest.raises(CloudError,
+                       match="listing queued resources in .*gave up after retries: ConnectionError") as info:
         cloud.list_slices(PROJECT, ZONE)
     assert info.value.exit_code == 5
     assert cloud.api_calls > 2  # retried like a 503, not raised at the first refusal

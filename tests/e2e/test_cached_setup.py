@@ -71,11 +71,11 @@ def test_a_cached_setup_runs_once_across_three_attempts_on_new_slices(ctx, local
     for number in (1, 2, 3):
         if number > 1:
             local_cloud.preempt(node_ref(project, ZONE, ctx.store.current_attempt(job.id).slice_name))
-        job = sweep_until(ctx, job.id, lambda j: j.state == "RUNNING" and j.attempt == number, rec=rec,
-                          timeout=180, pause=0.5)
+        job = sweep_until(ctx, job.id, lambda j, number=number: j.state == "RUNNING" and j.attempt == number,
+                          rec=rec, timeout=180, pause=0.5)
         root = host_root(local_cloud, project, ZONE, ctx.store.current_attempt(job.id).slice_name, 0)
         marker = root / "mnt/marker"
-        sweep_until(ctx, job.id, lambda j: marker.exists(), rec=rec, timeout=30)
+        sweep_until(ctx, job.id, lambda j, marker=marker: marker.exists(), rec=rec, timeout=30)
         assert marker.read_text() == "built by attempt 1\n"  # attempt 1's setup, unpacked on a new host
         files = root / f"home/tpujob/.tpujob/jobs/{job.id:06d}/attempt-{number}"
         setups.append((files / "setup.done").stat().st_mtime - (files / "setup.pid").stat().st_mtime)

@@ -174,7 +174,8 @@ def test_the_bundled_runtime_trains_on_an_emulated_host(cli, local_cloud, tmp_pa
     result = cli("create", "--wait", "--keep-slice", spec)
     assert result.code == 0, result.err
     slice_name = show(cli, "rt")["attempts"][0]["slice_name"]
-    status = json.loads(host_file(local_cloud, slice_name, 0, "/home/tpujob/tpujob-runs/000001/status.json").read_text())
+    status = json.loads(host_file(local_cloud, slice_name, 0,
+                                  "/home/tpujob/tpujob-runs/000001/status.json").read_text())
     assert (status["state"], status["step"], status["compiles"]) == ("succeeded", 12, 1)
     assert cli("delete", "rt").code == 0
 

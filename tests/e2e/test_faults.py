@@ -30,7 +30,8 @@ def rounds(ctx, rec, done, limit=40) -> int:
             failed += 1
         if done(ctx.store.list_jobs(include_ended=True)):
             return failed
-    raise AssertionError(f"not done: {[(j.id, j.state, j.end_reason) for j in ctx.store.list_jobs(include_ended=True)]}")
+    seen = [(j.id, j.state, j.end_reason) for j in ctx.store.list_jobs(include_ended=True)]
+    raise AssertionError(f"not done: {seen}")
 
 
 def test_jobs_reach_their_state_with_a_fifth_of_api_calls_failing(ctx, local_cloud, project, tmp_path):

@@ -1,8 +1,8 @@
 """Multislice on the emulator: one job on two v4-16 slices (2 hosts each, joined as one JAX
-program over "DCN") through one queued resource (multisliceParams), one slice preempted mid-run. The attempt ends whole, a new attempt makes
-both slices again, training resumes from the SIGTERM checkpoint and succeeds; its losses equal,
-bit for bit, those of the same job run without a preemption, and those of one slice with the
-same global batch to a stated tolerance."""
+program over "DCN") through one queued resource (multisliceParams), one slice preempted mid-run.
+The attempt ends whole, a new attempt makes both slices again, training resumes from the SIGTERM
+checkpoint and succeeds; its losses equal, bit for bit, those of the same job run without a
+preemption, and those of one slice with the same global batch to a stated tolerance."""
 
 from __future__ import annotations
 

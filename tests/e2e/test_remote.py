@@ -83,7 +83,8 @@ def test_exec_runs_argv_literally_on_every_host_with_prefixes(cli, local_cloud, 
     result = cli("exec", job, "--", "sh", "-c", 'echo "to err $1" >&2; echo two; echo lines', "-", "x;y")
     assert result.code == 0
     assert sorted(result.err.splitlines()) == ["[host 0] to err x;y", "[host 1] to err x;y"]
-    assert [l for l in result.out.splitlines() if l.startswith("[host 1]")] == ["[host 1] two", "[host 1] lines"]
+    assert [line for line in result.out.splitlines()
+            if line.startswith("[host 1]")] == ["[host 1] two", "[host 1] lines"]
 
 
 def test_exec_exit_status_is_the_highest_host_code(cli, local_cloud, running):

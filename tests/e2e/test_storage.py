@@ -86,7 +86,7 @@ def test_clone_and_scale(cli, local_cloud, tmp_path, stored_jobs):
     assert (clone["source_snapshot"], clone["users"]) == ("master-snap", [node])
     assert clone["labels"] == {"tpujob-job": pod["id"], "tpujob-store": _store_id()}
     for index in range(4):  # every host reads the same files; a write fails read-only
-        wait_for(lambda: host_file(local_cloud, node, index, "/home/tpujob/rc").exists())
+        wait_for(lambda index=index: host_file(local_cloud, node, index, "/home/tpujob/rc").exists())
         assert host_file(local_cloud, node, index, "/home/tpujob/seen").read_text() == "shard-0\n"
         assert host_file(local_cloud, node, index, "/home/tpujob/rc").read_text() == "1\n"
         assert "Read-only file system" in host_file(local_cloud, node, index, "/home/tpujob/err").read_text()
@@ -156,7 +156,7 @@ def test_two_jobs_from_one_spec_each_get_their_own_clone(cli, local_cloud, tmp_p
         assert clone["users"] == [job["attempts"][0]["slice_name"]]
         assert clone["labels"] == {"tpujob-job": jid, "tpujob-store": _store_id()}
         node = job["attempts"][0]["slice_name"]
-        wait_for(lambda: host_file(local_cloud, node, 0, "/home/tpujob/seen").exists())
+        wait_for(lambda node=node: host_file(local_cloud, node, 0, "/home/tpujob/seen").exists())
         assert host_file(local_cloud, node, 0, "/home/tpujob/seen").read_text() == "shard-0\n"
 
     # Deleting the first job deletes its clone only; the second keeps its data.

@@ -68,7 +68,9 @@ fi
 
 def test_a_stale_heartbeat_is_a_hung_program(ctx, project, local_cloud, bucket, tmp_path):
     job, _ = record(ctx, tmp_path, "hung", """
-if [ "$TPUJOB_HOST_INDEX" = 0 ]; then echo '{"time": 0, "step": 3, "phase": "training"}' > "$TPUJOB_RUN_DIR/heartbeat"; fi
+if [ "$TPUJOB_HOST_INDEX" = 0 ]; then
+  echo '{"time": 0, "step": 3, "phase": "training"}' > "$TPUJOB_RUN_DIR/heartbeat"
+fi
 sleep 600
 """, heartbeat_timeout=1)
     rec = reconciler(ctx)

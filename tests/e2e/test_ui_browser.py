@@ -129,7 +129,7 @@ def test_the_dashboard_shows_a_preempted_job_and_cancels_it(cli, local_cloud, sh
     # Two attempts that trained and were preempted with spot's notice: gcsfuse uploads a file
     # at close, so an attempt's metrics reach the bucket when its program ends.
     for number in (1, 2):
-        data = _requeue_until(cli, lambda d: d["attempt"] == number and d["state"] == "RUNNING"
+        data = _requeue_until(cli, lambda d, number=number: d["attempt"] == number and d["state"] == "RUNNING"
                               and (d["attempts"][-1]["last_step"] or 0)
                               >= (d["attempts"][-1]["resumed_from_step"] or 0) + 6, 180, f"attempt {number} trains")
         local_cloud.preempt(node_ref(project, ZONE, data["attempts"][-1]["slice_name"]), grace_seconds=30)
@@ -193,7 +193,8 @@ def test_the_dashboard_shows_a_preempted_job_and_cancels_it(cli, local_cloud, sh
           "listed cancelled")
     driver.execute_script("window.notReloaded = true")
     assert cli("resume", "uib").code == 0  # RECOVERING, and on (a resume sweeps it at once)
-    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f'tr.job[data-id="{job_id}"]:not([data-state="CANCELLED"])'),
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR,
+                                            f'tr.job[data-id="{job_id}"]:not([data-state="CANCELLED"])'),
           "the row refreshed", timeout=20)
     assert driver.execute_script("return window.notReloaded") is True
     assert cli("delete", "uib").code == 0

@@ -13,7 +13,8 @@ def test_a_host_without_a_key_is_pinned_on_first_use(slice_hosts):
     _, verified = slice_hosts(2)
     bare = [dataclasses.replace(h, host_keys=()) for h in verified.hosts]
     pinned = []
-    with HostGroup(bare, "tpujob", verified.pkey, accept_new=lambda host, line: pinned.append((host.index, line))) as group:
+    with HostGroup(bare, "tpujob", verified.pkey,
+                   accept_new=lambda host, line: pinned.append((host.index, line))) as group:
         assert all(r.ok for r in group.run("true"))
         assert sorted(pinned) == [(h.index, h.host_keys[0]) for h in verified.hosts]
         group.close()   # reconnecting in the same group checks the pinned key: no second pin

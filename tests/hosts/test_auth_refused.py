@@ -22,6 +22,7 @@ def test_a_refused_key_is_its_own_result_without_retries(slice_hosts):
 
 
 def test_an_unreachable_host_is_not_a_refusal(tpujob_key):
-    host = Host(0, "127.250.0.1", 2222, ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIg0GkXnEQEEnuwqk1S8Zdw/ZYy2+bhTIzrxfphS1cp2",))
+    host = Host(0, "127.250.0.1", 2222,
+                ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIg0GkXnEQEEnuwqk1S8Zdw/ZYy2+bhTIzrxfphS1cp2",))
     (result,) = HostGroup([host], "tpujob", tpujob_key[0], retries=0).run("true")
     assert not result.auth_refused and "cannot connect" in result.error

@@ -38,7 +38,8 @@ def test_a_dead_programs_log_reaches_decide_bounded_and_masked():
     assert (seen.program, seen.exit_code, seen.ended_at) == (Program.EXITED, 1, 12.5)
     assert "s3cr3t" not in seen.said and "abc123" not in seen.said and "HF_TOKEN=***" in seen.said
     assert len(seen.said) <= 400 and "noise" not in seen.said.split(" | ")[-1]
-    assert seen.bad_host.startswith("RuntimeError: Unable to initialize backend 'tpu'") and "s3cr3t" not in seen.bad_host
+    assert (seen.bad_host.startswith("RuntimeError: Unable to initialize backend 'tpu'")
+            and "s3cr3t" not in seen.bad_host)
     # A program still running carries none of it.
     assert _status(HostStatus(0, "running", None, 9, 10)).said is None
 

@@ -76,7 +76,8 @@ def test_no_known_host_key_is_refused(slice_hosts):
 
 
 def test_unreachable_host_is_retried_then_reported(tpujob_key):
-    host = Host(0, "127.250.0.1", 2222, ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIg0GkXnEQEEnuwqk1S8Zdw/ZYy2+bhTIzrxfphS1cp2",))
+    host = Host(0, "127.250.0.1", 2222,
+                ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIg0GkXnEQEEnuwqk1S8Zdw/ZYy2+bhTIzrxfphS1cp2",))
     (result,) = HostGroup([host], "tpujob", tpujob_key[0], retries=1).run("true")
     assert "cannot connect after 2 tries" in result.error
 

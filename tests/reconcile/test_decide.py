@@ -146,13 +146,15 @@ CASES = [
     ("succeeded, slice kept", job(State.RUNNING, keep_slice=True), obs(SliceCondition.READY, OK, OK),
      [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host")]),
     ("failure retried", job(State.RUNNING), obs(SliceCondition.READY, BAD, RUN),
-     [StopProgram(), EndAttempt("failed"), Count("failures"), Move(State.RECOVERING, "program exited 3; retry 1 of 1")]),
+     [StopProgram(), EndAttempt("failed"), Count("failures"),
+      Move(State.RECOVERING, "program exited 3; retry 1 of 1")]),
     ("failure, budget spent", job(State.RUNNING, failures=1), obs(SliceCondition.READY, BAD, OK),
      [StopProgram(), EndAttempt("failed"), Count("failures"),
       Move(State.FAILED, "program exited 3", EndReason.USER_ERROR), DeleteSlice()]),
     # The runtime's init check, config error and strict recompile (77-79): never retried, even
     # with retries left, since the same code and config fail the same way on any hardware.
-    ("config error not retried", job(State.RUNNING), obs(SliceCondition.READY, HostObservation(Program.EXITED, 78), RUN),
+    ("config error not retried", job(State.RUNNING),
+     obs(SliceCondition.READY, HostObservation(Program.EXITED, 78), RUN),
      [StopProgram(), EndAttempt("failed"), Count("failures"),
       Move(State.FAILED, "program exited 78: a code or config error, not retried", EndReason.USER_ERROR),
       DeleteSlice()]),
@@ -200,7 +202,8 @@ CASES = [
       Move(State.RECOVERING, "unscheduled maintenance window is open: slice replaced before the program starts; "
                              "preemption 1 of 2 allowed; ran 0 s, under min_run_seconds (600): flap 1, next "
                              "attempt in 12 s")]),
-    ("host blip: mark, don't act", job(State.RUNNING), obs(SliceCondition.READY, GONE, RUN), [MarkUnhealthy("host 0 did not answer")]),
+    ("host blip: mark, don't act", job(State.RUNNING), obs(SliceCondition.READY, GONE, RUN),
+     [MarkUnhealthy("host 0 did not answer")]),
     ("host blip within grace", job(State.RUNNING, unhealthy_seconds=30), obs(SliceCondition.READY, GONE, RUN), []),
     ("host lost past grace", job(State.RUNNING, unhealthy_seconds=600, in_state_seconds=3600),
      obs(SliceCondition.READY, GONE, RUN),
@@ -278,7 +281,7 @@ def test_backoff_doubles_per_capacity_miss_up_to_a_cap_with_bounded_jitter():
 
 def test_every_move_is_legal_and_every_swept_transition_is_reached():
     reached = set()
-    for _, view, observation, expected in CASES:
+    for _, view, _observation, expected in CASES:
         state = view.state
         for action in expected:
             if isinstance(action, Move):
@@ -343,7 +346,8 @@ RUN_DIR_CASES = [
      [MarkUnhealthy("host 1 did not answer; heartbeat 900 s old")]),
     ("stale heartbeat within grace: wait", job(State.RUNNING, unhealthy_seconds=30),
      with_run(SliceCondition.READY, RUN, OK, run=RunDirStatus(heartbeat_age=900)), []),
-    ("stale heartbeat past grace, a host exited: new slice", job(State.RUNNING, unhealthy_seconds=200, in_state_seconds=3600),
+    ("stale heartbeat past grace, a host exited: new slice",
+     job(State.RUNNING, unhealthy_seconds=200, in_state_seconds=3600),
      with_run(SliceCondition.READY, RUN, OK, run=RunDirStatus(heartbeat_age=900)),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "program hung: heartbeat 900 s old, unhealthy for 200 s; preemption 1 of 2 "
@@ -424,7 +428,8 @@ HANG_CASES = [
                                           "beats on (heartbeat_timeout_seconds 60); hang 1 of 2 allowed, "
                                           "stacks captured before the stop, new slice")]),
     ("progress within the timeout: nothing", job(State.RUNNING),
-     with_run(SliceCondition.READY, running_for(progress=59), running_for(progress=59), run=RunDirStatus(heartbeat_age=2)),
+     with_run(SliceCondition.READY, running_for(progress=59), running_for(progress=59),
+              run=RunDirStatus(heartbeat_age=2)),
      []),
     ("a silent log past run.hang_seconds on every host: hung", job(State.RUNNING),
      with_run(SliceCondition.READY, running_for(log=130), running_for(log=121), run=None),

@@ -49,7 +49,8 @@ CASES = [
                                                            "in another zone"), StartAttempt(next_placement=True)]),
     ("zonal quota: another accelerator in the same zone is no way out", job([EAST_A, EAST_A]),
      Observation(SliceCondition.NO_QUOTA, refusal=ZONE_QUOTA, scope="zone"),
-     [EndAttempt("refused"), DeleteSlice(), Move(State.FAILED, f"quota exhausted: {ZONE_QUOTA}", EndReason.NO_CAPACITY)]),
+     [EndAttempt("refused"), DeleteSlice(),
+      Move(State.FAILED, f"quota exhausted: {ZONE_QUOTA}", EndReason.NO_CAPACITY)]),
     ("regional quota: the same region's other zone is passed over", job([EAST_A, EAST_B]),
      Observation(SliceCondition.NO_QUOTA, refusal="Limit: 0 in region us-east5", scope="region"),
      [EndAttempt("refused"), DeleteSlice(),
@@ -122,7 +123,8 @@ def failed_queued_resource(failure):
 
 def observe(state: State, slice_: Slice) -> Observation:
     observer = Observer(store=None, cloud=None, hosts=None, clock=lambda: 0.0)
-    return observer.observe(SimpleNamespace(id=1, state=state.value, state_since=0.0), SimpleNamespace(number=1, growing=None), slice_)
+    return observer.observe(SimpleNamespace(id=1, state=state.value, state_since=0.0),
+                            SimpleNamespace(number=1, growing=None), slice_)
 
 
 def test_a_failed_queued_resource_is_decided_on_by_its_error_while_provisioning():

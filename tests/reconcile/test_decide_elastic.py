@@ -51,7 +51,8 @@ def test_the_whole_attempt_goes_when_too_few_are_left_not_elastic_or_the_budget_
     every = Observation(slice=SliceCondition.LOST, lost_slices=(0, 1))
     for job, policy, seen in ((running(), ELASTIC, every),
                               (running(), FIXED, Observation(slice=SliceCondition.LOST, lost_slices=(1,))),
-                              (running(preemptions=2), ELASTIC, Observation(slice=SliceCondition.LOST, lost_slices=(1,)))):
+                              (running(preemptions=2), ELASTIC,
+                               Observation(slice=SliceCondition.LOST, lost_slices=(1,)))):
         actions = decide(job, seen, policy)
         assert DeleteSlice() in actions and StartAttempt(keep_survivors=True) not in actions, actions
 
@@ -72,7 +73,8 @@ def test_a_running_attempt_short_of_slices_grows_back_and_takes_them_on_once_rea
     assert decide(short, healthy, ELASTIC) == [GrowSlices()]
     assert decide(running(), healthy, ELASTIC) == []  # all slices: nothing to grow
     assert decide(short, replace(healthy, growth="creating"), ELASTIC) == []
-    assert decide(short, replace(healthy, growth="failed", growth_error="stockout"), ELASTIC) == [DropGrowth("stockout")]
+    assert decide(short, replace(healthy, growth="failed", growth_error="stockout"), ELASTIC) \
+        == [DropGrowth("stockout")]
     assert decide(replace(short, growth_failed_seconds=5.0), healthy, ELASTIC) == []  # within the backoff
     assert decide(replace(short, growth_failed_seconds=11.0), healthy, ELASTIC) == [GrowSlices()]
     ready = decide(short, replace(healthy, growth="ready"), ELASTIC)

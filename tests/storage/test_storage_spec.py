@@ -24,7 +24,8 @@ def test_the_file_cache_is_part_of_a_bucket(cli, spec_file):
         extra="buckets: [{bucket: data-set, mount: /mnt/ds, file_cache_max_size_mb: 512}]")))
     assert no_dir.code == 2
     assert "buckets[0]" in no_dir.error_line and "file_cache_max_size_mb needs cache_dir" in no_dir.error_line
-    relative = cli("validate", spec_file(SPEC.format(extra="buckets: [{bucket: data-set, mount: /mnt/ds, cache_dir: c}]")))
+    relative = cli("validate",
+                   spec_file(SPEC.format(extra="buckets: [{bucket: data-set, mount: /mnt/ds, cache_dir: c}]")))
     assert relative.code == 2 and "buckets[0].cache_dir" in relative.error_line
     assert "value error" not in relative.error_line
 

@@ -132,8 +132,8 @@ class SshHostOps:
         recorded = _recorded_keys(self.ctx.store, job.id, attempt.number)
         if slice_.hosts and all(recorded.get(h.index) for h in slice_.hosts):
             return recorded
-        published = self.cloud.for_api(api_of(job)).host_keys(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
-                                         nodes=own_nodes(attempt))
+        published = self.cloud.for_api(api_of(job)).host_keys(job.project, attempt.zone, attempt.slice_name,
+                                                               slices=attempt.slices, nodes=own_nodes(attempt))
         keys = {i: v for i, v in published.items() if v} | recorded
         if slice_.hosts and all(keys.get(h.index) for h in slice_.hosts):
             self.ctx.store.record_host_keys(job.id, attempt.number, json.dumps(keys))

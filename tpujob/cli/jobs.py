@@ -374,7 +374,8 @@ def _print_resolved(r) -> None:
         ("name", r.spec.name), ("accelerator", f"{r.accelerator} ({r.generation})"),
         *((("hosts", r.hosts), ("chips", r.chips)) if r.slices == 1 else (
             ("slices", f"{r.slices} over DCN" if r.min_slices == r.slices
-             else f"{r.min_slices} to {r.slices} over DCN (elastic)"), ("hosts", f"{r.hosts} per slice, {r.hosts * r.slices} in all"),
+             else f"{r.min_slices} to {r.slices} over DCN (elastic)"),
+            ("hosts", f"{r.hosts} per slice, {r.hosts * r.slices} in all"),
             ("chips", f"{r.chips} per slice, {r.chips * r.slices} in all"))),
         ("zone", r.zone), ("project", r.project),
         *((("runtime", r.runtime_version),) if r.compute is None else (

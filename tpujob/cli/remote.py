@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
             remote.logs(_ctx(), job, host=host, attempt=attempt, follow=follow, out=_out,
                         notice=lambda line: typer.echo(f"note: {line}", err=True))
         except KeyboardInterrupt:   # the usual way to stop following
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
 
     @app.command("exec")
     def exec_(job: str = typer.Argument(..., help="Job id or name."),

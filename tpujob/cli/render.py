@@ -28,7 +28,7 @@ def iso(ts: float | None) -> str | None:
     day_text = _dates.get(day)
     if day_text is None:
         day_text = _dates[day] = date.fromordinal(_EPOCH_ORDINAL + day).isoformat()
-    return "%sT%02d:%02d:%02d+00:00" % (day_text, second // 3600, second // 60 % 60, second % 60)
+    return f"{day_text}T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}+00:00"
 
 
 def age(ts: float | None, now: float | None = None) -> str:
@@ -68,7 +68,7 @@ _JOB_JSON = "  {\n" + ",\n".join(f'    "{key}": %s' for key in JOB_KEYS) + "\n  
 
 
 def _json_time(ts: float | None) -> str:
-    return "null" if ts is None else '"%s"' % iso(ts)
+    return "null" if ts is None else f'"{iso(ts)}"'
 
 
 def _json_int(value: int | None) -> str:
@@ -89,7 +89,7 @@ def print_jobs_json(jobs: list) -> None:
         return
     now = time.time()
     typer.echo("[\n" + ",\n".join(_JOB_JSON % (
-        '"%s"' % format_job_id(j.id), _json_str(j.name), _json_str(j.state), _json_or_null(j.end_reason),
+        f'"{format_job_id(j.id)}"', _json_str(j.name), _json_str(j.state), _json_or_null(j.end_reason),
         _json_str(j.accelerator), _json_str(j.zone), _json_str(j.project), _json_str(j.cloud),
         j.attempt, j.preemptions, j.failures, j.nan_restarts, _json_or_null(j.host0_ip),
         _json_time(j.created_at), _json_time(j.updated_at), _json_time(j.ended_at), _json_time(j.observed_at),

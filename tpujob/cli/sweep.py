@@ -13,8 +13,8 @@ from tpujob.names import format_job_id
 
 def _print_report(report) -> None:
     # Dated: cron appends these lines to requeue.log, read the morning after.
-    line = (f"{render.iso(time.time())} sweep: {report.jobs_seen} active, {report.jobs_acted} acted on, {report.skipped_locked} locked "
-            f"elsewhere, {report.api_calls} API calls, {report.seconds:.2f} s")
+    line = (f"{render.iso(time.time())} sweep: {report.jobs_seen} active, {report.jobs_acted} acted on, "
+            f"{report.skipped_locked} locked elsewhere, {report.api_calls} API calls, {report.seconds:.2f} s")
     if report.setups_followed:
         line += (f"; followed {report.setups_followed} setup(s), {report.setups_ended} ended within --settle")
     typer.echo(line)
@@ -66,5 +66,6 @@ def register(app: typer.Typer) -> None:
         ctx = _ctx()
         resumed = jobs.resume(ctx, job)
         final = follow_job(ctx, resumed.id, wait=wait, timeout=timeout, quiet=False)
-        typer.echo(f"job {format_job_id(final.id)} {final.state}" + (f" ({final.end_reason})" if final.end_reason else ""))
+        typer.echo(f"job {format_job_id(final.id)} {final.state}"
+                   + (f" ({final.end_reason})" if final.end_reason else ""))
         raise_unless_succeeded(final, wait)

@@ -186,13 +186,13 @@ class MigSlices:
         """A MIG's phase, from the MIG and its managed instances, in this order:
         a member PENDING_STOP/STOPPING/TERMINATED/STOPPED (INSTANCE_PHASES: preempted) ->
         PREEMPTED; targetSize 0 (a flex-start MIG before its resize) -> QUEUED once asked to
-        grow (not stable), else PROVISIONING (_size_zero); topology FAILED -> FAILED; not stable (or bulkInstanceOperation in
-        progress) -> FAILED when a member's lastAttempt has an error (typed: a stockout is a
-        StockoutError), else QUEUED while a member is PENDING (flex-start), else PROVISIONING;
-        stable with every member RUNNING and targetSize of them -> READY with one Host per VM
-        in host_order; stable with fewer -> FAILED with listErrors' latest error. Peers call a
-        slice ready on isStable and running == targetSize, failed when stable with fewer
-        (facts: wchen99998/skypilot).
+        grow (not stable), else PROVISIONING (_size_zero); topology FAILED -> FAILED; not stable
+        (or bulkInstanceOperation in progress) -> FAILED when a member's lastAttempt has an error
+        (typed: a stockout is a StockoutError), else QUEUED while a member is PENDING (flex-start),
+        else PROVISIONING; stable with every member RUNNING and targetSize of them -> READY with
+        one Host per VM in host_order; stable with fewer -> FAILED with listErrors' latest error.
+        Peers call a slice ready on isStable and running == targetSize, failed when stable with
+        fewer (facts: wchen99998/skypilot).
 
         A BULK MIG retries a stockout for ever (ManagedInstance.currentAction CREATING
         "retries until success", compute.v1 discovery); tpujob gives the slice up as FAILED

@@ -56,9 +56,10 @@ class Gcs:
             groups[(bucket, parent)].append(prefix)
         out: dict[tuple[str, str], RunFiles] = {}
         for (bucket, parent), prefixes in sorted(groups.items()):
-            blobs = self._call(f"listing gs://{bucket}/{parent}", lambda: list(self.client.list_blobs(
-                bucket, prefix=parent, match_glob=f"{parent}*/{{{HEARTBEAT},{STATUS}}}",
-                retry=_READ_RETRY, timeout=_READ_TIMEOUT)))
+            blobs = self._call(f"listing gs://{bucket}/{parent}",
+                               lambda bucket=bucket, parent=parent: list(self.client.list_blobs(
+                                   bucket, prefix=parent, match_glob=f"{parent}*/{{{HEARTBEAT},{STATUS}}}",
+                                   retry=_READ_RETRY, timeout=_READ_TIMEOUT)))
             by_name = {b.name: b for b in blobs}
             for prefix in prefixes:
                 out[(bucket, prefix)] = self._files(by_name, prefix, wanted[(bucket, prefix)])

@@ -214,8 +214,9 @@ def status(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> li
             continue
         out.append(HostStatus(result.index, data["state"], data["exit_code"], data["pid"],
                               data["log_bytes"], step=data.get("step"), total=data.get("total"),
-                              resumed_from=data.get("resumed_from"), ended_at=data.get("ended_at"), log_tail=_decoded(data.get("log_tail")),
-                              log_age=data.get("log_age"), progress_age=data.get("progress_age")))
+                              resumed_from=data.get("resumed_from"), ended_at=data.get("ended_at"),
+                              log_tail=_decoded(data.get("log_tail")), log_age=data.get("log_age"),
+                              progress_age=data.get("progress_age")))
     return out
 
 

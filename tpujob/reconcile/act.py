@@ -182,8 +182,9 @@ class Actor:
             elastic_act.delete_lost(self, turn, action)
             return done()
         if turn.attempt is not None:
-            self.cloud.for_api(api_of(turn.job)).delete_slice(turn.job.project, turn.attempt.zone, turn.attempt.slice_name,
-                                    slices=turn.attempt.slices, nodes=nodes_to_delete(turn.attempt))
+            self.cloud.for_api(api_of(turn.job)).delete_slice(turn.job.project, turn.attempt.zone,
+                                                              turn.attempt.slice_name, slices=turn.attempt.slices,
+                                                              nodes=nodes_to_delete(turn.attempt))
             crash_point("slice-deleted")
             self.store.add_event(turn.job.id, "slice", f"deleted slice {turn.attempt.slice_name}")
         return done()
@@ -343,8 +344,8 @@ class Actor:
         return None
 
     def _slice_of(self, job: Job, attempt: Attempt) -> Slice:
-        return self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
-                                   nodes=own_nodes(attempt))
+        return self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
+                                                         slices=attempt.slices, nodes=own_nodes(attempt))
 
     def _set_up(self, turn: _Turn, action: SetUp) -> Outcome:
         job, attempt = turn.job, turn.attempt

@@ -126,7 +126,8 @@ class Observer:
         self._run_dir_seen = self._read_run_dirs(running, errors)
         self._hosts_seen = self._ask_hosts(running, slices)
 
-    def _read_run_dirs(self, running: list[tuple[Job, Attempt]], errors: list[str]) -> dict[int, tuple[int, RunDirStatus]]:
+    def _read_run_dirs(self, running: list[tuple[Job, Attempt]],
+                       errors: list[str]) -> dict[int, tuple[int, RunDirStatus]]:
         """The RUNNING jobs' run dirs, read in one batch; a storage error costs only this."""
         if self.run_dirs is None or not running:
             return {}
@@ -165,8 +166,8 @@ class Observer:
         found = listed_slice(slices, attempt)
         # The listing predates a change another actor made (a new attempt, a create): look again.
         if found is None and (job.state_since or 0) >= snapshot_at - 1:
-            found = self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
-                                             nodes=own_nodes(attempt))
+            found = self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
+                                                              slices=attempt.slices, nodes=own_nodes(attempt))
         return found
 
     def observe(self, job: Job, attempt, slice_) -> Observation:
@@ -217,8 +218,8 @@ class Observer:
         nodes = growing_state(attempt).get("nodes", {})
         if not nodes:
             return None, ""  # none asked for since the last failure
-        grown = self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=len(nodes),
-                                     nodes=list(nodes))
+        grown = self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
+                                                          slices=len(nodes), nodes=list(nodes))
         if grown.phase == SlicePhase.READY:
             return "ready", ""
         if grown.phase in (SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.DELETING):
@@ -226,7 +227,8 @@ class Observer:
         if grown.phase == SlicePhase.GONE or any(k in grown.lost_slices for k in range(len(nodes))):
             operations = " ".join(op for op in nodes.values() if op)
             try:
-                if operations and not self.cloud.for_api(api_of(job)).operation_done(operations, "growing back", create=True):
+                if operations and not self.cloud.for_api(api_of(job)).operation_done(operations, "growing back",
+                                                                                     create=True):
                     return "creating", ""
             except TpujobError as exc:
                 return "failed", str(exc)

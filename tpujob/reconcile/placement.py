@@ -40,7 +40,8 @@ def blocked(options: list[tuple[str, str]], attempts: Iterable[AttemptLike]) -> 
         if attempt.end_reason not in _NO_SLICE:
             break
         for i, (accelerator, zone) in enumerate(options):
-            if attempt.end_reason == AttemptEnd.UNAVAILABLE and (accelerator, zone) == (attempt.accelerator, attempt.zone):
+            if (attempt.end_reason == AttemptEnd.UNAVAILABLE
+                    and (accelerator, zone) == (attempt.accelerator, attempt.zone)):
                 out.add(i)
             elif attempt.end_reason == AttemptEnd.NO_QUOTA and region_of(zone) == region_of(attempt.zone):
                 out.add(i)

@@ -224,11 +224,12 @@ class Reconciler:
                 if not _frees_its_slice(self.store.get(job.id)):  # resumed (or kept) meanwhile
                     return None
                 # The sweep that ended it may have deleted it since this one's listing.
-                if self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
-                                        nodes=nodes_to_delete(attempt)).phase == SlicePhase.GONE:
+                if self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
+                                                             slices=attempt.slices,
+                                                             nodes=nodes_to_delete(attempt)).phase == SlicePhase.GONE:
                     return None
-                self.cloud.for_api(api_of(job)).delete_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
-                                        nodes=nodes_to_delete(attempt))
+                self.cloud.for_api(api_of(job)).delete_slice(job.project, attempt.zone, attempt.slice_name,
+                                                             slices=attempt.slices, nodes=nodes_to_delete(attempt))
                 self.store.add_event(job.id, "slice", f"deleted slice {attempt.slice_name}, left behind when the "
                                      "job ended (the sweep that ended it stopped before deleting it)")
         except JobLocked:

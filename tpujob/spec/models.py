@@ -122,7 +122,8 @@ class TpuSpec(_Model):
                 return SliceRange.model_validate(value)
             except ValidationError as err:
                 raise ValueError("; ".join(
-                    f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"].removeprefix("Value error, ")
+                    f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"]
+                    else e["msg"].removeprefix("Value error, ")
                     for e in err.errors())) from None
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError("must be a number of slices or {min, max}")

@@ -428,7 +428,8 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         except RuntimeConfigError as exc:
             key = ("run", "runtime", *exc.key.split(".")) if exc.key else ("run", "runtime")
             message = str(exc).split(": ", 1)[1] if exc.key else str(exc)
-            raise SpecError(message, field=dotted(key), line=lines.get(key) or lines.get(("run", "runtime")))
+            raise SpecError(message, field=dotted(key),
+                            line=lines.get(key) or lines.get(("run", "runtime"))) from exc
     if spec.run.command is not None and not spec.run.command.strip():
         raise _fail("run.command is empty", ("run", "command"), lines)
     if spec.run.workdir is not None and not spec.run.workdir.strip():

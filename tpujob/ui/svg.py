@@ -34,7 +34,8 @@ def _num(value: float) -> str:
 
 def timeline_svg(line) -> Markup:
     """One row per attempt (per slice of a multislice attempt), its spans coloured by state; a
-    preemption or NaN restart is a mark where its attempt ended (on the slices it lost). Each element carries its attempt and state for a reader's tools."""
+    preemption or NaN restart is a mark where its attempt ended (on the slices it lost). Each
+    element carries its attempt and state for a reader's tools."""
     span_w = WIDTH - LABEL - PAD
     height = PAD * 2 + ROW * max(1, len(line.bars)) + 28
 
