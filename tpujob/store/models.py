@@ -91,3 +91,11 @@ class Outbox(SQLModel, table=True):
     claimed_by: str | None = None
     claim_expires: float | None = None
     sent_at: float | None = None
+
+
+def row_id(row: Job | Attempt | Event | Outbox) -> int:
+    """The id of a row read from the store (or flushed to it): the database has given it one.
+    Its field says `int | None` only because a row made in Python has none until then."""
+    if row.id is None:
+        raise ValueError(f"a {type(row).__name__} row without an id: it was never saved")
+    return row.id
