@@ -89,9 +89,8 @@ class GcsRunDirs:
 
     def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDirStatus]:
         from tpujob.job_spec import spec_of
-        from tpujob.store.models import row_id
 
-        specs = [(spec_of(job), row_id(job), attempt.started_at) for job, attempt in jobs]
+        specs = [(spec_of(job), job.id, attempt.started_at) for job, attempt in jobs]
         if not any(run_dir_location(spec, job_id) for spec, job_id, _ in specs):
             return {}  # no client (and no import) for jobs whose run dir is host-local
         if self._gcs is None:

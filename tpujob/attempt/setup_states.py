@@ -21,7 +21,8 @@ def seen(statuses: Sequence[SetupStatus], timeout: float, hidden: tuple[str, ...
     vanished without an exit code) gives the cause, in setup's words (hosts.failure)."""
     refused = next((s for s in statuses if s.state == "refused"), None)
     if refused is not None:
-        return SetupSeen(tuple(Setup.UNREACHABLE for _ in statuses), refused=f"setup on host {refused.index}: {refused.error}")
+        return SetupSeen(tuple(Setup.UNREACHABLE for _ in statuses),
+                         refused=f"setup on host {refused.index}: {refused.error}")
     error = None
     for s in statuses:
         if s.state not in ("failed", "lost"):

@@ -22,7 +22,7 @@ from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
 from tpujob.names import format_job_id, node_names, nodes_text, slice_name
 from tpujob.store import outbox
 from tpujob.store.db import READ
-from tpujob.store.models import Attempt, Event, Job, row_id
+from tpujob.store.models import Attempt, Event, Job
 from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
 
 
@@ -192,7 +192,7 @@ class Store:
                           to_state=dst.value, message=text)
             session.add(event)
             session.flush()
-            outbox.enqueue(session, job_id, row_id(event), dst, fields, text, now)
+            outbox.enqueue(session, job_id, event.id, dst, fields, text, now)
             return _fresh(session, job_id)
 
     def update(self, job_id: int, **fields: Any) -> None:
