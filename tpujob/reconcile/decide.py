@@ -274,7 +274,8 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if run.state == "succeeded" and not any(h.program == Program.RUNNING for h in obs.hosts):
         # The program said so in the run dir: done, whatever became of the hosts since (a
         # successful run is never re-run, even when a host is unreachable or the slice is gone).
-        actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
+        actions = [EndAttempt(AttemptEnd.SUCCEEDED),
+                   Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
     if elastic.shrinks(job, obs, policy):
         return elastic.shrink(job, obs, policy)
