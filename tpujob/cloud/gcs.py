@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from google.api_core import exceptions as gexc
 from google.cloud.storage.retry import DEFAULT_RETRY
@@ -64,7 +64,7 @@ class Gcs:
                 out[(bucket, prefix)] = self._files(by_name, prefix, wanted[(bucket, prefix)])
         return out
 
-    def _files(self, by_name: dict, prefix: str, since: float) -> RunFiles:
+    def _files(self, by_name: dict[str, Any], prefix: str, since: float) -> RunFiles:
         heartbeat, status = by_name.get(f"{prefix}/{HEARTBEAT}"), by_name.get(f"{prefix}/{STATUS}")
         files = RunFiles(heartbeat_updated=_time(heartbeat))
         if status is None or (_time(status) or 0.0) < since:
@@ -109,7 +109,7 @@ class Gcs:
         found = self._call(f"getting bucket {bucket}", self.client.get_bucket, bucket)
         return (found.location or "").upper(), [d.upper() for d in (found.data_locations or [])]
 
-    def _call(self, what: str, fn, *args: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         self.api_calls += 1
         try:
             return fn(*args)
