@@ -7,7 +7,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from tpujob import spec as spec_mod
 from tpujob.clients import make_cloud, make_compute, make_storage
@@ -30,6 +30,9 @@ from tpujob.service.context import Context
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
 from tpujob.store.states import ENDED, AttemptEnd, State
+
+if TYPE_CHECKING:
+    from tpujob.store.models import Job
 
 
 def validate(ctx: Context, path: str) -> ResolvedSpec:
@@ -126,7 +129,7 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
 
 
 class Created(NamedTuple):
-    job: object
+    job: Job
     resolved: ResolvedSpec
     findings: list  # lint.Finding in the sync directory, for the caller to show
 

@@ -34,7 +34,8 @@ def _num(value: float) -> str:
 
 def timeline_svg(line) -> Markup:
     """One row per attempt (per slice of a multislice attempt), its spans coloured by state; a
-    preemption or NaN restart is a mark where its attempt ended (on the slices it lost). Each element carries its attempt and state for a reader's tools."""
+    preemption or NaN restart is a mark where its attempt ended (on the slices it lost). Each
+    element carries its attempt and state for a reader's tools."""
     span_w = WIDTH - LABEL - PAD
     height = PAD * 2 + ROW * max(1, len(line.bars)) + 28
 
@@ -60,10 +61,10 @@ def timeline_svg(line) -> Markup:
         parts.append("</g>")
     rows = {(bar.attempt, bar.slice): i for i, bar in enumerate(line.bars)}
     for mark in line.marks:
-        row = rows.get((mark.attempt, mark.slice))
-        if row is None:
+        mark_row = rows.get((mark.attempt, mark.slice))
+        if mark_row is None:
             continue
-        mx, y = x(mark.at), PAD + row * ROW
+        mx, y = x(mark.at), PAD + mark_row * ROW
         colour = MARK_COLOURS.get(mark.kind, "#000")
         parts.append(f'<path class="mark" data-kind="{escape(mark.kind)}" data-attempt="{mark.attempt}" '
                      f'd="M{mx - 6:.1f},{y} L{mx + 6:.1f},{y} L{mx:.1f},{y + 10} Z" fill="{colour}" '
