@@ -32,7 +32,11 @@ from tpujob.spec import ResolvedSpec
 from tpujob.store.states import ENDED, AttemptEnd, State
 
 if TYPE_CHECKING:
-    from tpujob.store.models import Job
+    from tpujob.runtime.contract import RunDirStatus
+    from tpujob.service.accounting import Accounting
+    from tpujob.service.remote import HostProgram
+    from tpujob.service.timeline import Timeline
+    from tpujob.store.models import Attempt, Event, Job
 
 
 def validate(ctx: Context, path: str) -> ResolvedSpec:
@@ -193,14 +197,14 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
 
 @dataclass
 class JobDetail:
-    job: object
-    attempts: list
-    events: list
-    hosts: list | None = None   # remote.HostProgram per host, while the program runs
+    job: Job
+    attempts: list[Attempt]
+    events: list[Event]
+    accounting: Accounting      # the night's story in numbers
+    timeline: Timeline          # the same story as bars
+    hosts: list[HostProgram] | None = None  # one per host, while the program runs
     hosts_error: str = ""       # why the hosts could not be asked
-    accounting: object = None   # service.accounting.Accounting: the night's story in numbers
-    timeline: object = None     # service.timeline.Timeline: the same story as bars
-    run_dir: object = None      # contract.RunDirStatus: the current attempt's status.json, heartbeat
+    run_dir: RunDirStatus | None = None  # the current attempt's status.json, heartbeat
     run_dir_error: str = ""     # why the run dir could not be read
 
 
@@ -209,10 +213,10 @@ def show(ctx: Context, ref: str) -> JobDetail:
     attempt's program is doing, without SSH); while it is SETTING_UP or RUNNING, each host's
     view of the program too (over SSH)."""
     job = ctx.store.find(ref)
-    detail = JobDetail(job, ctx.store.attempts(job.id), ctx.store.events(job.id))
+    attempts, events = ctx.store.attempts(job.id), ctx.store.events(job.id)
     now = time.time()
-    detail.accounting = account(job, detail.attempts, detail.events, now)
-    detail.timeline = timeline(job, detail.attempts, detail.events, now)
+    detail = JobDetail(job, attempts, events, account(job, attempts, events, now),
+                       timeline(job, attempts, events, now))
     spec = spec_of(job)
     if detail.attempts and spec.spec.run_dir:
         from tpujob.attempt import run_dirs
