@@ -195,6 +195,8 @@ class Trainer:
 
         def consume() -> Outcome | None:
             nonlocal pending, stop_at, window_start, window_steps, first
+            if pending is None:  # called only with a step pending
+                raise RuntimeError("no step pending to consume")
             s, m_dev, compiles = pending
             pending = None
             m = {k: float(v) for k, v in jax.device_get(m_dev).items()}
