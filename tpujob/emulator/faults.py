@@ -19,6 +19,7 @@ from tpujob.emulator.queued_resources import node_names_of
 
 if TYPE_CHECKING:
     from tpujob.emulator.resources import Node
+    from tpujob.emulator.tpu_vms import Instance
 
 
 class Faults:
@@ -186,7 +187,7 @@ class Faults:
                            status="FAILED_PRECONDITION")
         return sent
 
-    def _hostkeys_published(self, node: Node) -> bool:
+    def _hostkeys_published(self, node: Node | Instance) -> bool:
         if self.hostkeys_delay < 0 or node.booted_at is None:
             return False
         return time.monotonic() - node.booted_at >= self.hostkeys_delay

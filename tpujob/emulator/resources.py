@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from tpujob.emulator.failnext import FailNext
 from tpujob.emulator.faults import Faults
@@ -45,6 +45,9 @@ from tpujob.emulator.payloads import (
     stockout_message,
 )
 from tpujob.emulator.queued_resources import QueuedResource, QueuedResources
+
+if TYPE_CHECKING:
+    from tpujob.emulator.tpu_vms import Instance
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +313,7 @@ class Emulator(QueuedResources, Faults, Maintenance):
                         log.warning("host addresses of %s in use (%s): another block", node.name, err)
                         with self._lock:
                             node.ip_block = self._free_ip_block()
+                assert machines is not None  # made by the loop's first try (ADDRESS_TRIES > 0)
                 if hasattr(machines, "hold_apt_lock"):
                     machines.hold_apt_lock(self.apt_lock_seconds)  # first boot: apt.py
                 self._expose_disks(node, machines, node.body.get("dataDisks", []))
@@ -365,9 +369,9 @@ class Emulator(QueuedResources, Faults, Maintenance):
             node.hosts = []
             qr = self._qrs.get(node.body.get("queuedResource", ""))
             state = qr.body["state"] if qr and not qr.deleting else {}
-            if state.get("state") in ("ACTIVE", "PROVISIONING"):
+            if qr is not None and state.get("state") in ("ACTIVE", "PROVISIONING"):
                 qr.set_state("SUSPENDED", initiator="USER")
-            elif state.get("state") == "SUSPENDING":  # the service's deletion (a preemption) is done
+            elif qr is not None and state.get("state") == "SUSPENDING":  # the deletion (a preemption) is done
                 qr.set_state("SUSPENDED", initiator=state.get("stateInitiator"))
             self._changed.notify_all()
 
@@ -435,7 +439,7 @@ class Emulator(QueuedResources, Faults, Maintenance):
             raise ApiError(404, f"Resource '{name}' was not found")
         return self._nodes[name]
 
-    def _sleep(self, seconds: float, resource: Node | QueuedResource | None) -> bool:
+    def _sleep(self, seconds: float, resource: Node | QueuedResource | Instance | None) -> bool:
         """Wait, waking early on delete or shutdown; False when the resource should stop."""
         deadline = time.monotonic() + seconds
         with self._lock:
