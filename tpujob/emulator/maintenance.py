@@ -19,7 +19,8 @@ answer (tpujob/cloud/gcp.py). A mixin of tpujob.emulator.resources.Emulator.
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Any, Callable
 
 from tpujob.emulator.payloads import ApiError, copy_json
 
@@ -36,6 +37,15 @@ def _rfc3339(seconds_from_now: float) -> str:
 
 class Maintenance:
     """Announce maintenance on a node and start it when its window opens."""
+
+    if TYPE_CHECKING:  # what the Emulator, the class it is mixed into, provides
+        _lock: threading.RLock
+        _changed: threading.Condition
+        preempt_grace: float
+
+        def find_node(self, ref: str) -> Node: ...
+        def _spawn(self, target: Callable[..., Any], *args: Any) -> None: ...
+        def _sleep(self, seconds: float, resource: Node | None) -> bool: ...
 
     def announce_maintenance(self, node_ref: str, in_seconds: float = 0.0) -> dict:
         """A window `in_seconds` from now (0: unscheduled, starting at once). Returns the node."""

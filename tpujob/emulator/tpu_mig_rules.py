@@ -31,7 +31,7 @@ MIG_WORDINGS = {
     "gang": ("Target size {size} of the managed instance group is not valid in the gang mode of "
              "size '{hosts}'. Should be equal to the gang size."),
 }
-UNSOURCED = {
+UNSOURCED: dict[str, Any] = {
     # Whether the refusals above come synchronously (400) or in the operation: unknown; 400 here.
     "refusal_status": 400,
     # A TPU MIG whose VM was preempted (or killed): Google's documents do not say (facts:
