@@ -17,11 +17,12 @@ import shutil
 import threading
 import uuid
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from werkzeug.routing import Map, Rule
 
 if TYPE_CHECKING:
+    from tpujob.emulator.oslogin import OsLogin
     from tpujob.emulator.tpu_vms import TpuVms
 
 from tpujob.emulator import apt, tpu_mig_rules
@@ -82,7 +83,7 @@ class ComputeEmulator:
         self._snapshots: dict[tuple[str, str], dict] = {}
         self.operations = ComputeOperations()
         self._lock = threading.RLock()
-        self.oslogin = None  # tpujob.emulator.oslogin.OsLogin: the project's enable-oslogin
+        self.oslogin: OsLogin | None = None  # the project's enable-oslogin (set by the server)
         self.tpu_vms: TpuVms | None = None  # the instances endpoints (set by the server)
 
     # ---- the project -------------------------------------------------------------------------
@@ -336,7 +337,7 @@ def _size(path: pathlib.Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: dict) -> dict:
+def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: Mapping[str, Any]) -> dict:
     """Serve one matched request (the TPU app routes /compute/v1/ here)."""
     project = args["project"]
     if endpoint in tpu_mig_rules.ENDPOINTS:
@@ -356,7 +357,7 @@ def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: dict) ->
     return method(project, *(args[k] for k in ("zone", "name") if k in args))
 
 
-def _instances(vms: Any, request: Any, endpoint: str, args: dict) -> dict:
+def _instances(vms: Any, request: Any, endpoint: str, args: Mapping[str, Any]) -> dict:
     project, zone, name = args["project"], args["zone"], args.get("name", "")
     if endpoint == "insert_instance":
         if request.args.get("sourceInstanceTemplate") or request.args.get("sourceMachineImage"):

@@ -26,6 +26,7 @@ from tpujob.emulator.payloads import ApiError, copy_json
 
 if TYPE_CHECKING:
     from tpujob.emulator.resources import Node
+    from tpujob.emulator.tpu_vms import Instance
 
 WINDOW_SECONDS = 3600  # how long the announced window lasts (Google gives no fixed length)
 
@@ -43,7 +44,7 @@ class Maintenance:
         _changed: threading.Condition
         preempt_grace: float
 
-        def find_node(self, ref: str) -> Node: ...
+        def find_node(self, ref: str) -> Node | Instance: ...
         def _spawn(self, target: Callable[..., Any], *args: Any) -> None: ...
         def _sleep(self, seconds: float, resource: Node | None) -> bool: ...
 

@@ -47,7 +47,8 @@ from tpujob.emulator.payloads import (
 from tpujob.emulator.queued_resources import QueuedResource, QueuedResources
 
 if TYPE_CHECKING:
-    from tpujob.emulator.tpu_vms import Instance
+    from tpujob.emulator.compute import ComputeEmulator
+    from tpujob.emulator.tpu_vms import Instance, TpuVms
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,8 @@ class Emulator(QueuedResources, Faults, Maintenance):
         self._changed = threading.Condition(self._lock)
         self._closing = False
         self._threads: list[threading.Thread] = []
-        self.compute = None  # tpujob.emulator.compute.ComputeEmulator: the disks nodes attach
-        self.tpu_vms = None  # tpujob.emulator.tpu_vms.TpuVms: Compute Engine's TPU instances
+        self.compute: ComputeEmulator | None = None  # the disks nodes attach (set by the server)
+        self.tpu_vms: TpuVms | None = None  # Compute Engine's TPU instances (set by the server)
         self.injected = FailNext()  # fail-next faults, taken by the server before each call
         self.oslogin = OsLogin()  # `tpujob emulator oslogin`: the API, the hosts' logins, the policy
 
@@ -233,7 +234,7 @@ class Emulator(QueuedResources, Faults, Maintenance):
                  "sshConnections": machines.ssh_connections(h.index) if machines else {}}
                 for h in hosts]
 
-    def find_node(self, ref: str) -> Node:
+    def find_node(self, ref: str) -> Node | Instance:
         """A node by full name or by bare node id (unique across zones); a Compute instance
         by `projects/P/zones/Z/instances/NAME` (the host faults serve both alike)."""
         if "/instances/" in ref and self.tpu_vms is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import string
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from werkzeug.routing import Rule
 
@@ -141,7 +141,7 @@ def rules(base: str) -> list[Rule]:
 ENDPOINTS = frozenset(r.endpoint for r in rules(""))
 
 
-def handle(migs: TpuMigs, request: Any, endpoint: str, args: dict) -> dict:
+def handle(migs: TpuMigs, request: Any, endpoint: str, args: Mapping[str, Any]) -> dict:
     project = args["project"]
     if endpoint.startswith("region_operation"):
         wait = endpoint.endswith("_wait")
