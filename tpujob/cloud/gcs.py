@@ -56,13 +56,16 @@ class Gcs:
             groups[(bucket, parent)].append(prefix)
         out: dict[tuple[str, str], RunFiles] = {}
         for (bucket, parent), prefixes in sorted(groups.items()):
-            blobs = self._call(f"listing gs://{bucket}/{parent}", lambda: list(self.client.list_blobs(
-                bucket, prefix=parent, match_glob=f"{parent}*/{{{HEARTBEAT},{STATUS}}}",
-                retry=_READ_RETRY, timeout=_READ_TIMEOUT)))
+            blobs = self._call(f"listing gs://{bucket}/{parent}", self._run_files, bucket, parent)
             by_name = {b.name: b for b in blobs}
             for prefix in prefixes:
                 out[(bucket, prefix)] = self._files(by_name, prefix, wanted[(bucket, prefix)])
         return out
+
+    def _run_files(self, bucket: str, parent: str) -> list[Any]:
+        """The heartbeat and status.json objects of every job dir under `parent`."""
+        return list(self.client.list_blobs(bucket, prefix=parent, match_glob=f"{parent}*/{{{HEARTBEAT},{STATUS}}}",
+                                           retry=_READ_RETRY, timeout=_READ_TIMEOUT))
 
     def _files(self, by_name: dict[str, Any], prefix: str, since: float) -> RunFiles:
         heartbeat, status = by_name.get(f"{prefix}/{HEARTBEAT}"), by_name.get(f"{prefix}/{STATUS}")
