@@ -139,7 +139,7 @@ def credentials_email(credentials) -> str:
 def make_storage(settings: Settings, start_emulator: bool = True):
     """A google-cloud-storage client: Google (ADC), or the emulator's Cloud Storage, started
     first unless `start_emulator` is off (a read-only look, e.g. `show`, starts nothing)."""
-    from google.cloud import storage
+    from google.cloud import storage  # type: ignore[attr-defined]  # it ships no type information
 
     if settings.cloud == "gcp":
         return storage.Client(project=settings.effective_project or None,
@@ -150,7 +150,7 @@ def make_storage(settings: Settings, start_emulator: bool = True):
 def local_storage(start_emulator: bool = True):
     """The local emulator's Cloud Storage, whatever cloud is configured."""
     from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
+    from google.cloud import storage  # type: ignore[attr-defined]  # it ships no type information
 
     info = local_emulator(start_emulator)
     return storage.Client(project="tpujob-local", credentials=AnonymousCredentials(),

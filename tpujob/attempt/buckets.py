@@ -3,9 +3,14 @@ mounts, or its run dir's, in another region than the slice is slow and costs egr
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from tpujob.attempt.run_dirs import run_dir_location
 from tpujob.errors import MissingBucket, NotFoundError, UsageError
 from tpujob.spec import ResolvedSpec
+
+if TYPE_CHECKING:  # google-cloud-storage is slow to import; Gcs is imported where it is made
+    from tpujob.cloud.gcs import Gcs
 
 # Multi-regions and predefined dual-regions (Cloud Storage's bucket locations), by the regions
 # they hold: a bucket there is as close to the slice as a regional one.
@@ -38,7 +43,7 @@ def create_command(bucket: str, spec: ResolvedSpec, cloud: str) -> str:
             f"--location {region_of(spec.zone)}")
 
 
-def create_local_bucket(client, bucket: str) -> bool:
+def create_local_bucket(client: Any, bucket: str) -> bool:
     """Create `bucket` in the emulator's Cloud Storage (`client`) unless it exists; whether it
     was made."""
     if client.lookup_bucket(bucket) is not None:
@@ -47,7 +52,7 @@ def create_local_bucket(client, bucket: str) -> bool:
     return True
 
 
-def check_bucket_regions(gcs, spec: ResolvedSpec, strict: bool, cloud: str = "gcp") -> list[str]:
+def check_bucket_regions(gcs: Gcs, spec: ResolvedSpec, strict: bool, cloud: str = "gcp") -> list[str]:
     """Each bucket the job mounts (and its run dir's) against the slice's region: a warning per
     cross-region bucket, or a UsageError with `strict`. A bucket that does not exist is refused
     (MissingBucket, naming the command that creates it on `cloud`); one whose metadata we may

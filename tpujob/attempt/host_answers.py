@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
+from typing import Any
 
 from tpujob.errors import HostsUnreachable, SetupFailed, SshAuthRefused
 from tpujob.hosts import program
 from tpujob.hosts.bad_host import bad_host_line
 from tpujob.hosts.failure import cause, last_lines, redact, said
+from tpujob.hosts.fanout import HostResult
+from tpujob.hosts.program import HostStatus
 from tpujob.reconcile.observation import HostObservation, Program
 
 
@@ -35,10 +39,10 @@ def clean_report(output: str) -> str:
 _NATIVE_FRAME = re.compile(r"^[ \t]*@[ \t]+0x[0-9a-fA-F]+\b.*\n?", re.M)
 
 
-def observation_of(s, hidden: tuple[str, ...] = ()) -> HostObservation:
+def observation_of(s: HostStatus, hidden: tuple[str, ...] = ()) -> HostObservation:
     # A dead program's log: its last lines (native stack frames left out), bounded and masked
     # like a setup step's cause.
-    tail = dict(ended_at=s.ended_at, said=last_lines(_NATIVE_FRAME.sub("", s.log_tail), hidden) or None,
+    tail: dict[str, Any] = dict(ended_at=s.ended_at, said=last_lines(_NATIVE_FRAME.sub("", s.log_tail), hidden) or None,
                 bad_host=redact(line, hidden) if (line := bad_host_line(s.log_tail)) else None) \
         if s.log_tail or s.ended_at is not None else {}
     if s.state == "running":
@@ -54,7 +58,7 @@ def observation_of(s, hidden: tuple[str, ...] = ()) -> HostObservation:
     return HostObservation(Program.MISSING, **tail)  # absent or lost: no program where one was launched
 
 
-def connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
+def connection_ok(results: Sequence[HostResult], what: str, hidden: tuple[str, ...] = ()) -> None:
     """A host that could not be reached is not a setup failure: the sweep retries later. One
     that answered and refused tpujob's key is neither: SshAuthRefused (the job ends)."""
     for r in results:
@@ -65,7 +69,7 @@ def connection_ok(results, what: str, hidden: tuple[str, ...] = ()) -> None:
             raise HostsUnreachable(f"{what} on host {r.index}: {cause(r, hidden)}")
 
 
-def step_ok(results, what: str, hidden: tuple[str, ...]) -> None:
+def step_ok(results: Sequence[HostResult], what: str, hidden: tuple[str, ...]) -> None:
     """Sync, setup, launch: a host that could not be reached is retried by a later sweep; one
     where the step failed (an upload that could not be unpacked on a full disk, say) fails the
     attempt's setup, saying why."""
@@ -75,7 +79,7 @@ def step_ok(results, what: str, hidden: tuple[str, ...]) -> None:
         raise SetupFailed(f"{what} on host {failed[0].index}: {cause(failed[0], hidden)}")
 
 
-def setup_ok(results, what: str, timeout: float, hidden: tuple[str, ...]) -> None:
+def setup_ok(results: Sequence[HostResult], what: str, timeout: float, hidden: tuple[str, ...]) -> None:
     """Mount and setup: a host that timed out or failed fails the attempt's setup (clearly
     saying which); one that could not be reached at all is retried by a later sweep."""
     for r in results:

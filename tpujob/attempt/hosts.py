@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from tpujob.attempt import host_answers, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
 from tpujob.attempt import slice_disks as disks
@@ -30,6 +30,14 @@ from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupS
 from tpujob.reconcile.policy import policy_of
 from tpujob.spec import ResolvedSpec
 
+if TYPE_CHECKING:
+    from tpujob.attempt.logins import Login, Logins
+    from tpujob.cloud.base import Cloud, DataDisk, Slice
+    from tpujob.service.context import Context
+    from tpujob.settings import Settings
+    from tpujob.store.models import Attempt, Job
+    from tpujob.store.repository import Store
+
 COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
 STACKS_FILE = "stacks.txt"  # a hung attempt's stacks, in its local log dir
 SYNC_TIMEOUT = 600.0     # per host, for an upload of the code or the runtime
@@ -37,12 +45,12 @@ LAUNCH_TIMEOUT = 120.0   # per host; the launch returns once the program started
 KEY_POLL_MAX = 10.0      # seconds between guest-attribute reads while waiting for host keys
 
 
-def external_ips(job) -> bool:
+def external_ips(job: Job) -> bool:
     """Whether tpujob reaches the job's hosts on their external addresses (tpu.network)."""
     return spec_of(job).spec.tpu.network.external_ips
 
 
-def ssh_port(settings) -> int:
+def ssh_port(settings: Settings) -> int:
     if settings.cloud == "local":
         from tpujob.emulator import process
 
@@ -61,8 +69,8 @@ class SshHostOps:
     on the hosts: setup.sh's lock makes the next sweep's setup of that attempt wait for it.
     `lease_seconds` (with `actor`) is the TTL the sweep holds its leases for."""
 
-    def __init__(self, ctx, cloud, *, progress: ProgressSink | None = None,
-                 actor: str | None = None, lease_seconds: float | None = None, logins=None):
+    def __init__(self, ctx: Context, cloud: Cloud, *, progress: ProgressSink | None = None,
+                 actor: str | None = None, lease_seconds: float | None = None, logins: Logins | None = None):
         from tpujob.attempt.logins import Logins
         from tpujob.hosts.keys import public_key_line
 
@@ -80,11 +88,11 @@ class SshHostOps:
         self._kept_lock = threading.Lock()
 
     # -- plumbing ----------------------------------------------------------------------------
-    def login(self, job, slice_):
+    def login(self, job: Job, slice_: Slice) -> Login:
         """The login on the job's slice (attempt.logins.Login): its user, and why, for a refusal."""
         return self.logins.for_slice(job.project, slice_.metadata)
 
-    def group(self, job, attempt, slice_, keys: dict[int, list[str]] | None = None) -> HostGroup:
+    def group(self, job: Job, attempt: Attempt, slice_: Slice, keys: dict[int, list[str]] | None = None) -> HostGroup:
         if self._port is None:
             self._port = ssh_port(self.ctx.settings)
         keys = self.host_keys(job, attempt, slice_) if keys is None else keys
@@ -100,7 +108,8 @@ class SshHostOps:
         return self.ctx.settings.ssh_host_keys == "accept-new"
 
     @contextlib.contextmanager
-    def _group_for(self, job, attempt, slice_, keys: dict[int, list[str]] | None = None):
+    def _group_for(self, job: Job, attempt: Attempt, slice_: Slice,
+                   keys: dict[int, list[str]] | None = None) -> Iterator[_Held]:
         """The slice's hosts for one step: the group a setup found done left open (its
         connections reused: one SSH handshake per host fewer for the launch), else a new one.
         Closed after the step unless the step keeps it (`keep`)."""
@@ -124,7 +133,7 @@ class SshHostOps:
             else:
                 group.close()
 
-    def host_keys(self, job, attempt, slice_) -> dict[int, list[str]]:
+    def host_keys(self, job: Job, attempt: Attempt, slice_: Slice) -> dict[int, list[str]]:
         """The slice's host keys: those recorded on the attempt (published by the cloud, or
         pinned on first use), completed from the cloud's guest attributes, and recorded once
         every host has one (later sweeps then make no API call for them). A recorded key wins
@@ -133,13 +142,13 @@ class SshHostOps:
         if slice_.hosts and all(recorded.get(h.index) for h in slice_.hosts):
             return recorded
         published = self.cloud.for_api(api_of(job)).host_keys(job.project, attempt.zone, attempt.slice_name,
-                                                               slices=attempt.slices, nodes=own_nodes(attempt))
+                                                              slices=attempt.slices, nodes=own_nodes(attempt))
         keys = {i: v for i, v in published.items() if v} | recorded
         if slice_.hosts and all(keys.get(h.index) for h in slice_.hosts):
             self.ctx.store.record_host_keys(job.id, attempt.number, json.dumps(keys))
         return keys
 
-    def await_host_keys(self, job, attempt, slice_, timeout: float) -> dict[int, list[str]]:
+    def await_host_keys(self, job: Job, attempt: Attempt, slice_: Slice, timeout: float) -> dict[int, list[str]]:
         """Every host's published key, waiting for them within the setup timeout (counted from
         the start of setup): a guest agent publishes its host's keys some time after boot.
         SetupFailed names the first host still without one then. With accept-new, no wait:
@@ -165,7 +174,7 @@ class SshHostOps:
             time.sleep(min(delay, left))
             delay = min(delay * 2, KEY_POLL_MAX)
 
-    def _pin_first_key(self, job, attempt, keys: dict[int, list[str]]):
+    def _pin_first_key(self, job: Job, attempt: Attempt, keys: dict[int, list[str]]) -> Callable[[Host, str], None]:
         """HostGroup's accept_new: record a host's first key on the attempt (before the
         connection goes on), with an event saying so."""
         lock = threading.Lock()
@@ -181,12 +190,12 @@ class SshHostOps:
                 f"attempt {attempt.number}")
         return pin
 
-    def log_dir(self, job, attempt) -> Path:
+    def log_dir(self, job: Job, attempt: Attempt) -> Path:
         path = self.ctx.settings.home / local_log_dir(job.id, attempt.number)
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def host_attempt(self, job, attempt, slice_, *, secrets: dict[str, str] | None = None
+    def host_attempt(self, job: Job, attempt: Attempt, slice_: Slice, *, secrets: dict[str, str] | None = None
                      ) -> program.HostAttempt:
         """What the host scripts need. Secret values only where the caller passes them: setup
         and launch; status, stop, logs and exec run without them (and so from cron too)."""
@@ -200,19 +209,22 @@ class SshHostOps:
             env=program_env(job.cloud, spec.spec.env), secrets=secrets or {},
         )
 
-    def _renew_lease(self, job) -> None:
+    def _renew_lease(self, job: Job) -> None:
         """Renew the job's lease before a host step; JobLocked (the sweep retries later) when
         another actor took it meanwhile: then this one must not touch the hosts."""
         if self.actor is not None:
+            if self.lease_seconds is None:
+                raise ValueError("an actor's host steps need lease_seconds, the TTL of its leases")
             self.ctx.store.acquire_lease(job.id, self.actor, self.lease_seconds)
 
-    def _progress(self, step: str):
+    def _progress(self, step: str) -> Callable[[Progress], None] | None:
         if self.progress is None:
             return None
-        return lambda p: self.progress(step, p)
+        sink = self.progress
+        return lambda p: sink(step, p)
 
     # -- HostOps -----------------------------------------------------------------------------
-    def start_setup(self, job, attempt, slice_) -> SetupSeen:
+    def start_setup(self, job: Job, attempt: Attempt, slice_: Slice) -> SetupSeen:
         """Sync, mount, then start the attempt's setup detached on every host; returns at once
         with what the hosts said of it (a later sweep observes it: setup_status)."""
         spec = spec_of(job)
@@ -229,7 +241,8 @@ class SshHostOps:
         except SshAuthRefused as exc:  # the hosts said no to the key: say why, and the fix
             raise SshAuthRefused(self.login(job, slice_).refusal(str(exc))) from exc
 
-    def _prepare_and_start(self, job, attempt, slice_, spec, host_attempt, timeout, keys,
+    def _prepare_and_start(self, job: Job, attempt: Attempt, slice_: Slice, spec: ResolvedSpec,
+                           host_attempt: program.HostAttempt, timeout: float, keys: dict[int, list[str]],
                            hidden: tuple[str, ...]) -> SetupSeen:
         """`hidden`: the job's secret values, redacted from whatever a failing host said."""
         logs = self.log_dir(job, attempt)
@@ -263,9 +276,10 @@ class SshHostOps:
             modules, packages = ((runtime_bundle.MODULES, runtime_bundle.REQUIREMENTS) if runtime is not None
                                  else ((), ()))
             cache_key = setup_cache.key(spec, attempt.accelerator)
+            cached = spec.spec.setup_cache  # not None where there is a cache key
             script = program.setup_script(host_attempt, spec.spec.setup_command, runtime_modules=modules,
                                           runtime_packages=packages, timeout=timeout,
-                                          cache_paths=tuple(spec.spec.setup.cache) if cache_key else (),
+                                          cache_paths=tuple(cached.cache) if cache_key and cached else (),
                                           cache_archive=setup_cache.host_archive(cache_key) if cache_key else "")
             # Waiting a moment for the setup pays where it is likely over at once (none, or a
             # cache to unpack): the program launches in this sweep. A setup of the job's own
@@ -284,7 +298,7 @@ class SshHostOps:
             held.keep = all(s.state == "done" for s in started)  # the launch follows at once
             return setup_states.seen(started, timeout, hidden)
 
-    def launch(self, job, attempt, slice_) -> None:
+    def launch(self, job: Job, attempt: Attempt, slice_: Slice) -> None:
         """Start the program on every host (its setup done on each)."""
         spec = spec_of(job)
         try:
@@ -305,7 +319,7 @@ class SshHostOps:
             raise SshAuthRefused(self.login(job, slice_).refusal(str(exc))) from exc
         host_answers.step_ok(results, "launch", tuple(values.values()))
 
-    def setup_status(self, job, attempt, slice_) -> SetupSeen:
+    def setup_status(self, job: Job, attempt: Attempt, slice_: Slice) -> SetupSeen:
         """Each host's setup of the attempt, as the sweep observes it (one SSH round)."""
         spec = spec_of(job)
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
@@ -323,14 +337,15 @@ class SshHostOps:
             return replace(seen, refused=self.login(job, slice_).refusal(seen.refused))
         return seen
 
-    def _hidden(self, spec) -> tuple[str, ...]:
+    def _hidden(self, spec: ResolvedSpec) -> tuple[str, ...]:
         """The job's secret values, to redact from a host's words (none when they cannot be read)."""
         try:
             return tuple(secrets.resolve(spec.spec.secrets).values())
         except ConfigError:
             return ()
 
-    def _clean(self, job, group, host_attempt, log_of, hidden: tuple[str, ...]) -> None:
+    def _clean(self, job: Job, group: HostGroup, host_attempt: program.HostAttempt, log_of: program.LogPaths,
+               hidden: tuple[str, ...]) -> None:
         """End what earlier attempts (or anything else) left on the hosts before the launch
         (hosts/program.clean), with an event per host where something was ended or is still
         holding the TPU. A host still held is launched on anyway: its program then fails with
@@ -342,7 +357,7 @@ class SshHostOps:
             if said_:
                 self.ctx.store.add_event(job.id, "hosts", f"cleaned host {r.index}: {said_}")
 
-    def prepare(self, job) -> None:
+    def prepare(self, job: Job) -> None:
         """A slice was just asked for: learn how its hosts will be logged in to (the project's
         OS Login, read through google-cloud-compute, whose import alone is a second of CPU) in
         the background while the slice comes, instead of on the setup's path."""
@@ -354,7 +369,7 @@ class SshHostOps:
         except Exception:  # noqa: BLE001 - the setup asks again, and says why
             pass
 
-    def data_disks(self, job, attempt) -> tuple:
+    def data_disks(self, job: Job, attempt: Attempt) -> tuple[DataDisk, ...]:
         """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
         spec = spec_of(job)
         if not spec.spec.disks:
@@ -363,7 +378,7 @@ class SshHostOps:
 
         return disks.data_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone)
 
-    def check_disks(self, job, attempt, slice_) -> None:
+    def check_disks(self, job: Job, attempt: Attempt, slice_: Slice) -> None:
         """SetupFailed when the slice lacks one of the job's disks: Google attaches disks to a
         TPU node at create only (v2's UpdateNode documents no `data_disks`); a Compute Engine
         slice's observation says which disks every VM holds (tpujob attaches them at create)."""
@@ -383,7 +398,7 @@ class SshHostOps:
                               "hand?): disks are attached only when the slice is created; delete the "
                               "slice and the next attempt creates it with its disks")
 
-    def program_status(self, job, attempt, slice_) -> tuple[HostObservation, ...]:
+    def program_status(self, job: Job, attempt: Attempt, slice_: Slice) -> tuple[HostObservation, ...]:
         try:
             host_attempt = self.host_attempt(job, attempt, slice_)
             with self._group_for(job, attempt, slice_) as held:  # closes a group a setup left open
@@ -400,7 +415,7 @@ class SshHostOps:
         why = self.login(job, slice_).refusal(f"host {refused.index}: {refused.error}")
         return tuple(replace(o, refusal=why) if o.program == Program.REFUSED else o for o in observed)
 
-    def stop_program(self, job, attempt, slice_) -> None:
+    def stop_program(self, job: Job, attempt: Attempt, slice_: Slice) -> None:
         """Stop the program on every host; CloudError naming the hosts where that failed
         (unreachable, or the stop script failed): the caller decides what that means."""
         with self.group(job, attempt, slice_) as group:
@@ -408,7 +423,7 @@ class SshHostOps:
                                    log_paths=self._log_paths(job, attempt))
         ensure_ok(results, "stopping the program")
 
-    def capture_stacks(self, job, attempt, slice_) -> str:
+    def capture_stacks(self, job: Job, attempt: Attempt, slice_: Slice) -> str:
         """Every host's Python stacks of the program (templates/stacks.sh), kept in the
         attempt's local log dir as stacks.txt; returns what to say in the event."""
         with self.group(job, attempt, slice_) as group:
@@ -422,7 +437,7 @@ class SshHostOps:
         path.write_text("\n".join(parts))
         return f"stacks of {got} of {len(results)} hosts kept in {path}"
 
-    def unmount(self, job, attempt, slice_) -> None:
+    def unmount(self, job: Job, attempt: Attempt, slice_: Slice) -> None:
         """Unmount the job's disks and buckets on every host (templates/unmount.sh: a path not
         mounted is skipped, so running it twice is harmless). CloudError where it failed."""
         script = mounts.unmount_script(spec_of(job), job.id)
@@ -433,7 +448,7 @@ class SshHostOps:
                                 log_paths=self._log_paths(job, attempt))
         ensure_ok(results, "unmounting the job's disks and buckets")
 
-    def _log_paths(self, job, attempt):
+    def _log_paths(self, job: Job, attempt: Attempt) -> Callable[[Host], Path]:
         logs = self.log_dir(job, attempt)
         return lambda host: logs / f"host-{host.index}.log"
 
@@ -446,7 +461,7 @@ class _Held:
         self.keep = False
 
 
-def _recorded_keys(store, job_id: int, number: int) -> dict[int, list[str]]:
+def _recorded_keys(store: Store, job_id: int, number: int) -> dict[int, list[str]]:
     """The host keys recorded on attempt `number`, read afresh (a group may have pinned some)."""
     row = next((a for a in store.attempts(job_id) if a.number == number), None)
     if row is None or not row.host_keys:
@@ -477,7 +492,7 @@ def program_env(cloud: str, env: dict[str, str]) -> dict[str, str]:
     return ({"JAX_PLATFORMS": "tpu"} if cloud == "gcp" else {}) | dict(env)
 
 
-def _secret_values(job) -> tuple[str, ...]:
+def _secret_values(job: Job) -> tuple[str, ...]:
     """The job's secret values where this process can read them (a sweep from cron may not):
     masked from a dead program's log lines, on top of failure.redact's credential shapes."""
     try:

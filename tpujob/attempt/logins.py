@@ -15,9 +15,13 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from tpujob.errors import CloudRefused, PermissionDenied, SshAuthRefused
+
+if TYPE_CHECKING:
+    from tpujob.cloud.oslogin import Profile
+    from tpujob.settings import Settings
 
 KEY_TTL_SECONDS = 7 * 24 * 3600.0  # the imported key's expiry: a week, renewed at half of it
 PROJECT_TTL_SECONDS = 600.0  # a watch reads a project's enable-oslogin again after this
@@ -27,7 +31,7 @@ POLICY_NOTE = ("an organisation policy (constraints/compute.requireOsLogin) may 
 ROLE_FIX = "roles/compute.osLogin (roles/compute.osAdminLogin for sudo)"
 
 
-def opt_out_warnings(settings) -> list[str]:
+def opt_out_warnings(settings: Settings) -> list[str]:
     """What `validate` and `create` say under `ssh_os_login: false`."""
     if not settings.os_login_opt_out:
         return []
@@ -60,11 +64,20 @@ class Login:
                 f"node's metadata was changed, then `tpujob resume`")
 
 
+class OsLoginClient(Protocol):
+    """What Logins asks of OS Login (cloud/oslogin.py's GcpOsLogin, or a test's stand-in)."""
+
+    def project_enabled(self, project: str) -> bool | None: ...
+    def import_key(self, account: str, project: str, public_line: str, ttl_seconds: float) -> Profile: ...
+    def login_profile(self, account: str, project: str) -> Profile: ...
+
+
 class Logins:
     """One per sweep (or command): the project's setting and the key's import, asked of the
     cloud once per project and reused, so a sweep over many jobs costs one of each."""
 
-    def __init__(self, settings, public_key: Callable[[], str], *, client=None, account=None,
+    def __init__(self, settings: Settings, public_key: Callable[[], str], *, client: OsLoginClient | None = None,
+                 account: str | None = None,
                  clock: Callable[[], float] = time.time, register: bool = True):
         """`register=False` only looks (gc, doctor): the profile is read, and a key not in it
         yet is a refusal instead of an import."""
@@ -80,7 +93,7 @@ class Logins:
         self._reading: dict[str, threading.Lock] = {}  # project -> held while its setting is read
 
     @property
-    def client(self):
+    def client(self) -> OsLoginClient:
         if self._client is None:
             from tpujob.clients import make_oslogin
 

@@ -3,6 +3,8 @@ setup, and unmounting them: one script each, rendered from templates/."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpujob.attempt.run_dirs import run_dir_location
 from tpujob.attempt.slice_disks import device_name
 from tpujob.hosts.scripts import render
@@ -10,8 +12,8 @@ from tpujob.names import RUN_DIR_MOUNT
 from tpujob.spec import BucketSpec, ResolvedSpec
 
 
-def _mounts(spec: ResolvedSpec, job_id: int) -> list[tuple[str, dict]]:
-    steps = []
+def _mounts(spec: ResolvedSpec, job_id: int) -> list[tuple[str, dict[str, Any]]]:
+    steps: list[tuple[str, dict[str, Any]]] = []
     for disk in spec.spec.disks:
         steps.append(("mount_disk.sh", {"disk": device_name(disk, job_id), "mount_point": disk.mount,
                                         "read_only": int(disk.mode == "read-only")}))

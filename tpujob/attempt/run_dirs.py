@@ -6,10 +6,16 @@ without SSH (contract.RunDirStatus)."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from tpujob.names import RUN_DIR_MOUNT, host_local_run_dir, run_dir_prefix
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.spec import ResolvedSpec
+
+if TYPE_CHECKING:  # google-cloud-storage is slow to import: only where a client is made
+    from tpujob.cloud.gcs import Gcs, RunFiles
+    from tpujob.settings import Settings
+    from tpujob.store.models import Attempt, Job
 
 
 def split_gs(url: str) -> tuple[str, str] | None:
@@ -23,7 +29,10 @@ def run_dir_location(spec: ResolvedSpec, job_id: int) -> tuple[str, str] | None:
     run_dir = spec.spec.run_dir
     if not run_dir:
         return None
-    bucket, prefix = split_gs(run_dir)
+    parts = split_gs(run_dir)
+    if parts is None:  # the spec's validation allows gs:// only
+        raise ValueError(f"run_dir is not a gs:// location: {run_dir!r}")
+    bucket, prefix = parts
     return bucket, run_dir_prefix(prefix, job_id)
 
 
@@ -41,14 +50,14 @@ def host_run_dir_for(spec: ResolvedSpec, job_id: int, ssh_user: str) -> str:
 
 
 
-def _view(url: str, files, since: float, now: float) -> RunDirStatus:
+def _view(url: str, files: RunFiles, since: float, now: float) -> RunDirStatus:
     # A heartbeat from before this attempt began is an earlier attempt's: none yet.
     age = None if files.heartbeat_updated is None or files.heartbeat_updated < since \
         else max(0.0, now - files.heartbeat_updated)
     return RunDirStatus.of(files.status, age, problem=files.status_error, url=url)
 
 
-def read_run_dirs(gcs, jobs: list[tuple[ResolvedSpec, int, float]], now: float) -> dict[int, RunDirStatus]:
+def read_run_dirs(gcs: Gcs, jobs: list[tuple[ResolvedSpec, int, float]], now: float) -> dict[int, RunDirStatus]:
     """[(spec, job id, attempt start)] -> {job id: what its run dir says about this attempt},
     for the jobs whose run dir is on GCS. One list per bucket and parent prefix (Gcs)."""
     wanted: dict[tuple[str, str], float] = {}
@@ -65,7 +74,7 @@ def read_run_dirs(gcs, jobs: list[tuple[ResolvedSpec, int, float]], now: float) 
             for loc, files in found.items()}
 
 
-def read_run_dir(gcs, spec: ResolvedSpec, job_id: int, since: float, now: float) -> RunDirStatus | None:
+def read_run_dir(gcs: Gcs, spec: ResolvedSpec, job_id: int, since: float, now: float) -> RunDirStatus | None:
     """One job's run dir as `show` reports it (None: its run dir is host-local)."""
     return read_run_dirs(gcs, [(spec, job_id, since)], now).get(job_id)
 
@@ -74,11 +83,11 @@ class GcsRunDirs:
     """The sweep's RunDirs (tpujob.reconcile.observe): the current attempt's files of every
     RUNNING job with a run dir on GCS."""
 
-    def __init__(self, settings):
+    def __init__(self, settings: Settings):
         self.settings = settings
-        self._gcs = None
+        self._gcs: Gcs | None = None
 
-    def read(self, jobs, now: float) -> dict:
+    def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDirStatus]:
         from tpujob.job_spec import spec_of
 
         specs = [(spec_of(job), job.id, attempt.started_at) for job, attempt in jobs]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -19,7 +20,7 @@ REQUIREMENTS = ("jax[tpu]", "optax", "orbax-checkpoint", "pyyaml")
 MODULES = ("jax", "optax", "orbax.checkpoint", "yaml")
 
 
-def build(home: Path, job_id: int, runtime_config: dict) -> Path:
+def build(home: Path, job_id: int, runtime_config: dict[str, Any]) -> Path:
     """A directory holding `tpujob/runtime/` (and an empty `tpujob/__init__.py`) and the config."""
     root = home / local_job_dir(job_id) / "runtime-bundle"
     package = root / "tpujob"

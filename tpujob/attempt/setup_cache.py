@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tpujob.attempt.run_dirs import split_gs
 from tpujob.names import RUN_DIR_MOUNT
 from tpujob.spec import ResolvedSpec
+
+if TYPE_CHECKING:
+    from tpujob.service.context import Context
+    from tpujob.store.models import Attempt, Event
 
 PREFIX = "tpujob-cache"  # the objects' prefix in a run dir's bucket
 SUFFIXES = (".tar.zst", ".tar.gz")
@@ -73,7 +79,7 @@ def describe(notes: list[str]) -> str | None:
     return "; ".join(parts)
 
 
-def per_attempt(attempts, events) -> dict[int, str]:
+def per_attempt(attempts: Sequence[Attempt], events: Sequence[Event]) -> dict[int, str]:
     """{attempt number: "hit" | "miss"} from each attempt's `setup done ...; setup cache: ...`
     event (an attempt without a cache, or whose setup never finished, is left out)."""
     out: dict[int, str] = {}
@@ -114,22 +120,23 @@ class Entry:
         return f"gs://{self.bucket}/{self.name}"
 
 
-def buckets(ctx) -> list[str]:
+def buckets(ctx: Context) -> list[str]:
     """The run dir buckets of the jobs in the store whose setup caches something."""
     from tpujob.job_spec import spec_of
 
-    found = set()
+    found: set[str] = set()
     for job in ctx.store.list_jobs(include_ended=True):
         try:
             spec = spec_of(job)
         except Exception:  # noqa: BLE001 - a spec an older tpujob wrote: no cache of this one's
             continue
-        if spec.spec.setup_cache is not None and bucket_of(spec):
-            found.add(bucket_of(spec))
+        bucket = bucket_of(spec)
+        if spec.spec.setup_cache is not None and bucket:
+            found.add(bucket)
     return sorted(found)
 
 
-def entries(ctx, bucket: str | None = None) -> list[Entry]:
+def entries(ctx: Context, bucket: str | None = None) -> list[Entry]:
     """The archives in the jobs' buckets (or in `bucket`), newest first."""
     from tpujob.clients import make_storage
     from tpujob.cloud.gcs import Gcs
@@ -146,7 +153,7 @@ def entries(ctx, bucket: str | None = None) -> list[Entry]:
     return sorted(out, key=lambda e: (-(e.updated or 0), e.bucket, e.key))
 
 
-def clear(ctx, key_prefix: str = "", bucket: str | None = None) -> list[Entry]:
+def clear(ctx: Context, key_prefix: str = "", bucket: str | None = None) -> list[Entry]:
     """Delete the archives (those whose key starts with `key_prefix`): the next setup of each
     key runs again and stores it anew. Returns what was deleted."""
     from tpujob.clients import make_storage

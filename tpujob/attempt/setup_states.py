@@ -3,17 +3,20 @@ and where one failed, the cause in the host's own words (hosts.failure), bounded
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tpujob.attempt import setup_cache
 from tpujob.hosts import program
 from tpujob.hosts.failure import cause, said
 from tpujob.hosts.fanout import HostResult
+from tpujob.hosts.program import SetupStatus
 from tpujob.reconcile.observation import Setup, SetupSeen
 
 _STATES = {"absent": Setup.ABSENT, "running": Setup.RUNNING, "done": Setup.DONE,
            "unreachable": Setup.UNREACHABLE}
 
 
-def seen(statuses, timeout: float, hidden: tuple[str, ...]) -> SetupSeen:
+def seen(statuses: Sequence[SetupStatus], timeout: float, hidden: tuple[str, ...]) -> SetupSeen:
     """The hosts' setup states as decide sees them; the first host whose setup failed (or
     vanished without an exit code) gives the cause, in setup's words (hosts.failure)."""
     refused = next((s for s in statuses if s.state == "refused"), None)

@@ -10,10 +10,15 @@ clones by hand (service/disks.py): the dev-slice side of the same workflow.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tpujob.cloud.base import DataDisk
 from tpujob.errors import ConflictError, NotFoundError, UsageError
 from tpujob.names import JOB_LABEL, clone_name, format_job_id, job_labels, node_names, snapshot_name
 from tpujob.spec import DiskSpec, ResolvedSpec
+
+if TYPE_CHECKING:
+    from tpujob.cloud.compute import GcpCompute
 
 
 def is_clone(disk: DiskSpec) -> bool:
@@ -39,7 +44,7 @@ def sourced_disks(spec: ResolvedSpec) -> list[DiskSpec]:
     return existing_disks(spec) + [d for d in spec.spec.disks if is_clone(d)]
 
 
-def check_existing_disks(compute, spec: ResolvedSpec) -> None:
+def check_existing_disks(compute: GcpCompute, spec: ResolvedSpec) -> None:
     """One Compute get per disk of `sourced_disks`: a missing disk or snapshot is NotFoundError
     (exit 3) naming the command that makes it; a type the generation does not take, or a
     Hyperdisk not made for read-only use, is UsageError (the attach would be refused)."""
@@ -49,7 +54,7 @@ def check_existing_disks(compute, spec: ResolvedSpec) -> None:
     takes = generation(spec.generation).disk_types
     for disk in spec.spec.disks:
         if disk.snapshot:
-            _check_snapshot(compute, project, zone, disk)
+            _check_snapshot(compute, project, zone, disk, disk.snapshot)
         elif disk.source_disk and compute.find_disk(project, zone, disk.source_disk) is None:
             raise NotFoundError(f"disk {disk.source_disk} (source_disk of {disk.name}) does not exist in "
                                 f"{zone} ({project}): make it read-write on a single-host dev slice (a "
@@ -71,16 +76,16 @@ def check_existing_disks(compute, spec: ResolvedSpec) -> None:
                              "(snapshot: or source_disk:), tpujob makes clones READ_ONLY_MANY")
 
 
-def _check_snapshot(compute, project: str, zone: str, disk: DiskSpec) -> None:
+def _check_snapshot(compute: GcpCompute, project: str, zone: str, disk: DiskSpec, snapshot: str) -> None:
     try:
-        compute.get_snapshot(project, disk.snapshot)
+        compute.get_snapshot(project, snapshot)
     except NotFoundError:
         raise NotFoundError(f"snapshot {disk.snapshot} (the source of disk {disk.name}) does not exist "
                             f"in {project}: make it from the disk holding the data with `tpujob disk "
                             f"snapshot DISK --name {disk.snapshot} --zone {zone}`") from None
 
 
-def check_disks(compute, spec: ResolvedSpec) -> None:
+def check_disks(compute: GcpCompute, spec: ResolvedSpec) -> None:
     """Refuse a disk attached read-only here while a node holds it read-write (the master in
     use on a dev slice): it must be cloned (snapshot + clone) first."""
     project, zone = spec.project, spec.zone
@@ -98,7 +103,7 @@ def check_disks(compute, spec: ResolvedSpec) -> None:
 
 # ---- at the first attempt: clones; every attempt: the same disks ------------------------------
 
-def data_disks(compute, spec: ResolvedSpec, job_id: int, zone: str) -> tuple[DataDisk, ...]:
+def data_disks(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str) -> tuple[DataDisk, ...]:
     """The node's data disks; makes the clones (and their snapshot) that do not exist yet."""
     project, owner = spec.project, job_labels(job_id)
     out = []
@@ -138,7 +143,7 @@ def data_disks(compute, spec: ResolvedSpec, job_id: int, zone: str) -> tuple[Dat
     return tuple(out)
 
 
-def missing_disks(compute, spec: ResolvedSpec, job_id: int, zone: str, node: str,
+def missing_disks(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str, node: str,
                   slices: int = 1, nodes: tuple[str, ...] = ()) -> list[str]:
     """The job's disks an existing node lacks (a slice reused by a new attempt that lost one to a
     detach by hand), by name; of several slices, the disks any of their nodes lacks. They cannot
@@ -152,14 +157,14 @@ def missing_disks(compute, spec: ResolvedSpec, job_id: int, zone: str, node: str
             if any(d.source not in found for found in attached.values())]
 
 
-def missing_from(compute, spec: ResolvedSpec, job_id: int, zone: str, held: tuple[str, ...]) -> list[str]:
+def missing_from(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str, held: tuple[str, ...]) -> list[str]:
     """The job's disks a Compute Engine slice lacks, by name, from the short names of the disks
     every one of its VMs holds (the observed Slice.data_disks)."""
     wanted = [d.source.rsplit("/", 1)[-1] for d in data_disks(compute, spec, job_id, zone)]
     return [name for name in wanted if name not in held]
 
 
-def delete_clones(compute, spec: ResolvedSpec, job_id: int, zones: set[str]) -> list[str]:
+def delete_clones(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zones: set[str]) -> list[str]:
     """Delete the job's clones and their snapshots, except those with `keep`; what was deleted.
     Only disks labelled as this job's are deleted."""
     project, deleted = spec.project, []

@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from typing import TYPE_CHECKING
 
 import typer
 
 from tpujob.cli import render
 from tpujob.names import format_job_id, node_names, nodes_text
+
+if TYPE_CHECKING:
+    from tpujob.store.models import Event
 
 
 def _ctx():
@@ -301,10 +305,10 @@ def follow_job(ctx, job_id: int, *, wait: bool, timeout: float, quiet: bool):
 
     progress = None if quiet else HostProgressLine(sys.stderr, tty=sys.stderr.isatty())
 
-    def on_event(event) -> None:
-        if not quiet and event.kind != "created":
+    def on_event(event: Event) -> None:
+        if progress is not None and event.kind != "created":  # (None: quiet)
             progress.end_line()
-            typer.echo(f"  {render.iso(event.at)[11:19]}  {event.message}", err=True)
+            typer.echo(f"  {(render.iso(event.at) or '')[11:19]}  {event.message}", err=True)
 
     return sweeps.follow(ctx, job_id, until_ended=wait, timeout=timeout, on_event=on_event,
                          on_progress=progress)

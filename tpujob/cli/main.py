@@ -70,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo("error: aborted", err=True)
         return EXIT_UNEXPECTED
     except typer.TyperException as exc:  # typer's usage errors: bad option, missing argument
-        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `tpujob` or `tpujob config`: help
-            typer.echo(exc.ctx.get_help())
+        help_of = getattr(exc, "ctx", None)  # click's UsageError carries the command's context
+        if type(exc).__name__ == "NoArgsIsHelpError" and help_of is not None:  # bare `tpujob`: help
+            typer.echo(help_of.get_help())
             return EXIT_USAGE
         typer.echo(f"error: {exc.format_message()}", err=True)
         return getattr(exc, "exit_code", None) or EXIT_USAGE

@@ -38,7 +38,7 @@ class DiskInfo:
     access_mode: str = ""  # Hyperdisk only: READ_WRITE_SINGLE, READ_ONLY_MANY, READ_WRITE_MANY
     created: float | None = None  # epoch seconds of creationTimestamp
 
-    def to_json_dict(self) -> dict:
+    def to_json_dict(self) -> dict[str, Any]:
         return {"name": self.name, "zone": self.zone, "type": self.type, "size_gb": self.size_gb,
                 "status": self.status, "source_snapshot": self.source_snapshot,
                 "source_disk": self.source_disk, "users": list(self.users),
@@ -199,7 +199,7 @@ class GcpCompute:
             [NodeDisk(i.name, disk_path(project, zone, _short(d.source)), d.mode == "READ_ONLY")
              for i in instances for d in i.disks if not d.boot and d.source]
 
-    def _tpu_client(self):
+    def _tpu_client(self) -> Any:
         from google.cloud import tpu_v2
 
         if self._tpu is None:
@@ -210,7 +210,7 @@ class GcpCompute:
 
     # ---- plumbing ---------------------------------------------------------------------------
 
-    def _call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         def attempt() -> Any:
             self.api_calls += 1
             return fn(*args, **kwargs)

@@ -13,7 +13,7 @@ a VM's host keys (`_vm_host_keys`). Facts and sources: shared/facts/compute-engi
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
@@ -49,12 +49,23 @@ SLICE_NAME = re.compile(r"^tpujob-(\d{6})-\d+$")  # tpujob.names.slice_name
 
 # Which member is TPU worker 0 is unknown (facts: "Unknown: which member is worker 0"). Hosts
 # are indexed by instance name, sorted: the only order tpujob uses, here and in host_keys.
-def host_order(names: Sequence[str]) -> list[str]:
+def host_order(names: Iterable[str]) -> list[str]:
     return sorted(names)
 
 
 class MigSlices:
     """The multi-host half of ComputeTpuCloud: workload policy, instance template, BULK MIG."""
+
+    if TYPE_CHECKING:  # what ComputeTpuCloud, the class it is mixed into, provides
+        _policies: compute_v1.ResourcePoliciesClient
+        _templates: compute_v1.InstanceTemplatesClient
+        _migs: compute_v1.InstanceGroupManagersClient
+
+        def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+        def _wait(self, operation: str, what: str, create: bool = False, timeout: float = 600.0) -> None: ...
+        def _instance(self, request: SliceRequest) -> compute_v1.Instance: ...
+        def _tpu_instances(self, project: str, zone: str) -> list[compute_v1.Instance]: ...
+        def _vm_host_keys(self, project: str, zone: str, name: str) -> list[str]: ...
 
     # ---- create -----------------------------------------------------------------------------
 
@@ -147,7 +158,7 @@ class MigSlices:
             resource_policies=compute_v1.InstanceGroupManagerResourcePolicies(
                 workload_policy=f"projects/{project}/regions/{region}/resourcePolicies/{name}"))
 
-    def _insert_and_wait(self, what: str, insert: Callable, scope: str, **kwargs: Any) -> None:
+    def _insert_and_wait(self, what: str, insert: Callable[..., Any], scope: str, **kwargs: Any) -> None:
         try:
             op = self._call(what, insert, **kwargs)
         except ConflictError:
@@ -188,11 +199,11 @@ class MigSlices:
         PREEMPTED; targetSize 0 (a flex-start MIG before its resize) -> QUEUED once asked to
         grow (not stable), else PROVISIONING (_size_zero); topology FAILED -> FAILED; not stable
         (or bulkInstanceOperation in progress) -> FAILED when a member's lastAttempt has an error
-        (typed: a stockout is a StockoutError), else QUEUED while a member is PENDING (flex-start),
-        else PROVISIONING; stable with every member RUNNING and targetSize of them -> READY with
-        one Host per VM in host_order; stable with fewer -> FAILED with listErrors' latest error.
-        Peers call a slice ready on isStable and running == targetSize, failed when stable with
-        fewer (facts: wchen99998/skypilot).
+        (typed: a stockout is a StockoutError), else QUEUED while a member is PENDING (flex-start), else PROVISIONING;
+        stable with every member RUNNING and targetSize of them -> READY with one Host per VM
+        in host_order; stable with fewer -> FAILED with listErrors' latest error. Peers call a
+        slice ready on isStable and running == targetSize, failed when stable with fewer
+        (facts: wchen99998/skypilot).
 
         A BULK MIG retries a stockout for ever (ManagedInstance.currentAction CREATING
         "retries until success", compute.v1 discovery); tpujob gives the slice up as FAILED
@@ -209,7 +220,7 @@ class MigSlices:
         vms = [instances[n] for n in host_order(statuses) if n in instances]
         # The disks every VM has (the template's): a VM made without one lacks it (check_disks).
         held = [set(read_data_disks(vm)) for vm in vms]
-        base = dict(name=name, zone=zone, node_state=state,
+        base: dict[str, Any] = dict(name=name, zone=zone, node_state=state,
                     data_disks=tuple(sorted(set.intersection(*held))) if held else (),
                     accelerator_type=shorten(vms[0].machine_type) if vms else None,
                     labels=dict(vms[0].labels) if vms else {}, metadata=read_metadata(vms[0]) if vms else {},
@@ -241,7 +252,7 @@ class MigSlices:
         return Slice(phase=SlicePhase.READY, hosts=hosts, **base)
 
     @staticmethod
-    def _size_zero(stable: bool, base: dict) -> Slice:
+    def _size_zero(stable: bool, base: dict[str, Any]) -> Slice:
         """A MIG at targetSize 0: tpujob makes one only for a flex-start slice, resized at once
         after its insert. Not stable (a resize under way, or a MIG that grows as Google keeps
         it waiting): QUEUED, waiting for capacity. Stable: nothing asked of it, a create cut
@@ -288,7 +299,8 @@ class MigSlices:
             f"listing resource policies in {region}",
             lambda: list(self._policies.list(project=project, region=region)))
             if p.workload_policy.accelerator_topology and SLICE_NAME.match(p.name)]
-        found, members = [], set()
+        found: list[TpuResource] = []
+        members: set[str] = set()
         for mig in migs:
             managed = self._managed(project, zone, mig.name)
             members.update(m.name for m in managed)
@@ -312,8 +324,9 @@ class MigSlices:
         for p in policies:
             if p.name not in in_zone:
                 owner = templates.get(p.name)
+                named = SLICE_NAME.match(p.name)  # always: `policies` holds only names it matches
                 labels = dict(owner.properties.labels) if owner is not None \
-                    else {JOB_LABEL: SLICE_NAME.match(p.name).group(1)}
+                    else {JOB_LABEL: named.group(1) if named else ""}
                 leftovers.append(TpuResource("workload-policy", p.name, zone, p.status, labels=labels,
                                              created=rfc3339(p.creation_timestamp)))
         return found, leftovers, members | {n for n in instances if _member_by_name(n, migs)}
@@ -325,9 +338,10 @@ class MigSlices:
         return [m for m in items if m.resource_policies.workload_policy]
 
     def _managed(self, project: str, zone: str, name: str) -> list[compute_v1.ManagedInstance]:
-        return self._call(f"listing the VMs of managed instance group {name}",
+        managed: list[compute_v1.ManagedInstance] = self._call(f"listing the VMs of managed instance group {name}",
                           lambda: list(self._migs.list_managed_instances(
                               project=project, zone=zone, instance_group_manager=name)))
+        return managed
 
     # ---- delete -----------------------------------------------------------------------------
 

@@ -260,7 +260,7 @@ class ComputeTpuCloud(MigSlices):
                            lambda: list(self._instances.list(project=project, zone=zone)))
         return [i for i in items if shorten(i.machine_type).startswith(TPU_MACHINE_PREFIXES)]
 
-    def _call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         def attempt() -> Any:
             with self._count_lock:
                 self.api_calls += 1

@@ -118,7 +118,7 @@ class Answer:
                                         if isinstance(e, dict)), "")
 
     @property
-    def info(self) -> dict:
+    def info(self) -> dict[str, str]:
         """ErrorInfo's metadata (e.g. {"location": ZONE, "consumer": "projects/P", "service"})."""
         return dict(self.err.metadata or {})
 
@@ -176,7 +176,7 @@ def _reservation(a: Answer) -> ReservationUnavailable:
                                   "existing reservation)")
 
 
-def _project(a: Answer, found: re.Match | None = None) -> str:
+def _project(a: Answer, found: re.Match[str] | None = None) -> str:
     named = _PROJECT.search(a.info.get("consumer", "")) or _PROJECT.search(a.text)
     return (found.group(1) if found else None) or (named.group(1) if named else "PROJECT")
 
@@ -215,7 +215,8 @@ def _disabled(a: Answer) -> ServiceDisabled:
 
 
 def _location(a: Answer) -> PlacementUnavailable:
-    zone = _LOCATION.search(a.text).group(1).rstrip(".")
+    found = _LOCATION.search(a.text)  # always: the rule that calls this matched it
+    zone = found.group(1).rstrip(".") if found else "?"
     return PlacementUnavailable(f"{a.message} (the project cannot use location {zone}: a "
                                 "fallback placement in another zone may work)")
 
@@ -353,7 +354,9 @@ def status_error(status: Any) -> gexc.GoogleAPICallError:
                 break
         else:
             details.append(detail)
-    return gexc.from_grpc_status(status.code, status.message, details=details, error_info=info)
+    error: gexc.GoogleAPICallError = gexc.from_grpc_status(status.code, status.message, details=details,
+                                                            error_info=info)
+    return error
 
 
 def rule_for(answer: Answer) -> Rule | None:

@@ -302,7 +302,7 @@ class GcpCloud:
 
     # ---- plumbing ---------------------------------------------------------------------------
 
-    def _call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         def attempt() -> Any:
             with self._count_lock:
                 self.api_calls += 1
@@ -310,7 +310,7 @@ class GcpCloud:
 
         return invoke(self._retry, what, attempt)
 
-    def _get_or_none(self, what: str, fn: Callable, name: str) -> Any:
+    def _get_or_none(self, what: str, fn: Callable[..., Any], name: str) -> Any:
         try:
             return self._call(what, fn, name=name)
         except NotFoundError:
@@ -357,8 +357,9 @@ class _RawNodes:
             session.hooks.setdefault("response", []).append(self._seen)
 
     @contextlib.contextmanager
-    def keeping(self) -> Iterator[dict[str, dict]]:
-        self._local.kept = kept = {}
+    def keeping(self) -> Iterator[dict[str, dict[str, Any]]]:
+        kept: dict[str, dict[str, Any]] = {}
+        self._local.kept = kept
         try:
             yield kept
         finally:
@@ -377,7 +378,7 @@ class _RawNodes:
                 kept[node.get("name", "")] = node["upcomingMaintenance"]
 
 
-def _window(raw: dict | None) -> MaintenanceWindow | None:
+def _window(raw: dict[str, Any] | None) -> MaintenanceWindow | None:
     if not raw:
         return None
     start = raw.get("windowStartTime")
@@ -389,7 +390,7 @@ def _window(raw: dict | None) -> MaintenanceWindow | None:
                              status=raw.get("maintenanceStatus", "UNKNOWN"), start=at)
 
 
-def _all(list_fn: Callable, parent: str) -> list:
+def _all(list_fn: Callable[..., Any], parent: str) -> list[Any]:
     """Every item over every page, inside one retried call (pages follow lazily)."""
     return list(list_fn(parent=parent))
 
@@ -410,7 +411,7 @@ def _epoch(stamp: Any) -> float | None:
     return stamp.timestamp() if stamp else None
 
 
-def _slice(name: str, zone: str, node: Any, qr: Any, raw: dict[str, dict] | None = None) -> Slice:
+def _slice(name: str, zone: str, node: Any, qr: Any, raw: dict[str, dict[str, Any]] | None = None) -> Slice:
     node_state = node.state.name if node is not None else None
     qr_state = qr.state.state.name if qr is not None else None
     hosts = tuple(Host(i, e.ip_address, e.access_config.external_ip or None)
@@ -450,7 +451,7 @@ def _queued_resource_failure(name: str, qr: Any) -> Exception:
                          "(e.g. its valid-until passed)")
 
 
-def _health(node: Any, raw: dict[str, dict]) -> dict:
+def _health(node: Any, raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
     health = node.health.name if node.health else None
     symptoms = tuple(f"{s.symptom_type.name} (worker {s.worker_id or '?'}): {s.details}".rstrip(": ")
                      for s in node.symptoms)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from google.api_core import exceptions as gexc
 from google.cloud.storage.retry import DEFAULT_RETRY
@@ -56,16 +56,18 @@ class Gcs:
             groups[(bucket, parent)].append(prefix)
         out: dict[tuple[str, str], RunFiles] = {}
         for (bucket, parent), prefixes in sorted(groups.items()):
-            blobs = self._call(f"listing gs://{bucket}/{parent}",
-                               lambda bucket=bucket, parent=parent: list(self.client.list_blobs(
-                                   bucket, prefix=parent, match_glob=f"{parent}*/{{{HEARTBEAT},{STATUS}}}",
-                                   retry=_READ_RETRY, timeout=_READ_TIMEOUT)))
+            blobs = self._call(f"listing gs://{bucket}/{parent}", self._run_files, bucket, parent)
             by_name = {b.name: b for b in blobs}
             for prefix in prefixes:
                 out[(bucket, prefix)] = self._files(by_name, prefix, wanted[(bucket, prefix)])
         return out
 
-    def _files(self, by_name: dict, prefix: str, since: float) -> RunFiles:
+    def _run_files(self, bucket: str, parent: str) -> list[Any]:
+        """The heartbeat and status.json objects of every job dir under `parent`."""
+        return list(self.client.list_blobs(bucket, prefix=parent, match_glob=f"{parent}*/{{{HEARTBEAT},{STATUS}}}",
+                                           retry=_READ_RETRY, timeout=_READ_TIMEOUT))
+
+    def _files(self, by_name: dict[str, Any], prefix: str, since: float) -> RunFiles:
         heartbeat, status = by_name.get(f"{prefix}/{HEARTBEAT}"), by_name.get(f"{prefix}/{STATUS}")
         files = RunFiles(heartbeat_updated=_time(heartbeat))
         if status is None or (_time(status) or 0.0) < since:
@@ -110,7 +112,7 @@ class Gcs:
         found = self._call(f"getting bucket {bucket}", self.client.get_bucket, bucket)
         return (found.location or "").upper(), [d.upper() for d in (found.data_locations or [])]
 
-    def _call(self, what: str, fn, *args: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         self.api_calls += 1
         try:
             return fn(*args)

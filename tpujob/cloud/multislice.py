@@ -62,7 +62,8 @@ def combine(name: str, zone: str, parts: list[Slice]) -> Slice:
 
 def surviving_hosts(whole: Slice) -> tuple[Host, ...]:
     """The hosts of the slices not lost, numbered as in `whole` (their program's attempt)."""
-    hosts, start = [], 0
+    hosts: list[Host] = []
+    start = 0
     for k, count in enumerate(whole.part_hosts):
         if k not in whole.lost_slices:
             hosts.extend(whole.hosts[start:start + count])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1, oslogin_v1
@@ -66,7 +66,7 @@ class GcpOsLogin:
     def __init__(self, endpoint: str | None = None, compute_endpoint: str | None = None,
                  credentials: Any = None, retry_initial: float = 1.0, retry_maximum: float = 30.0,
                  retry_deadline: float = 120.0):
-        def options(url):
+        def options(url: str | None) -> dict[str, str] | None:
             return {"api_endpoint": url} if url else None
 
         self._oslogin = oslogin_v1.OsLoginServiceClient(
@@ -107,7 +107,7 @@ class GcpOsLogin:
                             request=oslogin_v1.GetLoginProfileRequest(name=f"users/{account}", project_id=project))
         return _profile(answer)
 
-    def _call(self, what: str, service: str, fn, **kwargs: Any) -> Any:
+    def _call(self, what: str, service: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
         def attempt() -> Any:
             self.api_calls += 1
             return fn(**kwargs)

@@ -17,9 +17,13 @@ import shutil
 import threading
 import uuid
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from werkzeug.routing import Map, Rule
+
+if TYPE_CHECKING:
+    from tpujob.emulator.oslogin import OsLogin
+    from tpujob.emulator.tpu_vms import TpuVms
 
 from tpujob.emulator import apt, tpu_mig_rules
 from tpujob.emulator.disk_rules import access_mode_at_insert, check_attach
@@ -79,8 +83,8 @@ class ComputeEmulator:
         self._snapshots: dict[tuple[str, str], dict] = {}
         self.operations = ComputeOperations()
         self._lock = threading.RLock()
-        self.oslogin = None  # tpujob.emulator.oslogin.OsLogin: the project's enable-oslogin
-        self.tpu_vms = None  # tpujob.emulator.tpu_vms.TpuVms: the instances endpoints
+        self.oslogin: OsLogin | None = None  # the project's enable-oslogin (set by the server)
+        self.tpu_vms: TpuVms | None = None  # the instances endpoints (set by the server)
 
     # ---- the project -------------------------------------------------------------------------
 
@@ -88,7 +92,7 @@ class ComputeEmulator:
         """compute.projects.get: the Project fields tpujob reads (compute.v1.json revision
         20261106, Project and Metadata): commonInstanceMetadata holds `enable-oslogin` while
         `tpujob emulator oslogin on` is set, as a project with OS Login enabled shows it."""
-        items = self.oslogin.project_metadata(project) if self.oslogin is not None else []
+        items: list[dict[str, Any]] = self.oslogin.project_metadata(project) if self.oslogin is not None else []
         return {"kind": "compute#project", "name": project, "id": str(zlib.crc32(project.encode())),
                 "selfLink": f"{API_ROOT}/projects/{project}",
                 "commonInstanceMetadata": {"kind": "compute#metadata", "items": items,
@@ -333,10 +337,11 @@ def _size(path: pathlib.Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: dict) -> dict:
+def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: Mapping[str, Any]) -> dict:
     """Serve one matched request (the TPU app routes /compute/v1/ here)."""
     project = args["project"]
     if endpoint in tpu_mig_rules.ENDPOINTS:
+        assert compute.tpu_vms is not None and compute.tpu_vms.migs is not None  # set before serving
         return tpu_mig_rules.handle(compute.tpu_vms.migs, request, endpoint, args)
     if "instance" in endpoint:  # tpu_vms.py serves every instances method
         return _instances(compute.tpu_vms, request, endpoint, args)
@@ -352,7 +357,7 @@ def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: dict) ->
     return method(project, *(args[k] for k in ("zone", "name") if k in args))
 
 
-def _instances(vms: Any, request: Any, endpoint: str, args: dict) -> dict:
+def _instances(vms: Any, request: Any, endpoint: str, args: Mapping[str, Any]) -> dict:
     project, zone, name = args["project"], args["zone"], args.get("name", "")
     if endpoint == "insert_instance":
         if request.args.get("sourceInstanceTemplate") or request.args.get("sourceMachineImage"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 # The emulator's routes (server.py, compute.py) -> discovery method id, and whether the method
 # answers a long-running operation (then --in-operation applies).
@@ -114,7 +115,7 @@ class Fault:
         SkyPilot's failover handler reads it)."""
         found: list[dict] = []
         if self.reason:
-            info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": self.reason,
+            info: dict[str, Any] = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": self.reason,
                     "domain": self.domain or "googleapis.com"}
             if self.metadata:
                 info["metadata"] = dict(self.metadata)

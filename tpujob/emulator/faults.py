@@ -11,19 +11,40 @@ from __future__ import annotations
 import random
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from tpujob.emulator.failnext import FaultError, parse
 from tpujob.emulator.payloads import ApiError, copy_json
 from tpujob.emulator.queued_resources import node_names_of
 
 if TYPE_CHECKING:
+    from tpujob.emulator.failnext import FailNext
+    from tpujob.emulator.operations import Operations
+    from tpujob.emulator.queued_resources import QueuedResource
     from tpujob.emulator.resources import Node
+    from tpujob.emulator.tpu_vms import Instance, TpuVms
 
 
 class Faults:
     """The fault half of the Emulator (state: api_error_rate, hostkeys_delay, _stockouts,
     injected)."""
+
+    if TYPE_CHECKING:  # what the Emulator, the class it is mixed into, provides
+        _lock: threading.RLock
+        _changed: threading.Condition
+        _nodes: dict[str, Node]
+        _qrs: dict[str, QueuedResource]
+        operations: Operations
+
+        def _sleep(self, seconds: float, resource: Node | QueuedResource | Instance | None) -> bool: ...
+        def _spawn(self, target: Callable[..., Any], *args: Any) -> None: ...
+        def _start_node_delete(self, node: Node) -> None: ...
+        _stockouts: set[tuple[str, str | None]]
+        injected: FailNext
+        preempt_grace: float
+        tpu_vms: TpuVms | None
+
+        def find_node(self, ref: str) -> Node | Instance: ...
 
     def inject_api_error(self) -> ApiError | None:
         if self.api_error_rate and random.random() < self.api_error_rate:
@@ -109,7 +130,7 @@ class Faults:
         if "/instances/" in node_ref and self.tpu_vms is not None:  # a Compute Spot VM
             return self.tpu_vms.preempt(node_ref, grace)
         with self._lock:
-            node = self.find_node(node_ref)
+            node = cast("Node", self.find_node(node_ref))  # a TPU node: an instance ref returned above
             if node.body["state"] != "READY" or node.preempting:
                 state = "being preempted" if node.preempting else node.body["state"]
                 raise ApiError(400, f"node {node.node_id} is {state}, not READY",
@@ -186,7 +207,7 @@ class Faults:
                            status="FAILED_PRECONDITION")
         return sent
 
-    def _hostkeys_published(self, node: Node) -> bool:
+    def _hostkeys_published(self, node: Node | Instance) -> bool:
         if self.hostkeys_delay < 0 or node.booted_at is None:
             return False
         return time.monotonic() - node.booted_at >= self.hostkeys_delay

@@ -330,7 +330,7 @@ def serve(args: argparse.Namespace) -> None:
         sys.exit(f"gcsfuse: cannot load libfuse through fusepy ({exc}); install it: "
                  "apt-get install -y fuse libfuse2")
     from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
+    from google.cloud import storage  # type: ignore[attr-defined]  # it ships no type information
 
     client = storage.Client(project="tpujob-local", credentials=AnonymousCredentials())
     bucket = open_bucket(client, args.bucket)

@@ -136,6 +136,7 @@ class _Host:
             raise RuntimeError(f"host {self.index}: namespace set-up failed (exit "
                                f"{self.holder.returncode}): {err}")
         self.holder.stdout.close()
+        assert self.holder.stderr  # a pipe, as stdout
         self.holder.stderr.close()
         st = os.stat(f"/proc/{self.holder.pid}/ns/mnt")
         self.ns = (st.st_dev, st.st_ino)
@@ -190,6 +191,7 @@ class SliceMachines:
         endpoints = []
         for host in self._hosts:
             host.await_holder()
+            assert host.holder  # spawned above
             key = new_host_key()
             host.metadata = MetadataServer(host.ip).start()
             host.server = HostSshServer(
@@ -212,6 +214,7 @@ class SliceMachines:
              "hold", str(seconds)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, start_new_session=True) for host in self._hosts if host.holder]
         for holder in holders:
+            assert holder.stdout  # a pipe
             holder.stdout.readline()  # "held" (or EOF, if the host died meanwhile)
             holder.stdout.close()
             threading.Thread(target=holder.wait, daemon=True).start()  # reaped when it lets go
@@ -222,7 +225,7 @@ class SliceMachines:
         that comes back at once (STICKY_RESPAWN_SECONDS) after it is ended, as on a host whose
         TPU is wedged: no cleaning makes that host usable. Returns the holder's pid."""
         host = self._hosts[index]
-        if not host.alive or host.server is None:
+        if not host.alive or host.server is None or host.holder is None:
             raise RuntimeError(f"host {index} is not running")
         if not os.path.exists(f"/proc/{host.holder.pid}/root{EMULATED_DEVICE}"):
             raise RuntimeError(f"host {index} has no emulated accelerator device ({EMULATED_DEVICE})")
@@ -235,6 +238,7 @@ class SliceMachines:
     def _hold_device(host: _Host) -> subprocess.Popen:
         # `sleep` inherits fd 3: its /proc/PID/fd/3 links to the device, as a libtpu user's does.
         script = 'exec 3< "$1"; exec sleep infinity'
+        assert host.server  # a running host's (dirty_host checked it)
         proc = host.server.spawn(["bash", "-c", script, "tpujob-tpu-holder", EMULATED_DEVICE],
                                  dict(os.environ), "/", stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

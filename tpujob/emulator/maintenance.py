@@ -19,12 +19,14 @@ answer (tpujob/cloud/gcp.py). A mixin of tpujob.emulator.resources.Emulator.
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Any, Callable
 
 from tpujob.emulator.payloads import ApiError, copy_json
 
 if TYPE_CHECKING:
     from tpujob.emulator.resources import Node
+    from tpujob.emulator.tpu_vms import Instance
 
 WINDOW_SECONDS = 3600  # how long the announced window lasts (Google gives no fixed length)
 
@@ -36,6 +38,15 @@ def _rfc3339(seconds_from_now: float) -> str:
 
 class Maintenance:
     """Announce maintenance on a node and start it when its window opens."""
+
+    if TYPE_CHECKING:  # what the Emulator, the class it is mixed into, provides
+        _lock: threading.RLock
+        _changed: threading.Condition
+        preempt_grace: float
+
+        def find_node(self, ref: str) -> Node | Instance: ...
+        def _spawn(self, target: Callable[..., Any], *args: Any) -> None: ...
+        def _sleep(self, seconds: float, resource: Node | None) -> bool: ...
 
     def announce_maintenance(self, node_ref: str, in_seconds: float = 0.0) -> dict:
         """A window `in_seconds` from now (0: unscheduled, starting at once). Returns the node."""

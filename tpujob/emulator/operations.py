@@ -38,7 +38,7 @@ class Operations:
             stored["error"] = dict(error) if isinstance(error, dict) else {"code": error[0],
                                                                            "message": error[1]}
         else:
-            kind, body = response
+            kind, body = response if response is not None else ("Empty", None)
             package = "google.protobuf" if kind == "Empty" else "google.cloud.tpu.v2"
             stored["response"] = {"@type": f"type.googleapis.com/{package}.{kind}", **(body or {})}
 

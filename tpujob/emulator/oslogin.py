@@ -33,6 +33,7 @@ import hashlib
 import threading
 import time
 import urllib.parse
+from typing import Any, Mapping
 
 from werkzeug.routing import Map, Rule
 
@@ -188,7 +189,7 @@ def host_login(oslogin: OsLogin, project: str, node_metadata):
     return check
 
 
-def handle(oslogin: OsLogin, request, endpoint: str, args: dict, project: str) -> dict:
+def handle(oslogin: OsLogin, request, endpoint: str, args: Mapping[str, Any], project: str) -> dict:
     """One matched /v1/users/ request. `user` is users/{email}'s last part, URL-decoded."""
     email = urllib.parse.unquote(args["user"])
     project = request.args.get("projectId") or project

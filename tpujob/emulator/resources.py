@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from tpujob.emulator.failnext import FailNext
 from tpujob.emulator.faults import Faults
@@ -45,6 +45,10 @@ from tpujob.emulator.payloads import (
     stockout_message,
 )
 from tpujob.emulator.queued_resources import QueuedResource, QueuedResources
+
+if TYPE_CHECKING:
+    from tpujob.emulator.compute import ComputeEmulator
+    from tpujob.emulator.tpu_vms import Instance, TpuVms
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +123,8 @@ class Emulator(QueuedResources, Faults, Maintenance):
         self._changed = threading.Condition(self._lock)
         self._closing = False
         self._threads: list[threading.Thread] = []
-        self.compute = None  # tpujob.emulator.compute.ComputeEmulator: the disks nodes attach
-        self.tpu_vms = None  # tpujob.emulator.tpu_vms.TpuVms: Compute Engine's TPU instances
+        self.compute: ComputeEmulator | None = None  # the disks nodes attach (set by the server)
+        self.tpu_vms: TpuVms | None = None  # Compute Engine's TPU instances (set by the server)
         self.injected = FailNext()  # fail-next faults, taken by the server before each call
         self.oslogin = OsLogin()  # `tpujob emulator oslogin`: the API, the hosts' logins, the policy
 
@@ -230,7 +234,7 @@ class Emulator(QueuedResources, Faults, Maintenance):
                  "sshConnections": machines.ssh_connections(h.index) if machines else {}}
                 for h in hosts]
 
-    def find_node(self, ref: str) -> Node:
+    def find_node(self, ref: str) -> Node | Instance:
         """A node by full name or by bare node id (unique across zones); a Compute instance
         by `projects/P/zones/Z/instances/NAME` (the host faults serve both alike)."""
         if "/instances/" in ref and self.tpu_vms is not None:
@@ -310,6 +314,7 @@ class Emulator(QueuedResources, Faults, Maintenance):
                         log.warning("host addresses of %s in use (%s): another block", node.name, err)
                         with self._lock:
                             node.ip_block = self._free_ip_block()
+                assert machines is not None  # made by the loop's first try (ADDRESS_TRIES > 0)
                 if hasattr(machines, "hold_apt_lock"):
                     machines.hold_apt_lock(self.apt_lock_seconds)  # first boot: apt.py
                 self._expose_disks(node, machines, node.body.get("dataDisks", []))
@@ -365,9 +370,9 @@ class Emulator(QueuedResources, Faults, Maintenance):
             node.hosts = []
             qr = self._qrs.get(node.body.get("queuedResource", ""))
             state = qr.body["state"] if qr and not qr.deleting else {}
-            if state.get("state") in ("ACTIVE", "PROVISIONING"):
+            if qr is not None and state.get("state") in ("ACTIVE", "PROVISIONING"):
                 qr.set_state("SUSPENDED", initiator="USER")
-            elif state.get("state") == "SUSPENDING":  # the service's deletion (a preemption) is done
+            elif qr is not None and state.get("state") == "SUSPENDING":  # the deletion (a preemption) is done
                 qr.set_state("SUSPENDED", initiator=state.get("stateInitiator"))
             self._changed.notify_all()
 
@@ -435,7 +440,7 @@ class Emulator(QueuedResources, Faults, Maintenance):
             raise ApiError(404, f"Resource '{name}' was not found")
         return self._nodes[name]
 
-    def _sleep(self, seconds: float, resource: Node | QueuedResource | None) -> bool:
+    def _sleep(self, seconds: float, resource: Node | QueuedResource | Instance | None) -> bool:
         """Wait, waking early on delete or shutdown; False when the resource should stop."""
         deadline = time.monotonic() + seconds
         with self._lock:

@@ -15,7 +15,7 @@ import os
 import pathlib
 import socket
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
@@ -25,6 +25,10 @@ from werkzeug.wrappers import Request, Response
 from tpujob.emulator.failnext import COMPUTE_METHODS, TPU_METHODS, FaultError, parse
 from tpujob.emulator.payloads import ApiError, accelerator_types, read_json
 from tpujob.emulator.resources import SPOT_NOTICE_SECONDS, Emulator, MachinesFactory
+
+if TYPE_CHECKING:
+    from tpujob.emulator.compute import ComputeEmulator
+    from tpujob.emulator.tpu_vms import TpuVms
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +88,7 @@ class TpuApp:
                 self._inject_fault()
                 body = self._replay(COMPUTE_METHODS, endpoint, request, args)
                 if body is None:
-                    body = compute.handle(self.emulator.compute, request, endpoint, args)
+                    body = compute.handle(self._compute(), request, endpoint, args)
                 return _json(200, body)(environ, start_response)
             if request.path.startswith("/v1/users/"):  # the OS Login API (oslogin.py)
                 from tpujob.emulator import oslogin
@@ -119,7 +123,17 @@ class TpuApp:
         if injected:
             raise injected
 
-    def _replay(self, methods: dict, endpoint: str, request: Request, args: dict) -> dict | None:
+    def _compute(self) -> ComputeEmulator:
+        compute = self.emulator.compute
+        assert compute is not None  # EmulatorServer makes it before it serves
+        return compute
+
+    def _vms(self) -> TpuVms:
+        vms = self.emulator.tpu_vms
+        assert vms is not None  # EmulatorServer makes them before it serves
+        return vms
+
+    def _replay(self, methods: dict, endpoint: str, request: Request, args: Mapping[str, Any]) -> dict | None:
         """`fail-next`: a fault pending for this call's method is raised as Google's error body,
         or (in operation) the call answers an operation that changed nothing and ends with the
         error; None when no fault is pending. Before the call does anything, as Google's front
@@ -137,8 +151,8 @@ class TpuApp:
 
             kind = "delete" if request.method == "DELETE" else "insert"
             target = compute.API_ROOT + request.path.removeprefix("/compute/v1")
-            return self.emulator.compute.failed_operation(args["project"], args.get("zone"), kind,
-                                                          target, fault.compute_operation_error())
+            return self._compute().failed_operation(args["project"], args.get("zone"), kind,
+                                            target, fault.compute_operation_error())
         if endpoint == "create_qr":
             # Google ends a queued resource's create operation once the request is queued; what
             # goes wrong later shows as state FAILED with failedData.error (tpu.v2 discovery,
@@ -246,7 +260,7 @@ class TpuApp:
         count = body.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise ApiError(400, "count must be an integer >= 0")
-        return self.emulator.tpu_vms.reserve(_required(body, "project"), _required(body, "zone"),
+        return self._vms().reserve(_required(body, "project"), _required(body, "zone"),
                                              _required(body, "name"), body.get("machineType", ""),
                                              count)
 
@@ -269,9 +283,9 @@ class TpuApp:
                     raise ApiError(400, "aptLockSeconds must not be negative")
                 self.emulator.apt_lock_seconds = seconds
             if body.get("gcsfuse") is not None:
-                self.emulator.compute.image_gcsfuse = bool(body["gcsfuse"])
+                self._compute().image_gcsfuse = bool(body["gcsfuse"])
         return {"aptLockSeconds": self.emulator.apt_lock_seconds,
-                "gcsfuse": self.emulator.compute.image_gcsfuse}
+                "gcsfuse": self._compute().image_gcsfuse}
 
     def _maintenance(self, request: Request) -> dict:
         body = read_json(request)
@@ -319,15 +333,15 @@ class EmulatorServer:
                                  machines_factory=machines_factory, preempt_grace=preempt_grace)
         from tpujob.emulator.compute import ComputeEmulator
 
-        self.emulator.compute = ComputeEmulator(self.state_dir / "compute")
-        self.emulator.compute.oslogin = self.emulator.oslogin  # projects.get: enable-oslogin
+        self.emulator.compute = compute = ComputeEmulator(self.state_dir / "compute")
+        compute.oslogin = self.emulator.oslogin  # projects.get: enable-oslogin
         from tpujob.emulator.tpu_vms import TpuVms
 
-        self.emulator.tpu_vms = TpuVms(self.emulator, self.emulator.compute)
-        self.emulator.compute.tpu_vms = self.emulator.tpu_vms
+        self.emulator.tpu_vms = vms = TpuVms(self.emulator, compute)
+        compute.tpu_vms = vms
         from tpujob.emulator.tpu_migs import TpuMigs
 
-        self.emulator.tpu_vms.migs = TpuMigs(self.emulator.tpu_vms)
+        vms.migs = TpuMigs(vms)
         self._app = TpuApp(self.emulator, {})
         self._http = make_server(host, port, self._app, threaded=True)
         url = f"http://{host}:{self._http.server_port}"
@@ -340,10 +354,10 @@ class EmulatorServer:
             self._storage = create_server(host, storage_port, in_memory=False,
                                           data_dir=str(self.state_dir / "storage"))
             storage_url = f"http://{host}:{storage_port}"
-        self.emulator.compute.storage_endpoint = storage_url
+        compute.storage_endpoint = storage_url
         from tpujob.emulator.oslogin import ACCOUNT
 
-        self.info = {"tpu_endpoint": url, "compute_endpoint": url, "storage_endpoint": storage_url,
+        self.info: dict[str, Any] = {"tpu_endpoint": url, "compute_endpoint": url, "storage_endpoint": storage_url,
                      "oslogin_endpoint": url, "account": ACCOUNT,
                      "project": project, "ssh_port": self.emulator.ssh_port, "pid": os.getpid()}
         self._app.info = self.info

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import string
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from werkzeug.routing import Rule
 
@@ -31,7 +31,7 @@ MIG_WORDINGS = {
     "gang": ("Target size {size} of the managed instance group is not valid in the gang mode of "
              "size '{hosts}'. Should be equal to the gang size."),
 }
-UNSOURCED = {
+UNSOURCED: dict[str, Any] = {
     # Whether the refusals above come synchronously (400) or in the operation: unknown; 400 here.
     "refusal_status": 400,
     # A TPU MIG whose VM was preempted (or killed): Google's documents do not say (facts:
@@ -141,7 +141,7 @@ def rules(base: str) -> list[Rule]:
 ENDPOINTS = frozenset(r.endpoint for r in rules(""))
 
 
-def handle(migs: TpuMigs, request: Any, endpoint: str, args: dict) -> dict:
+def handle(migs: TpuMigs, request: Any, endpoint: str, args: Mapping[str, Any]) -> dict:
     project = args["project"]
     if endpoint.startswith("region_operation"):
         wait = endpoint.endswith("_wait")

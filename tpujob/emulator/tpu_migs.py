@@ -33,6 +33,7 @@ from tpujob.emulator.tpu_vms import FLEX_START_WAITS_OUT_STOCKOUTS, Instance, pr
 from tpujob.emulator.zone_operations import API_ROOT, operation_error, refusal
 
 if TYPE_CHECKING:
+    from tpujob.emulator.resources import Machines
     from tpujob.emulator.tpu_vms import TpuVms
 
 
@@ -46,7 +47,7 @@ class TpuMigs:
         self._policies: dict[str, dict] = {}
         self._templates: dict[str, dict] = {}
         self._migs: dict[str, dict] = {}
-        self._slices: dict[str, object] = {}  # MIG ref -> its SliceMachines
+        self._slices: dict[str, Machines | None] = {}  # MIG ref -> its hosts (None: hosts off)
         self._lock = threading.RLock()
 
     # ---- resource policies and templates ----------------------------------------------------

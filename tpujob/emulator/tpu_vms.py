@@ -14,6 +14,7 @@ is RUNNING, or with its error (stockout, reservation) and no VM left.
 
 from __future__ import annotations
 
+import builtins  # TpuVms.list shadows the builtin in its class body
 import logging
 import random
 import re
@@ -47,6 +48,7 @@ from tpujob.emulator.zone_operations import API_ROOT, operation_error
 if TYPE_CHECKING:
     from tpujob.emulator.compute import ComputeEmulator
     from tpujob.emulator.resources import Emulator
+    from tpujob.emulator.tpu_migs import TpuMigs
 
 log = logging.getLogger(__name__)
 # Whether a flex-start VM waits in PENDING through a stockout (see _provision): the official
@@ -94,7 +96,7 @@ class TpuVms:
         self.ops = compute.operations
         self._instances: dict[str, Instance] = {}
         self._reservations: dict[tuple[str, str, str], dict] = {}
-        self.migs = None  # tpu_migs.TpuMigs: the MIGs some instances belong to
+        self.migs: TpuMigs | None = None  # the MIGs some instances belong to
 
     # ---- the API ----------------------------------------------------------------------------
 
@@ -275,7 +277,7 @@ class TpuVms:
                     em._changed.notify_all()
         self.ops.finish(op)
 
-    def _start_hosts(self, inst: Instance) -> tuple[list, Any]:
+    def _start_hosts(self, inst: Instance) -> tuple[builtins.list[Any], Any]:
         em = self.emulator
         metadata = lambda: {i.get("key"): i.get("value", "")  # noqa: E731
                             for i in inst.body.get("metadata", {}).get("items", [])}
@@ -357,7 +359,7 @@ class TpuVms:
             raise ApiError(404, f"The resource '{ref}' was not found")
         return inst
 
-    def _body(self, inst: Instance, body: dict, sched: dict, nics: list[dict]) -> dict:
+    def _body(self, inst: Instance, body: dict, sched: dict, nics: builtins.list[dict]) -> dict:
         """The Instance JSON (compute.v1.json Instance): what was asked, plus output fields."""
         zone_url = f"{API_ROOT}/projects/{inst.project}/zones/{inst.zone}"
         nic = {"kind": "compute#networkInterface", "name": "nic0",

@@ -16,7 +16,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from tpujob.errors import CloudError, SshAuthRefused
 from tpujob.hosts.failure import MAX_CHARS, cause
@@ -101,7 +101,7 @@ class HostGroup:
         self.retries = retries
         self.keepalive = keepalive
         self.max_workers = max_workers
-        self._clients: dict[int, object] = {}
+        self._clients: dict[int, Any] = {}  # host index -> its paramiko.SSHClient
         self._lock = threading.Lock()
         self.accept_new = accept_new
         self._pinned: dict[int, str] = {}   # host index -> the key it showed on first use
@@ -330,7 +330,10 @@ class _PinFirstKey:
             first = self.group._pinned.get(self.host.index)
             if first is None:
                 try:
-                    self.group.accept_new(self.host, line)
+                    accept = self.group.accept_new
+                    if accept is None:  # _connect gives a group this policy only with accept_new
+                        raise RuntimeError("the group accepts no new host keys")
+                    accept(self.host, line)
                 except Exception as err:   # unrecorded, the key would not be held next time: no trust
                     raise CloudError(f"host {self.host.index} ({hostname}): its host key could not "
                                      f"be recorded ({err}); refusing to connect") from err

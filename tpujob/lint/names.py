@@ -46,7 +46,7 @@ class Names:
         prefix = package + "."
         return any(m == package or m.startswith(prefix) for m in self.modules)
 
-    def resolve(self, node: ast.AST) -> str | None:
+    def resolve(self, node: ast.AST | None) -> str | None:
         """The qualified name of a Name/Attribute chain rooted in an import, else None."""
         if isinstance(node, ast.Name):
             return self.aliases.get(node.id)

@@ -148,8 +148,9 @@ class _Loops:
     def _host_syncs(self, loop: ast.AST) -> None:
         tensors = _tensor_names(loop)
         # A for loop's iterable is evaluated once, before the loop: not a per-iteration sync.
-        heads = [loop.test] if isinstance(loop, ast.While) else []
-        todo: list[tuple[ast.AST, bool]] = [(n, False) for n in heads + loop.body + loop.orelse]
+        heads: list[ast.AST] = [loop.test] if isinstance(loop, ast.While) else []
+        body: list[ast.stmt] = getattr(loop, "body", []) + getattr(loop, "orelse", [])  # a for or while loop
+        todo: list[tuple[ast.AST, bool]] = [(n, False) for n in heads + body]
         while todo:
             node, guarded = todo.pop()
             if isinstance(node, DEFS) or (isinstance(node, LOOPS) and self.is_training(node)):

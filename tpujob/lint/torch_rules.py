@@ -114,7 +114,7 @@ def _xla_call(mod: Module, node: ast.Call, qual: str | None, name: str, values: 
             mod.emit("TPU003", node, f"{source_of(node.func)}(device={source_of(device)})")
 
 
-def _sdpa_fix(mod: Module, node: ast.AST) -> str:
+def _sdpa_fix(mod: Module, node: ast.expr) -> str:
     """For SDPA inside a class, name the class to patch (e.g. diffusers' AttnProcessor2_0)."""
     cls = mod.symbol_at(node.lineno, classes_only=True).rsplit(".", 1)[-1]
     if not cls:

@@ -18,6 +18,7 @@ scope is collected, and a name is looked up in its own scope, then in the enclos
 from __future__ import annotations
 
 import ast
+from typing import Callable
 
 from tpujob.lint.module import Module
 
@@ -81,10 +82,10 @@ class Values:
         if isinstance(target, ast.Name):
             self.bound.setdefault(scope, {}).setdefault(target.id, []).append(value)
         elif isinstance(target, (ast.Tuple, ast.List)):
-            pairs = (isinstance(value, (ast.Tuple, ast.List))
-                     and len(value.elts) == len(target.elts))
+            pairs = (value.elts if isinstance(value, (ast.Tuple, ast.List))
+                     and len(value.elts) == len(target.elts) else None)
             for i, element in enumerate(target.elts):
-                self._bind(scope, element, value.elts[i] if pairs else None)
+                self._bind(scope, element, pairs[i] if pairs is not None else None)
         elif isinstance(target, ast.Starred):
             self._bind(scope, target.value, None)
 
@@ -328,8 +329,11 @@ def _tensor_keywords(call: ast.Call) -> bool:
     return any(k.arg in TENSOR_KEYWORDS for k in call.keywords)
 
 
-def _used_as_tensors(func: ast.AST, params: set[str], resolve) -> set[str]:
+def _used_as_tensors(func: ast.AST, params: set[str],
+                     resolve: Callable[[ast.AST | None], str | None]) -> set[str]:
     found: set[str] = set()
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return found  # (a scope with parameters is a function)
     args = func.args
     for arg in args.posonlyargs + args.args + args.kwonlyargs:
         if arg.annotation is not None and any(

@@ -14,7 +14,7 @@ A handler never moves the job itself: what it learned goes back to decide as an 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tpujob.cloud.base import Cloud, Slice, SlicePhase, SliceRequest
 from tpujob.errors import (
@@ -61,6 +61,9 @@ from tpujob.reconcile.policy import placements, runtime_version, slice_network
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
 
+if TYPE_CHECKING:
+    from tpujob.store.repository import Store
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -104,9 +107,16 @@ class _Turn:
     counters: dict[str, int] = field(default_factory=dict)
     ended: int | None = None  # the attempt an EndAttempt just ended: the next Move says why
 
+    def current(self) -> Attempt:
+        """The attempt an action works on: decide asks for such an action only where the job
+        has one (RuntimeError, as a bug, where it has none)."""
+        if self.attempt is None:
+            raise RuntimeError(f"job {self.job.id}: no current attempt to act on")
+        return self.attempt
+
 
 class Actor:
-    def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *, ssh_keys: tuple[str, ...],
+    def __init__(self, store: Store, cloud: Cloud, hosts: HostOps, actor: str, *, ssh_keys: tuple[str, ...],
                  clock: Callable[[], float], metadata: dict[str, str] | None = None):
         self.store = store
         self.cloud = cloud
@@ -157,23 +167,24 @@ class Actor:
 
     def _end_attempt(self, turn: _Turn, action: EndAttempt) -> Outcome:
         if turn.attempt is not None:
-            lost = turn.slice.lost_slices if turn.slice is not None and turn.attempt.slices > 1 else ()
+            slice_ = turn.slice
+            lost = slice_.lost_slices if slice_ is not None and turn.attempt.slices > 1 else ()
             self.store.end_attempt(turn.job.id, turn.attempt.number, action.reason, lost_slices=lost)
-            if lost:
+            if lost and slice_ is not None:
                 self.store.add_event(turn.job.id, "slice", f"attempt {turn.attempt.number} lost slice"
                                      f"{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} of "
-                                     f"{turn.attempt.slices}: {turn.slice.node_state}")
+                                     f"{turn.attempt.slices}: {slice_.node_state}")
             turn.ended = turn.attempt.number
-            self._unmount(turn)
+            self._unmount(turn, turn.attempt)
         return done()
 
-    def _unmount(self, turn: _Turn) -> None:
+    def _unmount(self, turn: _Turn, attempt: Attempt) -> None:
         """An attempt ending on a slice that stays READY (kept, or reused by the next attempt)
         leaves none of its disk and bucket mounts behind."""
         if turn.slice is None or turn.slice.phase != SlicePhase.READY:
             return
         try:
-            self.hosts.unmount(turn.job, turn.attempt, turn.slice)
+            self.hosts.unmount(turn.job, attempt, turn.slice)
         except TpujobError as exc:
             self.store.add_event(turn.job.id, "hosts", f"unmount failed: {exc}")
 
@@ -182,9 +193,9 @@ class Actor:
             elastic_act.delete_lost(self, turn, action)
             return done()
         if turn.attempt is not None:
-            self.cloud.for_api(api_of(turn.job)).delete_slice(turn.job.project, turn.attempt.zone,
-                                                              turn.attempt.slice_name, slices=turn.attempt.slices,
-                                                              nodes=nodes_to_delete(turn.attempt))
+            self.cloud.for_api(api_of(turn.job)).delete_slice(
+                turn.job.project, turn.attempt.zone, turn.attempt.slice_name, slices=turn.attempt.slices,
+                nodes=nodes_to_delete(turn.attempt))
             crash_point("slice-deleted")
             self.store.add_event(turn.job.id, "slice", f"deleted slice {turn.attempt.slice_name}")
         return done()
@@ -250,7 +261,7 @@ class Actor:
         return self._create_slice(turn, CreateSlice())
 
     def _create_slice(self, turn: _Turn, action: CreateSlice) -> Outcome:
-        job, attempt = turn.job, turn.attempt
+        job, attempt = turn.job, turn.current()
         try:
             earlier = self._earlier_create(job, attempt)
             if earlier is not None:
@@ -300,7 +311,7 @@ class Actor:
                                               f"({'queued resource' if attempt.queued else 'node'})")
         return done(slice_=created)
 
-    def slice_request(self, job: Job, attempt: Attempt, **fields) -> SliceRequest:
+    def slice_request(self, job: Job, attempt: Attempt, **fields: Any) -> SliceRequest:
         """What a create of the attempt's slice (or of nodes grown for it) asks for: `fields`
         name the nodes."""
         spec = spec_of(job)
@@ -348,7 +359,7 @@ class Actor:
                                                          slices=attempt.slices, nodes=own_nodes(attempt))
 
     def _set_up(self, turn: _Turn, action: SetUp) -> Outcome:
-        job, attempt = turn.job, turn.attempt
+        job, attempt = turn.job, turn.current()
         slice_ = turn.slice or self._slice_of(job, attempt)
         if slice_.hosts:
             # The address tpujob (and so the user) reaches host 0 on, as `list` shows it.
@@ -379,7 +390,7 @@ class Actor:
                                 ssh_refused=seen.refused, setup_cache=seen.cache), slice_)
 
     def _launch(self, turn: _Turn, action: Launch) -> Outcome:
-        job, attempt = turn.job, turn.attempt
+        job, attempt = turn.job, turn.current()
         slice_ = turn.slice or self._slice_of(job, attempt)
         self.store.add_event(job.id, "setup", f"setup done on {len(slice_.hosts)} hosts"
                              + (f"; setup cache: {action.cache}" if action.cache else ""))
@@ -412,7 +423,7 @@ class Actor:
             self.store.add_event(job.id, "setup", f"setup will be retried: {exc}")
         return retry_after(0, str(exc))
 
-    def _lost_under_setup(self, job, attempt) -> Slice | None:
+    def _lost_under_setup(self, job: Job, attempt: Attempt) -> Slice | None:
         """The slice, read again after a setup step failed, when it is gone or dead (preempted
         meanwhile); None when it still looks usable or cannot be read."""
         try:
@@ -421,7 +432,8 @@ class Actor:
             return None
         return again if PHASES[again.phase] in (SliceCondition.LOST, SliceCondition.ABSENT) else None
 
-    _handlers: dict[type, Callable[[Actor, _Turn, Action], Outcome]] = {
+    # Each handler takes the action of its own type (hence Any: a dict cannot say which).
+    _handlers: dict[type[Action], Callable[[Actor, _Turn, Any], Outcome]] = {
         Count: _count, ResetCount: _reset_count, Move: _move, EndAttempt: _end_attempt,
         DeleteSlice: _delete_slice, StopProgram: _stop_program, MarkUnhealthy: _mark_unhealthy,
         ClearUnhealthy: _clear_unhealthy, StartAttempt: _start_attempt, CreateSlice: _create_slice, SetUp: _set_up,

@@ -9,6 +9,7 @@ decision, never as a move of act's own. So the whole policy is one table-tested 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from tpujob.reconcile import elastic
 from tpujob.reconcile.actions import (
@@ -180,11 +181,11 @@ def _no_quota(job: JobView, obs: Observation) -> list[Action] | None:
             StartAttempt(next_placement=True)]
 
 
-def _pending(job, obs, policy):
+def _pending(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     return [StartAttempt()]
 
 
-def _provisioning(job, obs, policy):
+def _provisioning(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     phase = obs.slice
     if phase == SliceCondition.READY:
         ready: list[Action] = [Move(State.SETTING_UP, "slice READY"), SetUp()]
@@ -218,7 +219,7 @@ def _provisioning(job, obs, policy):
     return []
 
 
-def _setting_up(job, obs, policy):
+def _setting_up(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if obs.launched is not None:
         return [Move(State.RUNNING, f"program launched on {obs.launched} hosts")]
     if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
@@ -262,13 +263,13 @@ def _ssh_refused(job: JobView, why: str) -> list[Action]:
     return actions if job.keep_slice else actions + [DeleteSlice()]
 
 
-def _failed(job, policy, attempt_reason: AttemptEnd, why: str, reason: EndReason,
+def _failed(job: JobView, policy: Policy, attempt_reason: AttemptEnd, why: str, reason: EndReason,
             retry: bool = True) -> list[Action]:
     return _spend(job, policy, "failures", end=attempt_reason, reason=reason, retry=retry, spent_message=why,
                   again_message=f"{why}; retry {job.failures + 1} of {policy.max_failures}")
 
 
-def _running(job, obs, policy):
+def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     run = obs.run_dir or RunDirStatus()
     if run.state == "succeeded" and not any(h.program == Program.RUNNING for h in obs.hosts):
         # The program said so in the run dir: done, whatever became of the hosts since (a
@@ -289,7 +290,7 @@ def _running(job, obs, policy):
     codes = [h.exit_code for h in hosts if h.program == Program.EXITED]
     # status.json's verdict counts as host 0's exit code (it is what host 0 exits with).
     codes += {"nan": [policy.nan_exit_code], "preempted": [policy.preempted_exit_code],
-              "failed": [run.exit_code or 1]}.get(run.state, [])
+              "failed": [run.exit_code or 1]}.get(run.state or "", [])
     hung = run.heartbeat_age is not None and run.heartbeat_age > policy.heartbeat_timeout_seconds
     gone = [i for i, h in enumerate(hosts) if h.program in (Program.UNREACHABLE, Program.MISSING)]
     unhealthy = bool(gone) or not hosts or hung
@@ -397,7 +398,7 @@ def _hang(hosts: tuple[HostObservation, ...], run: RunDirStatus, policy: Policy)
     return None
 
 
-def _recovering(job, obs, policy):
+def _recovering(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if job.in_state_seconds < policy.backoff(job):
         return []
     if job.reuse_slice and obs.slice == SliceCondition.READY:
@@ -410,7 +411,7 @@ def _recovering(job, obs, policy):
     return actions + [StartAttempt(next_placement=job.capacity_misses > 0 and job.placements > 1)]
 
 
-_BY_STATE = {
+_BY_STATE: dict[State, Callable[[JobView, Observation, Policy], list[Action]]] = {
     State.PENDING: _pending,
     State.PROVISIONING: _provisioning,
     State.SETTING_UP: _setting_up,

@@ -41,13 +41,14 @@ def delete_lost(actor: Actor, turn: _Turn, action: DeleteSlice) -> None:
     lost = [nodes[k] for k in turn.slice.lost_slices if k < len(nodes)]
     for node in lost:
         actor.cloud.for_api(api_of(turn.job)).delete_node(turn.job.project, turn.attempt.zone, node)
-    actor.store.add_event(turn.job.id, "slice", f"deleted lost slice{'s' if len(lost) > 1 else ''} {', '.join(lost)}")
+    actor.store.add_event(turn.job.id, "slice",
+                          f"deleted lost slice{'s' if len(lost) > 1 else ''} {', '.join(lost)}")
 
 
 def start_attempt(actor: Actor, turn: _Turn, action: StartAttempt) -> None:
     """The next attempt on the ended one's nodes: those of the slices it did not lose
     (keep_survivors), or all of them and those grown for it (grow)."""
-    job, attempt = turn.job, turn.attempt
+    job, attempt = turn.job, turn.current()
     nodes = attempt_nodes(attempt)
     if action.keep_survivors:
         lost = set(turn.slice.lost_slices if turn.slice is not None else ())
@@ -70,7 +71,7 @@ def grow_slices(actor: Actor, turn: _Turn, action: GrowSlices) -> Outcome:
     name an earlier attempt used), without waiting: observe follows them."""
     from tpujob.reconcile.act import done
 
-    job, attempt = turn.job, turn.attempt
+    job, attempt = turn.job, turn.current()
     spec = spec_of(job)
     missing = spec.spec.tpu.max_slices - attempt.slices
     prefix = slice_name(job.id, attempt.number)
@@ -91,7 +92,7 @@ def grow_slices(actor: Actor, turn: _Turn, action: GrowSlices) -> Outcome:
 def drop_growth(actor: Actor, turn: _Turn, action: DropGrowth) -> Outcome:
     from tpujob.reconcile.act import done
 
-    job, attempt = turn.job, turn.attempt
+    job, attempt = turn.job, turn.current()
     for node in growing_nodes(attempt):
         actor.cloud.for_api(api_of(job)).delete_node(job.project, attempt.zone, node)
     actor.store.record_growing(job.id, attempt.number, json.dumps({"failed_at": actor.clock()}))

@@ -7,10 +7,16 @@ from typing import Protocol
 
 
 class Observed(Protocol):
-    health: str | None
-    health_detail: str
-    maintenance_in_seconds: float | None
-    maintenance_type: str
+    """Read only: a frozen Observation (or a Slice) answers it."""
+
+    @property
+    def health(self) -> str | None: ...
+    @property
+    def health_detail(self) -> str: ...
+    @property
+    def maintenance_in_seconds(self) -> float | None: ...
+    @property
+    def maintenance_type(self) -> str: ...
 
 
 def maintenance_reason(obs: Observed, lead_seconds: float) -> str | None:

@@ -5,9 +5,9 @@ SSH status rounds at once; then, per job under its lease, its slice's phase and 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
-from tpujob.cloud.base import Cloud, Slice, SlicePhase
+from tpujob.cloud.base import Cloud, DataDisk, Slice, SlicePhase
 from tpujob.cloud.multislice import pick
 from tpujob.errors import (
     LocationDenied,
@@ -23,6 +23,9 @@ from tpujob.reconcile.observation import HostObservation, Observation, SetupSeen
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
+
+if TYPE_CHECKING:
+    from tpujob.store.repository import Store
 
 # Cloud phases as decide sees them. DELETING is a slice on its way out: lost.
 PHASES = {
@@ -56,6 +59,7 @@ def refusal_of(exc: BaseException) -> tuple[SliceCondition, str | None]:
 HOST_STATUS_WORKERS = 16
 
 Slices = dict[tuple[str, str], Slice]  # (zone, node or queued resource name) -> as listed
+HostsSeen = tuple[int, str, tuple[HostObservation, ...]]  # (attempt number, slice name, hosts)
 
 
 def listed_slice(slices: Slices, attempt: Attempt) -> Slice | None:
@@ -74,7 +78,7 @@ class HostOps(Protocol):
     def stop_program(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
     def capture_stacks(self, job: Job, attempt: Attempt, slice_: Slice) -> str: ...
     def unmount(self, job: Job, attempt: Attempt, slice_: Slice) -> None: ...
-    def data_disks(self, job: Job, attempt: Attempt) -> tuple: ...  # the slice request's disks
+    def data_disks(self, job: Job, attempt: Attempt) -> tuple[DataDisk, ...]: ...  # the slice request's disks
     def prepare(self, job: Job) -> None: ...  # a slice was asked for: learn now what its setup needs
 
 
@@ -86,7 +90,7 @@ class RunDirs(Protocol):
 
 
 class Observer:
-    def __init__(self, store, cloud: Cloud, hosts: HostOps, clock: Callable[[], float],
+    def __init__(self, store: Store, cloud: Cloud, hosts: HostOps, clock: Callable[[], float],
                  run_dirs: RunDirs | None = None):
         self.store = store
         self.cloud = cloud
@@ -94,7 +98,7 @@ class Observer:
         self.clock = clock
         self.run_dirs = run_dirs
         self._run_dir_seen: dict[int, tuple[int, RunDirStatus]] = {}  # job id -> (attempt, files)
-        self._hosts_seen: dict[int, tuple] = {}  # job id -> (attempt, slice, host statuses)
+        self._hosts_seen: dict[int, HostsSeen] = {}  # job id -> (attempt, slice, host statuses)
         self._snapshot_at = 0.0
 
     # -- batched, before any job is acted on -------------------------------------------------
@@ -139,7 +143,7 @@ class Observer:
         numbers = {j.id: a.number for j, a in running}
         return {job_id: (numbers[job_id], run) for job_id, run in found.items()}
 
-    def _ask_hosts(self, running: list[tuple[Job, Attempt]], slices: Slices) -> dict:
+    def _ask_hosts(self, running: list[tuple[Job, Attempt]], slices: Slices) -> dict[int, HostsSeen]:
         """Each RUNNING job's program on every host of its READY slice, asked of all those
         slices at once (one SSH round each, in parallel): one by one, a sweep over a few hundred
         running jobs would take minutes. {job id: (attempt number, slice name, statuses)}."""
@@ -149,7 +153,7 @@ class Observer:
         if len(wanted) < 2:
             return {}  # nothing to overlap: `observe` asks as it goes
 
-        def ask(item):
+        def ask(item: tuple[Job, Attempt, Slice]) -> tuple[int, HostsSeen | None]:
             job, attempt, slice_ = item
             try:
                 return job.id, (attempt.number, slice_.name, self.hosts.program_status(job, attempt, slice_))
@@ -160,7 +164,7 @@ class Observer:
             return {job_id: seen for job_id, seen in pool.map(ask, wanted) if seen is not None}
 
     # -- per job, under its lease --------------------------------------------------------------
-    def slice_of(self, job: Job, attempt, slices: Slices, snapshot_at: float) -> Slice | None:
+    def slice_of(self, job: Job, attempt: Attempt | None, slices: Slices, snapshot_at: float) -> Slice | None:
         if attempt is None:
             return None
         found = listed_slice(slices, attempt)
@@ -170,10 +174,12 @@ class Observer:
                                                               slices=attempt.slices, nodes=own_nodes(attempt))
         return found
 
-    def observe(self, job: Job, attempt, slice_) -> Observation:
+    def observe(self, job: Job, attempt: Attempt | None, slice_: Slice | None) -> Observation:
         phase = PHASES[slice_.phase] if slice_ is not None else SliceCondition.ABSENT
         hosts: tuple[HostObservation, ...] = ()
-        if phase == SliceCondition.READY and State(job.state) == State.RUNNING:
+        # (slice_of finds no slice without an attempt: a slice READY or LOST has both.)
+        if slice_ is not None and attempt is not None and phase == SliceCondition.READY \
+                and State(job.state) == State.RUNNING:
             # The sweep's prefetch, once, unless another actor moved the job since it was taken.
             seen = self._hosts_seen.pop(job.id, None)
             if seen is not None and seen[:2] == (attempt.number, slice_.name) \
@@ -181,7 +187,7 @@ class Observer:
                 hosts = seen[2]
             else:
                 hosts = self.hosts.program_status(job, attempt, slice_)
-        if phase == SliceCondition.LOST and slice_.failure is not None \
+        if slice_ is not None and phase == SliceCondition.LOST and slice_.failure is not None \
                 and State(job.state) == State.PROVISIONING:
             # A queued resource that ended FAILED is a refusal of its request, not a preemption:
             # its failedData.error decides, as the same error ending a create would.
@@ -189,15 +195,16 @@ class Observer:
             if phase != SliceCondition.LOST:
                 return Observation(slice=phase, refusal=str(slice_.failure), scope=scope, holds_slice=True)
         created = slice_.node_create_time if slice_ is not None else None
-        if phase == SliceCondition.READY and State(job.state) == State.SETTING_UP and attempt is not None:
+        if slice_ is not None and phase == SliceCondition.READY and State(job.state) == State.SETTING_UP \
+                and attempt is not None:
             # Setup runs detached on the hosts: how far it got on each (one SSH round).
             setup = self.hosts.setup_status(job, attempt, slice_)
             return Observation(slice=phase, setup=setup.hosts, setup_error=setup.error, ssh_refused=setup.refused,
                                setup_cache=setup.cache,
                                provisioning_seconds=None if created is None else max(0.0, self.clock() - created))
-        seen = self._run_dir_seen.get(job.id)
-        run_dir = seen[1] if seen and State(job.state) == State.RUNNING and attempt is not None \
-            and seen[0] == attempt.number else None
+        run_seen = self._run_dir_seen.get(job.id)
+        run_dir = run_seen[1] if run_seen and State(job.state) == State.RUNNING and attempt is not None \
+            and run_seen[0] == attempt.number else None
         window = slice_.maintenance if slice_ is not None else None
         growth, growth_error = (self._growth(job, attempt) if attempt is not None and attempt.growing
                                 and phase == SliceCondition.READY else (None, ""))
@@ -212,7 +219,7 @@ class Observer:
                            else window.start - self.clock(),
                            maintenance_type=window.type if window is not None else "")
 
-    def _growth(self, job: Job, attempt) -> tuple[str | None, str]:
+    def _growth(self, job: Job, attempt: Attempt) -> tuple[str | None, str]:
         """How the nodes asked for to grow an elastic attempt back are doing: "creating",
         "ready", or "failed" and why (a node gone whose create ended in an error, or lost)."""
         nodes = growing_state(attempt).get("nodes", {})
@@ -227,15 +234,15 @@ class Observer:
         if grown.phase == SlicePhase.GONE or any(k in grown.lost_slices for k in range(len(nodes))):
             operations = " ".join(op for op in nodes.values() if op)
             try:
-                if operations and not self.cloud.for_api(api_of(job)).operation_done(operations, "growing back",
-                                                                                     create=True):
+                if operations and not self.cloud.for_api(api_of(job)).operation_done(
+                        operations, "growing back", create=True):
                     return "creating", ""
             except TpujobError as exc:
                 return "failed", str(exc)
             return "failed", f"{', '.join(nodes)}: gone"
         return "creating", ""
 
-    def record_steps(self, job: Job, attempt, obs: Observation) -> None:
+    def record_steps(self, job: Job, attempt: Attempt | None, obs: Observation) -> None:
         """The attempt's progress as the runtime reports it: lost steps per preemption, and the
         samples `list`, `show` and the dashboard tell the rate and the time left from."""
         steps = [h.step for h in obs.hosts if h.step is not None]

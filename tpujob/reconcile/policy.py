@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tpujob.store.states import AttemptEnd
 
@@ -100,7 +100,7 @@ def policy_of(spec: ResolvedSpec) -> Policy:
                   fatal_exit_codes=frozenset({EXIT_INIT_CHECK, EXIT_CONFIG, EXIT_RECOMPILE}))
 
 
-def slice_network(spec: ResolvedSpec) -> dict:
+def slice_network(spec: ResolvedSpec) -> dict[str, Any]:
     """The slice request's network fields from the spec's tpu.network."""
     net = spec.spec.tpu.network
     return dict(external_ips=net.external_ips, network=net.network, subnetwork=net.subnetwork,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tpujob.cloud.base import Cloud, SlicePhase
-from tpujob.errors import JobLocked, TpujobError
+from tpujob.errors import AuthError, JobLocked, LocationDenied, TpujobError
 from tpujob.job_spec import api_of, spec_of
 from tpujob.names import format_job_id, growing_state, nodes_to_delete
 from tpujob.reconcile import placement as placing
@@ -25,6 +25,9 @@ from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices, listed_
 from tpujob.reconcile.policy import Policy, placements, policy_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
+
+if TYPE_CHECKING:
+    from tpujob.store.repository import Store
 
 # How long a sweep follows the node creates it asked for: long enough for most of Google's
 # creates (minutes), short enough that a node stuck CREATING does not keep the other jobs
@@ -73,7 +76,7 @@ class SweepReport:
 
 
 class Reconciler:
-    def __init__(self, store, cloud: Cloud, hosts: HostOps, actor: str, *,
+    def __init__(self, store: Store, cloud: Cloud, hosts: HostOps, actor: str, *,
                  ssh_keys: tuple[str, ...] = (), metadata: dict[str, str] | None = None,
                  clock: Callable[[], float] = time.time,
                  lease_seconds: float = LEASE_SECONDS,
@@ -88,11 +91,11 @@ class Reconciler:
         self.acting = Actor(store, cloud, hosts, actor, ssh_keys=ssh_keys, clock=clock, metadata=metadata)
 
     @property
-    def auth_errors(self):
+    def auth_errors(self) -> dict[int, AuthError]:
         return self.acting.auth_errors
 
     @property
-    def config_errors(self):
+    def config_errors(self) -> dict[int, LocationDenied]:
         return self.acting.config_errors
 
     def sweep(self, job_ids: list[int] | None = None) -> SweepReport:
@@ -184,7 +187,9 @@ class Reconciler:
     def act_all(self, jobs: list[Job], slices: Slices, snapshot_at: float) -> list[tuple[str, str | None]]:
         """Every job's decide/act, `workers` at a time: one job's slice creation, setup and launch
         do not wait for another's. Outcomes in the jobs' order (see act_on)."""
-        act = lambda job: self.act_on(job, slices, snapshot_at)  # noqa: E731
+        def act(job: Job) -> tuple[str, str | None]:
+            return self.act_on(job, slices, snapshot_at)
+
         if self.workers <= 1 or len(jobs) < 2:
             return [act(job) for job in jobs]
         with ThreadPoolExecutor(max_workers=min(self.workers, len(jobs)), thread_name_prefix="tpujob-act") as pool:
@@ -224,9 +229,9 @@ class Reconciler:
                 if not _frees_its_slice(self.store.get(job.id)):  # resumed (or kept) meanwhile
                     return None
                 # The sweep that ended it may have deleted it since this one's listing.
-                if self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
-                                                             slices=attempt.slices,
-                                                             nodes=nodes_to_delete(attempt)).phase == SlicePhase.GONE:
+                if self.cloud.for_api(api_of(job)).get_slice(
+                        job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
+                        nodes=nodes_to_delete(attempt)).phase == SlicePhase.GONE:
                     return None
                 self.cloud.for_api(api_of(job)).delete_slice(job.project, attempt.zone, attempt.slice_name,
                                                              slices=attempt.slices, nodes=nodes_to_delete(attempt))
@@ -285,6 +290,8 @@ class Reconciler:
                 # A node create returns once the node is READY; a queued resource still waiting
                 # ends the rounds.
                 attempt = self.store.current_attempt(job_id)
+                if attempt is None:  # it was just created, for this attempt's slice
+                    raise RuntimeError(f"job {format_job_id(job_id)}: provisioning without an attempt")
                 # Several slices are listed node by node: the next round reads them afresh
                 # (slice_of, as for a job another actor just moved).
                 slices = {(attempt.zone, attempt.slice_name): outcome.slice} if attempt.slices == 1 else {}
@@ -295,7 +302,7 @@ class Reconciler:
     def _policy(self, job: Job) -> Policy:
         return policy_of(spec_of(job))
 
-    def _view(self, job: Job, attempt) -> JobView:
+    def _view(self, job: Job, attempt: Attempt | None) -> JobView:
         now = self.clock()
         spec = spec_of(job)
         reuse = bool(attempt is not None and attempt.end_reason in _REUSABLE)
@@ -319,7 +326,7 @@ class Reconciler:
         )
 
 
-def _growth_failed_seconds(attempt, now: float) -> float | None:
+def _growth_failed_seconds(attempt: Attempt | None, now: float) -> float | None:
     """Since an elastic attempt's growing back last failed (None: it has not)."""
     if attempt is None:
         return None

@@ -34,7 +34,7 @@ def _barriers_with_timeouts() -> None:
 
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
-    flags.FLAGS.experimental_orbax_use_distributed_barrier = True
+    flags.FLAGS.experimental_orbax_use_distributed_barrier = True  # type: ignore[assignment]  # absl's stub
 
 
 class Checkpointer:

@@ -164,7 +164,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             known = ", ".join(sorted(fields))
             raise ConfigError(f"unknown key (known: {known})", key=f"{prefix}{key}")
         hint = hints[key]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
                 raise ConfigError("must be a mapping", key=f"{prefix}{key}")
             kwargs[key] = _build(hint, value, prefix=f"{prefix}{key}.")

@@ -12,7 +12,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 # Exit codes. 75-79 sit between the shell's own codes (126, 127, 128+signal) and the small codes
 # that Python and typical scripts use (1, 2); 75 is sysexits' EX_TEMPFAIL ("try again later").
@@ -134,6 +134,10 @@ def parse_status(raw: str | bytes) -> Status:
     )
 
 
+@overload
+def _int(value: Any, default: int) -> int: ...
+@overload
+def _int(value: Any, default: None) -> int | None: ...
 def _int(value: Any, default: int | None) -> int | None:
     """An integer field as written, else `default`: a program's odd value is not fatal."""
     return value if isinstance(value, int) and not isinstance(value, bool) else default

@@ -71,7 +71,7 @@ def _open_shards(path: Path, dtype: str, window: int) -> list[np.ndarray]:
     if not files:
         raise DataError(f"no .bin shards in {path}")
     shards = [np.memmap(f, dtype=np.dtype(dtype), mode="r") for f in files]
-    usable = [s for s in shards if len(s) >= window]
+    usable: list[np.ndarray] = [s for s in shards if len(s) >= window]
     if not usable:
         raise DataError(f"every shard in {path} is shorter than seq_len + 1 = {window} tokens")
     return usable

@@ -36,7 +36,11 @@ def param_stats(params: dict) -> dict[str, tuple[float, float, float]]:
         return {k: jnp.stack([v.mean(), v.std(), jnp.abs(v).max()]) for k, v in tree.items()}
 
     host = jax.device_get(stats(flat))
-    return {k: tuple(float(x) for x in np.asarray(v)) for k, v in host.items()}
+    found: dict[str, tuple[float, float, float]] = {}
+    for k, v in host.items():
+        mean, std, max_abs = (float(x) for x in np.asarray(v))
+        found[k] = (mean, std, max_abs)
+    return found
 
 
 def judge(rule: InitRule, n: int, mean: float, std: float, max_abs: float) -> str | None:

@@ -115,8 +115,11 @@ class Trainer:
         self.batches = Batches(cfg.data, cfg.seed, cfg.batch_size, cfg.seq_len, cfg.model.vocab_size)
         self.sharding = train.batch_sharding(self.mesh)
         rows = self.sharding.addressable_devices_indices_map((cfg.batch_size, 1))
-        self.row_lo = min(idx[0].start or 0 for idx in rows.values())
-        self.row_hi = max(idx[0].stop or cfg.batch_size for idx in rows.values())
+        if any(idx is None for idx in rows.values()):  # jax's type allows it; a batch sharding has none
+            raise RuntimeError("a device of this process holds no rows of the batch")
+        spans = [idx[0] for idx in rows.values() if idx is not None]
+        self.row_lo = min(s.start or 0 for s in spans)
+        self.row_hi = max(s.stop or cfg.batch_size for s in spans)
         self.flops_per_token = model.flops_per_token(cfg.model, cfg.seq_len)
         self.resumed_from: int | None = None
         self.step = 0  # the newest step dispatched: what status.json reports if training breaks
@@ -195,6 +198,8 @@ class Trainer:
 
         def consume() -> Outcome | None:
             nonlocal pending, stop_at, window_start, window_steps, first
+            if pending is None:  # called only with a step pending
+                raise RuntimeError("no step pending to consume")
             s, m_dev, compiles = pending
             pending = None
             m = {k: float(v) for k, v in jax.device_get(m_dev).items()}

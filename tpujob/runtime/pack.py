@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Sequence
 
 import numpy as np
 
@@ -32,7 +33,7 @@ class PackResult:
 
 
 def pack_files(
-    files: list[str | Path], out_dir: str | Path, shard_tokens: int = DEFAULT_SHARD_TOKENS
+    files: Sequence[str | Path], out_dir: str | Path, shard_tokens: int = DEFAULT_SHARD_TOKENS
 ) -> PackResult:
     """Write `shard_00000.bin`, ... and `meta.json` into `out_dir`; each file is one document."""
     paths = [Path(f) for f in files]
@@ -82,25 +83,25 @@ class _ShardWriter:
         self.out, self.shard_tokens = out, shard_tokens
         self.names: list[str] = []
         self.total = 0
-        self._file = None
+        self._file: BinaryIO | None = None
         self._in_shard = 0
 
     def write(self, tokens: np.ndarray) -> None:
         while len(tokens):
-            if self._file is None or self._in_shard == self.shard_tokens:
-                self._next()
+            file = self._next() if self._file is None or self._in_shard == self.shard_tokens else self._file
             take = min(len(tokens), self.shard_tokens - self._in_shard)
-            self._file.write(tokens[:take].tobytes())
+            file.write(tokens[:take].tobytes())
             self._in_shard += take
             self.total += take
             tokens = tokens[take:]
 
-    def _next(self) -> None:
+    def _next(self) -> BinaryIO:
         self.close()
         name = f"shard_{len(self.names):05d}.bin"
         self.names.append(name)
-        self._file = (self.out / name).open("wb")
+        self._file = file = (self.out / name).open("wb")
         self._in_shard = 0
+        return file
 
     def close(self) -> None:
         if self._file is not None:

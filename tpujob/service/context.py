@@ -9,10 +9,16 @@ import time
 import uuid
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING, Iterator
 
 from tpujob import settings as settings_mod
 from tpujob.errors import JobLocked
 from tpujob.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from tpujob.store.repository import Store
 
 
 @dataclass
@@ -24,7 +30,7 @@ class Context:
         return cls(settings_mod.load())
 
     @cached_property
-    def engine(self):
+    def engine(self) -> Engine:
         """The store's engine alone: what a command that only reads rows (`list`) needs,
         without the ORM the Store imports."""
         from tpujob.store.db import engine_for
@@ -32,7 +38,7 @@ class Context:
         return engine_for(self.settings.database_url)
 
     @cached_property
-    def store(self):
+    def store(self) -> Store:
         from tpujob.store.repository import open_store
 
         return open_store(self.settings.database_url)
@@ -53,7 +59,7 @@ class Context:
         return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
     @contextlib.contextmanager
-    def lease(self, job_id: int, ttl_seconds: float = 120.0, wait_seconds: float = 10.0):
+    def lease(self, job_id: int, ttl_seconds: float = 120.0, wait_seconds: float = 10.0) -> Iterator[str]:
         """Hold the job's lease for the block; waits briefly for another actor to finish."""
         deadline = time.monotonic() + wait_seconds
         with contextlib.ExitStack() as held:

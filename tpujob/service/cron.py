@@ -15,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from tpujob import settings as settings_mod
 from tpujob.errors import ConfigError, UsageError
@@ -69,13 +70,14 @@ def settle_seconds(every: str) -> float:
     return float(min(0.8 * count * (3600 if unit == "h" else 60), SETTLE_MAX_SECONDS))
 
 
-def entry(every: str = "5m", *, python: str | None = None, environ: dict | None = None) -> CronEntry:
+def entry(every: str = "5m", *, python: str | None = None,
+          environ: Mapping[str, str] | None = None) -> CronEntry:
     """The crontab line for this store, built from the installing process's settings."""
-    environ = os.environ if environ is None else environ
+    carried: Mapping[str, str] = os.environ if environ is None else environ
     home = settings_mod.home().resolve()
     python = python or sys.executable
     values = {"TPUJOB_HOME": str(home)}
-    values.update({k: environ[k] for k in CARRIED if environ.get(k)})
+    values.update({k: carried[k] for k in CARRIED if carried.get(k)})
     log_path, lock_path = home / "logs" / "requeue.log", home / "requeue.lock"
     for text in [python, *values.values()]:
         # cron turns `%` into a newline; a newline would end the line early.
@@ -99,6 +101,7 @@ def _crontab() -> str:
     found = preflight.which("crontab")
     if found is None:
         preflight.require([preflight.crontab_check()], "cron")
+        raise ConfigError("crontab is not on PATH")  # (require said so, unless it appeared meanwhile)
     return found
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tpujob.errors import ConfigError, NotFoundError
 from tpujob.service.context import Context
+
+if TYPE_CHECKING:
+    from tpujob.store.models import Job
 
 
 def example_spec() -> Path:
@@ -19,7 +23,7 @@ def example_spec() -> Path:
 
 @dataclass(frozen=True)
 class Demo:
-    job: object
+    job: Job
     spec: Path
     tpu_endpoint: str
     started_emulator: bool

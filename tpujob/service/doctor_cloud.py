@@ -63,7 +63,7 @@ def checks(ctx: Context, jobs: list | None) -> list[Check]:
 
 # ---- credentials and project --------------------------------------------------------------------
 
-def adc() -> tuple[Any, str]:
+def adc() -> tuple[Any, str | None]:
     """Application Default Credentials and their project (replaced in tests)."""
     import google.auth
 
@@ -271,7 +271,7 @@ def buckets_check(settings, info: dict | None, credentials: Any, project: str, j
 
 
 def _storage_client(settings, info: dict | None, credentials: Any, project: str):
-    from google.cloud import storage as gcs_lib
+    from google.cloud import storage as gcs_lib  # type: ignore[attr-defined]  # it ships no type information
 
     if info is None:
         return gcs_lib.Client(project=project, credentials=credentials)

@@ -7,7 +7,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from tpujob import spec as spec_mod
 from tpujob.clients import make_cloud, make_compute, make_storage
@@ -30,6 +30,13 @@ from tpujob.service.context import Context
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
 from tpujob.store.states import ENDED, AttemptEnd, State
+
+if TYPE_CHECKING:
+    from tpujob.runtime.contract import RunDirStatus
+    from tpujob.service.accounting import Accounting
+    from tpujob.service.remote import HostProgram
+    from tpujob.service.timeline import Timeline
+    from tpujob.store.models import Attempt, Event, Job
 
 
 def validate(ctx: Context, path: str) -> ResolvedSpec:
@@ -126,7 +133,7 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
 
 
 class Created(NamedTuple):
-    job: object
+    job: Job
     resolved: ResolvedSpec
     findings: list  # lint.Finding in the sync directory, for the caller to show
 
@@ -190,14 +197,14 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
 
 @dataclass
 class JobDetail:
-    job: object
-    attempts: list
-    events: list
-    hosts: list | None = None   # remote.HostProgram per host, while the program runs
+    job: Job
+    attempts: list[Attempt]
+    events: list[Event]
+    accounting: Accounting      # the night's story in numbers
+    timeline: Timeline          # the same story as bars
+    hosts: list[HostProgram] | None = None  # one per host, while the program runs
     hosts_error: str = ""       # why the hosts could not be asked
-    accounting: object = None   # service.accounting.Accounting: the night's story in numbers
-    timeline: object = None     # service.timeline.Timeline: the same story as bars
-    run_dir: object = None      # contract.RunDirStatus: the current attempt's status.json, heartbeat
+    run_dir: RunDirStatus | None = None  # the current attempt's status.json, heartbeat
     run_dir_error: str = ""     # why the run dir could not be read
 
 
@@ -206,10 +213,10 @@ def show(ctx: Context, ref: str) -> JobDetail:
     attempt's program is doing, without SSH); while it is SETTING_UP or RUNNING, each host's
     view of the program too (over SSH)."""
     job = ctx.store.find(ref)
-    detail = JobDetail(job, ctx.store.attempts(job.id), ctx.store.events(job.id))
+    attempts, events = ctx.store.attempts(job.id), ctx.store.events(job.id)
     now = time.time()
-    detail.accounting = account(job, detail.attempts, detail.events, now)
-    detail.timeline = timeline(job, detail.attempts, detail.events, now)
+    detail = JobDetail(job, attempts, events, account(job, attempts, events, now),
+                       timeline(job, attempts, events, now))
     spec = spec_of(job)
     if detail.attempts and spec.spec.run_dir:
         from tpujob.attempt import run_dirs

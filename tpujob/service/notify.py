@@ -63,7 +63,7 @@ def target_of(channel: NotifySpec) -> str:
     """The channel as shown: an email address, or a webhook masked (spec.mask_webhook)."""
     from tpujob.spec import mask_webhook
 
-    return channel.email if channel.email else f"webhook {mask_webhook(channel.webhook)}"
+    return channel.email if channel.email else f"webhook {mask_webhook(channel.webhook or '')}"
 
 
 # -- one send ---------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ def send_email(ctx: Context, address: str, subject: str, text: str, timeout: flo
     message["From"], message["To"], message["Subject"] = s.smtp_from, address, subject
     message.set_content(text)
     try:
-        password = None
+        password = ""
         if s.smtp_username:
             from tpujob.attempt.secrets import resolve
 
@@ -149,7 +149,7 @@ def send(ctx: Context, channel: NotifySpec, text: str, timeout: float) -> None:
         post_webhook(channel.webhook, text, timeout)
     else:
         # "tpujob: job 000042 'name' SUCCEEDED: why" -> the subject is up to the state.
-        send_email(ctx, channel.email, ": ".join(text.split(": ", 2)[:2]), text, timeout)
+        send_email(ctx, channel.email or "", ": ".join(text.split(": ", 2)[:2]), text, timeout)
 
 
 # -- the outbox -------------------------------------------------------------------------------

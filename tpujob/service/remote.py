@@ -265,9 +265,10 @@ def exec_command(ctx: Context, ref: str, argv: list[str], *, host: int | None = 
 def exit_status(outcomes: list[HostOutcome]) -> int:
     """ssh's convention over many hosts: 255 if a host could not be reached or its connection
     was lost, else the highest exit code (0 when every host succeeded)."""
-    if any(o.exit_code is None for o in outcomes):
+    codes = [o.exit_code for o in outcomes if o.exit_code is not None]
+    if len(codes) < len(outcomes):
         return 255
-    return min(255, max((o.exit_code for o in outcomes), default=0))
+    return min(255, max(codes, default=0))
 
 
 # ---- ssh --------------------------------------------------------------------------------------

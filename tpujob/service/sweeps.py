@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tpujob.clients import make_cloud
 from tpujob.errors import ConfigError
 from tpujob.service.context import Context
 from tpujob.store.states import ENDED, State
+
+if TYPE_CHECKING:
+    from tpujob.store.models import Event
 
 # How long `create` follows a slice that waits for capacity (a queued resource, a flex-start VM)
 # before it hands the job to the sweeps: such a wait lasts minutes to hours on Google.
@@ -113,7 +116,7 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | 
 
 
 def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
-           on_event: Callable[[object], None] = lambda e: None,
+           on_event: Callable[[Event], None] = lambda e: None,
            on_progress: Callable | None = None, poll: float | None = None):
     """Sweep one job until it runs (or, with until_ended, until it ends); report new events,
     and, through `on_progress(step, Progress)`, each host step (sync, mount, setup, launch)."""

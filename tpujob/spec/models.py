@@ -244,6 +244,7 @@ class RequeuePolicy(_Model):
 # What a notification channel may be told about (docs/notify.md): each maps to a state move.
 NOTIFY_ON = ("succeeded", "failed", "preempted", "nan", "cancelled")
 NotifyOn = Literal["succeeded", "failed", "preempted", "nan", "cancelled"]
+_DEFAULT_ON: list[NotifyOn] = ["succeeded", "failed"]
 # `${NAME}`: the webhook URL is the secret NAME's value (environment, else secrets.env), so a
 # Slack URL never reaches the store; a literal URL is kept, and masked wherever it is shown.
 WEBHOOK_SECRET = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -253,7 +254,7 @@ EMAIL_ADDRESS = re.compile(r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;.]+$")
 class NotifySpec(_Model):
     webhook: str | None = None
     email: str | None = None
-    on: list[NotifyOn] = Field(default_factory=lambda: ["succeeded", "failed"])
+    on: list[NotifyOn] = Field(default_factory=lambda: _DEFAULT_ON.copy())
 
 
 class JobSpec(_Model):

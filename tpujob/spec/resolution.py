@@ -7,6 +7,7 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path
+from typing import Literal
 
 from tpujob.catalogue import NEVER_READ_ONLY, Accelerator, NoComputeShape, accelerator, compute_shape
 from tpujob.errors import SpecError
@@ -31,6 +32,8 @@ from tpujob.spec.models import (
     ResolvedSpec,
     SetupSpec,
 )
+
+Api = Literal["tpu-vm", "compute"]  # the API a slice is made through (ResolvedSpec.api)
 
 
 def _fail(message: str, path: tuple, lines: dict[tuple, int]) -> SpecError:
@@ -229,13 +232,13 @@ def _days(seconds: int) -> str:
     return f"{seconds / 86400:g} days" if seconds % 3600 == 0 and seconds >= 86400 else f"{seconds} s"
 
 
-def _api(spec: JobSpec, acc: Accelerator, lines) -> tuple[str, ComputePlacement | None]:
+def _api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlacement | None]:
     """The API the slice is made through, its Compute Engine form, and the rules that follow
     from it: auto is compute for a generation the TPU API does not serve (TPU7x: "The Cloud TPU
     API is not supported on TPU7x and later", shared/facts/compute-engine-tpu.md), tpu-vm
     otherwise; compute only for v5p, v6e, TPU7x (tpujob.catalogue.COMPUTE_FORMS)."""
     tpu = spec.tpu
-    api = tpu.api if tpu.api != "auto" else ("tpu-vm" if acc.generation.tpu_api else "compute")
+    api: Api = tpu.api if tpu.api != "auto" else ("tpu-vm" if acc.generation.tpu_api else "compute")
     if api == "tpu-vm":
         if not acc.generation.tpu_api:
             raise _fail(f"the Cloud TPU API does not serve {acc.generation.alias} (Google: not supported on "
@@ -379,7 +382,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
     seen_mounts: dict[str, tuple] = {}
     seen_disks: set[str] = set()
     for i, disk in enumerate(spec.disks):
-        base = ("disks", i)
+        base: tuple[str | int, ...] = ("disks", i)
         for key in ("name", "source_disk", "snapshot"):
             value = getattr(disk, key)
             if value is not None and not RESOURCE_NAME.match(value):
@@ -426,10 +429,10 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         try:
             config_from_dict(spec.run.runtime)
         except RuntimeConfigError as exc:
-            key = ("run", "runtime", *exc.key.split(".")) if exc.key else ("run", "runtime")
+            at = ("run", "runtime", *exc.key.split(".")) if exc.key else ("run", "runtime")
             message = str(exc).split(": ", 1)[1] if exc.key else str(exc)
-            raise SpecError(message, field=dotted(key),
-                            line=lines.get(key) or lines.get(("run", "runtime"))) from exc
+            raise SpecError(message, field=dotted(at),
+                            line=lines.get(at) or lines.get(("run", "runtime"))) from exc
     if spec.run.command is not None and not spec.run.command.strip():
         raise _fail("run.command is empty", ("run", "command"), lines)
     if spec.run.workdir is not None and not spec.run.workdir.strip():

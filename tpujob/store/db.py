@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from tpujob.errors import ConfigError
 from tpujob.settings import redact_url
@@ -28,7 +29,7 @@ def _sqlite_engine(url: str) -> Engine:
     engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **pool)
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy's "begin" below issue BEGIN itself (the pysqlite recipe), so every
         # write transaction takes the write lock up front: two writers then queue on the
         # busy timeout instead of failing to upgrade a read lock ("database is locked").
@@ -40,7 +41,7 @@ def _sqlite_engine(url: str) -> Engine:
         cur.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn):
+    def _on_begin(conn: Connection) -> None:
         # A read (Store._read, through the READ engine option) begins deferred: under WAL it
         # reads a snapshot and neither waits for a writer nor makes one wait, so `show` or the
         # dashboard does not queue behind a sweep's workers, nor they behind it.

@@ -13,4 +13,5 @@ _store_info = Table("store_info", MetaData(), Column("id", String, primary_key=T
 
 def store_id(engine: Engine) -> str:
     """The id made once by migration 8 (a read without the write lock)."""
-    return fetch_all(engine, select(_store_info.c.id))[0][0]
+    found: str = fetch_all(engine, select(_store_info.c.id))[0][0]
+    return found

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from sqlmodel import Field, SQLModel
 
+# Each table's `id` is typed `int`: the database gives it on flush, and every row the store
+# returns, or a caller reads an id from, has one. Only a row just made in Python (before its
+# session's flush) still holds the default None; SQLModel does not validate table models.
+
 
 class Job(SQLModel, table=True):
-    id: int | None = Field(default=None, primary_key=True)
+    id: int = Field(default=None, primary_key=True)
     name: str = Field(index=True)
     state: str = Field(index=True)
     end_reason: str | None = None
@@ -39,7 +43,7 @@ class Job(SQLModel, table=True):
 
 
 class Attempt(SQLModel, table=True):
-    id: int | None = Field(default=None, primary_key=True)
+    id: int = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="job.id", index=True)
     number: int
     slice_name: str
@@ -66,7 +70,7 @@ class Attempt(SQLModel, table=True):
 
 
 class Event(SQLModel, table=True):
-    id: int | None = Field(default=None, primary_key=True)
+    id: int = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="job.id", index=True)
     at: float
     kind: str
@@ -77,7 +81,7 @@ class Event(SQLModel, table=True):
 
 class Outbox(SQLModel, table=True):
     """A notification to send (store/outbox.py): pending, then sent or gave_up."""
-    id: int | None = Field(default=None, primary_key=True)
+    id: int = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="job.id", index=True)
     event_id: int
     channel: int  # index into the spec's notify list
@@ -91,3 +95,4 @@ class Outbox(SQLModel, table=True):
     claimed_by: str | None = None
     claim_expires: float | None = None
     sent_at: float | None = None
+

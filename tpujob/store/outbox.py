@@ -9,10 +9,13 @@ address or a webhook URL.
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
-from sqlalchemy import and_, delete, or_, update
+from sqlalchemy import ColumnElement, and_, delete, or_, update
+from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
+from tpujob.errors import NotFoundError
 from tpujob.names import format_job_id
 from tpujob.store.models import Event, Job, Outbox
 from tpujob.store.states import State
@@ -28,7 +31,7 @@ MAX_ERROR_CHARS = 300
 _KIND_OF_END = {State.SUCCEEDED: "succeeded", State.FAILED: "failed", State.CANCELLED: "cancelled"}
 
 
-def kind_of(dst: State, fields: dict) -> str | None:
+def kind_of(dst: State, fields: dict[str, Any]) -> str | None:
     """The notification kind of a move, if it is one: an end, or a move to RECOVERING that
     counts a preemption or a NaN restart (the counters arrive as fields of the move; `resume`
     resets them to 0, which counts nothing)."""
@@ -42,7 +45,7 @@ def kind_of(dst: State, fields: dict) -> str | None:
     return None
 
 
-def enqueue(session: Session, job_id: int, event_id: int, dst: State, fields: dict, message: str,
+def enqueue(session: Session, job_id: int, event_id: int, dst: State, fields: dict[str, Any], message: str,
             now: float) -> None:
     """Inside Store.transition's transaction: one row per channel of the job's spec that asked
     for this kind of move."""
@@ -50,6 +53,8 @@ def enqueue(session: Session, job_id: int, event_id: int, dst: State, fields: di
     if kind is None:
         return
     job = session.get(Job, job_id)
+    if job is None:
+        raise NotFoundError(f"no job {format_job_id(job_id)}")
     from tpujob.job_spec import spec_of  # the spec's models: only when a move may notify
 
     channels = spec_of(job).spec.notify
@@ -63,7 +68,7 @@ def enqueue(session: Session, job_id: int, event_id: int, dst: State, fields: di
 class Outboxes:
     """The sending side: due rows, claims, outcomes."""
 
-    def __init__(self, engine, clock=time.time):
+    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time):
         self.engine = engine
         self.clock = clock
 
@@ -71,7 +76,7 @@ class Outboxes:
         now = self.clock()
         with Session(self.engine) as session:
             return list(session.exec(
-                select(Outbox).where(Outbox.status == PENDING, Outbox.next_try <= now, _unclaimed(now))
+                select(Outbox).where(col(Outbox.status) == PENDING, col(Outbox.next_try) <= now, _unclaimed(now))
                 .order_by(col(Outbox.id)).limit(limit)))
 
     def claim(self, row_id: int, owner: str, ttl_seconds: float) -> bool:
@@ -79,16 +84,16 @@ class Outboxes:
         now = self.clock()
         with Session(self.engine) as session:
             result = session.exec(update(Outbox).where(and_(
-                Outbox.id == row_id, Outbox.status == PENDING, Outbox.next_try <= now, _unclaimed(now)))
+                col(Outbox.id) == row_id, col(Outbox.status) == PENDING, col(Outbox.next_try) <= now, _unclaimed(now)))
                 .values(claimed_by=owner, claim_expires=now + ttl_seconds))
             session.commit()
             return result.rowcount == 1
 
     def sent(self, row_id: int, owner: str) -> None:
         with Session(self.engine) as session:
-            session.exec(update(Outbox).where(Outbox.id == row_id, Outbox.claimed_by == owner)
+            session.exec(update(Outbox).where(col(Outbox.id) == row_id, col(Outbox.claimed_by) == owner)
                          .values(status=SENT, sent_at=self.clock(), claimed_by=None, claim_expires=None,
-                                 attempts=Outbox.attempts + 1))
+                                 attempts=col(Outbox.attempts) + 1))
             session.commit()
 
     def failed(self, row: Outbox, owner: str, error: str) -> bool:
@@ -100,7 +105,8 @@ class Outboxes:
         give_up = tries >= MAX_TRIES
         wait = min(MAX_BACKOFF_SECONDS, BACKOFF_SECONDS * 2 ** (tries - 1))
         with Session(self.engine) as session:
-            result = session.exec(update(Outbox).where(Outbox.id == row.id, Outbox.claimed_by == owner).values(
+            mine = (col(Outbox.id) == row.id, col(Outbox.claimed_by) == owner)
+            result = session.exec(update(Outbox).where(*mine).values(
                 attempts=tries, last_error=error, next_try=now + wait, claimed_by=None, claim_expires=None,
                 status=GAVE_UP if give_up else PENDING))
             if give_up and result.rowcount == 1:
@@ -112,13 +118,13 @@ class Outboxes:
 
     def rows(self, job_id: int) -> list[Outbox]:
         with Session(self.engine) as session:
-            return list(session.exec(select(Outbox).where(Outbox.job_id == job_id).order_by(col(Outbox.id))))
+            return list(session.exec(select(Outbox).where(col(Outbox.job_id) == job_id).order_by(col(Outbox.id))))
 
 
-def _unclaimed(now: float):
+def _unclaimed(now: float) -> ColumnElement[bool]:
     return or_(col(Outbox.claimed_by).is_(None), col(Outbox.claim_expires) <= now)
 
 
 def remove_for(session: Session, job_id: int) -> None:
     """With the job (`clean`): its notifications go too."""
-    session.exec(delete(Outbox).where(Outbox.job_id == job_id))
+    session.exec(delete(Outbox).where(col(Outbox.job_id) == job_id))

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
+from typing_extensions import Unpack
+
+Rows = list[tuple[Any, ...]]
 
 
-def fetch_all(engine: Engine, query: Select) -> list[tuple]:
+def fetch_all(engine: Engine, query: Select[Unpack[tuple[Any, ...]]]) -> Rows:
     """Run a Core SELECT on the engine's DBAPI connection; its rows as plain tuples.
 
     The cost avoided: reading an attribute of a SQLAlchemy Row costs about 1 us, as much as the
@@ -21,7 +26,7 @@ def fetch_all(engine: Engine, query: Select) -> list[tuple]:
         cursor = conn.cursor()
         try:
             cursor.execute(sql)
-            return cursor.fetchall()
+            return cast(Rows, cursor.fetchall())
         finally:
             cursor.close()
     finally:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from sqlalchemy import and_, delete, func, or_, update
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
@@ -26,7 +27,7 @@ from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
 
 
 class Store:
-    def __init__(self, engine, clock: Callable[[], float] = time.time):
+    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time):
         self.engine = engine
         self.clock = clock
         self._local = threading.local()  # this thread's atomic block, if any
@@ -130,7 +131,8 @@ class Store:
         if ref.isdigit():
             return self.get(int(ref))
         with self._read() as session:
-            job = session.exec(select(Job).where(Job.name == ref).order_by(col(Job.id).desc())).first()
+            job: Job | None = session.exec(
+                select(Job).where(col(Job.name) == ref).order_by(col(Job.id).desc())).first()
         if job is None:
             raise NotFoundError(f"no job with id or name {ref!r}")
         return job
@@ -153,7 +155,7 @@ class Store:
 
     def transition(self, job_id: int, src: State, dst: State, message: str, *,
                    end_reason: EndReason | None = None, owner: str | None = None,
-                   **fields) -> Job:
+                   **fields: Any) -> Job:
         """Move a job from `src` to `dst` if, and only if, it is still in `src` (and, with
         `owner`, still leased to it). Raises IllegalTransition otherwise; nothing changes."""
         if not is_legal(src, dst):
@@ -161,19 +163,19 @@ class Store:
         if dst == State.FAILED and end_reason is None:
             raise ValueError("a FAILED job needs an end_reason")
         now = self.clock()
-        values = dict(state=dst.value, updated_at=now, state_since=now,
+        values: dict[str, Any] = dict(state=dst.value, updated_at=now, state_since=now,
                       end_reason=end_reason.value if end_reason else None)
         values.update(fields)
         if src == State.RUNNING:
             # Goodput's numerator, kept as the job goes: no scan of events for `list`.
-            values["running_seconds"] = Job.running_seconds + (now - func.coalesce(Job.state_since, now))
+            values["running_seconds"] = col(Job.running_seconds) + (now - func.coalesce(Job.state_since, now))
         if dst in ENDED:
             values["ended_at"] = now
         elif src in ENDED:
             values["ended_at"] = None
-        where = [Job.id == job_id, Job.state == src.value]
+        where = [col(Job.id) == job_id, col(Job.state) == src.value]
         if owner is not None:
-            where += [Job.lease_owner == owner, col(Job.lease_expires) > now]
+            where += [col(Job.lease_owner) == owner, col(Job.lease_expires) > now]
         with self._tx() as session:
             result = session.exec(update(Job).where(and_(*where)).values(**values))
             if result.rowcount != 1:
@@ -191,12 +193,12 @@ class Store:
             session.add(event)
             session.flush()
             outbox.enqueue(session, job_id, event.id, dst, fields, text, now)
-            return session.get(Job, job_id, populate_existing=True)
+            return _fresh(session, job_id)
 
-    def update(self, job_id: int, **fields) -> None:
+    def update(self, job_id: int, **fields: Any) -> None:
         """Plain field updates (counters, host ip, observed_at) that are not state changes."""
         with self._tx() as session:
-            session.exec(update(Job).where(Job.id == job_id).values(**fields))
+            session.exec(update(Job).where(col(Job.id) == job_id).values(**fields))
 
     def mark_observed(self, job_ids: list[int], at: float) -> None:
         """One statement for a whole sweep: when its slices were last looked at."""
@@ -213,9 +215,9 @@ class Store:
         """Forget a job entirely (`clean`): its events and attempts go with it."""
         with self._tx() as session:
             outbox.remove_for(session, job_id)
-            session.exec(delete(Event).where(Event.job_id == job_id))
-            session.exec(delete(Attempt).where(Attempt.job_id == job_id))
-            session.exec(delete(Job).where(Job.id == job_id))
+            session.exec(delete(Event).where(col(Event.job_id) == job_id))
+            session.exec(delete(Attempt).where(col(Attempt.job_id) == job_id))
+            session.exec(delete(Job).where(col(Job.id) == job_id))
 
     # -- lease --------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -257,13 +259,13 @@ class Store:
     def acquire_lease(self, job_id: int, owner: str, ttl_seconds: float) -> Job:
         """Take (or renew) the job's lease; JobLocked when another live actor holds it."""
         now = self.clock()
-        free = or_(col(Job.lease_owner).is_(None), col(Job.lease_expires) <= now, Job.lease_owner == owner)
+        free = or_(col(Job.lease_owner).is_(None), col(Job.lease_expires) <= now, col(Job.lease_owner) == owner)
         with self._tx() as session:
-            result = session.exec(update(Job).where(and_(Job.id == job_id, free))
+            result = session.exec(update(Job).where(and_(col(Job.id) == job_id, free))
                                   .values(lease_owner=owner, lease_expires=now + ttl_seconds))
             holder = session.get(Job, job_id, populate_existing=True)
             if result.rowcount == 1:
-                return holder
+                return _fresh(session, job_id, holder)
         if holder is None:
             raise NotFoundError(f"no job {format_job_id(job_id)}")
         left = max(0.0, (holder.lease_expires or now) - now)
@@ -272,7 +274,7 @@ class Store:
 
     def release_lease(self, job_id: int, owner: str) -> None:
         with self._tx() as session:
-            session.exec(update(Job).where(and_(Job.id == job_id, Job.lease_owner == owner))
+            session.exec(update(Job).where(and_(col(Job.id) == job_id, col(Job.lease_owner) == owner))
                          .values(lease_owner=None, lease_expires=None))
 
     # -- attempts and events ------------------------------------------------------------------
@@ -295,9 +297,9 @@ class Store:
             if job is None:
                 raise NotFoundError(f"no job {format_job_id(job_id)}")
             number = job.attempt + 1
-            where = [Job.id == job_id, Job.state == src.value, Job.attempt == job.attempt]
+            where = [col(Job.id) == job_id, col(Job.state) == src.value, col(Job.attempt) == job.attempt]
             if owner is not None:
-                where += [Job.lease_owner == owner, col(Job.lease_expires) > now]
+                where += [col(Job.lease_owner) == owner, col(Job.lease_expires) > now]
             moved = placement is not None and placement != job.placement
             result = session.exec(update(Job).where(and_(*where)).values(
                 attempt=number, zone=zone, accelerator=accelerator, state=dst.value, updated_at=now,
@@ -321,42 +323,42 @@ class Store:
             session.add(Event(job_id=job_id, at=now, kind="state", from_state=src.value, to_state=dst.value,
                               message=message))
             session.flush()
-            return session.get(Job, job_id, populate_existing=True), attempt
+            return _fresh(session, job_id), attempt
 
     def end_attempt(self, job_id: int, number: int, reason: AttemptEnd | str,
                     last_step: int | None = None, lost_slices: tuple[int, ...] = ()) -> None:
-        values = dict(ended_at=self.clock(), end_reason=getattr(reason, "value", reason))
+        values: dict[str, Any] = dict(ended_at=self.clock(), end_reason=getattr(reason, "value", reason))
         if last_step is not None:
             values["last_step"] = last_step
         if lost_slices:
             values["lost_slices"] = ",".join(map(str, lost_slices))
         with self._tx() as session:
             session.exec(update(Attempt)
-                         .where(and_(Attempt.job_id == job_id, Attempt.number == number,
+                         .where(and_(col(Attempt.job_id) == job_id, col(Attempt.number) == number,
                                      col(Attempt.ended_at).is_(None)))
                          .values(**values))
 
     def record_cause(self, job_id: int, number: int, cause: str) -> None:
         """Why attempt `number` ended, in words (the move that ended it), for `show`."""
         with self._tx() as session:
-            session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
+            session.exec(update(Attempt).where(and_(col(Attempt.job_id) == job_id, col(Attempt.number) == number))
                          .values(cause=cause))
 
     def record_growing(self, job_id: int, number: int, growing: str | None) -> None:
         """The nodes being created to grow attempt `number` back (JSON; None: none)."""
         with self._tx() as session:
-            session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
+            session.exec(update(Attempt).where(and_(col(Attempt.job_id) == job_id, col(Attempt.number) == number))
                          .values(growing=growing))
 
     def record_create_operation(self, job_id: int, number: int, operation: str | None) -> None:
         """The operation of attempt `number`'s node create (None: forget it, to create again)."""
         with self._tx() as session:
-            session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
+            session.exec(update(Attempt).where(and_(col(Attempt.job_id) == job_id, col(Attempt.number) == number))
                          .values(create_operation=operation))
 
     def record_host_keys(self, job_id: int, number: int, host_keys: str) -> None:
         with self._tx() as session:
-            session.exec(update(Attempt).where(and_(Attempt.job_id == job_id, Attempt.number == number))
+            session.exec(update(Attempt).where(and_(col(Attempt.job_id) == job_id, col(Attempt.number) == number))
                          .values(host_keys=host_keys))
 
     def record_steps(self, job_id: int, number: int, *, last_step: int | None = None,
@@ -364,11 +366,11 @@ class Store:
                      at: float | None = None) -> None:
         """What the runtime reported for an attempt: its latest step (a sample of the progress
         series when `at` is given), the step it resumed from, the total it runs to."""
-        values = {k: v for k, v in (("last_step", last_step), ("resumed_from_step", resumed_from_step),
+        values: dict[str, Any] = {k: v for k, v in (("last_step", last_step), ("resumed_from_step", resumed_from_step),
                                     ("total_steps", total_steps)) if v is not None}
         if not values:
             return
-        where = and_(Attempt.job_id == job_id, Attempt.number == number)
+        where = and_(col(Attempt.job_id) == job_id, col(Attempt.number) == number)
         with self._tx() as session:
             if last_step is not None and at is not None:
                 (raw,) = session.exec(select(Attempt.progress).where(where)).all() or [None]
@@ -377,7 +379,8 @@ class Store:
 
     def attempts(self, job_id: int) -> list[Attempt]:
         with self._read() as session:
-            return list(session.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))))
+            return list(session.exec(select(Attempt).where(col(Attempt.job_id) == job_id)
+                                     .order_by(col(Attempt.number))))
 
     def attempts_of(self, job_ids: Iterable[int]) -> dict[int, list[Attempt]]:
         """Every attempt of these jobs in one query: {job id: its attempts in order}."""
@@ -392,12 +395,21 @@ class Store:
 
     def current_attempt(self, job_id: int) -> Attempt | None:
         with self._read() as session:
-            return session.exec(select(Attempt).where(Attempt.job_id == job_id)
-                                .order_by(col(Attempt.number).desc())).first()
+            found: Attempt | None = session.exec(select(Attempt).where(col(Attempt.job_id) == job_id)
+                                                 .order_by(col(Attempt.number).desc())).first()
+            return found
 
     def events(self, job_id: int) -> list[Event]:
         with self._read() as session:
-            return list(session.exec(select(Event).where(Event.job_id == job_id).order_by(col(Event.id))))
+            return list(session.exec(select(Event).where(col(Event.job_id) == job_id).order_by(col(Event.id))))
+
+
+def _fresh(session: Session, job_id: int, job: Job | None = None) -> Job:
+    """The job as the transaction now has it (`job`: already loaded); it exists, being just written."""
+    job = job if job is not None else session.get(Job, job_id, populate_existing=True)
+    if job is None:
+        raise NotFoundError(f"no job {format_job_id(job_id)}")
+    return job
 
 
 class _Block:

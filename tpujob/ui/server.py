@@ -72,6 +72,9 @@ class Dashboard:
 
         if self.sock is None:
             self.bind()
-        app = make_app(Context.load, self.token, self.port)
+        sock, token = self.sock, self.token
+        if sock is None or token is None:  # bind() and __post_init__ set them
+            raise RuntimeError("the dashboard has no socket or no token")
+        app = make_app(Context.load, token, self.port)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-        uvicorn.Server(config).run(sockets=[self.sock])
+        uvicorn.Server(config).run(sockets=[sock])

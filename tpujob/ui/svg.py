@@ -61,10 +61,10 @@ def timeline_svg(line) -> Markup:
         parts.append("</g>")
     rows = {(bar.attempt, bar.slice): i for i, bar in enumerate(line.bars)}
     for mark in line.marks:
-        row = rows.get((mark.attempt, mark.slice))
-        if row is None:
+        mark_row = rows.get((mark.attempt, mark.slice))
+        if mark_row is None:
             continue
-        mx, y = x(mark.at), PAD + row * ROW
+        mx, y = x(mark.at), PAD + mark_row * ROW
         colour = MARK_COLOURS.get(mark.kind, "#000")
         parts.append(f'<path class="mark" data-kind="{escape(mark.kind)}" data-attempt="{mark.attempt}" '
                      f'd="M{mx - 6:.1f},{y} L{mx + 6:.1f},{y} L{mx:.1f},{y + 10} Z" fill="{colour}" '
