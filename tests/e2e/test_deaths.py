@@ -109,7 +109,7 @@ def test_a_program_that_dies_says_why_in_the_event_and_show(cli, ctx, tmp_path, 
 
 def test_a_dirty_host_is_cleaned_before_the_next_attempt_on_the_same_slice(cli, ctx, local_cloud, project,
                                                                               tmp_path):
-    job = _record_runtime(ctx, tmp_path, "dirty", steps=40)
+    job = _record_runtime(ctx, tmp_path, "dirty", steps=400)  # still training when killed
     rec = reconciler(ctx)
     sweep_until(ctx, job.id, lambda j: _training(ctx, j.id), timeout=180, rec=rec, pause=0.5)
     first = ctx.store.current_attempt(job.id)

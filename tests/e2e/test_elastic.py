@@ -14,7 +14,7 @@ from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F40
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-STEPS = 400
+STEPS = 1000  # attempt 2 (one slice) must not reach it before growing back: then attempt 3 trains no step
 SPEC = f"""\
 name: elastic
 tpu: {{accelerator: v4-8, zone: {ZONE}, queued: false, slices: {{min: 1, max: 2}}}}
