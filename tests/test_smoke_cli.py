@@ -45,9 +45,11 @@ def test_ci_runs_exactly_the_readme_test_command(commands):
 
 def test_both_commands_start_with_the_setup_script(commands):
     demo, tests = commands
-    # scripts/setup installs the runtime extra; --test adds pytest (tests/test_setup_script.py).
+    # scripts/setup installs the runtime extra; --test adds pytest, ruff and mypy
+    # (tests/test_setup_script.py), which check the code before the tests run.
     assert demo.split(" && ")[0] == "scripts/setup"
-    assert tests.split(" && ") == ["scripts/setup --test", ".venv/bin/pytest -q"]
+    assert tests.split(" && ") == ["scripts/setup --test", ".venv/bin/ruff check .", ".venv/bin/mypy",
+                                   ".venv/bin/pytest -q"]
     assert (ROOT / "scripts" / "setup").is_file()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "tpujob" in project["scripts"]  # what .venv/bin/tpujob is
