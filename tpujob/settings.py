@@ -65,6 +65,29 @@ class Settings:
 KEYS = tuple(f.name for f in fields(Settings))
 
 
+# Tuning read from the environment only (not config.yaml): per process, for cron lines, tests
+# and benchmarks. Each is read here, nowhere else; a bad value is a ConfigError (exit 6).
+def debug() -> bool:
+    """TPUJOB_DEBUG: a traceback with every error."""
+    return bool(os.environ.get("TPUJOB_DEBUG"))
+
+
+def tuning(name: str, default: float, low: float, high: float, *, whole: bool = False) -> float:
+    """TPUJOB_<name>, a number from `low` to `high` (`low` itself excluded when 0), else
+    `default` when unset."""
+    text = os.environ.get(f"TPUJOB_{name}", "").strip()
+    if not text:
+        return default
+    what = f"a whole number from {low:g} to {high:g}" if whole else f"seconds from {low:g} to {high:g}"
+    try:
+        value = float(int(text) if whole else float(text))
+    except ValueError:
+        raise ConfigError(f"TPUJOB_{name} must be {what}, got {text!r}") from None
+    if not (low < value if low == 0 else low <= value) or value > high:
+        raise ConfigError(f"TPUJOB_{name} must be {what}, got {text!r}")
+    return value
+
+
 def config_path() -> Path:
     return home() / "config.yaml"
 

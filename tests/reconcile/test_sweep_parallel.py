@@ -130,3 +130,14 @@ def test_a_bad_worker_count_is_refused_before_anything_starts(cli, monkeypatch, 
     assert result.error_line == (f"error: TPUJOB_SWEEP_WORKERS must be a whole number from 1 to 256, "
                                  f"got {value!r}")
     assert not (tpujob_home / "tpujob.db").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "soon", "-5"])
+def test_a_bad_lease_length_is_refused_before_anything_starts(cli, monkeypatch, tpujob_home, value,
+                                                               no_emulator_left):
+    # TPUJOB_LEASE_SECONDS was read with float(): "soon" ended the sweep with a traceback.
+    monkeypatch.setenv("TPUJOB_LEASE_SECONDS", value)
+    result = cli("requeue")
+    assert result.code == 6
+    assert result.error_line == f"error: TPUJOB_LEASE_SECONDS must be seconds from 1 to 604800, got {value!r}"
+    assert not (tpujob_home / "tpujob.db").exists()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import typer
 
+from tpujob import settings
 from tpujob.errors import EXIT_UNEXPECTED, EXIT_USAGE, TpujobError
 
 app = typer.Typer(
@@ -55,7 +55,7 @@ _register_all()
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or bool(os.environ.get("TPUJOB_DEBUG"))
+    debug = "--debug" in argv or settings.debug()
     try:
         code = app(args=argv, prog_name="tpujob", standalone_mode=False)
         return code if isinstance(code, int) else 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import socket
 import urllib.error
 import urllib.request
@@ -21,6 +20,7 @@ from email.message import EmailMessage
 from tpujob.errors import ConfigError, NotFoundError, TpujobError, UsageError
 from tpujob.job_spec import spec_of
 from tpujob.service.context import Context
+from tpujob.settings import tuning
 from tpujob.spec import NotifySpec
 
 # Seconds one send may take (connect, and each read); TPUJOB_NOTIFY_TIMEOUT overrides it.
@@ -47,16 +47,8 @@ class Outcome:
 
 
 def send_timeout() -> float:
-    text = os.environ.get("TPUJOB_NOTIFY_TIMEOUT", "").strip()
-    if not text:
-        return SEND_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 120:
-        raise ConfigError(f"TPUJOB_NOTIFY_TIMEOUT must be seconds from 0 to 120, got {text!r}")
-    return value
+    """TPUJOB_NOTIFY_TIMEOUT: seconds a channel may take."""
+    return tuning("NOTIFY_TIMEOUT", SEND_TIMEOUT, 0, 120)
 
 
 def target_of(channel: NotifySpec) -> str:

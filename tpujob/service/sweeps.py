@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
 
 from tpujob.clients import make_cloud
-from tpujob.errors import ConfigError
 from tpujob.service.context import Context
+from tpujob.settings import tuning
 from tpujob.store.states import ENDED, State
 
 if TYPE_CHECKING:
@@ -33,9 +32,9 @@ def reconciler(ctx: Context, *, progress: Callable | None = None):
     from tpujob.reconcile.sweep import LEASE_SECONDS, Reconciler
 
     workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
+    lease_seconds = tuning("LEASE_SECONDS", LEASE_SECONDS, 1, 7 * 24 * 3600)  # so is this one
     cloud = make_cloud(ctx.settings)
     user = ctx.settings.ssh_user
-    lease_seconds = float(os.environ.get("TPUJOB_LEASE_SECONDS", str(LEASE_SECONDS)))
     hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease_seconds)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
                       ssh_keys=(ssh_keys_metadata(ctx.settings.home, user),),
@@ -48,13 +47,7 @@ def sweep_workers() -> int:
     """TPUJOB_SWEEP_WORKERS: how many jobs a sweep acts on at once (default 16)."""
     from tpujob.reconcile.sweep import SWEEP_WORKERS
 
-    text = os.environ.get("TPUJOB_SWEEP_WORKERS", "").strip()
-    if not text:
-        return SWEEP_WORKERS
-    if not text.isdigit() or not 1 <= int(text) <= MAX_SWEEP_WORKERS:
-        raise ConfigError(f"TPUJOB_SWEEP_WORKERS must be a whole number from 1 to {MAX_SWEEP_WORKERS}, "
-                          f"got {text!r}")
-    return int(text)
+    return int(tuning("SWEEP_WORKERS", SWEEP_WORKERS, 1, MAX_SWEEP_WORKERS, whole=True))
 
 
 # Each worker holds SSH connections to a slice's hosts and a store connection.
