@@ -219,30 +219,28 @@ def register(app: typer.Typer) -> None:
         """Stop a job's program on every host; the slice is kept (`resume` starts it again)."""
         from tpujob.service import jobs
 
-        ctx = _ctx()
-        for ref in jobs_:
-            job = jobs.cancel(ctx, ref)
-            typer.echo(f"job {render.job_dict(job)['id']} {job.state}")
+        _each(jobs_, jobs.cancel, lambda job: f"job {render.job_dict(job)['id']} {job.state}")
 
     @app.command()
     def delete(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
         """Stop a job and delete its slice and queued resource; the record stays."""
         from tpujob.service import jobs
 
-        ctx = _ctx()
-        for ref in jobs_:
-            job = jobs.delete(ctx, ref)
-            typer.echo(f"job {render.job_dict(job)['id']} {job.state}")
+        _each(jobs_, jobs.delete, lambda job: f"job {render.job_dict(job)['id']} {job.state}")
 
     @app.command()
     def clean(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
         """Delete a job, remove its logs, then forget its record."""
         from tpujob.service import jobs
 
-        ctx = _ctx()
-        for ref in jobs_:
-            job_id = jobs.clean(ctx, ref)
-            typer.echo(f"job {format_job_id(job_id)} cleaned")
+        _each(jobs_, jobs.clean, lambda job_id: f"job {format_job_id(job_id)} cleaned")
+
+
+def _each(refs: list[str], act, say) -> None:
+    """`act(ctx, ref)` for each job named, one line each as it is done (an error stops there)."""
+    ctx = _ctx()
+    for ref in refs:
+        typer.echo(say(act(ctx, ref)))
 
 
 def _print_findings(findings) -> None:
