@@ -6,7 +6,7 @@ Result{RequeueAfter} / TerminalError are the models):
 - refused(reason): the cloud turned the slice's create down; decide chooses what follows;
 - setup_failed(cause): the setup script failed on a host; decide spends a failure;
 - ssh_refused(cause): a host answered SSH but refused tpujob's key; decide ends the job;
-- retry_after(seconds): nothing more now (a transient cloud or SSH error); a later sweep tries.
+- retry_after: nothing more now (a transient cloud or SSH error); a later sweep tries.
 
 A handler never moves the job itself: what it learned goes back to decide as an observation.
 """
@@ -69,7 +69,6 @@ if TYPE_CHECKING:
 class Outcome:
     kind: str  # "done" | "refused" | "setup_failed" | "ssh_refused" | "retry_after"
     reason: str = ""
-    seconds: float = 0.0  # retry_after: not before this (0: the next sweep)
     observed: Observation | None = None  # what decide is to decide on next, instead of a listing
     slice: Slice | None = None  # the slice as act last saw it (created, or read again)
 
@@ -93,8 +92,8 @@ def ssh_refused(cause: str, slice_: Slice) -> Outcome:
                    slice=slice_)
 
 
-def retry_after(seconds: float, reason: str) -> Outcome:
-    return Outcome("retry_after", reason, seconds=seconds)
+def retry_after(reason: str) -> Outcome:
+    return Outcome("retry_after", reason)
 
 
 @dataclass
@@ -301,10 +300,10 @@ class Actor:
             self.auth_errors[job.id] = exc
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry "
                                                   f"once the credentials work: {exc}")
-            return retry_after(0, str(exc))
+            return retry_after(str(exc))
         except CloudError as exc:
             self.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
-            return retry_after(0, str(exc))
+            return retry_after(str(exc))
         crash_point("slice-requested")
         self.hosts.prepare(job)
         self.store.add_event(job.id, "slice", f"requested {attempt.slice_name} "
@@ -337,7 +336,7 @@ class Actor:
         what = f"creating node {attempt.slice_name}"
         try:
             if not self.cloud.for_api(api_of(job)).operation_done(attempt.create_operation, what, create=True):
-                return retry_after(0, f"the create of {attempt.slice_name} is under way")
+                return retry_after(f"the create of {attempt.slice_name} is under way")
         except NotFoundError:
             pass
         except CloudError as exc:
@@ -421,7 +420,7 @@ class Actor:
             if job.unhealthy_since is not None:
                 self.store.update(job.id, unhealthy_since=None)
             self.store.add_event(job.id, "setup", f"setup will be retried: {exc}")
-        return retry_after(0, str(exc))
+        return retry_after(str(exc))
 
     def _lost_under_setup(self, job: Job, attempt: Attempt) -> Slice | None:
         """The slice, read again after a setup step failed, when it is gone or dead (preempted

@@ -42,7 +42,7 @@ class InitCheckError(RuntimeError):
 
 
 @dataclass
-class Outcome:
+class RunEnd:
     state: str
     step: int
     message: str
@@ -167,7 +167,7 @@ class Trainer:
             "tokens_per_s": tokens_per_s, "mfu": mfu, "compiles": compiles,
         })
 
-    def run(self) -> Outcome:
+    def run(self) -> RunEnd:
         cfg = self.cfg
         preemption = Preemption(cfg.sigterm_grace_s)
         url = metadata.preempted_url(os.environ, on_tpu_vm()) if cfg.preempted_poll_s > 0 else None
@@ -188,7 +188,7 @@ class Trainer:
             self.metrics.close()
             self.ckpt.close()
 
-    def _loop(self, state: dict, step: int, preemption: Preemption) -> Outcome:
+    def _loop(self, state: dict, step: int, preemption: Preemption) -> RunEnd:
         cfg = self.cfg
         pending: tuple[int, dict, int] | None = None  # step, metrics on device, compiles
         stop_at: int | None = None
@@ -196,7 +196,7 @@ class Trainer:
         loop_start = time.perf_counter()
         last_saved = self.resumed_from
 
-        def consume() -> Outcome | None:
+        def consume() -> RunEnd | None:
             nonlocal pending, stop_at, window_start, window_steps, first
             if pending is None:  # called only with a step pending
                 raise RuntimeError("no step pending to consume")
@@ -302,7 +302,7 @@ class Trainer:
 
         return bool(np.any(multihost_utils.process_allgather(np.array([flag]))))
 
-    def _skip_stop_save(self, step: int, saving: int | None, source: str) -> Outcome:
+    def _skip_stop_save(self, step: int, saving: int | None, source: str) -> RunEnd:
         """The save in flight is finished (_stop_save_fits waited for it); a second one would not
         fit in the grace and a process killed mid-write keeps nothing of it: skipped, the next
         attempt resumes from the one finished, and status.json says so."""
@@ -315,7 +315,7 @@ class Trainer:
         outcome.extra.update(stop_save="skipped", saved_step=saving)
         return outcome
 
-    def _outcome(self, state: str, step: int, code: int, message: str) -> Outcome:
-        return Outcome(state, step, message, code, self.compiler.compiles, self.resumed_from,
+    def _outcome(self, state: str, step: int, code: int, message: str) -> RunEnd:
+        return RunEnd(state, step, message, code, self.compiler.compiles, self.resumed_from,
                        extra={"checkpoint_seconds": round(self.ckpt.seconds, 3),
                               "compile_seconds": round(self.compiler.compile_seconds, 3)})

@@ -36,7 +36,7 @@ class SendFailed(Exception):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Delivery:
     channel: int
     target: str  # masked: safe to print
     error: str = ""  # empty when sent
@@ -146,7 +146,7 @@ def send(ctx: Context, channel: NotifySpec, text: str, timeout: float) -> None:
 
 # -- the outbox -------------------------------------------------------------------------------
 
-def deliver_due(ctx: Context, *, limit: int = BATCH) -> list[Outcome]:
+def deliver_due(ctx: Context, *, limit: int = BATCH) -> list[Delivery]:
     """Send the outbox's due rows, each claimed first (compare-and-set), so sweeps running at
     once never send one twice; a failure is recorded for a later try (backoff), the last try
     gives up with an event on the job. Never raises for a send that failed."""
@@ -162,7 +162,7 @@ def deliver_due(ctx: Context, *, limit: int = BATCH) -> list[Outcome]:
     # is still at it (SMTP's connect, STARTTLS, login and data each get `timeout`).
     ttl = 6 * timeout + 30
 
-    def one(row) -> Outcome | None:
+    def one(row) -> Delivery | None:
         channel = channels.get(row.job_id, {}).get(row.channel)
         if channel is None or not boxes.claim(row.id, ctx.actor, ttl):
             return None
@@ -170,9 +170,9 @@ def deliver_due(ctx: Context, *, limit: int = BATCH) -> list[Outcome]:
             send(ctx, channel, row.text, timeout)
         except SendFailed as exc:
             boxes.failed(row, ctx.actor, str(exc))
-            return Outcome(row.channel, target_of(channel), str(exc) or "failed")
+            return Delivery(row.channel, target_of(channel), str(exc) or "failed")
         boxes.sent(row.id, ctx.actor)
-        return Outcome(row.channel, target_of(channel))
+        return Delivery(row.channel, target_of(channel))
 
     with ThreadPoolExecutor(max_workers=min(WORKERS, len(rows)), thread_name_prefix="notify") as pool:
         return [o for o in pool.map(one, rows) if o is not None]
@@ -199,7 +199,7 @@ def deliver_quietly(ctx: Context) -> None:
 
 # -- notify test ------------------------------------------------------------------------------
 
-def send_test(ctx: Context, ref: str) -> tuple[object, list[Outcome]]:
+def send_test(ctx: Context, ref: str) -> tuple[object, list[Delivery]]:
     """Send a test message to each of the job's channels now (not through the outbox)."""
     from tpujob.names import format_job_id
 
@@ -210,13 +210,13 @@ def send_test(ctx: Context, ref: str) -> tuple[object, list[Outcome]]:
     timeout = send_timeout()
     text = f"tpujob: job {format_job_id(job.id)} {job.name!r} TEST: a test message from `tpujob notify test`"
 
-    def one(pair) -> Outcome:
+    def one(pair) -> Delivery:
         index, channel = pair
         try:
             send(ctx, channel, text, timeout)
         except SendFailed as exc:
-            return Outcome(index, target_of(channel), str(exc) or "failed")
-        return Outcome(index, target_of(channel))
+            return Delivery(index, target_of(channel), str(exc) or "failed")
+        return Delivery(index, target_of(channel))
 
     with ThreadPoolExecutor(max_workers=min(WORKERS, len(channels)), thread_name_prefix="notify") as pool:
         return job, list(pool.map(one, enumerate(channels)))
