@@ -1,5 +1,6 @@
 """The job spec: YAML -> a typed, validated model (models.py), with each field's YAML line kept
-for errors (lines.py), resolved against the TPU catalogue and the settings (resolution.py).
+for errors (lines.py), resolved against the TPU catalogue and the settings (resolution.py;
+mount paths in mount_paths.py, the API and Compute Engine settings in compute_engine.py).
 
 Every refusal is one SpecError naming the field (and its YAML line), raised before anything is
 written or spent. What other modules use is re-exported here: `from tpujob.spec import ResolvedSpec`.
@@ -37,9 +38,11 @@ from tpujob.spec.models import (
     TpuSpec,
     mask_webhook,
 )
-from tpujob.spec.resolution import (
+from tpujob.spec.mount_paths import (
     NO_MOUNTS_INSIDE,
     SYSTEM_DIRS,
+)
+from tpujob.spec.resolution import (
     load,
     resolve,
     webhook_secrets,

@@ -38,6 +38,11 @@ def dotted(path: tuple) -> str:
     return text
 
 
+def field_error(message: str, path: tuple, lines: dict[tuple, int]) -> SpecError:
+    """The refusal of the field at `path` (a key path of the spec), with its YAML line."""
+    return SpecError(message, field=dotted(path), line=lines.get(path))
+
+
 def _model_at(path: tuple) -> type[BaseModel] | None:
     model: Any = JobSpec
     for part in path:

@@ -1,0 +1,107 @@
+"""The API a job's slices are made through (the Cloud TPU API or Compute Engine) and the
+Compute Engine settings that follow from it: provisioning (flex-start, reservation), the
+reservation's name, max_run_duration's limits, and the machine shape (ComputePlacement)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from tpujob.catalogue import Accelerator, NoComputeShape, compute_shape
+from tpujob.errors import SpecError
+from tpujob.spec.lines import field_error
+from tpujob.spec.models import ComputePlacement, JobSpec
+
+Api = Literal["tpu-vm", "compute"]  # the API a slice is made through (ResolvedSpec.api)
+
+# Compute Engine's limits on scheduling.maxRunDuration: flex-start VMs "run up to seven days"
+# (https://cloud.google.com/compute/docs/tpus/tpu-machines); any other VM from 30 seconds to
+# 120 days, except legacy preemptible VMs, which take no time limit
+# (https://cloud.google.com/compute/docs/instances/limit-vm-runtime, "Limitations").
+_FLEX_START_MAX = 7 * 86400
+_RUN_LIMIT_MIN, _RUN_LIMIT_MAX = 30, 120 * 86400
+# reservationAffinity.values: a name, or projects/P/reservations/NAME (compute.v1 discovery,
+# ReservationAffinity; Google's create example passes the latter).
+RESERVATION_REF = re.compile(r"^(?:projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?"
+                             r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _days(seconds: int) -> str:
+    return f"{seconds / 86400:g} days" if seconds % 3600 == 0 and seconds >= 86400 else f"{seconds} s"
+
+
+def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlacement | None]:
+    """The API the slice is made through, its Compute Engine form, and the rules that follow
+    from it: auto is compute for a generation the TPU API does not serve (TPU7x: "The Cloud TPU
+    API is not supported on TPU7x and later", shared/facts/compute-engine-tpu.md), tpu-vm
+    otherwise; compute only for v5p, v6e, TPU7x (tpujob.catalogue.COMPUTE_FORMS)."""
+    tpu = spec.tpu
+    api: Api = tpu.api if tpu.api != "auto" else ("tpu-vm" if acc.generation.tpu_api else "compute")
+    if api == "tpu-vm":
+        if not acc.generation.tpu_api:
+            raise field_error(f"the Cloud TPU API does not serve {acc.generation.alias} (Google: not supported on "
+                              f"TPU7x and later); use api: compute (or auto)", ("tpu", "api"), lines)
+        if tpu.provisioning in ("flex-start", "reservation"):
+            raise field_error(f"provisioning: {tpu.provisioning} is made through Compute Engine: set tpu.api: compute "
+                              "(v5p, v6e, tpu7x)", ("tpu", "provisioning"), lines)
+        for key in ("reservation", "max_run_duration"):
+            if getattr(tpu, key) is not None:
+                raise field_error(f"tpu.{key} is a Compute Engine setting: set tpu.api: compute (v5p, v6e, tpu7x)",
+                                  ("tpu", key), lines)
+        return api, None
+
+    try:
+        shape = compute_shape(acc)
+    except NoComputeShape as exc:
+        raise field_error(str(exc), ("tpu", "api") if tpu.api == "compute" else ("tpu", "accelerator"), lines) from None
+    if tpu.provisioning == "preemptible":
+        raise field_error("legacy preemptible VMs are a TPU API option; Compute Engine TPU VMs are spot, "
+                          "on-demand, flex-start or reservation: use provisioning: spot",
+                          ("tpu", "provisioning"), lines)
+    if tpu.queued and "queued" in tpu.model_fields_set:
+        raise field_error("queued resources are a Cloud TPU API feature; the Compute Engine path creates VMs "
+                          "directly: remove queued or set it to false", ("tpu", "queued"), lines)
+    if tpu.max_slices > 1:
+        raise field_error("multislice on the Compute Engine path is not supported yet: use slices: 1, or "
+                          "api: tpu-vm on v5p/v6e", ("tpu", "slices"), lines)
+    if tpu.runtime_version is not None:
+        raise field_error(f"a Compute Engine TPU VM boots an image ({shape.image_family}), not a TPU runtime "
+                          "version: remove runtime_version", ("tpu", "runtime_version"), lines)
+    if tpu.provisioning == "reservation":
+        if tpu.reservation is None:
+            raise SpecError("provisioning: reservation needs the reservation to consume: set tpu.reservation: "
+                            "NAME", field="tpu.reservation", line=lines.get(("tpu", "provisioning")))
+        if not RESERVATION_REF.match(tpu.reservation):
+            raise field_error(f"{tpu.reservation!r} is not a reservation: give its name or "
+                              "projects/PROJECT/reservations/NAME", ("tpu", "reservation"), lines)
+    elif tpu.reservation is not None:
+        raise field_error(f"tpu.reservation is consumed only with provisioning: reservation (not {tpu.provisioning})",
+                          ("tpu", "reservation"), lines)
+    limit = tpu.max_run_duration
+    if tpu.provisioning == "flex-start":
+        if limit is None:
+            raise SpecError("provisioning: flex-start needs tpu.max_run_duration (how long the VMs may run, "
+                            "at most 7 days), e.g. 24h", field="tpu.max_run_duration",
+                            line=lines.get(("tpu", "provisioning")))
+        if limit > _FLEX_START_MAX:
+            raise field_error(f"{_days(limit)} is longer than flex-start allows: flex-start VMs run at most 7 days "
+                              "(604800 s)", ("tpu", "max_run_duration"), lines)
+    if limit is not None and not _RUN_LIMIT_MIN <= limit <= _RUN_LIMIT_MAX:
+        raise field_error(f"{_days(limit)} is outside Compute Engine's run time limits (30 s to 120 days)",
+                          ("tpu", "max_run_duration"), lines)
+    return api, ComputePlacement(machine_type=shape.machine_type, hosts=shape.hosts,
+                                 chips_per_host=shape.chips_per_host, topology=shape.topology,
+                                 boot_disk_type=shape.boot_disk_type, image_family=shape.image_family,
+                                 image_project=shape.image_project)
+
+
+def check_fallback_api(api: str, alt: Accelerator, where: tuple, lines) -> None:
+    """Every placement is made through the job's API: a fallback accelerator must exist there."""
+    if api == "tpu-vm" and not alt.generation.tpu_api:
+        raise field_error(f"{alt.name}: the Cloud TPU API does not serve {alt.generation.alias}, and this job's "
+                          "slices are made through it (tpu.api)", where, lines)
+    if api == "compute":
+        try:
+            compute_shape(alt)
+        except NoComputeShape as exc:
+            raise field_error(f"{exc} (this job's slices are made through Compute Engine)", where, lines) from None
