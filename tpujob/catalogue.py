@@ -43,6 +43,9 @@ Sources (checked 2026-11):
   TPU reservations come with a committed use discount whose rate is the customer's contract
   (https://cloud.google.com/tpu/docs/consumption-options): None as well.
 - Zones per generation: see ZONES below.
+
+What an accelerator type becomes as Compute Engine VMs (machine type, topology, image) is
+tpujob.compute_shapes, built on these tables.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ _V5P_SIZES = (8, 16, 32, 64) + tuple(range(128, 12288 + 1, 128))
 # tpu7x-standard-4t), which agrees with the v5p ones Google's tpu-machines page names
 # (2x2x1 = 1 VM, 2x2x2 = 2, 2x4x4 = 8, 4x4x4 = 16). tpu7x-standard-1t (1x1x1) is left out:
 # "all TPU7x slices use" tpu7x-standard-4t (cloud.google.com/compute/docs/tpus/tpu-machines).
-_V5P_TOPOLOGIES = tuple("""
+V5P_TOPOLOGIES = tuple("""
 2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x4x12 4x8x8 4x4x20 4x8x12 4x4x28 8x8x8 4x12x12 4x8x20
 4x4x44 8x8x12 4x4x52 4x8x28 4x12x20 8x8x16 4x4x68 8x12x12 4x4x76 8x8x20 4x12x28 4x8x44 4x4x92
 8x12x16 4x20x20 4x8x52 12x12x12 8x8x28 4x4x116 8x12x20 4x4x124 8x16x16 4x12x44 4x8x68 4x20x28
@@ -116,7 +119,7 @@ _V5P_TOPOLOGIES = tuple("""
 4x8x148 12x20x20 8x8x76 4x28x44 8x12x52 16x16x20 12x12x36 4x8x164 12x16x28 4x20x68 4x8x172
 4x12x116 8x16x44 12x20x24 4x28x52 8x8x92 4x12x124 4x8x188 4x20x76 16x16x24 12x24x24 16x20x28
 """.split())
-_TPU7X_TOPOLOGIES = tuple("""
+TPU7X_TOPOLOGIES = tuple("""
 2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x4x12 4x4x20 4x4x28 4x4x44 4x4x52 4x4x68 4x4x76 4x4x92
 4x4x116 4x4x124 4x4x148 4x4x164 4x4x172 4x4x188 4x4x212 4x4x236 4x4x244 4x8x8 4x8x12 4x8x20
 4x8x28 4x8x44 4x8x52 4x8x68 4x8x76 4x8x92 4x8x116 4x8x124 4x8x148 4x8x164 4x8x172 4x8x188
@@ -129,7 +132,7 @@ _TPU7X_TOPOLOGIES = tuple("""
 """.split())
 
 
-def _chips(topology: str) -> int:
+def count_chips(topology: str) -> int:
     n = 1
     for d in topology.split("x"):
         n *= int(d)
@@ -137,7 +140,7 @@ def _chips(topology: str) -> int:
 
 
 # tpu7x-N counts TensorCores (two per chip): one size per chip count of a topology.
-_TPU7X_SIZES = tuple(sorted({_chips(t) * 2 for t in _TPU7X_TOPOLOGIES}))
+_TPU7X_SIZES = tuple(sorted({count_chips(t) * 2 for t in TPU7X_TOPOLOGIES}))
 
 GENERATIONS: dict[str, Generation] = {
     g.name: g
@@ -156,7 +159,7 @@ GENERATIONS: dict[str, Generation] = {
         Generation("v6e", "v6e", "chips", 1, 4, 8, (1, 4, 8, 16, 32, 64, 128, 256),
                    "v2-alpha-tpuv6e", DISK_TYPES["v6e"], 918e12, 32, 2.70),
         # No TPU API runtime version: a Compute Engine TPU7x VM boots an image, and that image's
-        # family (COMPUTE_FORMS) stands in for it (the setup cache's key, what `validate` shows).
+        # family (tpujob.compute_shapes.COMPUTE_FORMS) stands in for it (the setup cache's key, what `validate` shows).
         Generation("tpu7x", "tpu7x", "cores", 2, 4, 4, _TPU7X_SIZES,
                    "ubuntu-accel-2404-amd64-tpu-tpu7x", DISK_TYPES["tpu7x"], 2307e12, 192, None,
                    tpu_api=False),
@@ -322,106 +325,3 @@ def disk_hourly_cost(disk_type: str, size_gb: float) -> float | None:
 
 def snapshot_hourly_cost(storage_bytes: int) -> float:
     return round(SNAPSHOT_USD_PER_GB_MONTH * storage_bytes / 2**30 / HOURS_PER_MONTH, 4)
-
-
-# --- TPUs through Compute Engine ---------------------------------------------------------------
-# What an accelerator type becomes as Compute Engine VMs: one VM (an instance) for a single-host
-# slice, or a BULK managed instance group of `hosts` VMs under a workload policy with the
-# slice's acceleratorTopology for a multi-host one (shared/facts/compute-engine-tpu.md).
-# Sources (checked 2026-11):
-# - Generations: "Compute Engine supports the following TPU versions: TPU7x, TPU v6e, TPU v5p"
-#   (https://cloud.google.com/compute/docs/tpus/tpu-machines); not v2, v3, v4, v5e.
-# - Machine types (same page): ct6e-standard-1t (1 chip), ct6e-standard-4t (4 chips; v6e
-#   slices are built from it), ct6e-standard-8t (8 chips on one VM); ct5p-hightpu-4t (4 chips;
-#   v5p 2x2x1 = 1 VM, 2x2x2 = 2, 2x4x4 = 8, 4x4x4 = 16); tpu7x-standard-4t (4 chips; all
-#   TPU7x slices). VMs = chips / chips per VM.
-# - Topologies: v6e is 2-D, v5p and TPU7x 3-D. Google publishes no Compute Engine list
-#   ("Unknown" in the facts): v6e's follow the TPU API's v6e table
-#   (https://cloud.google.com/tpu/docs/v6e: v6e-1 1x1, v6e-4 2x2, v6e-8 2x4, v6e-16 4x4,
-#   v6e-32 4x8, v6e-64 8x8, v6e-128 8x16, v6e-256 16x16), which SkyPilot's MIG code and xpk
-#   accept on the same machine types; v5p and TPU7x take the xpk lists above, the most cubic
-#   one where several have the slice's chips.
-# - Boot disk: "TPU7x and v6e take Hyperdisk Balanced, not Balanced PD; v5p the reverse" (the
-#   tpu-machines page).
-# - Images: family ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e (v5p, v6e) or
-#   ubuntu-accel-2404-amd64-tpu-tpu7x, project ubuntu-os-accelerator-images
-#   (GoogleCloudPlatform/cluster-toolkit; Google's create examples pass
-#   --image-project=ubuntu-os-accelerator-images).
-IMAGE_PROJECT = "ubuntu-os-accelerator-images"
-
-
-@dataclass(frozen=True)
-class _ComputeForm:
-    machine_type: str  # a multi-host slice's (and the default single-host) machine type
-    chips_per_vm: int
-    topologies: tuple[str, ...]
-    boot_disk_type: str
-    image_family: str
-    # Single-host slices with a machine type of their own size, by chips.
-    single_host: tuple[tuple[int, str, str], ...] = ()  # (chips, machine type, topology)
-
-
-_V6E_2D = {16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
-
-COMPUTE_FORMS: dict[str, _ComputeForm] = {
-    "v6e": _ComputeForm("ct6e-standard-4t", 4, tuple(_V6E_2D.values()), "hyperdisk-balanced",
-                        "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e",
-                        single_host=((1, "ct6e-standard-1t", "1x1"), (4, "ct6e-standard-4t", "2x2"),
-                                     (8, "ct6e-standard-8t", "2x4"))),
-    "v5p": _ComputeForm("ct5p-hightpu-4t", 4, _V5P_TOPOLOGIES, "pd-balanced",
-                        "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"),
-    "tpu7x": _ComputeForm("tpu7x-standard-4t", 4, _TPU7X_TOPOLOGIES, "hyperdisk-balanced",
-                          "ubuntu-accel-2404-amd64-tpu-tpu7x"),
-}
-COMPUTE_GENERATIONS = tuple(g.alias for name, g in GENERATIONS.items() if name in COMPUTE_FORMS)
-
-
-class NoComputeShape(SpecError):
-    """The accelerator type has no Compute Engine form (a generation Compute Engine does not
-    serve, or a size with no known topology). Exit 2, like every spec error."""
-
-
-@dataclass(frozen=True)
-class ComputeShape:
-    """An accelerator type as Compute Engine VMs (see COMPUTE_FORMS for the sources)."""
-    accelerator: str  # the canonical accelerator type, e.g. "v6e-16"
-    machine_type: str
-    hosts: int  # VMs in the slice: 1 is a lone instance, more a BULK MIG with a workload policy
-    chips_per_host: int
-    topology: str  # the workload policy's acceleratorTopology (and TOPOLOGY in tpu-env)
-    boot_disk_type: str
-    image_family: str
-    image_project: str = IMAGE_PROJECT
-
-    @property
-    def chips(self) -> int:
-        return self.hosts * self.chips_per_host
-
-    @property
-    def multi_host(self) -> bool:
-        return self.hosts > 1
-
-
-def _most_cubic(topologies) -> str:
-    return min(topologies, key=lambda t: (max(map(int, t.split("x"))), tuple(map(int, t.split("x")))))
-
-
-def compute_shape(accelerator_type: str | Accelerator) -> ComputeShape:
-    """What `accelerator_type` becomes on Compute Engine: machine type, VMs, topology, boot disk
-    and image. Raises NoComputeShape for an accelerator Compute Engine does not serve, and
-    SpecError for a name that is no accelerator type."""
-    acc = accelerator_type if isinstance(accelerator_type, Accelerator) else accelerator(accelerator_type)
-    form = COMPUTE_FORMS.get(acc.generation.name)
-    if form is None:
-        raise NoComputeShape(f"{acc.name}: Compute Engine serves TPU {', '.join(COMPUTE_GENERATIONS)} "
-                             f"only, not {acc.generation.alias}")
-    for chips, machine_type, topology in form.single_host:
-        if chips == acc.chips:
-            return ComputeShape(acc.name, machine_type, 1, chips, topology, form.boot_disk_type,
-                                form.image_family)
-    fits = [t for t in form.topologies if _chips(t) == acc.chips]
-    if not fits or acc.chips % form.chips_per_vm:
-        raise NoComputeShape(f"{acc.name}: no Compute Engine topology of {acc.chips} chips is known "
-                             f"for {form.machine_type}")
-    return ComputeShape(acc.name, form.machine_type, acc.chips // form.chips_per_vm, form.chips_per_vm,
-                        _most_cubic(fits), form.boot_disk_type, form.image_family)

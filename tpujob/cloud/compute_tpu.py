@@ -18,12 +18,12 @@ from typing import Any, Callable, Sequence
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from tpujob.catalogue import compute_shape
 from tpujob.cloud.base import Slice, SliceRequest, TpuResource
 from tpujob.cloud.compute import COMPUTE, operation_failure, rfc3339
 from tpujob.cloud.compute_instances import read_data_disks, read_hosts, read_metadata, read_slice, shorten
 from tpujob.cloud.compute_migs import MigSlices
 from tpujob.cloud.errors import invoke, new_retry
+from tpujob.compute_shapes import compute_shape
 from tpujob.errors import CloudError, ConfigError, NotFoundError, UsageError
 
 # Compute Engine's TPU machine types (cloud.google.com/compute/docs/tpus/tpu-machines): what

@@ -114,7 +114,7 @@ def runtime_version(spec: ResolvedSpec, accelerator: str) -> str:
     if explicit:
         return explicit
     from tpujob.catalogue import accelerator as lookup
-    from tpujob.catalogue import compute_shape
+    from tpujob.compute_shapes import compute_shape
 
     if spec.api == "compute":  # a Compute Engine TPU VM boots an image family, not a TPU runtime
         return compute_shape(accelerator).image_family

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from tpujob.catalogue import Accelerator, NoComputeShape, compute_shape
+from tpujob.catalogue import Accelerator
+from tpujob.compute_shapes import NoComputeShape, compute_shape
 from tpujob.errors import SpecError
 from tpujob.spec.lines import field_error
 from tpujob.spec.models import ComputePlacement, JobSpec
@@ -34,7 +35,7 @@ def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlac
     """The API the slice is made through, its Compute Engine form, and the rules that follow
     from it: auto is compute for a generation the TPU API does not serve (TPU7x: "The Cloud TPU
     API is not supported on TPU7x and later", shared/facts/compute-engine-tpu.md), tpu-vm
-    otherwise; compute only for v5p, v6e, TPU7x (tpujob.catalogue.COMPUTE_FORMS)."""
+    otherwise; compute only for v5p, v6e, TPU7x (tpujob.compute_shapes.COMPUTE_FORMS)."""
     tpu = spec.tpu
     api: Api = tpu.api if tpu.api != "auto" else ("tpu-vm" if acc.generation.tpu_api else "compute")
     if api == "tpu-vm":

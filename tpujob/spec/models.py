@@ -301,7 +301,7 @@ class JobSpec(_Model):
 
 
 class ComputePlacement(BaseModel):
-    """What the slice is on Compute Engine (tpujob.catalogue.compute_shape): one instance, or a
+    """What the slice is on Compute Engine (tpujob.compute_shapes.compute_shape): one instance, or a
     BULK MIG of `hosts` VMs under a workload policy with `topology`."""
 
     model_config = ConfigDict(frozen=True)
