@@ -11,7 +11,8 @@ import pytest
 from spec_texts import STORED
 
 from tpujob.errors import EXIT_CONFLICT, EXIT_NOT_FOUND, IllegalTransition, JobLocked, NotFoundError
-from tpujob.store.repository import Store, format_job_id, open_store, slice_name
+from tpujob.names import format_job_id, slice_name
+from tpujob.store.repository import Store, open_store
 from tpujob.store.states import ACTIVE, ENDED, TRANSITIONS, EndReason, State
 
 PAIRS = [(src, dst) for src in State for dst in State]
