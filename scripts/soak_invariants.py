@@ -70,7 +70,7 @@ def check(night, *, zone: str, checkpoint_every: int, gc: Callable[[], subproces
 
 
 # A failed attempt's cause that says no more than the exit code: no status.json message, no
-# signal's meaning, no log line (tpujob/reconcile/decide.py builds the words).
+# signal's meaning, no log line (tpujob/reconcile/decide.py builds the words, budgets.py the retry count).
 _BARE = re.compile(r"program exited \d+(; retry \d+ of \d+)?")
 
 

@@ -1,6 +1,7 @@
 """Known bad-host signatures: lines in a failed program's log that say the host, not the program,
 is at fault (its TPU held by another process). An attempt whose log shows one ends `bad_host`:
-its slice is replaced, never set up again (reconcile/decide.py), counted in requeue.max_bad_hosts.
+its slice is replaced, never set up again (reconcile/decide.py), counted in requeue.max_bad_hosts
+(reconcile/budgets.py).
 
 Each signature carries its source (docs: /work/shared/facts/operations.md, "Busy TPU on a reused
 host"). A new one goes here, with its source, and nowhere else.

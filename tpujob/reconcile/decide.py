@@ -4,18 +4,18 @@ Every state move a sweep makes is a `Move` (or a `StartAttempt`) returned here: 
 actions out, in order, under the job's lease, and what it learns on the way (a create refused,
 a setup script failing, the program launched) comes back as an observation for the next
 decision, never as a move of act's own. So the whole policy is one table-tested function.
+Here: one handler per state; how an attempt's end spends a budget is budgets.py's, an elastic
+job's shrink and growth elastic.py's, both called from here only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Callable
 
 from tpujob.reconcile import elastic
 from tpujob.reconcile.actions import (
     Action,
     ClearUnhealthy,
-    Count,
     CreateSlice,
     DeleteSlice,
     EndAttempt,
@@ -27,6 +27,7 @@ from tpujob.reconcile.actions import (
     StartAttempt,
     StopProgram,
 )
+from tpujob.reconcile.budgets import spend, spend_bad_host, spend_capacity_miss, spend_failure, spend_preemption
 from tpujob.reconcile.deaths import exit_meaning, first_died
 from tpujob.reconcile.maintenance import maintenance_reason
 from tpujob.reconcile.observation import (
@@ -52,86 +53,6 @@ SETUP_ANSWER_GRACE_SECONDS = 30.0
 def decide(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     handler = _BY_STATE.get(job.state)
     return [] if handler is None else handler(job, obs, policy)
-
-
-@dataclass(frozen=True)
-class Budget:
-    """One way an attempt ends that the job may survive a number of times."""
-    counter: str  # the JobView/Job field counting it
-    limit: str  # the Policy field bounding it
-    end: AttemptEnd  # the attempt's end reason
-    spent: EndReason  # the job's, once the budget is spent
-    stops_program: bool
-    frees_slice: bool  # delete the slice at once; otherwise only once the job FAILED (unless kept)
-
-
-BUDGETS = {b.counter: b for b in (
-    Budget("preemptions", "max_preemptions", AttemptEnd.PREEMPTED, EndReason.PREEMPTION_BUDGET, False, True),
-    Budget("capacity_misses", "max_capacity_retries", AttemptEnd.NO_CAPACITY, EndReason.NO_CAPACITY, False, True),
-    Budget("nan_restarts", "max_nan", AttemptEnd.NAN, EndReason.NAN_BUDGET, True, True),
-    # The program failed on a healthy slice: the next attempt may set it up again.
-    Budget("failures", "max_failures", AttemptEnd.FAILED, EndReason.USER_ERROR, True, False),
-    # A host's TPU held by another process: the slice itself is bad, never set up again.
-    Budget("bad_hosts", "max_bad_hosts", AttemptEnd.BAD_HOST, EndReason.BAD_HOST_BUDGET, True, True),
-    # A hang may be the hardware's (a host that stopped answering its peers): new slice.
-    Budget("hangs", "max_hangs", AttemptEnd.HUNG, EndReason.HANG_BUDGET, True, True),
-)}
-
-
-def _bad_host(job: JobView, policy: Policy, index: int, line: str) -> list[Action]:
-    """A known bad-host line in the program's log: the slice goes (never retried on it) and a new
-    one comes at once, counted in its own budget, not the program's failures."""
-    why = f"bad host {index}: {line}"
-    return _spend(job, policy, "bad_hosts",
-                  spent_message=f"{why}; bad-host budget of {policy.max_bad_hosts} spent",
-                  again_message=f"{why}; bad host {job.bad_hosts + 1} of {policy.max_bad_hosts} allowed, "
-                                "replacing the slice")
-
-
-def _spend(job: JobView, policy: Policy, counter: str, *, spent_message: str, again_message: str,
-           extra: tuple[Action, ...] = (), end: AttemptEnd | None = None,
-           reason: EndReason | None = None, retry: bool = True) -> list[Action]:
-    """End the attempt, free the slice, count, then FAILED (budget spent, or no retry) or
-    RECOVERING. The count is applied with the Move, in its transaction."""
-    budget = BUDGETS[counter]
-    actions: list[Action] = [StopProgram(stacks=budget.end == AttemptEnd.HUNG)] if budget.stops_program else []
-    actions.append(EndAttempt(end or budget.end))
-    if budget.frees_slice:
-        actions.append(DeleteSlice())
-    actions += [Count(counter), *extra]
-    if retry and getattr(job, counter) + 1 <= getattr(policy, budget.limit):
-        return actions + [Move(State.RECOVERING, again_message)]
-    actions.append(Move(State.FAILED, spent_message, reason or budget.spent))
-    return actions if budget.frees_slice or job.keep_slice else actions + [DeleteSlice()]
-
-
-def _lost(job: JobView, policy: Policy, why: str) -> list[Action]:
-    """The slice is gone or dead: end the attempt, free the quota, go again within budget, at
-    once unless the attempt ran under min_run_seconds (a flap: the next one waits)."""
-    ran = job.in_state_seconds if job.state == State.RUNNING else 0.0  # never ran: a flap too
-    flap = ran < policy.min_run_seconds
-    extra: tuple[Action, ...] = (Count("flaps"),) if flap else (ResetCount("flaps"),) if job.flaps else ()
-    budget = f"{why}; preemption {job.preemptions + 1} of {policy.max_preemptions} allowed"
-    if flap:
-        wait = policy.backoff(replace(job, flaps=job.flaps + 1, last_end=AttemptEnd.PREEMPTED))
-        again = (f"{budget}; ran {ran:.0f} s, under min_run_seconds ({policy.min_run_seconds:.0f}): "
-                 f"flap {job.flaps + 1}, next attempt in {wait:.0f} s")
-    else:
-        again = f"{budget}, next attempt now"
-    return _spend(job, policy, "preemptions", extra=extra, again_message=again,
-                  spent_message=f"{why}; preemption budget of {policy.max_preemptions} spent")
-
-
-def _no_capacity(job: JobView, policy: Policy, why: str) -> list[Action]:
-    """A capacity miss: free what the attempt holds, then wait (growing backoff) and try the next
-    placement, cycling back to the primary, until max_capacity_retries misses in a row."""
-    misses = job.capacity_misses + 1
-    wait = policy.backoff(replace(job, capacity_misses=misses, last_end=AttemptEnd.NO_CAPACITY))
-    where = "the next placement" if job.placements > 1 else "the same placement"
-    return _spend(job, policy, "capacity_misses",
-                  spent_message=f"{why}; {policy.max_capacity_retries} capacity retries spent",
-                  again_message=f"{why}; capacity miss {misses} of {policy.max_capacity_retries} allowed, "
-                                f"{where} in {wait:.0f} s")
 
 
 def _refused(obs: Observation) -> list[Action]:
@@ -191,7 +112,7 @@ def _provisioning(job: JobView, obs: Observation, policy: Policy) -> list[Action
         ready: list[Action] = [Move(State.SETTING_UP, "slice READY"), SetUp()]
         return [ResetCount("capacity_misses")] + ready if job.capacity_misses else ready
     if phase == SliceCondition.LOST:
-        return _lost(job, policy, "slice lost while provisioning")
+        return spend_preemption(job, policy, "slice lost while provisioning")
     if phase == SliceCondition.UNAVAILABLE:
         return _unavailable(job, obs)
     if phase == SliceCondition.NO_QUOTA and (elsewhere := _no_quota(job, obs)) is not None:
@@ -200,18 +121,20 @@ def _provisioning(job: JobView, obs: Observation, policy: Policy) -> list[Action
         return _refused(obs)
     if phase == SliceCondition.STOCKOUT:
         # A queued resource that ended FAILED for capacity says why in its failedData.
-        return _no_capacity(job, policy, f"queued resource failed: {obs.refusal}" if obs.holds_slice
-                            else "zone stocked out")
+        return spend_capacity_miss(job, policy, f"queued resource failed: {obs.refusal}" if obs.holds_slice
+                                   else "zone stocked out")
     # PROVISIONING state counts from the request: for a queued resource, that is the queue wait.
     if phase == SliceCondition.WAITING and job.in_state_seconds > policy.queue_timeout_seconds:
         if job.placements > 1:
-            return _no_capacity(job, policy, f"queued for {job.in_state_seconds / 3600:.1f} h without capacity")
+            queued = f"queued for {job.in_state_seconds / 3600:.1f} h without capacity"
+            return spend_capacity_miss(job, policy, queued)
         return []  # keep our place in the only queue we have
     # The node's own age, not the state's: a node that got capacity after hours in the queue has
     # only just started provisioning.
     if (phase == SliceCondition.PROVISIONING and obs.provisioning_seconds is not None
             and obs.provisioning_seconds > policy.provision_timeout_seconds):
-        return _no_capacity(job, policy, f"slice stuck provisioning for {obs.provisioning_seconds / 60:.0f} min")
+        stuck = f"slice stuck provisioning for {obs.provisioning_seconds / 60:.0f} min"
+        return spend_capacity_miss(job, policy, stuck)
     if phase == SliceCondition.ABSENT:
         # A crash between opening the attempt and creating its slice, or a create that failed
         # transiently: issue it again (idempotent: the name is the attempt's).
@@ -223,25 +146,26 @@ def _setting_up(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if obs.launched is not None:
         return [Move(State.RUNNING, f"program launched on {obs.launched} hosts")]
     if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
-        return _lost(job, policy, "slice lost during setup")
+        return spend_preemption(job, policy, "slice lost during setup")
     if obs.slice != SliceCondition.READY:
         return []
     if obs.ssh_refused is not None:
         return _ssh_refused(job, obs.ssh_refused)
     maintenance = maintenance_reason(obs, policy.maintenance_lead_seconds)
     if maintenance:
-        return _lost(job, policy, f"{maintenance}: slice replaced before the program starts")
+        return spend_preemption(job, policy, f"{maintenance}: slice replaced before the program starts")
     if obs.setup_error is not None:
-        return _failed(job, policy, AttemptEnd.SETUP_FAILED, f"setup failed: {obs.setup_error}", EndReason.SETUP_FAILED)
+        return spend_failure(job, policy, AttemptEnd.SETUP_FAILED, f"setup failed: {obs.setup_error}",
+                             EndReason.SETUP_FAILED)
     if job.unhealthy_seconds is not None and job.unhealthy_seconds > policy.unhealthy_grace_seconds:
         # Marked by act when setup could not reach a host: one that died there never answers.
-        return _lost(job, policy, f"hosts unreachable during setup for {job.unhealthy_seconds:.0f} s")
+        return spend_preemption(job, policy, f"hosts unreachable during setup for {job.unhealthy_seconds:.0f} s")
     # The hosts end a setup at its timeout themselves (setup.sh) and say so: this is the
     # backstop for hosts that never do, so it waits for their answer a while longer.
     if job.in_state_seconds > policy.setup_timeout(job.hosts) + SETUP_ANSWER_GRACE_SECONDS:
         took = job.in_state_seconds
-        return _failed(job, policy, AttemptEnd.SETUP_FAILED, "setup still running after "
-                       + (f"{took:.0f} s" if took < 120 else f"{took / 60:.0f} min"), EndReason.SETUP_FAILED)
+        return spend_failure(job, policy, AttemptEnd.SETUP_FAILED, "setup still running after "
+                             + (f"{took:.0f} s" if took < 120 else f"{took / 60:.0f} min"), EndReason.SETUP_FAILED)
     return _setup_under_way(job, obs.setup, obs.setup_cache)
 
 
@@ -263,10 +187,6 @@ def _ssh_refused(job: JobView, why: str) -> list[Action]:
     return actions if job.keep_slice else actions + [DeleteSlice()]
 
 
-def _failed(job: JobView, policy: Policy, attempt_reason: AttemptEnd, why: str, reason: EndReason,
-            retry: bool = True) -> list[Action]:
-    return _spend(job, policy, "failures", end=attempt_reason, reason=reason, retry=retry, spent_message=why,
-                  again_message=f"{why}; retry {job.failures + 1} of {policy.max_failures}")
 
 
 def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
@@ -280,7 +200,7 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if elastic.shrinks(job, obs, policy):
         return elastic.shrink(job, obs, policy)
     if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
-        return _lost(job, policy, "slice preempted" if obs.slice == SliceCondition.LOST else "slice gone")
+        return spend_preemption(job, policy, "slice preempted" if obs.slice == SliceCondition.LOST else "slice gone")
     if obs.slice != SliceCondition.READY:
         return []
     hosts = obs.hosts
@@ -295,22 +215,24 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     gone = [i for i, h in enumerate(hosts) if h.program in (Program.UNREACHABLE, Program.MISSING)]
     unhealthy = bool(gone) or not hosts or hung
     if any(c == policy.nan_exit_code for c in codes):
-        return _spend(job, policy, "nan_restarts", spent_message=f"NaN loss; NaN budget of {policy.max_nan} spent",
-                      again_message="NaN loss: slice suspect, moving to new hardware")
+        return spend(job, policy, "nan_restarts", spent_message=f"NaN loss; NaN budget of {policy.max_nan} spent",
+                     again_message="NaN loss: slice suspect, moving to new hardware")
     if any(c == policy.preempted_exit_code for c in codes):
         # The program checkpointed on a preemption notice; the slice goes next (of an elastic
         # job: which one, once it reads lost, says what to keep).
         waiting = elastic.await_lost_slice(job, policy)
-        return _lost(job, policy, "program stopped on a preemption notice") if waiting is None else waiting
+        if waiting is not None:
+            return waiting
+        return spend_preemption(job, policy, "program stopped on a preemption notice")
     first = first_died(hosts)
     if first is not None and first[1].bad_host:
-        return _bad_host(job, policy, first[0], first[1].bad_host)
+        return spend_bad_host(job, policy, first[0], first[1].bad_host)
     failed = [c for c in codes if c != 0]
     said = f" (status.json: {run.message})" if run.state == "failed" and run.message else ""
     fatal = [c for c in failed if c in policy.fatal_exit_codes]
     if fatal:
-        return _failed(job, policy, AttemptEnd.FAILED, f"program exited {fatal[0]}{exit_meaning(fatal[0])}"
-                       f"{said}: a code or config error, not retried", EndReason.USER_ERROR, retry=False)
+        return spend_failure(job, policy, AttemptEnd.FAILED, f"program exited {fatal[0]}{exit_meaning(fatal[0])}"
+                             f"{said}: a code or config error, not retried", EndReason.USER_ERROR, retry=False)
     if failed and gone:
         # A host that stopped answering (or lost its program with no exit code) takes its peers
         # down with it: their collectives abort (SIGABRT, "connection reset"). Their exits are
@@ -324,8 +246,8 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
             # No status.json saying why: the words of the host that died first.
             code = first[1].exit_code if first[1].exit_code else code
             said = f" on host {first[0]}: {first[1].said}"
-        return _failed(job, policy, AttemptEnd.FAILED, f"program exited {code}{exit_meaning(code)}{said}",
-                       EndReason.USER_ERROR)
+        return spend_failure(job, policy, AttemptEnd.FAILED, f"program exited {code}{exit_meaning(code)}{said}",
+                             EndReason.USER_ERROR)
     if hosts and len(codes) == len(hosts):
         actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, "program exited 0 on every host")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
@@ -333,13 +255,14 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if maintenance:
         # A checkpoint request (SIGTERM, then the grace), as on a preemption notice; the slice is
         # replaced and the move counts as a preemption.
-        return [StopProgram(), *_lost(job, policy, f"{maintenance}: checkpoint requested, slice replaced")]
+        return [StopProgram(), *spend_preemption(job, policy,
+                                                  f"{maintenance}: checkpoint requested, slice replaced")]
     why_hung = _hang(hosts, run, policy)
     if why_hung is not None:
-        return _spend(job, policy, "hangs", spent_message=f"program hung: {why_hung}; hang budget of "
-                      f"{policy.max_hangs} spent",
-                      again_message=f"program hung: {why_hung}; hang {job.hangs + 1} of {policy.max_hangs} "
-                                    "allowed, stacks captured before the stop, new slice")
+        return spend(job, policy, "hangs", spent_message=f"program hung: {why_hung}; hang budget of "
+                     f"{policy.max_hangs} spent",
+                     again_message=f"program hung: {why_hung}; hang {job.hangs + 1} of {policy.max_hangs} "
+                                   "allowed, stacks captured before the stop, new slice")
     if unhealthy:
         return _unhealthy(job, policy, hosts, run, hung, first)
     healthy: list[Action] = [ClearUnhealthy()] if job.unhealthy_seconds is not None else []
@@ -356,14 +279,15 @@ def _unhealthy(job: JobView, policy: Policy, hosts: tuple[HostObservation, ...],
     if job.unhealthy_seconds <= policy.unhealthy_grace_seconds:
         return []
     if hung:
-        return _lost(job, policy, f"program hung: heartbeat {run.heartbeat_age:.0f} s old, "
-                                  f"unhealthy for {job.unhealthy_seconds:.0f} s")
+        return spend_preemption(job, policy, f"program hung: heartbeat {run.heartbeat_age:.0f} s old, "
+                                             f"unhealthy for {job.unhealthy_seconds:.0f} s")
     if peer:
         lost = f"{peer} (taken down by the lost host)"
     else:
         lost = (f"; host {first[0]}'s program ended without an exit code: {first[1].said}"
                 if first is not None and first[1].program == Program.MISSING else "")
-    return _lost(job, policy, f"hosts unreachable or program missing for {job.unhealthy_seconds:.0f} s{lost}")
+    gone = f"hosts unreachable or program missing for {job.unhealthy_seconds:.0f} s{lost}"
+    return spend_preemption(job, policy, gone)
 
 
 def _unhealthy_why(hosts: tuple[HostObservation, ...], run: RunDirStatus, hung: bool) -> str:

@@ -1,6 +1,8 @@
 """act's hands for an elastic multislice job (reconcile/elastic.py decides): stop the program on
 the slices left, delete only the lost ones, open the next attempt on the nodes kept (and grown),
-and ask for the missing slices without waiting for them. Called by act.Actor with its turn."""
+and ask for the missing slices without waiting for them. Each takes act's (actor, turn, action):
+act.Actor's table calls the growth's, slice_act and host_act the others, where the action
+they were given is an elastic job's."""
 
 from __future__ import annotations
 
@@ -12,14 +14,15 @@ from tpujob.cloud.multislice import surviving_hosts
 from tpujob.errors import ConflictError, TpujobError
 from tpujob.job_spec import api_of, spec_of
 from tpujob.names import attempt_nodes, growing_nodes, slice_name
+from tpujob.reconcile.outcome import Outcome, done
 from tpujob.store.states import State
 
 if TYPE_CHECKING:
-    from tpujob.reconcile.act import Actor, Outcome, _Turn
+    from tpujob.reconcile.act import Actor, Turn
     from tpujob.reconcile.actions import DeleteSlice, DropGrowth, GrowSlices, StartAttempt, StopProgram
 
 
-def stop_survivors(actor: Actor, turn: _Turn, action: StopProgram) -> None:
+def stop_survivors(actor: Actor, turn: Turn, action: StopProgram) -> None:
     """The program on the hosts of the slices not lost: it checkpointed with the others on the
     notice and exited, or it waits on peers that are gone. Numbered as in its attempt."""
     if turn.attempt is None or turn.slice is None:
@@ -34,7 +37,7 @@ def stop_survivors(actor: Actor, turn: _Turn, action: StopProgram) -> None:
         actor.store.add_event(turn.job.id, "hosts", f"stop on the slices left failed: {exc}")
 
 
-def delete_lost(actor: Actor, turn: _Turn, action: DeleteSlice) -> None:
+def delete_lost(actor: Actor, turn: Turn, action: DeleteSlice) -> None:
     if turn.attempt is None or turn.slice is None:
         return
     nodes = attempt_nodes(turn.attempt)
@@ -45,7 +48,7 @@ def delete_lost(actor: Actor, turn: _Turn, action: DeleteSlice) -> None:
                           f"deleted lost slice{'s' if len(lost) > 1 else ''} {', '.join(lost)}")
 
 
-def start_attempt(actor: Actor, turn: _Turn, action: StartAttempt) -> None:
+def start_attempt(actor: Actor, turn: Turn, action: StartAttempt) -> None:
     """The next attempt on the ended one's nodes: those of the slices it did not lose
     (keep_survivors), or all of them and those grown for it (grow)."""
     job, attempt = turn.job, turn.current()
@@ -66,11 +69,9 @@ def start_attempt(actor: Actor, turn: _Turn, action: StartAttempt) -> None:
     turn.state, turn.slice = State.SETTING_UP, None
 
 
-def grow_slices(actor: Actor, turn: _Turn, action: GrowSlices) -> Outcome:
+def grow_slices(actor: Actor, turn: Turn, action: GrowSlices) -> Outcome:
     """Ask for the slices the attempt lacks, NAME-k after the attempt's own number (never a
     name an earlier attempt used), without waiting: observe follows them."""
-    from tpujob.reconcile.act import done
-
     job, attempt = turn.job, turn.current()
     spec = spec_of(job)
     missing = spec.spec.tpu.max_slices - attempt.slices
@@ -89,9 +90,7 @@ def grow_slices(actor: Actor, turn: _Turn, action: GrowSlices) -> Outcome:
     return done()
 
 
-def drop_growth(actor: Actor, turn: _Turn, action: DropGrowth) -> Outcome:
-    from tpujob.reconcile.act import done
-
+def drop_growth(actor: Actor, turn: Turn, action: DropGrowth) -> Outcome:
     job, attempt = turn.job, turn.current()
     for node in growing_nodes(attempt):
         actor.cloud.for_api(api_of(job)).delete_node(job.project, attempt.zone, node)

@@ -1,6 +1,6 @@
 """What a sweep sees of a job, as decide takes it: the slice's condition, each host's program
 and setup, the run dir's word, and the job's own counts (JobView). Plain values: observe.py and
-act.py build them, decide.py reads them."""
+act's handlers (outcome.py) build them, decide.py reads them."""
 
 from __future__ import annotations
 

@@ -18,10 +18,11 @@ from tpujob.errors import AuthError, JobLocked, LocationDenied, TpujobError
 from tpujob.job_spec import api_of, spec_of
 from tpujob.names import format_job_id, growing_state, nodes_to_delete
 from tpujob.reconcile import placement as placing
-from tpujob.reconcile.act import Actor, Outcome
+from tpujob.reconcile.act import Actor
 from tpujob.reconcile.decide import decide
 from tpujob.reconcile.observation import JobView
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices, listed_slice
+from tpujob.reconcile.outcome import Outcome
 from tpujob.reconcile.policy import Policy, placements, policy_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
