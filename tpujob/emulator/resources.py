@@ -48,7 +48,8 @@ from tpujob.emulator.queued_resources import QueuedResource, QueuedResources
 
 if TYPE_CHECKING:
     from tpujob.emulator.compute import ComputeEmulator
-    from tpujob.emulator.tpu_vms import Instance, TpuVms
+    from tpujob.emulator.instances import Instance
+    from tpujob.emulator.tpu_vms import TpuVms
 
 log = logging.getLogger(__name__)
 
