@@ -19,10 +19,11 @@ from tpujob.emulator.queued_resources import node_names_of
 
 if TYPE_CHECKING:
     from tpujob.emulator.failnext import FailNext
+    from tpujob.emulator.instances import Instance
     from tpujob.emulator.operations import Operations
     from tpujob.emulator.queued_resources import QueuedResource
     from tpujob.emulator.resources import Node
-    from tpujob.emulator.tpu_vms import Instance, TpuVms
+    from tpujob.emulator.tpu_vms import TpuVms
 
 
 class Faults:

@@ -8,7 +8,8 @@ same host scripts run unchanged here and on a real TPU VM.
 
 A host's processes are exactly the processes whose mount namespace is the host's: that follows
 programs that detach with setsid/nohup, without cgroups or pid files, so preempt, kill_host and
-stop leave nothing behind.
+stop leave nothing behind (host_processes.py finds and signals them; holder.py sets up the
+namespace).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from tpujob.emulator.host_processes import has_contract_env, kill_all, pids_by_namespace, signal_all, signal_each
 from tpujob.emulator.host_ssh import EMULATED_DEVICE, HostSshServer, new_host_key, parse_authorized_keys
 from tpujob.emulator.metadata import MetadataServer
 
@@ -181,7 +183,7 @@ class SliceMachines:
         host = self._hosts[index]
         if not host.ns or host.holder is None or host.holder.poll() is not None:
             return []  # the holder dies last: without it the namespace, and its id, are gone
-        return _pids_by_namespace({host.ns}).get(host.ns, [])
+        return pids_by_namespace({host.ns}).get(host.ns, [])
 
     def start(self) -> list[HostEndpoint]:
         """Hosts up, SSH answering. Raises if any host cannot start; call stop() then."""
@@ -274,18 +276,18 @@ class SliceMachines:
                 host.metadata.preempted = True
         hosts = self._take_down(list(range(len(self._hosts))))
         namespaces, holders = _pinned(hosts)
-        _signal_all(namespaces, signal.SIGTERM, spare=holders)
+        signal_all(namespaces, signal.SIGTERM, spare=holders)
         deadline = time.monotonic() + grace_seconds
-        while time.monotonic() < deadline and _pids_by_namespace(namespaces, spare=holders):
+        while time.monotonic() < deadline and pids_by_namespace(namespaces, spare=holders):
             if self._stopping.wait(0.05):
                 break
-        _kill_all(namespaces, spare=holders)
+        kill_all(namespaces, spare=holders)
         self._reap(hosts)
 
     def kill_host(self, index: int) -> None:
         """That host dies at once: processes killed, SSH gone."""
         hosts = self._take_down([index])
-        _kill_all(*_pinned(hosts))
+        kill_all(*_pinned(hosts))
         self._reap(hosts)
 
     def freeze(self, index: int, thaw: bool = False) -> int:
@@ -300,14 +302,14 @@ class SliceMachines:
             return 0
         sig = signal.SIGCONT if thaw else signal.SIGSTOP
         holder = host.holder.pid if host.holder else None
-        return _send([pid for pid in _pids_by_namespace({host.ns}).get(host.ns, [])
-                      if pid != holder and _has_contract_env(pid)], sig)
+        return signal_each([pid for pid in pids_by_namespace({host.ns}).get(host.ns, [])
+                      if pid != holder and has_contract_env(pid)], sig)
 
     def stop(self) -> None:
         """Node deleted: every process killed, SSH servers closed, directories removed."""
         self._stopping.set()
         hosts = self._take_down(list(range(len(self._hosts))))
-        _kill_all(*_pinned(hosts))
+        kill_all(*_pinned(hosts))
         self._reap(hosts)
         for host in self._hosts:   # holders of hosts that never finished starting
             if host.holder and host.holder.poll() is None:
@@ -360,57 +362,3 @@ def _pinned(hosts: list[_Host]) -> tuple[set, frozenset[int]]:
     pid is ours too, and _reap ends it last."""
     return ({h.ns for h in hosts if h.ns},
             frozenset(h.holder.pid for h in hosts if h.holder and h.holder.poll() is None))
-
-
-def _pids_by_namespace(namespaces: set, spare: frozenset[int] = frozenset()) -> dict[tuple[int, int], list[int]]:
-    """Live processes grouped by mount namespace, for the namespaces asked about (but `spare`)."""
-    found: dict[tuple[int, int], list[int]] = {}
-    me = os.getpid()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me or int(entry.name) in spare:
-            continue
-        try:
-            st = os.stat(f"/proc/{entry.name}/ns/mnt")
-        except OSError:   # gone, or a zombie (its namespace links are unreadable)
-            continue
-        ns = (st.st_dev, st.st_ino)
-        if ns in namespaces:
-            found.setdefault(ns, []).append(int(entry.name))
-    return found
-
-
-def _has_contract_env(pid: int) -> bool:
-    # TPUJOB_ATTEMPT: the runtime contract's variable that launch.sh exports to the program
-    # (docs/runtime.md); the emulator names it here rather than import the product's code.
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return any(v.startswith(b"TPUJOB_ATTEMPT=") for v in f.read().split(b"\0"))
-    except OSError:
-        return False
-
-
-def _send(pids: list[int], sig: int) -> int:
-    """Signal each of `pids`; how many were still there to get it."""
-    sent = 0
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-            sent += 1
-        except ProcessLookupError:
-            pass
-    return sent
-
-
-def _signal_all(namespaces: set, sig: int, spare: frozenset[int] = frozenset()) -> int:
-    return sum(_send(pids, sig) for pids in _pids_by_namespace(namespaces, spare).values())
-
-
-def _kill_all(namespaces: set, spare: frozenset[int] = frozenset()) -> None:
-    # A process may fork while we scan: repeat until a scan finds nobody (but `spare`).
-    namespaces = {ns for ns in namespaces if ns}
-    deadline = time.monotonic() + 10
-    while namespaces and _signal_all(namespaces, signal.SIGKILL, spare):
-        if time.monotonic() > deadline:
-            log.warning("processes keep appearing in %s", namespaces)
-            return
-        time.sleep(0.01)

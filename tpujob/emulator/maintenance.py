@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from tpujob.emulator.payloads import ApiError, copy_json
 
 if TYPE_CHECKING:
+    from tpujob.emulator.instances import Instance
     from tpujob.emulator.resources import Node
-    from tpujob.emulator.tpu_vms import Instance
 
 WINDOW_SECONDS = 3600  # how long the announced window lasts (Google gives no fixed length)
 

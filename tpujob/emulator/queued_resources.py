@@ -32,10 +32,10 @@ from tpujob.emulator.payloads import (
 
 if TYPE_CHECKING:
     from tpujob.emulator.compute import ComputeEmulator
+    from tpujob.emulator.instances import Instance
     from tpujob.emulator.operations import Operations
     from tpujob.emulator.oslogin import OsLogin
     from tpujob.emulator.resources import Node
-    from tpujob.emulator.tpu_vms import Instance
 
 
 @dataclass

@@ -4,7 +4,8 @@ endpoints, Cloud Storage.
 TPU API paths are Google's (`/v2/projects/P/locations/Z/nodes...`, see
 google/cloud/tpu_v2/services/tpu/transports/rest_base.py), and the v2alpha1 nodes subset that
 gcloud's alpha attach-disk uses (emulator/node_updates.py). The fault and status endpoints live
-under `/emulator/v1/`. Cloud Storage is gcp-storage-emulator's server on its own port.
+under `/emulator/v1/` (control_endpoints.py). Cloud Storage is gcp-storage-emulator's server on
+its own port.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from tpujob.emulator.failnext import COMPUTE_METHODS, TPU_METHODS, FaultError, parse
+from tpujob.emulator.control_endpoints import CONTROL_RULES, ControlEndpoints
+from tpujob.emulator.failnext import COMPUTE_METHODS, TPU_METHODS
 from tpujob.emulator.payloads import ApiError, accelerator_types, read_json
 from tpujob.emulator.resources import SPOT_NOTICE_SECONDS, Emulator, MachinesFactory
 
@@ -55,24 +57,12 @@ _ROUTES = Map([
     Rule(f"{_LOC_ALPHA}/nodes/<rid>", methods=["GET"], endpoint="get_node"),
     Rule(f"{_LOC_ALPHA}/nodes/<rid>", methods=["PATCH"], endpoint="update_node"),
     Rule(f"{_LOC_ALPHA}/operations/<rid>", methods=["GET"], endpoint="get_operation"),
-    Rule("/emulator/v1/status", methods=["GET"], endpoint="status"),
-    Rule("/emulator/v1/faults", methods=["GET", "POST"], endpoint="faults"),
-    Rule("/emulator/v1/fail-next", methods=["GET", "POST", "DELETE"], endpoint="fail_next"),
-    Rule("/emulator/v1/stockout", methods=["POST"], endpoint="stockout"),
-    Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
-    Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
-    Rule("/emulator/v1/reservations", methods=["POST"], endpoint="reservations"),
-    Rule("/emulator/v1/maintenance", methods=["POST"], endpoint="maintenance"),
-    Rule("/emulator/v1/image", methods=["GET", "POST"], endpoint="image"),
-    Rule("/emulator/v1/dirty-host", methods=["POST"], endpoint="dirty_host"),
-    Rule("/emulator/v1/freeze", methods=["POST"], endpoint="freeze"),
-    Rule("/emulator/v1/hosts", methods=["GET"], endpoint="hosts"),
-    Rule("/emulator/v1/oslogin", methods=["GET", "POST"], endpoint="oslogin"),
+    *CONTROL_RULES,
 ], strict_slashes=False)
 
 
-class TpuApp:
-    """The WSGI application over one Emulator."""
+class TpuApp(ControlEndpoints):
+    """The WSGI application over one Emulator (its /emulator/v1/ endpoints: ControlEndpoints)."""
 
     def __init__(self, emulator: Emulator, info: dict[str, Any]):
         self.emulator = emulator
@@ -213,107 +203,6 @@ class TpuApp:
     def _list_accelerator_types(self, request: Request, project: str, zone: str) -> dict:
         return {"acceleratorTypes": accelerator_types(_parent(project, zone))}
 
-    # ---- emulator endpoints -----------------------------------------------------------------
-
-    def _status(self, request: Request) -> dict:
-        return {**self.info, "faults": self.emulator.faults()}
-
-    def _faults(self, request: Request) -> dict:
-        if request.method == "POST":
-            body = read_json(request)
-            self.emulator.set_faults(_number(body, "apiErrorRate"),
-                                     _number(body, "provisioningDelay"),
-                                     _number(body, "hostkeysDelay"))
-        return self.emulator.faults()
-
-    def _fail_next(self, request: Request) -> dict:
-        if request.method == "POST":
-            try:
-                self.emulator.injected.add(parse(read_json(request)))
-            except FaultError as err:
-                raise ApiError(400, str(err)) from None
-        elif request.method == "DELETE":
-            self.emulator.injected.clear()
-        return {"pending": self.emulator.injected.pending()}
-
-    def _stockout(self, request: Request) -> dict:
-        body = read_json(request)
-        if not body.get("zone"):
-            raise ApiError(400, "zone is required")
-        # A TPU API accelerator type or a Compute machine type (tpu_vm_rules.MACHINE_TYPES):
-        # their names never meet, so one set of stockouts holds both.
-        self.emulator.stockout(body["zone"], body.get("acceleratorType") or
-                               body.get("machineType") or None, bool(body.get("clear")))
-        return self.emulator.faults()
-
-    def _preempt(self, request: Request) -> dict:
-        body = read_json(request)
-        grace = body.get("graceSeconds")
-        if grace is not None and (not isinstance(grace, (int, float)) or grace < 0):
-            raise ApiError(400, "graceSeconds must be a number >= 0")
-        return self.emulator.preempt(_required(body, "node"), grace)
-
-    def _reservations(self, request: Request) -> dict:
-        """A specific reservation of `count` VMs of `machineType` in `zone` (count 0 removes
-        it), for instances that name it in reservationAffinity (tpu_vms.py)."""
-        body = read_json(request)
-        count = body.get("count", 1)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ApiError(400, "count must be an integer >= 0")
-        return self._vms().reserve(_required(body, "project"), _required(body, "zone"),
-                                             _required(body, "name"), body.get("machineType", ""),
-                                             count)
-
-    def _kill_host(self, request: Request) -> dict:
-        body = read_json(request)
-        index = body.get("index")
-        if not isinstance(index, int):
-            raise ApiError(400, "index must be an integer")
-        self.emulator.kill_host(_required(body, "node"), index)
-        return {}
-
-    def _image(self, request: Request) -> dict:
-        """What hosts booted from now on have: the seconds unattended-upgrades holds the dpkg
-        lock after boot, and whether gcsfuse is installed (emulator/apt.py)."""
-        if request.method == "POST":
-            body = read_json(request)
-            seconds = _number(body, "aptLockSeconds")
-            if seconds is not None:
-                if seconds < 0:
-                    raise ApiError(400, "aptLockSeconds must not be negative")
-                self.emulator.apt_lock_seconds = seconds
-            if body.get("gcsfuse") is not None:
-                self._compute().image_gcsfuse = bool(body["gcsfuse"])
-        return {"aptLockSeconds": self.emulator.apt_lock_seconds,
-                "gcsfuse": self._compute().image_gcsfuse}
-
-    def _maintenance(self, request: Request) -> dict:
-        body = read_json(request)
-        after = _number(body, "inSeconds") or 0.0
-        return self.emulator.announce_maintenance(_required(body, "node"), after)
-    def _dirty_host(self, request: Request) -> dict:
-        body = read_json(request)
-        index = body.get("index")
-        if not isinstance(index, int):
-            raise ApiError(400, "index must be an integer")
-        return self.emulator.dirty_host(_required(body, "node"), index, bool(body.get("sticky")))
-
-    def _freeze(self, request: Request) -> dict:
-        body = read_json(request)
-        index = body.get("index")
-        if not isinstance(index, int):
-            raise ApiError(400, "index must be an integer")
-        return {"processes": self.emulator.freeze(_required(body, "node"), index, bool(body.get("thaw")))}
-
-    def _hosts(self, request: Request) -> dict:
-        return {"hosts": self.emulator.hosts(_required(request.args, "node"))}
-
-    def _oslogin(self, request: Request) -> dict:
-        if request.method == "POST":
-            body = read_json(request)
-            return self.emulator.oslogin.set(_required(body, "project"), bool(body.get("enabled")),
-                                             bool(body.get("required")), body.get("role", True) is not False)
-        return self.emulator.oslogin.state(_required(request.args, "project"))
 
 
 class EmulatorServer:
@@ -433,17 +322,3 @@ def _typed_as(body: Any, version: str) -> Any:
     if isinstance(body, list):
         return [_typed_as(v, version) for v in body]
     return body
-
-
-def _number(body: dict, key: str) -> float | None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, (int, float)):
-        raise ApiError(400, f"{key} must be a number")
-    return value
-
-
-def _required(body: Any, key: str) -> str:
-    value = body.get(key)
-    if not value:
-        raise ApiError(400, f"{key} is required")
-    return str(value)

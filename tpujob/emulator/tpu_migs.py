@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from tpujob.emulator import vm_disks
+from tpujob.emulator.instances import Instance, instance_body, prepare_vm_hosts
 from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import ApiError, VirtualHost, authorized_keys, check_id, copy_json, host_ip, now
 from tpujob.emulator.tpu_mig_rules import (
@@ -29,7 +30,7 @@ from tpujob.emulator.tpu_mig_rules import (
     topology_of,
 )
 from tpujob.emulator.tpu_vm_rules import WORDINGS, machine_type, scheduling
-from tpujob.emulator.tpu_vms import FLEX_START_WAITS_OUT_STOCKOUTS, Instance, prepare_vm_hosts
+from tpujob.emulator.tpu_vms import FLEX_START_WAITS_OUT_STOCKOUTS
 from tpujob.emulator.zone_operations import API_ROOT, operation_error, refusal
 
 if TYPE_CHECKING:
@@ -330,8 +331,8 @@ class TpuMigs:
             for i, member in enumerate(mig["tpujobMembers"]):
                 inst = Instance(project, zone, member, {}, kind, block, None, host_index=i)
                 nics = props.get("networkInterfaces") or [{}]
-                inst.body = self.vms._body(inst, {**props, "name": member}, scheduling(props),
-                                           [{**nics[0], "accessConfigs": []}])
+                inst.body = instance_body(inst, {**props, "name": member}, scheduling(props),
+                                          [{**nics[0], "accessConfigs": []}])
                 self.vms._instances[inst.ref] = inst
                 insts.append(inst)
             em._changed.notify_all()

@@ -4,7 +4,8 @@ getGuestAttributes, their life cycle, preemption and reservations.
 Each instance's host is real, as a TPU node's are (machines.SliceMachines with one host, started
 through the Emulator's factory; without one, a VirtualHost). State changes happen under the
 Emulator's lock and wake its condition, so its `_sleep` serves instances as it serves nodes; the
-operations are Compute's (zone_operations.py). What Google refuses: tpu_vm_rules.py.
+operations are Compute's (zone_operations.py). What Google refuses: tpu_vm_rules.py; the
+Instance record, its JSON and the list filter: instances.py.
 
 Status sequence (compute.v1.json Instance.status): PROVISIONING, STAGING, RUNNING; a FLEX_START
 VM first waits in PENDING ("waiting for available capacity from Dynamic Workload Scheduler") for
@@ -16,13 +17,11 @@ from __future__ import annotations
 
 import builtins  # TpuVms.list shadows the builtin in its class body
 import logging
-import random
-import re
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tpujob.emulator import vm_disks
+from tpujob.emulator.instances import Instance, instance_body, instance_filter, prepare_vm_hosts
 from tpujob.emulator.labels import check_compute_labels
 from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import (
@@ -33,12 +32,10 @@ from tpujob.emulator.payloads import (
     copy_json,
     external_ip,
     host_ip,
-    now,
 )
 from tpujob.emulator.tpu_vm_rules import (
     OPERATION_ERRORS,
     WORDINGS,
-    MachineType,
     machine_type,
     reservation_name,
     scheduling,
@@ -59,33 +56,6 @@ FLEX_START_WAITS_OUT_STOCKOUTS = True
 # a VM being shut down reads STOPPING ("currently stopping (either being deleted or killed)",
 # compute.v1.json Instance.status), so that, here, in this one place.
 PREEMPTING_STATUS = "STOPPING"
-
-
-@dataclass
-class Instance:
-    project: str
-    zone: str
-    name: str
-    body: dict
-    kind: MachineType
-    ip_block: int
-    external_block: int | None
-    reservation: tuple[str, str, str] | None = None  # (project, zone, name) it consumes
-    hosts: list = field(default_factory=list)
-    machines: Any = None
-    booted_at: float | None = None
-    deleting: bool = False
-    gone: bool = False
-    preempting: bool = False
-    host_index: int = 0  # its host in the slice of its MIG (tpu_migs.py); 0 when alone
-
-    @property
-    def node_id(self) -> str:  # the Emulator's host faults name their target by this
-        return self.name
-
-    @property
-    def ref(self) -> str:
-        return f"projects/{self.project}/zones/{self.zone}/instances/{self.name}"
 
 
 class TpuVms:
@@ -118,7 +88,7 @@ class TpuVms:
             vm_disks.attach(em, [name], project, zone, body.get("disks", []))
             inst = Instance(project, zone, name, {}, kind, em._free_ip_block(),
                             em._external_block() if wants_nat else None)
-            inst.body = self._body(inst, body, sched, nics)
+            inst.body = instance_body(inst, body, sched, nics)
             self._instances[ref] = inst
             op = self.ops.new(project, zone, "insert", inst.body["selfLink"], done=False)
             em._spawn(self._provision, inst, op, reservation)
@@ -129,7 +99,7 @@ class TpuVms:
             return copy_json(self._instance(project, zone, name).body)
 
     def list(self, project: str, zone: str, filter_: str = "") -> dict:
-        match = _filter(filter_)
+        match = instance_filter(filter_)
         with self.emulator._lock:
             items = [copy_json(i.body) for i in self._instances.values()
                      if (i.project, i.zone) == (project, zone) and match(i.body)]
@@ -358,73 +328,3 @@ class TpuVms:
         if inst is None:  # Compute's 404 wording, as for disks (compute.py)
             raise ApiError(404, f"The resource '{ref}' was not found")
         return inst
-
-    def _body(self, inst: Instance, body: dict, sched: dict, nics: builtins.list[dict]) -> dict:
-        """The Instance JSON (compute.v1.json Instance): what was asked, plus output fields."""
-        zone_url = f"{API_ROOT}/projects/{inst.project}/zones/{inst.zone}"
-        nic = {"kind": "compute#networkInterface", "name": "nic0",
-               "network": nics[0].get("network")
-               or f"{API_ROOT}/projects/{inst.project}/global/networks/default",
-               "networkIP": host_ip(inst.ip_block, inst.host_index)}
-        if inst.external_block is not None:  # an accessConfig asked for: its natIP is output
-            nic["accessConfigs"] = [{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT",
-                                     "name": "External NAT", **nics[0]["accessConfigs"][0],
-                                     "natIP": external_ip(inst.external_block, 0)}]
-        kept = {k: copy_json(body[k]) for k in ("labels", "disks", "description",
-                                                "reservationAffinity", "serviceAccounts")
-                if body.get(k)}
-        for entry in vm_disks.entries(inst.project, inst.zone, body.get("disks", [])):
-            # An attached disk's source reads back as a full URL, however it was named.
-            kept["disks"][entry["index"]]["source"] = f"{API_ROOT}/{entry['sourceDisk']}"
-        metadata = {"kind": "compute#metadata", "fingerprint": "dGVzdA==",
-                    "items": copy_json((body.get("metadata") or {}).get("items", []))}
-        status = "PENDING" if sched["provisioningModel"] == "FLEX_START" else "PROVISIONING"
-        return {"kind": "compute#instance", "id": str(random.randrange(1, 2**62)),
-                "name": inst.name, "zone": zone_url, "status": status,
-                "machineType": f"{zone_url}/machineTypes/{inst.kind.name}",
-                "creationTimestamp": now(), "scheduling": sched, "metadata": metadata,
-                "networkInterfaces": [nic], "selfLink": f"{zone_url}/instances/{inst.name}",
-                **kept}
-
-
-_TERM = re.compile(r'^\(?\s*([\w.-]+)\s*(=|!=|:)\s*"?([^")\s]*)"?\s*\)?$')
-
-
-def _filter(expression: str):
-    """instances.list `filter` (compute.v1.json: "field operator value", =, != or :, terms
-    joined by AND or spaces): name, status and labels.KEY terms; anything else is refused, as
-    the emulator does not read it (an emulator limit, not a Google answer)."""
-    terms = [t for t in re.split(r"\s+AND\s+|\)\s+\(", expression.strip()) if t] if expression \
-        else []
-    checks = []
-    for term in terms:
-        found = _TERM.match(term.strip())
-        if not found or not (found[1] in ("name", "status") or found[1].startswith("labels.")):
-            raise ApiError(400, f"emulator limit: filter term {term!r} is not read (name, status "
-                                "and labels.KEY with =, != or : are)")
-        checks.append(found.groups())
-
-    def value(body: dict, path: str) -> str | None:
-        return body.get("labels", {}).get(path[7:]) if path.startswith("labels.") else body.get(path)
-
-    def match(body: dict) -> bool:
-        for path, op, want in checks:
-            have = value(body, path)
-            if op == ":" and not (have is not None and (want == "*" or have == want)):
-                return False
-            if op == "=" and have != want or op == "!=" and have == want:
-                return False
-        return True
-
-    return match
-
-
-def prepare_vm_hosts(em: Any, machines: Any, name: str, num_hosts: int, data_disks: list[dict]) -> None:
-    """What a TPU VM's image gives its hosts, as a TPU API node's (resources.py): the data
-    disks it attaches, apt's tools, gcsfuse where Cloud Storage runs (compute.prepare), and
-    apt's lock held a while after the first boot (apt.py: unattended-upgrades)."""
-    if em.compute is not None and hasattr(machines, "host_pids"):
-        em.compute.prepare([machines.host_pids(i) for i in range(num_hosts)],
-                           em.compute.attachments(name, data_disks, num_hosts))
-    if hasattr(machines, "hold_apt_lock"):
-        machines.hold_apt_lock(em.apt_lock_seconds)

@@ -1,0 +1,113 @@
+"""A Compute Engine TPU VM as the emulator keeps it (tpu_vms.py serves the API over these): the
+Instance record, its JSON, the instances.list filter, and what its image gives its hosts.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpujob.emulator import vm_disks
+from tpujob.emulator.payloads import ApiError, copy_json, external_ip, host_ip, now
+from tpujob.emulator.tpu_vm_rules import MachineType
+from tpujob.emulator.zone_operations import API_ROOT
+
+
+@dataclass
+class Instance:
+    project: str
+    zone: str
+    name: str
+    body: dict
+    kind: MachineType
+    ip_block: int
+    external_block: int | None
+    reservation: tuple[str, str, str] | None = None  # (project, zone, name) it consumes
+    hosts: list = field(default_factory=list)
+    machines: Any = None
+    booted_at: float | None = None
+    deleting: bool = False
+    gone: bool = False
+    preempting: bool = False
+    host_index: int = 0  # its host in the slice of its MIG (tpu_migs.py); 0 when alone
+
+    @property
+    def node_id(self) -> str:  # the Emulator's host faults name their target by this
+        return self.name
+
+    @property
+    def ref(self) -> str:
+        return f"projects/{self.project}/zones/{self.zone}/instances/{self.name}"
+
+
+def instance_body(inst: Instance, body: dict, sched: dict, nics: list[dict]) -> dict:
+    """The Instance JSON (compute.v1.json Instance): what was asked, plus output fields."""
+    zone_url = f"{API_ROOT}/projects/{inst.project}/zones/{inst.zone}"
+    nic = {"kind": "compute#networkInterface", "name": "nic0",
+           "network": nics[0].get("network")
+           or f"{API_ROOT}/projects/{inst.project}/global/networks/default",
+           "networkIP": host_ip(inst.ip_block, inst.host_index)}
+    if inst.external_block is not None:  # an accessConfig asked for: its natIP is output
+        nic["accessConfigs"] = [{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT",
+                                 "name": "External NAT", **nics[0]["accessConfigs"][0],
+                                 "natIP": external_ip(inst.external_block, 0)}]
+    kept = {k: copy_json(body[k]) for k in ("labels", "disks", "description",
+                                            "reservationAffinity", "serviceAccounts")
+            if body.get(k)}
+    for entry in vm_disks.entries(inst.project, inst.zone, body.get("disks", [])):
+        # An attached disk's source reads back as a full URL, however it was named.
+        kept["disks"][entry["index"]]["source"] = f"{API_ROOT}/{entry['sourceDisk']}"
+    metadata = {"kind": "compute#metadata", "fingerprint": "dGVzdA==",
+                "items": copy_json((body.get("metadata") or {}).get("items", []))}
+    status = "PENDING" if sched["provisioningModel"] == "FLEX_START" else "PROVISIONING"
+    return {"kind": "compute#instance", "id": str(random.randrange(1, 2**62)),
+            "name": inst.name, "zone": zone_url, "status": status,
+            "machineType": f"{zone_url}/machineTypes/{inst.kind.name}",
+            "creationTimestamp": now(), "scheduling": sched, "metadata": metadata,
+            "networkInterfaces": [nic], "selfLink": f"{zone_url}/instances/{inst.name}",
+            **kept}
+
+
+_TERM = re.compile(r'^\(?\s*([\w.-]+)\s*(=|!=|:)\s*"?([^")\s]*)"?\s*\)?$')
+
+
+def instance_filter(expression: str):
+    """instances.list `filter` (compute.v1.json: "field operator value", =, != or :, terms
+    joined by AND or spaces): name, status and labels.KEY terms; anything else is refused, as
+    the emulator does not read it (an emulator limit, not a Google answer)."""
+    terms = [t for t in re.split(r"\s+AND\s+|\)\s+\(", expression.strip()) if t] if expression \
+        else []
+    checks = []
+    for term in terms:
+        found = _TERM.match(term.strip())
+        if not found or not (found[1] in ("name", "status") or found[1].startswith("labels.")):
+            raise ApiError(400, f"emulator limit: filter term {term!r} is not read (name, status "
+                                "and labels.KEY with =, != or : are)")
+        checks.append(found.groups())
+
+    def value(body: dict, path: str) -> str | None:
+        return body.get("labels", {}).get(path[7:]) if path.startswith("labels.") else body.get(path)
+
+    def match(body: dict) -> bool:
+        for path, op, want in checks:
+            have = value(body, path)
+            if op == ":" and not (have is not None and (want == "*" or have == want)):
+                return False
+            if op == "=" and have != want or op == "!=" and have == want:
+                return False
+        return True
+
+    return match
+
+
+def prepare_vm_hosts(em: Any, machines: Any, name: str, num_hosts: int, data_disks: list[dict]) -> None:
+    """What a TPU VM's image gives its hosts, as a TPU API node's (resources.py): the data
+    disks it attaches, apt's tools, gcsfuse where Cloud Storage runs (compute.prepare), and
+    apt's lock held a while after the first boot (apt.py: unattended-upgrades)."""
+    if em.compute is not None and hasattr(machines, "host_pids"):
+        em.compute.prepare([machines.host_pids(i) for i in range(num_hosts)],
+                           em.compute.attachments(name, data_disks, num_hosts))
+    if hasattr(machines, "hold_apt_lock"):
+        machines.hold_apt_lock(em.apt_lock_seconds)
