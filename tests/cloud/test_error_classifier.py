@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from google.api_core import exceptions as gexc
 
-from tpujob.cloud.errors import RULES, classify, retryable
+from tpujob.cloud.error_rules import RULES
+from tpujob.cloud.errors import classify, retryable
 from tpujob.errors import (
     AuthError,
     CloudError,

@@ -45,7 +45,7 @@ def test_a_dead_programs_log_reaches_decide_bounded_and_masked():
 
 
 def test_programs_run_with_jax_platforms_tpu_on_real_tpus_only():
-    from tpujob.attempt.hosts import program_env
+    from tpujob.attempt.host_attempts import program_env
 
     assert program_env("gcp", {"A": "1"}) == {"JAX_PLATFORMS": "tpu", "A": "1"}
     assert program_env("gcp", {"JAX_PLATFORMS": "cpu"}) == {"JAX_PLATFORMS": "cpu"}   # the spec's word wins

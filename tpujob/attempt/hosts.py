@@ -1,31 +1,35 @@
 """The sweep's hands on the hosts: sync, setup and launch, status, stop, over SSH.
 
-Host keys come from the cloud (guest attributes) and are verified; with `ssh_host_keys:
-accept-new`, a host that published none is trusted on first use and held to that key for the
-rest of the attempt. Logs of every host command go to $TPUJOB_HOME/logs/JOB/attempt-N/host-K.log.
+The host keys it verifies are attempt.host_keys's; the disks it checks, attempt.slice_disks's.
+Logs of every host command go to $TPUJOB_HOME/logs/JOB/attempt-N/host-K.log.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import json
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from tpujob.attempt import host_answers, mounts, run_dirs, runtime_bundle, secrets, setup_cache, setup_states
+from tpujob.attempt import (
+    host_answers,
+    host_attempts,
+    host_keys,
+    mounts,
+    runtime_bundle,
+    secrets,
+    setup_cache,
+    setup_states,
+)
 from tpujob.attempt import slice_disks as disks
 from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.keys import load_key
 from tpujob.hosts.scripts import as_command
-from tpujob.job_spec import api_of, spec_of
-from tpujob.names import format_job_id, local_log_dir, own_nodes, runtime_bundle_dir, sync_dir
+from tpujob.job_spec import spec_of
+from tpujob.names import local_log_dir, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
 from tpujob.spec import ResolvedSpec
@@ -36,13 +40,10 @@ if TYPE_CHECKING:
     from tpujob.service.context import Context
     from tpujob.settings import Settings
     from tpujob.store.models import Attempt, Job
-    from tpujob.store.repository import Store
 
-COORDINATOR_PORT = 8476  # jax.distributed's coordinator on host 0
 STACKS_FILE = "stacks.txt"  # a hung attempt's stacks, in its local log dir
 SYNC_TIMEOUT = 600.0     # per host, for an upload of the code or the runtime
 LAUNCH_TIMEOUT = 120.0   # per host; the launch returns once the program started
-KEY_POLL_MAX = 10.0      # seconds between guest-attribute reads while waiting for host keys
 
 
 def external_ips(job: Job) -> bool:
@@ -99,7 +100,7 @@ class SshHostOps:
         external = external_ips(job)
         hosts = [Host(h.index, h.address(external), self._port, tuple(keys.get(h.index, ())))
                  for h in slice_.hosts]
-        pin = self._pin_first_key(job, attempt, keys) if self._accept_new else None
+        pin = host_keys.first_use_pinner(self.ctx.store, job, attempt, keys) if self._accept_new else None
         user = self.login(job, slice_).user
         return HostGroup(hosts, user, load_key(self.ctx.settings.home), accept_new=pin)
 
@@ -134,61 +135,14 @@ class SshHostOps:
                 group.close()
 
     def host_keys(self, job: Job, attempt: Attempt, slice_: Slice) -> dict[int, list[str]]:
-        """The slice's host keys: those recorded on the attempt (published by the cloud, or
-        pinned on first use), completed from the cloud's guest attributes, and recorded once
-        every host has one (later sweeps then make no API call for them). A recorded key wins
-        over a published one: it is the key tpujob has trusted this attempt with."""
-        recorded = _recorded_keys(self.ctx.store, job.id, attempt.number)
-        if slice_.hosts and all(recorded.get(h.index) for h in slice_.hosts):
-            return recorded
-        published = self.cloud.for_api(api_of(job)).host_keys(job.project, attempt.zone, attempt.slice_name,
-                                                              slices=attempt.slices, nodes=own_nodes(attempt))
-        keys = {i: v for i, v in published.items() if v} | recorded
-        if slice_.hosts and all(keys.get(h.index) for h in slice_.hosts):
-            self.ctx.store.record_host_keys(job.id, attempt.number, json.dumps(keys))
-        return keys
+        """The slice's host keys, recorded or published (attempt.host_keys.collect)."""
+        return host_keys.collect(self.ctx.store, self.cloud, job, attempt, slice_)
 
     def await_host_keys(self, job: Job, attempt: Attempt, slice_: Slice, timeout: float) -> dict[int, list[str]]:
-        """Every host's published key, waiting for them within the setup timeout (counted from
-        the start of setup): a guest agent publishes its host's keys some time after boot.
-        SetupFailed names the first host still without one then. With accept-new, no wait:
-        a host without a published key is trusted on first use instead."""
-        deadline = (job.state_since or time.time()) + timeout
-        delay, waiting = 0.2, False
-        while True:
-            keys = self.host_keys(job, attempt, slice_)
-            missing = [h.index for h in slice_.hosts if not keys.get(h.index)]
-            if not missing or self._accept_new:
-                return keys
-            left = deadline - time.time()
-            if left <= 0:
-                raise SetupFailed(
-                    f"host {missing[0]} published no SSH host key in guest attributes within "
-                    f"{timeout:.0f}s (is its guest agent running? `tpujob config set ssh_host_keys "
-                    "accept-new` trusts a host's first key instead)")
-            if not waiting:
-                waiting = True
-                self.ctx.store.add_event(job.id, "setup", f"waiting for the SSH host keys of "
-                                         f"{_hosts_text(missing)} in guest attributes")
-            self._renew_lease(job)
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, KEY_POLL_MAX)
-
-    def _pin_first_key(self, job: Job, attempt: Attempt, keys: dict[int, list[str]]) -> Callable[[Host, str], None]:
-        """HostGroup's accept_new: record a host's first key on the attempt (before the
-        connection goes on), with an event saying so."""
-        lock = threading.Lock()
-
-        def pin(host: Host, line: str) -> None:
-            with lock:
-                merged = keys | _recorded_keys(self.ctx.store, job.id, attempt.number)
-                merged[host.index] = [line]
-                self.ctx.store.record_host_keys(job.id, attempt.number, json.dumps(merged))
-            self.ctx.store.add_event(
-                job.id, "hosts", f"host {host.index} published no SSH host key; accepted "
-                f"{_fingerprint(line)} on first use (ssh_host_keys accept-new), pinned for "
-                f"attempt {attempt.number}")
-        return pin
+        """Every host's published key, waited for within the setup timeout; none waited for
+        with accept-new (attempt.host_keys.await_published)."""
+        return host_keys.await_published(self.ctx.store, self.cloud, job, attempt, slice_, timeout,
+                                         accept_new=self._accept_new, renew=self._renew_lease)
 
     def log_dir(self, job: Job, attempt: Attempt) -> Path:
         path = self.ctx.settings.home / local_log_dir(job.id, attempt.number)
@@ -197,17 +151,8 @@ class SshHostOps:
 
     def host_attempt(self, job: Job, attempt: Attempt, slice_: Slice, *, secrets: dict[str, str] | None = None
                      ) -> program.HostAttempt:
-        """What the host scripts need. Secret values only where the caller passes them: setup
-        and launch; status, stop, logs and exec run without them (and so from cron too)."""
-        spec = spec_of(job)
-        workdir = spec.spec.run.workdir or (sync_dir(job.id) if spec.sync_path else ".")
-        return program.HostAttempt(
-            job_id=format_job_id(job.id), attempt=attempt.number,
-            coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}", slices=attempt.slices,
-            max_slices=spec.spec.tpu.max_slices,
-            run_dir=run_dirs.host_run_dir_for(spec, job.id, self.login(job, slice_).user), workdir=workdir,
-            env=program_env(job.cloud, spec.spec.env), secrets=secrets or {},
-        )
+        """What the host scripts need, secrets only where passed (attempt.host_attempts.build)."""
+        return host_attempts.build(job, attempt, slice_, self.login(job, slice_).user, secrets=secrets)
 
     def _renew_lease(self, job: Job) -> None:
         """Renew the job's lease before a host step; JobLocked (the sweep retries later) when
@@ -312,7 +257,7 @@ class SshHostOps:
                 log_of = self._log_paths(job, attempt)
                 self._clean(job, held.group, host_attempt, log_of, tuple(values.values()))
                 self._renew_lease(job)
-                results = program.launch(held.group, host_attempt, _command(spec, job.id),
+                results = program.launch(held.group, host_attempt, host_attempts.program_command(spec, job.id),
                                          log_paths=log_of, timeout=LAUNCH_TIMEOUT,
                                          progress=self._progress("launch"))
         except SshAuthRefused as exc:
@@ -332,17 +277,10 @@ class SshHostOps:
                              refused=self.login(job, slice_).refusal(str(exc)))
         except TpujobError:
             return SetupSeen(tuple(Setup.UNREACHABLE for _ in slice_.hosts))
-        seen = setup_states.seen(statuses, timeout, self._hidden(spec))
+        seen = setup_states.seen(statuses, timeout, secrets.readable(spec.spec.secrets))
         if seen.refused is not None:
             return replace(seen, refused=self.login(job, slice_).refusal(seen.refused))
         return seen
-
-    def _hidden(self, spec: ResolvedSpec) -> tuple[str, ...]:
-        """The job's secret values, to redact from a host's words (none when they cannot be read)."""
-        try:
-            return tuple(secrets.resolve(spec.spec.secrets).values())
-        except ConfigError:
-            return ()
 
     def _clean(self, job: Job, group: HostGroup, host_attempt: program.HostAttempt, log_of: program.LogPaths,
                hidden: tuple[str, ...]) -> None:
@@ -370,33 +308,12 @@ class SshHostOps:
             pass
 
     def data_disks(self, job: Job, attempt: Attempt) -> tuple[DataDisk, ...]:
-        """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
-        spec = spec_of(job)
-        if not spec.spec.disks:
-            return ()
-        from tpujob.clients import make_compute
-
-        return disks.data_disks(make_compute(self.ctx.settings), spec, job.id, attempt.zone)
+        """The slice's data disks, clones made by the first attempt (slice_disks.attempt_disks)."""
+        return disks.attempt_disks(self.ctx.settings, job, attempt)
 
     def check_disks(self, job: Job, attempt: Attempt, slice_: Slice) -> None:
-        """SetupFailed when the slice lacks one of the job's disks: Google attaches disks to a
-        TPU node at create only (v2's UpdateNode documents no `data_disks`); a Compute Engine
-        slice's observation says which disks every VM holds (tpujob attaches them at create)."""
-        spec = spec_of(job)
-        if not spec.spec.disks:
-            return
-        from tpujob.clients import make_compute
-
-        compute = make_compute(self.ctx.settings)
-        if spec.api == "compute":
-            missing = disks.missing_from(compute, spec, job.id, attempt.zone, slice_.data_disks)
-        else:
-            missing = disks.missing_disks(compute, spec, job.id, attempt.zone,
-                                          attempt.slice_name, attempt.slices, own_nodes(attempt))
-        if missing:
-            raise SetupFailed(f"slice {attempt.slice_name} lacks disk {', '.join(missing)} (detached by "
-                              "hand?): disks are attached only when the slice is created; delete the "
-                              "slice and the next attempt creates it with its disks")
+        """SetupFailed when the slice lacks one of the job's disks (slice_disks.ensure_on_slice)."""
+        disks.ensure_on_slice(self.ctx.settings, job, attempt, slice_)
 
     def program_status(self, job: Job, attempt: Attempt, slice_: Slice) -> tuple[HostObservation, ...]:
         try:
@@ -407,7 +324,7 @@ class SshHostOps:
             return tuple(HostObservation(Program.REFUSED, refusal=str(exc)) for _ in slice_.hosts)
         except TpujobError:
             return tuple(HostObservation(Program.UNREACHABLE) for _ in slice_.hosts)
-        hidden = _secret_values(job) if any(s.log_tail for s in statuses) else ()
+        hidden = secrets.readable(spec_of(job).spec.secrets) if any(s.log_tail for s in statuses) else ()
         observed = tuple(host_answers.observation_of(s, hidden) for s in statuses)
         refused = next((s for s in statuses if s.state == "refused"), None)
         if refused is None:
@@ -460,42 +377,3 @@ class _Held:
         self.group = group
         self.keep = False
 
-
-def _recorded_keys(store: Store, job_id: int, number: int) -> dict[int, list[str]]:
-    """The host keys recorded on attempt `number`, read afresh (a group may have pinned some)."""
-    row = next((a for a in store.attempts(job_id) if a.number == number), None)
-    if row is None or not row.host_keys:
-        return {}
-    return {int(k): v for k, v in json.loads(row.host_keys).items()}
-
-
-def _fingerprint(line: str) -> str:
-    """OpenSSH's form: "ssh-ed25519 SHA256:..." (what `ssh-keygen -lf` shows)."""
-    kind, b64 = line.split()[:2]
-    digest = base64.b64encode(hashlib.sha256(base64.b64decode(b64)).digest()).decode().rstrip("=")
-    return f"{kind} SHA256:{digest}"
-
-
-def _hosts_text(indices: list[int]) -> str:
-    shown = ", ".join(str(i) for i in indices[:8]) + (f" and {len(indices) - 8} more" if len(indices) > 8 else "")
-    return f"host{'s' if len(indices) > 1 else ''} {shown}"
-
-
-def _command(spec: ResolvedSpec, job_id: int) -> str:
-    return spec.spec.run.command or runtime_bundle.run_command(job_id)
-
-
-def program_env(cloud: str, env: dict[str, str]) -> dict[str, str]:
-    """The spec's env, plus JAX_PLATFORMS=tpu on real TPUs (the spec's own value wins): with it
-    unset, JAX finding the TPU busy warns and trains on the CPU; with it, it raises (jax
-    xla_bridge.py; /work/shared/facts/operations.md). Not on the emulator's hosts: they have no TPU."""
-    return ({"JAX_PLATFORMS": "tpu"} if cloud == "gcp" else {}) | dict(env)
-
-
-def _secret_values(job: Job) -> tuple[str, ...]:
-    """The job's secret values where this process can read them (a sweep from cron may not):
-    masked from a dead program's log lines, on top of failure.redact's credential shapes."""
-    try:
-        return tuple(secrets.resolve(spec_of(job).spec.secrets).values())
-    except ConfigError:
-        return ()

@@ -72,3 +72,13 @@ def resolve(names: list[str], environ: Mapping[str, str] | None = None) -> dict[
                           f"export {'them' if len(still) > 1 else 'it'} or put "
                           f"{'them' if len(still) > 1 else 'it'} in {path} (KEY=VALUE lines, mode 600)")
     return values
+
+
+def readable(names: list[str]) -> tuple[str, ...]:
+    """The named secrets' values where this process can read them, else none (a sweep from
+    cron may not): masked from what the hosts said (a dead program's log lines, a failing
+    step's output), on top of failure.redact's credential shapes."""
+    try:
+        return tuple(resolve(names).values())
+    except ConfigError:
+        return ()

@@ -13,12 +13,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tpujob.cloud.base import DataDisk
-from tpujob.errors import ConflictError, NotFoundError, UsageError
-from tpujob.names import JOB_LABEL, clone_name, format_job_id, job_labels, node_names, snapshot_name
+from tpujob.errors import ConflictError, NotFoundError, SetupFailed, UsageError
+from tpujob.job_spec import spec_of
+from tpujob.names import JOB_LABEL, clone_name, format_job_id, job_labels, node_names, own_nodes, snapshot_name
 from tpujob.spec import DiskSpec, ResolvedSpec
 
 if TYPE_CHECKING:
+    from tpujob.cloud.base import Slice
     from tpujob.cloud.compute import GcpCompute
+    from tpujob.settings import Settings
+    from tpujob.store.models import Attempt, Job
 
 
 def is_clone(disk: DiskSpec) -> bool:
@@ -162,6 +166,39 @@ def missing_from(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str
     every one of its VMs holds (the observed Slice.data_disks)."""
     wanted = [d.source.rsplit("/", 1)[-1] for d in data_disks(compute, spec, job_id, zone)]
     return [name for name in wanted if name not in held]
+
+
+# ---- an attempt's slice: the disks it is asked with, then checked on it before mounting -------
+
+def attempt_disks(settings: Settings, job: Job, attempt: Attempt) -> tuple[DataDisk, ...]:
+    """The slice's data disks; the first attempt makes the clones, later ones reuse them."""
+    spec = spec_of(job)
+    if not spec.spec.disks:
+        return ()
+    from tpujob.clients import make_compute
+
+    return data_disks(make_compute(settings), spec, job.id, attempt.zone)
+
+
+def ensure_on_slice(settings: Settings, job: Job, attempt: Attempt, slice_: Slice) -> None:
+    """SetupFailed when the slice lacks one of the job's disks: Google attaches disks to a
+    TPU node at create only (v2's UpdateNode documents no `data_disks`); a Compute Engine
+    slice's observation says which disks every VM holds (tpujob attaches them at create)."""
+    spec = spec_of(job)
+    if not spec.spec.disks:
+        return
+    from tpujob.clients import make_compute
+
+    compute = make_compute(settings)
+    if spec.api == "compute":
+        missing = missing_from(compute, spec, job.id, attempt.zone, slice_.data_disks)
+    else:
+        missing = missing_disks(compute, spec, job.id, attempt.zone,
+                                attempt.slice_name, attempt.slices, own_nodes(attempt))
+    if missing:
+        raise SetupFailed(f"slice {attempt.slice_name} lacks disk {', '.join(missing)} (detached by "
+                          "hand?): disks are attached only when the slice is created; delete the "
+                          "slice and the next attempt creates it with its disks")
 
 
 def delete_clones(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zones: set[str]) -> list[str]:

@@ -1,14 +1,14 @@
 """The Cloud protocol over Google's official TPU client (google.cloud.tpu_v2, REST transport).
 
 The same code talks to Google (Application Default Credentials) and to the local emulator
-(anonymous credentials, an `http://127.0.0.1:PORT` endpoint). Import this module lazily: it
-pulls in google-cloud-tpu.
+(anonymous credentials, an `http://127.0.0.1:PORT` endpoint). Here: the requests, their
+retries and operations; what the answers say (a Slice, a TpuResource, health and maintenance)
+is read in tpujob.cloud.tpu_resources. Import this module lazily: it pulls in google-cloud-tpu.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
@@ -18,8 +18,9 @@ from google.cloud import tpu_v2
 from google.protobuf import duration_pb2
 
 from tpujob.cloud import multislice
-from tpujob.cloud.base import Host, MaintenanceWindow, Slice, SlicePhase, SliceRequest, TpuResource, slice_phase
+from tpujob.cloud.base import Slice, SlicePhase, SliceRequest, TpuResource
 from tpujob.cloud.errors import classify, invoke, new_retry, status_error
+from tpujob.cloud.tpu_resources import RawNodes, read_resources, read_slice, short
 from tpujob.errors import CloudError, CloudRefused, ConfigError, ConflictError, NotFoundError, UsageError
 from tpujob.names import node_names
 
@@ -40,7 +41,7 @@ class GcpCloud:
         self.labels = dict(labels or {})
         self.api_calls = 0
         self._count_lock = threading.Lock()  # a sweep's act workers share one client
-        self._raw = _RawNodes(self._client)
+        self._raw = RawNodes(self._client)
 
     @classmethod
     def for_emulator(cls, endpoint: str, **kwargs: Any) -> GcpCloud:
@@ -154,22 +155,22 @@ class GcpCloud:
     def get_node(self, project: str, zone: str, name: str) -> Slice:
         node = self._call(f"getting node {name}", self._client.get_node,
                           name=f"{_loc(project, zone)}/nodes/{name}")
-        return _slice(name, zone, node, None)
+        return read_slice(name, zone, node, None)
 
     def list_nodes(self, project: str, zone: str) -> list[Slice]:
         nodes = self._call(f"listing nodes in {zone}", _all, self._client.list_nodes,
                            parent=_loc(project, zone))
-        return [_slice(_short(n.name), zone, n, None) for n in nodes]
+        return [read_slice(short(n.name), zone, n, None) for n in nodes]
 
     def get_queued_resource(self, project: str, zone: str, name: str) -> Slice:
         qr = self._call(f"getting queued resource {name}", self._client.get_queued_resource,
                         name=f"{_loc(project, zone)}/queuedResources/{name}")
-        return _slice(name, zone, None, qr)
+        return read_slice(name, zone, None, qr)
 
     def list_queued_resources(self, project: str, zone: str) -> list[Slice]:
         qrs = self._call(f"listing queued resources in {zone}", _all,
                          self._client.list_queued_resources, parent=_loc(project, zone))
-        return [_slice(_short(q.name), zone, None, q) for q in qrs]
+        return [read_slice(short(q.name), zone, None, q) for q in qrs]
 
     def get_slice(self, project: str, zone: str, name: str, slices: int = 1,
                   nodes: Sequence[str] = ()) -> Slice:
@@ -189,49 +190,29 @@ class GcpCloud:
         with self._raw.keeping() as raw:
             node = self._get_or_none(f"getting node {name}", self._client.get_node,
                                      f"{loc}/nodes/{name}")
-        return _slice(name, zone, node, qr, raw)
+        return read_slice(name, zone, node, qr, raw)
 
     def list_slices(self, project: str, zone: str) -> dict[str, Slice]:
         """Every slice in the zone from one queued-resources list and one nodes list, in that
         order (see get_slice)."""
         loc = _loc(project, zone)
-        qrs = {_short(q.name): q for q in self._call(
+        qrs = {short(q.name): q for q in self._call(
             f"listing queued resources in {zone}", _all, self._client.list_queued_resources,
             parent=loc)}
         with self._raw.keeping() as raw:  # the same answer's upcomingMaintenance: no extra call
-            nodes = {_short(n.name): n for n in self._call(
+            nodes = {short(n.name): n for n in self._call(
                 f"listing nodes in {zone}", _all, self._client.list_nodes, parent=loc)}
-        return {name: _slice(name, zone, nodes.get(name), qrs.get(name), raw)
+        return {name: read_slice(name, zone, nodes.get(name), qrs.get(name), raw)
                 for name in sorted(nodes.keys() | qrs.keys())}
 
     def list_tpu_resources(self, project: str, zone: str) -> list[TpuResource]:
-        """Every queued resource and node of the zone, labels and createTime included: one list
-        of each. A queued resource has no labels of its own in tpu.v2 (QueuedResource has no
-        `labels` field): its node spec's node carries them, and so its node once made."""
+        """Every queued resource and node of the zone (tpu_resources.read_resources): one list
+        of each."""
         loc = _loc(project, zone)
         qrs = self._call(f"listing queued resources in {zone}", _all,
                          self._client.list_queued_resources, parent=loc)
         nodes = self._call(f"listing nodes in {zone}", _all, self._client.list_nodes, parent=loc)
-        found, spot_queues = [], set()
-        for q in qrs:
-            node = q.tpu.node_spec[0].node if q.tpu.node_spec else None
-            spot = tpu_v2.QueuedResource.pb(q).HasField("spot")
-            if spot:
-                spot_queues.add(q.name)
-            found.append(TpuResource(
-                "queued-resource", _short(q.name), zone, q.state.state.name,
-                labels=dict(node.labels) if node is not None else {}, created=_epoch(q.create_time),
-                accelerator_type=node.accelerator_type if node is not None else None, spot=spot))
-        for n in nodes:
-            found.append(TpuResource(
-                "node", _short(n.name), zone, n.state.name, labels=dict(n.labels),
-                created=_epoch(n.create_time), accelerator_type=n.accelerator_type,
-                hosts=tuple(Host(i, e.ip_address, e.access_config.external_ip or None)
-                            for i, e in enumerate(n.network_endpoints)),
-                data_disks=tuple(_short(d.source_disk) for d in n.data_disks),
-                spot=bool(n.scheduling_config.spot or n.scheduling_config.preemptible
-                          or n.queued_resource in spot_queues), metadata=dict(n.metadata)))
-        return found
+        return read_resources(zone, qrs, nodes)
 
     def accelerator_types(self, project: str, zone: str) -> list[str]:
         """The accelerator types the zone offers ("v4-8", ...): acceleratorTypes.list."""
@@ -341,55 +322,6 @@ def _parent_must_exist(request: SliceRequest) -> Iterator[None]:
                            f"enabled, and is {request.zone!r} a TPU zone?)") from err
 
 
-class _RawNodes:
-    """Each node's `upcomingMaintenance` from the JSON Google answered, by node name.
-
-    google-cloud-tpu 1.28's v2 `Node` has no such field and its REST transport drops the fields
-    it does not know (shared/facts/operations.md; tpu.v2.json has it since 2026-10); v2alpha1's
-    `Node` has it but that client has no REST transport. So the answer to the very list (or get)
-    the client made is read as the transport's session received it: a `requests` response hook,
-    on this thread only, while `keeping()` is open. No request of its own."""
-
-    def __init__(self, client: Any):
-        self._local = threading.local()
-        session = getattr(client._transport, "_session", None)  # the REST transport's AuthorizedSession
-        if session is not None:
-            session.hooks.setdefault("response", []).append(self._seen)
-
-    @contextlib.contextmanager
-    def keeping(self) -> Iterator[dict[str, dict[str, Any]]]:
-        kept: dict[str, dict[str, Any]] = {}
-        self._local.kept = kept
-        try:
-            yield kept
-        finally:
-            self._local.kept = None
-
-    def _seen(self, response: Any, *args: Any, **kwargs: Any) -> None:
-        kept = getattr(self._local, "kept", None)
-        if kept is None or not response.ok or "/nodes" not in response.url:
-            return
-        try:
-            body = response.json()
-        except ValueError:
-            return
-        for node in body.get("nodes", [body]) if isinstance(body, dict) else ():
-            if isinstance(node, dict) and isinstance(node.get("upcomingMaintenance"), dict):
-                kept[node.get("name", "")] = node["upcomingMaintenance"]
-
-
-def _window(raw: dict[str, Any] | None) -> MaintenanceWindow | None:
-    if not raw:
-        return None
-    start = raw.get("windowStartTime")
-    try:
-        at = datetime.datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp() if start else None
-    except ValueError:
-        at = None
-    return MaintenanceWindow(type=raw.get("type", "UNKNOWN_TYPE"),
-                             status=raw.get("maintenanceStatus", "UNKNOWN"), start=at)
-
-
 def _all(list_fn: Callable[..., Any], parent: str) -> list[Any]:
     """Every item over every page, inside one retried call (pages follow lazily)."""
     return list(list_fn(parent=parent))
@@ -401,59 +333,3 @@ def _loc(project: str, zone: str) -> str:
 
 def _parent(request: SliceRequest) -> str:
     return _loc(request.project, request.zone)
-
-
-def _short(name: str) -> str:
-    return name.rsplit("/", 1)[-1]
-
-
-def _epoch(stamp: Any) -> float | None:
-    return stamp.timestamp() if stamp else None
-
-
-def _slice(name: str, zone: str, node: Any, qr: Any, raw: dict[str, dict[str, Any]] | None = None) -> Slice:
-    node_state = node.state.name if node is not None else None
-    qr_state = qr.state.state.name if qr is not None else None
-    hosts = tuple(Host(i, e.ip_address, e.access_config.external_ip or None)
-                  for i, e in enumerate(node.network_endpoints)) if node is not None else ()
-    detail = ""
-    if node is not None and node.health_description:
-        detail = node.health_description
-    if qr is not None and qr.state.failed_data.error.message:
-        detail = qr.state.failed_data.error.message
-    failure = _queued_resource_failure(name, qr) if qr_state == "FAILED" else None
-    accelerator = node.accelerator_type if node is not None else (
-        qr.tpu.node_spec[0].node.accelerator_type if qr is not None and qr.tpu.node_spec else None)
-    # The node's own createTime: when capacity was found and its hosts started coming up (a
-    # queued resource creates its node only then), so provisioning is timed apart from queueing.
-    created = node.create_time if node is not None else None
-    return Slice(name=name, zone=zone, phase=slice_phase(node_state, qr_state),
-                 node_state=node_state, queued_resource_state=qr_state,
-                 accelerator_type=accelerator, hosts=hosts,
-                 labels=dict(node.labels) if node is not None else {}, detail=detail,
-                 node_create_time=created.timestamp() if created else None, failure=failure,
-                 metadata=dict(node.metadata) if node is not None else {},
-                 **(_health(node, raw or {}) if node is not None else {}))
-
-
-def _queued_resource_failure(name: str, qr: Any) -> Exception:
-    """Why a queued resource ended FAILED, typed like a create error: its failedData.error
-    (google.rpc.Status) through the classifier. FAILED is "a late-found problem with the
-    request, or no capacity within its constraints" (tpu.v2 discovery, QueuedResourceState);
-    without an error the second: a capacity miss."""
-    from tpujob.errors import StockoutError
-
-    state = qr.state
-    what = f"queued resource {name} FAILED (stateInitiator {state.state_initiator.name})"
-    if state.failed_data.error.code or state.failed_data.error.message:
-        return classify(what, status_error(state.failed_data.error), create_operation=True)
-    return StockoutError(f"{what} without failedData.error: no capacity within its constraints "
-                         "(e.g. its valid-until passed)")
-
-
-def _health(node: Any, raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    health = node.health.name if node.health else None
-    symptoms = tuple(f"{s.symptom_type.name} (worker {s.worker_id or '?'}): {s.details}".rstrip(": ")
-                     for s in node.symptoms)
-    return {"health": None if health == "HEALTH_UNSPECIFIED" else health, "symptoms": symptoms,
-            "maintenance": _window(raw.get(node.name))}

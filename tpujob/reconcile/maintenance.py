@@ -1,5 +1,5 @@
 """Google's maintenance of a slice as decide weighs it: pure, over the observation's fields
-(Node.health, Node.upcomingMaintenance from the zone's one nodes list: cloud/gcp.py)."""
+(Node.health, Node.upcomingMaintenance from the zone's one nodes list: cloud/tpu_resources.py)."""
 
 from __future__ import annotations
 
