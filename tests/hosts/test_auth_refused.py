@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
+
+import pytest
 
 from tpujob.hosts.fanout import Host, HostGroup
 
@@ -26,3 +30,55 @@ def test_an_unreachable_host_is_not_a_refusal(tpujob_key):
                 ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIg0GkXnEQEEnuwqk1S8Zdw/ZYy2+bhTIzrxfphS1cp2",))
     (result,) = HostGroup([host], "tpujob", tpujob_key[0], retries=0).run("true")
     assert not result.auth_refused and "cannot connect" in result.error
+
+
+@pytest.mark.parametrize("host_does", ["dies", "freezes"])
+def test_a_host_that_goes_away_during_authentication_is_unreachable_not_a_refusal(tpujob_key, host_does):
+    # paramiko raises AuthenticationException for these too ("transport shut down or saw EOF",
+    # "Authentication timeout."); a soak (seed 3141) saw a job end as ssh_refused when its host
+    # was killed in the middle of the handshake.
+    import paramiko
+
+    from tpujob.emulator.host_ssh import new_host_key
+
+    key = new_host_key()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    transports = []
+
+    class GoesAway(paramiko.ServerInterface):
+        def get_allowed_auths(self, username):
+            return "publickey"
+
+        def check_auth_publickey(self, username, offered):
+            if host_does == "dies":
+                transports[-1].close()
+            else:
+                time.sleep(3)
+            return paramiko.AUTH_FAILED
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(key)
+            transports.append(transport)
+            transport.start_server(event=threading.Event(), server=GoesAway())
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        host = Host(0, "127.0.0.1", port, (f"{key.get_name()} {key.get_base64()}",))
+        group = HostGroup([host], "tpujob", tpujob_key[0], retries=1, connect_timeout=1)
+        (result,) = group.run("true")
+        assert not result.auth_refused, result.error
+        assert "cannot connect after 2 tries" in result.error
+        assert len(transports) == 2  # retried, as a host that is down is
+    finally:
+        listener.close()
+        for transport in transports:
+            transport.close()

@@ -220,6 +220,15 @@ class HostGroup:
                     "cloud, or pinned when first seen); refusing to connect"
                 ) from err
             except paramiko.AuthenticationException as err:
+                if not _refused(client, err):
+                    # The host went away in the middle of the handshake, or stopped answering:
+                    # a host that is down (retried as one), never a refusal that ends the job.
+                    client.close()
+                    if attempt == self.retries:
+                        raise CloudError(f"{where}: cannot connect after {attempt + 1} tries: {err}") from err
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
                 # The host answered and said no: retrying the same key cannot help, and it is
                 # not a host that is down (attempt.hosts says why, OS Login or metadata).
                 client.close()
@@ -313,6 +322,16 @@ class HostGroup:
             channel.close()
             if sink:
                 sink.close()
+
+
+def _refused(client: Any, err: Exception) -> bool:
+    """Whether an AuthenticationException is the host saying no. paramiko raises the same class
+    when the connection ends during authentication ("Authentication failed: transport shut down
+    or saw EOF": a host killed or preempted at that moment, seen in scripts/soak.py, seed 3141)
+    and when the host stops answering ("Authentication timeout."); after a real refusal
+    (SSH_MSG_USERAUTH_FAILURE) the connection is still up."""
+    transport = client.get_transport()
+    return transport is not None and transport.is_active() and "timeout" not in str(err).lower()
 
 
 class _PinFirstKey:
