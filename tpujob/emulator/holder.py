@@ -50,7 +50,7 @@ def own_dev(stage: str) -> None:
         entry, target = f"{stage}/dev/{name}", f"/dev/{name}"
         # /dev/disk is each host's own (its disks, apt's tools: host_disks.py), never the
         # machine's bound in, where every host of every emulator would share what one was given.
-        if name == "disk" or not (os.path.lexists(entry)):
+        if name == "disk":
             continue
         if os.path.islink(entry):
             os.symlink(os.readlink(entry), target)
