@@ -11,41 +11,21 @@ from __future__ import annotations
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, cast
 
+from tpujob.emulator.emulator_parts import EmulatorParts
 from tpujob.emulator.failnext import FaultError, parse
 from tpujob.emulator.payloads import ApiError, copy_json
 from tpujob.emulator.queued_resources import node_names_of
 
 if TYPE_CHECKING:
-    from tpujob.emulator.failnext import FailNext
     from tpujob.emulator.instances import Instance
-    from tpujob.emulator.operations import Operations
-    from tpujob.emulator.queued_resources import QueuedResource
     from tpujob.emulator.resources import Node
-    from tpujob.emulator.tpu_vms import TpuVms
 
 
-class Faults:
+class Faults(EmulatorParts):
     """The fault half of the Emulator (state: api_error_rate, hostkeys_delay, _stockouts,
     injected)."""
-
-    if TYPE_CHECKING:  # what the Emulator, the class it is mixed into, provides
-        _lock: threading.RLock
-        _changed: threading.Condition
-        _nodes: dict[str, Node]
-        _qrs: dict[str, QueuedResource]
-        operations: Operations
-
-        def _sleep(self, seconds: float, resource: Node | QueuedResource | Instance | None) -> bool: ...
-        def _spawn(self, target: Callable[..., Any], *args: Any) -> None: ...
-        def _start_node_delete(self, node: Node) -> None: ...
-        _stockouts: set[tuple[str, str | None]]
-        injected: FailNext
-        preempt_grace: float
-        tpu_vms: TpuVms | None
-
-        def find_node(self, ref: str) -> Node | Instance: ...
 
     def inject_api_error(self) -> ApiError | None:
         if self.api_error_rate and random.random() < self.api_error_rate:

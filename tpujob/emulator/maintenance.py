@@ -19,13 +19,12 @@ answer (tpujob/cloud/gcp.py). A mixin of tpujob.emulator.resources.Emulator.
 from __future__ import annotations
 
 import datetime
-import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
 
+from tpujob.emulator.emulator_parts import EmulatorParts
 from tpujob.emulator.payloads import ApiError, copy_json
 
 if TYPE_CHECKING:
-    from tpujob.emulator.instances import Instance
     from tpujob.emulator.resources import Node
 
 WINDOW_SECONDS = 3600  # how long the announced window lasts (Google gives no fixed length)
@@ -36,17 +35,8 @@ def _rfc3339(seconds_from_now: float) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class Maintenance:
+class Maintenance(EmulatorParts):
     """Announce maintenance on a node and start it when its window opens."""
-
-    if TYPE_CHECKING:  # what the Emulator, the class it is mixed into, provides
-        _lock: threading.RLock
-        _changed: threading.Condition
-        preempt_grace: float
-
-        def find_node(self, ref: str) -> Node | Instance: ...
-        def _spawn(self, target: Callable[..., Any], *args: Any) -> None: ...
-        def _sleep(self, seconds: float, resource: Node | None) -> bool: ...
 
     def announce_maintenance(self, node_ref: str, in_seconds: float = 0.0) -> dict:
         """A window `in_seconds` from now (0: unscheduled, starting at once). Returns the node."""

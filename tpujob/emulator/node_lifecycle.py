@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import errno
 import logging
-import pathlib
-import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
 
+from tpujob.emulator.emulator_parts import EmulatorParts
 from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import (
     ABORTED,
@@ -29,12 +28,8 @@ from tpujob.emulator.payloads import (
 )
 
 if TYPE_CHECKING:
-    from tpujob.emulator.compute import ComputeEmulator
-    from tpujob.emulator.instances import Instance
-    from tpujob.emulator.operations import Operations
-    from tpujob.emulator.oslogin import OsLogin
     from tpujob.emulator.queued_resources import QueuedResource
-    from tpujob.emulator.resources import Machines, MachinesFactory, Node
+    from tpujob.emulator.resources import Node
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +37,8 @@ log = logging.getLogger(__name__)
 ADDRESS_TRIES = 3
 
 
-class NodeLifecycle:
+class NodeLifecycle(EmulatorParts):
     """Create and delete a node's hosts, each on a worker thread (Emulator._spawn)."""
-
-    if TYPE_CHECKING:  # what the Emulator, the class it is mixed into, provides
-        root: pathlib.Path
-        provisioning_delay: float
-        apt_lock_seconds: float
-        ssh_port: int
-        _factory: MachinesFactory | None
-        _nodes: dict[str, Node]
-        _qrs: dict[str, QueuedResource]
-        _lock: threading.RLock
-        _changed: threading.Condition
-        _closing: bool
-        operations: Operations
-        compute: ComputeEmulator | None
-        oslogin: OsLogin
-
-        def _sleep(self, seconds: float, resource: Node | QueuedResource | Instance | None) -> bool: ...
-        def _spawn(self, target: Callable[..., Any], *args: Any) -> None: ...
-        def _stocked_out(self, zone: str, accelerator_type: str | None) -> bool: ...
-        def _free_ip_block(self) -> int: ...
-        def _expose_disks(self, node: Node, machines: Machines, disks: list[dict]) -> None: ...
 
     def _provision_node(self, node: Node, op: dict) -> None:
         if not self._sleep(self.provisioning_delay, node):

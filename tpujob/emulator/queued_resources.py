@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import random
 import re
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
 
+from tpujob.emulator.emulator_parts import EmulatorParts
 from tpujob.emulator.labels import check_tpu_labels
 from tpujob.emulator.payloads import (
     ApiError,
@@ -31,10 +31,6 @@ from tpujob.emulator.payloads import (
 )
 
 if TYPE_CHECKING:
-    from tpujob.emulator.compute import ComputeEmulator
-    from tpujob.emulator.instances import Instance
-    from tpujob.emulator.operations import Operations
-    from tpujob.emulator.oslogin import OsLogin
     from tpujob.emulator.resources import Node
 
 
@@ -62,29 +58,8 @@ class QueuedResource:
             self.body["state"]["stateInitiator"] = initiator
 
 
-class QueuedResources:
+class QueuedResources(EmulatorParts):
     """The queued-resource half of the Emulator (state in `self._qrs`)."""
-
-    if TYPE_CHECKING:  # what the Emulator, the class it is mixed into, provides
-        _lock: threading.RLock
-        _changed: threading.Condition
-        _nodes: dict[str, Node]
-        _qrs: dict[str, QueuedResource]
-        operations: Operations
-
-        def _sleep(self, seconds: float, resource: Node | QueuedResource | Instance | None) -> bool: ...
-        def _spawn(self, target: Callable[..., Any], *args: Any) -> None: ...
-        def _start_node_delete(self, node: Node) -> None: ...
-        _closing: bool
-        compute: ComputeEmulator | None
-        oslogin: OsLogin
-        provisioning_delay: float
-
-        def _bring_up(self, node: Node) -> tuple[int, str] | None: ...
-        def _finish_when_gone(self, resource: Node | QueuedResource, op: dict[str, Any]) -> None: ...
-        def _new_node(self, parent: str, node_id: str, body: dict[str, Any], queued_resource: str | None,
-                      multislice: bool = False) -> Node: ...
-        def _stocked_out(self, zone: str, accelerator_type: str | None) -> bool: ...
 
     def create_queued_resource(self, parent: str, qr_id: str, body: dict,
                                failure: dict | None = None) -> dict:
