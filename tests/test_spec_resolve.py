@@ -131,8 +131,8 @@ def test_requeue_timeouts_default_and_reach_the_policy():
 
 
 def test_a_job_recorded_before_the_new_keys_gets_their_defaults():
-    from tpujob.job_spec import spec_of
     from tpujob.reconcile.policy import policy_of
+    from tpujob.spec.stored import spec_of
 
     old = _resolve(VALID).to_json_dict()
     old["spec"]["requeue"] = {"max_preemptions": 4, "max_failures": 1, "max_nan": 2, "backoff_seconds": 5.0}

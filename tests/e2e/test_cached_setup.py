@@ -109,7 +109,7 @@ def test_a_failing_cached_setup_says_why_and_stores_nothing(ctx, local_cloud, pr
     assert listed.code == 0, listed.err
     setup_keys = {row["key"] for row in json.loads(listed.out)}
     from tpujob.attempt import setup_cache
-    from tpujob.job_spec import spec_of
+    from tpujob.spec.stored import spec_of
 
     assert setup_cache.key(spec_of(job), job.accelerator) not in setup_keys
 
@@ -118,7 +118,7 @@ def test_cache_list_and_clear(ctx, local_cloud, project, bucket, tmp_path, cli):
     job, _ = record(ctx, tmp_path, sleep=0)
     sweep_until(ctx, job.id, lambda j: j.state == "RUNNING", timeout=120, pause=0.5)
     from tpujob.attempt import setup_cache
-    from tpujob.job_spec import spec_of
+    from tpujob.spec.stored import spec_of
 
     key = setup_cache.key(spec_of(ctx.store.get(job.id)), job.accelerator)
     listed = cli("cache", "list", "--json")

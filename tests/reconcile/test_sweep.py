@@ -12,9 +12,9 @@ import pytest
 from tpujob import spec as spec_mod
 from tpujob.cloud.base import Slice, SlicePhase
 from tpujob.errors import CloudError
-from tpujob.job_spec import spec_of
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen, SliceCondition
 from tpujob.reconcile.sweep import Reconciler
+from tpujob.spec.stored import spec_of
 
 PROJECT = "tpujob-sweep"
 # v4 is offered only in us-central2-b (Google's zone table): the second zone runs a v5e.

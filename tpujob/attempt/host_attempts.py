@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from tpujob.attempt import run_dirs, runtime_bundle
 from tpujob.hosts import program
-from tpujob.job_spec import spec_of
 from tpujob.names import format_job_id, sync_dir
 from tpujob.spec import ResolvedSpec
+from tpujob.spec.stored import spec_of
 
 if TYPE_CHECKING:
     from tpujob.cloud.base import Slice

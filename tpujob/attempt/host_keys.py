@@ -16,8 +16,8 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from tpujob.errors import SetupFailed
-from tpujob.job_spec import api_of
 from tpujob.names import own_nodes
+from tpujob.spec.stored import api_of
 
 if TYPE_CHECKING:
     from tpujob.cloud.base import Cloud, Slice

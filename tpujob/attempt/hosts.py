@@ -28,11 +28,11 @@ from tpujob.hosts import program
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.keys import load_key
 from tpujob.hosts.scripts import as_command
-from tpujob.job_spec import spec_of
 from tpujob.names import local_log_dir, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
 from tpujob.spec import ResolvedSpec
+from tpujob.spec.stored import spec_of
 
 if TYPE_CHECKING:
     from tpujob.attempt.logins import Login, Logins

@@ -88,7 +88,7 @@ class GcsRunDirs:
         self._gcs: Gcs | None = None
 
     def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDirStatus]:
-        from tpujob.job_spec import spec_of
+        from tpujob.spec.stored import spec_of
 
         specs = [(spec_of(job), job.id, attempt.started_at) for job, attempt in jobs]
         if not any(run_dir_location(spec, job_id) for spec, job_id, _ in specs):

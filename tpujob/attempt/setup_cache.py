@@ -122,7 +122,7 @@ class Entry:
 
 def buckets(ctx: Context) -> list[str]:
     """The run dir buckets of the jobs in the store whose setup caches something."""
-    from tpujob.job_spec import spec_of
+    from tpujob.spec.stored import spec_of
 
     found: set[str] = set()
     for job in ctx.store.list_jobs(include_ended=True):

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from tpujob.cloud.base import DataDisk
 from tpujob.errors import ConflictError, NotFoundError, SetupFailed, UsageError
-from tpujob.job_spec import spec_of
 from tpujob.names import JOB_LABEL, clone_name, format_job_id, job_labels, node_names, own_nodes, snapshot_name
 from tpujob.spec import DiskSpec, ResolvedSpec
+from tpujob.spec.stored import spec_of
 
 if TYPE_CHECKING:
     from tpujob.cloud.base import Slice

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from tpujob.cloud.base import Cloud, Slice, SliceRequest
 from tpujob.errors import AuthError, LocationDenied
 from tpujob.faults import crash_point
-from tpujob.job_spec import api_of, spec_of
 from tpujob.names import own_nodes, slice_labels
 from tpujob.reconcile import elastic_act, host_act, slice_act
 from tpujob.reconcile.actions import (
@@ -39,6 +38,7 @@ from tpujob.reconcile.actions import (
 from tpujob.reconcile.observe import HostOps
 from tpujob.reconcile.outcome import Outcome, done
 from tpujob.reconcile.policy import runtime_version, slice_network
+from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from tpujob.cloud.multislice import surviving_hosts
 from tpujob.errors import ConflictError, TpujobError
-from tpujob.job_spec import api_of, spec_of
 from tpujob.names import attempt_nodes, growing_nodes, slice_name
 from tpujob.reconcile.outcome import Outcome, done
+from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.states import State
 
 if TYPE_CHECKING:

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from tpujob.cloud.base import Slice, SlicePhase
 from tpujob.errors import HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.faults import crash_point
-from tpujob.job_spec import spec_of
 from tpujob.reconcile import elastic_act
 from tpujob.reconcile.actions import Launch, SetUp, StopProgram
 from tpujob.reconcile.observation import Observation, Setup, SliceCondition
 from tpujob.reconcile.observe import PHASES
 from tpujob.reconcile.outcome import Outcome, done, retry_after, setup_failed, ssh_refused
+from tpujob.spec.stored import spec_of
 from tpujob.store.models import Attempt, Job
 
 if TYPE_CHECKING:

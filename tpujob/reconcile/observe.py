@@ -17,10 +17,10 @@ from tpujob.errors import (
     StockoutError,
     TpujobError,
 )
-from tpujob.job_spec import api_of
 from tpujob.names import growing_state, own_nodes
 from tpujob.reconcile.observation import HostObservation, Observation, SetupSeen, SliceCondition
 from tpujob.runtime.contract import RunDirStatus
+from tpujob.spec.stored import api_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
 

@@ -21,7 +21,6 @@ from tpujob.errors import (
     UsageError,
 )
 from tpujob.faults import crash_point
-from tpujob.job_spec import api_of, spec_of
 from tpujob.names import nodes_to_delete, own_nodes
 from tpujob.reconcile import elastic_act
 from tpujob.reconcile import placement as placing
@@ -30,6 +29,7 @@ from tpujob.reconcile.observation import Observation, SliceCondition
 from tpujob.reconcile.observe import PHASES, refusal_of
 from tpujob.reconcile.outcome import Outcome, done, refused, retry_after
 from tpujob.reconcile.policy import placements
+from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
 

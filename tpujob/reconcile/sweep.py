@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Callable
 
 from tpujob.cloud.base import Cloud, SlicePhase
 from tpujob.errors import AuthError, JobLocked, LocationDenied, TpujobError
-from tpujob.job_spec import api_of, spec_of
 from tpujob.names import format_job_id, growing_state, nodes_to_delete
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.act import Actor
@@ -24,6 +23,7 @@ from tpujob.reconcile.observation import JobView
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices, listed_slice
 from tpujob.reconcile.outcome import Outcome
 from tpujob.reconcile.policy import Policy, placements, policy_of
+from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
 

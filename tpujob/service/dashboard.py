@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 
 from tpujob.errors import TpujobError
 from tpujob.hosts.failure import redact
-from tpujob.job_spec import spec_of
 from tpujob.progress import Progress, of_attempt
 from tpujob.service import curves as curves_mod
 from tpujob.service.accounting import Accounting, account, goodput, slice_cost
 from tpujob.service.context import Context
 from tpujob.service.timeline import Timeline, timeline
+from tpujob.spec.stored import spec_of
 from tpujob.store.states import ENDED, State
 
 LOG_LINES = 40

@@ -247,7 +247,7 @@ def buckets_check(settings, info: dict | None, credentials: Any, project: str, j
     """Each active job's buckets (run dir included) exist and sit in its slice's region."""
     from tpujob.attempt import buckets, run_dirs
     from tpujob.errors import MissingBucket
-    from tpujob.job_spec import spec_of
+    from tpujob.spec.stored import spec_of
 
     specs = [spec_of(j) for j in jobs]
     specs = [s for s in specs if s.spec.buckets or run_dirs.run_dir_location(s, 0)]

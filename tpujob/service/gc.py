@@ -235,7 +235,7 @@ def _kept(job, kind: str) -> bool:
     and their snapshots (a disk with `keep: true`)."""
     if kind in ("queued-resource", *COMPUTE_KINDS, "node"):
         return bool(job.keep_slice)
-    from tpujob.job_spec import spec_of
+    from tpujob.spec.stored import spec_of
 
     return any(d.keep for d in spec_of(job).spec.disks)
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 from tpujob import spec as spec_mod
 from tpujob.clients import make_cloud, make_compute, make_storage
 from tpujob.errors import CloudError, ConflictError, TpujobError, UsageError
-from tpujob.job_spec import api_of, spec_of
 from tpujob.names import (
     attempt_nodes,
     clone_name,
@@ -29,6 +28,7 @@ from tpujob.service.accounting import account
 from tpujob.service.context import Context
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
+from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.states import ENDED, AttemptEnd, State
 
 if TYPE_CHECKING:

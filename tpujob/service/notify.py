@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 
 from tpujob.errors import ConfigError, NotFoundError, TpujobError, UsageError
-from tpujob.job_spec import spec_of
 from tpujob.service.context import Context
 from tpujob.settings import tuning
 from tpujob.spec import NotifySpec
+from tpujob.spec.stored import spec_of
 
 # Seconds one send may take (connect, and each read); TPUJOB_NOTIFY_TIMEOUT overrides it.
 SEND_TIMEOUT = 5.0

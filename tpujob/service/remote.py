@@ -58,7 +58,7 @@ def _attempt(ctx: Context, job, number: int | None):
 
 
 def _slice(cloud, job, attempt):
-    from tpujob.job_spec import api_of
+    from tpujob.spec.stored import api_of
 
     try:
         return cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
@@ -368,7 +368,7 @@ def host_status(ctx: Context, job) -> list[HostProgram]:
     group = _group(ctx, cloud, job, row, slice_, None)
     group.retries, group.connect_timeout = 0, 5.0   # `show` answers fast; a dead host is news
     from tpujob.attempt.run_dirs import host_run_dir_for
-    from tpujob.job_spec import spec_of
+    from tpujob.spec.stored import spec_of
 
     run_dir = host_run_dir_for(spec_of(job), job.id, group.user)  # OS Login's user, where it is on
     attempt = program.HostAttempt(format_job_id(job.id), row.number, "", run_dir, "")

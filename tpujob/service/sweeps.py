@@ -149,8 +149,8 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
 def _waiting_since(rec, job, since: float | None) -> float | None:
     """When the job's slice was first seen waiting for capacity (QUEUED), or None if it is not."""
     from tpujob.cloud.base import SlicePhase
-    from tpujob.job_spec import api_of
     from tpujob.names import own_nodes
+    from tpujob.spec.stored import api_of
 
     attempt = rec.store.current_attempt(job.id)
     if attempt is None:

@@ -1,6 +1,7 @@
 """The job spec: YAML -> a typed, validated model (models.py), with each field's YAML line kept
 for errors (lines.py), resolved against the TPU catalogue and the settings (resolution.py;
-mount paths in mount_paths.py, the API and Compute Engine settings in compute_engine.py).
+mount paths in mount_paths.py, the API and Compute Engine settings in compute_engine.py), and
+read back from the store once recorded (stored.py: `spec_of`, imported from there, not re-exported).
 
 Every refusal is one SpecError naming the field (and its YAML line), raised before anything is
 written or spent. What other modules use is re-exported here: `from tpujob.spec import ResolvedSpec`.

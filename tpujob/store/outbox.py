@@ -55,7 +55,7 @@ def enqueue(session: Session, job_id: int, event_id: int, dst: State, fields: di
     job = session.get(Job, job_id)
     if job is None:
         raise NotFoundError(f"no job {format_job_id(job_id)}")
-    from tpujob.job_spec import spec_of  # the spec's models: only when a move may notify
+    from tpujob.spec.stored import spec_of  # the spec's models: only when a move may notify
 
     channels = spec_of(job).spec.notify
     text = f"tpujob: job {format_job_id(job_id)} {job.name!r} {dst.value}: {message}"
