@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from google.api_core import exceptions as gexc
 
+from tpujob.cloud.api_calls import classify, retryable
 from tpujob.cloud.error_rules import RULES
-from tpujob.cloud.errors import classify, retryable
 from tpujob.errors import (
     AuthError,
     CloudError,
@@ -150,7 +150,7 @@ def replayed(name: str):
     from google.protobuf import any_pb2
     from google.rpc import error_details_pb2, status_pb2
 
-    from tpujob.cloud.errors import status_error
+    from tpujob.cloud.api_calls import status_error
     from tpujob.emulator.failnext import GRPC_CODES
 
     answer = json.loads((FIXTURES / f"{name}.json").read_text())

@@ -11,9 +11,9 @@ import pytest
 from cloud_helpers import PROJECT, ZONE, wait_for_slice
 from google.api_core import exceptions as gexc
 
+from tpujob.cloud.api_calls import classify as _error
+from tpujob.cloud.api_calls import retryable as _retryable
 from tpujob.cloud.base import SlicePhase, SliceRequest
-from tpujob.cloud.errors import classify as _error
-from tpujob.cloud.errors import retryable as _retryable
 from tpujob.errors import (
     AuthError,
     CloudError,

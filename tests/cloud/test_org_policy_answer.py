@@ -8,7 +8,7 @@ from pathlib import Path
 
 from google.api_core import exceptions as gexc
 
-from tpujob.cloud.errors import classify, retryable
+from tpujob.cloud.api_calls import classify, retryable
 from tpujob.errors import CloudRefused
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "gcp_errors" / "org_policy_violated.json"

@@ -182,7 +182,7 @@ class Cloud(Protocol):
     tpujob.cloud.compute_tpu.ComputeTpuCloud (Compute Engine), both behind
     tpujob.cloud.apis.TpuApis (Google or the emulator).
 
-    Errors: typed by tpujob.cloud.errors (StockoutError when a zone has no capacity,
+    Errors: typed by tpujob.cloud.api_calls (StockoutError when a zone has no capacity,
     QuotaExceeded, PlacementUnavailable, PermissionDenied, NotFoundError for a missing resource
     on get, CloudError for what is retried in vain); deletes of missing resources succeed.
     """

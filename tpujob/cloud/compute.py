@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from google.api_core import exceptions as gexc
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from tpujob.cloud.errors import classify, invoke, new_retry
+from tpujob.cloud.api_calls import classify, emulator_settings, invoke, new_retry
 from tpujob.errors import CloudError, NotFoundError
 
 COMPUTE = "compute.googleapis.com"
@@ -96,9 +95,8 @@ class GcpCompute:
     @classmethod
     def for_emulator(cls, endpoint: str, tpu_endpoint: str | None = None,
                      labels: dict[str, str] | None = None) -> GcpCompute:
-        return cls(endpoint=endpoint, credentials=AnonymousCredentials(),
-                   tpu_endpoint=tpu_endpoint or endpoint, retry_initial=0.05, retry_maximum=0.5,
-                   labels=labels)
+        return cls(endpoint=endpoint, tpu_endpoint=tpu_endpoint or endpoint,
+                   **emulator_settings(polls=False, labels=labels))
 
     # ---- snapshots --------------------------------------------------------------------------
 

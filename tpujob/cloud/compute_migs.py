@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
+from tpujob.cloud.api_calls import classify
 from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, TpuResource
 from tpujob.cloud.compute import COMPUTE, rfc3339
 from tpujob.cloud.compute_instances import INSTANCE_PHASES, read_address, read_data_disks, read_metadata, shorten
-from tpujob.cloud.errors import classify
 from tpujob.compute_shapes import compute_shape
 from tpujob.errors import ConflictError, NotFoundError
 from tpujob.names import JOB_LABEL

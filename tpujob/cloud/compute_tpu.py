@@ -15,14 +15,13 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+from tpujob.cloud.api_calls import emulator_settings, invoke, new_retry
 from tpujob.cloud.base import Slice, SliceRequest, TpuResource
 from tpujob.cloud.compute import COMPUTE, operation_failure, rfc3339
 from tpujob.cloud.compute_instances import read_data_disks, read_hosts, read_metadata, read_slice, shorten
 from tpujob.cloud.compute_migs import MigSlices
-from tpujob.cloud.errors import invoke, new_retry
 from tpujob.compute_shapes import compute_shape
 from tpujob.errors import CloudError, ConfigError, NotFoundError, UsageError
 
@@ -63,10 +62,7 @@ class ComputeTpuCloud(MigSlices):
 
     @classmethod
     def for_emulator(cls, endpoint: str, **kwargs: Any) -> ComputeTpuCloud:
-        kwargs.setdefault("retry_initial", 0.05)
-        kwargs.setdefault("retry_maximum", 0.5)
-        kwargs.setdefault("poll_interval", 0.05)
-        return cls(endpoint=endpoint, credentials=AnonymousCredentials(), **kwargs)
+        return cls(endpoint=endpoint, **emulator_settings(**kwargs))
 
     def for_api(self, api: str) -> ComputeTpuCloud:
         if api != "compute":

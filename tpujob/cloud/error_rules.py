@@ -1,4 +1,4 @@
-"""Google's error answers, one row each: the table `tpujob.cloud.errors.classify` reads.
+"""Google's error answers, one row each: the table `tpujob.cloud.api_calls.classify` reads.
 
 The first row of RULES that matches an answer decides the typed error, or (typed None) that the
 call is retried. Each row cites where Google's wording was seen; the wordings themselves are the

@@ -13,13 +13,12 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from google.protobuf import duration_pb2
 
 from tpujob.cloud import multislice
+from tpujob.cloud.api_calls import classify, emulator_settings, invoke, new_retry, status_error
 from tpujob.cloud.base import Slice, SlicePhase, SliceRequest, TpuResource
-from tpujob.cloud.errors import classify, invoke, new_retry, status_error
 from tpujob.cloud.tpu_resources import RawNodes, read_resources, read_slice, short
 from tpujob.errors import CloudError, CloudRefused, ConfigError, ConflictError, NotFoundError, UsageError
 from tpujob.names import node_names
@@ -45,10 +44,7 @@ class GcpCloud:
 
     @classmethod
     def for_emulator(cls, endpoint: str, **kwargs: Any) -> GcpCloud:
-        kwargs.setdefault("retry_initial", 0.05)
-        kwargs.setdefault("retry_maximum", 0.5)
-        kwargs.setdefault("poll_interval", 0.05)
-        return cls(endpoint=endpoint, credentials=AnonymousCredentials(), **kwargs)
+        return cls(endpoint=endpoint, **emulator_settings(**kwargs))
 
     def for_api(self, api: str) -> GcpCloud:
         if api != "tpu-vm":

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from google.api_core import exceptions as gexc
 from google.cloud.storage.retry import DEFAULT_RETRY
 
-from tpujob.cloud.errors import classify, describe
+from tpujob.cloud.api_calls import classify, describe
 from tpujob.errors import CloudError
 from tpujob.runtime import contract  # pure: the file names the orchestrator reads
 

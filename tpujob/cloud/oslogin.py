@@ -18,11 +18,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1, oslogin_v1
 from google.cloud.oslogin_v1 import common
 
-from tpujob.cloud.errors import invoke, new_retry
+from tpujob.cloud.api_calls import emulator_settings, invoke, new_retry
 
 OSLOGIN = "oslogin.googleapis.com"
 COMPUTE = "compute.googleapis.com"
@@ -78,10 +77,8 @@ class GcpOsLogin:
 
     @classmethod
     def for_emulator(cls, endpoint: str, **kwargs: Any) -> GcpOsLogin:
-        kwargs.setdefault("retry_initial", 0.05)
-        kwargs.setdefault("retry_maximum", 0.5)
-        return cls(endpoint=endpoint, compute_endpoint=endpoint, credentials=AnonymousCredentials(),
-                   **kwargs)
+        return cls(endpoint=endpoint, compute_endpoint=endpoint,
+                   **emulator_settings(polls=False, **kwargs))
 
     def project_enabled(self, project: str) -> bool | None:
         """The project's `enable-oslogin` (commonInstanceMetadata): None when it is not set."""

@@ -14,8 +14,8 @@ from typing import Any, Iterator
 
 from google.cloud import tpu_v2
 
+from tpujob.cloud.api_calls import classify, status_error
 from tpujob.cloud.base import Host, MaintenanceWindow, Slice, TpuResource, slice_phase
-from tpujob.cloud.errors import classify, status_error
 
 
 class RawNodes:

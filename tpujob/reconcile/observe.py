@@ -42,7 +42,7 @@ PHASES = {
 
 def refusal_of(exc: BaseException) -> tuple[SliceCondition, str | None]:
     """How decide sees a create refused, or a queued resource that ended FAILED, with the same
-    typed error (tpujob.cloud.errors): the condition, and how far it reaches ("zone", "region",
+    typed error (tpujob.cloud.api_calls): the condition, and how far it reaches ("zone", "region",
     or None: the placement itself)."""
     if isinstance(exc, SlicePreempted):
         return SliceCondition.LOST, None

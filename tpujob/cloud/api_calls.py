@@ -1,5 +1,6 @@
-"""One classifier of Google's error answers (TPU v2, Compute v1, Cloud Storage), and the calls
-it guards.
+"""How tpujob calls Google's APIs (TPU v2, Compute v1, OS Login, Cloud Storage): one classifier
+of their error answers, the retried calls it guards, and the settings of a client of the local
+emulator.
 
 Every error a client library raises, or a long-running operation ends with, goes through
 `classify`: the first row of the table (tpujob.cloud.error_rules.RULES) that matches decides the
@@ -15,6 +16,7 @@ import requests
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 from google.auth import exceptions as auth_exc
+from google.auth.credentials import AnonymousCredentials
 
 from tpujob.cloud.error_rules import RULES, Answer, Rule
 from tpujob.errors import AUTH_HINT, AuthError, CloudError, TpujobError
@@ -98,3 +100,16 @@ def invoke(retry: gretry.Retry, what: str, attempt: Callable[[], Any],
 def new_retry(initial: float, maximum: float, deadline: float) -> gretry.Retry:
     return gretry.Retry(predicate=retryable, initial=initial, maximum=maximum, multiplier=2.0,
                         timeout=deadline)
+
+
+def emulator_settings(polls: bool = True, **given: Any) -> dict[str, Any]:
+    """The keyword arguments of a client of the local emulator, under those `given`: anonymous
+    credentials (it checks none), and retries and operation polls a few hundredths of a second
+    apart, where Google's clients wait seconds: the emulator answers at once, on this machine, so
+    backoff meant for a remote API would only slow the demo and the tests. `polls`: the client
+    waits on long-running operations (it takes a `poll_interval`)."""
+    settings: dict[str, Any] = {"credentials": AnonymousCredentials(), "retry_initial": 0.05,
+                                "retry_maximum": 0.5}
+    if polls:
+        settings["poll_interval"] = 0.05
+    return {**settings, **given}
