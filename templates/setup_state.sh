@@ -1,7 +1,7 @@
 # setup_state.sh (rendered by tpujob): one JSON line about this attempt's setup on this host
 # (setup_start.sh's layout): absent (never started) | running | done | failed (exit_code set) |
 # lost (gone without an exit code); then, for a failed or lost one, the last of what it said
-# (its stderr, else its output), for the attempt's cause (tpujob.hosts.failure).
+# (its stderr, else its output), for the attempt's cause (tpujob.hosts.host_output).
 # Each placeholder in double braces below becomes one shell-quoted word; nothing else is
 # substituted.
 set -uo pipefail

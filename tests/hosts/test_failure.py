@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tpujob.hosts.failure import MAX_CHARS, cause, last_lines, redact
 from tpujob.hosts.fanout import HostResult
+from tpujob.hosts.host_output import MAX_CHARS, cause, last_lines, redact
 
 
 def test_the_last_five_non_empty_lines_in_one_line():

@@ -11,8 +11,8 @@ from typing import Any
 from tpujob.errors import HostsUnreachable, SetupFailed, SshAuthRefused
 from tpujob.hosts import program
 from tpujob.hosts.bad_host import bad_host_line
-from tpujob.hosts.failure import cause, last_lines, redact, said
 from tpujob.hosts.fanout import HostResult
+from tpujob.hosts.host_output import cause, last_lines, redact, said
 from tpujob.hosts.program import HostStatus
 from tpujob.reconcile.observation import HostObservation, Program
 

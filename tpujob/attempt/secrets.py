@@ -77,7 +77,7 @@ def resolve(names: list[str], environ: Mapping[str, str] | None = None) -> dict[
 def readable(names: list[str]) -> tuple[str, ...]:
     """The named secrets' values where this process can read them, else none (a sweep from
     cron may not): masked from what the hosts said (a dead program's log lines, a failing
-    step's output), on top of failure.redact's credential shapes."""
+    step's output), on top of host_output.redact's credential shapes."""
     try:
         return tuple(resolve(names).values())
     except ConfigError:

@@ -1,5 +1,5 @@
 """Each host's setup of an attempt as decide sees it (reconcile.observation.SetupSeen): its state,
-and where one failed, the cause in the host's own words (hosts.failure), bounded and redacted."""
+and where one failed, the cause in the host's own words (hosts.host_output), bounded and redacted."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from tpujob.attempt import setup_cache
 from tpujob.hosts import program
-from tpujob.hosts.failure import cause, said
 from tpujob.hosts.fanout import HostResult
+from tpujob.hosts.host_output import cause, said
 from tpujob.hosts.program import SetupStatus
 from tpujob.reconcile.observation import Setup, SetupSeen
 
@@ -18,7 +18,7 @@ _STATES = {"absent": Setup.ABSENT, "running": Setup.RUNNING, "done": Setup.DONE,
 
 def seen(statuses: Sequence[SetupStatus], timeout: float, hidden: tuple[str, ...]) -> SetupSeen:
     """The hosts' setup states as decide sees them; the first host whose setup failed (or
-    vanished without an exit code) gives the cause, in setup's words (hosts.failure)."""
+    vanished without an exit code) gives the cause, in setup's words (hosts.host_output)."""
     refused = next((s for s in statuses if s.state == "refused"), None)
     if refused is not None:
         return SetupSeen(tuple(Setup.UNREACHABLE for _ in statuses),

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tpujob.errors import CloudError, SshAuthRefused
-from tpujob.hosts.failure import MAX_CHARS, cause
+from tpujob.hosts.host_output import MAX_CHARS, cause
 
 OUTPUT_TAIL = 1 << 20   # bytes of each host's output kept in memory (the log file has it all)
-STDERR_TAIL = 64 << 10  # bytes of its stderr alone: where a failure's cause is (hosts.failure)
+STDERR_TAIL = 64 << 10  # bytes of its stderr alone: where a failure's cause is (hosts.host_output)
 
 
 @dataclass(frozen=True)

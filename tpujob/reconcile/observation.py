@@ -60,7 +60,7 @@ class HostObservation:
     refusal: str | None = None  # REFUSED: why, and the fix (attempt.hosts words it)
     # Where the program ended without a word of its own (a non-zero exit, or gone without an
     # exit code): when it ended (to tell the host that died first), its last log lines (bounded
-    # and masked, hosts/failure.py) and the known bad-host line among them (hosts/bad_host.py).
+    # and masked, hosts/host_output.py) and the known bad-host line among them (hosts/bad_host.py).
     ended_at: float | None = None
     said: str | None = None
     bad_host: str | None = None

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from tpujob.errors import TpujobError
-from tpujob.hosts.failure import redact
+from tpujob.hosts.host_output import redact
 from tpujob.progress import Progress, of_attempt
 from tpujob.service import curves as curves_mod
 from tpujob.service.accounting import Accounting, account, goodput, slice_cost

@@ -1,4 +1,5 @@
-"""Why a host step failed, in one line: its exit code or error, then the last lines the host said.
+"""What a host said, bounded and redacted; and why a host step failed, in one line: its exit
+code or error, then the last lines the host said.
 
 Every message that reports a failed host step (setup, mounts, sync, launch, stop, unmount) is
 built here, so that an event, `show` and `create` say the cause (`gcsfuse: ... bucket doesn't
