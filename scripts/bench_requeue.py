@@ -37,7 +37,7 @@ def fresh(directory: Path, hosts: bool, provisioning_delay: float = 0.0):
     os.environ["TPUJOB_PROJECT"] = "bench"
     from tpujob.emulator import process
     from tpujob.service.context import Context
-    from tpujob.service.sweeps import reconciler
+    from tpujob.service.keep_alive import reconciler
 
     process.start(provisioning_delay=provisioning_delay, hosts=hosts)
     ctx = Context.load()

@@ -273,7 +273,7 @@ class Night:
         Not settling within `limit` s is a violation. The limit allows for a sweep SIGKILLed at
         a crash point just before the night ended: its job waits out the lease it held
         (TPUJOB_LEASE_SECONDS, 90 s by default), then needs a new attempt set up and running."""
-        from tpujob.service.sweeps import reconciler
+        from tpujob.service.keep_alive import reconciler
         from tpujob.store.states import State
 
         rec, quiet, sweeps, deadline = reconciler(self.ctx), 0, 0, time.monotonic() + limit

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tpujob import preflight
-from tpujob.service import cron, sweepers
+from tpujob.service import cron, watchers
 
 SPEC = """\
 name: {name}
@@ -142,7 +142,7 @@ def test_a_cron_entry_for_this_store_is_a_sweeper(cli, crontab, spec_file):
 
 def test_a_running_watch_is_a_sweeper_and_a_dead_one_is_not(cli, no_cron, spec_file, tpujob_home):
     record(spec_file)
-    with sweepers.watching(interval=60):
+    with watchers.watching(interval=60):
         check = doctor(cli)[2]["sweeper"]
         assert check["status"] == "ok" and f"({os.getpid()}@" in check["detail"]
     assert not list((tpujob_home / "watchers").iterdir())
@@ -333,7 +333,7 @@ def test_create_warns_when_nothing_sweeps_and_not_when_a_watch_runs(cli, no_cron
     assert cli("delete", "lonely").code == 0
 
     watched = spec_file(SPEC.format(name="watched", accelerator="v4-8", zone="us-central2-b", extra=""))
-    with sweepers.watching(interval=60):
+    with watchers.watching(interval=60):
         result = cli("create", "--timeout", "0", watched)
     assert result.code == 0, result.err
     assert NOTHING_SWEEPS not in result.err
@@ -347,7 +347,7 @@ def test_tpujob_watch_registers_itself_while_it_runs(cli, no_cron, local_cloud, 
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
-        while not [w for w in sweepers.running_watchers() if w.pid == watch.pid]:
+        while not [w for w in watchers.running_watchers() if w.pid == watch.pid]:
             assert watch.poll() is None, watch.stderr.read().decode()
             assert time.monotonic() < deadline, "watch never registered"
             time.sleep(0.1)
@@ -357,5 +357,5 @@ def test_tpujob_watch_registers_itself_while_it_runs(cli, no_cron, local_cloud, 
         # (SIGTERM, not Ctrl-C's SIGINT: a process started in the background ignores SIGINT.)
         watch.send_signal(signal.SIGTERM)
         assert watch.wait(timeout=30) == 0, watch.stderr.read().decode()
-    assert sweepers.running_watchers() == []
+    assert watchers.running_watchers() == []
     assert not list((tpujob_home / "watchers").glob("*.json"))

@@ -90,7 +90,7 @@ def record(ctx, tmp_path: Path, name="rq", **kwargs):
 
 
 def reconciler(ctx):
-    from tpujob.service.sweeps import reconciler as make
+    from tpujob.service.keep_alive import reconciler as make
 
     return make(ctx)
 

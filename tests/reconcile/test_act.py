@@ -10,7 +10,7 @@ from tpujob.reconcile.act import Actor
 from tpujob.reconcile.actions import Launch, Move, SetUp, StartAttempt
 from tpujob.reconcile.decide import decide
 from tpujob.reconcile.observation import Setup, SliceCondition
-from tpujob.reconcile.sweep import Reconciler
+from tpujob.reconcile.reconciler import Reconciler
 from tpujob.store.states import State
 
 

@@ -13,7 +13,7 @@ from tpujob import spec as spec_mod
 from tpujob.cloud.base import Slice, SlicePhase
 from tpujob.errors import CloudError
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen, SliceCondition
-from tpujob.reconcile.sweep import Reconciler
+from tpujob.reconcile.reconciler import Reconciler
 from tpujob.spec.stored import spec_of
 
 PROJECT = "tpujob-sweep"
@@ -301,10 +301,10 @@ def test_a_sweep_follows_its_creates_and_still_ends_one_stuck_creating(tmp_path,
     `FOLLOW_RECHECK_SECONDS`), so the provisioning timeout ends one that never comes up, and
     stops following after `CREATE_FOLLOW_SECONDS`, the job left to the next sweep."""
     from tpujob.emulator.server import EmulatorServer
-    from tpujob.reconcile import sweep as sweep_mod
+    from tpujob.reconcile import reconciler as reconciler_mod
 
-    monkeypatch.setattr(sweep_mod, "FOLLOW_RECHECK_SECONDS", 0.3)
-    monkeypatch.setattr(sweep_mod, "CREATE_FOLLOW_SECONDS", 4.0)
+    monkeypatch.setattr(reconciler_mod, "FOLLOW_RECHECK_SECONDS", 0.3)
+    monkeypatch.setattr(reconciler_mod, "CREATE_FOLLOW_SECONDS", 4.0)
     with EmulatorServer(tmp_path / "slow", provisioning_delay=8.0, storage=False) as slow:
         stuck = add_job(store, spec(name="stuck", requeue="provision_timeout_seconds: 1, max_capacity_retries: 5"))
         rec = Reconciler(store, cloud_for(slow), Hosts(), "me")

@@ -10,7 +10,7 @@ import time
 import pytest
 from test_sweep import PROJECT, Z1, Hosts, add_job, cloud_for, events, store  # noqa: F401
 
-from tpujob.reconcile.sweep import Reconciler
+from tpujob.reconcile.reconciler import Reconciler
 
 
 class MeetingHosts(Hosts):

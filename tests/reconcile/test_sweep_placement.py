@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from test_sweep import PROJECT, V5E, Z1, Z2, Hosts, add_job, cloud_for, events, spec, store  # noqa: F401
 
-from tpujob.reconcile.sweep import Reconciler
+from tpujob.reconcile.reconciler import Reconciler
 
 
 def attempts(store, job):

@@ -25,11 +25,11 @@ def _ctx():
 def _warn_if_nothing_sweeps(job) -> None:
     """The last line of `create`: a job still going with no cron entry and no watch to
     re-queue it after a preemption would end up PREEMPTED for good, silently."""
-    from tpujob.service import sweepers
+    from tpujob.service import watchers
     from tpujob.store.states import ENDED, State
 
-    if State(job.state) not in ENDED and not sweepers.find().any:
-        typer.echo(f"warning: {sweepers.nothing_sweeps_message()}", err=True)
+    if State(job.state) not in ENDED and not watchers.find().any:
+        typer.echo(f"warning: {watchers.nothing_sweeps_message()}", err=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -299,7 +299,7 @@ def follow_job(ctx, job_id: int, *, wait: bool, timeout: float, quiet: bool):
     import sys
 
     from tpujob.cli.progress_line import HostProgressLine
-    from tpujob.service import sweeps
+    from tpujob.service import keep_alive
 
     progress = None if quiet else HostProgressLine(sys.stderr, tty=sys.stderr.isatty())
 
@@ -308,7 +308,7 @@ def follow_job(ctx, job_id: int, *, wait: bool, timeout: float, quiet: bool):
             progress.end_line()
             typer.echo(f"  {(render.iso(event.at) or '')[11:19]}  {event.message}", err=True)
 
-    return sweeps.follow(ctx, job_id, until_ended=wait, timeout=timeout, on_event=on_event,
+    return keep_alive.follow(ctx, job_id, until_ended=wait, timeout=timeout, on_event=on_event,
                          on_progress=progress)
 
 

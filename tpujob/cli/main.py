@@ -37,15 +37,15 @@ def _register_all() -> None:
         emulator,
         gc,
         jobs,
+        keep_alive,
         lint,
         notify,
         remote,
         starter,
-        sweep,
         ui,
     )
 
-    for module in (jobs, sweep, remote, disk, cron, lint, data, emulator, demo, starter, config,
+    for module in (jobs, keep_alive, remote, disk, cron, lint, data, emulator, demo, starter, config,
                    doctor, notify, gc, ui, cache):
         module.register(app)
 

@@ -108,9 +108,9 @@ def secrets_check() -> Check:
 def sweeper_check(jobs: list | None) -> Check:
     """A cron entry or a running watch re-queues preempted jobs; without either, a preempted
     job stays PREEMPTED: an error while jobs are active, a warning before the first."""
-    from tpujob.service import sweepers
+    from tpujob.service import watchers
 
-    found = sweepers.find()
+    found = watchers.find()
     if found.cron_line is not None:
         schedule = " ".join(found.cron_line.split()[:5])
         return Check("sweeper", OK, f"cron entry, schedule {schedule} (tpujob cron show)")
@@ -123,8 +123,8 @@ def sweeper_check(jobs: list | None) -> Check:
         detail += f" ({found.cron_problem})"
     if active:
         return Check("sweeper", ERROR, f"{detail}; {active} active job{'' if active == 1 else 's'}",
-                     sweepers.FIX)
-    return Check("sweeper", WARNING, detail, sweepers.FIX)
+                     watchers.FIX)
+    return Check("sweeper", WARNING, detail, watchers.FIX)
 
 
 def emulator_checks(cloud: str) -> list[Check]:

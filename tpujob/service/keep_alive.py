@@ -29,7 +29,7 @@ def reconciler(ctx: Context, *, progress: Callable | None = None):
     from tpujob.attempt.hosts import SshHostOps
     from tpujob.attempt.run_dirs import GcsRunDirs
     from tpujob.hosts.keys import ssh_keys_metadata
-    from tpujob.reconcile.sweep import LEASE_SECONDS, Reconciler
+    from tpujob.reconcile.reconciler import LEASE_SECONDS, Reconciler
 
     workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
     lease_seconds = tuning("LEASE_SECONDS", LEASE_SECONDS, 1, 7 * 24 * 3600)  # so is this one
@@ -45,7 +45,7 @@ def reconciler(ctx: Context, *, progress: Callable | None = None):
 
 def sweep_workers() -> int:
     """TPUJOB_SWEEP_WORKERS: how many jobs a sweep acts on at once (default 16)."""
-    from tpujob.reconcile.sweep import SWEEP_WORKERS
+    from tpujob.reconcile.reconciler import SWEEP_WORKERS
 
     return int(tuning("SWEEP_WORKERS", SWEEP_WORKERS, 1, MAX_SWEEP_WORKERS, whole=True))
 
@@ -91,14 +91,14 @@ def _settle_setups(ctx: Context, rec, report, ids: list[int] | None, deadline: f
 def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | None = None,
           stop: threading.Event | None = None) -> None:
     """Sweep every `interval` s until `max_sweeps` or `stop` is set (checked between sweeps);
-    registered as a watcher meanwhile (`create` and `doctor` look for one: see sweepers)."""
-    from tpujob.service import sweepers
+    registered as a watcher meanwhile (`create` and `doctor` look for one: see watchers)."""
+    from tpujob.service import watchers
     from tpujob.service.notify import deliver_quietly
 
     rec = reconciler(ctx)
     stop = stop or threading.Event()
     count = 0
-    with sweepers.watching(interval) as heartbeat:
+    with watchers.watching(interval) as heartbeat:
         while (max_sweeps is None or count < max_sweeps) and not stop.is_set():
             on_report(rec.sweep())
             deliver_quietly(ctx)

@@ -32,9 +32,9 @@ def register(app: typer.Typer) -> None:
                     "and launch each program as its setup ends (the cron line sets it).")),
                 json_out: bool = typer.Option(False, "--json")):
         """One sweep: observe every active job's slice, re-create what was preempted, record it all."""
-        from tpujob.service import sweeps
+        from tpujob.service import keep_alive
 
-        report = sweeps.requeue(_ctx(), None if all_ else jobs_, settle=settle)
+        report = keep_alive.requeue(_ctx(), None if all_ else jobs_, settle=settle)
         if json_out:
             render.print_json(report.__dict__)
         else:
@@ -48,13 +48,13 @@ def register(app: typer.Typer) -> None:
         import signal
         import threading
 
-        from tpujob.service import sweeps
+        from tpujob.service import keep_alive
 
         stop = threading.Event()
         # A sweep cut short holds its jobs' leases until they expire (up to a host step's timeout):
         # stopping between sweeps lets the next sweeper, anywhere, act on them at once.
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        sweeps.watch(_ctx(), interval, _print_report, max_sweeps=count, stop=stop)
+        keep_alive.watch(_ctx(), interval, _print_report, max_sweeps=count, stop=stop)
 
     @app.command()
     def resume(job: str = typer.Argument(..., help="Job id or name."),
