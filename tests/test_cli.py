@@ -104,7 +104,7 @@ def test_validate_prints_a_single_host_compute_slice_as_an_instance(cli, spec_fi
                      "  provisioning: flex-start\n  max_run_duration: 36h\nrun: {command: x}\n")
     result = cli("validate", path)
     assert result.code == 0, result
-    assert "compute engine: 1 x ct6e-standard-8t (instance), flex-start, at most 36h00m, price unknown" in result.out
+    assert "compute engine: 1 x ct6e-standard-8t (instance), flex-start, at most 1d12h, price unknown" in result.out
     assert ("cost:         unknown: flex-start is billed at Dynamic Workload Scheduler prices, below on-demand "
             "(on-demand list price $21.60/h)") in result.out
 

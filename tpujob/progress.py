@@ -3,13 +3,16 @@ the steps per second over the last minutes and the time left at that rate.
 
 The sweep observes the step on every host each round (status.sh) and keeps a short series of
 (time, step) samples on the attempt (`attempt.progress`, JSON); `list`, `show` and the dashboard
-compute the rest from it here. Pure: no store, no cloud, no imports beyond the standard library.
+compute the rest from it here. Pure: no store, no cloud, nothing beyond the standard library
+(and tpujob.durations, itself pure).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+
+from tpujob.durations import duration_text
 
 # The rate is taken over the samples of this many seconds before the newest one: long enough to
 # smooth out a checkpoint's pause, short enough to follow a run that slowed down.
@@ -95,29 +98,18 @@ def step_text(step: int | None, total: int | None) -> str:
     return f"{step}/{total}" if total else str(step)
 
 
-def duration_text(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, _ = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
 def describe(p: Progress) -> str:
     """One line for `show`: step 1250/20000 (6.2%), 3.1 steps/s, about 1h41m left."""
     if p.step is None:
         return "no step reported yet"
     parts = [f"step {step_text(p.step, p.total)}" + (f" ({p.fraction:.1%})" if p.fraction is not None else "")]
     if p.steps_per_second is not None:
-        parts.append(f"{p.steps_per_second:.3g} steps/s over the last {duration_text(p.rate_span_seconds or 0)}")
+        span = duration_text(p.rate_span_seconds or 0, finest="m")
+        parts.append(f"{p.steps_per_second:.3g} steps/s over the last {span}")
     if p.total is not None and p.step >= p.total:
         pass  # at its total: nothing left to estimate
     elif p.seconds_left is not None:
-        parts.append(f"about {duration_text(p.seconds_left)} left")
+        parts.append(f"about {duration_text(p.seconds_left, finest='m')} left")
     elif p.total is not None and p.step is not None and p.step < p.total:
         parts.append("time left unknown until the step moves")
     return ", ".join(parts)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tpujob.cli import render
+from tpujob.durations import duration_text
 from tpujob.names import format_job_id, node_names, nodes_text
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ def register(app: typer.Typer) -> None:
             said = f"{run.state} at step {run.step}" if run.state else "no status.json yet (running)"
             if run.message:
                 said += f": {run.message}"
-            beat = "none yet" if run.heartbeat_age is None else f"{_duration(run.heartbeat_age)} ago"
+            beat = "none yet" if run.heartbeat_age is None else f"{duration_text(run.heartbeat_age)} ago"
             typer.echo(f"\nrun dir:      {run.url}\n  status:     {run.problem or said}\n"
                        f"  heartbeat:  {beat}")
         elif detail.run_dir_error:
@@ -269,24 +270,15 @@ def _lint_shown():
         raise
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(max(0.0, seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
 def _print_accounting(job, acc) -> None:
     typer.echo(f"{'seen:':<14}" + (f"{render.age(job.observed_at)} ago (last sweep)" if job.observed_at
                                    else "never (no sweep yet)"))
     typer.echo("\naccounting:")
     typer.echo(f"  {job.preemptions} preemptions, {job.failures} failures, {job.nan_restarts} NaN restarts, "
                f"{job.hangs} hangs")
-    typer.echo(f"  running {_duration(acc.running_seconds)} of {_duration(acc.wall_seconds)} wall: "
+    typer.echo(f"  running {duration_text(acc.running_seconds)} of {duration_text(acc.wall_seconds)} wall: "
                f"goodput {acc.goodput:.0%}")
-    typer.echo("  time in state: " + ", ".join(f"{state} {_duration(secs)}"
+    typer.echo("  time in state: " + ", ".join(f"{state} {duration_text(secs)}"
                                                 for state, secs in acc.seconds_in_state.items()))
     for lost in acc.lost_steps:
         typer.echo(f"  attempt {lost['attempt']} preempted at step {lost['last_step']}, next resumed from "
@@ -348,7 +340,7 @@ def _compute_line(r) -> str:
     if r.reservation:
         what += f" {r.reservation}"
     if r.max_run_duration_seconds is not None:
-        what += f", at most {_duration(r.max_run_duration_seconds)}"
+        what += f", at most {duration_text(r.max_run_duration_seconds)}"
     price = f"${r.cost_per_hour_usd:.2f}/h" if r.cost_per_hour_usd is not None else "price unknown"
     return f"{c.hosts} x {c.machine_type} ({form}), {what}, {price}"
 

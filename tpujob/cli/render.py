@@ -9,6 +9,7 @@ from json.encoder import encode_basestring_ascii as _json_str  # json.dumps' own
 
 import typer
 
+from tpujob.durations import duration_text
 from tpujob.names import attempt_nodes
 
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
@@ -34,11 +35,7 @@ def iso(ts: float | None) -> str | None:
 def age(ts: float | None, now: float | None = None) -> str:
     if ts is None:
         return "-"
-    secs = max(0, int((now or time.time()) - ts))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
+    return duration_text((now or time.time()) - ts, parts=1)  # one unit: a table's column
 
 
 # A job's fields as `show --json` and `list --json` print them, in this order.

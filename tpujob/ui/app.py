@@ -27,6 +27,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from tpujob.durations import duration_text
 from tpujob.errors import ConflictError, NotFoundError, TpujobError, UsageError
 from tpujob.names import format_job_id
 from tpujob.progress import describe, step_text
@@ -90,14 +91,7 @@ def _headers(response: Response) -> Response:
 def _age(at: float | None) -> str:
     if not at:
         return "-"
-    seconds = int(max(0.0, time.time() - at))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+    return duration_text(time.time() - at)
 
 
 def _clock(at: float | None) -> str:
