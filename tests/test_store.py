@@ -398,3 +398,18 @@ def test_a_read_does_not_wait_for_another_process_writing(tmp_path):
         writer.close()
     assert seen == ("demo", job.id, [job.id], None, [], 1)
     assert waited < 10, f"the reads waited {waited:.1f} s for the writer"
+
+
+def test_the_counters_are_the_jobs_columns_and_the_budgets():
+    """store/states.COUNTERS, the one list of a job's counters, names Job columns and JobView
+    fields; every budget counts one of them, and flaps is the one without a budget."""
+    import dataclasses
+
+    from tpujob.reconcile.budgets import BUDGETS
+    from tpujob.reconcile.observation import JobView
+    from tpujob.store.models import Job
+    from tpujob.store.states import COUNTERS
+
+    assert set(COUNTERS) <= set(Job.model_fields)
+    assert set(COUNTERS) <= {f.name for f in dataclasses.fields(JobView)}
+    assert set(COUNTERS) - set(BUDGETS) == {"flaps"}

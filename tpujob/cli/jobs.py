@@ -15,6 +15,10 @@ from tpujob.names import format_job_id, node_names, nodes_text
 
 if TYPE_CHECKING:
     from tpujob.store.models import Event
+    from tpujob.store.states import Counter
+
+# The counters `show --json` prints under "accounting" (store/states.py has them all).
+_SHOWN_COUNTERS: tuple[Counter, ...] = ("preemptions", "failures", "nan_restarts", "bad_hosts", "hangs")
 
 
 def _ctx():
@@ -152,9 +156,7 @@ def register(app: typer.Typer) -> None:
             data["run_dir_error"] = detail.run_dir_error
         if detail.hosts_error:
             data["hosts_error"] = detail.hosts_error
-        data["accounting"] = {"preemptions": detail.job.preemptions, "failures": detail.job.failures,
-                              "nan_restarts": detail.job.nan_restarts, "bad_hosts": detail.job.bad_hosts,
-                              "hangs": detail.job.hangs,
+        data["accounting"] = {**{c: getattr(detail.job, c) for c in _SHOWN_COUNTERS},
                               **dataclasses.asdict(detail.accounting)}
         if timeline:
             from tpujob.cli.timeline import timeline_dict

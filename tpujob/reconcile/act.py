@@ -40,7 +40,7 @@ from tpujob.reconcile.outcome import Outcome, done
 from tpujob.reconcile.policy import runtime_version, slice_network
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
-from tpujob.store.states import State
+from tpujob.store.states import Counter, State
 
 if TYPE_CHECKING:
     from tpujob.store.repository import Store
@@ -53,7 +53,7 @@ class Turn:
     attempt: Attempt | None
     slice: Slice | None
     state: State
-    counters: dict[str, int] = field(default_factory=dict)
+    counters: dict[Counter, int] = field(default_factory=dict)
     ended: int | None = None  # the attempt an EndAttempt just ended: the next Move says why
 
     def current(self) -> Attempt:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpujob.store.states import AttemptEnd, EndReason, State
+from tpujob.store.states import AttemptEnd, Counter, EndReason, State
 
 
 @dataclass(frozen=True)
@@ -76,13 +76,13 @@ class EndAttempt(Action):
 
 @dataclass(frozen=True)
 class Count(Action):
-    counter: str  # "preemptions" | "failures" | "nan_restarts" | "capacity_misses"
+    counter: Counter
 
 
 @dataclass(frozen=True)
 class ResetCount(Action):
     """Set a counter back to 0 with the next Move (capacity misses, once a slice is READY)."""
-    counter: str
+    counter: Counter
 
 
 @dataclass(frozen=True)

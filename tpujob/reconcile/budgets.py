@@ -12,13 +12,13 @@ from dataclasses import dataclass, replace
 from tpujob.reconcile.actions import Action, Count, DeleteSlice, EndAttempt, Move, ResetCount, StopProgram
 from tpujob.reconcile.observation import JobView
 from tpujob.reconcile.policy import Policy
-from tpujob.store.states import AttemptEnd, EndReason, State
+from tpujob.store.states import AttemptEnd, Counter, EndReason, State
 
 
 @dataclass(frozen=True)
 class Budget:
     """One way an attempt ends that the job may survive a number of times."""
-    counter: str  # the JobView/Job field counting it
+    counter: Counter  # the JobView/Job field counting it
     limit: str  # the Policy field bounding it
     end: AttemptEnd  # the attempt's end reason
     spent: EndReason  # the job's, once the budget is spent
@@ -39,7 +39,7 @@ BUDGETS = {b.counter: b for b in (
 )}
 
 
-def spend(job: JobView, policy: Policy, counter: str, *, spent_message: str, again_message: str,
+def spend(job: JobView, policy: Policy, counter: Counter, *, spent_message: str, again_message: str,
           extra: tuple[Action, ...] = (), end: AttemptEnd | None = None,
           reason: EndReason | None = None, retry: bool = True) -> list[Action]:
     """End the attempt, free the slice, count, then FAILED (budget spent, or no retry) or

@@ -7,7 +7,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tpujob import spec as spec_mod
 from tpujob.clients import make_cloud, make_compute, make_storage
@@ -29,7 +29,7 @@ from tpujob.service.context import Context
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
 from tpujob.spec.stored import api_of, spec_of
-from tpujob.store.states import ENDED, AttemptEnd, State
+from tpujob.store.states import COUNTERS, ENDED, AttemptEnd, State
 
 if TYPE_CHECKING:
     from tpujob.runtime.contract import RunDirStatus
@@ -338,10 +338,10 @@ def resume(ctx: Context, ref: str):
         job = ctx.store.get(job.id)
         message = (f"resumed by user (budgets reset; had {job.preemptions} preemptions, "
                    f"{job.failures} failures, {job.nan_restarts} NaN restarts)")
-        # state_since backdated: a resume is not a retry, it need not wait out the backoff.
-        return ctx.store.transition(job.id, State(job.state), State.RECOVERING, message, owner=owner,
-                                    preemptions=0, failures=0, nan_restarts=0, capacity_misses=0, flaps=0,
-                                    bad_hosts=0, hangs=0, state_since=0.0)
+        # Every counter back to 0, and state_since backdated: a resume is not a retry, it need
+        # not wait out the backoff.
+        fields: dict[str, Any] = {**dict.fromkeys(COUNTERS, 0), "state_since": 0.0}
+        return ctx.store.transition(job.id, State(job.state), State.RECOVERING, message, owner=owner, **fields)
 
 
 def logs_dir(ctx: Context, job_id: int) -> Path:

@@ -18,7 +18,7 @@ from sqlmodel import Session, col, select
 from tpujob.errors import NotFoundError
 from tpujob.names import format_job_id
 from tpujob.store.models import Event, Job, Outbox
-from tpujob.store.states import State
+from tpujob.store.states import Counter, State
 
 PENDING, SENT, GAVE_UP = "pending", "sent", "gave_up"
 # Tries before a row is given up (with an event on the job); the wait before try n+1 is
@@ -29,6 +29,7 @@ MAX_BACKOFF_SECONDS = 1800.0
 MAX_ERROR_CHARS = 300
 
 _KIND_OF_END = {State.SUCCEEDED: "succeeded", State.FAILED: "failed", State.CANCELLED: "cancelled"}
+_KIND_OF_COUNT: tuple[tuple[Counter, str], ...] = (("nan_restarts", "nan"), ("preemptions", "preempted"))
 
 
 def kind_of(dst: State, fields: dict[str, Any]) -> str | None:
@@ -38,7 +39,7 @@ def kind_of(dst: State, fields: dict[str, Any]) -> str | None:
     if dst in _KIND_OF_END:
         return _KIND_OF_END[dst]
     if dst == State.RECOVERING:
-        for counter, kind in (("nan_restarts", "nan"), ("preemptions", "preempted")):
+        for counter, kind in _KIND_OF_COUNT:
             value = fields.get(counter)
             if isinstance(value, int) and value > 0:
                 return kind

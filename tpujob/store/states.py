@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Literal, get_args
+
+# A job's counters: the Job columns (and reconcile's JobView fields) that an attempt's end adds
+# one to. Each is bounded by a budget (reconcile/budgets.py) but `flaps`, preemptions in a row of
+# short runs that only lengthen the backoff; `resume` sets them all back to 0. A Count or
+# ResetCount names one of these, so a misspelt counter is mypy's error, not a sweep's AttributeError.
+Counter = Literal["preemptions", "failures", "nan_restarts", "capacity_misses", "flaps", "bad_hosts", "hangs"]
+COUNTERS: tuple[Counter, ...] = get_args(Counter)
 
 
 class State(str, Enum):
