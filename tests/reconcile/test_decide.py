@@ -37,8 +37,8 @@ def job(state, **kw):
     return JobView(state=state, **base)
 
 
-def obs(phase, *hosts, step=None):
-    return Observation(slice=phase, hosts=tuple(hosts), last_step=step)
+def obs(phase, *hosts):
+    return Observation(slice=phase, hosts=tuple(hosts))
 
 
 CASES = [

@@ -11,7 +11,6 @@ import threading
 from typing import Any, Callable
 
 TPU_VM, COMPUTE = "tpu-vm", "compute"
-APIS = (TPU_VM, COMPUTE)
 
 
 class TpuApis:

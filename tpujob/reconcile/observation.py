@@ -72,7 +72,6 @@ class HostObservation:
 class Observation:
     slice: SliceCondition
     hosts: tuple[HostObservation, ...] = ()  # observed only when the slice is READY and a program was launched
-    last_step: int | None = None  # from the runtime's status/heartbeat, when known
     setup_error: str | None = None  # the setup script failed on a host (not a connection error)
     # Since the node's own createTime: the provisioning phase alone, not the queue wait before it.
     # None while no node exists (a queued resource that has not created it yet).

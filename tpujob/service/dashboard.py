@@ -4,7 +4,7 @@ gathered per page. Nothing here renders; the actions are service.jobs' own."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tpujob.errors import TpujobError
 from tpujob.hosts.host_output import redact
@@ -40,7 +40,6 @@ class JobPage:
     actions: tuple[str, ...]  # what the user may do now: cancel, resume, delete
     progress: Progress | None = None
     spec_yaml: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
 def _provisioning(job) -> str:
