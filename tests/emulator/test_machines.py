@@ -152,6 +152,21 @@ def test_preempt_kills_after_the_grace_period(make_machines, client_key):
     assert m.host_pids(0) == []
 
 
+def test_a_host_left_with_only_its_mounts_is_off_before_the_grace_ends(make_machines, client_key):
+    # The program saved and exited on SIGTERM; gcsfuse, which ignores SIGTERM so that the save
+    # reaches the bucket, is all that is left: the guest's shutdown is over, and the VM is off
+    # then, not at the end of Google's 30 s (G2 soft off to G3 mechanical off).
+    m, eps = make_machines(1)
+    run(connect(eps[0], client_key[0]),
+        "setsid bash -c 'trap \"\" TERM; exec -a \"python3 -m tpujob.emulator.gcsfuse\" sleep 600' "
+        ">/dev/null 2>&1 </dev/null &")
+    time.sleep(0.3)
+    start = time.monotonic()
+    m.preempt(grace_seconds=30)
+    assert time.monotonic() - start < 10
+    assert m.host_pids(0) == []
+
+
 def test_a_preempted_hosts_namespace_stays_pinned_until_its_programs_are_gone(make_machines, client_key):
     # The namespace holder outlives every other process of the host: a mount namespace whose
     # last process exits is freed and its id may go to the next one made (another emulator's

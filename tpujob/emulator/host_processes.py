@@ -41,6 +41,23 @@ def has_contract_env(pid: int) -> bool:
         return False
 
 
+def is_mount_daemon(pid: int) -> bool:
+    """A FUSE mount's daemon (the emulated gcsfuse, which ignores SIGTERM so that a program's
+    SIGTERM checkpoint still reaches the bucket). A guest's shutdown unmounts its file systems
+    after every other process has stopped, so a mount alone does not keep a host up."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"tpujob.emulator.gcsfuse" in f.read()
+    except OSError:
+        return False
+
+
+def shutting_down(namespaces: set, spare: frozenset[int] = frozenset()) -> bool:
+    """Whether a process other than a mount daemon still runs in `namespaces`: the hosts'
+    shutdown is not over."""
+    return any(not is_mount_daemon(pid) for pids in pids_by_namespace(namespaces, spare).values() for pid in pids)
+
+
 def signal_each(pids: list[int], sig: int) -> int:
     """Signal each of `pids`; how many were still there to get it."""
     sent = 0

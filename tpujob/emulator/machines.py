@@ -25,7 +25,14 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tpujob.emulator.host_processes import has_contract_env, kill_all, pids_by_namespace, signal_all, signal_each
+from tpujob.emulator.host_processes import (
+    has_contract_env,
+    kill_all,
+    pids_by_namespace,
+    shutting_down,
+    signal_all,
+    signal_each,
+)
 from tpujob.emulator.host_ssh import EMULATED_DEVICE, HostSshServer, new_host_key, parse_authorized_keys
 from tpujob.emulator.metadata import MetadataServer
 
@@ -270,7 +277,13 @@ class SliceMachines:
 
     def preempt(self, grace_seconds: float) -> None:
         """SSH stops answering; every process on every host gets SIGTERM, then SIGKILL after
-        the grace period. Blocks until the hosts are dead (at most about grace_seconds)."""
+        the grace period. Blocks until the hosts are dead (at most about grace_seconds).
+
+        The notice is Compute Engine's ACPI G2 soft off, and the grace the time until G3
+        mechanical off (compute v1 discovery, Scheduling.skipGuestOsShutdown: 30 s for Spot,
+        120 s for Standard; shared/facts/operations.md). A guest whose shutdown is over before
+        then is off then: here, once nothing but the mounts is left (a shutdown unmounts last),
+        the rest is killed at once instead of at the end of the grace."""
         for host in self._hosts:  # Compute Engine: instance/preempted reads TRUE from the notice on
             if host.metadata:
                 host.metadata.preempted = True
@@ -278,7 +291,7 @@ class SliceMachines:
         namespaces, holders = _pinned(hosts)
         signal_all(namespaces, signal.SIGTERM, spare=holders)
         deadline = time.monotonic() + grace_seconds
-        while time.monotonic() < deadline and pids_by_namespace(namespaces, spare=holders):
+        while time.monotonic() < deadline and shutting_down(namespaces, spare=holders):
             if self._stopping.wait(0.05):
                 break
         kill_all(namespaces, spare=holders)
