@@ -63,6 +63,7 @@ def setup_seconds(ctx, job_id: int) -> list[tuple[float, str]]:
     return out
 
 
+@pytest.mark.timeout(600)  # three attempts: about 1.5 min here
 def test_a_cached_setup_runs_once_across_three_attempts_on_new_slices(ctx, local_cloud, project, bucket, tmp_path,
                                                                        cli):
     job, token = record(ctx, tmp_path)

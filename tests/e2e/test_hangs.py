@@ -73,6 +73,7 @@ def _stacks_file(data: dict) -> Path:
     return Path(found.group(1))
 
 
+@pytest.mark.timeout(600)  # about 2 min here
 def test_a_frozen_host_is_hung_its_stacks_kept_and_the_job_restarted_on_a_new_slice(
         cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
     from google.auth.credentials import AnonymousCredentials

@@ -10,7 +10,7 @@ import time
 import pytest
 from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # about 1.5 min here
 
 STEPS = 60
 SPEC = f"""\

@@ -61,6 +61,7 @@ def wait_for(predicate, timeout=30.0):
         time.sleep(0.2)
 
 
+@pytest.mark.timeout(400)  # about 45 s here
 def test_clone_and_scale(cli, local_cloud, tmp_path, stored_jobs):
     master = tmp_path / "dev.yaml"
     master.write_text(MASTER)

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # about 2 min here
 
 SPEC = f"""\
 name: uib

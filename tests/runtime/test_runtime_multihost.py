@@ -11,7 +11,7 @@ from runtime_helpers import BASE, checkpoint_steps, load_checkpoint, metrics, st
 
 from tpujob.runtime import contract
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # up to 45 s each here
 
 
 def _free_port() -> int:
