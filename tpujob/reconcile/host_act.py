@@ -12,8 +12,7 @@ from tpujob.errors import HostsUnreachable, SetupFailed, SshAuthRefused, TpujobE
 from tpujob.faults import crash_point
 from tpujob.reconcile import elastic_act
 from tpujob.reconcile.actions import Launch, SetUp, StopProgram
-from tpujob.reconcile.observation import Observation, Setup, SliceCondition
-from tpujob.reconcile.observe import PHASES
+from tpujob.reconcile.observation import Observation, Setup, SliceCondition, condition_of
 from tpujob.reconcile.outcome import Outcome, done, retry_after, setup_failed, ssh_refused
 from tpujob.spec.stored import spec_of
 from tpujob.store.models import Attempt, Job
@@ -97,7 +96,7 @@ def _lost_under_setup(actor: Actor, job: Job, attempt: Attempt) -> Slice | None:
         again = actor.slice_of(job, attempt)
     except TpujobError:
         return None
-    return again if PHASES[again.phase] in (SliceCondition.LOST, SliceCondition.ABSENT) else None
+    return again if condition_of(again.phase) in (SliceCondition.LOST, SliceCondition.ABSENT) else None
 
 
 def stop_program(actor: Actor, turn: Turn, action: StopProgram) -> Outcome:
