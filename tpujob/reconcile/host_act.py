@@ -100,6 +100,8 @@ def _lost_under_setup(actor: Actor, job: Job, attempt: Attempt) -> Slice | None:
 
 
 def stop_program(actor: Actor, turn: Turn, action: StopProgram) -> Outcome:
+    """The hosts' stop (HostOps.stop_program), as cancel and delete run it too (service/jobs.
+    _stop_program); here a failed stop is an event and the sweep goes on, there it refuses."""
     if action.survivors:
         elastic_act.stop_survivors(actor, turn, action)
         return done()
