@@ -74,17 +74,17 @@ def _retry_setup(actor: Actor, turn: Turn, exc: TpujobError) -> Outcome:
     """Setup goes on at the next sweep. A host that cannot be reached marks the job
     unhealthy from the first such round (decide replaces the slice once that lasts past the
     unhealthy grace: a host that died in setup never answers again, however long setup may
-    take); any other trouble clears the mark. One event per mark, not one per sweep."""
+    take); any other trouble clears the mark. One event per mark, not one per sweep. The one
+    mark not asked for by decide: only this handler sees the setup step's unreachable hosts
+    (decide still judges how long the mark lasts); Actor writes it, as for MarkUnhealthy."""
     job = turn.job
     unreachable = isinstance(exc, HostsUnreachable)
     if unreachable and job.unhealthy_since is None:
-        with actor.store.atomic():  # the mark and its event together
-            actor.store.update(job.id, unhealthy_since=actor.clock())
-            actor.store.add_event(job.id, "setup", f"setup will be retried: {exc}; the slice is "
-                                  "replaced if its hosts stay unreachable")
+        actor.mark_unhealthy(job, "setup", f"setup will be retried: {exc}; the slice is "
+                             "replaced if its hosts stay unreachable")
     elif not unreachable:
         if job.unhealthy_since is not None:
-            actor.store.update(job.id, unhealthy_since=None)
+            actor.clear_unhealthy(job)
         actor.store.add_event(job.id, "setup", f"setup will be retried: {exc}")
     return retry_after(str(exc))
 
