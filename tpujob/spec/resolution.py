@@ -6,11 +6,11 @@ compute_engine.py."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from tpujob.catalogue import NEVER_READ_ONLY, Accelerator, accelerator
 from tpujob.errors import SpecError
+from tpujob.names import split_gs
 from tpujob.spec.compute_engine import check_fallback_api, choose_api
 from tpujob.spec.lines import dotted, field_error, parse
 from tpujob.spec.models import (
@@ -288,8 +288,8 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         raise field_error("run.workdir is empty", ("run", "workdir"), lines)
 
     if spec.run_dir is not None:
-        match = re.match(r"^gs://([^/]+)(/.*)?$", spec.run_dir)
-        if not match or not BUCKET_NAME.match(match.group(1)):
+        located = split_gs(spec.run_dir)
+        if not located or not BUCKET_NAME.match(located[0]):
             raise field_error(f"run_dir must be a gs://BUCKET/PATH location, not {spec.run_dir!r}", ("run_dir",), lines)
     _check_shared_run_dir(spec, acc, lines)
 
