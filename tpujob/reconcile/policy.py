@@ -74,10 +74,6 @@ class Policy:
 JITTER = 0.2
 
 
-def placements(spec: ResolvedSpec) -> list[tuple[str, str]]:
-    """[(accelerator, zone)] of the primary placement then each fallback, from a resolved spec."""
-    first = (spec.accelerator, spec.zone)
-    return [first] + [(fb.accelerator or first[0], fb.zone or first[1]) for fb in spec.spec.tpu.fallback]
 
 
 def policy_of(spec: ResolvedSpec) -> Policy:

@@ -28,7 +28,6 @@ from tpujob.reconcile.actions import CreateSlice, DeleteSlice, StartAttempt
 from tpujob.reconcile.observation import Observation, SliceCondition, condition_of
 from tpujob.reconcile.observe import refusal_of
 from tpujob.reconcile.outcome import Outcome, done, refused, retry_after
-from tpujob.reconcile.policy import placements
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
@@ -50,7 +49,7 @@ def start_attempt(actor: Actor, turn: Turn, action: StartAttempt) -> Outcome:
             slices=attempt.slices, nodes=list(own_nodes(attempt)) or None, owner=actor.actor)
         turn.state = State.SETTING_UP
         return done()
-    options = placements(spec)
+    options = spec.placements()
     # Past the last fallback, back to the primary: capacity comes back where it was missing.
     # Placements refused for good (the zone does not offer the accelerator, or the region's
     # quota is spent) are passed over.

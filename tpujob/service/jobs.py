@@ -51,12 +51,9 @@ def placement_warnings(resolved: ResolvedSpec, *, strict: bool = False) -> list[
     the table may lag Google's live list, or with `strict` a UsageError (exit 2)."""
     from tpujob.catalogue import placement_warning
 
-    tpu = resolved.spec.tpu
-    where = [("tpu", resolved.accelerator, resolved.zone)] + [
-        (f"tpu.fallback[{i}]", fb.accelerator or resolved.accelerator, fb.zone or resolved.zone)
-        for i, fb in enumerate(tpu.fallback)]
+    keys = ["tpu"] + [f"tpu.fallback[{i}]" for i in range(len(resolved.spec.tpu.fallback))]
     warnings = []
-    for key, accelerator, zone in where:
+    for key, (accelerator, zone) in zip(keys, resolved.placements()):
         said = placement_warning(accelerator, zone)
         if said is None:
             continue

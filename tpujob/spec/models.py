@@ -107,6 +107,13 @@ class TpuSpec(_Model):
     fallback: list[Fallback] = Field(default_factory=list)
     network: NetworkSpec = Field(default_factory=NetworkSpec)
 
+    def placements(self, accelerator: str, zone: str) -> list[tuple[str, str]]:
+        """[(accelerator, zone)] of the primary placement (given as resolved: the zone may come
+        from settings), then each fallback, which keeps the primary's where it names none. The
+        one list of a job's placements: the spec's checks, create's warnings, the index decide
+        and the store keep (Job.placement), the sweep's choice (reconcile/placement.py)."""
+        return [(accelerator, zone)] + [(fb.accelerator or accelerator, fb.zone or zone) for fb in self.fallback]
+
     @field_validator("max_run_duration", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
@@ -353,6 +360,10 @@ class ResolvedSpec(BaseModel):
         if not self.provisioning:
             object.__setattr__(self, "provisioning", self.spec.tpu.provisioning)
         return self
+
+    def placements(self) -> list[tuple[str, str]]:
+        """The job's placements, the primary first (TpuSpec.placements)."""
+        return self.spec.tpu.placements(self.accelerator, self.zone)
 
     def to_json_dict(self) -> dict:
         """What the store keeps (a literal webhook URL included: the sweep sends to it)."""

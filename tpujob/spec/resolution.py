@@ -321,7 +321,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
             _check_slices(spec, alt, base + ("accelerator",), lines)
             _check_disks(spec, alt, lines, f"fallback {alt.name}", chosen=disk_types)
             _check_shared_run_dir(spec, alt, lines)
-    _check_network(spec.tpu.network, [zone] + [f.zone for f in spec.tpu.fallback if f.zone], lines)
+    _check_network(spec.tpu.network, [z for _, z in spec.tpu.placements(acc.name, zone)], lines)
     _check_notify(spec.notify, lines)
 
     return ResolvedSpec(
