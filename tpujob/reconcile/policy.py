@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpujob.catalogue import COMPUTE
 from tpujob.store.states import AttemptEnd
 
 if TYPE_CHECKING:
@@ -112,6 +113,6 @@ def runtime_version(spec: ResolvedSpec, accelerator: str) -> str:
     from tpujob.catalogue import accelerator as lookup
     from tpujob.compute_shapes import compute_shape
 
-    if spec.api == "compute":  # a Compute Engine TPU VM boots an image family, not a TPU runtime
+    if spec.api == COMPUTE:  # a Compute Engine TPU VM boots an image family, not a TPU runtime
         return compute_shape(accelerator).image_family
     return lookup(accelerator).generation.runtime_version

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tpujob.catalogue import TPU_VM, Api
+
 JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # GCE disk/snapshot names
 BUCKET_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
@@ -17,7 +19,6 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # and zones page, https://cloud.google.com/tpu/docs/regions-zones).
 ZONE_NAME = re.compile(r"^[a-z]+-[a-z]+[0-9]+-(?:[a-z]|ai[0-9]+[a-z])$")
 PROVISIONING = ("spot", "on-demand", "preemptible", "flex-start", "reservation")
-API = ("auto", "tpu-vm", "compute")
 # tpu.max_run_duration: seconds, or a duration like 24h, 90m, 1d12h.
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -91,7 +92,7 @@ class TpuSpec(_Model):
     # Which Google API makes the slice: the Cloud TPU API (nodes, queued resources), Compute
     # Engine (instances; a multi-host slice is a BULK MIG with a workload policy), or auto:
     # compute for generations the TPU API does not serve (TPU7x), tpu-vm otherwise.
-    api: Literal["auto", "tpu-vm", "compute"] = "auto"
+    api: Literal["auto", Api] = "auto"
     # flex-start and reservation: Compute Engine only (api: compute).
     provisioning: Literal["spot", "on-demand", "preemptible", "flex-start", "reservation"] = "spot"
     reservation: str | None = None  # the reservation a `reservation` job consumes
@@ -349,7 +350,7 @@ class ResolvedSpec(BaseModel):
     sync_path: str | None
     # What the cloud layer builds its request from. A spec recorded before these existed was a
     # TPU API one: api tpu-vm, its spec's provisioning, no reservation or run limit.
-    api: Literal["tpu-vm", "compute"] = "tpu-vm"
+    api: Api = TPU_VM
     provisioning: str = ""  # the spec's (filled in from it when missing)
     reservation: str | None = None
     max_run_duration_seconds: int | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpujob.catalogue import NEVER_READ_ONLY, Accelerator, accelerator
+from tpujob.catalogue import COMPUTE, NEVER_READ_ONLY, Accelerator, accelerator
 from tpujob.errors import SpecError
 from tpujob.names import split_gs
 from tpujob.spec.compute_engine import check_fallback_api, choose_api
@@ -220,7 +220,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
     if not project:
         raise field_error("no project: set tpu.project or `tpujob config set project ID`", ("tpu", "project"), lines)
     api, compute = choose_api(spec, acc, lines)
-    if api == "compute" and spec.tpu.queued:
+    if api == COMPUTE and spec.tpu.queued:
         # The default (queued: true) is the TPU API's: on Compute Engine the VMs are made directly.
         spec = spec.model_copy(update={"tpu": spec.tpu.model_copy(update={"queued": False})})
     if spec.tpu.queued and spec.tpu.provisioning == "preemptible":
