@@ -4,7 +4,8 @@
 # to and the checkpoint step it resumed from. Where the program ended without a zero exit code (exited non-zero, or
 # lost), also when (the exit code's, else the log's, modification time: which host died first)
 # and the last tail_bytes of its log, base64 (the log says why: tpujob reads it in the same
-# round that sees the end, bounded and masked there).
+# round that sees the end, bounded and masked there). The heartbeat's field names and
+# TPUJOB_ATTEMPT are the runtime contract's (tpujob/runtime/contract.py owns them).
 # Each placeholder in double braces below becomes one shell-quoted word; nothing else is
 # substituted.
 set -uo pipefail

@@ -128,3 +128,20 @@ def test_table_aligns_every_cell_as_str_shows_it():
                                  "000001  None         12345",
                                  "000002  a-long-name  -"]
     assert render.table(["ID", "NAME"], []) == "ID  NAME"
+
+
+def test_summary_columns_are_the_models():
+    """JobSummary lists its columns again (`list` imports no ORM, so it cannot derive them from
+    models.Job): each is the model's, by name and by type."""
+    from tpujob.store.models import Attempt, Job
+    from tpujob.store.summaries import _ATTEMPT_FIELDS, JobSummary
+
+    def text(annotation):
+        return getattr(annotation, "__forward_arg__", annotation)
+
+    for name, annotation in JobSummary.__annotations__.items():
+        model = Attempt if name in _ATTEMPT_FIELDS else Job
+        wanted = text(model.__annotations__[name])
+        if model is Attempt and "None" not in wanted:
+            wanted += " | None"  # no attempt yet: the outer join's None
+        assert text(annotation) == wanted, name

@@ -52,8 +52,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from tpujob.errors import SpecError
+
+# The two Google APIs a slice is made through: the Cloud TPU API (nodes, queued resources) and
+# Compute Engine (instances; the only way to TPU7x: Generation.tpu_api). Declared here only, at
+# the bottom, so that the spec (tpu.api, ResolvedSpec.api) and the cloud layer (SliceRequest.api,
+# cloud/apis.TpuApis.for_api) share them without the spec importing the cloud.
+Api = Literal["tpu-vm", "compute"]
+TPU_VM: Final = "tpu-vm"
+COMPUTE: Final = "compute"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """Every name tpujob derives from a job: its id as shown, its cloud resources, its directories on
-the hosts and in its run dir, and the labels that tie cloud resources back to it. Derived, never
+the hosts (its run dir's: attempt/run_dirs.py), and the labels that tie cloud resources back to it. Derived, never
 random: a retried create of the same attempt finds and adopts what the first try made, and
 `tpujob gc` tells a job's resources by their labels. Pure, and imports nothing (`list` renders ids).
 """
 
 from __future__ import annotations
+
+import re
 
 # Labels on every queued resource, node, disk and snapshot a job creates (`tpujob gc` reads them).
 JOB_LABEL = "tpujob-job"  # the job id, format_job_id
@@ -108,14 +110,12 @@ def host_job_dir(job_id: int | str) -> str:
     return f".tpujob/jobs/{job_id if isinstance(job_id, str) else format_job_id(job_id)}"
 
 
-def host_local_run_dir(home: str, job_id: int) -> str:
-    """TPUJOB_RUN_DIR when the spec has no gs:// run dir: on each host, gone with the slice."""
-    return f"{home}/tpujob-runs/{format_job_id(job_id)}"
-
-
-def run_dir_prefix(prefix: str, job_id: int) -> str:
-    """The job's run dir under the spec's `run_dir: gs://BUCKET/PREFIX`."""
-    return f"{prefix}/{format_job_id(job_id)}" if prefix else format_job_id(job_id)
+def split_gs(url: str) -> tuple[str, str] | None:
+    """gs://BUCKET/PREFIX -> (BUCKET, PREFIX without slashes at its ends); None if not gs://.
+    The one reading of a gs:// location: the spec's check of `run_dir`, the run dir, the setup
+    cache's bucket."""
+    match = re.match(r"^gs://([^/]+)/?(.*)$", url)
+    return (match.group(1), match.group(2).strip("/")) if match else None
 
 
 # ---- on this machine, under $TPUJOB_HOME --------------------------------------------------------

@@ -315,11 +315,20 @@ class SshHostOps:
         """SetupFailed when the slice lacks one of the job's disks (slice_disks.ensure_on_slice)."""
         disks.ensure_on_slice(self.ctx.settings, job, attempt, slice_)
 
+    def program_answers(self, job: Job, attempt: Attempt, slice_: Slice, *,
+                        quick: bool = False) -> list[program.HostStatus]:
+        """Every host's word on the attempt's program (templates/status.sh): the one SSH path
+        that asks, for the sweep (program_status) and for `show` (quick: no retries, 5s to
+        connect, 15s in all: there a dead host is news, not something to wait out)."""
+        host_attempt = self.host_attempt(job, attempt, slice_)
+        with self._group_for(job, attempt, slice_) as held:  # closes a group a setup left open
+            if quick:
+                held.group.retries, held.group.connect_timeout = 0, 5.0
+            return program.status(held.group, host_attempt, timeout=15 if quick else 30)
+
     def program_status(self, job: Job, attempt: Attempt, slice_: Slice) -> tuple[HostObservation, ...]:
         try:
-            host_attempt = self.host_attempt(job, attempt, slice_)
-            with self._group_for(job, attempt, slice_) as held:  # closes a group a setup left open
-                statuses = program.status(held.group, host_attempt, timeout=30)
+            statuses = self.program_answers(job, attempt, slice_)
         except SshAuthRefused as exc:  # OS Login refused the key's registration
             return tuple(HostObservation(Program.REFUSED, refusal=str(exc)) for _ in slice_.hosts)
         except TpujobError:

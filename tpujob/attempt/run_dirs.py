@@ -5,10 +5,9 @@ without SSH (contract.RunDirStatus)."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
-from tpujob.names import RUN_DIR_MOUNT, host_local_run_dir, run_dir_prefix
+from tpujob.names import RUN_DIR_MOUNT, format_job_id, split_gs
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.spec import ResolvedSpec
 
@@ -16,12 +15,6 @@ if TYPE_CHECKING:  # google-cloud-storage is slow to import: only where a client
     from tpujob.cloud.gcs import Gcs, RunFiles
     from tpujob.settings import Settings
     from tpujob.store.models import Attempt, Job
-
-
-def split_gs(url: str) -> tuple[str, str] | None:
-    """gs://BUCKET/PREFIX -> (BUCKET, PREFIX without slashes at its ends); None if not gs://."""
-    match = re.match(r"^gs://([^/]+)/?(.*)$", url)
-    return (match.group(1), match.group(2).strip("/")) if match else None
 
 
 def run_dir_location(spec: ResolvedSpec, job_id: int) -> tuple[str, str] | None:
@@ -33,7 +26,7 @@ def run_dir_location(spec: ResolvedSpec, job_id: int) -> tuple[str, str] | None:
     if parts is None:  # the spec's validation allows gs:// only
         raise ValueError(f"run_dir is not a gs:// location: {run_dir!r}")
     bucket, prefix = parts
-    return bucket, run_dir_prefix(prefix, job_id)
+    return bucket, f"{prefix}/{format_job_id(job_id)}" if prefix else format_job_id(job_id)
 
 
 def host_run_dir(spec: ResolvedSpec, job_id: int) -> str | None:
@@ -43,9 +36,10 @@ def host_run_dir(spec: ResolvedSpec, job_id: int) -> str | None:
 
 
 def host_run_dir_for(spec: ResolvedSpec, job_id: int, ssh_user: str) -> str:
-    """TPUJOB_RUN_DIR on the hosts: on GCS when the spec says so, else host-local."""
+    """TPUJOB_RUN_DIR on the hosts: on GCS when the spec says so, else host-local (on each
+    host, gone with the slice)."""
     home = "/root" if ssh_user == "root" else f"/home/{ssh_user}"
-    return host_run_dir(spec, job_id) or host_local_run_dir(home, job_id)
+    return host_run_dir(spec, job_id) or f"{home}/tpujob-runs/{format_job_id(job_id)}"
 
 
 

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpujob.attempt.run_dirs import split_gs
-from tpujob.names import RUN_DIR_MOUNT
+from tpujob.names import RUN_DIR_MOUNT, split_gs
 from tpujob.spec import ResolvedSpec
 
 if TYPE_CHECKING:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tpujob.catalogue import COMPUTE
 from tpujob.cloud.base import DataDisk
 from tpujob.errors import ConflictError, NotFoundError, SetupFailed, UsageError
 from tpujob.names import JOB_LABEL, clone_name, format_job_id, job_labels, node_names, own_nodes, snapshot_name
@@ -190,7 +191,7 @@ def ensure_on_slice(settings: Settings, job: Job, attempt: Attempt, slice_: Slic
     from tpujob.clients import make_compute
 
     compute = make_compute(settings)
-    if spec.api == "compute":
+    if spec.api == COMPUTE:
         missing = missing_from(compute, spec, job.id, attempt.zone, slice_.data_disks)
     else:
         missing = missing_disks(compute, spec, job.id, attempt.zone,

@@ -165,8 +165,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             render.print_json(data)
             return
-        for key in ("id", "name", "state", "end_reason", "accelerator", "zone", "project", "cloud",
-                    "attempt", "preemptions", "failures", "nan_restarts", "host0_ip", "created_at"):
+        for key in render.JOB_KEYS[:render.JOB_KEYS.index("created_at") + 1]:  # --json's, in its order
             if data[key] is not None:
                 typer.echo(f"{key + ':':<14}{data[key]}")
         if detail.job.bad_hosts:

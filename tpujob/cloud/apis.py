@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-TPU_VM, COMPUTE = "tpu-vm", "compute"
+from tpujob.catalogue import COMPUTE, Api
 
 
 class TpuApis:
@@ -20,7 +20,7 @@ class TpuApis:
         self._compute: Any = None
         self._lock = threading.Lock()  # a sweep's workers may ask for it at once
 
-    def for_api(self, api: str) -> Any:
+    def for_api(self, api: Api) -> Any:
         if api == COMPUTE:
             with self._lock:
                 if self._compute is None:

@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
+from tpujob.catalogue import TPU_VM, Api
+
 
 class SlicePhase(str, enum.Enum):
     """What the orchestrator needs to know about a slice, whatever the API's states say."""
@@ -105,7 +107,7 @@ class SliceRequest:
     slices: int = 1  # multislice: nodes NAME-0 .. NAME-(slices-1), tpujob.cloud.multislice
     node_ids: tuple[str, ...] = ()  # these nodes instead (an elastic attempt's grown ones)
     valid_until_seconds: int | None = None  # queued only: give up waiting after this long
-    api: str = "tpu-vm"  # or "compute": which Cloud of tpujob.cloud.apis creates it
+    api: Api = TPU_VM  # or COMPUTE: which Cloud of tpujob.cloud.apis creates it
     # The Compute Engine path (tpujob.cloud.compute_tpu): provisioning "flex-start" with its
     # run limit, "reservation" with the reservation's name.
     reservation: str | None = None
@@ -206,4 +208,4 @@ class Cloud(Protocol):
                   nodes: Sequence[str] = ()) -> dict[int, list[str]]: ...
     # The Cloud that serves slices made through `api` ("tpu-vm": the Cloud TPU API; "compute":
     # Compute Engine, tpujob.cloud.apis), where the job's spec says which.
-    def for_api(self, api: str) -> Cloud: ...
+    def for_api(self, api: Api) -> Cloud: ...

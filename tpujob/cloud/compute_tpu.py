@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 from google.cloud import compute_v1
 
+from tpujob import catalogue
 from tpujob.cloud.api_calls import emulator_settings, invoke, new_retry
 from tpujob.cloud.base import Slice, SliceRequest, TpuResource
 from tpujob.cloud.compute import COMPUTE, operation_failure, rfc3339
@@ -64,8 +65,8 @@ class ComputeTpuCloud(MigSlices):
     def for_emulator(cls, endpoint: str, **kwargs: Any) -> ComputeTpuCloud:
         return cls(endpoint=endpoint, **emulator_settings(**kwargs))
 
-    def for_api(self, api: str) -> ComputeTpuCloud:
-        if api != "compute":
+    def for_api(self, api: catalogue.Api) -> ComputeTpuCloud:
+        if api != catalogue.COMPUTE:  # not compute.googleapis.com (cloud/compute.COMPUTE)
             raise ConfigError(f"a job on the {api!r} API needs tpujob.cloud.apis.TpuApis, not Compute Engine alone")
         return self
 

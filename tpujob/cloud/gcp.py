@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 from google.cloud import tpu_v2
 from google.protobuf import duration_pb2
 
+from tpujob.catalogue import TPU_VM, Api
 from tpujob.cloud import multislice
 from tpujob.cloud.api_calls import classify, emulator_settings, invoke, new_retry, status_error
 from tpujob.cloud.base import Slice, SlicePhase, SliceRequest, TpuResource
@@ -46,8 +47,8 @@ class GcpCloud:
     def for_emulator(cls, endpoint: str, **kwargs: Any) -> GcpCloud:
         return cls(endpoint=endpoint, **emulator_settings(**kwargs))
 
-    def for_api(self, api: str) -> GcpCloud:
-        if api != "tpu-vm":
+    def for_api(self, api: Api) -> GcpCloud:
+        if api != TPU_VM:
             raise ConfigError(f"a job on the {api!r} API needs tpujob.cloud.apis.TpuApis, not the TPU API alone")
         return self
 

@@ -18,6 +18,7 @@ from typing import Callable
 from tpujob.hosts.fanout import Host, HostGroup, HostResult, Progress
 from tpujob.hosts.scripts import as_command, env_payload, render
 from tpujob.names import host_job_dir
+from tpujob.runtime import contract
 
 MEGASCALE_PORT = 8081  # Levanter's (ray_tpu.py); no Google page names a port for slices made apart
 
@@ -27,8 +28,8 @@ class HostAttempt:
     """What the host scripts need to know about one attempt of a job."""
     job_id: str
     attempt: int
-    coordinator: str           # host 0's address:port (TPUJOB_COORDINATOR)
-    run_dir: str               # the shared run directory (TPUJOB_RUN_DIR)
+    coordinator: str           # host 0's address:port (contract.ENV_COORDINATOR)
+    run_dir: str               # the shared run directory (contract.ENV_RUN_DIR)
     workdir: str               # where the program runs on each host (the synced code)
     job_dir: str = ""          # host-side state; default names.host_job_dir under the home
     env: dict[str, str] = field(default_factory=dict)       # the spec's env
@@ -42,11 +43,11 @@ class HostAttempt:
 
     def environment(self, host: Host, num_hosts: int) -> dict[str, str]:
         """The runtime contract, then the spec's env, then secrets (later ones win)."""
-        return {"TPUJOB_JOB_ID": self.job_id, "TPUJOB_ATTEMPT": str(self.attempt),
-                "TPUJOB_HOST_INDEX": str(host.index), "TPUJOB_NUM_HOSTS": str(num_hosts),
-                "TPUJOB_COORDINATOR": self.coordinator, "TPUJOB_RUN_DIR": self.run_dir,
+        return {contract.ENV_JOB_ID: self.job_id, contract.ENV_ATTEMPT: str(self.attempt),
+                contract.ENV_HOST_INDEX: str(host.index), contract.ENV_NUM_HOSTS: str(num_hosts),
+                contract.ENV_COORDINATOR: self.coordinator, contract.ENV_RUN_DIR: self.run_dir,
                 **self._megascale(host, num_hosts),
-                **({"TPUJOB_MAX_SLICES": str(self.max_slices)} if self.max_slices > self.slices else {}),
+                **({contract.ENV_MAX_SLICES: str(self.max_slices)} if self.max_slices > self.slices else {}),
                 **self.env, **self.secrets}
 
     def _megascale(self, host: Host, num_hosts: int) -> dict[str, str]:
@@ -57,7 +58,7 @@ class HostAttempt:
             return {}
         per_slice = num_hosts // self.slices
         return {"MEGASCALE_COORDINATOR_ADDRESS": f"{self.coordinator.rsplit(':', 1)[0]}:{MEGASCALE_PORT}",
-                "MEGASCALE_NUM_SLICES": str(self.slices), "MEGASCALE_SLICE_ID": str(host.index // per_slice),
+                contract.ENV_NUM_SLICES: str(self.slices), "MEGASCALE_SLICE_ID": str(host.index // per_slice),
                 "MEGASCALE_PORT": str(MEGASCALE_PORT)}
 
 

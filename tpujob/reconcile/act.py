@@ -127,15 +127,23 @@ class Actor:
             host_act.unmount(self, turn, turn.attempt)
         return done()
 
-    def _mark_unhealthy(self, turn: Turn, action: MarkUnhealthy) -> Outcome:
+    # The unhealthy mark: written here only (a Move clears it with the transition, a new
+    # attempt starts without it); decide reads its age (JobView.unhealthy_seconds) and judges.
+    def mark_unhealthy(self, job: Job, kind: str, event: str) -> None:
         with self.store.atomic():  # the mark and its event together
-            self.store.update(turn.job.id, unhealthy_since=self.clock())
-            self.store.add_event(turn.job.id, "health", f"{action.why or 'hosts unreachable or program missing'}; "
-                                 "re-checking")
+            self.store.update(job.id, unhealthy_since=self.clock())
+            self.store.add_event(job.id, kind, event)
+
+    def clear_unhealthy(self, job: Job) -> None:
+        self.store.update(job.id, unhealthy_since=None)
+
+    def _mark_unhealthy(self, turn: Turn, action: MarkUnhealthy) -> Outcome:
+        self.mark_unhealthy(turn.job, "health", f"{action.why or 'hosts unreachable or program missing'}; "
+                            "re-checking")
         return done()
 
     def _clear_unhealthy(self, turn: Turn, action: ClearUnhealthy) -> Outcome:
-        self.store.update(turn.job.id, unhealthy_since=None)
+        self.clear_unhealthy(turn.job)
         return done()
 
     # -- what the slice and host handlers share ------------------------------------------------

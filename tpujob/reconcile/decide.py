@@ -39,6 +39,7 @@ from tpujob.reconcile.observation import (
     SliceCondition,
 )
 from tpujob.reconcile.policy import Policy
+from tpujob.runtime import contract
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, EndReason, State
 
@@ -191,7 +192,7 @@ def _ssh_refused(job: JobView, why: str) -> list[Action]:
 
 def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     run = obs.run_dir or RunDirStatus()
-    if run.state == "succeeded" and not any(h.program == Program.RUNNING for h in obs.hosts):
+    if run.state == contract.STATE_SUCCEEDED and not any(h.program == Program.RUNNING for h in obs.hosts):
         # The program said so in the run dir: done, whatever became of the hosts since (a
         # successful run is never re-run, even when a host is unreachable or the slice is gone).
         actions = [EndAttempt(AttemptEnd.SUCCEEDED),
@@ -209,8 +210,8 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
         return _ssh_refused(job, refused)
     codes = [h.exit_code for h in hosts if h.program == Program.EXITED]
     # status.json's verdict counts as host 0's exit code (it is what host 0 exits with).
-    codes += {"nan": [policy.nan_exit_code], "preempted": [policy.preempted_exit_code],
-              "failed": [run.exit_code or 1]}.get(run.state or "", [])
+    codes += {contract.STATE_NAN: [policy.nan_exit_code], contract.STATE_PREEMPTED: [policy.preempted_exit_code],
+              contract.STATE_FAILED: [run.exit_code or 1]}.get(run.state or "", [])
     hung = run.heartbeat_age is not None and run.heartbeat_age > policy.heartbeat_timeout_seconds
     gone = [i for i, h in enumerate(hosts) if h.program in (Program.UNREACHABLE, Program.MISSING)]
     unhealthy = bool(gone) or not hosts or hung
@@ -228,7 +229,7 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if first is not None and first[1].bad_host:
         return spend_bad_host(job, policy, first[0], first[1].bad_host)
     failed = [c for c in codes if c != 0]
-    said = f" (status.json: {run.message})" if run.state == "failed" and run.message else ""
+    said = f" (status.json: {run.message})" if run.state == contract.STATE_FAILED and run.message else ""
     fatal = [c for c in failed if c in policy.fatal_exit_codes]
     if fatal:
         return spend_failure(job, policy, AttemptEnd.FAILED, f"program exited {fatal[0]}{exit_meaning(fatal[0])}"

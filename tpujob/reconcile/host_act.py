@@ -12,8 +12,7 @@ from tpujob.errors import HostsUnreachable, SetupFailed, SshAuthRefused, TpujobE
 from tpujob.faults import crash_point
 from tpujob.reconcile import elastic_act
 from tpujob.reconcile.actions import Launch, SetUp, StopProgram
-from tpujob.reconcile.observation import Observation, Setup, SliceCondition
-from tpujob.reconcile.observe import PHASES
+from tpujob.reconcile.observation import Observation, Setup, SliceCondition, condition_of
 from tpujob.reconcile.outcome import Outcome, done, retry_after, setup_failed, ssh_refused
 from tpujob.spec.stored import spec_of
 from tpujob.store.models import Attempt, Job
@@ -75,17 +74,17 @@ def _retry_setup(actor: Actor, turn: Turn, exc: TpujobError) -> Outcome:
     """Setup goes on at the next sweep. A host that cannot be reached marks the job
     unhealthy from the first such round (decide replaces the slice once that lasts past the
     unhealthy grace: a host that died in setup never answers again, however long setup may
-    take); any other trouble clears the mark. One event per mark, not one per sweep."""
+    take); any other trouble clears the mark. One event per mark, not one per sweep. The one
+    mark not asked for by decide: only this handler sees the setup step's unreachable hosts
+    (decide still judges how long the mark lasts); Actor writes it, as for MarkUnhealthy."""
     job = turn.job
     unreachable = isinstance(exc, HostsUnreachable)
     if unreachable and job.unhealthy_since is None:
-        with actor.store.atomic():  # the mark and its event together
-            actor.store.update(job.id, unhealthy_since=actor.clock())
-            actor.store.add_event(job.id, "setup", f"setup will be retried: {exc}; the slice is "
-                                  "replaced if its hosts stay unreachable")
+        actor.mark_unhealthy(job, "setup", f"setup will be retried: {exc}; the slice is "
+                             "replaced if its hosts stay unreachable")
     elif not unreachable:
         if job.unhealthy_since is not None:
-            actor.store.update(job.id, unhealthy_since=None)
+            actor.clear_unhealthy(job)
         actor.store.add_event(job.id, "setup", f"setup will be retried: {exc}")
     return retry_after(str(exc))
 
@@ -97,10 +96,12 @@ def _lost_under_setup(actor: Actor, job: Job, attempt: Attempt) -> Slice | None:
         again = actor.slice_of(job, attempt)
     except TpujobError:
         return None
-    return again if PHASES[again.phase] in (SliceCondition.LOST, SliceCondition.ABSENT) else None
+    return again if condition_of(again.phase) in (SliceCondition.LOST, SliceCondition.ABSENT) else None
 
 
 def stop_program(actor: Actor, turn: Turn, action: StopProgram) -> Outcome:
+    """The hosts' stop (HostOps.stop_program), as cancel and delete run it too (service/jobs.
+    _stop_program); here a failed stop is an event and the sweep goes on, there it refuses."""
     if action.survivors:
         elastic_act.stop_survivors(actor, turn, action)
         return done()

@@ -7,11 +7,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from typing_extensions import assert_never
+
+from tpujob.cloud.base import SlicePhase
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.store.states import AttemptEnd, State
 
 
 class SliceCondition(str, Enum):
+    """A slice as decide acts on it. Two layers, not one idea written twice: the cloud's
+    SlicePhase (cloud/base.py) says what the API says (QUEUED, PREEMPTED, FAILED, DELETING apart:
+    cloud/multislice.py and the elastic growth tell them apart); a SliceCondition folds those
+    into what decide does about them (condition_of, the one table) and adds the create's
+    refusals, which no listing shows (observe.refusal_of)."""
     ABSENT = "ABSENT"  # no node and no queued resource by the attempt's name
     WAITING = "WAITING"  # queued resource accepted, waiting for capacity
     PROVISIONING = "PROVISIONING"  # capacity found, node being created
@@ -21,6 +29,22 @@ class SliceCondition(str, Enum):
     REFUSED = "REFUSED"  # the create was refused for good: bad request, permission, missing snapshot
     NO_QUOTA = "NO_QUOTA"  # the create was refused because a resource quota is spent
     UNAVAILABLE = "UNAVAILABLE"  # the create was refused: the zone does not offer the accelerator
+
+
+def condition_of(phase: SlicePhase) -> SliceCondition:
+    """The one table from the cloud's phase to decide's condition (mypy checks it is whole).
+    DELETING is a slice on its way out: lost, as a preempted or failed one is."""
+    if phase is SlicePhase.QUEUED:
+        return SliceCondition.WAITING
+    if phase is SlicePhase.PROVISIONING:
+        return SliceCondition.PROVISIONING
+    if phase is SlicePhase.READY:
+        return SliceCondition.READY
+    if phase is SlicePhase.PREEMPTED or phase is SlicePhase.FAILED or phase is SlicePhase.DELETING:
+        return SliceCondition.LOST
+    if phase is SlicePhase.GONE:
+        return SliceCondition.ABSENT
+    assert_never(phase)
 
 
 class Program(str, Enum):

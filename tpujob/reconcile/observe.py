@@ -18,7 +18,7 @@ from tpujob.errors import (
     TpujobError,
 )
 from tpujob.names import growing_state, own_nodes
-from tpujob.reconcile.observation import HostObservation, Observation, SetupSeen, SliceCondition
+from tpujob.reconcile.observation import HostObservation, Observation, SetupSeen, SliceCondition, condition_of
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.spec.stored import api_of
 from tpujob.store.models import Attempt, Job
@@ -27,21 +27,10 @@ from tpujob.store.states import State
 if TYPE_CHECKING:
     from tpujob.store.repository import Store
 
-# Cloud phases as decide sees them. DELETING is a slice on its way out: lost.
-PHASES = {
-    SlicePhase.QUEUED: SliceCondition.WAITING,
-    SlicePhase.PROVISIONING: SliceCondition.PROVISIONING,
-    SlicePhase.READY: SliceCondition.READY,
-    SlicePhase.PREEMPTED: SliceCondition.LOST,
-    SlicePhase.FAILED: SliceCondition.LOST,
-    SlicePhase.DELETING: SliceCondition.LOST,
-    SlicePhase.GONE: SliceCondition.ABSENT,
-}
-
-
 
 def refusal_of(exc: BaseException) -> tuple[SliceCondition, str | None]:
-    """How decide sees a create refused, or a queued resource that ended FAILED, with the same
+    """The refusal kinds of SliceCondition, which no cloud phase carries (condition_of is the
+    rest): how decide sees a create refused, or a queued resource that ended FAILED, with the same
     typed error (tpujob.cloud.api_calls): the condition, and how far it reaches ("zone", "region",
     or None: the placement itself)."""
     if isinstance(exc, SlicePreempted):
@@ -149,7 +138,7 @@ class Observer:
         running jobs would take minutes. {job id: (attempt number, slice name, statuses)}."""
         wanted = [(job, attempt, slice_) for job, attempt in running
                   for slice_ in [listed_slice(slices, attempt)]
-                  if slice_ is not None and PHASES[slice_.phase] == SliceCondition.READY]
+                  if slice_ is not None and condition_of(slice_.phase) == SliceCondition.READY]
         if len(wanted) < 2:
             return {}  # nothing to overlap: `observe` asks as it goes
 
@@ -175,7 +164,7 @@ class Observer:
         return found
 
     def observe(self, job: Job, attempt: Attempt | None, slice_: Slice | None) -> Observation:
-        phase = PHASES[slice_.phase] if slice_ is not None else SliceCondition.ABSENT
+        phase = condition_of(slice_.phase) if slice_ is not None else SliceCondition.ABSENT
         hosts: tuple[HostObservation, ...] = ()
         # (slice_of finds no slice without an attempt: a slice READY or LOST has both.)
         if slice_ is not None and attempt is not None and phase == SliceCondition.READY \
@@ -229,7 +218,7 @@ class Observer:
                                                           slices=len(nodes), nodes=list(nodes))
         if grown.phase == SlicePhase.READY:
             return "ready", ""
-        if grown.phase in (SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.DELETING):
+        if condition_of(grown.phase) == SliceCondition.LOST:
             return "failed", f"{', '.join(nodes)}: {grown.node_state}"
         if grown.phase == SlicePhase.GONE or any(k in grown.lost_slices for k in range(len(nodes))):
             operations = " ".join(op for op in nodes.values() if op)

@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpujob.catalogue import COMPUTE
 from tpujob.store.states import AttemptEnd
 
 if TYPE_CHECKING:
@@ -74,10 +75,6 @@ class Policy:
 JITTER = 0.2
 
 
-def placements(spec: ResolvedSpec) -> list[tuple[str, str]]:
-    """[(accelerator, zone)] of the primary placement then each fallback, from a resolved spec."""
-    first = (spec.accelerator, spec.zone)
-    return [first] + [(fb.accelerator or first[0], fb.zone or first[1]) for fb in spec.spec.tpu.fallback]
 
 
 def policy_of(spec: ResolvedSpec) -> Policy:
@@ -116,6 +113,6 @@ def runtime_version(spec: ResolvedSpec, accelerator: str) -> str:
     from tpujob.catalogue import accelerator as lookup
     from tpujob.compute_shapes import compute_shape
 
-    if spec.api == "compute":  # a Compute Engine TPU VM boots an image family, not a TPU runtime
+    if spec.api == COMPUTE:  # a Compute Engine TPU VM boots an image family, not a TPU runtime
         return compute_shape(accelerator).image_family
     return lookup(accelerator).generation.runtime_version

@@ -22,7 +22,7 @@ from tpujob.reconcile.decide import decide
 from tpujob.reconcile.observation import JobView
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices, listed_slice
 from tpujob.reconcile.outcome import Outcome
-from tpujob.reconcile.policy import Policy, placements, policy_of
+from tpujob.reconcile.policy import Policy, policy_of
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
@@ -307,7 +307,7 @@ class Reconciler:
         now = self.clock()
         spec = spec_of(job)
         reuse = bool(attempt is not None and attempt.end_reason in _REUSABLE)
-        options = placements(spec)
+        options = spec.placements()
         # Only where a refused create is decided on: the attempts are one more query per job.
         choosing = len(options) > 1 and State(job.state) == State.PROVISIONING
         return JobView(

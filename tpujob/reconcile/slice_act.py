@@ -25,10 +25,9 @@ from tpujob.names import nodes_to_delete, own_nodes
 from tpujob.reconcile import elastic_act
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.actions import CreateSlice, DeleteSlice, StartAttempt
-from tpujob.reconcile.observation import Observation, SliceCondition
-from tpujob.reconcile.observe import PHASES, refusal_of
+from tpujob.reconcile.observation import Observation, SliceCondition, condition_of
+from tpujob.reconcile.observe import refusal_of
 from tpujob.reconcile.outcome import Outcome, done, refused, retry_after
-from tpujob.reconcile.policy import placements
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import State
@@ -50,7 +49,7 @@ def start_attempt(actor: Actor, turn: Turn, action: StartAttempt) -> Outcome:
             slices=attempt.slices, nodes=list(own_nodes(attempt)) or None, owner=actor.actor)
         turn.state = State.SETTING_UP
         return done()
-    options = placements(spec)
+    options = spec.placements()
     # Past the last fallback, back to the primary: capacity comes back where it was missing.
     # Placements refused for good (the zone does not offer the accelerator, or the region's
     # quota is spent) are passed over.
@@ -147,7 +146,7 @@ def _earlier_create(actor: Actor, job: Job, attempt: Attempt) -> Outcome | None:
     else:
         node = actor.slice_of(job, attempt)
         if node.phase != SlicePhase.GONE:
-            return done(Observation(slice=PHASES[node.phase]), node)
+            return done(Observation(slice=condition_of(node.phase)), node)
         raise SlicePreempted(f"node {attempt.slice_name} was created, then went away")
     actor.store.record_create_operation(job.id, attempt.number, None)
     return None

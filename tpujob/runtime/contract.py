@@ -67,6 +67,9 @@ CHECKPOINT_DIR = "checkpoints"
 # sent by the orchestrator to each host before it ends a hung program (docs/runtime.md).
 STACKS_SIGNAL = signal.SIGUSR1
 
+# The heartbeat is one JSON object: job_id, attempt, host, total, time, step, phase,
+# resumed_from, startup, progress_time (runtime/metrics.Heartbeat writes it; templates/status.sh
+# reads attempt, step, total, resumed_from and progress_time, and the sweep reads them there).
 # The heartbeat is rewritten at least this often while the program lives.
 HEARTBEAT_MAX_INTERVAL_S = 30
 

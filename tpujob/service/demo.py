@@ -62,7 +62,7 @@ def _run_dir_bucket(path: Path) -> str | None:
     """The bucket of the spec's `run_dir: gs://BUCKET/...`, if it names one (create validates)."""
     import yaml
 
-    from tpujob.attempt.run_dirs import split_gs
+    from tpujob.names import split_gs
 
     try:
         data = yaml.safe_load(path.read_text())

@@ -214,7 +214,7 @@ class _Owners:
 
 def _compute_tpus(cloud) -> Any:
     """The Compute Engine TPU path of a TpuApis (tpujob.cloud.apis)."""
-    return cloud.for_api("compute")
+    return cloud.for_api(catalogue.COMPUTE)
 
 
 def _tpu_resources(cloud, project: str, zone: str) -> list:

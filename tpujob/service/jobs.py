@@ -51,12 +51,9 @@ def placement_warnings(resolved: ResolvedSpec, *, strict: bool = False) -> list[
     the table may lag Google's live list, or with `strict` a UsageError (exit 2)."""
     from tpujob.catalogue import placement_warning
 
-    tpu = resolved.spec.tpu
-    where = [("tpu", resolved.accelerator, resolved.zone)] + [
-        (f"tpu.fallback[{i}]", fb.accelerator or resolved.accelerator, fb.zone or resolved.zone)
-        for i, fb in enumerate(tpu.fallback)]
+    keys = ["tpu"] + [f"tpu.fallback[{i}]" for i in range(len(resolved.spec.tpu.fallback))]
     warnings = []
-    for key, accelerator, zone in where:
+    for key, (accelerator, zone) in zip(keys, resolved.placements()):
         said = placement_warning(accelerator, zone)
         if said is None:
             continue
@@ -241,7 +238,9 @@ def show(ctx: Context, ref: str) -> JobDetail:
 def _stop_program(ctx: Context, job, cloud) -> None:
     """Stop the current attempt's program where its slice is READY, then unmount the job's
     disks and buckets there. CloudError (nothing recorded) when a host of a READY slice failed
-    to stop it; a slice that is gone, or went away meanwhile, has no program left to stop."""
+    to stop it; a slice that is gone, or went away meanwhile, has no program left to stop.
+    The steps are SshHostOps' (stop_program, unmount), as the sweep's are (host_act); only the
+    policy differs, on purpose: here a failed stop refuses the cancel, there it is an event."""
     from tpujob.attempt.hosts import SshHostOps
     from tpujob.cloud.base import SlicePhase
 

@@ -351,9 +351,10 @@ def _interactive(client, in_fd: int, out_fd: int) -> int:
 
 def host_status(ctx: Context, job) -> list[HostProgram]:
     """Each host's view of the current attempt's program, when the job's slice is READY; an
-    empty list when it has no slice or the slice is not READY. Unreachable hosts say so."""
+    empty list when it has no slice or the slice is not READY. Unreachable hosts say so. Asked
+    as the sweep asks (SshHostOps.program_answers), quickly."""
+    from tpujob.attempt.hosts import SshHostOps, external_ips
     from tpujob.cloud.base import SlicePhase
-    from tpujob.hosts import program
 
     if not job.attempt:
         return []
@@ -362,17 +363,7 @@ def host_status(ctx: Context, job) -> list[HostProgram]:
     slice_ = _slice(cloud, job, row)
     if slice_ is None or slice_.phase != SlicePhase.READY:
         return []
-    from tpujob.attempt.hosts import external_ips
-
     ips = {h.index: h.address(external_ips(job)) for h in slice_.hosts}
-    group = _group(ctx, cloud, job, row, slice_, None)
-    group.retries, group.connect_timeout = 0, 5.0   # `show` answers fast; a dead host is news
-    from tpujob.attempt.run_dirs import host_run_dir_for
-    from tpujob.spec.stored import spec_of
-
-    run_dir = host_run_dir_for(spec_of(job), job.id, group.user)  # OS Login's user, where it is on
-    attempt = program.HostAttempt(format_job_id(job.id), row.number, "", run_dir, "")
-    with group:
-        statuses = program.status(group, attempt, timeout=15)
+    statuses = SshHostOps(ctx, cloud).program_answers(job, row, slice_, quick=True)
     return [HostProgram(s.index, ips.get(s.index, ""), s.state, s.exit_code, s.error, s.step)
             for s in statuses]

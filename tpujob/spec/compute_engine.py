@@ -5,15 +5,12 @@ reservation's name, max_run_duration's limits, and the machine shape (ComputePla
 from __future__ import annotations
 
 import re
-from typing import Literal
 
-from tpujob.catalogue import Accelerator
+from tpujob.catalogue import COMPUTE, TPU_VM, Accelerator, Api
 from tpujob.compute_shapes import NoComputeShape, compute_shape
 from tpujob.errors import SpecError
 from tpujob.spec.lines import field_error
 from tpujob.spec.models import ComputePlacement, JobSpec
-
-Api = Literal["tpu-vm", "compute"]  # the API a slice is made through (ResolvedSpec.api)
 
 # Compute Engine's limits on scheduling.maxRunDuration: flex-start VMs "run up to seven days"
 # (https://cloud.google.com/compute/docs/tpus/tpu-machines); any other VM from 30 seconds to
@@ -37,8 +34,8 @@ def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlac
     API is not supported on TPU7x and later", shared/facts/compute-engine-tpu.md), tpu-vm
     otherwise; compute only for v5p, v6e, TPU7x (tpujob.compute_shapes.COMPUTE_FORMS)."""
     tpu = spec.tpu
-    api: Api = tpu.api if tpu.api != "auto" else ("tpu-vm" if acc.generation.tpu_api else "compute")
-    if api == "tpu-vm":
+    api: Api = tpu.api if tpu.api != "auto" else (TPU_VM if acc.generation.tpu_api else COMPUTE)
+    if api == TPU_VM:
         if not acc.generation.tpu_api:
             raise field_error(f"the Cloud TPU API does not serve {acc.generation.alias} (Google: not supported on "
                               f"TPU7x and later); use api: compute (or auto)", ("tpu", "api"), lines)
@@ -54,7 +51,7 @@ def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlac
     try:
         shape = compute_shape(acc)
     except NoComputeShape as exc:
-        raise field_error(str(exc), ("tpu", "api") if tpu.api == "compute" else ("tpu", "accelerator"), lines) from None
+        raise field_error(str(exc), ("tpu", "api") if tpu.api == COMPUTE else ("tpu", "accelerator"), lines) from None
     if tpu.provisioning == "preemptible":
         raise field_error("legacy preemptible VMs are a TPU API option; Compute Engine TPU VMs are spot, "
                           "on-demand, flex-start or reservation: use provisioning: spot",
@@ -98,10 +95,10 @@ def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlac
 
 def check_fallback_api(api: str, alt: Accelerator, where: tuple, lines) -> None:
     """Every placement is made through the job's API: a fallback accelerator must exist there."""
-    if api == "tpu-vm" and not alt.generation.tpu_api:
+    if api == TPU_VM and not alt.generation.tpu_api:
         raise field_error(f"{alt.name}: the Cloud TPU API does not serve {alt.generation.alias}, and this job's "
                           "slices are made through it (tpu.api)", where, lines)
-    if api == "compute":
+    if api == COMPUTE:
         try:
             compute_shape(alt)
         except NoComputeShape as exc:

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tpujob.catalogue import TPU_VM, Api
+
 JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # GCE disk/snapshot names
 BUCKET_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
@@ -17,7 +19,6 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # and zones page, https://cloud.google.com/tpu/docs/regions-zones).
 ZONE_NAME = re.compile(r"^[a-z]+-[a-z]+[0-9]+-(?:[a-z]|ai[0-9]+[a-z])$")
 PROVISIONING = ("spot", "on-demand", "preemptible", "flex-start", "reservation")
-API = ("auto", "tpu-vm", "compute")
 # tpu.max_run_duration: seconds, or a duration like 24h, 90m, 1d12h.
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -91,7 +92,7 @@ class TpuSpec(_Model):
     # Which Google API makes the slice: the Cloud TPU API (nodes, queued resources), Compute
     # Engine (instances; a multi-host slice is a BULK MIG with a workload policy), or auto:
     # compute for generations the TPU API does not serve (TPU7x), tpu-vm otherwise.
-    api: Literal["auto", "tpu-vm", "compute"] = "auto"
+    api: Literal["auto", Api] = "auto"
     # flex-start and reservation: Compute Engine only (api: compute).
     provisioning: Literal["spot", "on-demand", "preemptible", "flex-start", "reservation"] = "spot"
     reservation: str | None = None  # the reservation a `reservation` job consumes
@@ -106,6 +107,13 @@ class TpuSpec(_Model):
     slices: int | SliceRange = 1
     fallback: list[Fallback] = Field(default_factory=list)
     network: NetworkSpec = Field(default_factory=NetworkSpec)
+
+    def placements(self, accelerator: str, zone: str) -> list[tuple[str, str]]:
+        """[(accelerator, zone)] of the primary placement (given as resolved: the zone may come
+        from settings), then each fallback, which keeps the primary's where it names none. The
+        one list of a job's placements: the spec's checks, create's warnings, the index decide
+        and the store keep (Job.placement), the sweep's choice (reconcile/placement.py)."""
+        return [(accelerator, zone)] + [(fb.accelerator or accelerator, fb.zone or zone) for fb in self.fallback]
 
     @field_validator("max_run_duration", mode="before")
     @classmethod
@@ -342,7 +350,7 @@ class ResolvedSpec(BaseModel):
     sync_path: str | None
     # What the cloud layer builds its request from. A spec recorded before these existed was a
     # TPU API one: api tpu-vm, its spec's provisioning, no reservation or run limit.
-    api: Literal["tpu-vm", "compute"] = "tpu-vm"
+    api: Api = TPU_VM
     provisioning: str = ""  # the spec's (filled in from it when missing)
     reservation: str | None = None
     max_run_duration_seconds: int | None = None
@@ -353,6 +361,10 @@ class ResolvedSpec(BaseModel):
         if not self.provisioning:
             object.__setattr__(self, "provisioning", self.spec.tpu.provisioning)
         return self
+
+    def placements(self) -> list[tuple[str, str]]:
+        """The job's placements, the primary first (TpuSpec.placements)."""
+        return self.spec.tpu.placements(self.accelerator, self.zone)
 
     def to_json_dict(self) -> dict:
         """What the store keeps (a literal webhook URL included: the sweep sends to it)."""

@@ -6,11 +6,11 @@ compute_engine.py."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from tpujob.catalogue import NEVER_READ_ONLY, Accelerator, accelerator
+from tpujob.catalogue import COMPUTE, NEVER_READ_ONLY, Accelerator, accelerator
 from tpujob.errors import SpecError
+from tpujob.names import split_gs
 from tpujob.spec.compute_engine import check_fallback_api, choose_api
 from tpujob.spec.lines import dotted, field_error, parse
 from tpujob.spec.models import (
@@ -220,7 +220,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
     if not project:
         raise field_error("no project: set tpu.project or `tpujob config set project ID`", ("tpu", "project"), lines)
     api, compute = choose_api(spec, acc, lines)
-    if api == "compute" and spec.tpu.queued:
+    if api == COMPUTE and spec.tpu.queued:
         # The default (queued: true) is the TPU API's: on Compute Engine the VMs are made directly.
         spec = spec.model_copy(update={"tpu": spec.tpu.model_copy(update={"queued": False})})
     if spec.tpu.queued and spec.tpu.provisioning == "preemptible":
@@ -288,8 +288,8 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         raise field_error("run.workdir is empty", ("run", "workdir"), lines)
 
     if spec.run_dir is not None:
-        match = re.match(r"^gs://([^/]+)(/.*)?$", spec.run_dir)
-        if not match or not BUCKET_NAME.match(match.group(1)):
+        located = split_gs(spec.run_dir)
+        if not located or not BUCKET_NAME.match(located[0]):
             raise field_error(f"run_dir must be a gs://BUCKET/PATH location, not {spec.run_dir!r}", ("run_dir",), lines)
     _check_shared_run_dir(spec, acc, lines)
 
@@ -321,7 +321,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
             _check_slices(spec, alt, base + ("accelerator",), lines)
             _check_disks(spec, alt, lines, f"fallback {alt.name}", chosen=disk_types)
             _check_shared_run_dir(spec, alt, lines)
-    _check_network(spec.tpu.network, [zone] + [f.zone for f in spec.tpu.fallback if f.zone], lines)
+    _check_network(spec.tpu.network, [z for _, z in spec.tpu.placements(acc.name, zone)], lines)
     _check_notify(spec.notify, lines)
 
     return ResolvedSpec(

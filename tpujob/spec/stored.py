@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from tpujob.catalogue import Api
 from tpujob.spec import ResolvedSpec
 
 
@@ -21,7 +22,7 @@ def spec_of(job) -> ResolvedSpec:
     return _parse(job.spec_json)
 
 
-def api_of(job) -> str:
+def api_of(job) -> Api:
     """Which of Google's TPU APIs the job's slices go through: "tpu-vm" (the Cloud TPU API) or
     "compute" (Compute Engine), as its spec resolved `tpu.api` (a spec recorded before the
     field existed: the TPU API)."""
