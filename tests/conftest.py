@@ -16,13 +16,6 @@ _SETTING_VARS = ("TPUJOB_CLOUD", "TPUJOB_PROJECT", "TPUJOB_ZONE", "TPUJOB_SSH_US
                  "TPUJOB_SMTP_PASSWORD", "TPUJOB_NOTIFY_TIMEOUT", "TPUJOB_SSH_OS_LOGIN")
 
 
-def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto`: two workers a core. The end-to-end tests spend most of their time waiting on
-    emulated hosts, slices and sweeps (the slow tests at one worker a core kept the cores 60%
-    busy), so a worker a core leaves half the machine idle."""
-    return 2 * (os.cpu_count() or 1)
-
-
 def _expected_length(item: pytest.Item) -> float:
     """How long a test is expected to take, from its own timeout mark (the long end-to-end
     tests carry one sized to them), slow tests before the rest."""

@@ -49,7 +49,7 @@ def test_both_commands_start_with_the_setup_script(commands):
     # (tests/test_setup_script.py), which check the code before the tests run.
     assert demo.split(" && ")[0] == "scripts/setup"
     assert tests.split(" && ") == ["scripts/setup --test", ".venv/bin/ruff check .", ".venv/bin/mypy",
-                                   ".venv/bin/pytest -q"]
+                                   ".venv/bin/pytest -q -n auto --dist loadgroup"]
     assert (ROOT / "scripts" / "setup").is_file()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "tpujob" in project["scripts"]  # what .venv/bin/tpujob is
