@@ -126,13 +126,14 @@ def test_the_dashboard_shows_a_preempted_job_and_cancels_it(cli, local_cloud, sh
         lines = blob.download_as_bytes().decode().splitlines() if blob is not None else []
         return any(json.loads(line)["time"] > since for line in lines if line.strip())
 
-    # Two attempts that trained and were preempted with spot's notice: gcsfuse uploads a file
-    # at close, so an attempt's metrics reach the bucket when its program ends.
+    # Two attempts that trained and were preempted: gcsfuse uploads a file at close, so an
+    # attempt's metrics reach the bucket when its program ends. Standard's 120 s notice: the
+    # hosts are off once the save is done, and a save beside the heaviest tests may take 30 s.
     for number in (1, 2):
         data = _requeue_until(cli, lambda d, number=number: d["attempt"] == number and d["state"] == "RUNNING"
                               and (d["attempts"][-1]["last_step"] or 0)
                               >= (d["attempts"][-1]["resumed_from_step"] or 0) + 6, 180, f"attempt {number} trains")
-        local_cloud.preempt(node_ref(project, ZONE, data["attempts"][-1]["slice_name"]), grace_seconds=30)
+        local_cloud.preempt(node_ref(project, ZONE, data["attempts"][-1]["slice_name"]), grace_seconds=120)
     _requeue_until(cli, lambda d: d["attempt"] == 3 and d["state"] == "RUNNING", 180, "attempt 3 runs")
     from tpujob.service.context import Context
 
