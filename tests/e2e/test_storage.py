@@ -181,7 +181,9 @@ run_dir: gs://shared-runs/exp
 run:
   command: |
     if [ "$TPUJOB_HOST_INDEX" = 0 ]; then echo from-host-0 > /mnt/shared/hello.txt; fi
-    for i in $(seq 600); do [ -f /mnt/shared/hello.txt ] && break; sleep 0.2; done  # 2 min: a loaded CI
+    # -s, not -f: the create's truncate may reach the bucket before the line does (seen once
+    # under load: a host read the empty object). 2 min: a loaded CI.
+    for i in $(seq 600); do [ -s /mnt/shared/hello.txt ] && break; sleep 0.2; done
     cat /mnt/shared/hello.txt > "$HOME/seen"
     if [ "$TPUJOB_HOST_INDEX" = 0 ]; then
       printf '{{"time": 0, "step": 42, "phase": "exiting"}}' > "$TPUJOB_RUN_DIR/heartbeat"
