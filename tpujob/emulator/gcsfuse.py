@@ -30,6 +30,9 @@ import tempfile
 import threading
 import time
 
+# How the emulated gcsfuse runs (`python -m MODULE`): the hosts' shim execs it, and a
+# preempted host's shutdown knows its mount daemons by it (host_processes.is_mount_daemon).
+MODULE = "tpujob.emulator.gcsfuse"
 _IGNORED = ("--stat-cache-max-size-mb", "--type-cache-max-size-mb", "--kernel-list-cache-ttl-secs",
             "--uid", "--gid", "--file-mode", "--dir-mode", "--temp-dir", "--log-file")
 
@@ -338,8 +341,8 @@ def serve(args: argparse.Namespace) -> None:
         bucket, args.only_dir, args.metadata_cache_ttl_secs, args.implicit_dirs)
     ops.rename_dir_limit = args.rename_dir_limit
     # A preemption sends SIGTERM to every process of the host: the mount must outlive it, so
-    # that the program's SIGTERM checkpoint reaches the bucket (SIGKILL at the end of the
-    # grace, or an unmount, ends it).
+    # that the program's SIGTERM checkpoint reaches the bucket (SIGKILL once the host's other
+    # processes are gone or the grace is over, or an unmount, ends it).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     options = {o for opt in args.options for o in opt.split(",") if o}
     try:
@@ -368,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
     # One log per mount: a failed mount's lines are its own, to be repeated below.
     fd, log_path = tempfile.mkstemp(prefix=f"gcsfuse-{args.bucket}-", suffix=".log", dir="/tmp")
     with os.fdopen(fd, "ab") as log:
-        child = subprocess.Popen([sys.executable, "-m", "tpujob.emulator.gcsfuse", "--foreground",
+        child = subprocess.Popen([sys.executable, "-m", MODULE, "--foreground",
                                   *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                  start_new_session=True)
     deadline = time.monotonic() + 30

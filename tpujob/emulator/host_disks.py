@@ -15,6 +15,8 @@ import pathlib
 import subprocess
 import sys
 
+from tpujob.emulator import gcsfuse
+
 _OPEN_TREE, _MOVE_MOUNT = 428, 429  # x86_64 and aarch64 share these numbers
 _OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _MOVE_MOUNT_F_EMPTY_PATH = 1, 0o2000000, 4
 _AT_FDCWD, _CLONE_NEWNS = -100, 0x20000
@@ -24,7 +26,7 @@ _TOOLS = "/dev/disk/.tpujob-emulator-bin"
 
 def gcsfuse_shim(storage_endpoint: str) -> str:
     return (f"#!/bin/sh\nexport STORAGE_EMULATOR_HOST={storage_endpoint}\n"
-            f"exec {sys.executable} -m tpujob.emulator.gcsfuse \"$@\"\n")
+            f"exec {sys.executable} -m {gcsfuse.MODULE} \"$@\"\n")
 
 
 def prepare_hosts(host_pids: list[list[int]], disks: list[tuple[pathlib.Path, str, bool]],

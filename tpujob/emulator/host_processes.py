@@ -11,6 +11,8 @@ import os
 import signal
 import time
 
+from tpujob.emulator import gcsfuse
+
 log = logging.getLogger(__name__)
 
 
@@ -47,7 +49,7 @@ def is_mount_daemon(pid: int) -> bool:
     after every other process has stopped, so a mount alone does not keep a host up."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"tpujob.emulator.gcsfuse" in f.read()
+            return gcsfuse.MODULE.encode() in f.read()
     except OSError:
         return False
 
