@@ -29,6 +29,7 @@ run:
     checkpoint_every: 1000   # the notice's save, the growth's and the final one
     log_every: 1
     heartbeat_every_s: 1
+    sigterm_grace_s: 50   # the runtime's share of the 60 s notice below (its default, 25 s, is Spot's)
 """
 
 

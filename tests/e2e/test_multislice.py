@@ -29,6 +29,7 @@ run:
     checkpoint_every: 1000   # only the SIGTERM save and the final one: saves on gcsfuse are slow
     log_every: 1
     heartbeat_every_s: 1
+    sigterm_grace_s: 110   # the runtime's share of the 120 s notice below (its default, 25 s, is Spot's)
 """
 # One slice against two with the same global batch: the same data and the same arithmetic,
 # summed in another order (each slice's partial gradient, then the all-reduce across slices,

@@ -37,6 +37,7 @@ run:
     checkpoint_every: 100000   # only the SIGTERM save: saves on gcsfuse are slow
     log_every: 2
     heartbeat_every_s: 1
+    sigterm_grace_s: 110   # the runtime's share of the 120 s notice below (its default, 25 s, is Spot's)
 """
 
 

@@ -289,11 +289,15 @@ class SliceMachines:
                 host.metadata.preempted = True
         hosts = self._take_down(list(range(len(self._hosts))))
         namespaces, holders = _pinned(hosts)
-        signal_all(namespaces, signal.SIGTERM, spare=holders)
-        deadline = time.monotonic() + grace_seconds
+        start = time.monotonic()
+        notified = signal_all(namespaces, signal.SIGTERM, spare=holders)
+        deadline = start + grace_seconds
         while time.monotonic() < deadline and shutting_down(namespaces, spare=holders):
             if self._stopping.wait(0.05):
                 break
+        log.info("%s: notice to %d processes on %d hosts; %s after %.1f s", self.node_id, notified,
+                 len(hosts), "grace over" if time.monotonic() >= deadline else "shutdown over",
+                 time.monotonic() - start)
         kill_all(namespaces, spare=holders)
         self._reap(hosts)
 
