@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,16 @@ tpu: {{accelerator: {accelerator}, zone: us-central2-b, queued: {queued}}}
 run:
   command: {command}
 """
+
+
+@pytest.fixture(autouse=True)
+def own_project(monkeypatch) -> str:
+    # Each test in a project of its own on the shared emulator: its job ids, and so its slice
+    # names, start at 000001 like every other test's, and a slice a failed test left behind
+    # must not be adopted by the next one.
+    name = f"cr-{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("TPUJOB_PROJECT", name)
+    return name
 
 
 def write_spec(tmp_path, name="e2e", accelerator="v4-8", command="true", queued="true", extra=""):
@@ -39,7 +50,7 @@ def queued_resources(client) -> list[str]:
 def _api(client, kind):
     import urllib.request
 
-    url = f"{client.url}/v2/projects/tpujob-local/locations/us-central2-b/{kind}"
+    url = f"{client.url}/v2/{_location()}/{kind}"
     with urllib.request.urlopen(url) as response:
         return json.loads(response.read()).get(kind, [])
 
@@ -49,8 +60,13 @@ def job_slices(client, job_id: str) -> list[str]:
     return [n for n in nodes(client) + queued_resources(client) if n.startswith(prefix)]
 
 
+def _location() -> str:
+    return f"projects/{os.environ['TPUJOB_PROJECT']}/locations/us-central2-b"
+
+
 def host_file(client, node: str, index: int, path: str) -> Path:
-    root = Path(next(h["root"] for h in client.hosts(node) if h["index"] == index))
+    hosts = client.hosts(f"{_location()}/nodes/{node}")
+    root = Path(next(h["root"] for h in hosts if h["index"] == index))
     return root / path.lstrip("/")
 
 
@@ -88,7 +104,7 @@ def test_four_host_slice_runs_the_program_on_every_host(cli, local_cloud, tmp_pa
     assert result.code == 0, result.err
     data = show(cli, "e2e")
     slice_name = data["attempts"][0]["slice_name"]
-    hosts = local_cloud.hosts(slice_name)
+    hosts = local_cloud.hosts(f"{_location()}/nodes/{slice_name}")
     assert len(hosts) == 4
     for step in ("setup start", "launch"):   # the live progress line, as plain lines off a terminal
         assert f"  {step}: 4/4 hosts done\n" in result.err
@@ -142,7 +158,7 @@ def test_cancel_keeps_the_slice_resume_reuses_it_delete_and_clean_leave_nothing(
 
 
 def _status_on_host(client, slice_name, job_id, attempt) -> str:
-    root = Path(client.hosts(slice_name)[0]["root"])
+    root = Path(client.hosts(f"{_location()}/nodes/{slice_name}")[0]["root"])
     attempt_dir = root / "home" / "tpujob" / ".tpujob" / "jobs" / job_id / f"attempt-{attempt}"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -248,7 +264,7 @@ def test_a_secret_reaches_every_host_and_nothing_else(cli, local_cloud, tmp_path
     assert value not in shown.out + shown.err
     assert _files_holding(tpujob_home, value) == []   # the store (db, wal) and tpujob's logs
     for index in range(2):
-        root = Path(next(h["root"] for h in local_cloud.hosts(node) if h["index"] == index))
+        root = Path(next(h["root"] for h in local_cloud.hosts(f"{_location()}/nodes/{node}") if h["index"] == index))
         assert _files_holding(root, value, skip=("secret", "setup-secret")) == []
     assert cli("delete", "secret").code == 0
 

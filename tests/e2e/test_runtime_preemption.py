@@ -12,7 +12,7 @@ from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F40
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # about 1.5 min here
 
-STEPS = 60
+STEPS = 100  # room for a loaded machine's slow sweeps between the first steps and the notice
 SPEC = f"""\
 name: rtp
 tpu: {{accelerator: v4-16, zone: {ZONE}, queued: false}}
@@ -27,6 +27,7 @@ run:
     checkpoint_every: 1000   # only the SIGTERM save and the final one: saves on gcsfuse are slow
     log_every: 5
     heartbeat_every_s: 1
+    sigterm_grace_s: 110   # the runtime's share of the 120 s notice below (its default, 25 s, is Spot's)
 """
 
 
@@ -60,10 +61,19 @@ def test_a_preempted_runtime_resumes_from_its_sigterm_checkpoint_and_loses_no_st
         blob = bucket.get_blob(f"runs/{_show(cli)['id']}/{name}")
         return json.loads(blob.download_as_bytes()) if blob is not None else None
 
-    # Training on both hosts, and a sweep has recorded its progress.
-    data = _requeue_until(cli, lambda d: (d["attempts"][0]["last_step"] or 0) >= 3, timeout=90)
+    # Training on both hosts (its heartbeat, read from the bucket at once rather than between
+    # sweeps: a sweep on a loaded machine takes seconds, and the program must not finish first),
+    # then one sweep records its progress.
+    _requeue_until(cli, lambda d: d["state"] == "RUNNING", timeout=90)
+    deadline = time.monotonic() + 90
+    while ((run_file("heartbeat") or {}).get("step") or 0) < 3:
+        assert time.monotonic() < deadline, run_file("heartbeat")
+        time.sleep(0.2)
+    data = _requeue_until(cli, lambda d: (d["attempts"][0]["last_step"] or 0) >= 3, timeout=30)
     first = data["attempts"][0]["slice_name"]
-    local_cloud.preempt(node_ref(project, ZONE, first), grace_seconds=30)  # spot's notice
+    # Standard's 120 s notice, not Spot's 30 s: the hosts are off once the save is done, so it
+    # costs nothing, and beside the heaviest tests a two-host SIGTERM save takes 25-30 s here.
+    local_cloud.preempt(node_ref(project, ZONE, first), grace_seconds=120)
 
     # The node reads PREEMPTED only once its hosts are down (as on Google): by then the program
     # has written its SIGTERM checkpoint and said so.
