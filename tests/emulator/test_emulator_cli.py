@@ -75,3 +75,13 @@ def test_background_emulator_serves_tpu_storage_and_faults(cli, tpujob_home, mon
     with pytest.raises(ProcessLookupError):
         os.kill(info["pid"], 0)
     assert "serving" in (tpujob_home / "emulator" / "emulator.log").read_text()
+
+
+def test_an_image_env_without_a_name_is_refused_before_anything_starts(tmp_path, capsys):
+    from tpujob.emulator.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--state-dir", str(tmp_path / "state"), "--image-env", "NO_EQUALS_SIGN"])
+    assert exit_info.value.code == 2
+    assert "--image-env: expected NAME=VALUE, got 'NO_EQUALS_SIGN'" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()

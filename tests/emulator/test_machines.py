@@ -29,11 +29,11 @@ def client_key(tmp_path):
 def make_machines(tmp_path, client_key):
     started = []
 
-    def make(num_hosts: int, keys: list[str] | None = None) -> tuple[SliceMachines, list]:
+    def make(num_hosts: int, keys: list[str] | None = None, **options) -> tuple[SliceMachines, list]:
         # A random block keeps parallel test workers on distinct addresses.
         block = random.randint(1000, 59000)
         m = SliceMachines(tmp_path / f"node-{block}", f"node-{block}", num_hosts,
-                          keys if keys is not None else [client_key[1]], block, PORT)
+                          keys if keys is not None else [client_key[1]], block, PORT, **options)
         started.append(m)
         return m, m.start()
 
@@ -91,6 +91,13 @@ def test_hosts_see_the_interpreter_and_tpujob_wherever_they_live(make_machines, 
     assert run(c0, f"touch /root/{marker} /tmp/{marker}")[0] == 0
     assert not os.path.exists(f"/root/{marker}") and not os.path.exists(f"/tmp/{marker}")
     assert (m.host_root(0) / "root" / marker).exists()
+
+
+def test_the_images_environment_reaches_every_session_on_every_host(make_machines, client_key):
+    _, eps = make_machines(2, image_env={"JAX_COMPILATION_CACHE_DIR": "/var/tmp/cache", "GCE_METADATA_HOST": "x"})
+    for ep in eps:  # the host's own metadata server wins over the image's word
+        code, out = run(connect(ep, client_key[0]), 'echo "$JAX_COMPILATION_CACHE_DIR $GCE_METADATA_HOST"')
+        assert code == 0 and out.split()[0] == "/var/tmp/cache" and out.split()[1].startswith(ep.ip + ":"), out
 
 
 def test_sftp_uploads_land_on_that_host(make_machines, client_key):

@@ -7,6 +7,7 @@ once it serves and removes it on exit.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -20,12 +21,19 @@ from tpujob.emulator.server import DEFAULT_PROJECT, EmulatorServer
 log = logging.getLogger("tpujob.emulator")
 
 
-def _machines_factory(enabled: bool):
+def _machines_factory(enabled: bool, image_env: dict[str, str]):
     if not enabled:
         return None
     from tpujob.emulator.machines import SliceMachines  # paramiko: only when hosts are wanted
 
-    return SliceMachines
+    return functools.partial(SliceMachines, image_env=image_env) if image_env else SliceMachines
+
+
+def _name_value(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,12 +47,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-hosts", action="store_true",
                         help="no SSH hosts: nodes get addresses only (API tests)")
     parser.add_argument("--no-storage", action="store_true")
+    parser.add_argument("--image-env", type=_name_value, action="append", default=[], metavar="NAME=VALUE",
+                        help="set in every SSH session on every host, as the image's /etc/environment would")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     server = EmulatorServer(args.state_dir, host=args.host, port=args.port, project=args.project,
                             provisioning_delay=args.provisioning_delay, ssh_port=args.ssh_port,
-                            machines_factory=_machines_factory(not args.no_hosts),
+                            machines_factory=_machines_factory(not args.no_hosts, dict(args.image_env)),
                             storage=not args.no_storage)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())

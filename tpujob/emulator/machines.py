@@ -157,7 +157,8 @@ class SliceMachines:
 
     def __init__(self, root: pathlib.Path, node_id: str, num_hosts: int,
                  authorized_keys: list[str], ip_block: int, ssh_port: int,
-                 external_ips: list[str] | None = None, login=None):
+                 external_ips: list[str] | None = None, login=None,
+                 image_env: dict[str, str] | None = None):
         if not 1 <= ip_block <= MAX_IP_BLOCK:
             raise ValueError(f"ip_block {ip_block} is outside 1..{MAX_IP_BLOCK}")
         if not 1 <= num_hosts <= 254:
@@ -167,6 +168,9 @@ class SliceMachines:
         self.ssh_port = ssh_port
         self._keys = parse_authorized_keys(authorized_keys)
         self._login = login  # (user, key type, base64) -> True/False under OS Login, None: metadata keys
+        # What the hosts' image sets for every session, as its /etc/environment would
+        # (`python -m tpujob.emulator --image-env`); the metadata server's address comes on top.
+        self._image_env = dict(image_env or {})
         if external_ips and len(external_ips) != num_hosts:
             raise ValueError(f"{len(external_ips)} external addresses for {num_hosts} hosts")
         # external_ips: a second address per host, where its SSH server also answers.
@@ -207,7 +211,7 @@ class SliceMachines:
                 ip=host.ip, port=self.ssh_port, host_key=key, authorized=self._keys,
                 holder_pid=host.holder.pid, label=f"{self.node_id}/{host.index}",
                 external_ip=host.external_ip, login=self._login,
-                env={"GCE_METADATA_HOST": host.metadata.address})
+                env={**self._image_env, "GCE_METADATA_HOST": host.metadata.address})
             host.server.start()
             endpoints.append(HostEndpoint(host.index, host.ip, self.ssh_port,
                                           f"{key.get_name()} {key.get_base64()}"))

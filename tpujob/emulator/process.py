@@ -44,8 +44,9 @@ def status() -> dict | None:
 
 
 def start(provisioning_delay: float | None = None, hosts: bool = True,
-          timeout: float = 30.0) -> dict:
-    """Start the emulator in the background unless it runs already; its endpoints."""
+          timeout: float = 30.0, image_env: dict[str, str] | None = None) -> dict:
+    """Start the emulator in the background unless it runs already; its endpoints.
+    `image_env`: set in every session on every host (`--image-env`)."""
     running = status()
     if running:
         return running
@@ -61,6 +62,8 @@ def start(provisioning_delay: float | None = None, hosts: bool = True,
         command += ["--provisioning-delay", str(provisioning_delay)]
     if not hosts:
         command.append("--no-hosts")
+    for name, value in (image_env or {}).items():
+        command += ["--image-env", f"{name}={value}"]
     with open(directory / LOG_FILE, "ab") as log:
         # A session of its own: the emulator outlives the command that started it.
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
