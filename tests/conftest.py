@@ -28,6 +28,15 @@ def _expected_length(item: pytest.Item) -> float:
     return seconds + (1e6 if item.get_closest_marker("slow") else 0.0)
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: three workers for two cores. The end-to-end tests leave a core idle while they
+    wait on sweeps, timeouts and notices (one worker a core: 76% busy, 1144 s for the suite here
+    on 2026-11-27); a third worker fills that (89% busy, 1010 s). Two workers a core overload it:
+    the JAX programs of four heavy tests at once miss their notices."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores * 3 // 2)
+
+
 def pytest_collection_modifyitems(config, items: list[pytest.Item]) -> None:
     """Longest first: xdist hands tests out in this order, so the few long end-to-end tests
     start at once, side by side, and the many short ones fill in around them instead of

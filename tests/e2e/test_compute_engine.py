@@ -35,13 +35,15 @@ run: {command: 'sleep 600'}
 """
 # Zones no other test uses: a stockout or a reservation here touches only these tests.
 # api -> accelerator, zone, how the emulator names one VM, steps, checkpoint_every, the step
-# after which it is preempted. One host trains the tiny model fast and is saved by its SIGTERM
-# checkpoint (1000: only that save and the final one; saves on gcsfuse are slow). Of a MIG's four
+# after which it is preempted (seen in the heartbeat, read from the bucket: a sweep on a loaded
+# machine takes seconds, and the program must not finish first). One host trains the tiny model
+# fast and is saved by its SIGTERM checkpoint (1000: only that save and the final one; saves on
+# gcsfuse are slow). Of a MIG's four
 # VMs only one is preempted: the others get no SIGTERM, so no collective save can be made and
 # the periodic checkpoint is what attempt 2 resumes from.
 APIS = {
-    "tpu-vm": ("v4-8", "us-central2-b", "projects/{project}/locations/{zone}/nodes/{name}", 300, 1000, 1),
-    "compute": ("v6e-8", "us-east4-a", "projects/{project}/zones/{zone}/instances/{name}", 300, 1000, 1),
+    "tpu-vm": ("v4-8", "us-central2-b", "projects/{project}/locations/{zone}/nodes/{name}", 150, 1000, 1),
+    "compute": ("v6e-8", "us-east4-a", "projects/{project}/zones/{zone}/instances/{name}", 150, 1000, 1),
     "compute-4-hosts": ("v6e-16", "southamerica-east1-c", "projects/{project}/zones/{zone}/instances/{name}",
                         40, 10, 12),
 }
@@ -65,6 +67,11 @@ def _requeue_until(cli, name: str, done, timeout: float) -> dict:
         time.sleep(0.5)
 
 
+def _heartbeat_step(bucket, job_id: str) -> int:
+    blob = bucket.get_blob(f"runs/{job_id}/heartbeat")
+    return (json.loads(blob.download_as_bytes()).get("step") or 0) if blob is not None else 0
+
+
 def _create(cli, tmp_path, name: str, tpu: str, body: str) -> None:
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(f"name: {name}\ntpu: {tpu}\n{body}")
@@ -83,8 +90,12 @@ def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local
                                  "queued: false}", RUNTIME.replace("BUCKET", bucket.name).replace("STEPS", str(steps))
             .replace("EVERY", str(every)))
 
-    data = _requeue_until(cli, name, lambda d: (d["attempts"][0]["last_step"] or 0) >= after, timeout=240)
+    data = _requeue_until(cli, name, lambda d: d["state"] == "RUNNING", timeout=240)
     first = victim = data["attempts"][0]["slice_name"]
+    deadline = time.monotonic() + 240
+    while _heartbeat_step(bucket, data["id"]) < after:
+        assert time.monotonic() < deadline, _show(cli, name)["events"][-5:]
+        time.sleep(0.2)
     if api == "compute":  # a Compute Engine instance of the accelerator's machine type
         (vm,) = [i for i in _instances(local_cloud, project, zone) if i["name"] == first]
         assert vm["machineType"].endswith("/machineTypes/ct6e-standard-8t") and vm["status"] == "RUNNING"

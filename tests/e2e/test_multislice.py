@@ -14,7 +14,7 @@ from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F40
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three jobs side by side: ~3 min here
 
-STEPS = 120  # long enough for a sweep to see it train before it ends (0.1-0.3 s a step here)
+STEPS = 80  # long enough for a sweep to see it train before it ends (0.1-0.3 s a step here)
 SPEC = f"""\
 name: NAME
 tpu: {{accelerator: v4-16, zone: {ZONE}, queued: QUEUED, slices: SLICES}}
