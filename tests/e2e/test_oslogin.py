@@ -119,5 +119,6 @@ def test_a_running_jobs_hosts_refusing_the_key_end_it_in_one_sweep(cli, ctx, pro
     assert shown["state"] == "FAILED" and shown["end_reason"] == "ssh_refused", said
     assert f"hosts refused tpujob's SSH key for user {GcpUser(local_cloud, project)}" in said
     assert "hosts unreachable" not in said
-    assert [a["end_reason"] for a in shown["attempts"]] == ["ssh_refused"]
+    # Once, under load, attempt 1 read "preempted" before this (cause not kept): say why if again.
+    assert [a["end_reason"] for a in shown["attempts"]] == ["ssh_refused"], said
     assert resources(local_cloud, project) == []

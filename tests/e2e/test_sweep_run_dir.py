@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from reconcile_helpers import ZONE, ctx, node_ref, project, reconciler, running, sweep_until  # noqa: F401
+from reconcile_helpers import ZONE, ctx, host_root, node_ref, project, reconciler, running, sweep_until  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -43,6 +43,18 @@ def record(ctx, tmp_path, name, command, heartbeat_timeout=300):
     return jobs.record(ctx, str(path))[0], prefix
 
 
+def what_host_0_holds(local_cloud, project: str, node: str) -> str:
+    """For a failure's message: what host 0 has under the run dir's mount point, seen from
+    outside its namespace (where the bucket's mount is not: a file here was written beside the
+    mount, not through it), and its logs of this job. A run dir write that never reached the
+    bucket was seen twice under load, its cause not yet known."""
+    root = host_root(local_cloud, project, ZONE, node, 0)
+    under = sorted(str(f.relative_to(root)) for f in (root / "mnt").rglob("*"))
+    logs = {str(f.relative_to(root)): f.read_text(errors="replace")[-1500:]
+            for f in root.glob("home/*/.tpujob/jobs/*/attempt-*/*.log")}
+    return f"host 0 /mnt (outside the mount): {under}; logs: {logs}"
+
+
 def test_a_run_that_said_succeeded_is_not_re_run_when_a_host_dies(ctx, project, local_cloud, bucket, tmp_path):
     job, prefix = record(ctx, tmp_path, "done", """
 if [ "$TPUJOB_HOST_INDEX" = 3 ]; then sleep 600; fi
@@ -56,7 +68,8 @@ fi
     blob = bucket.blob(f"{prefix}/{job.id:06d}/status.json")
     deadline = time.monotonic() + 30
     while not blob.exists():
-        assert time.monotonic() < deadline, "status.json never reached the bucket"
+        assert time.monotonic() < deadline, "status.json never reached the bucket; " + \
+            what_host_0_holds(local_cloud, project, node)
         time.sleep(0.2)
     local_cloud.kill_host(node_ref(project, ZONE, node), 3)  # hosts 0-2 exited 0, host 3 is gone
     time.sleep(1)
@@ -74,7 +87,11 @@ fi
 sleep 600
 """, heartbeat_timeout=1)
     rec = reconciler(ctx)
-    job = sweep_until(ctx, job.id, lambda j: j.attempt == 2, rec=rec, timeout=90, pause=0.3)
+    try:
+        job = sweep_until(ctx, job.id, lambda j: j.attempt == 2, rec=rec, timeout=90, pause=0.3)
+    except AssertionError as failed:
+        node = ctx.store.current_attempt(job.id).slice_name
+        raise AssertionError(f"{failed}; {what_host_0_holds(local_cloud, project, node)}") from failed
     attempts = ctx.store.attempts(job.id)
     assert attempts[0].end_reason == "hung"  # its own budget (requeue.max_hangs), not a preemption
     assert any("program hung: heartbeat" in e.message for e in ctx.store.events(job.id))
