@@ -45,7 +45,7 @@ APIS = {
     "tpu-vm": ("v4-8", "us-central2-b", "projects/{project}/locations/{zone}/nodes/{name}", 150, 1000, 1),
     "compute": ("v6e-8", "us-east4-a", "projects/{project}/zones/{zone}/instances/{name}", 150, 1000, 1),
     "compute-4-hosts": ("v6e-16", "southamerica-east1-c", "projects/{project}/zones/{zone}/instances/{name}",
-                        40, 10, 12),
+                        25, 10, 12),
 }
 
 
