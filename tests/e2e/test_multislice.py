@@ -14,7 +14,7 @@ from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F40
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three jobs side by side: ~3 min here
 
-STEPS = 80  # long enough for a sweep to see it train before it ends (0.1-0.3 s a step here)
+STEPS = 80  # preempted once its heartbeat says step 3, then resumed: room for both (0.1-0.3 s a step here)
 SPEC = f"""\
 name: NAME
 tpu: {{accelerator: v4-16, zone: {ZONE}, queued: QUEUED, slices: SLICES}}
@@ -99,14 +99,24 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
     assert (first["slices"], first["nodes"]) == (2, [f"{first['slice_name']}-0", f"{first['slice_name']}-1"])
     seen: dict = {}
 
+    def heartbeat_step(job_id: str) -> int:
+        blob = bucket.get_blob(f"runs/{job_id}/heartbeat")
+        return (json.loads(blob.download_as_bytes()).get("step") or 0) if blob is not None else 0
+
     def preempt_slice_1(jobs: dict[str, dict]) -> None:
         ms = jobs["ms"]
-        if "status" in seen or (ms["attempts"][0]["last_step"] or 0) < 3:
+        if "status" in seen or ms["state"] != "RUNNING":
             return
+        # Once it trains, as its heartbeat in the bucket says at once (a sweep on a loaded
+        # machine takes seconds, and the program must not finish first).
+        deadline = time.monotonic() + 240
+        while (step := heartbeat_step(ms["id"])) < 3:
+            assert time.monotonic() < deadline, [e["message"] for e in _show(cli, "ms")["events"]][-8:]
+            time.sleep(0.2)
         # Slice 1 only: its hosts get the notice; every host stops at the same step (the
         # step's flags carry it) and saves; host 0, on slice 0, says so.
         local_cloud.preempt(node_ref(project, ZONE, f"{first['slice_name']}-1"), grace_seconds=120)
-        seen["at"] = ms["attempts"][0]["last_step"]
+        seen["at"] = step
         seen["status"] = _status_when(bucket, ms["id"], lambda st: st["state"] != "running", timeout=120)
         assert seen["status"]["state"] == "preempted", seen["status"]
 
