@@ -206,6 +206,13 @@ def assert_consistent(ctx, job) -> None:
     assert states[-1] == job.state
 
 
+def heartbeat_step(bucket, job_id: str) -> int:
+    """The step a job's heartbeat in its run dir's bucket (`runs/JOB/heartbeat`) says; 0 before
+    one: read at once, where a sweep on a loaded machine takes seconds to record it."""
+    blob = bucket.get_blob(f"runs/{job_id}/heartbeat")
+    return (json.loads(blob.download_as_bytes()).get("step") or 0) if blob is not None else 0
+
+
 def local_bucket(shared_emulator, project: str, prefix: str):
     """A new bucket of the shared emulator's Cloud Storage (a job's `run_dir: gs://...`)."""
     from google.auth.credentials import AnonymousCredentials

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reconcile_helpers import local_bucket, project  # noqa: F401 - fixture
+from reconcile_helpers import heartbeat_step, local_bucket, project  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -67,11 +67,6 @@ def _requeue_until(cli, name: str, done, timeout: float) -> dict:
         time.sleep(0.5)
 
 
-def _heartbeat_step(bucket, job_id: str) -> int:
-    blob = bucket.get_blob(f"runs/{job_id}/heartbeat")
-    return (json.loads(blob.download_as_bytes()).get("step") or 0) if blob is not None else 0
-
-
 def _create(cli, tmp_path, name: str, tpu: str, body: str) -> None:
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(f"name: {name}\ntpu: {tpu}\n{body}")
@@ -93,7 +88,7 @@ def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local
     data = _requeue_until(cli, name, lambda d: d["state"] == "RUNNING", timeout=240)
     first = victim = data["attempts"][0]["slice_name"]
     deadline = time.monotonic() + 240
-    while _heartbeat_step(bucket, data["id"]) < after:
+    while heartbeat_step(bucket, data["id"]) < after:
         assert time.monotonic() < deadline, _show(cli, name)["events"][-5:]
         time.sleep(0.2)
     if api == "compute":  # a Compute Engine instance of the accelerator's machine type

@@ -7,12 +7,15 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
+from reconcile_helpers import project  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.slow
+# Each test in a project of its own on the shared emulator: its job ids, and so its slice names,
+# start at 000001 like every other test's, and a slice a failed test left behind must not be
+# adopted by the next one.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("project")]
 
 SPEC = """\
 name: {name}
@@ -20,16 +23,6 @@ tpu: {{accelerator: {accelerator}, zone: us-central2-b, queued: {queued}}}
 run:
   command: {command}
 """
-
-
-@pytest.fixture(autouse=True)
-def own_project(monkeypatch) -> str:
-    # Each test in a project of its own on the shared emulator: its job ids, and so its slice
-    # names, start at 000001 like every other test's, and a slice a failed test left behind
-    # must not be adopted by the next one.
-    name = f"cr-{uuid.uuid4().hex[:10]}"
-    monkeypatch.setenv("TPUJOB_PROJECT", name)
-    return name
 
 
 def write_spec(tmp_path, name="e2e", accelerator="v4-8", command="true", queued="true", extra=""):

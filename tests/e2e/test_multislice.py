@@ -10,7 +10,7 @@ import json
 import time
 
 import pytest
-from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import ZONE, heartbeat_step, local_bucket, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three jobs side by side: ~3 min here
 
@@ -99,10 +99,6 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
     assert (first["slices"], first["nodes"]) == (2, [f"{first['slice_name']}-0", f"{first['slice_name']}-1"])
     seen: dict = {}
 
-    def heartbeat_step(job_id: str) -> int:
-        blob = bucket.get_blob(f"runs/{job_id}/heartbeat")
-        return (json.loads(blob.download_as_bytes()).get("step") or 0) if blob is not None else 0
-
     def preempt_slice_1(jobs: dict[str, dict]) -> None:
         ms = jobs["ms"]
         if "status" in seen or ms["state"] != "RUNNING":
@@ -110,7 +106,7 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
         # Once it trains, as its heartbeat in the bucket says at once (a sweep on a loaded
         # machine takes seconds, and the program must not finish first).
         deadline = time.monotonic() + 240
-        while (step := heartbeat_step(ms["id"])) < 3:
+        while (step := heartbeat_step(bucket, ms["id"])) < 3:
             assert time.monotonic() < deadline, [e["message"] for e in _show(cli, "ms")["events"]][-8:]
             time.sleep(0.2)
         # Slice 1 only: its hosts get the notice; every host stops at the same step (the

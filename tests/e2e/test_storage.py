@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from pathlib import Path
 
 import pytest
+from reconcile_helpers import node_ref, project  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.slow
+# A project of its own on the shared emulator: every test's disks, snapshots and slices have the
+# same names, and what a failed test left behind must not be found by the next one.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("project")]
 
 ZONE = "us-central2-b"
 MASTER = f"""\
@@ -33,17 +35,8 @@ run:
 """
 
 
-@pytest.fixture(autouse=True)
-def own_project(monkeypatch) -> str:
-    # A project of its own on the shared emulator: every test's disks, snapshots and slices have
-    # the same names, and what a failed test left behind must not be found by the next one.
-    name = f"st-{uuid.uuid4().hex[:10]}"
-    monkeypatch.setenv("TPUJOB_PROJECT", name)
-    return name
-
-
-def node_ref(node: str) -> str:
-    return f"projects/{os.environ['TPUJOB_PROJECT']}/locations/{ZONE}/nodes/{node}"
+def _node(name: str) -> str:
+    return node_ref(os.environ["TPUJOB_PROJECT"], ZONE, name)
 
 
 def pod_spec(tmp_path, disk="data", source="snapshot: master-snap,", keep=""):
@@ -65,7 +58,7 @@ def disks(cli) -> dict:
 
 
 def host_file(client, node, index, path) -> Path:
-    root = Path(next(h["root"] for h in client.hosts(node_ref(node)) if h["index"] == index))
+    root = Path(next(h["root"] for h in client.hosts(_node(node)) if h["index"] == index))
     return root / path.lstrip("/")
 
 
@@ -108,7 +101,7 @@ def test_clone_and_scale(cli, local_cloud, tmp_path, stored_jobs):
         assert "Read-only file system" in host_file(local_cloud, node, index, "/home/tpujob/err").read_text()
 
     # Preempted and re-queued: the same clone goes to the new slice.
-    local_cloud.preempt(node_ref(node))
+    local_cloud.preempt(_node(node))
     wait_for(lambda: cli("requeue").code == 0 and show(cli, "pod")["attempt"] == 2
              and show(cli, "pod")["state"] == "RUNNING", timeout=60)
     second = show(cli, "pod")["attempts"][-1]["slice_name"]

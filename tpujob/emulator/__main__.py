@@ -26,7 +26,7 @@ def _machines_factory(enabled: bool, image_env: dict[str, str]):
         return None
     from tpujob.emulator.machines import SliceMachines  # paramiko: only when hosts are wanted
 
-    return functools.partial(SliceMachines, image_env=image_env) if image_env else SliceMachines
+    return functools.partial(SliceMachines, image_env=image_env)
 
 
 def _name_value(text: str) -> tuple[str, str]:

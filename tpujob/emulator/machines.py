@@ -299,9 +299,9 @@ class SliceMachines:
         while time.monotonic() < deadline and shutting_down(namespaces, spare=holders):
             if self._stopping.wait(0.05):
                 break
+        took = time.monotonic() - start
         log.info("%s: notice to %d processes on %d hosts; %s after %.1f s", self.node_id, notified,
-                 len(hosts), "grace over" if time.monotonic() >= deadline else "shutdown over",
-                 time.monotonic() - start)
+                 len(hosts), "grace over" if took >= grace_seconds else "shutdown over", took)
         kill_all(namespaces, spare=holders)
         self._reap(hosts)
 
