@@ -35,9 +35,9 @@ from tpujob.spec import ResolvedSpec
 from tpujob.spec.stored import spec_of
 
 if TYPE_CHECKING:
+    from tpujob.attempt import StoreContext
     from tpujob.attempt.logins import Login, Logins
     from tpujob.cloud.base import Cloud, DataDisk, Slice
-    from tpujob.service.context import Context
     from tpujob.settings import Settings
     from tpujob.store.models import Attempt, Job
 
@@ -70,7 +70,7 @@ class SshHostOps:
     on the hosts: setup.sh's lock makes the next sweep's setup of that attempt wait for it.
     `lease_seconds` (with `actor`) is the TTL the sweep holds its leases for."""
 
-    def __init__(self, ctx: Context, cloud: Cloud, *, progress: ProgressSink | None = None,
+    def __init__(self, ctx: StoreContext, cloud: Cloud, *, progress: ProgressSink | None = None,
                  actor: str | None = None, lease_seconds: float | None = None, logins: Logins | None = None):
         from tpujob.attempt.logins import Logins
         from tpujob.hosts.keys import public_key_line

@@ -27,7 +27,7 @@ from tpujob.names import RUN_DIR_MOUNT, split_gs
 from tpujob.spec import ResolvedSpec
 
 if TYPE_CHECKING:
-    from tpujob.service.context import Context
+    from tpujob.attempt import StoreContext
     from tpujob.store.models import Attempt, Event
 
 PREFIX = "tpujob-cache"  # the objects' prefix in a run dir's bucket
@@ -119,7 +119,7 @@ class Entry:
         return f"gs://{self.bucket}/{self.name}"
 
 
-def buckets(ctx: Context) -> list[str]:
+def buckets(ctx: StoreContext) -> list[str]:
     """The run dir buckets of the jobs in the store whose setup caches something."""
     from tpujob.spec.stored import spec_of
 
@@ -135,7 +135,7 @@ def buckets(ctx: Context) -> list[str]:
     return sorted(found)
 
 
-def entries(ctx: Context, bucket: str | None = None) -> list[Entry]:
+def entries(ctx: StoreContext, bucket: str | None = None) -> list[Entry]:
     """The archives in the jobs' buckets (or in `bucket`), newest first."""
     from tpujob.clients import make_storage
     from tpujob.cloud.gcs import Gcs
@@ -152,7 +152,7 @@ def entries(ctx: Context, bucket: str | None = None) -> list[Entry]:
     return sorted(out, key=lambda e: (-(e.updated or 0), e.bucket, e.key))
 
 
-def clear(ctx: Context, key_prefix: str = "", bucket: str | None = None) -> list[Entry]:
+def clear(ctx: StoreContext, key_prefix: str = "", bucket: str | None = None) -> list[Entry]:
     """Delete the archives (those whose key starts with `key_prefix`): the next setup of each
     key runs again and stores it anew. Returns what was deleted."""
     from tpujob.clients import make_storage
