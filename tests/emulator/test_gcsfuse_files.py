@@ -11,44 +11,30 @@ import pytest
 from tpujob.emulator.gcsfuse import BucketFs
 
 
-class _Blob:
-    def __init__(self, bucket: _Bucket, name: str):
-        self.bucket, self.name = bucket, name
-        self.updated = None
-
-    @property
-    def size(self) -> int:
-        return len(self.bucket.objects[self.name])
-
-    def upload_from_string(self, data: bytes) -> None:
-        self.bucket.objects[self.name] = bytes(data)
-
-    def download_as_bytes(self) -> bytes:
-        return self.bucket.objects[self.name]
-
-    def delete(self) -> None:
-        del self.bucket.objects[self.name]
-
-
 class _Bucket:
+    """What the emulated gcsfuse asks of Cloud Storage (gcs_json.BucketApi), in memory."""
+
     def __init__(self):
         self.objects: dict[str, bytes] = {}
 
-    def blob(self, name: str) -> _Blob:
-        return _Blob(self, name)
+    def stat(self, name: str) -> dict | None:
+        return {"name": name, "size": str(len(self.objects[name]))} if name in self.objects else None
 
-    def get_blob(self, name: str) -> _Blob | None:
-        return _Blob(self, name) if name in self.objects else None
+    def list(self, prefix: str, delimiter: str | None = None) -> tuple[list[str], list[str]]:
+        assert delimiter is None, "not needed here"
+        return sorted(n for n in self.objects if n.startswith(prefix)), []
 
-    def list_blobs(self, prefix: str = "", delimiter: str | None = None, max_results: int | None = None):
-        names = sorted(n for n in self.objects if n.startswith(prefix))
-        return [_Blob(self, n) for n in names][:max_results]
+    def download(self, name: str) -> bytes | None:
+        return self.objects.get(name)
 
-    def copy_blob(self, blob: _Blob, bucket: _Bucket, new_name: str) -> None:
-        bucket.objects[new_name] = self.objects[blob.name]
+    def upload(self, name: str, data: bytes) -> None:
+        self.objects[name] = bytes(data)
 
-    def delete_blob(self, name: str) -> None:
-        del self.objects[name]
+    def delete(self, name: str) -> bool:
+        return self.objects.pop(name, None) is not None
+
+    def copy(self, source: str, target: str) -> None:
+        self.objects[target] = self.objects[source]
 
 
 @pytest.fixture

@@ -39,9 +39,12 @@ def test_the_command_line_mount_bucket_sh_renders_is_accepted():
         gcsfuse.parse_args(["--file-cache-max-size-mb", "lots", "bucket", "/mnt/b"])
 
 
-def test_bucket_fs_reads_and_writes_objects(client):
+def test_bucket_fs_reads_and_writes_objects(client, gcs_server):
+    from tpujob.emulator.gcs_json import BucketApi
+
     bucket = client.create_bucket("fs-unit")
-    fs = gcsfuse.BucketFs(bucket, "data", ttl=0, implicit_dirs=True)
+    fs = gcsfuse.BucketFs(BucketApi(gcs_server.info["storage_endpoint"], "fs-unit"), "data", ttl=0,
+                          implicit_dirs=True)
     fh = fs.create("/a/b.txt", 0o644)
     fs.write("/a/b.txt", b"hello", 0, fh)
     fs.release("/a/b.txt", fh)
@@ -106,21 +109,57 @@ def test_without_libfuse_the_mount_names_the_package_to_install(monkeypatch, tmp
     assert not os.path.ismount(tmp_path)
 
 
-def test_a_forbidden_bucket_reads_as_googles_refusal(monkeypatch):
-    from google.api_core.exceptions import Forbidden
+# Cloud Storage's answer to a caller without storage.objects.list, in the JSON API's error shape
+# (cloud.google.com/storage/docs/json_api/v1/status-codes: code, message, errors[].reason).
+DENIED = "tpu@p.iam.gserviceaccount.com does not have storage.objects.list access"
+FORBIDDEN = {"error": {"code": 403, "message": DENIED,
+                       "errors": [{"message": DENIED, "domain": "global", "reason": "forbidden"}]}}
 
-    class Refusing:   # the one call open_bucket makes, answered as Cloud Storage answers a 403
-        def bucket(self, name):
-            return self
 
-        def exists(self):
-            raise Forbidden("tpu@p.iam.gserviceaccount.com does not have storage.objects.list access")
+@pytest.fixture
+def refusing_storage():
+    """A storage endpoint on 127.0.0.1 that answers every request 403, as above."""
+    import http.server
+    import json
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(FORBIDDEN).encode()
+            self.send_response(403)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_forbidden_bucket_reads_as_googles_refusal(refusing_storage):
+    from tpujob.emulator.gcs_json import BucketApi
 
     with pytest.raises(SystemExit) as exited:
-        gcsfuse.open_bucket(Refusing(), "locked")
+        gcsfuse.open_bucket(BucketApi(refusing_storage, "locked"))
     assert str(exited.value.code).endswith(
         "SetUpBucket: Error in iterating through objects: googleapi: Error 403: "
         "tpu@p.iam.gserviceaccount.com does not have storage.objects.list access, forbidden")
+
+
+def test_an_unreachable_storage_endpoint_fails_the_mount_at_once_saying_so():
+    from tpujob.emulator.gcs_json import BucketApi
+
+    with pytest.raises(SystemExit) as exited:
+        gcsfuse.open_bucket(BucketApi("http://127.0.0.1:9", "some-bucket"))   # nothing listens on port 9
+    assert "SetUpBucket: Error in iterating through objects: ConnectionRefusedError" in str(exited.value.code)
 
 
 @needs_libfuse
@@ -166,3 +205,24 @@ def test_a_libfuse_that_does_not_load_is_named_with_its_package(gcs_server, tmp_
     assert last.startswith("daemonize.Run: readFromProcess: sub-process: gcsfuse: cannot load libfuse "
                            f"through fusepy ({missing}: cannot open shared object file")
     assert last.endswith("install it: apt-get install -y fuse libfuse2")
+
+
+def test_the_json_api_client_round_trips_any_bytes_and_lists_every_object(client, gcs_server):
+    import time
+
+    from tpujob.emulator.gcs_json import BucketApi, rfc3339_seconds
+
+    client.create_bucket("fs-bytes")
+    api = BucketApi(gcs_server.info["storage_endpoint"], "fs-bytes")
+    data = bytes(range(256)) * 4 + b"\r\n--\r\n\n\r" + b"\0" * 10   # a checkpoint shard is any bytes
+    api.upload("d/x.bin", data)
+    api.upload("d/empty", b"")
+    assert api.download("d/x.bin") == data and api.download("d/empty") == b""
+    assert client.bucket("fs-bytes").blob("d/x.bin").download_as_bytes() == data
+    assert api.stat("d/x.bin")["size"] == str(len(data)) and api.stat("d/none") is None
+    assert abs(rfc3339_seconds(api.stat("d/x.bin")["updated"]) - time.time()) < 60
+    assert api.list("d/") == (["d/empty", "d/x.bin"], [])
+    assert api.list("", delimiter="/") == ([], ["d/"])
+    api.copy("d/x.bin", "e/y.bin")
+    assert api.delete("d/x.bin") and not api.delete("d/x.bin")
+    assert api.download("e/y.bin") == data and api.download("d/x.bin") is None

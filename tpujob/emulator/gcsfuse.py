@@ -1,4 +1,5 @@
-"""The emulated hosts' `gcsfuse`: a real FUSE mount (fusepy) over the Cloud Storage API.
+"""The emulated hosts' `gcsfuse`: a real FUSE mount (fusepy) over the Cloud Storage JSON API
+(gcs_json.BucketApi; STORAGE_EMULATOR_HOST says where it is).
 
 A bind mount of the storage emulator's directory would not do: objects written there behind
 the API's back are invisible to it. Every host mounts the bucket through the API, so a file
@@ -10,11 +11,10 @@ the file cache flags (`--cache-dir DIR`, which must exist: mount_bucket.sh makes
 `--file-cache-max-size-mb N`, -1 or more) are checked but nothing is cached; cache sizing
 flags (`--stat-cache-max-size-mb`, `--type-cache-max-size-mb`, `--kernel-list-cache-ttl-secs`,
 `--uid`, `--gid`, `--file-mode`, `--dir-mode`) are accepted and ignored. Like gcsfuse it
-returns once the mount is up and serves it from a background process. STORAGE_EMULATOR_HOST says where the API is.
-
-A mount that fails says why on stderr, as gcsfuse does: the daemon's parent prints its
-sub-process's error last (`daemonize.Run: readFromProcess: sub-process: ...`). What this
-emulation adds of its own is the library it needs on the host: libfuse2, through fusepy.
+returns once the mount is up and serves it from a background process. A mount that fails says
+why on stderr, as gcsfuse does: the daemon's parent prints its sub-process's error last
+(`daemonize.Run: readFromProcess: sub-process: ...`). What this emulation adds of its own is
+the library it needs on the host: libfuse2, through fusepy.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from tpujob.emulator.gcs_json import rfc3339_seconds
 
 # How the emulated gcsfuse runs (`python -m MODULE`): the hosts' shim execs it, and a
 # preempted host's shutdown knows its mount daemons by it (host_processes.is_mount_daemon).
@@ -128,14 +130,14 @@ class BucketFs:
         if path == "/":
             return self._dir_attr()
         key = self._key(path)
-        blob = self.bucket.get_blob(key)
-        if blob is not None:
-            return self._file_attr(blob.size or 0, blob.updated.timestamp() if blob.updated
-                                   else self._started)
-        if self.bucket.get_blob(key + "/" + DIR_MARKER) is not None:
+        found = self.bucket.stat(key)
+        if found is not None:
+            updated = found.get("updated")
+            return self._file_attr(int(found.get("size") or 0),
+                                   rfc3339_seconds(updated) if updated else self._started)
+        if self.bucket.stat(key + "/" + DIR_MARKER) is not None:
             return self._dir_attr()
-        if self.implicit_dirs and any(True for _ in self.bucket.list_blobs(prefix=key + "/",
-                                                                             max_results=1)):
+        if self.implicit_dirs and self.bucket.list(key + "/")[0]:
             return self._dir_attr()
         return None
 
@@ -153,12 +155,12 @@ class BucketFs:
         prefix = self._key(path).rstrip("/")
         prefix = prefix + "/" if prefix else ""
         names = {".", ".."}
-        blobs = self.bucket.list_blobs(prefix=prefix, delimiter="/")
-        for blob in blobs:
-            name = blob.name[len(prefix):]
+        objects, prefixes = self.bucket.list(prefix, delimiter="/")
+        for name in objects:
+            name = name[len(prefix):]
             if name and name != DIR_MARKER:
                 names.add(name)
-        for sub in blobs.prefixes:
+        for sub in prefixes:
             names.add(sub[len(prefix):].rstrip("/"))
         return sorted(names)
 
@@ -183,8 +185,8 @@ class BucketFs:
 
         if flags & os.O_TRUNC:
             return self._new_handle(path, b"", True)
-        blob = self.bucket.get_blob(self._key(path))
-        if blob is None:
+        data = self.bucket.download(self._key(path))
+        if data is None:
             # Created and not yet uploaded (tensorstore opens its lock file a second time to
             # check it is still the same file): this mount already knows it.
             with self._lock:
@@ -192,7 +194,7 @@ class BucketFs:
             if pending is None:
                 raise FuseOSError(errno.ENOENT)
             return self._new_handle(path, bytes(pending), False)
-        return self._new_handle(path, blob.download_as_bytes(), False)
+        return self._new_handle(path, data, False)
 
     def read(self, path, size, offset, fh):
         return bytes(self._open[fh]["data"][offset:offset + size])
@@ -215,8 +217,7 @@ class BucketFs:
                 handle["data"].extend(b"\0" * (length - len(handle["data"])))
                 handle["dirty"] = True
             return 0
-        blob = self.bucket.get_blob(self._key(path))
-        data = blob.download_as_bytes() if blob is not None else b""
+        data = self.bucket.download(self._key(path)) or b""
         self._upload(path, (data[:length] + b"\0" * max(0, length - len(data))))
         return 0
 
@@ -236,30 +237,25 @@ class BucketFs:
         return 0
 
     def _upload(self, path: str, data: bytes) -> None:
-        self.bucket.blob(self._key(path)).upload_from_string(data)
+        self.bucket.upload(self._key(path), data)
         self._forget(path)
 
     def unlink(self, path):
-        from google.api_core.exceptions import NotFound
-
-        try:
-            self.bucket.delete_blob(self._key(path))
-        except NotFound:
-            pass
+        self.bucket.delete(self._key(path))
         self._forget(path)
 
     def mkdir(self, path, mode):
         # gcsfuse writes a `dir/` object, so every mount sees the new directory at once;
         # gcp-storage-emulator cannot hold `dir/` next to `dir/file` (it stores objects as
         # files), so the emulator writes a hidden marker object inside it instead.
-        self.bucket.blob(self._key(path) + "/" + DIR_MARKER).upload_from_string(b"")
+        self.bucket.upload(self._key(path) + "/" + DIR_MARKER, b"")
         self._forget(path)
 
     def rmdir(self, path):
         from fuse import FuseOSError
 
         key = self._key(path) + "/"
-        if any(b.name != key + DIR_MARKER for b in self.bucket.list_blobs(prefix=key, max_results=2)):
+        if any(name != key + DIR_MARKER for name in self.bucket.list(key)[0]):
             raise FuseOSError(errno.ENOTEMPTY)
         self.unlink(path + "/" + DIR_MARKER)
         self._forget(path)
@@ -276,24 +272,23 @@ class BucketFs:
             if handle["dirty"]:
                 self._upload(old, bytes(handle["data"]))
                 handle["dirty"] = False
-        blob = self.bucket.get_blob(self._key(old))
-        if blob is not None:
-            self.bucket.copy_blob(blob, self.bucket, self._key(new))
-            blob.delete()
+        if self.bucket.stat(self._key(old)) is not None:
+            self.bucket.copy(self._key(old), self._key(new))
+            self.bucket.delete(self._key(old))
         else:
             # A directory: like gcsfuse, a non-atomic copy-then-delete of every object under it,
             # allowed up to --rename-dir-limit objects (0, the default, refuses).
             prefix = self._key(old) + "/"
-            blobs = list(self.bucket.list_blobs(prefix=prefix))
-            if not blobs:
+            names = self.bucket.list(prefix)[0]
+            if not names:
                 raise FuseOSError(errno.ENOENT)
-            if len(blobs) > self.rename_dir_limit:
+            if len(names) > self.rename_dir_limit:
                 raise FuseOSError(errno.EXDEV)
             target = self._key(new) + "/"
-            for item in blobs:
-                self.bucket.copy_blob(item, self.bucket, target + item.name[len(prefix):])
-            for item in blobs:
-                item.delete()
+            for name in names:
+                self.bucket.copy(name, target + name[len(prefix):])
+            for name in names:
+                self.bucket.delete(name)
         for handle in handles:
             handle["path"] = new
         self._forget(old)
@@ -309,18 +304,18 @@ class BucketFs:
         return 0
 
 
-def open_bucket(client, name: str):
-    """The bucket, or exit with gcsfuse's own account of why it cannot be mounted."""
-    from google.api_core.exceptions import GoogleAPICallError
+def open_bucket(bucket):
+    """The bucket (a gcs_json.BucketApi), or exit with gcsfuse's own account of why it cannot be
+    mounted."""
+    from tpujob.emulator.gcs_json import StorageError
 
-    bucket = client.bucket(name)
     try:
         found = bucket.exists()
-    except GoogleAPICallError as exc:  # 403 among them; Go's googleapi.Error reads like this
-        sys.exit(f"{SET_UP_BUCKET}googleapi: Error {exc.code}: {exc.message}, "
-                 f"{exc.reason or type(exc).__name__.lower()}")
-    except Exception as exc:  # noqa: BLE001 - the storage endpoint unreachable, say
-        sys.exit(f"{SET_UP_BUCKET}{type(exc).__name__}: {exc}")
+    except StorageError as exc:
+        if not exc.status:  # the storage endpoint unreachable
+            sys.exit(f"{SET_UP_BUCKET}{exc.message}")
+        # 403 among them; Go's googleapi.Error reads like this
+        sys.exit(f"{SET_UP_BUCKET}googleapi: Error {exc.status}: {exc.message}, {exc.reason or 'error'}")
     if not found:
         sys.exit(f"{SET_UP_BUCKET}storage: bucket doesn't exist")
     return bucket
@@ -332,11 +327,12 @@ def serve(args: argparse.Namespace) -> None:
     except OSError as exc:  # FUSE_LIBRARY_PATH names a library that does not load
         sys.exit(f"gcsfuse: cannot load libfuse through fusepy ({exc}); install it: "
                  "apt-get install -y fuse libfuse2")
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage  # type: ignore[attr-defined]  # it ships no type information
+    from tpujob.emulator.gcs_json import BucketApi
 
-    client = storage.Client(project="tpujob-local", credentials=AnonymousCredentials())
-    bucket = open_bucket(client, args.bucket)
+    endpoint = os.environ.get("STORAGE_EMULATOR_HOST")
+    if not endpoint:  # the emulated gcsfuse reaches the emulator's storage only
+        sys.exit(f"{SET_UP_BUCKET}STORAGE_EMULATOR_HOST is not set")
+    bucket = open_bucket(BucketApi(endpoint, args.bucket))
     ops = type("GcsOperations", (BucketFs, Operations), {})(
         bucket, args.only_dir, args.metadata_cache_ttl_secs, args.implicit_dirs)
     ops.rename_dir_limit = args.rename_dir_limit
