@@ -1,8 +1,12 @@
 """The README's Quick start, verbatim, in a fresh home: every command succeeds, without the demo
-before it and after it (a newcomer does not run the demo first; one who did keeps its job 1)."""
+before it and after it (a newcomer does not run the demo first; one who did keeps its job 1).
+
+The run after the demo is also `tpujob demo`'s own end-to-end test (what a newcomer runs first,
+from nothing to SUCCEEDED): the demo is the suite's slowest minute of set-up, so it runs once."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -61,9 +65,10 @@ def test_the_quick_start_runs_verbatim(demo_first, real_crontab, tpujob_home):
                                              ["tpujob", "emulator"], ["tpujob", "create"]]
     try:
         if demo_first:
+            assert process.status() is None
             done = run(["tpujob", "demo"], timeout=600)
             assert done.returncode == 0, done.stderr[-3000:]
-            assert "stop it with `tpujob emulator stop`" in done.stderr
+            assert_the_demo_succeeded(done)
         for argv in commands:
             if argv[:2] == ["tpujob", "ui"]:
                 serve_once(argv)
@@ -76,5 +81,37 @@ def test_the_quick_start_runs_verbatim(demo_first, real_crontab, tpujob_home):
             assert time.monotonic() - started < 300
         listed = run(["tpujob", "list", "--all"]).stdout
         assert listed.count("demo") == (2 if demo_first else 1), listed
+        if demo_first:
+            assert_the_demo_is_shown_with_the_emulator_stopped_and_restarted(process)
     finally:
         process.stop(grace=5)
+
+
+def assert_the_demo_succeeded(done: subprocess.CompletedProcess) -> None:
+    """`tpujob demo` on a fresh home: it started the emulator, recorded the example, followed
+    it (with progress) to SUCCEEDED, then listed and showed it."""
+    from tpujob.service.demo import example_spec
+
+    assert done.stderr.startswith("emulator started (http://127.0.0.1:"), done.stderr[:500]
+    assert "stop it with `tpujob emulator stop`" in done.stderr
+    assert f"recorded from {example_spec()}" in done.stderr
+    assert "program launched on 2 hosts" in done.stderr  # progress while following
+    listing, shown = done.stdout.split("$ tpujob show 000001")
+    assert "$ tpujob list --all" in listing and "SUCCEEDED" in listing
+    assert "state:        SUCCEEDED" in shown and "attempts:" in shown
+
+
+def assert_the_demo_is_shown_with_the_emulator_stopped_and_restarted(process) -> None:
+    """With the emulator stopped, `show` answers from the store, says why the run dir is not
+    readable, and starts nothing; restarted (on new ports), its storage still holds the run
+    dir: the final verdict."""
+    process.stop(grace=5)
+    shown = run(["tpujob", "show", "--json", "1"])
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    data = json.loads(shown.stdout)
+    assert (data["state"], data["accelerator"]) == ("SUCCEEDED", "v4-16")
+    assert data["run_dir"] is None and "emulator is not running" in data["run_dir_error"]
+    assert process.status() is None
+    process.start()
+    data = json.loads(run(["tpujob", "show", "--json", "1"]).stdout)
+    assert (data["run_dir"]["state"], data["run_dir"]["step"]) == ("succeeded", 30), data.get("run_dir_error")
