@@ -1,8 +1,8 @@
-"""8 sweeps at once (separate processes) over 50 jobs while preemptions land: one new slice per
-preemption, no duplicate, no orphan.
+"""8 sweeps at once (separate processes) over 32 jobs (twice a sweep's 16 act workers) while
+preemptions land: one new slice per preemption, no duplicate, no orphan.
 
 On 2 cores this is one of the slowest e2e tests (about a minute): every process checks every RUNNING
-job over SSH, so the concurrent rounds are kept to the two that matter (the 50 creates, and the
+job over SSH, so the concurrent rounds are kept to the two that matter (the 32 creates, and the
 round the preemptions land in); the in-process sweeps after them only finish what was started.
 """
 
@@ -28,7 +28,7 @@ from reconcile_helpers import (  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
-JOBS, SWEEPS, VICTIMS = 50, 8, 15
+JOBS, SWEEPS, VICTIMS = 32, 8, 10
 
 
 def concurrent_round(inject=None, after_seconds=3.0) -> None:
@@ -53,9 +53,9 @@ def converge(ctx, done, rounds=10) -> None:
     raise AssertionError(f"not converged: {sorted((j.id, j.state, j.attempt) for j in jobs if not done(j))}")
 
 
-def test_eight_sweeps_over_fifty_jobs_with_preemptions(ctx, local_cloud, project, tmp_path):
+def test_eight_sweeps_over_thirty_two_jobs_with_preemptions(ctx, local_cloud, project, tmp_path):
     jobs = record_many(ctx, tmp_path, JOBS)
-    concurrent_round()  # eight processes race to create the 50 slices
+    concurrent_round()  # eight processes race to create the 32 slices
     converge(ctx, lambda j: j.state == "RUNNING")
     again = [(j.id, [e.message for e in ctx.store.events(j.id)]) for j in ctx.store.list_jobs() if j.attempt != 1]
     assert again == []
@@ -78,7 +78,7 @@ def test_eight_sweeps_over_fifty_jobs_with_preemptions(ctx, local_cloud, project
     assert_no_orphans(ctx, local_cloud, project)
 
 
-PREEMPTED_JOBS = 50
+PREEMPTED_JOBS = 32
 
 
 def test_eight_parallel_sweeps_over_preempted_jobs_create_one_slice_each(ctx, local_cloud, project, tmp_path):
@@ -97,9 +97,12 @@ def test_eight_parallel_sweeps_over_preempted_jobs_create_one_slice_each(ctx, lo
         assert code == 0, err
     acted = [int(out.split(" active, ")[1].split(" acted on")[0]) for _, out, _ in results]
     assert sum(acted) >= PREEMPTED_JOBS  # every job was acted on by some sweep
-    # A create that met a transient error under this load (the sweep's retry_after) is the next
-    # sweep's to make: still one new slice per job, whoever makes it.
-    converge(ctx, lambda j: j.state == "RUNNING")
+    # A create that met a transient error under this load (the sweep's retry_after), or a job
+    # whose act gave up waiting for the store's write lock (SQLite's busy timeout, with 8 x 16
+    # workers on two cores; seen once in a full run), is the next sweep's to take: still one
+    # new slice per job, whoever makes it. The preempted job reads RUNNING until a sweep has
+    # seen its slice gone, so it is not done before its second attempt.
+    converge(ctx, lambda j: j.state == "RUNNING" and j.attempt == 2)
 
     for job in ctx.store.list_jobs():
         assert [(a.number, a.end_reason) for a in ctx.store.attempts(job.id)] == [(1, "preempted"), (2, None)], (

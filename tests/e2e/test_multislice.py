@@ -14,7 +14,10 @@ from reconcile_helpers import ZONE, heartbeat_step, local_bucket, node_ref, proj
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three jobs side by side: ~3 min here
 
-STEPS = 80  # preempted once its heartbeat says step 3, then resumed: room for both (0.1-0.3 s a step here)
+# Preempted once its heartbeat in the bucket says step 3 (within a second of it: heartbeat_every_s
+# 1, read every 0.2 s), then resumed: 40 leaves 35 or more steps (0.1-0.3 s each here) for the
+# notice to land in. Each step is about 0.1 CPU-second per process, and ten processes train.
+STEPS = 40
 SPEC = f"""\
 name: NAME
 tpu: {{accelerator: v4-16, zone: {ZONE}, queued: QUEUED, slices: SLICES}}
