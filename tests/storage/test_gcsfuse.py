@@ -226,3 +226,14 @@ def test_the_json_api_client_round_trips_any_bytes_and_lists_every_object(client
     api.copy("d/x.bin", "e/y.bin")
     assert api.delete("d/x.bin") and not api.delete("d/x.bin")
     assert api.download("e/y.bin") == data and api.download("d/x.bin") is None
+
+
+def test_a_failed_storage_request_is_eio_to_the_caller_not_the_end_of_the_mount(refusing_storage):
+    import errno
+
+    from tpujob.emulator.gcs_json import BucketApi
+
+    fs = gcsfuse.BucketFs(BucketApi(refusing_storage, "locked"), "", ttl=0, implicit_dirs=True)
+    with pytest.raises(OSError) as refused:
+        fs.getattr("/anything")
+    assert refused.value.errno == errno.EIO and "HTTP 403" in str(refused.value)

@@ -15,6 +15,7 @@ answers are retried with backoff for up to RETRY_DEADLINE_S, as gcsfuse retries 
 
 from __future__ import annotations
 
+import errno
 import http.client
 import json
 import threading
@@ -39,7 +40,9 @@ class StorageError(OSError):
     """An answer gcsfuse cannot turn into a file system result (not a 404), or no answer
     (status 0). `message` and `reason` are the JSON API's error body's, as Google sends it:
     {"error": {"code": 403, "message": "...", "errors": [{"reason": "forbidden", ...}]}}
-    (cloud.google.com/storage/docs/json_api/v1/status-codes)."""
+    (cloud.google.com/storage/docs/json_api/v1/status-codes). Its errno is EIO, what gcsfuse
+    answers a file system call whose Cloud Storage request failed; fusepy returns it to the
+    caller (an OSError without an errno would abort the whole mount)."""
 
     def __init__(self, what: str, status: int, body: bytes):
         self.status, self.message, self.reason = status, body.decode(errors="replace")[:300], ""
@@ -49,7 +52,7 @@ class StorageError(OSError):
             self.reason = str((error.get("errors") or [{}])[0].get("reason", ""))
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
-        super().__init__(f"{what}: HTTP {status}: {self.message}" if status else f"{what}: {self.message}")
+        super().__init__(errno.EIO, f"{what}: HTTP {status}: {self.message}" if status else f"{what}: {self.message}")
 
 
 class BucketApi:
