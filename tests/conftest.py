@@ -31,8 +31,9 @@ def _expected_length(item: pytest.Item) -> float:
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: three workers for two cores. The end-to-end tests leave a core idle while they
     wait on sweeps, timeouts and notices (one worker a core: 76% busy, 1144 s for the suite here
-    on 2026-11-27); a third worker fills that (89% busy, 1010 s). Two workers a core overload it:
-    the JAX programs of four heavy tests at once miss their notices."""
+    on 2026-11-27); a third worker fills that (89% busy, 1010 s). A fourth gains nothing: 842 s
+    and 1549 busy CPU-seconds against three's 794-843 s and 1345-1443 (the same tree, 2026-11-27;
+    its heavy tests contend for the cores)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores * 3 // 2)
 
