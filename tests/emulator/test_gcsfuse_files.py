@@ -20,9 +20,9 @@ class _Bucket:
     def stat(self, name: str) -> dict | None:
         return {"name": name, "size": str(len(self.objects[name]))} if name in self.objects else None
 
-    def list(self, prefix: str, delimiter: str | None = None) -> tuple[list[str], list[str]]:
+    def list(self, prefix: str, delimiter: str | None = None, limit: int | None = None) -> tuple[list[str], list[str]]:
         assert delimiter is None, "not needed here"
-        return sorted(n for n in self.objects if n.startswith(prefix)), []
+        return sorted(n for n in self.objects if n.startswith(prefix))[:limit], []
 
     def download(self, name: str) -> bytes | None:
         return self.objects.get(name)

@@ -223,6 +223,7 @@ def test_the_json_api_client_round_trips_any_bytes_and_lists_every_object(client
     assert abs(rfc3339_seconds(api.stat("d/x.bin")["updated"]) - time.time()) < 60
     assert api.list("d/") == (["d/empty", "d/x.bin"], [])
     assert api.list("", delimiter="/") == ([], ["d/"])
+    assert api.list("d/", limit=1) == (["d/empty"], [])
     api.copy("d/x.bin", "e/y.bin")
     assert api.delete("d/x.bin") and not api.delete("d/x.bin")
     assert api.download("e/y.bin") == data and api.download("d/x.bin") is None

@@ -137,7 +137,7 @@ class BucketFs:
                                    rfc3339_seconds(updated) if updated else self._started)
         if self.bucket.stat(key + "/" + DIR_MARKER) is not None:
             return self._dir_attr()
-        if self.implicit_dirs and self.bucket.list(key + "/")[0]:
+        if self.implicit_dirs and self.bucket.list(key + "/", limit=1)[0]:
             return self._dir_attr()
         return None
 
@@ -255,7 +255,7 @@ class BucketFs:
         from fuse import FuseOSError
 
         key = self._key(path) + "/"
-        if any(name != key + DIR_MARKER for name in self.bucket.list(key)[0]):
+        if any(name != key + DIR_MARKER for name in self.bucket.list(key, limit=2)[0]):
             raise FuseOSError(errno.ENOTEMPTY)
         self.unlink(path + "/" + DIR_MARKER)
         self._forget(path)
