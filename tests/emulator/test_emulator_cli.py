@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -75,6 +78,42 @@ def test_background_emulator_serves_tpu_storage_and_faults(cli, tpujob_home, mon
     with pytest.raises(ProcessLookupError):
         os.kill(info["pid"], 0)
     assert "serving" in (tpujob_home / "emulator" / "emulator.log").read_text()
+
+
+@pytest.mark.slow
+def test_one_emulator_a_directory_however_busy_or_raced(cli, tpujob_home):
+    """Four commands that find no emulator start one between them; one frozen past any answer
+    (as on two cores under load) still runs, and no command starts a second beside it; a second
+    process on the same directory is refused."""
+    from tpujob.emulator import process
+
+    tpujob = pathlib.Path(sys.executable).parent / "tpujob"
+    starts = [subprocess.Popen([tpujob, "emulator", "start", "--no-hosts", "--json"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    try:
+        answers = [json.loads(p.communicate(timeout=60)[0]) for p in starts]
+        pids = {a["pid"] for a in answers}
+        assert len(pids) == 1, answers
+        (pid,) = pids
+        os.kill(pid, signal.SIGSTOP)  # alive, answering nothing
+        try:
+            assert process.status()["pid"] == pid
+            assert json.loads(cli("emulator", "start", "--no-hosts", "--json").out)["pid"] == pid
+            assert process.ensure_running()["pid"] == pid
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        second = subprocess.run([sys.executable, "-m", "tpujob.emulator", "--no-hosts", "--state-dir",
+                                 str(tpujob_home / "emulator")], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert second.stderr.strip().endswith(f"error: another emulator serves {tpujob_home / 'emulator'} "
+                                              "(it holds emulator.lock there)")
+        assert json.loads((tpujob_home / "emulator" / "endpoints.json").read_text())["pid"] == pid
+    finally:
+        assert cli("emulator", "stop").out.strip() == "emulator stopped"
+    assert process.status() is None
+    started = json.loads(cli("emulator", "start", "--no-hosts", "--json").out)  # its lock went with it
+    assert started["pid"] != pid
+    assert cli("emulator", "stop").out.strip() == "emulator stopped"
 
 
 def test_an_image_env_without_a_name_is_refused_before_anything_starts(tmp_path, capsys):

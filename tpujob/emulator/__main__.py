@@ -1,7 +1,8 @@
 """`python -m tpujob.emulator`: serve the local TPU cloud in the foreground until SIGTERM.
 
-`tpujob emulator start` runs this in the background; it writes endpoints.json in --state-dir
-once it serves and removes it on exit.
+`tpujob emulator start` runs this in the background; it holds emulator.lock in --state-dir
+while it lives (one emulator a directory), writes endpoints.json there once it serves and
+removes it on exit.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import logging
 import os
 import pathlib
 import signal
+import sys
 import threading
 
-from tpujob.emulator.process import ENDPOINTS_FILE
+from tpujob.emulator.process import ENDPOINTS_FILE, SERVING_LOCK, claim
 from tpujob.emulator.server import DEFAULT_PROJECT, EmulatorServer
 
 log = logging.getLogger("tpujob.emulator")
@@ -51,6 +53,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="set in every SSH session on every host, as the image's /etc/environment would")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    serving = claim(args.state_dir)  # kept open until the process ends
+    if serving is None:
+        sys.exit(f"error: another emulator serves {args.state_dir} (it holds {SERVING_LOCK} there)")
 
     server = EmulatorServer(args.state_dir, host=args.host, port=args.port, project=args.project,
                             provisioning_delay=args.provisioning_delay, ssh_port=args.ssh_port,

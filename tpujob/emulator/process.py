@@ -2,10 +2,18 @@
 
 Its files live under $TPUJOB_HOME/emulator/: `endpoints.json` (written by the process once it
 serves: pid, endpoints, project, ssh port), `emulator.log`, and the hosts' filesystems.
+
+Whether it runs is a lock, not an answer: the serving process holds `emulator.lock` for its
+whole life, and the kernel lets go of it when the process dies, however it dies. An emulator
+that is alive but slow to answer (two cores under a suite's load, eight sweeps at once) is
+still running: asking it with a timeout instead once made a command start a second emulator in
+the same directory, whose empty cloud then answered every later command. `start.lock` makes
+starters take turns, so two commands that find none running start one between them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pathlib
@@ -13,13 +21,16 @@ import signal
 import subprocess
 import sys
 import time
+from typing import IO
 
 from tpujob.emulator.client import EmulatorClient
-from tpujob.errors import CloudError, NotFoundError, TpujobError
+from tpujob.errors import CloudError, NotFoundError
 from tpujob.settings import home
 
 ENDPOINTS_FILE = "endpoints.json"
 LOG_FILE = "emulator.log"
+SERVING_LOCK = "emulator.lock"  # held by the serving process while it lives
+START_LOCK = "start.lock"       # held by a command while it starts one
 
 
 def state_dir() -> pathlib.Path:
@@ -29,18 +40,29 @@ def state_dir() -> pathlib.Path:
 
 
 def status() -> dict | None:
-    """The running emulator's endpoints (as in endpoints.json plus `log_file`), or None."""
+    """The running emulator's endpoints (as in endpoints.json plus `log_file`), or None. Asks
+    the kernel, not the emulator: a busy emulator is a running one."""
+    directory = state_dir()
     try:
-        info = json.loads((state_dir() / ENDPOINTS_FILE).read_text())
+        info = json.loads((directory / ENDPOINTS_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if not _alive(info.get("pid", 0)):
+    if not _alive(info.get("pid", 0)) or not _served(directory):
         return None
+    return {**info, "log_file": str(directory / LOG_FILE)}
+
+
+def claim(directory: pathlib.Path) -> IO[str] | None:
+    """For the emulator process itself: the serving lock on `directory`, held while the
+    returned file stays open; None when another process serves it already."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = open(directory / SERVING_LOCK, "a+")
     try:
-        EmulatorClient(info["tpu_endpoint"], timeout=2).status()
-    except TpujobError:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
         return None
-    return {**info, "log_file": str(state_dir() / LOG_FILE)}
+    return lock
 
 
 def start(provisioning_delay: float | None = None, hosts: bool = True,
@@ -56,6 +78,13 @@ def start(provisioning_delay: float | None = None, hosts: bool = True,
         preflight.require_emulator()
     directory = state_dir()
     directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / START_LOCK, "a") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)  # released when the file closes
+        return status() or _spawn(directory, provisioning_delay, hosts, timeout, image_env)
+
+
+def _spawn(directory: pathlib.Path, provisioning_delay: float | None, hosts: bool,
+           timeout: float, image_env: dict[str, str] | None) -> dict:
     (directory / ENDPOINTS_FILE).unlink(missing_ok=True)
     command = [sys.executable, "-m", "tpujob.emulator", "--state-dir", str(directory)]
     if provisioning_delay is not None:
@@ -78,7 +107,7 @@ def start(provisioning_delay: float | None = None, hosts: bool = True,
                              f"see {directory / LOG_FILE}: {_last_line(directory / LOG_FILE)}")
         time.sleep(0.05)
     _terminate(child.pid, grace=2)
-    raise CloudError(f"the emulator did not answer within {timeout:g} s; "
+    raise CloudError(f"the emulator did not start serving within {timeout:g} s; "
                      f"see {directory / LOG_FILE}")
 
 
@@ -107,6 +136,21 @@ def client() -> EmulatorClient:
     if not info:
         raise NotFoundError("the emulator is not running (start it with `tpujob emulator start`)")
     return EmulatorClient(info["tpu_endpoint"])
+
+
+def _served(directory: pathlib.Path) -> bool:
+    """Whether a process holds the serving lock on `directory`."""
+    try:
+        lock = open(directory / SERVING_LOCK)
+    except OSError:
+        return False
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return False
 
 
 def _alive(pid: int) -> bool:
