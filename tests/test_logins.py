@@ -4,6 +4,7 @@ renewed at half its expiry, the profile's POSIX user, and the words of a refusal
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -180,3 +181,59 @@ def test_expired_credentials_are_not_a_refusal_the_next_sweep_retries():
     with pytest.raises(AuthError) as caught:
         logins(client).for_slice("p", {})
     assert not isinstance(caught.value, SshAuthRefused)
+
+
+def test_a_read_of_the_project_is_shared_with_later_processes_for_its_ttl(tmp_path):
+    # A cron sweep is a new process each minute: the first reads the project, the next ones
+    # within PROJECT_TTL_SECONDS take its read (the read costs google-cloud-compute's import).
+    from tpujob.attempt.logins import PROJECT_TTL_SECONDS
+
+    now = [1000.0]
+
+    def process(client):
+        return Logins(Settings(), lambda: KEY, client=client, account="me@x", clock=lambda: now[0],
+                      shared=tmp_path / "oslogin")
+
+    first, second = FakeOsLogin(enabled={"p": True}), FakeOsLogin()
+    assert process(first).for_slice("p", {}) == Login("sa_123", True, "p", "me@x")
+    login = process(second).for_slice("p", {})
+    assert login == Login("sa_123", True, "p", "me@x") and not login.confirmed
+    assert [c[0] for c in second.calls] == ["import"]  # the project was not asked again
+    now[0] += PROJECT_TTL_SECONDS + 1
+    third = FakeOsLogin(enabled={"p": False})
+    assert process(third).for_slice("p", {}) == Login("tpujob", False, "p")
+    assert third.calls == [("project", "p")]
+
+
+def test_a_refusal_under_a_shared_read_reads_the_project_again_before_it_counts(tmp_path):
+    # Another process read "off" a minute ago; OS Login is on now. The hosts' refusal of the
+    # metadata key is that read's, not the job's: confirm says so (None), and the next login
+    # follows the fresh read. Under a read that still holds, the refusal stands.
+    def process(client):
+        return Logins(Settings(), lambda: KEY, client=client, account="me@x", shared=tmp_path / "oslogin")
+
+    process(FakeOsLogin(enabled={"p": False})).for_slice("p", {})
+    now_on = FakeOsLogin(enabled={"p": True})
+    found = process(now_on)
+    stale = found.for_slice("p", {})
+    assert (stale.user, stale.os_login, stale.confirmed) == ("tpujob", False, False)
+    assert found.confirm(stale, {}) is None
+    assert found.for_slice("p", {}) == Login("sa_123", True, "p", "me@x")
+    assert process(FakeOsLogin()).for_slice("p", {}).os_login  # the fresh read is the shared one now
+
+    still_on = FakeOsLogin(enabled={"p": True})
+    held = process(still_on)
+    login = held.for_slice("p", {})
+    assert not login.confirmed and held.confirm(login, {}) == login
+    assert [c for c in still_on.calls if c[0] == "project"] == [("project", "p")]  # read once, to confirm
+    assert held.confirm(Login("tpujob", False, "p", node_says="FALSE"), {"enable-oslogin": "FALSE"}) is not None
+
+
+def test_a_shared_read_that_cannot_be_read_is_no_read(tmp_path):
+    shared = tmp_path / "oslogin"
+    shared.mkdir()
+    (shared / "p.json").write_text("{not json")
+    client = FakeOsLogin(enabled={"p": False})
+    Logins(Settings(), lambda: KEY, client=client, account="me@x", shared=shared).for_slice("p", {})
+    assert client.calls == [("project", "p")]
+    assert json.loads((shared / "p.json").read_text())["enable_oslogin"] is False

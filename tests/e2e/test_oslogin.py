@@ -122,3 +122,24 @@ def test_a_running_jobs_hosts_refusing_the_key_end_it_in_one_sweep(cli, ctx, pro
     # Once, under load, attempt 1 read "preempted" before this (cause not kept): say why if again.
     assert [a["end_reason"] for a in shown["attempts"]] == ["ssh_refused"], said
     assert resources(local_cloud, project) == []
+
+
+def test_a_stale_shared_read_of_the_project_is_retried_not_a_refusal(cli, ctx, project, local_cloud, tmp_path):
+    # Another sweep read the project a moment ago, OS Login off (processes share that read for
+    # ten minutes); then OS Login was turned on. The hosts refuse the metadata key: the sweep
+    # reads the project again before that counts, and the next one logs in through OS Login.
+    import time
+
+    shared = ctx.settings.home / "cache" / "oslogin" / "local"
+    shared.mkdir(parents=True)
+    (shared / f"{project}.json").write_text(json.dumps({"read_at": time.time(), "enable_oslogin": None}))
+    assert cli("emulator", "oslogin", "on", "--project", project).code == 0
+    job = record(ctx, tmp_path, command="echo ran as $USER > $HOME/who.txt")
+    job = sweep_until(ctx, job.id, lambda j: j.state in ("SUCCEEDED", "FAILED"), timeout=90)
+    said = "\n".join(e.message for e in ctx.store.events(job.id))
+    assert job.state == "SUCCEEDED", said
+    assert "setup will be retried: hosts refused tpujob's SSH key (setup on host 0: host 0 " in said
+    assert (f"SSH authentication as 'tpujob' refused: Authentication failed.): the login followed another "
+            f"process's read of project {project}'s OS Login setting, and a fresh read says otherwise") in said
+    assert [a.end_reason for a in ctx.store.attempts(job.id)] == ["succeeded"], said
+    assert json.loads((shared / f"{project}.json").read_text())["enable_oslogin"] is True

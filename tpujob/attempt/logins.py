@@ -8,13 +8,23 @@ as, with an expiry (renewed by any process that logs in once half of it has pass
 login is the profile's POSIX username. `ssh_os_login: false` creates nodes with
 `enable-oslogin: FALSE` instead (node metadata overrides the project's), which an organisation
 policy (constraints/compute.requireOsLogin) may refuse.
+
+The project's setting is shared between processes for PROJECT_TTL_SECONDS (a file a project
+under $TPUJOB_HOME/cache/oslogin/): reading it takes google-cloud-compute, whose import alone
+is about two CPU-seconds, and a cron sweep is a new process every minute. A login built on a
+read this process did not make is not confirmed: before the hosts' refusal of it ends a job,
+the project is read again (`confirm`), and a refusal the fresh read explains is the next
+sweep's retry, never a failure.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from tpujob.errors import CloudRefused, PermissionDenied, SshAuthRefused
@@ -45,6 +55,8 @@ class Login:
     project: str
     account: str = ""  # OS Login only: whose profile holds the key
     node_says: str | None = None  # the node's own enable-oslogin, when it has one
+    # False when the project's setting came from another process's read (Logins.confirm).
+    confirmed: bool = field(default=True, compare=False)
 
     def refusal(self, cause: str) -> str:
         """The event when the hosts refuse tpujob's key: the cause, why, and the fix."""
@@ -77,10 +89,11 @@ class Logins:
     cloud once per project and reused, so a sweep over many jobs costs one of each."""
 
     def __init__(self, settings: Settings, public_key: Callable[[], str], *, client: OsLoginClient | None = None,
-                 account: str | None = None,
-                 clock: Callable[[], float] = time.time, register: bool = True):
+                 account: str | None = None, clock: Callable[[], float] = time.time, register: bool = True,
+                 shared: Path | None = None):
         """`register=False` only looks (gc, doctor): the profile is read, and a key not in it
-        yet is a refusal instead of an import."""
+        yet is a refusal instead of an import. `shared`: the directory where processes share
+        their reads of a project's setting, None for none."""
         self.settings = settings
         self.register = register
         self._public_key = public_key
@@ -88,7 +101,8 @@ class Logins:
         self._account = account
         self.clock = clock
         self._lock = threading.Lock()
-        self._project: dict[str, tuple[float, bool | None]] = {}  # project -> (when read, value)
+        self._shared = shared
+        self._project: dict[str, tuple[float, bool | None, bool]] = {}  # project -> (when read, value, by us)
         self._imported: dict[str, tuple[float, str]] = {}  # project -> (when, POSIX user)
         self._reading: dict[str, threading.Lock] = {}  # project -> held while its setting is read
 
@@ -113,17 +127,28 @@ class Logins:
         return dict(OPT_OUT) if self.settings.os_login_opt_out else {}
 
     def project_enabled(self, project: str) -> bool | None:
+        return self._project_setting(project)[0]
+
+    def _project_setting(self, project: str) -> tuple[bool | None, bool]:
+        """The project's enable-oslogin, and whether this process read it from the cloud."""
         with self._lock:
             reading = self._reading.setdefault(project, threading.Lock())
         with reading:  # one read at a time per project: a sweep's workers wait for its answer
             with self._lock:
                 seen = self._project.get(project)
-            if seen is not None and self.clock() - seen[0] < PROJECT_TTL_SECONDS:
-                return seen[1]
+            if seen is None and self._shared is not None:
+                seen = _read_shared(self._shared, project)
+            if seen is not None and 0 <= self.clock() - seen[0] < PROJECT_TTL_SECONDS:
+                with self._lock:
+                    self._project[project] = seen
+                return seen[1], seen[2]
             found = self.client.project_enabled(project)
+            read = (self.clock(), found, True)
             with self._lock:
-                self._project[project] = (self.clock(), found)
-            return found
+                self._project[project] = read
+            if self._shared is not None:
+                _write_shared(self._shared, project, read)
+            return found, True
 
     def for_slice(self, project: str, node_metadata: dict[str, str]) -> Login:
         """The login for a slice whose node carries `node_metadata`."""
@@ -131,10 +156,23 @@ class Logins:
 
         node_says = (node_metadata or {}).get(ENABLE_KEY)
         # A node that says nothing follows the project; one that does needs no project read.
-        enabled = effective(node_says, None if node_says is not None else self.project_enabled(project))
-        if not enabled:
-            return Login(self.settings.ssh_user, False, project, node_says=node_says)
-        return Login(self._import(project), True, project, self.account, node_says)
+        project_says, confirmed = (None, True) if node_says is not None else self._project_setting(project)
+        if not effective(node_says, project_says):
+            return Login(self.settings.ssh_user, False, project, node_says=node_says, confirmed=confirmed)
+        return Login(self._import(project), True, project, self.account, node_says, confirmed)
+
+    def confirm(self, login: Login, node_metadata: dict[str, str]) -> Login | None:
+        """`login` as the project says now, for the words of a refusal of it: read again when it
+        rested on another process's read; None when the fresh read logs in otherwise (the
+        refusal was the old read's, and the next try logs in as the fresh one says)."""
+        if login.confirmed:
+            return login
+        with self._lock:
+            self._project.pop(login.project, None)
+        if self._shared is not None:
+            (self._shared / _shared_name(login.project)).unlink(missing_ok=True)
+        fresh = self.for_slice(login.project, node_metadata)
+        return fresh if fresh == login else None
 
     def _import(self, project: str) -> str:
         with self._lock:
@@ -161,3 +199,28 @@ class Logins:
         with self._lock:
             self._imported[project] = (self.clock(), profile.username)
         return profile.username
+
+
+def _shared_name(project: str) -> str:
+    return f"{project.replace(os.sep, '_')}.json"
+
+
+def _read_shared(directory: Path, project: str) -> tuple[float, bool | None, bool] | None:
+    """Another process's read of the project's setting: (when, value, False), or None."""
+    try:
+        data = json.loads((directory / _shared_name(project)).read_text())
+        when, value = float(data["read_at"]), data["enable_oslogin"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (when, value, False) if value in (True, False, None) else None
+
+
+def _write_shared(directory: Path, project: str, read: tuple[float, bool | None, bool]) -> None:
+    """Best effort, atomic (write, then rename): a reader sees a whole file or none."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / f".{_shared_name(project)}.{os.getpid()}.{threading.get_ident()}"
+        tmp.write_text(json.dumps({"read_at": read[0], "enable_oslogin": read[1]}))
+        os.replace(tmp, directory / _shared_name(project))
+    except OSError:
+        pass  # the next process reads the project itself
