@@ -143,3 +143,29 @@ def test_a_stale_shared_read_of_the_project_is_retried_not_a_refusal(cli, ctx, p
             f"process's read of project {project}'s OS Login setting, and a fresh read says otherwise") in said
     assert [a.end_reason for a in ctx.store.attempts(job.id)] == ["succeeded"], said
     assert json.loads((shared / f"{project}.json").read_text())["enable_oslogin"] is True
+
+
+def test_a_sweep_after_another_takes_its_read_and_imports_no_compute_client(ctx, project, local_cloud, tmp_path):
+    # A cron sweep is a new process each minute: it takes the last one's read of the project
+    # (ten minutes), and so never imports google-cloud-compute (two CPU-seconds) to log in to
+    # the hosts: here, to learn that the program exited.
+    import os
+    import subprocess
+    import sys
+    import time
+
+    job = record(ctx, tmp_path, command="while [ ! -e $HOME/stop ]; do sleep 0.1; done")
+    job = sweep_until(ctx, job.id, lambda j: j.state in ("RUNNING", "FAILED"), timeout=90)
+    assert job.state == "RUNNING", [e.message for e in ctx.store.events(job.id)]
+    shared = ctx.settings.home / "cache" / "oslogin" / "local" / f"{project}.json"
+    read = json.loads(shared.read_text())
+    root = host_root(local_cloud, project, ZONE, ctx.store.current_attempt(job.id).slice_name, 0)
+    (root / "home" / ctx.settings.ssh_user / "stop").write_text("")
+    time.sleep(1)  # the loop's next turn
+    probe = ("import json, sys\nfrom tpujob.cli.main import main\ncode = main(['requeue', sys.argv[1]])\n"
+             "print(json.dumps({'code': code, 'compute': sorted(m for m in sys.modules if 'compute_v1' in m)}))")
+    done = subprocess.run([sys.executable, "-c", probe, str(job.id)], env=dict(os.environ), capture_output=True,
+                          text=True, timeout=120)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"code": 0, "compute": []}, done.stderr[-2000:]
+    assert ctx.store.get(job.id).state == "SUCCEEDED", [e.message for e in ctx.store.events(job.id)]
+    assert json.loads(shared.read_text()) == read  # taken, not read again

@@ -9,7 +9,8 @@ tpujob logs in as that profile's POSIX username: never one built by hand from th
 Whether it is on: the node's own `enable-oslogin` metadata, else the project's
 (commonInstanceMetadata, compute.projects.get); "true" in any case means on, any other value
 off, absent means not set (google-cloud-sdk command_lib/util/ssh/ssh.py, MetadataHasEnable and
-FeatureEnabledInMetadata). Import this module lazily: it pulls in compute_v1 and oslogin_v1.
+FeatureEnabledInMetadata). The clients (compute_v1 alone is about two CPU-seconds of import)
+are imported by GcpOsLogin, not by this module: the rule above is read on every login.
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
-
-from google.cloud import compute_v1, oslogin_v1
-from google.cloud.oslogin_v1 import common
 
 from tpujob.cloud.api_calls import emulator_settings, invoke, new_retry
 
@@ -65,15 +63,26 @@ class GcpOsLogin:
     def __init__(self, endpoint: str | None = None, compute_endpoint: str | None = None,
                  credentials: Any = None, retry_initial: float = 1.0, retry_maximum: float = 30.0,
                  retry_deadline: float = 120.0):
-        def options(url: str | None) -> dict[str, str] | None:
-            return {"api_endpoint": url} if url else None
+        from google.cloud import oslogin_v1
 
         self._oslogin = oslogin_v1.OsLoginServiceClient(
-            transport="rest", credentials=credentials, client_options=options(endpoint))
-        self._projects = compute_v1.ProjectsClient(
-            transport="rest", credentials=credentials, client_options=options(compute_endpoint))
+            transport="rest", credentials=credentials, client_options=_options(endpoint))
+        # compute_v1 on the first project read only: a process that took another's read of the
+        # project (attempt/logins.py) and only imports its key never pays for its import.
+        self._compute = (credentials, compute_endpoint)
+        self._projects_client: Any = None
         self._retry = new_retry(retry_initial, retry_maximum, retry_deadline)
         self.api_calls = 0
+
+    @property
+    def _projects(self) -> Any:
+        if self._projects_client is None:
+            from google.cloud import compute_v1
+
+            credentials, endpoint = self._compute
+            self._projects_client = compute_v1.ProjectsClient(
+                transport="rest", credentials=credentials, client_options=_options(endpoint))
+        return self._projects_client
 
     @classmethod
     def for_emulator(cls, endpoint: str, **kwargs: Any) -> GcpOsLogin:
@@ -90,6 +99,8 @@ class GcpOsLogin:
     def import_key(self, account: str, project: str, public_line: str, ttl_seconds: float) -> Profile:
         """Register `public_line` in the account's login profile, expiring after `ttl_seconds`
         (importing a key already there renews it); the profile as OS Login answers."""
+        from google.cloud.oslogin_v1 import common
+
         expires = int((time.time() + ttl_seconds) * 1_000_000)
         answer = self._call(f"importing tpujob's SSH key into the OS Login profile of {account}", OSLOGIN,
                             self._oslogin.import_ssh_public_key, parent=f"users/{account}",
@@ -99,6 +110,8 @@ class GcpOsLogin:
         return _profile(answer.login_profile)
 
     def login_profile(self, account: str, project: str) -> Profile:
+        from google.cloud import oslogin_v1
+
         answer = self._call(f"reading the OS Login profile of {account}", OSLOGIN,
                             self._oslogin.get_login_profile,
                             request=oslogin_v1.GetLoginProfileRequest(name=f"users/{account}", project_id=project))
@@ -110,6 +123,10 @@ class GcpOsLogin:
             return fn(**kwargs)
 
         return invoke(self._retry, what, attempt, service)
+
+
+def _options(url: str | None) -> dict[str, str] | None:
+    return {"api_endpoint": url} if url else None
 
 
 def _key_id(line: str) -> str:
