@@ -1,5 +1,6 @@
-"""Fixtures for the runtime tests. Subprocesses share one persistent compilation cache per test
-session, so only the first run of each program pays XLA's compile (seconds on 2 cores)."""
+"""Fixtures for the runtime tests. Subprocesses share the suite's persistent compilation cache
+(shared_jax_cache, across xdist workers), so only the first run of each program pays XLA's
+compile (seconds on 2 cores)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from runtime_helpers import BASE, Run, launch, load_checkpoint
 
 
 @pytest.fixture(scope="session")
-def compile_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("jax-compile-cache")
+def compile_cache(shared_jax_cache) -> Path:
+    return shared_jax_cache
 
 
 @pytest.fixture
