@@ -23,7 +23,7 @@ from tpujob.attempt import (
     setup_states,
 )
 from tpujob.attempt import slice_disks as disks
-from tpujob.errors import CloudError, ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
+from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.keys import load_key
@@ -93,21 +93,6 @@ class SshHostOps:
     def login(self, job: Job, slice_: Slice) -> Login:
         """The login on the job's slice (attempt.logins.Login): its user, and why, for a refusal."""
         return self.logins.for_slice(job.project, slice_.metadata)
-
-    def refusal(self, job: Job, slice_: Slice, cause: str) -> str | None:
-        """Why the hosts refused the key, with the fix; None when the login rested on another
-        process's read of the project and a fresh read logs in otherwise (a retry, not an end)."""
-        login = self.logins.confirm(self.login(job, slice_), slice_.metadata)
-        return None if login is None else login.refusal(cause)
-
-    def refused(self, job: Job, slice_: Slice, cause: str) -> CloudError:
-        """The error a step raises when the hosts refused the key (refusal)."""
-        why = self.refusal(job, slice_, cause)
-        if why is not None:
-            return SshAuthRefused(why)
-        return CloudError(f"hosts refused tpujob's SSH key ({cause}): the login followed another process's "
-                          f"read of project {job.project}'s OS Login setting, and a fresh read says otherwise; "
-                          "the next try logs in as it says")
 
     def group(self, job: Job, attempt: Attempt, slice_: Slice, keys: dict[int, list[str]] | None = None) -> HostGroup:
         if self._port is None:
@@ -200,7 +185,7 @@ class SshHostOps:
             return self._prepare_and_start(job, attempt, slice_, spec, host_attempt, timeout, keys,
                                            tuple(values.values()))
         except SshAuthRefused as exc:  # the hosts said no to the key: say why, and the fix
-            raise self.refused(job, slice_, str(exc)) from exc
+            raise self.logins.refused(job.project, slice_.metadata, str(exc)) from exc
 
     def _prepare_and_start(self, job: Job, attempt: Attempt, slice_: Slice, spec: ResolvedSpec,
                            host_attempt: program.HostAttempt, timeout: float, keys: dict[int, list[str]],
@@ -277,7 +262,7 @@ class SshHostOps:
                                          log_paths=log_of, timeout=LAUNCH_TIMEOUT,
                                          progress=self._progress("launch"))
         except SshAuthRefused as exc:
-            raise self.refused(job, slice_, str(exc)) from exc
+            raise self.logins.refused(job.project, slice_.metadata, str(exc)) from exc
         host_answers.step_ok(results, "launch", tuple(values.values()))
 
     def setup_status(self, job: Job, attempt: Attempt, slice_: Slice) -> SetupSeen:
@@ -290,13 +275,13 @@ class SshHostOps:
                 statuses = program.setup_state(held.group, self.host_attempt(job, attempt, slice_))
                 held.keep = all(s.state == "done" for s in statuses)  # the launch follows at once
         except SshAuthRefused as exc:
-            return replace(unreachable, refused=self.refusal(job, slice_, str(exc)))
+            return replace(unreachable, refused=self.logins.refusal(job.project, slice_.metadata, str(exc)))
         except TpujobError:
             return unreachable
         seen = setup_states.seen(statuses, timeout, secrets.readable(spec.spec.secrets))
         if seen.refused is None:
             return seen
-        why = self.refusal(job, slice_, seen.refused)
+        why = self.logins.refusal(job.project, slice_.metadata, seen.refused)
         return replace(seen, refused=why) if why else unreachable
 
     def _clean(self, job: Job, group: HostGroup, host_attempt: program.HostAttempt, log_of: program.LogPaths,
@@ -355,7 +340,7 @@ class SshHostOps:
         refused = next((s for s in statuses if s.state == "refused"), None)
         if refused is None:
             return observed
-        why = self.refusal(job, slice_, f"host {refused.index}: {refused.error}")
+        why = self.logins.refusal(job.project, slice_.metadata, f"host {refused.index}: {refused.error}")
         if why is None:  # logged in under a stale shared read: unreachable this round
             return tuple(HostObservation(Program.UNREACHABLE) if o.program == Program.REFUSED else o for o in observed)
         return tuple(replace(o, refusal=why) if o.program == Program.REFUSED else o for o in observed)

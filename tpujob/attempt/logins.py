@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from tpujob.errors import CloudRefused, PermissionDenied, SshAuthRefused
+from tpujob.errors import CloudError, CloudRefused, PermissionDenied, SshAuthRefused
 
 if TYPE_CHECKING:
     from tpujob.cloud.oslogin import Profile
@@ -173,6 +173,22 @@ class Logins:
             (self._shared / _shared_name(login.project)).unlink(missing_ok=True)
         fresh = self.for_slice(login.project, node_metadata)
         return fresh if fresh == login else None
+
+    def refusal(self, project: str, node_metadata: dict[str, str], cause: str) -> str | None:
+        """Why the hosts of a node with `node_metadata` refused the key, with the fix; None when
+        the login rested on another process's read and a fresh one logs in otherwise (confirm)."""
+        login = self.confirm(self.for_slice(project, node_metadata), node_metadata)
+        return None if login is None else login.refusal(cause)
+
+    def refused(self, project: str, node_metadata: dict[str, str], cause: str) -> CloudError:
+        """The error a host step raises when the hosts refused the key: SshAuthRefused, or a
+        retry where the refusal was a stale read's (refusal)."""
+        why = self.refusal(project, node_metadata, cause)
+        if why is not None:
+            return SshAuthRefused(why)
+        return CloudError(f"hosts refused tpujob's SSH key ({cause}): the login followed another process's "
+                          f"read of project {project}'s OS Login setting, and a fresh read says otherwise; "
+                          "the next try logs in as it says")
 
     def _import(self, project: str) -> str:
         with self._lock:
