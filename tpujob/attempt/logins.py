@@ -129,14 +129,15 @@ class Logins:
     def project_enabled(self, project: str) -> bool | None:
         return self._project_setting(project)[0]
 
-    def _project_setting(self, project: str) -> tuple[bool | None, bool]:
-        """The project's enable-oslogin, and whether this process read it from the cloud."""
+    def _project_setting(self, project: str, fresh: bool = False) -> tuple[bool | None, bool]:
+        """The project's enable-oslogin, and whether this process read it from the cloud
+        (`fresh`: read it now, whatever this process or another read before)."""
         with self._lock:
             reading = self._reading.setdefault(project, threading.Lock())
         with reading:  # one read at a time per project: a sweep's workers wait for its answer
             with self._lock:
-                seen = self._project.get(project)
-            if seen is None and self._shared is not None:
+                seen = None if fresh else self._project.get(project)
+            if seen is None and self._shared is not None and not fresh:
                 seen = _read_shared(self._shared, project)
             if seen is not None and 0 <= self.clock() - seen[0] < PROJECT_TTL_SECONDS:
                 with self._lock:
@@ -150,13 +151,15 @@ class Logins:
                 _write_shared(self._shared, project, read)
             return found, True
 
-    def for_slice(self, project: str, node_metadata: dict[str, str]) -> Login:
-        """The login for a slice whose node carries `node_metadata`."""
+    def for_slice(self, project: str, node_metadata: dict[str, str], fresh: bool = False) -> Login:
+        """The login for a slice whose node carries `node_metadata` (`fresh`: on the project's
+        setting as read now)."""
         from tpujob.cloud.oslogin import ENABLE_KEY, effective
 
         node_says = (node_metadata or {}).get(ENABLE_KEY)
         # A node that says nothing follows the project; one that does needs no project read.
-        project_says, confirmed = (None, True) if node_says is not None else self._project_setting(project)
+        project_says, confirmed = ((None, True) if node_says is not None
+                                   else self._project_setting(project, fresh))
         if not effective(node_says, project_says):
             return Login(self.settings.ssh_user, False, project, node_says=node_says, confirmed=confirmed)
         return Login(self._import(project), True, project, self.account, node_says, confirmed)
@@ -167,11 +170,7 @@ class Logins:
         refusal was the old read's, and the next try logs in as the fresh one says)."""
         if login.confirmed:
             return login
-        with self._lock:
-            self._project.pop(login.project, None)
-        if self._shared is not None:
-            (self._shared / _shared_name(login.project)).unlink(missing_ok=True)
-        fresh = self.for_slice(login.project, node_metadata)
+        fresh = self.for_slice(login.project, node_metadata, fresh=True)  # and shared from now on
         return fresh if fresh == login else None
 
     def refusal(self, project: str, node_metadata: dict[str, str], cause: str) -> str | None:
