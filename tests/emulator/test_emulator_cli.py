@@ -116,6 +116,23 @@ def test_one_emulator_a_directory_however_busy_or_raced(cli, tpujob_home):
     assert cli("emulator", "stop").out.strip() == "emulator stopped"
 
 
+def test_the_serving_lock_waits_out_a_status_probe_but_not_a_server(tmp_path):
+    # status() holds emulator.lock shared for an instant to learn whether it is held; an
+    # emulator starting in that instant waits it out instead of exiting "another serves".
+    import fcntl
+    import threading
+
+    from tpujob.emulator import process
+
+    with open(tmp_path / process.SERVING_LOCK, "a+") as probe:
+        fcntl.flock(probe, fcntl.LOCK_SH)
+        threading.Timer(0.3, fcntl.flock, (probe, fcntl.LOCK_UN)).start()
+        held = process.claim(tmp_path)
+        assert held is not None
+        with held:
+            assert process.claim(tmp_path, patience=0.2) is None  # a server holds it for good
+
+
 def test_an_image_env_without_a_name_is_refused_before_anything_starts(tmp_path, capsys):
     from tpujob.emulator.__main__ import main
 

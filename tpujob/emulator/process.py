@@ -52,17 +52,22 @@ def status() -> dict | None:
     return {**info, "log_file": str(directory / LOG_FILE)}
 
 
-def claim(directory: pathlib.Path) -> IO[str] | None:
+def claim(directory: pathlib.Path, patience: float = 1.0) -> IO[str] | None:
     """For the emulator process itself: the serving lock on `directory`, held while the
-    returned file stays open; None when another process serves it already."""
+    returned file stays open; None when another process serves it already. Tried for
+    `patience` seconds: status() holds the lock shared for an instant when it looks."""
     directory.mkdir(parents=True, exist_ok=True)
     lock = open(directory / SERVING_LOCK, "a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        return None
-    return lock
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                lock.close()
+                return None
+            time.sleep(0.05)
 
 
 def start(provisioning_delay: float | None = None, hosts: bool = True,
