@@ -100,6 +100,25 @@ def test_preempting_one_vm_makes_the_slice_preempted_and_delete_takes_all_three(
     compute.delete_slice(PROJECT, ZONE, "tpujob-000002-1")  # twice: nothing left, no error
 
 
+def test_a_vm_in_its_shutdown_makes_the_slice_stopping_then_preempted_once_stopped(compute, server):
+    """Through a preemption notice a VM reads STOPPING (the emulator's PREEMPTING_STATUS) and its
+    program may be writing its SIGTERM checkpoint: STOPPING, which no sweep deletes; TERMINATED
+    after it is PREEMPTED."""
+    from tpujob.emulator.tpu_vms import PREEMPTING_STATUS
+
+    compute.request_node(request("tpujob-000011-1"))
+    until(compute, "tpujob-000011-1", SlicePhase.READY)
+    [*_, last] = sorted(m["name"]
+                        for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000011-1")["managedInstances"])
+    vm = server.emulator.compute.tpu_vms.find(f"projects/{PROJECT}/zones/{ZONE}/instances/{last}")
+    vm.body["status"] = PREEMPTING_STATUS
+    seen = compute.get_slice(PROJECT, ZONE, "tpujob-000011-1")
+    assert (seen.phase, seen.detail) == (SlicePhase.STOPPING, f"{last}: STOPPING")
+    vm.body["status"] = "TERMINATED"
+    assert compute.list_slices(PROJECT, ZONE)["tpujob-000011-1"].phase is SlicePhase.PREEMPTED
+    compute.delete_slice(PROJECT, ZONE, "tpujob-000011-1")
+
+
 def test_a_stocked_out_zone_fails_the_slice_with_a_typed_stockout(compute, server):
     server.emulator.stockout(ZONE, "ct6e-standard-4t", False)
     try:

@@ -55,10 +55,23 @@ def test_a_preempted_spot_vm_reads_preempted_then_gone_once_deleted(compute, ser
     compute.create_node(request("vm2", provisioning="spot"))
     server.emulator.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/vm2", 0)
     seen = compute.get_slice(PROJECT, ZONE, "vm2")
-    assert seen.phase is SlicePhase.PREEMPTED and seen.node_state in ("STOPPING", "TERMINATED")
+    assert (seen.phase, seen.node_state) == (SlicePhase.PREEMPTED, "TERMINATED")
     compute.delete_slice(PROJECT, ZONE, "vm2")
     assert compute.get_slice(PROJECT, ZONE, "vm2").phase is SlicePhase.GONE
     compute.delete_slice(PROJECT, ZONE, "vm2")  # a missing instance's delete succeeds
+
+
+def test_a_vm_in_its_shutdown_reads_stopping_and_keeps_no_hosts(compute, server):
+    """The notice's grace (the emulator's PREEMPTING_STATUS): STOPPING, not yet PREEMPTED, so
+    that no sweep deletes it while its program writes its SIGTERM checkpoint."""
+    from tpujob.emulator.tpu_vms import PREEMPTING_STATUS
+
+    compute.create_node(request("vm4", provisioning="spot"))
+    vm = server.emulator.compute.tpu_vms.find(f"projects/{PROJECT}/zones/{ZONE}/instances/vm4")
+    vm.body["status"] = PREEMPTING_STATUS
+    seen = compute.list_slices(PROJECT, ZONE)["vm4"]
+    assert (seen.phase, seen.node_state, seen.hosts) == (SlicePhase.STOPPING, "STOPPING", ())
+    compute.delete_slice(PROJECT, ZONE, "vm4")
 
 
 def test_a_stockout_is_a_stockout_error_with_googles_words(compute, server):

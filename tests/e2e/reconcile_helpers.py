@@ -7,6 +7,7 @@ Every test runs in a project of its own (TPUJOB_PROJECT), so the slice names its
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.request
 import uuid
@@ -209,8 +210,43 @@ def assert_consistent(ctx, job) -> None:
 def heartbeat_step(bucket, job_id: str) -> int:
     """The step a job's heartbeat in its run dir's bucket (`runs/JOB/heartbeat`) says; 0 before
     one: read at once, where a sweep on a loaded machine takes seconds to record it."""
-    blob = bucket.get_blob(f"runs/{job_id}/heartbeat")
-    return (json.loads(blob.download_as_bytes()).get("step") or 0) if blob is not None else 0
+    from google.api_core.exceptions import NotFound
+
+    try:  # the latest generation: the runtime replaces the heartbeat each second
+        return json.loads(bucket.blob(f"runs/{job_id}/heartbeat").download_as_bytes()).get("step") or 0
+    except NotFound:
+        return 0
+
+
+class AtStep(threading.Thread):
+    """Calls `act(step)` once a job's heartbeat in its bucket says `step` or later, from a thread
+    of its own, polling every 0.2 s. The test's sweeps go on meanwhile; one sweep on a loaded
+    machine takes seconds, and a program whose hosts all find their compile in the cache trains
+    the tiny model's steps in tenths of a second, so a check between sweeps can come after the
+    program is done. `result()` gives back what `act` returned, or raises what it raised."""
+
+    def __init__(self, bucket, job_id: str, step: int, act, timeout: float = 300):
+        super().__init__(daemon=True, name=f"at-step-{step}")
+        self._bucket, self._job_id, self._step, self._act, self._timeout = bucket, job_id, step, act, timeout
+        self._value = self._error = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            deadline = time.monotonic() + self._timeout
+            while (seen := heartbeat_step(self._bucket, self._job_id)) < self._step:
+                assert time.monotonic() < deadline, f"job {self._job_id} never reached step {self._step}"
+                time.sleep(0.2)
+            self._value = self._act(seen)
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread by result()
+            self._error = e
+
+    def result(self, timeout: float = 300):
+        self.join(timeout)
+        assert not self.is_alive(), f"still waiting for step {self._step} of job {self._job_id}"
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def local_bucket(shared_emulator, project: str, prefix: str):

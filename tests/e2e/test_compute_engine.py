@@ -7,11 +7,12 @@ Google's words."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from reconcile_helpers import heartbeat_step, local_bucket, project  # noqa: F401 - fixture
+from reconcile_helpers import AtStep, local_bucket, project  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -85,33 +86,39 @@ def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local
                                  "queued: false}", RUNTIME.replace("BUCKET", bucket.name).replace("STEPS", str(steps))
             .replace("EVERY", str(every)))
 
-    data = _requeue_until(cli, name, lambda d: d["state"] == "RUNNING", timeout=240)
-    first = victim = data["attempts"][0]["slice_name"]
-    deadline = time.monotonic() + 240
-    while heartbeat_step(bucket, data["id"]) < after:
-        assert time.monotonic() < deadline, _show(cli, name)["events"][-5:]
-        time.sleep(0.2)
-    if api == "compute":  # a Compute Engine instance of the accelerator's machine type
-        (vm,) = [i for i in _instances(local_cloud, project, zone) if i["name"] == first]
-        assert vm["machineType"].endswith("/machineTypes/ct6e-standard-8t") and vm["status"] == "RUNNING"
-    if api == "compute-4-hosts":  # the MIG's 4 VMs, each a ct6e-standard-4t; one is preempted
-        vms = sorted(i["name"] for i in _instances(local_cloud, project, zone) if i["name"].startswith(first + "-"))
-        assert len(vms) == 4, vms
-        victim = vms[2]
-        # Once the periodic checkpoint is committed (an async save in flight when a VM dies is not).
-        committed = f"runs/{data['id']}/checkpoints/{every}/commit_success.txt"
-        deadline = time.monotonic() + 120
-        while bucket.get_blob(committed) is None:
-            assert time.monotonic() < deadline, [b.name for b in bucket.list_blobs()]
-            time.sleep(0.5)
-    # Standard's 120 s notice, not Spot's 30 s, and the runtime told so (sigterm_grace_s): the
-    # hosts are off once the save is done, so it costs nothing here, and a SIGTERM save beside
-    # the heaviest tests (ten JAX processes on two cores) takes 25-30 s. With Spot's notice, or
-    # the runtime's default 25 s of it, the save was cut short and no status.json was left (CI).
-    local_cloud.preempt(ref.format(project=project, zone=zone, name=victim), grace_seconds=120)
+    created = _show(cli, name)  # the attempt and its slice's name are recorded by create
+    job_id, first = created["id"], created["attempts"][0]["slice_name"]
+
+    def preempt(step: int) -> dict | None:  # in AtStep's thread: no CLI here (capsys is the test's)
+        victim = first
+        if api == "compute":  # a Compute Engine instance of the accelerator's machine type
+            (vm,) = [i for i in _instances(local_cloud, project, zone) if i["name"] == first]
+            assert vm["machineType"].endswith("/machineTypes/ct6e-standard-8t") and vm["status"] == "RUNNING"
+        if api == "compute-4-hosts":  # the MIG's 4 VMs, each a ct6e-standard-4t; one is preempted
+            vms = sorted(i["name"] for i in _instances(local_cloud, project, zone)
+                         if i["name"].startswith(first + "-"))
+            assert len(vms) == 4, vms
+            victim = vms[2]
+            # Once the periodic checkpoint is committed (an async save in flight when a VM dies is not).
+            committed = f"runs/{job_id}/checkpoints/{every}/commit_success.txt"
+            deadline = time.monotonic() + 120
+            while bucket.get_blob(committed) is None:
+                assert time.monotonic() < deadline, [b.name for b in bucket.list_blobs()]
+                time.sleep(0.5)
+        # Standard's 120 s notice, not Spot's 30 s, and the runtime told so (sigterm_grace_s): the
+        # hosts are off once the save is done, so it costs nothing here, and a SIGTERM save beside
+        # the heaviest tests (ten JAX processes on two cores) takes 25-30 s. With Spot's notice, or
+        # the runtime's default 25 s of it, the save was cut short and no status.json was left (CI).
+        local_cloud.preempt(ref.format(project=project, zone=zone, name=victim), grace_seconds=120)
+        status = bucket.get_blob(f"runs/{job_id}/status.json")  # the preemption blocks until the hosts are off
+        return json.loads(status.download_as_bytes()) if status is not None else None
+
+    # Once it trains, as its heartbeat in the bucket says (AtStep: not between sweeps).
+    preempting = AtStep(bucket, job_id, after, preempt, timeout=480)
+    _requeue_until(cli, name, lambda d: not preempting.is_alive() or d["state"] in ("SUCCEEDED", "FAILED"),
+                   timeout=480)
+    status = preempting.result()
     if every == 1000:  # one host: its VM reads preempted once the SIGTERM checkpoint is written
-        status = bucket.get_blob(f"runs/{data['id']}/status.json")
-        status = json.loads(status.download_as_bytes()) if status is not None else None
         assert status is not None and status["state"] == "preempted", status
 
     data = _requeue_until(cli, name, lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=400)
@@ -121,6 +128,46 @@ def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local
     assert data["attempts"][1]["resumed_from_step"] >= (1 if every == 1000 else every)
     if api != "tpu-vm":  # every VM deleted: the preempted slice's and the one that finished
         assert [i["name"] for i in _instances(local_cloud, project, zone)] == []
+
+
+# A program whose SIGTERM save takes 4 s (as a checkpoint's write through gcsfuse does on a
+# loaded host), then says so in the run dir and exits 75, the runtime contract's "preempted".
+SAVER = """\
+run_dir: gs://BUCKET/runs
+requeue: {backoff_seconds: 0, min_run_seconds: 0, max_preemptions: 2, max_failures: 0}
+run: {command: "trap 'sleep 4; echo saved > $TPUJOB_RUN_DIR/saved; exit 75' TERM; while :; do sleep 0.1; done"}
+"""
+
+
+def test_a_sweep_in_a_vms_preemption_notice_leaves_the_vm_to_its_save(cli, local_cloud, shared_emulator,
+                                                                        project, tmp_path):  # noqa: F811
+    """A sweep that lands in a preempted Spot VM's notice (cron sweeps every minute; Spot's
+    notice is 30 s) sees the VM STOPPING. Deleting it then killed the program in its SIGTERM
+    save, and the attempt after resumed from an older checkpoint. The VM is left to stop; the
+    save lands; the attempt ends preempted once the VM reads TERMINATED."""
+    zone = "asia-southeast1-b"  # offers v6e; no other test uses it
+    bucket = local_bucket(shared_emulator, project, "stop")
+    _create(cli, tmp_path, "saver", f"{{accelerator: v6e-8, zone: {zone}, api: compute, queued: false}}",
+            SAVER.replace("BUCKET", bucket.name))
+    data = _requeue_until(cli, "saver", lambda d: d["state"] == "RUNNING", timeout=120)
+    vm = data["attempts"][0]["slice_name"]
+    ref = f"projects/{project}/zones/{zone}/instances/{vm}"
+    preempting = threading.Thread(target=local_cloud.preempt, args=(ref,), kwargs={"grace_seconds": 30})
+    preempting.start()   # returns once the VM's hosts are down: the 4 s save, then TERMINATED
+    deadline = time.monotonic() + 10
+    while [i["status"] for i in _instances(local_cloud, project, zone) if i["name"] == vm] != ["STOPPING"]:
+        assert time.monotonic() < deadline, _instances(local_cloud, project, zone)
+        time.sleep(0.05)
+    assert cli("requeue").code == 0   # in the notice
+    seen = _show(cli, "saver")
+    assert (seen["state"], seen["attempts"][0]["end_reason"]) == ("RUNNING", None), seen["events"][-3:]
+    assert [i["status"] for i in _instances(local_cloud, project, zone) if i["name"] == vm] == ["STOPPING"]
+    preempting.join(timeout=60)
+    assert bucket.blob(f"runs/{data['id']}/saved").download_as_text() == "saved\n"
+    data = _requeue_until(cli, "saver", lambda d: d["attempt"] == 2, timeout=60)
+    assert data["attempts"][0]["end_reason"] == "preempted"
+    assert vm not in {i["name"] for i in _instances(local_cloud, project, zone)}
+    assert cli("cancel", "saver").code == 0
 
 
 def test_a_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path):  # noqa: F811

@@ -129,6 +129,13 @@ CASES = [
     ("setup timeout, budget spent", job(State.SETTING_UP, in_state_seconds=1e6, failures=1), obs(SliceCondition.READY),
      [StopProgram(), EndAttempt("setup_failed"), Count("failures"),
       Move(State.FAILED, "setup still running after 16667 min", EndReason.SETUP_FAILED), DeleteSlice()]),
+    # A VM stopping before its program ran has nothing to save: lost at once.
+    ("VM stopping while provisioning", job(State.PROVISIONING, preemptions=2), obs(SliceCondition.STOPPING),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
+      Move(State.FAILED, "slice lost while provisioning; preemption budget of 2 spent", EndReason.PREEMPTION_BUDGET)]),
+    ("VM stopping during setup", job(State.SETTING_UP, preemptions=2), obs(SliceCondition.STOPPING),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
+      Move(State.FAILED, "slice lost during setup; preemption budget of 2 spent", EndReason.PREEMPTION_BUDGET)]),
     ("lost during setup", job(State.SETTING_UP, preemptions=2), obs(SliceCondition.LOST),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
       Move(State.FAILED, "slice lost during setup; preemption budget of 2 spent", EndReason.PREEMPTION_BUDGET)]),
@@ -332,6 +339,19 @@ RUN_DIR_CASES = [
      with_run(SliceCondition.READY, RUN, GONE, run=RunDirStatus(state="preempted", step=7)),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed, next attempt now")]),
+    # A Compute Engine VM in its shutdown (a Spot VM's preemption notice): the program may be
+    # writing its SIGTERM checkpoint, and a delete would cut it short. Nothing is done, hosts
+    # answering or not, until it reads stopped (LOST) or the program says it stopped.
+    ("VM stopping, hosts silent: left alone", job(State.RUNNING, unhealthy_seconds=600),
+     with_run(SliceCondition.STOPPING, GONE, GONE, run=RunDirStatus(heartbeat_age=900)), []),
+    ("VM stopping, the program said it stopped on the notice: a preemption", job(State.RUNNING, in_state_seconds=3600),
+     with_run(SliceCondition.STOPPING, run=RunDirStatus(state="preempted", step=7)),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed, next attempt now")]),
+    ("VM stopped since: a preemption", job(State.RUNNING, in_state_seconds=3600),
+     with_run(SliceCondition.LOST, run=RunDirStatus(heartbeat_age=30)),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "slice preempted; preemption 1 of 2 allowed, next attempt now")]),
     ("status failed: a failure, with its message", job(State.RUNNING),
      with_run(SliceCondition.READY, RUN, RUN, run=RunDirStatus(state="failed", message="bad data", exit_code=1)),
      [StopProgram(), EndAttempt("failed"), Count("failures"),

@@ -21,6 +21,9 @@ class SlicePhase(str, enum.Enum):
     PROVISIONING = "PROVISIONING"  # capacity found, hosts coming up
     READY = "READY"  # every host is up: set up and run
     PREEMPTED = "PREEMPTED"  # the hardware was taken back: delete and re-create
+    # A VM in its shutdown, a preempted Spot VM's notice among them: its program may be writing
+    # its SIGTERM checkpoint, so nothing deletes it until it is stopped (then PREEMPTED).
+    STOPPING = "STOPPING"
     FAILED = "FAILED"  # the cloud gave up on it: delete and re-create or fall back
     DELETING = "DELETING"
     GONE = "GONE"  # neither a node nor a queued resource exists

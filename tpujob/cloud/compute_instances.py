@@ -14,7 +14,11 @@ from tpujob.cloud.compute import rfc3339
 # flex-start "waiting for available capacity from Dynamic Workload Scheduler": queued.
 # TERMINATED is how a preempted Spot VM (instanceTerminationAction STOP) or a failed one
 # stays: "must be deleted and recreated" (cloud.google.com/tpu/docs/spot-compute), the same
-# remedy as a preempted node. STOPPING/PENDING_STOP lead there. SUSPENDED is not asked for by
+# remedy as a preempted node. STOPPING/PENDING_STOP lead there, through the shutdown in which a
+# preempted VM's program writes its SIGTERM checkpoint (the ACPI soft off, then the 30 s or 120 s
+# notice; compute.v1 discovery, Scheduling.skipGuestOsShutdown): deleting the VM then would
+# cut that save short, so they are STOPPING, left alone, as a TPU node, which reads READY
+# through its notice (shared/facts/operations.md). SUSPENDED is not asked for by
 # tpujob: a VM found so is as good as lost. REPAIRING: Google restarts a failed on-demand,
 # flex-start or reserved TPU VM on healthy hardware (cloud.google.com/tpu/docs/failure-recovery).
 INSTANCE_PHASES: dict[str, SlicePhase] = {
@@ -23,8 +27,8 @@ INSTANCE_PHASES: dict[str, SlicePhase] = {
     "STAGING": SlicePhase.PROVISIONING,
     "REPAIRING": SlicePhase.PROVISIONING,
     "RUNNING": SlicePhase.READY,
-    "PENDING_STOP": SlicePhase.PREEMPTED,
-    "STOPPING": SlicePhase.PREEMPTED,
+    "PENDING_STOP": SlicePhase.STOPPING,
+    "STOPPING": SlicePhase.STOPPING,
     "TERMINATED": SlicePhase.PREEMPTED,
     "STOPPED": SlicePhase.PREEMPTED,
     "SUSPENDING": SlicePhase.FAILED,

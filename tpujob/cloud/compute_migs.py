@@ -195,9 +195,10 @@ class MigSlices:
                    managed: list[compute_v1.ManagedInstance],
                    instances: dict[str, compute_v1.Instance]) -> Slice:
         """A MIG's phase, from the MIG and its managed instances, in this order:
-        a member PENDING_STOP/STOPPING/TERMINATED/STOPPED (INSTANCE_PHASES: preempted) ->
-        PREEMPTED; targetSize 0 (a flex-start MIG before its resize) -> QUEUED once asked to
-        grow (not stable), else PROVISIONING (_size_zero); topology FAILED -> FAILED; not stable
+        a member TERMINATED/STOPPED (INSTANCE_PHASES: preempted) -> PREEMPTED; a member
+        PENDING_STOP/STOPPING (in its shutdown: its program may be saving) -> STOPPING;
+        targetSize 0 (a flex-start MIG before its resize) -> QUEUED once asked to grow (not
+        stable), else PROVISIONING (_size_zero); topology FAILED -> FAILED; not stable
         (or bulkInstanceOperation in progress) -> FAILED when a member's lastAttempt has an error
         (typed: a stockout is a StockoutError), else QUEUED while a member is PENDING (flex-start), else PROVISIONING;
         stable with every member RUNNING and targetSize of them -> READY with one Host per VM
@@ -230,6 +231,10 @@ class MigSlices:
         if lost:
             return Slice(phase=SlicePhase.PREEMPTED, detail=f"{', '.join(lost)}: "
                          f"{', '.join(statuses[n] for n in lost)}", **base)
+        stopping = sorted(n for n, s in statuses.items() if INSTANCE_PHASES.get(s) is SlicePhase.STOPPING)
+        if stopping:
+            return Slice(phase=SlicePhase.STOPPING, detail=f"{', '.join(stopping)}: "
+                         f"{', '.join(statuses[n] for n in stopping)}", **base)
         if target == 0:
             return self._size_zero(stable, base)
         attempt = [e for m in managed for e in m.last_attempt.errors.errors]

@@ -20,7 +20,7 @@ from tpujob.names import node_names
 # The worst phase wins: a node preempted, failed or going makes the whole slice so; a node
 # missing while others exist reads as GONE (its create's operation tells why, as for one node).
 _WORST_FIRST = (SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.DELETING, SlicePhase.GONE,
-                SlicePhase.QUEUED, SlicePhase.PROVISIONING, SlicePhase.READY)
+                SlicePhase.STOPPING, SlicePhase.QUEUED, SlicePhase.PROVISIONING, SlicePhase.READY)
 
 _LOST = frozenset({SlicePhase.PREEMPTED, SlicePhase.FAILED, SlicePhase.DELETING, SlicePhase.GONE})
 

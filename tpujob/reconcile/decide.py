@@ -112,7 +112,7 @@ def _provisioning(job: JobView, obs: Observation, policy: Policy) -> list[Action
     if phase == SliceCondition.READY:
         ready: list[Action] = [Move(State.SETTING_UP, "slice READY"), SetUp()]
         return [ResetCount("capacity_misses")] + ready if job.capacity_misses else ready
-    if phase == SliceCondition.LOST:
+    if phase in (SliceCondition.LOST, SliceCondition.STOPPING):  # no program yet: nothing to save
         return spend_preemption(job, policy, "slice lost while provisioning")
     if phase == SliceCondition.UNAVAILABLE:
         return _unavailable(job, obs)
@@ -146,7 +146,7 @@ def _provisioning(job: JobView, obs: Observation, policy: Policy) -> list[Action
 def _setting_up(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if obs.launched is not None:
         return [Move(State.RUNNING, f"program launched on {obs.launched} hosts")]
-    if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
+    if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT, SliceCondition.STOPPING):
         return spend_preemption(job, policy, "slice lost during setup")
     if obs.slice != SliceCondition.READY:
         return []
@@ -202,6 +202,13 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
         return elastic.shrink(job, obs, policy)
     if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
         return spend_preemption(job, policy, "slice preempted" if obs.slice == SliceCondition.LOST else "slice gone")
+    if obs.slice == SliceCondition.STOPPING:
+        # A VM in its shutdown (a preempted Spot VM's notice): the program may be writing its
+        # SIGTERM checkpoint, and deleting the VM would cut it short. Left alone until it reads
+        # stopped (LOST, above), or the program says it stopped on the notice.
+        if run.state == contract.STATE_PREEMPTED:
+            return spend_preemption(job, policy, "program stopped on a preemption notice")
+        return []
     if obs.slice != SliceCondition.READY:
         return []
     hosts = obs.hosts

@@ -96,7 +96,8 @@ def _lost_under_setup(actor: Actor, job: Job, attempt: Attempt) -> Slice | None:
         again = actor.slice_of(job, attempt)
     except TpujobError:
         return None
-    return again if condition_of(again.phase) in (SliceCondition.LOST, SliceCondition.ABSENT) else None
+    lost = (SliceCondition.LOST, SliceCondition.ABSENT, SliceCondition.STOPPING)
+    return again if condition_of(again.phase) in lost else None
 
 
 def stop_program(actor: Actor, turn: Turn, action: StopProgram) -> Outcome:

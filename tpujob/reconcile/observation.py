@@ -25,6 +25,7 @@ class SliceCondition(str, Enum):
     PROVISIONING = "PROVISIONING"  # capacity found, node being created
     READY = "READY"
     LOST = "LOST"  # preempted, terminated, queued resource FAILED or SUSPENDED
+    STOPPING = "STOPPING"  # a VM in its shutdown: lost, but its program may still be saving
     STOCKOUT = "STOCKOUT"  # the create was refused for capacity
     REFUSED = "REFUSED"  # the create was refused for good: bad request, permission, missing snapshot
     NO_QUOTA = "NO_QUOTA"  # the create was refused because a resource quota is spent
@@ -42,6 +43,8 @@ def condition_of(phase: SlicePhase) -> SliceCondition:
         return SliceCondition.READY
     if phase is SlicePhase.PREEMPTED or phase is SlicePhase.FAILED or phase is SlicePhase.DELETING:
         return SliceCondition.LOST
+    if phase is SlicePhase.STOPPING:
+        return SliceCondition.STOPPING
     if phase is SlicePhase.GONE:
         return SliceCondition.ABSENT
     assert_never(phase)
