@@ -7,5 +7,6 @@ bundle_dir={{bundle_dir}}
 config={{config}}
 case $bundle_dir in /*) ;; *) bundle_dir=$HOME/$bundle_dir ;; esac
 cd "$bundle_dir"
-# Only the shipped package: the runtime imports nothing else from tpujob.
-PYTHONPATH=$bundle_dir exec python3 -m tpujob.runtime "$config"
+# The shipped package first (the runtime imports nothing else from tpujob), then whatever the
+# image puts on PYTHONPATH (its own packages, a sitecustomize), which a user's program keeps too.
+PYTHONPATH=$bundle_dir${PYTHONPATH:+:$PYTHONPATH} exec python3 -m tpujob.runtime "$config"

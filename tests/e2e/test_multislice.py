@@ -10,7 +10,7 @@ import json
 import time
 
 import pytest
-from reconcile_helpers import ZONE, heartbeat_step, local_bucket, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import ZONE, AtStep, local_bucket, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three jobs side by side: ~3 min here
 
@@ -78,12 +78,11 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
         created = cli("create", spec)
         assert created.code == 0, created.err
 
-    def requeue_until_ended(names: tuple[str, ...], on_round=lambda jobs: None) -> dict[str, dict]:
+    def requeue_until_ended(names: tuple[str, ...]) -> dict[str, dict]:
         deadline = time.monotonic() + 600
         while True:
             assert cli("--debug", "requeue").code == 0
             jobs = {name: _show(cli, name) for name in names}
-            on_round(jobs)
             if all(j["state"] in ("SUCCEEDED", "FAILED") for j in jobs.values()):
                 return jobs
             assert time.monotonic() < deadline, {n: [e["message"] for e in j["events"]][-8:] for n, j in jobs.items()}
@@ -98,29 +97,22 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
     create("ms", 2, queued=True)
     create("ms-ref", 2)
     create("ms-one", 1)
-    first = _show(cli, "ms")["attempts"][0]
+    shown = _show(cli, "ms")
+    first = shown["attempts"][0]
     assert (first["slices"], first["nodes"]) == (2, [f"{first['slice_name']}-0", f"{first['slice_name']}-1"])
-    seen: dict = {}
 
-    def preempt_slice_1(jobs: dict[str, dict]) -> None:
-        ms = jobs["ms"]
-        if "status" in seen or ms["state"] != "RUNNING":
-            return
-        # Once it trains, as its heartbeat in the bucket says at once (a sweep on a loaded
-        # machine takes seconds, and the program must not finish first).
-        deadline = time.monotonic() + 240
-        while (step := heartbeat_step(bucket, ms["id"])) < 3:
-            assert time.monotonic() < deadline, [e["message"] for e in _show(cli, "ms")["events"]][-8:]
-            time.sleep(0.2)
+    def preempt_slice_1(step: int) -> tuple[int, dict]:  # in AtStep's thread: no CLI here
         # Slice 1 only: its hosts get the notice; every host stops at the same step (the
         # step's flags carry it) and saves; host 0, on slice 0, says so.
         local_cloud.preempt(node_ref(project, ZONE, f"{first['slice_name']}-1"), grace_seconds=120)
-        seen["at"] = step
-        seen["status"] = _status_when(bucket, ms["id"], lambda st: st["state"] != "running", timeout=120)
-        assert seen["status"]["state"] == "preempted", seen["status"]
+        return step, _status_when(bucket, shown["id"], lambda st: st["state"] != "running", timeout=120)
 
-    jobs = requeue_until_ended(("ms", "ms-ref", "ms-one"), preempt_slice_1)
-    ms, status = jobs["ms"], seen["status"]
+    # Once it trains, as its heartbeat in the bucket says (AtStep: not between sweeps).
+    preempting = AtStep(bucket, shown["id"], 3, preempt_slice_1, timeout=240)
+    jobs = requeue_until_ended(("ms", "ms-ref", "ms-one"))
+    preempted_at, status = preempting.result()
+    assert status["state"] == "preempted", status
+    ms = jobs["ms"]
 
     for name, job in jobs.items():
         if job["state"] != "SUCCEEDED":
@@ -131,7 +123,7 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
     assert ms["attempts"][0]["lost_slices"] == [0, 1]
     second = ms["attempts"][1]
     assert second["slice_name"] != first["slice_name"]  # both slices made anew
-    assert second["resumed_from_step"] == status["step"] >= seen["at"], [e["message"] for e in ms["events"]]
+    assert second["resumed_from_step"] == status["step"] >= preempted_at, [e["message"] for e in ms["events"]]
     # The preempted slice's node and the first attempt's other one are gone, and so, the job
     # done, are the second attempt's.
     from tpujob.cloud.gcp import GcpCloud

@@ -58,6 +58,10 @@ def kept_paths() -> list[str]:
 
 # Per host too, where they exist on this machine: apt's and dpkg's state (the frontend lock a
 # fresh VM's unattended-upgrades holds, Google's repository and key for gcsfuse: apt.py).
+# On every host's PYTHONPATH, as a TPU VM image's own site directory would be: JAX there keys
+# its compile cache by the slice, as on a TPU VM (image_site/sitecustomize.py says why).
+IMAGE_SITE = str(pathlib.Path(__file__).resolve().parent / "image_site")
+
 HOST_PATHS = {"dpkg": "/var/lib/dpkg", "apt-sources": "/etc/apt/sources.list.d",
               "keyrings": "/usr/share/keyrings"}
 
@@ -211,7 +215,7 @@ class SliceMachines:
                 ip=host.ip, port=self.ssh_port, host_key=key, authorized=self._keys,
                 holder_pid=host.holder.pid, label=f"{self.node_id}/{host.index}",
                 external_ip=host.external_ip, login=self._login,
-                env={**self._image_env, "GCE_METADATA_HOST": host.metadata.address})
+                env={"PYTHONPATH": IMAGE_SITE, **self._image_env, "GCE_METADATA_HOST": host.metadata.address})
             host.server.start()
             endpoints.append(HostEndpoint(host.index, host.ip, self.ssh_port,
                                           f"{key.get_name()} {key.get_base64()}"))
