@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import time
@@ -37,9 +38,9 @@ def test_two_hosts_train_and_stop_together_on_one_hosts_sigterm(runtime, tmp_pat
     assert [r["step"] for r in metrics(tmp_path / "run")] == list(range(1, stopped.step + 1))
     state = load_checkpoint(tmp_path / "run", stopped.step)
     assert int(state["['step']"]) == stopped.step
-    # JAX writes its compile cache from process 0 only and, on CPU, keys it per process: host 1
-    # looked its compile up and missed (said so, not "off": the cache is on).
-    assert "(cache miss)" in hosts[1].stderr(), hosts[1].stderr()[-2000:]
+    # JAX writes its compile cache from process 0 only: host 1 looked its compile up, and hit
+    # it if an earlier run's host 0 wrote it (said so either way, not "off": the cache is on).
+    assert re.search(r"\(cache (hit|miss)\)", hosts[1].stderr()), hosts[1].stderr()[-2000:]
 
 
 def test_missing_peer_ends_the_process_instead_of_hanging(runtime, tmp_path):

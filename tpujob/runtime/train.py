@@ -212,8 +212,8 @@ class StepCompiler:
 
     def _await_peers(self) -> None:
         """Every host's first step starts once all have compiled it. Compiles take unequal
-        times (on the emulator's CPU hosts only process 0 hits JAX's persistent cache: seconds
-        there, tens of seconds elsewhere, see docs/runtime.md; a bigger model on one host is slower),
+        times (a cache hit on one host, a compile on another: seconds against tens of seconds,
+        see docs/runtime.md; a bigger model on one host is slower),
         and a host waiting inside the step's first collective for a peer still compiling can
         time out there: CPU collectives (the emulator's hosts) give up after 30 s ("Gloo context
         initialization failed: DEADLINE_EXCEEDED"). A barrier of the distributed client waits
