@@ -119,8 +119,11 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
             pytest.fail(f"{name} {job['state']}:\n" + "\n".join(e["message"][:400] for e in job["events"]))
     assert [(a["number"], a["end_reason"], a["slices"]) for a in ms["attempts"]] == [
         (1, "preempted", 2), (2, "succeeded", 2)]
-    # The queued resource was suspended whole: every slice lost (show --json, the timeline's marks).
-    assert ms["attempts"][0]["lost_slices"] == [0, 1]
+    # The queued resource was suspended whole: every slice lost (show --json, the timeline's
+    # marks), unless a sweep read the program's status.json ("preempted") before the cloud's
+    # word: the sweeps run beside the preemption, as cron's do, and the attempt then ends on the
+    # program's word, naming no slice (test_multislice_sweep.py checks the names).
+    assert ms["attempts"][0]["lost_slices"] in ([0, 1], []), ms["attempts"][0]
     second = ms["attempts"][1]
     assert second["slice_name"] != first["slice_name"]  # both slices made anew
     assert second["resumed_from_step"] == status["step"] >= preempted_at, [e["message"] for e in ms["events"]]
