@@ -6,7 +6,9 @@ Against a fresh emulator (hosts on) and a store of its own (SQLite in a temporar
 - `--jobs` jobs: every third one the bundled JAX runtime with its run dir on the emulator's
   gs:// bucket (checkpoint every CHECKPOINT_EVERY steps, synchronous and async saves in
   turn), the others plain commands, some
-  finishing, some running all night; 1-, 2- and 4-host slices (v4-8, v4-16, v4-32);
+  finishing, some running all night; 1-, 2- and 4-host slices (v4-8, v4-16, v4-32); the last
+  job a plain command on a Compute Engine TPU VM (`api: compute`, v6e-8 in CE_ZONE) whose
+  SIGTERM "save" takes SAVE_SECONDS, so that sweeps land in its VM's notice (STOPPING);
 - `tpujob watch` and 4 loops of `tpujob requeue` (each sweep its own process) all night;
 - a chaos loop, seeded (`--seed`), drawing every CHAOS_EVERY s from: a preemption with spot's
   SIGTERM notice (grace) or without (SIGKILL), a stockout of the zone, API 429/503 answers
@@ -49,6 +51,8 @@ import soak_invariants  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
 ZONE = "us-central2-b"
+CE_ZONE = "us-east5-a"  # offers v6e: the Compute Engine job's zone
+SAVE_SECONDS = 3  # the Compute Engine job's SIGTERM save: exit 75 (preempted) after it
 BUCKET = "tpujob-soak"
 CHECKPOINT_EVERY = 10
 CHAOS_EVERY = 4.0
@@ -122,7 +126,13 @@ class Night:
                 four_hosts += 1
                 accelerator = "v4-32" if four_hosts <= 1 else "v4-16"  # a 2-core machine: one 4-host job
             queued = "true" if self.rng.random() < 0.5 else "false"
-            if i % 3 == 0:
+            if i == self.count - 1 and i % 3 != 0:
+                forever = i % 3 == 1
+                work = "sleep 100000" if forever else f"sleep {self.rng.randint(30, 180)}"
+                command = f"trap 'sleep {SAVE_SECONDS}; exit 75' TERM; {work} & wait $!"
+                text = COMMAND.format(i=i, accelerator="v6e-8", queued="false", command=json.dumps(command),
+                                      zone=f"{CE_ZONE}, api: compute")
+            elif i % 3 == 0:
                 async_ = i % 2 == 1  # both checkpoint modes: their SIGKILL bounds differ
                 text = RUNTIME.format(i=i, accelerator=accelerator, queued=queued, async_=json.dumps(async_),
                                       steps=self.rng.choice([200, 400]), zone=ZONE, bucket=BUCKET,
@@ -172,8 +182,9 @@ class Night:
         for job in self.ctx.store.list_jobs():
             attempt = self.ctx.store.current_attempt(job.id)
             if job.state == "RUNNING" and attempt is not None and attempt.ended_at is None:
-                found.append((job.id, attempt.number, f"projects/{job.project}/locations/{attempt.zone}/nodes/"
-                                                      f"{attempt.slice_name}"))
+                where = (f"zones/{attempt.zone}/instances" if attempt.zone == CE_ZONE
+                         else f"locations/{attempt.zone}/nodes")
+                found.append((job.id, attempt.number, f"projects/{job.project}/{where}/{attempt.slice_name}"))
         return found
 
     def preempt(self, job_id: int, number: int, node: str, grace: float) -> None:
@@ -350,7 +361,7 @@ def main() -> int:
             thread.join(timeout=60)
         settle_sweeps = night.settle()
         violations, checks = soak_invariants.check(
-            night, zone=ZONE, checkpoint_every=CHECKPOINT_EVERY,
+            night, zone=ZONE, compute_zone=CE_ZONE, checkpoint_every=CHECKPOINT_EVERY,
             gc=lambda: tpujob("gc", "--json", "--min-age", "0"))
         report(night, args, time.monotonic() - started, settle_sweeps, violations, checks)
     finally:

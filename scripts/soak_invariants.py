@@ -11,8 +11,8 @@ import subprocess
 from typing import Callable
 
 
-def check(night, *, zone: str, checkpoint_every: int, gc: Callable[[], subprocess.CompletedProcess]
-          ) -> tuple[list[str], int]:
+def check(night, *, zone: str, compute_zone: str, checkpoint_every: int,
+          gc: Callable[[], subprocess.CompletedProcess]) -> tuple[list[str], int]:
     """The invariants on what the night (`soak.Night`) left: (violations, checks made). `gc`
     runs `tpujob gc --json --min-age 0` on the night's store."""
     from tpujob.store.states import ENDED, TRANSITIONS, State
@@ -57,9 +57,12 @@ def check(night, *, zone: str, checkpoint_every: int, gc: Callable[[], subproces
     checks += 1
     from tpujob.clients import make_cloud
 
-    for resource in make_cloud(ctx.settings).list_tpu_resources(ctx.default_project, zone):
-        if (zone, resource.name) not in live:
-            violations.append(f"{resource.kind} {resource.name} belongs to no live attempt")
+    cloud, project = make_cloud(ctx.settings), ctx.default_project
+    for where, listed in ((zone, cloud.list_tpu_resources(project, zone)),
+                          (compute_zone, cloud.for_api("compute").list_tpu_resources(project, compute_zone))):
+        for resource in listed:
+            if (where, resource.name) not in live:
+                violations.append(f"{resource.kind} {resource.name} in {where} belongs to no live attempt")
     checks += 1
     gc = gc()
     if gc.returncode != 0:
