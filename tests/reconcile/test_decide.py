@@ -341,9 +341,18 @@ RUN_DIR_CASES = [
       Move(State.RECOVERING, "program stopped on a preemption notice; preemption 1 of 2 allowed, next attempt now")]),
     # A Compute Engine VM in its shutdown (a Spot VM's preemption notice): the program may be
     # writing its SIGTERM checkpoint, and a delete would cut it short. Nothing is done, hosts
-    # answering or not, until it reads stopped (LOST) or the program says it stopped.
-    ("VM stopping, hosts silent: left alone", job(State.RUNNING, unhealthy_seconds=600),
+    # answering or not, until it reads stopped (LOST), the program says it stopped, or it has
+    # read STOPPING past any notice (180 s from the mark).
+    ("VM stopping: marked, left alone", job(State.RUNNING),
+     with_run(SliceCondition.STOPPING, GONE, GONE, run=RunDirStatus(heartbeat_age=900)),
+     [MarkUnhealthy("VM stopping (a preemption notice): its program may be saving")]),
+    ("VM stopping within the limit, hosts silent: left alone", job(State.RUNNING, unhealthy_seconds=170),
      with_run(SliceCondition.STOPPING, GONE, GONE, run=RunDirStatus(heartbeat_age=900)), []),
+    ("VM stopping past the limit: lost", job(State.RUNNING, in_state_seconds=3600, unhealthy_seconds=600),
+     with_run(SliceCondition.STOPPING, run=RunDirStatus(heartbeat_age=900)),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "VM still stopping 600 s after it was seen so; preemption 1 of 2 allowed, "
+                             "next attempt now")]),
     ("VM stopping, the program said it stopped on the notice: a preemption", job(State.RUNNING, in_state_seconds=3600),
      with_run(SliceCondition.STOPPING, run=RunDirStatus(state="preempted", step=7)),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),

@@ -56,12 +56,12 @@ def kept_paths() -> list[str]:
     return sorted(p for p in covered if not any(p != q and p.startswith(q + "/") for q in covered))
 
 
-# Per host too, where they exist on this machine: apt's and dpkg's state (the frontend lock a
-# fresh VM's unattended-upgrades holds, Google's repository and key for gcsfuse: apt.py).
 # On every host's PYTHONPATH, as a TPU VM image's own site directory would be: JAX there keys
 # its compile cache by the slice, as on a TPU VM (image_site/sitecustomize.py says why).
 IMAGE_SITE = str(pathlib.Path(__file__).resolve().parent / "image_site")
 
+# Per host too, where they exist on this machine: apt's and dpkg's state (the frontend lock a
+# fresh VM's unattended-upgrades holds, Google's repository and key for gcsfuse: apt.py).
 HOST_PATHS = {"dpkg": "/var/lib/dpkg", "apt-sources": "/etc/apt/sources.list.d",
               "keyrings": "/usr/share/keyrings"}
 

@@ -47,6 +47,10 @@ from tpujob.store.states import AttemptEnd, EndReason, State
 # (setup.sh ends it at the timeout and says so) before ending the attempt without it: as long
 # as a step's SSH round waits past its timeout (hosts/program.SETUP_GRACE).
 SETUP_ANSWER_GRACE_SECONDS = 30.0
+# How long a RUNNING attempt's VM may read STOPPING (its program saving in the notice) before it
+# counts as lost anyway: past Standard's 120 s notice (Spot's is 30 s; compute.v1 discovery,
+# Scheduling.skipGuestOsShutdown), counted from the first sweep that saw it, with a sweep's margin.
+STOPPING_LIMIT_SECONDS = 180.0
 
 
 # --- the decision -------------------------------------------------------------------------------
@@ -203,12 +207,7 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
         return spend_preemption(job, policy, "slice preempted" if obs.slice == SliceCondition.LOST else "slice gone")
     if obs.slice == SliceCondition.STOPPING:
-        # A VM in its shutdown (a preempted Spot VM's notice): the program may be writing its
-        # SIGTERM checkpoint, and deleting the VM would cut it short. Left alone until it reads
-        # stopped (LOST, above), or the program says it stopped on the notice.
-        if run.state == contract.STATE_PREEMPTED:
-            return spend_preemption(job, policy, "program stopped on a preemption notice")
-        return []
+        return _stopping(job, policy, run)
     if obs.slice != SliceCondition.READY:
         return []
     hosts = obs.hosts
@@ -275,6 +274,20 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
         return _unhealthy(job, policy, hosts, run, hung, first)
     healthy: list[Action] = [ClearUnhealthy()] if job.unhealthy_seconds is not None else []
     return healthy + (elastic.grow(job, obs, policy) or [])
+
+
+def _stopping(job: JobView, policy: Policy, run: RunDirStatus) -> list[Action]:
+    """A VM in its shutdown (a preempted Spot VM's notice): the program may be writing its
+    SIGTERM checkpoint, and deleting the VM would cut it short. Left alone (marked, so that the
+    wait is counted) until it reads stopped (LOST), the program says it stopped on the notice,
+    or it has read STOPPING past any notice (STOPPING_LIMIT_SECONDS)."""
+    if run.state == contract.STATE_PREEMPTED:
+        return spend_preemption(job, policy, "program stopped on a preemption notice")
+    if job.unhealthy_seconds is None:
+        return [MarkUnhealthy("VM stopping (a preemption notice): its program may be saving")]
+    if job.unhealthy_seconds <= STOPPING_LIMIT_SECONDS:
+        return []
+    return spend_preemption(job, policy, f"VM still stopping {job.unhealthy_seconds:.0f} s after it was seen so")
 
 
 def _unhealthy(job: JobView, policy: Policy, hosts: tuple[HostObservation, ...], run: RunDirStatus, hung: bool,
