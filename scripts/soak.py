@@ -178,11 +178,14 @@ class Night:
 
     # -- the chaos --------------------------------------------------------------------------
     def live_nodes(self) -> list[tuple[int, int, str]]:
+        from tpujob.catalogue import COMPUTE
+        from tpujob.spec.stored import api_of
+
         found = []
         for job in self.ctx.store.list_jobs():
             attempt = self.ctx.store.current_attempt(job.id)
             if job.state == "RUNNING" and attempt is not None and attempt.ended_at is None:
-                where = (f"zones/{attempt.zone}/instances" if attempt.zone == CE_ZONE
+                where = (f"zones/{attempt.zone}/instances" if api_of(job) == COMPUTE
                          else f"locations/{attempt.zone}/nodes")
                 found.append((job.id, attempt.number, f"projects/{job.project}/{where}/{attempt.slice_name}"))
         return found
