@@ -161,6 +161,7 @@ def test_a_sweep_in_a_vms_preemption_notice_leaves_the_vm_to_its_save(cli, local
     assert cli("requeue").code == 0   # in the notice
     seen = _show(cli, "saver")
     assert (seen["state"], seen["attempts"][0]["end_reason"]) == ("RUNNING", None), seen["events"][-3:]
+    assert seen["events"][-1]["message"].startswith("VM stopping (a preemption notice): its program may be saving")
     assert [i["status"] for i in _instances(local_cloud, project, zone) if i["name"] == vm] == ["STOPPING"]
     preempting.join(timeout=60)
     assert bucket.blob(f"runs/{data['id']}/saved").download_as_text() == "saved\n"
