@@ -171,3 +171,34 @@ def test_a_new_attempt_on_the_same_slice_keeps_an_elastic_attempts_own_nodes(ser
     assert outcome.kind == "done"
     again = store.current_attempt(job.id)
     assert (again.number, again.slice_name, again.nodes, again.slices) == (2, "tpujob-000001-1", "tpujob-000001-1-0", 1)
+
+
+class StopsKept(Hosts):
+    """Hosts that keep each stop's grace, and stacks that say where they were kept."""
+
+    def __init__(self):
+        super().__init__()
+        self.graces: list[float] = []
+
+    def stop_program(self, job, attempt, slice_, grace_seconds=30):
+        self.graces.append(grace_seconds)
+
+    def capture_stacks(self, job, attempt, slice_):
+        return "stacks of 1 of 1 hosts kept in stacks.txt"
+
+
+def test_a_hung_programs_stop_has_a_short_grace_and_a_notice_stop_the_whole_one(server, store):
+    # A hung program never reaches the step boundary where it would save: its stop's grace only
+    # keeps the new slice waiting. A checkpoint request (maintenance, a lost slice) keeps it.
+    from tpujob.hosts.program import STOP_GRACE_SECONDS
+    from tpujob.reconcile.actions import StopProgram
+    from tpujob.reconcile.host_act import HUNG_STOP_GRACE_SECONDS
+
+    job, hosts = add_job(store, spec()), StopsKept()
+    actor = Actor(store, cloud_for(server), hosts, "me", ssh_keys=(), clock=lambda: 1000.0)
+    job, attempt, ready = opened(store, actor, job)
+    assert actor.act(job, attempt, ready, [StopProgram(stacks=True)]).kind == "done"
+    assert actor.act(job, attempt, ready, [StopProgram()]).kind == "done"
+    assert hosts.graces == [HUNG_STOP_GRACE_SECONDS, STOP_GRACE_SECONDS] == [5, 30]
+    assert [e.message for e in store.events(job.id) if e.kind == "stacks"] == [
+        "stacks of 1 of 1 hosts kept in stacks.txt"]

@@ -52,7 +52,7 @@ class Hosts:
     def program_status(self, job, attempt, slice_):
         return tuple(HostObservation(Program.RUNNING) for _ in slice_.hosts)
 
-    def stop_program(self, job, attempt, slice_):
+    def stop_program(self, job, attempt, slice_, grace_seconds=30):
         pass
 
     def unmount(self, job, attempt, slice_):

@@ -345,11 +345,13 @@ class SshHostOps:
             return tuple(HostObservation(Program.UNREACHABLE) if o.program == Program.REFUSED else o for o in observed)
         return tuple(replace(o, refusal=why) if o.program == Program.REFUSED else o for o in observed)
 
-    def stop_program(self, job: Job, attempt: Attempt, slice_: Slice) -> None:
-        """Stop the program on every host; CloudError naming the hosts where that failed
-        (unreachable, or the stop script failed): the caller decides what that means."""
+    def stop_program(self, job: Job, attempt: Attempt, slice_: Slice,
+                     grace_seconds: float = program.STOP_GRACE_SECONDS) -> None:
+        """Stop the program on every host (SIGTERM, SIGKILL after `grace_seconds`); CloudError
+        naming the hosts where that failed (unreachable, or the stop script failed): the caller
+        decides what that means."""
         with self.group(job, attempt, slice_) as group:
-            results = program.stop(group, self.host_attempt(job, attempt, slice_), grace_seconds=30,
+            results = program.stop(group, self.host_attempt(job, attempt, slice_), grace_seconds=grace_seconds,
                                    log_paths=self._log_paths(job, attempt))
         ensure_ok(results, "stopping the program")
 

@@ -83,6 +83,9 @@ LogPaths = Callable[[Host], pathlib.Path] | None
 TAIL_BYTES = 16 * 1024  # of a dead program's log: its last lines, and a bad-host line among them
 TIMED_OUT = 124   # setup.sh's exit code when the job's setup ran past its timeout
 SETUP_GRACE = 30  # seconds tpujob waits past the setup timeout for the host's own answer
+# Between a stop's SIGTERM and its SIGKILL: the program's SIGTERM checkpoint (the runtime's
+# sigterm_grace_s, 25 s, fits in it).
+STOP_GRACE_SECONDS = 30
 
 
 def setup(group: HostGroup, attempt: HostAttempt, command: str, *, runtime_modules: tuple[str, ...] = (),
@@ -174,7 +177,7 @@ def launch(group: HostGroup, attempt: HostAttempt, command: str, *, log_paths: L
                      log_paths=log_paths, timeout=timeout, progress=progress)
 
 
-def stop(group: HostGroup, attempt: HostAttempt, *, grace_seconds: float = 30,
+def stop(group: HostGroup, attempt: HostAttempt, *, grace_seconds: float = STOP_GRACE_SECONDS,
          log_paths: LogPaths = None) -> list[HostResult]:
     """SIGTERM the program on every host, SIGKILL what is left after the grace period."""
     script = render("stop.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,

@@ -20,6 +20,12 @@ from tpujob.store.models import Attempt, Job
 if TYPE_CHECKING:
     from tpujob.reconcile.act import Actor, Turn
 
+# A hung program made no progress for heartbeat_timeout_seconds (or run.hang_seconds): it will
+# not reach the step boundary where it would save, so the stop's usual grace, sized for a
+# SIGTERM checkpoint, would only keep the new slice waiting (and a frozen host's process never
+# sees the SIGTERM at all). Seconds enough for a handler to flush its logs.
+HUNG_STOP_GRACE_SECONDS = 5
+
 
 def set_up(actor: Actor, turn: Turn, action: SetUp) -> Outcome:
     job, attempt = turn.job, turn.current()
@@ -114,7 +120,10 @@ def stop_program(actor: Actor, turn: Turn, action: StopProgram) -> Outcome:
             except TpujobError as exc:
                 actor.store.add_event(turn.job.id, "stacks", f"stacks not captured: {exc}")
         try:
-            actor.hosts.stop_program(turn.job, turn.attempt, turn.slice)
+            if action.stacks:
+                actor.hosts.stop_program(turn.job, turn.attempt, turn.slice, grace_seconds=HUNG_STOP_GRACE_SECONDS)
+            else:
+                actor.hosts.stop_program(turn.job, turn.attempt, turn.slice)
         except TpujobError as exc:
             actor.store.add_event(turn.job.id, "hosts", f"stop failed: {exc}")
     return done()
