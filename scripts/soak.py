@@ -61,6 +61,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "gcp_errors"
 # Google's create errors a sweep retries (capacity, internal): replayed, they must not end a job.
 REPLAYED = ("stockout_in_operation", "internal_on_create")
 
+# decay_steps 30: the demo's schedule (jobs.example.yaml), so a runtime job here runs the
+# demo's compiled program whatever its steps (JAX's compile-cache key holds the schedule).
 RUNTIME = """\
 name: soak-rt-{i}
 tpu: {{accelerator: {accelerator}, zone: {zone}, queued: {queued}}}
@@ -68,7 +70,7 @@ run_dir: gs://{bucket}/runs
 requeue: {{backoff_seconds: 2, min_run_seconds: 0, max_preemptions: 1000, max_failures: 20}}
 run:
   runtime: {{model: tiny, steps: {steps}, batch_size: 8, seq_len: 64, checkpoint_every: {checkpoint_every},
-            async_checkpoint: {async_}, log_every: 5, heartbeat_every_s: 1}}
+            async_checkpoint: {async_}, log_every: 5, heartbeat_every_s: 1, optimizer: {{decay_steps: 30}}}}
 """
 
 COMMAND = """\

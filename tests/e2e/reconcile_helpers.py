@@ -22,6 +22,12 @@ ZONE = "us-central2-b"
 # tests that move between zones run a v5e, in zones that offer it.
 V5E = "v5litepod-4"
 FALLBACK_ZONE = "us-west1-c"
+# The demo's learning-rate schedule (jobs.example.yaml trains 30 steps, so it decays over 30),
+# for every test that trains the tiny model at the demo's batch and sequence length. JAX's
+# compile-cache key holds the schedule's constants, so a test with `steps` of its own compiled
+# its own program, on each host that started before host 0 had written it: on a fresh machine's
+# empty cache, most of the suite's compiles. With this, one program per host count.
+DEMO_OPTIMIZER = "{decay_steps: 30}"
 
 SPEC = """\
 name: {name}

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reconcile_helpers import AtStep, local_bucket, project  # noqa: F401 - fixture
+from reconcile_helpers import DEMO_OPTIMIZER, AtStep, local_bucket, project  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,8 @@ run:
     log_every: 5
     heartbeat_every_s: 1
     sigterm_grace_s: 110   # the runtime's share of the 120 s notice below (its default, 25 s, is Spot's)
-"""
+    optimizer: OPTIMIZER
+""".replace("OPTIMIZER", DEMO_OPTIMIZER)
 SLEEPER = """\
 requeue: {backoff_seconds: 0, min_run_seconds: 0, max_failures: 0}
 run: {command: 'sleep 600'}

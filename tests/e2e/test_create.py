@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reconcile_helpers import project  # noqa: F401 - fixture
+from reconcile_helpers import DEMO_OPTIMIZER, project  # noqa: F401 - fixture
 
 # Each test in a project of its own on the shared emulator: its job ids, and so its slice names,
 # start at 000001 like every other test's, and a slice a failed test left behind must not be
@@ -179,7 +179,8 @@ def test_values_full_of_shell_syntax_run_literally(cli, local_cloud, tmp_path):
 def test_the_bundled_runtime_trains_on_an_emulated_host(cli, local_cloud, tmp_path):
     spec = tmp_path / "rt.yaml"
     spec.write_text("name: rt\ntpu: {accelerator: v4-8, zone: us-central2-b}\nrun:\n  runtime:\n"
-                    "    model: tiny\n    steps: 12\n    batch_size: 8\n    seq_len: 64\n    checkpoint_every: 6\n")
+                    "    model: tiny\n    steps: 12\n    batch_size: 8\n    seq_len: 64\n    checkpoint_every: 6\n"
+                    f"    optimizer: {DEMO_OPTIMIZER}\n")
     result = cli("create", "--wait", "--keep-slice", spec)
     assert result.code == 0, result.err
     slice_name = show(cli, "rt")["attempts"][0]["slice_name"]

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 from reconcile_helpers import (  # noqa: F401 - fixtures
+    DEMO_OPTIMIZER,
     ZONE,
     ctx,
     host_root,
@@ -33,7 +34,7 @@ tpu: {{{{accelerator: v4-8, zone: {ZONE}, queued: false}}}}
 requeue: {{{{backoff_seconds: 0, max_preemptions: 2, max_failures: 1, max_bad_hosts: 2}}}}
 run:
   runtime: {{{{model: tiny, steps: {{steps}}, batch_size: 8, seq_len: 64, checkpoint_every: 1000,
-            log_every: 5, heartbeat_every_s: 1}}}}
+            log_every: 5, heartbeat_every_s: 1, optimizer: {{optimizer}}}}}}
 """
 
 BUSY = ("RuntimeError: Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid "
@@ -44,7 +45,7 @@ def _record_runtime(ctx, tmp_path, name: str, steps: int):
     from tpujob.service import jobs
 
     path = tmp_path / f"{name}-{uuid.uuid4().hex[:6]}.yaml"
-    path.write_text(RUNTIME.format(name=name, steps=steps))
+    path.write_text(RUNTIME.format(name=name, steps=steps, optimizer=DEMO_OPTIMIZER))
     return jobs.record(ctx, str(path))[0]
 
 

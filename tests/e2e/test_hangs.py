@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import DEMO_OPTIMIZER, ZONE, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ requeue: {{backoff_seconds: 0, max_preemptions: 2, max_failures: 0, max_hangs: 1
           heartbeat_timeout_seconds: {TIMEOUT}}}
 run:
   runtime: {{model: tiny, steps: 100000, batch_size: 8, seq_len: 64, checkpoint_every: 100000,
-            log_every: 5, heartbeat_every_s: 1}}
+            log_every: 5, heartbeat_every_s: 1, optimizer: {DEMO_OPTIMIZER}}}
 """
 
 SILENT_PROGRAM = ("python3 -c 'import faulthandler, signal, time; "

@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import DEMO_OPTIMIZER, ZONE, local_bucket, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # about 1.5 min here
 
@@ -28,6 +28,7 @@ run:
     log_every: 5
     heartbeat_every_s: 1
     sigterm_grace_s: 110   # the runtime's share of the 120 s notice below (its default, 25 s, is Spot's)
+    optimizer: {DEMO_OPTIMIZER}
 """
 
 

@@ -19,7 +19,7 @@ import uuid
 from urllib.parse import urlsplit
 
 import pytest
-from reconcile_helpers import ZONE, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import DEMO_OPTIMIZER, ZONE, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # about 2 min here
 
@@ -38,6 +38,7 @@ run:
     log_every: 2
     heartbeat_every_s: 1
     sigterm_grace_s: 110   # the runtime's share of the 120 s notice below (its default, 25 s, is Spot's)
+    optimizer: {DEMO_OPTIMIZER}
 """
 
 

@@ -27,7 +27,9 @@ BASE = {
     "keep": 10,
     "log_every": 1,
     "heartbeat_every_s": 1,
-    "optimizer": {"warmup_steps": 3},
+    # decay_steps fixed, not `steps`: a test that runs longer (or shorter) runs the same
+    # compiled program (JAX's cache key holds the schedule's constants), a cache hit.
+    "optimizer": {"warmup_steps": 3, "decay_steps": 12},
 }
 
 
