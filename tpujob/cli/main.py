@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
+import typer.main
 
 from tpujob import settings
 from tpujob.errors import EXIT_UNEXPECTED, EXIT_USAGE, TpujobError
@@ -51,13 +53,24 @@ def _register_all() -> None:
 
 
 _register_all()
+_command: Any = None  # typer's own click Command (typer._click, a private module)
+
+
+def _click_command() -> Any:
+    """The click command typer builds from `app`, built once a process: `app(...)` builds it
+    again at every call (about 7 ms, most of a `tpujob list`), which a process that runs
+    several commands in turn (the test suite, thousands of them) paid each time."""
+    global _command
+    if _command is None:
+        _command = typer.main.get_command(app)
+    return _command
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or settings.debug()
     try:
-        code = app(args=argv, prog_name="tpujob", standalone_mode=False)
+        code = _click_command().main(args=argv, prog_name="tpujob", standalone_mode=False)
         return code if isinstance(code, int) else 0
     except TpujobError as exc:
         if debug:
