@@ -285,27 +285,36 @@ class Night:
             self.crash_next.clear()
 
     def settle(self, limit: float = 600.0) -> int:
-        """Sweep until two sweeps in a row change nothing (and nothing is mid-way); the sweeps.
-        Not settling within `limit` s is a violation. The limit allows for a sweep SIGKILLed at
-        a crash point just before the night ended: its job waits out the lease it held
-        (TPUJOB_LEASE_SECONDS, 90 s by default), then needs a new attempt set up and running."""
+        """Sweep until two sweeps in a row change nothing (and nothing is mid-way, and no job is
+        still leased); the sweeps. Not settling within `limit` s is a violation. The limit allows
+        for a sweep SIGKILLed at a crash point just before the night ended: its job waits out the
+        lease it held (TPUJOB_LEASE_SECONDS, 90 s by default), then needs a new attempt set up and
+        running. That holds for an ended job too: one moved to SUCCEEDED by a sweep killed before
+        it deleted the slice keeps the slice until a sweep after the lease frees it, and the
+        invariants must not be read before (seen: "node ... belongs to no live attempt")."""
         from tpujob.service.keep_alive import reconciler
         from tpujob.store.states import State
 
         rec, quiet, sweeps, deadline = reconciler(self.ctx), 0, 0, time.monotonic() + limit
         moving = {State.PENDING, State.PROVISIONING, State.SETTING_UP, State.RECOVERING}
+        leased: list[int] = []
         while quiet < 2 and time.monotonic() < deadline:
             before = [(j.id, j.state, j.attempt) for j in self.ctx.store.list_jobs(include_ended=True)]
             rec.sweep()
             sweeps += 1
-            after = [(j.id, j.state, j.attempt) for j in self.ctx.store.list_jobs(include_ended=True)]
-            settled = all(State(s) not in moving for _, s, _ in after)
+            jobs = self.ctx.store.list_jobs(include_ended=True)
+            after = [(j.id, j.state, j.attempt) for j in jobs]
+            now = self.ctx.store.clock()
+            # A lease left by a SIGKILLed sweep (the settling sweeps release theirs).
+            leased = [j.id for j in jobs if j.lease_owner and (j.lease_expires or 0) > now]
+            settled = all(State(s) not in moving for _, s, _ in after) and not leased
             quiet = quiet + 1 if after == before and settled else 0
             if os.environ.get("SOAK_DEBUG") and after != before:
                 print("settle:", sorted(set(after) - set(before)), flush=True)
             time.sleep(1.0)
         if quiet < 2:
             self.unsettled = [f"job {i} still {s} (attempt {a})" for i, s, a in after if State(s) in moving]
+            self.unsettled += [f"job {i} still leased" for i in leased]
             self.unsettled = self.unsettled or ["jobs still changing"]
         return sweeps
 
@@ -344,6 +353,7 @@ def main() -> int:
           flush=True)
 
     night = Night(directory, args.seed, args.jobs)
+    violations = ["the night did not end"]  # kept for a look when the soak itself fails
     started = time.monotonic()
     try:
         night.record_jobs()
@@ -374,7 +384,7 @@ def main() -> int:
         night.process.stop()
         if cluster is not None:
             cluster.stop()
-        if not args.keep:
+        if not args.keep and not violations:  # a failed night's store is the evidence
             shutil.rmtree(directory, ignore_errors=True)
     return 0 if not violations else 1
 
@@ -399,6 +409,8 @@ def report(night: Night, args, seconds: float, settle_sweeps: int, violations: l
     for line in violations:
         print(f"  VIOLATED: {line}")
     print("goodput: " + ", ".join(f"{j.name} {goodput(j, now):.0%}" for j in jobs))
+    if violations and not args.keep:
+        print(f"kept for a look (a violated night's store, emulator and logs): {night.directory}")
     kept = night.directory / "program-logs"
     if args.keep and kept.is_dir():
         print(f"program logs of deleted slices (NODE/host-K/...): {kept}")
