@@ -34,7 +34,9 @@ def test_first_use_creates_a_private_key_and_its_public_half(tmp_path):
 
 
 def test_concurrent_first_runs_agree_on_one_key_pair(tmp_path):
-    ctx = multiprocessing.get_context("fork")
+    # forkserver, not fork: an xdist worker may have imported JAX (a runtime test ran there
+    # first), and forking a process with JAX's threads can deadlock (JAX warns that it will).
+    ctx = multiprocessing.get_context("forkserver")
     workers = 6
     for round_ in range(15):
         home = tmp_path / f"home{round_}"
