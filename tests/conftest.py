@@ -29,13 +29,15 @@ def _expected_length(item: pytest.Item) -> float:
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto`: three workers for two cores. The end-to-end tests leave a core idle while they
-    wait on sweeps, timeouts and notices (one worker a core: 76% busy, 1144 s for the suite here
-    on 2026-11-27); a third worker fills that (89% busy, 1010 s). A fourth gains nothing: 842 s
-    and 1549 busy CPU-seconds against three's 794-843 s and 1345-1443 (the same tree, 2026-11-27;
-    its heavy tests contend for the cores)."""
+    """`-n auto`: two workers a core. The end-to-end tests leave a core idle while they wait on
+    sweeps, timeouts and notices (one worker a core: 76% busy, 1144 s for the suite here on
+    2026-11-27). A third worker on two cores filled part of that (89% busy, 1010 s), and while the
+    suite was heavier a fourth gained nothing (842 s against three's 794-843 s). Once the e2e tests
+    shared one compiled program per shape, the suite left a quarter of the cores idle with three
+    (warm compile cache, 2026-11-27: 631.24 s, 962 busy CPU-s, 76%), and a fourth worker filled it:
+    586.26 s, 1002 busy CPU-s, every test passing."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores * 3 // 2)
+    return max(1, cores * 2)
 
 
 def pytest_collection_modifyitems(config, items: list[pytest.Item]) -> None:
