@@ -82,3 +82,38 @@ def test_a_host_that_goes_away_during_authentication_is_unreachable_not_a_refusa
         listener.close()
         for transport in transports:
             transport.close()
+
+
+def test_a_host_that_goes_away_during_the_key_exchange_is_unreachable(tpujob_key):
+    # paramiko's connect re-raises what its transport thread saw, and a peer that closes the
+    # socket in the key exchange is an EOFError, neither OSError nor SSHException. It escaped the
+    # fan-out: `tpujob show` of a job whose VM was being preempted exited 1, "error: aborted"
+    # (click turns an EOFError into Abort), in the suite's compute-4-hosts test.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    accepted = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")  # the banner, then gone before KEXINIT
+            conn.recv(4096)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        host = Host(0, "127.0.0.1", port,
+                    ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIg0GkXnEQEEnuwqk1S8Zdw/ZYy2+bhTIzrxfphS1cp2",))
+        group = HostGroup([host], "tpujob", tpujob_key[0], retries=1, connect_timeout=1)
+        (result,) = group.run("true")
+        assert not result.auth_refused, result.error
+        assert "cannot connect after 2 tries" in result.error and "EOFError" in result.error, result.error
+        assert len(accepted) == 2  # retried, as a host that is down is
+    finally:
+        listener.close()

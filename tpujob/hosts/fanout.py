@@ -25,6 +25,16 @@ OUTPUT_TAIL = 1 << 20   # bytes of each host's output kept in memory (the log fi
 STDERR_TAIL = 64 << 10  # bytes of its stderr alone: where a failure's cause is (hosts.host_output)
 
 
+def connection_errors() -> tuple[type[BaseException], ...]:
+    """What paramiko raises when a connection to a host drops: OSError, SSHException, and
+    EOFError. A connect re-raises what its transport thread saw (Transport.start_client), and a
+    host that closes the socket in the key exchange (preempted at that moment) is an EOFError,
+    which click would turn into "error: aborted"."""
+    import paramiko
+
+    return (OSError, EOFError, paramiko.SSHException)
+
+
 @dataclass(frozen=True)
 class Host:
     index: int
@@ -141,8 +151,6 @@ class HostGroup:
     def map(self, fn: Callable[[Host, threading.Event], HostResult], *, fail_fast: bool = False,
             progress: Callable[[Progress], None] | None = None) -> list[HostResult]:
         """fn(host, cancel) on every host on a bounded pool; its exceptions become results."""
-        import paramiko
-
         state = _Run(len(self.hosts), progress, fail_fast,
                      pending={h.index for h in self.hosts})
 
@@ -158,8 +166,8 @@ class HostGroup:
                 result = HostResult(host.index, error=str(err), auth_refused=True)
             except CloudError as err:
                 result = HostResult(host.index, error=str(err))
-            except (OSError, paramiko.SSHException) as err:
-                result = HostResult(host.index, error=f"connection lost: {err or type(err).__name__}")
+            except connection_errors() as err:
+                result = HostResult(host.index, error=f"connection lost: {str(err) or type(err).__name__}")
             result.seconds = time.monotonic() - start
             state.finished(result)
             return result
@@ -233,12 +241,12 @@ class HostGroup:
                 # not a host that is down (attempt.hosts says why, OS Login or metadata).
                 client.close()
                 raise SshAuthRefused(f"{where}: SSH authentication as {self.user!r} refused: "
-                                     f"{err or type(err).__name__}") from err
-            except (OSError, paramiko.SSHException) as err:
+                                     f"{str(err) or type(err).__name__}") from err
+            except connection_errors() as err:
                 client.close()
                 if attempt == self.retries:
                     raise CloudError(f"{where}: cannot connect after {attempt + 1} tries: "
-                                     f"{err or type(err).__name__}") from err
+                                     f"{str(err) or type(err).__name__}") from err
                 time.sleep(delay)
                 delay *= 2
             except BaseException:   # a key pinned differently, or not recorded: no connection
@@ -251,13 +259,12 @@ class HostGroup:
                 cancel: threading.Event | None = None) -> HostResult:
         """`command` on one host: its exit code and output. Raises CloudError if the host
         cannot be reached; a connection lost mid-command is a result with `error` set."""
-        import paramiko
 
         cancel = cancel or threading.Event()
         client = self.client(host)
         try:
             channel = client.get_transport().open_session(timeout=self.connect_timeout)
-        except (OSError, paramiko.SSHException):   # the cached connection just died: once more
+        except connection_errors():   # the cached connection just died: once more
             with self._lock:
                 self._clients.pop(host.index, None)
             channel = self.client(host).get_transport().open_session(
@@ -316,8 +323,8 @@ class HostGroup:
             return result(exit_code=code if code >= 0 else None,
                           error="" if code >= 0 else "the connection ended without an exit "
                                                      "status (host down?)")
-        except (OSError, paramiko.SSHException) as err:
-            return result(error=f"connection lost: {err or type(err).__name__}")
+        except connection_errors() as err:
+            return result(error=f"connection lost: {str(err) or type(err).__name__}")
         finally:
             channel.close()
             if sink:
