@@ -12,6 +12,25 @@ import pytest
 from tpujob.hosts.fanout import Host, HostGroup
 
 
+def _listen(on_connection) -> tuple[socket.socket, int]:
+    """A loopback listener whose every connection goes to `on_connection` in a thread: a host
+    that misbehaves in the SSH handshake. Close the listener to stop it."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            on_connection(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
 def test_a_refused_key_is_its_own_result_without_retries(slice_hosts):
     from tpujob.emulator.host_ssh import new_host_key
 
@@ -42,10 +61,6 @@ def test_a_host_that_goes_away_during_authentication_is_unreachable_not_a_refusa
     from tpujob.emulator.host_ssh import new_host_key
 
     key = new_host_key()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    port = listener.getsockname()[1]
     transports = []
 
     class GoesAway(paramiko.ServerInterface):
@@ -59,18 +74,13 @@ def test_a_host_that_goes_away_during_authentication_is_unreachable_not_a_refusa
                 time.sleep(3)
             return paramiko.AUTH_FAILED
 
-    def serve():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            transport = paramiko.Transport(conn)
-            transport.add_server_key(key)
-            transports.append(transport)
-            transport.start_server(event=threading.Event(), server=GoesAway())
+    def handshake(conn):
+        transport = paramiko.Transport(conn)
+        transport.add_server_key(key)
+        transports.append(transport)
+        transport.start_server(event=threading.Event(), server=GoesAway())
 
-    threading.Thread(target=serve, daemon=True).start()
+    listener, port = _listen(handshake)
     try:
         host = Host(0, "127.0.0.1", port, (f"{key.get_name()} {key.get_base64()}",))
         group = HostGroup([host], "tpujob", tpujob_key[0], retries=1, connect_timeout=1)
@@ -89,24 +99,15 @@ def test_a_host_that_goes_away_during_the_key_exchange_is_unreachable(tpujob_key
     # socket in the key exchange is an EOFError, neither OSError nor SSHException. It escaped the
     # fan-out: `tpujob show` of a job whose VM was being preempted exited 1, "error: aborted"
     # (click turns an EOFError into Abort), in the suite's compute-4-hosts test.
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    port = listener.getsockname()[1]
     accepted = []
 
-    def serve():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            accepted.append(conn)
-            conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")  # the banner, then gone before KEXINIT
-            conn.recv(4096)
-            conn.close()
+    def banner_then_gone(conn):
+        accepted.append(conn)
+        conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")  # the banner, then gone before KEXINIT
+        conn.recv(4096)
+        conn.close()
 
-    threading.Thread(target=serve, daemon=True).start()
+    listener, port = _listen(banner_then_gone)
     try:
         host = Host(0, "127.0.0.1", port,
                     ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIg0GkXnEQEEnuwqk1S8Zdw/ZYy2+bhTIzrxfphS1cp2",))
