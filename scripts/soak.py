@@ -234,16 +234,22 @@ class Night:
             draw = self.rng.choice(["preempt", "preempt", "preempt_grace", "stockout", "api_errors",
                                     "replay", "kill_host", "crash"])
             try:
-                self.inject(draw)
+                # A fault that needs a live node waits for one rather than being lost: on a busy
+                # machine (the suite's cold compiles beside it) the first slices come late, and
+                # a minute whose preemptions all fell before them tested none (seen in CI's soak:
+                # "preemptions: 0", 7 faults).
+                while not self.inject(draw) and time.monotonic() < until:
+                    time.sleep(1.0)
             except TpujobError as exc:  # the node went between the listing and the fault
                 self.faults[f"{draw}: target gone ({type(exc).__name__})"] += 1
 
-    def inject(self, draw: str) -> None:
+    def inject(self, draw: str) -> bool:
+        """The fault `draw`; False (nothing done) when it needs a live node and none is."""
         from tpujob.faults import CRASH_POINTS
 
         nodes = self.live_nodes()
         if draw in ("preempt", "preempt_grace", "kill_host") and not nodes:
-            return
+            return False
         if draw in ("preempt", "preempt_grace"):
             job_id, number, node = self.rng.choice(nodes)
             grace = 20.0 if draw == "preempt_grace" else 0.0
@@ -276,6 +282,7 @@ class Night:
             with self.lock:
                 self.crash_next.append(self.rng.choice(CRASH_POINTS))
             self.faults["crash point armed for a requeue"] += 1
+        return True
 
     def faults_off(self) -> None:
         self.client.set_faults(api_error_rate=0.0)
