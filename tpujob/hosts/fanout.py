@@ -35,6 +35,11 @@ def connection_errors() -> tuple[type[BaseException], ...]:
     return (OSError, EOFError, paramiko.SSHException)
 
 
+def error_text(err: BaseException) -> str:
+    """What an SSH error says, or its type where it says nothing (an EOFError)."""
+    return str(err) or type(err).__name__
+
+
 @dataclass(frozen=True)
 class Host:
     index: int
@@ -167,7 +172,7 @@ class HostGroup:
             except CloudError as err:
                 result = HostResult(host.index, error=str(err))
             except connection_errors() as err:
-                result = HostResult(host.index, error=f"connection lost: {str(err) or type(err).__name__}")
+                result = HostResult(host.index, error=f"connection lost: {error_text(err)}")
             result.seconds = time.monotonic() - start
             state.finished(result)
             return result
@@ -241,12 +246,12 @@ class HostGroup:
                 # not a host that is down (attempt.hosts says why, OS Login or metadata).
                 client.close()
                 raise SshAuthRefused(f"{where}: SSH authentication as {self.user!r} refused: "
-                                     f"{str(err) or type(err).__name__}") from err
+                                     f"{error_text(err)}") from err
             except connection_errors() as err:
                 client.close()
                 if attempt == self.retries:
                     raise CloudError(f"{where}: cannot connect after {attempt + 1} tries: "
-                                     f"{str(err) or type(err).__name__}") from err
+                                     f"{error_text(err)}") from err
                 time.sleep(delay)
                 delay *= 2
             except BaseException:   # a key pinned differently, or not recorded: no connection
@@ -259,7 +264,6 @@ class HostGroup:
                 cancel: threading.Event | None = None) -> HostResult:
         """`command` on one host: its exit code and output. Raises CloudError if the host
         cannot be reached; a connection lost mid-command is a result with `error` set."""
-
         cancel = cancel or threading.Event()
         client = self.client(host)
         try:
@@ -324,7 +328,7 @@ class HostGroup:
                           error="" if code >= 0 else "the connection ended without an exit "
                                                      "status (host down?)")
         except connection_errors() as err:
-            return result(error=f"connection lost: {str(err) or type(err).__name__}")
+            return result(error=f"connection lost: {error_text(err)}")
         finally:
             channel.close()
             if sink:

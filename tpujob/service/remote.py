@@ -103,14 +103,14 @@ def _stream(group, host, command: str, *, out: Write, err: Write,
             stop: threading.Event | None = None) -> HostOutcome:
     """Run `command` on `host`, copying its stdout and stderr as they come. `stdin` is sent
     (then EOF); with keep_open the remote stdin stays open until the channel closes."""
-    from tpujob.hosts.fanout import connection_errors
+    from tpujob.hosts.fanout import connection_errors, error_text
 
     try:
         channel = group.client(host).get_transport().open_session(timeout=group.connect_timeout)
     except CloudError as exc:
         return HostOutcome(host.index, None, str(exc))
     except connection_errors() as exc:
-        return HostOutcome(host.index, None, f"connection lost: {str(exc) or type(exc).__name__}")
+        return HostOutcome(host.index, None, f"connection lost: {error_text(exc)}")
     try:
         channel.settimeout(0.2)
         channel.exec_command(command)
@@ -137,7 +137,7 @@ def _stream(group, host, command: str, *, out: Write, err: Write,
             return HostOutcome(host.index, None, "the connection ended without an exit status")
         return HostOutcome(host.index, code)
     except connection_errors() as exc:
-        return HostOutcome(host.index, None, f"connection lost: {str(exc) or type(exc).__name__}")
+        return HostOutcome(host.index, None, f"connection lost: {error_text(exc)}")
     finally:
         channel.close()
 
