@@ -275,15 +275,15 @@ def test_the_stop_save_is_skipped_only_when_a_save_in_flight_leaves_no_time_for_
     assert trainer.ckpt.waited is waited
 
 
-def test_accumulated_grads_are_the_mean_of_the_parts_grads():
-    import jax
+def test_accumulated_grads_are_the_mean_of_the_parts_grads(jax_here):
     import numpy as np
 
     from tpujob.runtime import train
     from tpujob.runtime.model import loss_fn
 
     cfg = config_from_dict({"model": "tiny", "batch_size": 4, "seq_len": 32})
-    params = train.init_state_fn(cfg)(jax.random.key(0))["params"]
+    jax = jax_here
+    params = jax.jit(train.init_state_fn(cfg))(jax.random.key(0))["params"]
     tokens = jax.random.randint(jax.random.key(1), (4, 33), 0, cfg.model.vocab_size)
     value_and_grad = jax.jit(jax.value_and_grad(lambda p, part: loss_fn(cfg.model, p, part[:, :-1], part[:, 1:])))
     loss, grads = jax.jit(lambda p, t: train.accumulated_grads(value_and_grad, p, t, 2))(params, tokens)
