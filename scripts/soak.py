@@ -89,14 +89,15 @@ def tpujob(*args: str, env: dict | None = None, timeout: float = 300) -> subproc
 class Night:
     """The jobs, the sweepers and the chaos, with what happened counted."""
 
-    def __init__(self, directory: Path, seed: int, jobs: int):
+    def __init__(self, directory: Path, seed: int, jobs: int, compile_cache: str | None = None):
         from tpujob.emulator import process
 
         self.directory, self.rng, self.count = directory, random.Random(seed), jobs
         self.process = process
         from tpujob.service.context import Context
 
-        process.start(provisioning_delay=0.0, hosts=True)
+        process.start(provisioning_delay=0.0, hosts=True,
+                      image_env={"JAX_COMPILATION_CACHE_DIR": compile_cache} if compile_cache else None)
         self.client = process.client()
 
         self.ctx = Context.load()
@@ -334,6 +335,9 @@ def main() -> int:
     store = parser.add_mutually_exclusive_group()
     store.add_argument("--db-url", help="the store's SQLAlchemy URL (default: SQLite in a temporary home)")
     store.add_argument("--postgres", action="store_true", help="a throwaway PostgreSQL server (Debian's)")
+    parser.add_argument("--compile-cache", metavar="DIR",
+                        help="JAX's persistent compilation cache for every emulated host (default: each "
+                             "job's own, in its run dir, as on Google); the suite passes its shared one")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (store, logs, and each deleted slice's program logs)")
     args = parser.parse_args()
@@ -359,7 +363,7 @@ def main() -> int:
     print(f"soak: {args.minutes:g} min, seed {args.seed}, {args.jobs} jobs, store on {backend}, in {directory}",
           flush=True)
 
-    night = Night(directory, args.seed, args.jobs)
+    night = Night(directory, args.seed, args.jobs, args.compile_cache)
     violations = ["the night did not end"]  # kept for a look when the soak itself fails
     started = time.monotonic()
     try:
