@@ -59,6 +59,11 @@ def _status_when(bucket, job_id, done, timeout: float) -> dict:
         time.sleep(0.5)
 
 
+def _heartbeat(bucket, job_id) -> dict:
+    blob = bucket.get_blob(f"runs/{job_id}/heartbeat")
+    return json.loads(blob.download_as_bytes()) if blob is not None else {}
+
+
 def _losses(bucket, job_id) -> dict[int, float]:
     blob = bucket.get_blob(f"runs/{job_id}/metrics.jsonl")
     assert blob is not None, f"no metrics for job {job_id}"
@@ -78,24 +83,29 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
         created = cli("create", spec)
         assert created.code == 0, created.err
 
-    def requeue_until_ended(names: tuple[str, ...]) -> dict[str, dict]:
+    def requeue_until_ended(ms_id: int) -> dict[str, dict]:
+        names = ["ms", "ms-one"]
         deadline = time.monotonic() + 600
         while True:
             assert cli("--debug", "requeue").code == 0
+            if "ms-ref" not in names and "startup" in _heartbeat(bucket, ms_id):
+                create("ms-ref", 2)  # ms compiled the program: ms-ref's hosts read it
+                names.append("ms-ref")
             jobs = {name: _show(cli, name) for name in names}
-            if all(j["state"] in ("SUCCEEDED", "FAILED") for j in jobs.values()):
+            if len(jobs) == 3 and all(j["state"] in ("SUCCEEDED", "FAILED") for j in jobs.values()):
                 return jobs
             assert time.monotonic() < deadline, {n: [e["message"] for e in j["events"]][-8:] for n, j in jobs.items()}
             time.sleep(0.5)
 
-    # The three jobs run side by side. The preempted one has a 120 s notice (Google gives spot
-    # 30 s): a SIGTERM save that outlasts its notice (a machine busy with other jobs' hosts) is
-    # cut short, and the next attempt starts over, as it should; the hosts are down as soon as
-    # the save is done, so the long notice costs nothing. The preempted job asks for its slices
-    # through one queued resource (Google's way), the reference jobs as nodes made apart: both
-    # paths, one comparison.
+    # The three jobs run side by side; ms-ref, which runs ms's program, from ms's first step on:
+    # on a cold compile cache its four processes would otherwise compile it beside ms's four
+    # (about 6 CPU-s each; JAX writes the entry from process 0 once compiled). The preempted one
+    # has a 120 s notice (Google gives spot 30 s): a SIGTERM save that outlasts its notice (a
+    # machine busy with other jobs' hosts) is cut short, and the next attempt starts over, as it
+    # should; the hosts are down as soon as the save is done, so the long notice costs nothing.
+    # The preempted job asks for its slices through one queued resource (Google's way), the
+    # reference jobs as nodes made apart: both paths, one comparison.
     create("ms", 2, queued=True)
-    create("ms-ref", 2)
     create("ms-one", 1)
     shown = _show(cli, "ms")
     first = shown["attempts"][0]
@@ -109,7 +119,7 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
 
     # Once it trains, as its heartbeat in the bucket says (AtStep: not between sweeps).
     preempting = AtStep(bucket, shown["id"], 3, preempt_slice_1, timeout=240)
-    jobs = requeue_until_ended(("ms", "ms-ref", "ms-one"))
+    jobs = requeue_until_ended(shown["id"])
     preempted_at, status = preempting.result()
     assert status["state"] == "preempted", status
     ms = jobs["ms"]
@@ -136,8 +146,7 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
 
     # The runtime built its mesh over both slices (data parallel across them), the 1-slice job
     # over one.
-    meshes = {n: json.loads(bucket.get_blob(f"runs/{jobs[n]['id']}/heartbeat").download_as_bytes())["startup"]["mesh"]
-              for n in ("ms", "ms-ref", "ms-one")}
+    meshes = {n: _heartbeat(bucket, jobs[n]["id"])["startup"]["mesh"] for n in ("ms", "ms-ref", "ms-one")}
     assert meshes == {"ms": {"slices": 2, "fsdp": 2}, "ms-ref": {"slices": 2, "fsdp": 2}, "ms-one": {"fsdp": 2}}
 
     resumed, reference, one = (_losses(bucket, jobs[n]["id"]) for n in ("ms", "ms-ref", "ms-one"))
