@@ -7,6 +7,7 @@ import signal
 import time
 
 import numpy as np
+import pytest
 from runtime_helpers import BASE, assert_bit_equal, checkpoint_steps, heartbeat, load_checkpoint, metrics, status
 
 from tpujob.runtime import contract
@@ -16,7 +17,13 @@ from tpujob.runtime import contract
 # test_runtime_parts.py::test_accumulated_grads_are_the_mean_of_the_parts_grads.
 LOSS_RTOL = 1e-3
 
+# The tests compared with `reference` (a session fixture: one run per xdist worker that asks for
+# it) run on one worker, so the reference program runs once, not once a worker (three times, at
+# 18-19 s each, in a cold run of the suite).
+ON_THE_REFERENCES_WORKER = pytest.mark.xdist_group("runtime-reference")
 
+
+@ON_THE_REFERENCES_WORKER
 def test_single_process_trains_and_reports(runtime, tmp_path, reference):
     run = runtime(tmp_path / "run")
     assert run.wait() == contract.EXIT_SUCCESS, run.stderr()
@@ -33,6 +40,7 @@ def test_single_process_trains_and_reports(runtime, tmp_path, reference):
     assert_bit_equal(load_checkpoint(run.run_dir, 12), reference)
 
 
+@ON_THE_REFERENCES_WORKER
 def test_sigterm_checkpoints_at_step_boundary_and_resumes_exactly(runtime, tmp_path, reference):
     run = runtime(tmp_path / "run", {"inject_sigterm_at_step": 6})
     assert run.wait() == contract.EXIT_PREEMPTED, run.stderr()
@@ -47,6 +55,7 @@ def test_sigterm_checkpoints_at_step_boundary_and_resumes_exactly(runtime, tmp_p
     assert_bit_equal(load_checkpoint(again.run_dir, 12), reference)
 
 
+@ON_THE_REFERENCES_WORKER
 def test_sigkill_resumes_from_last_periodic_checkpoint(runtime, tmp_path, reference):
     run = runtime(tmp_path / "run", {"inject_sigkill_at_step": 10})
     assert run.wait() == -signal.SIGKILL
