@@ -179,7 +179,9 @@ def requeue_processes(count: int, *, env_extra: dict | None = None, timeout=120.
     import sys
 
     env = dict(os.environ, **(env_extra or {}))
-    return [subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", "requeue"], env=env,
+    # --debug: a process that fails on something unexpected prints where (its traceback), which
+    # the test's assertion shows; it changes nothing else.
+    return [subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", "--debug", "requeue"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(count)]
 
 
