@@ -83,6 +83,26 @@ def preempt_all(server, store, jobs) -> None:
         server.emulator.preempt(store.current_attempt(job.id).slice_name)
 
 
+def test_a_store_locked_past_its_busy_timeout_at_the_first_write_does_not_end_the_sweep(server, store,
+                                                                                     monkeypatch):
+    # The first write of a sweep records when the jobs were seen; with eight sweep processes
+    # on two cores, SQLite's 30 s busy timeout once ran out there and the process ended with
+    # "unexpected OperationalError" (a fresh-clone run of the suite, 2026-11-28).
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    def locked(*_):
+        raise OperationalError("BEGIN IMMEDIATE", {}, sqlite3.OperationalError("database is locked"))
+
+    job = add_job(store, spec())
+    monkeypatch.setattr(store, "mark_observed", locked)
+    report = Reconciler(store, cloud_for(server), Hosts(), "me", workers=4).sweep()
+    assert report.errors == ["when the slices were seen is not recorded: OperationalError: "
+                             "(sqlite3.OperationalError) database is locked"]
+    assert report.jobs_acted == 1 and store.get(job.id).state == "RUNNING"
+
+
 def test_a_preempted_job_runs_again_after_one_sweep(server, store):
     """The default backoff (30 s) is not waited after a preemption: the sweep that sees it
     deletes the slice, creates the next and sets it up. (min_run_seconds 0: the attempt ran only

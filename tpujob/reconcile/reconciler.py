@@ -119,7 +119,14 @@ class Reconciler:
             report.errors.append(f"{project}/{zone}: listing failed, {count} job(s) skipped: {why}")
         jobs = [j for j in jobs if j.id not in {k.id for k in skipped}]
         self.observer.programs(jobs, slices, snapshot_at, report.errors)
-        self.store.mark_observed([j.id for j in jobs], snapshot_at)
+        try:
+            self.store.mark_observed([j.id for j in jobs], snapshot_at)
+        except Exception as exc:  # noqa: BLE001 - what `list` shows as "seen": the sweep goes on
+            # A store locked past its busy timeout (SQLite: 30 s, many sweeps on a busy machine)
+            # ended the whole sweep here; each job's act then tries its own lease, and skips the
+            # job if the store still refuses it.
+            report.errors.append(f"when the slices were seen is not recorded: {type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else ''}")
         report.jobs_seen = len(jobs) + len(skipped)
         self._act_all_reported(jobs, slices, snapshot_at, report)
         self._follow_creates([j.id for j in jobs], report)
