@@ -275,6 +275,9 @@ class Night:
         elif draw == "kill_host":
             job_id, number, node = self.rng.choice(nodes)
             hosts = self.client.hosts(node)
+            if not hosts:  # listed by the store, but preempted meanwhile: its hosts are down
+                self.faults["kill_host: target gone (no hosts)"] += 1
+                return True
             with self.lock:
                 self.killed.add((job_id, number))
             self.client.kill_host(node, self.rng.randrange(len(hosts)))

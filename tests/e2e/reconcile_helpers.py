@@ -215,15 +215,20 @@ def assert_consistent(ctx, job) -> None:
     assert states[-1] == job.state
 
 
-def heartbeat_step(bucket, job_id: str) -> int:
-    """The step a job's heartbeat in its run dir's bucket (`runs/JOB/heartbeat`) says; 0 before
-    one: read at once, where a sweep on a loaded machine takes seconds to record it."""
+def bucket_heartbeat(bucket, job_id) -> dict:
+    """A job's heartbeat in its run dir's bucket (`runs/JOB/heartbeat`), {} before one: read at
+    once, where a sweep on a loaded machine takes seconds to record it."""
     from google.api_core.exceptions import NotFound
 
     try:  # the latest generation: the runtime replaces the heartbeat each second
-        return json.loads(bucket.blob(f"runs/{job_id}/heartbeat").download_as_bytes()).get("step") or 0
+        return json.loads(bucket.blob(f"runs/{job_id}/heartbeat").download_as_bytes())
     except NotFound:
-        return 0
+        return {}
+
+
+def heartbeat_step(bucket, job_id: str) -> int:
+    """The step a job's heartbeat in its bucket says; 0 before one."""
+    return bucket_heartbeat(bucket, job_id).get("step") or 0
 
 
 class AtStep(threading.Thread):

@@ -10,7 +10,7 @@ import json
 import time
 
 import pytest
-from reconcile_helpers import ZONE, local_bucket, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import ZONE, bucket_heartbeat, local_bucket, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -51,10 +51,6 @@ def test_an_elastic_job_trains_on_the_slice_left_and_grows_back_when_capacity_re
     assert validated.code == 0 and "1 to 2 over DCN (elastic)" in validated.out, validated.out + validated.err
     assert cli("create", spec).code == 0
 
-    def heartbeat(job_id) -> dict:
-        blob = bucket.get_blob(f"runs/{job_id}/heartbeat")
-        return json.loads(blob.download_as_bytes()) if blob is not None else {}
-
     def until(done, what: str, timeout: float = 240) -> dict:
         deadline = time.monotonic() + timeout
         while True:
@@ -83,14 +79,14 @@ def test_an_elastic_job_trains_on_the_slice_left_and_grows_back_when_capacity_re
 
     def trained_on_one(j) -> bool:
         nonlocal resumed
-        beat = heartbeat(j["id"])
+        beat = bucket_heartbeat(bucket, j["id"])
         if beat.get("attempt") != 2 or not beat.get("startup"):
             return False
         resumed = beat.get("resumed_from")
         failed = any("could not grow back" in e["message"] for e in j["events"])
         return failed and beat["step"] >= (resumed or 0) + 20
     job = until(trained_on_one, "steps on one slice, growth refused")
-    beat = heartbeat(job["id"])
+    beat = bucket_heartbeat(bucket, job["id"])
     assert beat["startup"]["mesh"] == {"fsdp": 1} and beat["startup"]["microbatches"] == 2, beat
     assert resumed is not None and resumed >= 3
 
@@ -103,7 +99,7 @@ def test_an_elastic_job_trains_on_the_slice_left_and_grows_back_when_capacity_re
     assert third["nodes"][0] == f"{first['slice_name']}-0" and third["nodes"][1].endswith("-1")
     assert third["resumed_from_step"] > resumed  # training went on between the two
     assert job["preemptions"] == 1
-    final = heartbeat(job["id"])
+    final = bucket_heartbeat(bucket, job["id"])
     assert final["step"] == STEPS and final["startup"]["mesh"] == {"slices": 2, "fsdp": 1}
     assert final["startup"]["microbatches"] == 1
     listed = GcpCloud.for_emulator(shared_emulator["tpu_endpoint"]).list_slices(project, ZONE)

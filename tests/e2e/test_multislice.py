@@ -10,7 +10,7 @@ import json
 import time
 
 import pytest
-from reconcile_helpers import ZONE, AtStep, local_bucket, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import ZONE, AtStep, bucket_heartbeat, local_bucket, node_ref, project  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three jobs side by side: ~3 min here
 
@@ -59,11 +59,6 @@ def _status_when(bucket, job_id, done, timeout: float) -> dict:
         time.sleep(0.5)
 
 
-def _heartbeat(bucket, job_id) -> dict:
-    blob = bucket.get_blob(f"runs/{job_id}/heartbeat")
-    return json.loads(blob.download_as_bytes()) if blob is not None else {}
-
-
 def _losses(bucket, job_id) -> dict[int, float]:
     blob = bucket.get_blob(f"runs/{job_id}/metrics.jsonl")
     assert blob is not None, f"no metrics for job {job_id}"
@@ -88,7 +83,7 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
         deadline = time.monotonic() + 600
         while True:
             assert cli("--debug", "requeue").code == 0
-            if "ms-ref" not in names and "startup" in _heartbeat(bucket, ms_id):
+            if "ms-ref" not in names and "startup" in bucket_heartbeat(bucket, ms_id):
                 create("ms-ref", 2)  # ms compiled the program: ms-ref's hosts read it
                 names.append("ms-ref")
             jobs = {name: _show(cli, name) for name in names}
@@ -146,7 +141,7 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
 
     # The runtime built its mesh over both slices (data parallel across them), the 1-slice job
     # over one.
-    meshes = {n: _heartbeat(bucket, jobs[n]["id"])["startup"]["mesh"] for n in ("ms", "ms-ref", "ms-one")}
+    meshes = {n: bucket_heartbeat(bucket, jobs[n]["id"])["startup"]["mesh"] for n in ("ms", "ms-ref", "ms-one")}
     assert meshes == {"ms": {"slices": 2, "fsdp": 2}, "ms-ref": {"slices": 2, "fsdp": 2}, "ms-one": {"fsdp": 2}}
 
     resumed, reference, one = (_losses(bucket, jobs[n]["id"]) for n in ("ms", "ms-ref", "ms-one"))
