@@ -14,19 +14,37 @@ the tests. Here a CPU program's accelerator part is JAX's own fallback for backe
 topology (`_hash_devices`: the device kinds), the same on every host, as on a TPU VM. The
 compile options (hashed beside it) still carry the device assignment.
 
+And one compile per program on this machine: a TPU VM's hosts compile a slice's program side
+by side, each on CPUs of its own; the emulated hosts share this machine's few. Where the image
+sets one cache directory for every host (`JAX_COMPILATION_CACHE_DIR`, a local path), a process
+about to compile a program holds a lock named by its cache key while it compiles and writes the
+entry, whatever its process index (JAX writes from process 0 only to spare a shared bucket the
+contention; one local disk has none). A process that finds the lock held waits, then reads what
+the holder wrote: the slice pays one compile, as a TPU VM's hosts pay one each in parallel.
+JAX's own `jax_share_binary_between_hosts` is not used: a host that hits the cache while another
+misses leaves the other waiting on a key no one sets (NVIDIA/JAX-Toolbox#612 reverted it for
+hangs), and the suite's jobs fill one cache side by side.
+
 Behaviour to correct if JAX changes: checked against jax 0.10.2; if `_hash_accelerator_config`
-is gone the hook does nothing and hosts 1.. compile again (slower, never wrong).
+is gone the key hook does nothing and hosts 1.. compile again, and if `_compile_and_write_cache`
+is gone the lock does nothing (slower, never wrong).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
 import sys
+import time
 
 _CACHE_KEY_MODULE = "jax._src.cache_key"
+_COMPILER_MODULE = "jax._src.compiler"
+# A compile under the suite's load takes up to a minute here; past this a waiter compiles itself
+# (a holder stopped with SIGSTOP never lets go).
+_LOCK_WAIT_S = 300.0
 
 
 def _key_cpu_programs_by_slice(cache_key) -> None:
@@ -43,13 +61,87 @@ def _key_cpu_programs_by_slice(cache_key) -> None:
     cache_key._hash_accelerator_config = accelerator_config
 
 
+@contextlib.contextmanager
+def _compile_lock(cache_dir: str, cache_key: str):
+    """Holds the program's lock; yields whether another process held it first (then its entry
+    may be in the cache). Yields None where the lock cannot be had: compile without it."""
+    import fcntl
+
+    try:
+        os.makedirs(os.path.join(cache_dir, "compiling"), exist_ok=True)
+        fd = os.open(os.path.join(cache_dir, "compiling", cache_key), os.O_CREAT | os.O_RDWR, 0o666)
+    except OSError:
+        yield None
+        return
+    try:
+        waited, deadline = False, time.monotonic() + _LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    yield None
+                    return
+                waited = True
+                time.sleep(0.05)
+            except OSError:
+                yield None
+                return
+        yield waited
+    finally:
+        os.close(fd)  # lets go of the lock too
+
+
+def _compile_once_per_program(compiler) -> None:
+    compile_and_write = getattr(compiler, "_compile_and_write_cache", None)
+    cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR", "")
+    if compile_and_write is None or not os.path.isabs(cache_dir):
+        return
+    from jax._src import compilation_cache, config, distributed
+
+    def compile_write_or_read(backend, computation, executable_devices, compile_options,
+                              host_callbacks, module_name, cache_key):
+        with _compile_lock(cache_dir, cache_key) as waited:
+            if waited:
+                executable, _ = compiler._cache_read(module_name, cache_key, compile_options,
+                                                     backend, executable_devices)
+                if executable is not None:
+                    return executable
+            if distributed.global_state.process_id == 0 or waited is None:
+                return compile_and_write(backend, computation, executable_devices, compile_options,
+                                         host_callbacks, module_name, cache_key)
+            # Process k: JAX's _cache_write would skip the entry; write it on its rules.
+            start = time.monotonic()
+            executable = compiler.backend_compile_and_load(backend, computation, executable_devices,
+                                                           compile_options, host_callbacks)
+            took = time.monotonic() - start
+            if not host_callbacks and took >= config.persistent_cache_min_compile_time_secs.value:
+                try:
+                    compilation_cache.put_executable_and_time(cache_key, module_name, executable,
+                                                              backend, int(took))
+                except Exception:  # an entry not written is a compile for the next process
+                    pass
+            return executable
+
+    compiler._compile_and_write_cache = compile_write_or_read
+
+
+_PATCHES = {_CACHE_KEY_MODULE: _key_cpu_programs_by_slice, _COMPILER_MODULE: _compile_once_per_program}
+
+
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when JAX's cache_key module is found, patches it once loaded."""
+    """Finds nothing itself: when one of JAX's modules above is found, patches it once loaded."""
+
+    def __init__(self):
+        self.waiting = dict(_PATCHES)
 
     def find_spec(self, name, path, target=None):
-        if name != _CACHE_KEY_MODULE:
+        patch = self.waiting.pop(name, None)
+        if patch is None:
             return None
-        sys.meta_path.remove(self)
+        if not self.waiting:
+            sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
@@ -57,7 +149,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             load(module)
-            _key_cpu_programs_by_slice(module)
+            patch(module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
