@@ -15,12 +15,14 @@ topology (`_hash_devices`: the device kinds), the same on every host, as on a TP
 compile options (hashed beside it) still carry the device assignment.
 
 And one compile per program on this machine: a TPU VM's hosts compile a slice's program side
-by side, each on CPUs of its own; the emulated hosts share this machine's few. Where the image
-sets one cache directory for every host (`JAX_COMPILATION_CACHE_DIR`, a local path), a process
-about to compile a program holds a lock named by its cache key while it compiles and writes the
-entry, whatever its process index (JAX writes from process 0 only to spare a shared bucket the
-contention; one local disk has none). A process that finds the lock held waits, then reads what
-the holder wrote: the slice pays one compile, as a TPU VM's hosts pay one each in parallel.
+by side, each on CPUs of its own; the emulated hosts share this machine's few. A process about
+to compile a program for JAX's persistent cache holds a lock named by the program's cache key
+(a file in _LOCKS, which every host sees) while it compiles and writes the entry, whatever its
+process index (JAX writes from process 0 only, to spare a shared bucket the contention; the
+emulated hosts' caches are one local directory, or a run dir whose mount caches no metadata).
+A process that finds the lock held waits, then reads what the holder wrote: the slice pays one
+compile, as a TPU VM's hosts pay one each in parallel. A holder of another job, whose cache is
+elsewhere, costs the waiter its wait and then its own compile.
 JAX's own `jax_share_binary_between_hosts` is not used: a host that hits the cache while another
 misses leaves the other waiting on a key no one sets (NVIDIA/JAX-Toolbox#612 reverted it for
 hangs), and the suite's jobs fill one cache side by side.
@@ -42,6 +44,8 @@ import time
 
 _CACHE_KEY_MODULE = "jax._src.cache_key"
 _COMPILER_MODULE = "jax._src.compiler"
+# Outside every host's own directories (machines.HOST_DIRS), so all of them see one lock.
+_LOCKS = "/var/tmp/tpujob-emulated-image/compiling"
 # A compile under the suite's load takes up to a minute here; past this a waiter compiles itself
 # (a holder stopped with SIGSTOP never lets go).
 _LOCK_WAIT_S = 300.0
@@ -62,14 +66,14 @@ def _key_cpu_programs_by_slice(cache_key) -> None:
 
 
 @contextlib.contextmanager
-def _compile_lock(cache_dir: str, cache_key: str):
+def _compile_lock(cache_key: str):
     """Holds the program's lock; yields whether another process held it first (then its entry
     may be in the cache). Yields None where the lock cannot be had: compile without it."""
     import fcntl
 
     try:
-        os.makedirs(os.path.join(cache_dir, "compiling"), exist_ok=True)
-        fd = os.open(os.path.join(cache_dir, "compiling", cache_key), os.O_CREAT | os.O_RDWR, 0o666)
+        os.makedirs(_LOCKS, exist_ok=True)
+        fd = os.open(os.path.join(_LOCKS, cache_key), os.O_CREAT | os.O_RDWR, 0o666)
     except OSError:
         yield None
         return
@@ -95,14 +99,13 @@ def _compile_lock(cache_dir: str, cache_key: str):
 
 def _compile_once_per_program(compiler) -> None:
     compile_and_write = getattr(compiler, "_compile_and_write_cache", None)
-    cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR", "")
-    if compile_and_write is None or not os.path.isabs(cache_dir):
+    if compile_and_write is None:
         return
     from jax._src import compilation_cache, config, distributed
 
     def compile_write_or_read(backend, computation, executable_devices, compile_options,
                               host_callbacks, module_name, cache_key):
-        with _compile_lock(cache_dir, cache_key) as waited:
+        with _compile_lock(cache_key) as waited:
             if waited:
                 executable, _ = compiler._cache_read(module_name, cache_key, compile_options,
                                                      backend, executable_devices)
