@@ -413,3 +413,17 @@ def test_the_counters_are_the_jobs_columns_and_the_budgets():
     assert set(COUNTERS) <= set(Job.model_fields)
     assert set(COUNTERS) <= {f.name for f in dataclasses.fields(JobView)}
     assert set(COUNTERS) - set(BUDGETS) == {"flaps"}
+
+
+def test_an_error_line_names_the_error_and_hides_the_stores_password():
+    # What a sweep reports when the store refuses a write (a lease, when the slices were seen):
+    # the driver's first line, which may quote the URL and its password.
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import OperationalError
+
+    url = "postgresql+psycopg://lab:s3cret@127.0.0.1:1/tpujob"
+    store = Store(create_engine(url))  # no connection is made
+    refused = OperationalError("BEGIN", {}, Exception(f"connection to {url} failed: password s3cret refused\nmore"))
+    line = store.error_line(refused)
+    assert line.startswith("OperationalError: (builtins.Exception) connection to postgresql+psycopg://lab:")
+    assert "s3cret" not in line and "***" in line and "more" not in line, line

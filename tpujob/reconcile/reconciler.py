@@ -125,8 +125,7 @@ class Reconciler:
             # A store locked past its busy timeout (SQLite: 30 s, many sweeps on a busy machine)
             # ended the whole sweep here; each job's act then tries its own lease, and skips the
             # job if the store still refuses it.
-            report.errors.append(f"when the slices were seen is not recorded: {type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else ''}")
+            report.errors.append(f"when the slices were seen is not recorded: {self.store.error_line(exc)}")
         report.jobs_seen = len(jobs) + len(skipped)
         self._act_all_reported(jobs, slices, snapshot_at, report)
         self._follow_creates([j.id for j in jobs], report)
@@ -213,7 +212,7 @@ class Reconciler:
         except JobLocked:
             return "locked", None
         except Exception as exc:  # noqa: BLE001 - the store refused this job's lease: skip it
-            return "idle", f"job {format_job_id(job.id)}: lease not taken: {type(exc).__name__}: {exc}"
+            return "idle", f"job {format_job_id(job.id)}: lease not taken: {self.store.error_line(exc)}"
         try:
             return ("acted" if self.reconcile(job.id, slices, snapshot_at) else "idle"), None
         except TpujobError as exc:

@@ -72,16 +72,19 @@ def _server_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=64, pool_timeout=60)
 
 
+def redacted(url: str, text: str) -> str:
+    """`text` with the store's URL shown redacted and its password hidden: a driver's message
+    may quote either."""
+    text = text.replace(url, redact_url(url))
+    password = _password(url)
+    return text.replace(password, "***") if password else text
+
+
 def _store_error(url: str, what: str, exc: Exception) -> ConfigError:
     """One line naming the store (password hidden) and the driver's first line of cause."""
-    shown = redact_url(url)
-    # The driver's message may quote the URL (or its password) too.
     cause = str(getattr(exc, "orig", None) or exc).strip()
-    detail = (cause.splitlines()[0][:300] if cause else type(exc).__name__).replace(url, shown)
-    password = _password(url)
-    if password:
-        detail = detail.replace(password, "***")
-    return ConfigError(f"{what} {shown!r}: {detail}")
+    detail = redacted(url, cause.splitlines()[0][:300] if cause else type(exc).__name__)
+    return ConfigError(f"{what} {redact_url(url)!r}: {detail}")
 
 
 def _open(url: str) -> Engine:

@@ -16,7 +16,7 @@ from sqlmodel import Session
 
 from tpujob.errors import NotFoundError
 from tpujob.names import format_job_id
-from tpujob.store.db import READ
+from tpujob.store.db import READ, redacted
 from tpujob.store.models import Job
 
 
@@ -28,6 +28,13 @@ class Transactions:
         self.clock = clock
         self._local = threading.local()  # this thread's atomic block, if any
         self._reader = engine.execution_options(**{READ: True})
+
+    def error_line(self, exc: Exception) -> str:
+        """`Type: first line` of an error the store raised, for a report or a log: the driver's
+        message may quote the store's URL and its password, which this hides."""
+        text = str(exc).strip()
+        url = self.engine.url.render_as_string(hide_password=False)
+        return f"{type(exc).__name__}: {redacted(url, text.splitlines()[0] if text else '')}"
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
