@@ -65,12 +65,28 @@ def _key_cpu_programs_by_slice(cache_key) -> None:
     cache_key._hash_accelerator_config = accelerator_config
 
 
-@contextlib.contextmanager
-def _compile_lock(cache_key: str):
-    """Holds the program's lock; yields whether another process held it first (then its entry
-    may be in the cache). Yields None where the lock cannot be had: compile without it."""
+def _take(fd: int) -> bool | None:
+    """Waits for the lock on `fd`: whether another process held it first (then its entry may be
+    in the cache); None where it cannot be had (compile without it)."""
     import fcntl
 
+    waited, deadline = False, time.monotonic() + _LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return waited
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return None
+            waited = True
+            time.sleep(0.05)
+        except OSError:
+            return None
+
+
+@contextlib.contextmanager
+def _compile_lock(cache_key: str):
+    """Holds the program's lock while the block runs; yields what _take says."""
     try:
         os.makedirs(_LOCKS, exist_ok=True)
         fd = os.open(os.path.join(_LOCKS, cache_key), os.O_CREAT | os.O_RDWR, 0o666)
@@ -78,21 +94,7 @@ def _compile_lock(cache_key: str):
         yield None
         return
     try:
-        waited, deadline = False, time.monotonic() + _LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    yield None
-                    return
-                waited = True
-                time.sleep(0.05)
-            except OSError:
-                yield None
-                return
-        yield waited
+        yield _take(fd)
     finally:
         os.close(fd)  # lets go of the lock too
 
