@@ -152,6 +152,23 @@ def test_create_without_credentials_records_nothing(cli, stored_jobs, spec_file,
     assert stored_jobs() == 0
 
 
+@pytest.mark.parametrize(("name", "value", "said"), [
+    ("QUEUE_FOLLOW_SECONDS", "soon", "seconds from 0 to 86400"),
+    ("SWEEP_WORKERS", "0", "a whole number from 1 to 256"),
+    ("LEASE_SECONDS", "-5", "seconds from 1 to 604800"),
+])
+def test_create_refuses_a_bad_follow_setting_and_records_nothing(cli, stored_jobs, spec_file, monkeypatch,
+                                                                 name, value, said):
+    # What following the new job reads is checked before the job is recorded (and before the
+    # emulator starts): a refusal after recording would leave a job nobody followed.
+    monkeypatch.setenv(f"TPUJOB_{name}", value)
+    path = spec_file("name: demo\ntpu: {accelerator: v4-8, zone: us-central2-b}\nrun: {command: x}\n")
+    result = cli("create", path)
+    assert result.code == 6, result.err
+    assert result.error_line == f"error: TPUJOB_{name} must be {said}, got {value!r}"
+    assert stored_jobs() == 0
+
+
 # --- list and show ------------------------------------------------------------------------------
 
 def test_list_json_shape(cli, job):

@@ -172,7 +172,9 @@ def test_a_sweep_in_a_vms_preemption_notice_leaves_the_vm_to_its_save(cli, local
     assert cli("cancel", "saver").code == 0
 
 
-def test_a_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path):  # noqa: F811
+def test_a_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path,  # noqa: F811
+                                                       monkeypatch):
+    monkeypatch.setenv("TPUJOB_QUEUE_FOLLOW_SECONDS", "1")  # create hands the waiting VM to the sweeps
     zone = "asia-south1-b"
     local_cloud.stockout(zone, "ct6e-standard-8t")
     try:
@@ -189,9 +191,11 @@ def test_a_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project
     assert [a["end_reason"] for a in data["attempts"]] == [None]
 
 
-def test_a_multi_host_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path):  # noqa: F811
+def test_a_multi_host_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path,  # noqa: F811
+                                                                  monkeypatch):
     """A v6e-16 flex-start slice: a BULK MIG made at size 0, resized to its 4 hosts, whose VMs
     wait PENDING while the machine type is stocked out, then come up and run the job."""
+    monkeypatch.setenv("TPUJOB_QUEUE_FOLLOW_SECONDS", "1")  # create hands the waiting MIG to the sweeps
     zone = "asia-south1-c"
     local_cloud.stockout(zone, "ct6e-standard-4t")
     try:

@@ -178,6 +178,9 @@ def create(ctx: Context, path: str, *, keep_slice: bool = False, strict: bool = 
         from tpujob.attempt.secrets import resolve
 
         resolve(named)
+    from tpujob.service.keep_alive import check_follow_settings
+
+    check_follow_settings()  # before the cloud (or the emulator) is started
     make_cloud(ctx.settings)
     check_existing_disks(ctx, resolved)
     if resolved.spec.disks:  # a master held read-write by a dev slice: refused before spending
@@ -333,6 +336,9 @@ def resume(ctx: Context, ref: str):
     job = ctx.store.find(ref)
     if State(job.state) not in (State.FAILED, State.CANCELLED):
         raise ConflictError(f"job {format_job_id(job.id)} is {job.state}: only FAILED or CANCELLED jobs resume")
+    from tpujob.service.keep_alive import check_follow_settings
+
+    check_follow_settings()  # `resume` follows the job: refused before it is moved
     with ctx.lease(job.id) as owner:
         job = ctx.store.get(job.id)
         message = (f"resumed by user (budgets reset; had {job.preemptions} preemptions, "

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 # How long `create` follows a slice that waits for capacity (a queued resource, a flex-start VM)
 # before it hands the job to the sweeps: such a wait lasts minutes to hours on Google.
+# TPUJOB_QUEUE_FOLLOW_SECONDS sets it (a script that creates many queued jobs need not wait).
 QUEUE_FOLLOW_SECONDS = 30.0
 
 
@@ -108,6 +109,21 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | 
                 stop.wait(interval)
 
 
+def queue_follow_seconds() -> float:
+    """TPUJOB_QUEUE_FOLLOW_SECONDS: how long `create` follows a slice waiting for capacity."""
+    return tuning("QUEUE_FOLLOW_SECONDS", QUEUE_FOLLOW_SECONDS, 0, 24 * 3600)
+
+
+def check_follow_settings() -> None:
+    """Refuse a bad TPUJOB_* value that following a job reads, before a job is recorded (a
+    `create` that refuses after recording would leave a job no command asked to follow)."""
+    from tpujob.reconcile.reconciler import LEASE_SECONDS
+
+    sweep_workers()
+    tuning("LEASE_SECONDS", LEASE_SECONDS, 1, 7 * 24 * 3600)
+    queue_follow_seconds()
+
+
 def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
            on_event: Callable[[Event], None] = lambda e: None,
            on_progress: Callable | None = None, poll: float | None = None):
@@ -116,6 +132,7 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
     from tpujob.service.notify import deliver_quietly
 
     rec = reconciler(ctx, progress=on_progress)
+    queue_follow = queue_follow_seconds()
     poll = poll if poll is not None else (0.2 if ctx.settings.cloud == "local" else 5.0)
     seen = 0
     deadline = time.monotonic() + timeout
@@ -139,7 +156,7 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
             return job
         if not until_ended and state == State.PROVISIONING:
             waiting_since = _waiting_since(rec, job, waiting_since)
-            if waiting_since is not None and time.monotonic() - waiting_since > QUEUE_FOLLOW_SECONDS:
+            if waiting_since is not None and time.monotonic() - waiting_since > queue_follow:
                 return job  # waiting for capacity (hours, maybe): the sweeps take it from here
         else:
             waiting_since = None
