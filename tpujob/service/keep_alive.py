@@ -30,17 +30,17 @@ def reconciler(ctx: Context, *, progress: Callable | None = None):
     from tpujob.attempt.hosts import SshHostOps
     from tpujob.attempt.run_dirs import GcsRunDirs
     from tpujob.hosts.keys import ssh_keys_metadata
-    from tpujob.reconcile.reconciler import LEASE_SECONDS, Reconciler
+    from tpujob.reconcile.reconciler import Reconciler
 
     workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
-    lease_seconds = tuning("LEASE_SECONDS", LEASE_SECONDS, 1, 7 * 24 * 3600)  # so is this one
+    lease = lease_seconds()  # so is this one
     cloud = make_cloud(ctx.settings)
     user = ctx.settings.ssh_user
-    hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease_seconds)
+    hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
                       ssh_keys=(ssh_keys_metadata(ctx.settings.home, user),),
                       metadata=hosts.logins.node_metadata(),
-                      lease_seconds=lease_seconds, run_dirs=GcsRunDirs(ctx.settings),
+                      lease_seconds=lease, run_dirs=GcsRunDirs(ctx.settings),
                       workers=workers)
 
 
@@ -49,6 +49,13 @@ def sweep_workers() -> int:
     from tpujob.reconcile.reconciler import SWEEP_WORKERS
 
     return int(tuning("SWEEP_WORKERS", SWEEP_WORKERS, 1, MAX_SWEEP_WORKERS, whole=True))
+
+
+def lease_seconds() -> float:
+    """TPUJOB_LEASE_SECONDS: how long a job's lease outlives a sweep that died (default 90)."""
+    from tpujob.reconcile.reconciler import LEASE_SECONDS
+
+    return tuning("LEASE_SECONDS", LEASE_SECONDS, 1, 7 * 24 * 3600)
 
 
 # Each worker holds SSH connections to a slice's hosts and a store connection.
@@ -110,17 +117,16 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | 
 
 
 def queue_follow_seconds() -> float:
-    """TPUJOB_QUEUE_FOLLOW_SECONDS: how long `create` follows a slice waiting for capacity."""
+    """TPUJOB_QUEUE_FOLLOW_SECONDS: how long `create` and `resume` follow a slice waiting for
+    capacity."""
     return tuning("QUEUE_FOLLOW_SECONDS", QUEUE_FOLLOW_SECONDS, 0, 24 * 3600)
 
 
 def check_follow_settings() -> None:
     """Refuse a bad TPUJOB_* value that following a job reads, before a job is recorded (a
     `create` that refuses after recording would leave a job no command asked to follow)."""
-    from tpujob.reconcile.reconciler import LEASE_SECONDS
-
     sweep_workers()
-    tuning("LEASE_SECONDS", LEASE_SECONDS, 1, 7 * 24 * 3600)
+    lease_seconds()
     queue_follow_seconds()
 
 
