@@ -199,3 +199,39 @@ def test_a_node_whose_host_addresses_another_process_holds_comes_up_on_other_one
                                            runtime_version="tpu-ubuntu2204-base"))
     assert s.phase == SlicePhase.READY
     assert s.hosts[0].ip != host_ip(taken, 0)
+
+
+def test_the_hosts_ssh_port_is_never_handed_to_another_program_by_chance(hosted):
+    """A program listening on every address on a port the kernel picked (JAX's coordinator binds
+    [::]:PORT by default) refuses that port on every host address, whichever block a node draws.
+    The hosts' port lies below the ephemeral range, where the kernel hands out nothing: nodes
+    come up beside such listeners."""
+    import socket
+
+    from tpujob.emulator.server import SSH_PORTS_FROM, ephemeral_ports_from
+
+    server, cloud = hosted
+    assert SSH_PORTS_FROM <= server.info["ssh_port"] < ephemeral_ports_from()
+    listeners = []
+    try:
+        for _ in range(20):
+            listener = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+            listeners.append(listener)
+            assert listener.getsockname()[1] != server.info["ssh_port"]
+        s = cloud.create_node(SliceRequest(project="p", zone=ZONE, name="beside", accelerator_type="v4-16",
+                                           runtime_version="tpu-ubuntu2204-base"))
+        assert s.phase == SlicePhase.READY and len(s.hosts) == 2
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
+def test_with_no_room_below_the_ephemeral_range_the_port_is_a_free_one(monkeypatch):
+    import socket
+
+    from tpujob.emulator import server
+
+    monkeypatch.setattr(server, "ephemeral_ports_from", lambda: server.SSH_PORTS_FROM)
+    port = server.ssh_port_for()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))  # free: raises otherwise

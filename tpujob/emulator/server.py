@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import pathlib
+import random
 import socket
 import threading
 from typing import TYPE_CHECKING, Any, Mapping
@@ -218,7 +219,7 @@ class EmulatorServer:
         self.state_dir = pathlib.Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.emulator = Emulator(self.state_dir, provisioning_delay=provisioning_delay,
-                                 ssh_port=ssh_port or free_port(host),
+                                 ssh_port=ssh_port or ssh_port_for(host),
                                  machines_factory=machines_factory, preempt_grace=preempt_grace)
         from tpujob.emulator.compute import ComputeEmulator
 
@@ -308,6 +309,43 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+# Where the hosts' SSH port is drawn from: below the kernel's ephemeral range (Linux's default
+# net.ipv4.ip_local_port_range starts at 32768) and above the ports services usually take.
+SSH_PORTS_FROM = 20000
+
+
+def ephemeral_ports_from() -> int:
+    """The first port the kernel hands out for bind(port 0) and connect() on this machine."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def ssh_port_for(host: str = "127.0.0.1") -> int:
+    """The port every emulated host's SSH server listens on, each on its own address: free now,
+    and outside the ephemeral range. Nothing holds it while no node is up, and a port in that
+    range can then go to any process's bind(port 0) or connect(): one bound on every address
+    (JAX's coordinator binds [::]:PORT unless told otherwise, as the test programs of
+    tests/emulator/test_image_site.py do) refuses the port on every host address, so trying
+    other addresses does not help. The suite saw a node's hosts fail three tries in a row so
+    (2026-11-28), and its job's slice lost while provisioning. Only an explicit bind can take a
+    port below the range. Falls back to a free ephemeral port when no port there is free."""
+    last = ephemeral_ports_from()
+    for _ in range(64):
+        if last <= SSH_PORTS_FROM + 1:
+            break
+        port = random.randrange(SSH_PORTS_FROM, last)
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        return port
+    return free_port(host)
 
 
 def _parent(project: str, zone: str) -> str:
