@@ -201,6 +201,26 @@ def test_a_node_whose_host_addresses_another_process_holds_comes_up_on_other_one
     assert s.hosts[0].ip != host_ip(taken, 0)
 
 
+def test_a_node_whose_external_address_another_process_holds_comes_up_on_another_one(hosted):
+    """The same with the external address the node drew (a cold suite run saw three tries fail
+    while only the internal block was drawn again): both are drawn again."""
+    import socket
+
+    from tpujob.emulator.payloads import external_ip
+
+    server, cloud = hosted
+    em = server.emulator
+    taken, drawn = 77, iter([77])
+    real = em._external_block
+    em._external_block = lambda: next(drawn, None) or real()
+    with socket.socket() as squatter:
+        squatter.bind((external_ip(taken, 0), server.info["ssh_port"]))
+        squatter.listen()
+        s = cloud.create_node(SliceRequest(project="p", zone=ZONE, name="n3", accelerator_type="v4-8",
+                                           runtime_version="tpu-ubuntu2204-base"))
+    assert s.phase == SlicePhase.READY
+    assert s.hosts[0].external_ip not in (None, external_ip(taken, 0))
+
 def test_the_hosts_ssh_port_is_never_handed_to_another_program_by_chance(hosted):
     """A program listening on every address on a port the kernel picked (JAX's coordinator binds
     [::]:PORT by default) refuses that port on every host address, whichever block a node draws.
@@ -235,3 +255,53 @@ def test_with_no_room_below_the_ephemeral_range_the_port_is_a_free_one(monkeypat
     port = server.ssh_port_for()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))  # free: raises otherwise
+
+
+def test_a_node_deleted_while_its_hosts_start_leaves_no_host_behind(tmp_path):
+    """A delete that lands while the node's hosts are still starting (a create, then a cancel at
+    once) finds no machines on the node to stop: the start stops them. Left running, they kept
+    their addresses on the SSH port for the emulator's life, and a later node that drew them
+    failed to start."""
+    import socket
+    import threading
+
+    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.emulator.machines import SliceMachines
+
+    entered, release, drawn = threading.Event(), threading.Event(), []
+
+    class SlowToStart(SliceMachines):
+        def start(self):
+            drawn.extend(h.ip for h in self._hosts)
+            entered.set()
+            release.wait(30)
+            return super().start()
+
+    with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
+                        machines_factory=SlowToStart) as srv:
+        cloud = GcpCloud.for_emulator(srv.url, poll_interval=0.01)
+        request = SliceRequest(project="p", zone=ZONE, name="brief", accelerator_type="v4-16",
+                               runtime_version="tpu-ubuntu2204-base")
+        created = threading.Thread(target=lambda: _create_quietly(cloud, request))
+        created.start()
+        assert entered.wait(30)
+        cloud.delete_slice("p", ZONE, "brief")
+        release.set()
+        created.join(30)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                for ip in drawn:
+                    with socket.socket() as probe:
+                        probe.bind((ip, srv.info["ssh_port"]))  # free: nothing listens there
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"a deleted node's host still holds {ip}"
+                time.sleep(0.1)
+
+
+def _create_quietly(cloud, request) -> None:
+    try:
+        cloud.create_node(request)
+    except Exception:  # the create's operation ends aborted: the node was deleted meanwhile
+        pass

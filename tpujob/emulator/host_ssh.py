@@ -89,10 +89,10 @@ class HostSshServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((address, self.port))
-            except OSError:
+            except OSError as err:
                 sock.close()
                 self.close()
-                raise
+                raise OSError(err.errno, f"{err.strerror}: {address}:{self.port}") from err
             sock.listen(64)
             self._socks.append(sock)
         for sock in self._socks:

@@ -61,12 +61,15 @@ class NodeLifecycle(EmulatorParts):
             else:
                 self.operations.finish(op, response=("Node", copy_json(node.body)))
 
+    @staticmethod
+    def _externals(node: Node, hosts_count: int) -> list[str] | None:
+        ext = node.external_block
+        return [external_ip(ext, i) for i in range(hosts_count)] if ext is not None else None
+
     def _bring_up(self, node: Node) -> tuple[int, str] | None:
         """Start the node's hosts, then READY after the provisioning delay; else why not."""
         hosts_count = accelerator_hosts(node.body)
         keys = authorized_keys(node.body.get("metadata", {}))
-        ext = node.external_block
-        externals = [external_ip(ext, i) for i in range(hosts_count)] if ext is not None else None
         machines = None
         if self._factory:
             try:
@@ -74,7 +77,7 @@ class NodeLifecycle(EmulatorParts):
                     machines = self._factory(
                         root=self.root / "hosts" / node.node_id, node_id=node.node_id,
                         num_hosts=hosts_count, authorized_keys=keys, ip_block=node.ip_block,
-                        ssh_port=self.ssh_port, external_ips=externals, login=host_login(
+                        ssh_port=self.ssh_port, external_ips=self._externals(node, hosts_count), login=host_login(
                             self.oslogin, node.parent.split("/")[1], lambda: node.body.get("metadata", {})))
                     try:
                         hosts = machines.start()
@@ -83,11 +86,14 @@ class NodeLifecycle(EmulatorParts):
                         if err.errno != errno.EADDRINUSE or not tries_left:
                             raise
                         # Another process on this machine holds one of these host addresses
-                        # on the SSH port (the port is free only on 127.0.0.1): other addresses.
+                        # on the SSH port (the port is free only on 127.0.0.1): other addresses,
+                        # internal and external both (the error names which one was taken).
                         machines.stop()
                         log.warning("host addresses of %s in use (%s): another block", node.name, err)
                         with self._lock:
                             node.ip_block = self._free_ip_block()
+                            if node.external_block is not None:
+                                node.external_block = self._external_block()
                 assert machines is not None  # made by the loop's first try (ADDRESS_TRIES > 0)
                 if hasattr(machines, "hold_apt_lock"):
                     machines.hold_apt_lock(self.apt_lock_seconds)  # first boot: apt.py
@@ -103,15 +109,26 @@ class NodeLifecycle(EmulatorParts):
             hosts = [VirtualHost(i, host_ip(node.ip_block, i), self.ssh_port)
                      for i in range(hosts_count)]
         with self._lock:
-            node.machines, node.hosts = machines, hosts
-            node.booted_at = time.monotonic()
-            # AccessConfig.externalIp is output only, and there only for workers created with
-            # networkConfig.enableExternalIps (tpu.v2 discovery document: AccessConfig,
-            # NetworkConfig); a worker without one has no accessConfig to show.
-            node.body["networkEndpoints"] = [
-                {"ipAddress": h.ip, "port": TPU_RUNTIME_PORT,
-                 **({"accessConfig": {"externalIp": externals[h.index]}} if externals else {})}
-                for h in hosts]
+            # Deleted while its hosts started: the delete found no machines on the node to stop
+            # and has dropped the node and its address blocks, so these hosts are stopped here;
+            # left running, they held those addresses for the emulator's life, and a later node
+            # that drew them could not start (seen in a cold suite run: three tries failed).
+            orphaned = node.deleting or self._closing
+            if not orphaned:
+                node.machines, node.hosts = machines, hosts
+                node.booted_at = time.monotonic()
+                # AccessConfig.externalIp is output only, and there only for workers created with
+                # networkConfig.enableExternalIps (tpu.v2 discovery document: AccessConfig,
+                # NetworkConfig); a worker without one has no accessConfig to show.
+                externals = self._externals(node, hosts_count)
+                node.body["networkEndpoints"] = [
+                    {"ipAddress": h.ip, "port": TPU_RUNTIME_PORT,
+                     **({"accessConfig": {"externalIp": externals[h.index]}} if externals else {})}
+                    for h in hosts]
+        if orphaned:
+            if machines:
+                machines.stop()
+            return _deleted(node)
         if not self._sleep(self.provisioning_delay, node):
             return _deleted(node)
         with self._lock:

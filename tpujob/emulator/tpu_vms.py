@@ -239,7 +239,13 @@ class TpuVms:
             self._drop(inst)
             return self.ops.finish(op, operation_error("INTERNAL_ERROR", str(err), 500))
         with em._lock:
-            inst.hosts, inst.machines, inst.booted_at = hosts, machines, time.monotonic()
+            orphaned = inst.deleting  # its delete found no machines to stop: stopped here (node_lifecycle)
+            if not orphaned:
+                inst.hosts, inst.machines, inst.booted_at = hosts, machines, time.monotonic()
+        if orphaned:
+            if machines:
+                machines.stop()
+            return self.ops.finish(op)
         if em._sleep(em.provisioning_delay, inst):
             with em._lock:
                 if not inst.deleting:
