@@ -180,46 +180,31 @@ def test_each_host_has_a_dev_disk_of_its_own_never_the_machines(hosted, tmp_path
         cloud.delete_slice("p", ZONE, name)
 
 
-def test_a_node_whose_host_addresses_another_process_holds_comes_up_on_other_ones(hosted):
-    """Another process (another emulator on this machine) listening on one of the addresses
-    the node drew, on the same SSH port: the node's hosts take another block, not UNKNOWN."""
+@pytest.mark.parametrize("which", ["internal", "external"])
+def test_a_node_whose_host_addresses_another_process_holds_comes_up_on_other_ones(hosted, which):
+    """Another process (another emulator on this machine, a host left running) listening on one
+    of the addresses the node drew, internal or external, on the same SSH port: the node's hosts
+    take other blocks, both of them, not UNKNOWN (a cold suite run saw three tries fail while
+    only the internal block was drawn again)."""
     import socket
 
-    from tpujob.emulator.payloads import host_ip
+    from tpujob.emulator.payloads import external_ip, host_ip
 
     server, cloud = hosted
     em = server.emulator
-    taken, drawn = 4321, iter([4321])
-    real = em._free_ip_block
-    em._free_ip_block = lambda: next(drawn, None) or real()
+    draw, address, taken = {"internal": ("_free_ip_block", host_ip, 4321),
+                            "external": ("_external_block", external_ip, 77)}[which]
+    drawn, real = iter([taken]), getattr(em, draw)
+    setattr(em, draw, lambda: next(drawn, None) or real())
     with socket.socket() as squatter:
-        squatter.bind((host_ip(taken, 0), server.info["ssh_port"]))
+        squatter.bind((address(taken, 0), server.info["ssh_port"]))
         squatter.listen()
         s = cloud.create_node(SliceRequest(project="p", zone=ZONE, name="n2", accelerator_type="v4-8",
                                            runtime_version="tpu-ubuntu2204-base"))
     assert s.phase == SlicePhase.READY
-    assert s.hosts[0].ip != host_ip(taken, 0)
+    assert address(taken, 0) not in (s.hosts[0].ip, s.hosts[0].external_ip)
+    assert s.hosts[0].external_ip is not None
 
-
-def test_a_node_whose_external_address_another_process_holds_comes_up_on_another_one(hosted):
-    """The same with the external address the node drew (a cold suite run saw three tries fail
-    while only the internal block was drawn again): both are drawn again."""
-    import socket
-
-    from tpujob.emulator.payloads import external_ip
-
-    server, cloud = hosted
-    em = server.emulator
-    taken, drawn = 77, iter([77])
-    real = em._external_block
-    em._external_block = lambda: next(drawn, None) or real()
-    with socket.socket() as squatter:
-        squatter.bind((external_ip(taken, 0), server.info["ssh_port"]))
-        squatter.listen()
-        s = cloud.create_node(SliceRequest(project="p", zone=ZONE, name="n3", accelerator_type="v4-8",
-                                           runtime_version="tpu-ubuntu2204-base"))
-    assert s.phase == SlicePhase.READY
-    assert s.hosts[0].external_ip not in (None, external_ip(taken, 0))
 
 def test_the_hosts_ssh_port_is_never_handed_to_another_program_by_chance(hosted):
     """A program listening on every address on a port the kernel picked (JAX's coordinator binds
