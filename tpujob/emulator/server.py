@@ -330,10 +330,10 @@ def ssh_port_for(host: str = "127.0.0.1") -> int:
     and outside the ephemeral range. Nothing holds it while no node is up, and a port in that
     range can then go to any process's bind(port 0) or connect(): one bound on every address
     (JAX's coordinator binds [::]:PORT unless told otherwise, as the test programs of
-    tests/emulator/test_image_site.py do) refuses the port on every host address, so trying
-    other addresses does not help. The suite saw a node's hosts fail three tries in a row so
-    (2026-11-28), and its job's slice lost while provisioning. Only an explicit bind can take a
-    port below the range. Falls back to a free ephemeral port when no port there is free."""
+    tests/emulator/test_image_site.py do: seen listening on kernel-picked ports through a suite
+    run, 2026-11-28) refuses the port on every host address, so trying other addresses does not
+    help. Only an explicit bind can take a port below the range. Falls back to a free ephemeral
+    port when no port there is free."""
     last = ephemeral_ports_from()
     for _ in range(64):
         if last <= SSH_PORTS_FROM + 1:
