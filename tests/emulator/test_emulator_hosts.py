@@ -91,7 +91,7 @@ def test_hosts_start_with_the_nodes_keys_and_publish_host_keys(hosted, tmp_path)
     assert m.args["authorized_keys"] == ["tpujob:ssh-ed25519 AAAAuser tpujob",
                                          "alice:ssh-rsa AAAAalice alice@x"]
     assert m.args["ssh_port"] == server.info["ssh_port"]
-    assert m.args["root"] == tmp_path / "emu" / "hosts" / "n1"
+    assert m.args["root"] == tmp_path / "emu" / "hosts" / "p" / ZONE / "n1"
     assert [h.ip for h in s.hosts] == [f"127.16.{m.args['ip_block']}.1",
                                        f"127.16.{m.args['ip_block']}.2"]
     assert cloud.host_keys("p", ZONE, "n1") == {0: ["ssh-ed25519 AAAAkey0"],

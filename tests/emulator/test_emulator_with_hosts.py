@@ -290,3 +290,20 @@ def _create_quietly(cloud, request) -> None:
         cloud.create_node(request)
     except Exception:  # the create's operation ends aborted: the node was deleted meanwhile
         pass
+
+
+def test_nodes_of_one_name_in_two_projects_keep_their_own_hosts(hosted):
+    """Node names are unique within a project's zone only (every job 1 makes tpujob-000001-1):
+    two such nodes at once have hosts of their own, and deleting one (its machines remove their
+    directory) leaves the other's files where they were."""
+    server, cloud = hosted
+    nodes = {}
+    for project in ("p1", "p2"):
+        cloud.create_node(SliceRequest(project=project, zone=ZONE, name="same", accelerator_type="v4-8",
+                                       runtime_version="tpu-ubuntu2204-base"))
+        nodes[project] = server.emulator._nodes[f"projects/{project}/locations/{ZONE}/nodes/same"]
+    kept = nodes["p2"].machines.host_root(0) / "mnt" / "kept"
+    assert kept.parent != nodes["p1"].machines.host_root(0) / "mnt"
+    kept.write_text("p2's")
+    cloud.delete_slice("p1", ZONE, "same")
+    assert kept.read_text() == "p2's"

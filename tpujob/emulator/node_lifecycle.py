@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import pathlib
 import time
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,12 @@ class NodeLifecycle(EmulatorParts):
             else:
                 self.operations.finish(op, response=("Node", copy_json(node.body)))
 
+    def _hosts_root(self, node: Node) -> pathlib.Path:
+        """hosts/PROJECT/ZONE/NODE: node names are unique within a project's zone only (every
+        test's job 1 makes tpujob-000001-1), and a stopping node's machines remove their root."""
+        _, project, _, zone = node.parent.split("/")
+        return self.root / "hosts" / project / zone / node.node_id
+
     @staticmethod
     def _externals(node: Node, hosts_count: int) -> list[str] | None:
         ext = node.external_block
@@ -75,7 +82,7 @@ class NodeLifecycle(EmulatorParts):
             try:
                 for tries_left in reversed(range(ADDRESS_TRIES)):
                     machines = self._factory(
-                        root=self.root / "hosts" / node.node_id, node_id=node.node_id,
+                        root=self._hosts_root(node), node_id=node.node_id,
                         num_hosts=hosts_count, authorized_keys=keys, ip_block=node.ip_block,
                         ssh_port=self.ssh_port, external_ips=self._externals(node, hosts_count), login=host_login(
                             self.oslogin, node.parent.split("/")[1], lambda: node.body.get("metadata", {})))
