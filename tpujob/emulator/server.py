@@ -335,9 +335,7 @@ def ssh_port_for(host: str = "127.0.0.1") -> int:
     help. Only an explicit bind can take a port below the range. Falls back to a free ephemeral
     port when no port there is free."""
     last = ephemeral_ports_from()
-    for _ in range(64):
-        if last <= SSH_PORTS_FROM + 1:
-            break
+    for _ in range(64 if last > SSH_PORTS_FROM + 1 else 0):
         port = random.randrange(SSH_PORTS_FROM, last)
         with socket.socket() as sock:
             try:
