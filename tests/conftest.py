@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import suite_schedule
 
 # Settings a developer's shell may carry; a test must never see them (nor touch ~/.tpujob).
 _SETTING_VARS = ("TPUJOB_CLOUD", "TPUJOB_PROJECT", "TPUJOB_ZONE", "TPUJOB_SSH_USER", "TPUJOB_DB_URL",
@@ -20,32 +21,22 @@ _SETTING_VARS = ("TPUJOB_CLOUD", "TPUJOB_PROJECT", "TPUJOB_ZONE", "TPUJOB_SSH_US
 SHARED_JAX_CACHE = Path("/var/tmp/tpujob-tests/jax-compile-cache")
 
 
-def _expected_length(item: pytest.Item) -> float:
-    """How long a test is expected to take, from its own timeout mark (the long end-to-end
-    tests carry one sized to them), slow tests before the rest."""
-    timeout = item.get_closest_marker("timeout")
-    seconds = float(timeout.args[0]) if timeout and timeout.args else 0.0
-    return seconds + (1e6 if item.get_closest_marker("slow") else 0.0)
-
-
+@pytest.hookimpl(optionalhook=True)  # xdist's hooks: absent under `-p no:xdist`
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto`: two workers a core. The end-to-end tests leave a core idle while they wait on
-    sweeps, timeouts and notices (one worker a core: 76% busy, 1144 s for the suite here on
-    2026-11-27). A third worker on two cores filled part of that (89% busy, 1010 s), and while the
-    suite was heavier a fourth gained nothing (842 s against three's 794-843 s). Once the e2e tests
-    shared one compiled program per shape, the suite left a quarter of the cores idle with three
-    (warm compile cache, 2026-11-27: 631.24 s, 962 busy CPU-s, 76%), and a fourth worker filled it:
-    586.26 s, 1002 busy CPU-s, every test passing."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores * 2)
+    return suite_schedule.workers()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return suite_schedule.scheduler(config, log)
 
 
 def pytest_collection_modifyitems(config, items: list[pytest.Item]) -> None:
-    """Longest first: xdist hands tests out in this order, so the few long end-to-end tests
-    start at once, side by side, and the many short ones fill in around them instead of
-    leaving one long test running alone at the end. The sort is stable: within one length,
-    tests keep their file order (and so their module fixtures)."""
-    items.sort(key=_expected_length, reverse=True)
+    """Longest first: xdist hands tests out in this order (the CPU-bound ones capped,
+    tests/suite_schedule.py), so the long end-to-end tests do not end the run alone while the
+    many short ones are done. The sort is stable: within one length, tests keep their file
+    order (and so their module fixtures)."""
+    items.sort(key=suite_schedule.expected_length, reverse=True)
 
 
 @pytest.fixture(autouse=True)

@@ -114,7 +114,7 @@ def test_a_queued_resource_waiting_past_the_queue_timeout_moves_to_the_fallback(
                                                                                   tmp_path):
     primary = "us-central1-a"  # a zone no other test uses: the stockout touches only this test
     job = record(ctx, tmp_path, accelerator=V5E, zone=primary, queued=True, fallback=[FALLBACK_ZONE],
-                 queue_timeout_seconds=1)
+                 queue_timeout_seconds=5)  # a loaded machine's first sweep took over 1 s
     rec = reconciler(ctx)
     local_cloud.stockout(primary)
     try:
@@ -122,7 +122,7 @@ def test_a_queued_resource_waiting_past_the_queue_timeout_moves_to_the_fallback(
         assert ctx.store.get(job.id).state == "PROVISIONING"
         waiting = ctx.store.current_attempt(job.id).slice_name
         assert names(local_cloud, project, (primary,)) == [waiting]  # in the queue, keeping its place
-        time.sleep(1.2)
+        time.sleep(5.2)
         job = sweep_until(ctx, job.id, running, rec=rec)
     finally:
         local_cloud.stockout(primary, clear=True)
