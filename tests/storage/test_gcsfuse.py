@@ -63,7 +63,9 @@ def test_a_real_mount_is_the_bucket(gcs_server, client, tmp_path):
     client.create_bucket("fs-mount")
     mount, cache = tmp_path / "mnt", tmp_path / "cache"
     mount.mkdir()
-    env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.info["storage_endpoint"]}
+    logs = tmp_path / "tmp"  # not this machine's /tmp: the daemon's log is left there
+    logs.mkdir()
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.info["storage_endpoint"], "TMPDIR": str(logs)}
     run = lambda *a: subprocess.run([sys.executable, "-m", "tpujob.emulator.gcsfuse", *a],  # noqa: E731
                                     env=env, capture_output=True, text=True, timeout=60)
     refused = run("--cache-dir", str(cache), "fs-mount", str(mount))
@@ -72,6 +74,7 @@ def test_a_real_mount_is_the_bucket(gcs_server, client, tmp_path):
     done = run("--implicit-dirs", "--metadata-cache-ttl-secs", "0", "--cache-dir", str(cache),
                "--file-cache-max-size-mb", "64", "fs-mount", str(mount))
     assert done.returncode == 0, done.stderr
+    assert [p.name.startswith("gcsfuse-fs-mount-") for p in logs.iterdir()] == [True]
     try:
         assert os.path.ismount(mount)
         (mount / "ckpt").mkdir()

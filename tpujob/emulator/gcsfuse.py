@@ -364,8 +364,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     # Like gcsfuse: return once mounted, keep serving from a process of its own.
     # Its output goes to a log, not to our stdout: an SSH session waits for every holder of it.
-    # One log per mount: a failed mount's lines are its own, to be repeated below.
-    fd, log_path = tempfile.mkstemp(prefix=f"gcsfuse-{args.bucket}-", suffix=".log", dir="/tmp")
+    # One log per mount: a failed mount's lines are its own, to be repeated below. In the
+    # host's temporary directory (its own /tmp on an emulated host; TMPDIR where it is set).
+    fd, log_path = tempfile.mkstemp(prefix=f"gcsfuse-{args.bucket}-", suffix=".log")
     with os.fdopen(fd, "ab") as log:
         child = subprocess.Popen([sys.executable, "-m", MODULE, "--foreground",
                                   *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
