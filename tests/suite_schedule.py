@@ -8,7 +8,7 @@ more than a core busy. Handed out longest first, those few started together, fou
 each at half speed; then the waiting ones ran together and left the cores a third idle (cold
 compile cache, 2026-11-28: 97-100% busy to 330-360 s, 45-77% from there to 510-540 s; 556-631 s
 in nine fresh clones). With at most one such test a core, the other workers take the waiting
-tests and the short ones beside them: the first cold run with the cap took 518 s, busy to the end.
+tests and the short ones beside them: five cold runs with the cap took 518-581 s, busy to the end.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import os
 from collections.abc import Mapping
 
 # Node id prefixes of the tests that keep a core busy while they run: run alone (warm compile
-# cache, two cores, 2026-11-28, `pytest -n 0 FILE`), each used at least 0.6 CPU-s a second
-# (CPU-s / wall s).
+# cache, two cores, 2026-11-28, `pytest -n 0 FILE`), each used about a core or more (CPU-s /
+# wall s; the waiting tests 0.2-0.5).
 CPU_BOUND = (
     "tests/e2e/test_soak.py::",  # 95 / 82: six jobs, sweeps and faults for a minute
     "tests/e2e/test_multislice.py::test_a_two_slice_job_survives",  # 88 / 58
