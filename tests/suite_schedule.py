@@ -8,7 +8,7 @@ more than a core busy. Handed out longest first, those few started together, fou
 each at half speed; then the waiting ones ran together and left the cores a third idle (cold
 compile cache, 2026-11-28: 97-100% busy to 330-360 s, 45-77% from there to 510-540 s; 556-631 s
 in nine fresh clones). With at most one such test a core, the other workers take the waiting
-tests and the short ones beside them: six cold runs with the cap took 518-581 s, busy to the end.
+tests and the short ones beside them: seven cold runs with the cap took 518-581 s, busy to the end.
 """
 
 from __future__ import annotations
