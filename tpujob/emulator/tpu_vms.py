@@ -239,7 +239,9 @@ class TpuVms:
             self._drop(inst)
             return self.ops.finish(op, operation_error("INTERNAL_ERROR", str(err), 500))
         with em._lock:
-            orphaned = inst.deleting  # its delete found no machines to stop: stopped here (node_lifecycle)
+            # Its delete, or the emulator's close, found no machines to stop: stopped here
+            # (as node_lifecycle's _bring_up does for a node's hosts).
+            orphaned = inst.deleting or em._closing
             if not orphaned:
                 inst.hosts, inst.machines, inst.booted_at = hosts, machines, time.monotonic()
         if orphaned:
