@@ -107,19 +107,9 @@ def log_tail(ctx: Context, ref: str, lines: int = LOG_LINES) -> tuple[str, str]:
     return redact(text, _secret_values(ctx, ref)), " ".join(notes)
 
 
-def _secret_values(ctx: Context, ref: str) -> list[str]:
+def _secret_values(ctx: Context, ref: str) -> tuple[str, ...]:
     """The job's secret values this process can see (environment, secrets.env), redacted from
     the page: the program may print one. Credential-looking pairs are masked either way."""
-    import os
-
     from tpujob.attempt import secrets
-    from tpujob.errors import ConfigError
 
-    names = spec_of(ctx.store.find(ref)).spec.secrets
-    if not names:
-        return []
-    try:
-        from_file = secrets.read_file(secrets.secrets_file())
-    except ConfigError:  # a file others can read is not read; its values are not shown either way
-        from_file = {}
-    return [os.environ.get(name) or from_file.get(name, "") for name in names]
+    return secrets.readable(spec_of(ctx.store.find(ref)).spec.secrets)
