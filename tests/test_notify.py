@@ -291,6 +291,33 @@ def test_validate_masks_webhook_urls(cli, spec_file):
     assert "s3cr3t" not in result.out
 
 
+def test_the_spec_as_submitted_is_shown_with_each_webhook_masked_where_it_is_written():
+    """The dashboard's Spec section (spec.shown_text): a URL folded over two lines, an anchored
+    one used through an alias and one in a comment are masked; a `${NAME}` reference and the
+    layout are kept, and the text is still the same YAML with the masked URLs."""
+    import yaml
+
+    from tpujob.spec import parse, shown_text
+
+    text = dedent_spec(f"""
+        name: demo  # was https://hooks.slack.com{SECRET_PATH}
+        tpu: {{accelerator: v4-8, zone: us-central2-b}}
+        run: {{command: python train.py}}
+        env: {{HOOK: &hook "https://example.org/a?token=s3cr3tToken"}}
+        notify:
+          - webhook: "https://hooks.slack.com/services/T000/\\
+              B000/s3cr3tPath"
+          - webhook: *hook
+          - webhook: ${{SLACK_URL}}
+        """)
+    shown = shown_text(text, parse(text)[0])
+    assert "s3cr3t" not in shown
+    assert shown.splitlines()[0] == "name: demo  # was https://hooks.slack.com/***"
+    assert yaml.safe_load(shown)["notify"] == [{"webhook": "https://hooks.slack.com/***"},
+                                               {"webhook": "https://example.org/***"},
+                                               {"webhook": "${SLACK_URL}"}]
+
+
 def test_a_refused_webhook_is_not_quoted(cli, spec_file):
     result = cli("validate", spec_file(spec_with([{"webhook": f"ftp://hooks.example.org{SECRET_PATH}"}])))
     assert result.code == 2

@@ -178,3 +178,21 @@ def test_the_job_page_gives_each_ended_attempts_cause_escaped(ui, story):
     assert status == 200 and "<th>CAUSE</th>" in page
     assert ('<td class="cause">program exited 134 (SIGABRT: Aborted) on host 0: &lt;b&gt;Fatal&lt;/b&gt; Python '
             "error</td>") in page
+
+
+def test_the_spec_section_masks_a_webhook_urls_secret(ui, spec_file):
+    """`show` and `validate --json` mask a literal webhook URL; the job page's Spec section,
+    the YAML as submitted, masks it too (quoted or not, and in a comment), keeping the rest."""
+    from tpujob.service import jobs
+
+    job, _ = jobs.record(Context.load(), str(spec_file(
+        "name: hooked  # posts to https://hooks.slack.com/services/T0/B0/s3cr3tPath\n"
+        "tpu: {accelerator: v4-8, zone: us-central2-b}\nrun: {command: train}\n"
+        "notify:\n  - webhook: https://hooks.slack.com/services/T0/B0/s3cr3tPath\n"
+        "  - {webhook: 'https://example.org/hook?token=0th3rS3cret', on: [failed]}\n")))
+    status, _, page = _logged_in(ui).get(f"/jobs/{job.id}")
+    assert status == 200
+    assert "s3cr3tPath" not in page and "0th3rS3cret" not in page
+    spec = page.split('<pre class="spec">')[1].split("</pre>")[0]
+    assert "- webhook: &#34;https://hooks.slack.com/***&#34;" in spec
+    assert "name: hooked  # posts to https://hooks.slack.com/***" in spec
