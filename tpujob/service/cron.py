@@ -129,7 +129,7 @@ def _without_ours(text: str) -> list[str]:
 def install(every: str = "5m") -> CronEntry:
     """Add (or replace) this store's line; every other line of the user's crontab is kept."""
     new = entry(every)
-    new.log_path.parent.mkdir(parents=True, exist_ok=True)
+    settings_mod.private_dir(new.log_path.parent)
     lines = _without_ours(read_crontab()) + [new.line]
     write_crontab("\n".join(lines) + "\n")
     return new

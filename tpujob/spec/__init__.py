@@ -54,6 +54,6 @@ __all__ = [
     'JOB_NAME', 'RESOURCE_NAME', 'BUCKET_NAME', 'ENV_NAME', 'ZONE_NAME', 'PROVISIONING',
     'NETWORK_REF', 'SUBNETWORK_REF', 'NETWORK_TAG', 'Fallback', 'NetworkSpec', 'TpuSpec',
     'DiskSpec', 'BucketSpec', 'RunSpec', 'RequeuePolicy', 'NOTIFY_ON', 'NotifyOn',
-    'WEBHOOK_SECRET', 'EMAIL_ADDRESS', 'NotifySpec', 'JobSpec', 'SetupSpec', 'ResolvedSpec', 'mask_webhook', 'shown_text',
-    'parse', 'SYSTEM_DIRS', 'NO_MOUNTS_INSIDE', 'webhook_secrets', 'resolve', 'load'
+    'WEBHOOK_SECRET', 'EMAIL_ADDRESS', 'NotifySpec', 'JobSpec', 'SetupSpec', 'ResolvedSpec', 'mask_webhook',
+    'shown_text', 'parse', 'SYSTEM_DIRS', 'NO_MOUNTS_INSIDE', 'webhook_secrets', 'resolve', 'load'
 ]
