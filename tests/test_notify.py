@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from notify_servers import Mailbox, Silent, Webhook, free_port
+from notify_servers import Mailbox, Silent, Webhook, free_port, own_ca
 from spec_texts import dedent_spec
 from sqlalchemy import text
 
@@ -248,6 +248,33 @@ def test_notify_test_sends_to_each_channel_and_says_how_it_went(cli, ctx, spec_f
         assert box.logins == ["lab"] and len(box.messages) == 1
         # Nothing went through (or into) the outbox.
         assert outbox_rows(ctx, 1) == []
+    finally:
+        box.close()
+
+
+def test_starttls_verifies_the_servers_certificate(cli, ctx, spec_file, monkeypatch, tmp_path):
+    """STARTTLS to a server whose certificate no trusted CA signed is refused before the
+    message (or a password) is sent; trusting the lab's own CA through SSL_CERT_FILE lets it
+    through, verification still on."""
+    ca_file, server_tls = own_ca(tmp_path)
+    box = Mailbox(tls_context=server_tls)
+    try:
+        for key, value in box.settings(starttls="true").items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "no-cas"))
+        record(ctx, spec_file, [{"email": "me@example.org"}])
+        result = cli("notify", "test", "demo", "--json")
+        assert result.code == 5, result
+        [row] = json.loads(result.out)
+        assert row["sent"] is False and "certificate is not trusted" in row["error"]
+        assert "SSL_CERT_FILE" in row["error"] and box.messages == [], row
+
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+        result = cli("notify", "test", "demo")
+        assert result.code == 0, result
+        assert result.out.splitlines() == ["notify[0]  me@example.org: sent"]
+        assert len(box.messages) == 1
     finally:
         box.close()
 
