@@ -179,7 +179,11 @@ def set_value(key: str, value: str) -> Settings:
     path = config_path()
     private_dir(path.parent)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=True))
+    # 0600: db_url may hold the store's password (config show prints it as ***).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, 0o600)  # a leftover .tmp of another mode keeps that mode under O_CREAT
+        out.write(yaml.safe_dump(data, sort_keys=True))
     tmp.replace(path)
     return load()
 
