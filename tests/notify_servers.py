@@ -91,10 +91,54 @@ class Silent:
         self.sock.close()
 
 
-class Mailbox:
-    """An SMTP server on 127.0.0.1 keeping every message it is given."""
+def own_ca(directory):
+    """A certificate authority of this test's own and a certificate it signed for 127.0.0.1:
+    (the CA's PEM file, a server-side SSLContext holding the certificate). Trusted only by a
+    process told so (SSL_CERT_FILE), as a lab's private CA would be."""
+    import datetime
+    import ipaddress
+    import ssl
 
-    def __init__(self, *, username: str = "", password: str = ""):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tpujob test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    server = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+              .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+              .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                             critical=False)
+              .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+              .sign(ca_key, hashes.SHA256()))
+    ca_file, cert_file, key_file = directory / "ca.pem", directory / "server.pem", directory / "server.key"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    return ca_file, context
+
+
+class Mailbox:
+    """An SMTP server on 127.0.0.1 keeping every message it is given; with `tls_context`, it
+    offers STARTTLS with that certificate and takes no mail before it."""
+
+    def __init__(self, *, username: str = "", password: str = "", tls_context=None):
         from aiosmtpd.controller import Controller
         from aiosmtpd.smtp import AuthResult
 
@@ -114,9 +158,11 @@ class Mailbox:
                 box.logins.append(username)
             return AuthResult(success=ok)
 
-        kwargs = {}
+        kwargs: dict = {}
         if username:
             kwargs = dict(authenticator=authenticate, auth_require_tls=False, auth_required=True)
+        if tls_context is not None:
+            kwargs.update(tls_context=tls_context, require_starttls=True)
         self.port = free_port()
         self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port, **kwargs)
         self.controller.start()

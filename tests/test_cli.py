@@ -345,8 +345,9 @@ def test_config_set_db_url_does_not_echo_the_password(cli, tpujob_home):
     result = cli("config", "set", "db_url", SECRET_URL)
     assert result.code == 0 and "s3cr3t-pw" not in result.out + result.err
     assert "alice:***@db.example.org" in result.out
-    # The file keeps what the user set: the store needs the real password.
+    # The file keeps what the user set: the store needs the real password. Its user's alone.
     assert yaml.safe_load((tpujob_home / "config.yaml").read_text())["db_url"] == SECRET_URL
+    assert (tpujob_home / "config.yaml").stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.parametrize("url", [

@@ -41,6 +41,13 @@ def test_bad_schedules_are_refused(every):
         cron.schedule_of(every)
 
 
+@pytest.fixture(autouse=True)
+def no_ca_settings(monkeypatch):
+    """The line carries OpenSSL's CA settings when the installing shell has them: not here."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+
+
 def test_line_carries_absolute_paths_and_settings(tpujob_home, monkeypatch):
     monkeypatch.setenv("TPUJOB_CLOUD", "gcp")
     monkeypatch.setenv("TPUJOB_DB_URL", "postgresql://u@db/tpujob")
@@ -66,7 +73,8 @@ def test_line_carries_every_setting_the_sweep_reads(tpujob_home, monkeypatch):
     from tpujob import settings as settings_mod
 
     values = {"TPUJOB_SSH_USER": "alice", "TPUJOB_PROJECT": "my-proj", "TPUJOB_ZONE": "us-central2-b",
-              "TPUJOB_LEASE_SECONDS": "900", "TPUJOB_SWEEP_WORKERS": "4", "TPUJOB_EMULATOR_DIR": "/srv/emu dir"}
+              "TPUJOB_LEASE_SECONDS": "900", "TPUJOB_SWEEP_WORKERS": "4", "TPUJOB_EMULATOR_DIR": "/srv/emu dir",
+              "SSL_CERT_FILE": "/etc/lab/ca.pem"}
     for key, value in values.items():
         monkeypatch.setenv(key, value)
     words = shlex.split(cron.entry("5m", python="/usr/bin/python3").command)
@@ -126,8 +134,32 @@ def test_cli_does_not_print_the_database_password(crontab, tpujob_home, monkeypa
     shown = runner.invoke(app, ["cron", "show", "--json"])
     assert installed.exit_code == 0 and shown.exit_code == 0
     for output in (installed.output, shown.output, runner.invoke(app, ["cron", "show"]).output):
-        assert "s3cr3t-pw" not in output and "postgresql://alice:***@db.example.org/lab" in output
-    assert "s3cr3t-pw" in cron.installed()  # cron itself needs it to open the store
+        assert "s3cr3t-pw" not in output
+    assert f"is in {tpujob_home.resolve() / 'cron.env'} (mode 600)" in installed.output
+
+
+def test_a_store_password_is_kept_out_of_the_crontab_in_a_private_file(crontab, tpujob_home, monkeypatch):
+    """A crontab is read by root, backups and cron's mail: the line sources the store's URL from
+    $TPUJOB_HOME/cron.env, mode 600, and the sweep still sees it under cron's bare environment."""
+    url = "postgresql://alice:s3cr3t-pw@db.example.org/lab"
+    monkeypatch.setenv("TPUJOB_DB_URL", url)
+    monkeypatch.setenv("TPUJOB_CLOUD", "gcp")
+    cron.install("5m")
+    line = cron.installed()
+    assert "s3cr3t-pw" not in cron.read_crontab() and "TPUJOB_CLOUD=gcp" in line
+    env_file = tpujob_home.resolve() / "cron.env"
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    # What cron runs, under `env -i`, with the sweep replaced by printing what it would see.
+    command = line[len("*/5 * * * * "):line.index(" # tpujob-requeue")]
+    probe = re.sub(f"{cron.FLOCK} .*?; }}", "/usr/bin/env; }", command)
+    subprocess.run(["env", "-i", "/bin/sh", "-c", probe], check=True, timeout=60)
+    seen = (tpujob_home / "logs" / "requeue.log").read_text().splitlines()
+    assert f"TPUJOB_DB_URL={url}" in seen and "TPUJOB_CLOUD=gcp" in seen
+    # A store URL without a password needs no file; the old one is not left behind.
+    monkeypatch.setenv("TPUJOB_DB_URL", "postgresql://alice@db.example.org/lab")
+    cron.install("5m")
+    assert "TPUJOB_DB_URL=postgresql://alice@db.example.org/lab" in cron.installed()
+    assert not env_file.exists()
 
 
 @pytest.mark.slow

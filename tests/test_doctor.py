@@ -91,9 +91,44 @@ def test_a_group_writable_home_is_an_error(cli, no_cron, tpujob_home):
     tpujob_home.chmod(0o775)
     result, _, checks = doctor(cli)
     assert result.code == 6
-    assert checks["home"]["status"] == "error" and checks["home"]["fix"] == f"chmod go-w {tpujob_home}"
-    tpujob_home.chmod(0o755)
+    assert checks["home"]["status"] == "error" and checks["home"]["fix"] == f"chmod 700 {tpujob_home}"
+    tpujob_home.chmod(0o700)
     assert doctor(cli)[2]["home"]["status"] == "ok"
+
+
+def test_a_fresh_home_and_store_are_private_to_their_user(cli, no_cron, tpujob_home):
+    """On a shared machine the store (every job's spec and events) and the hosts' logs are the
+    user's alone: made 0700 and 0600 whatever the umask allows others."""
+    old = os.umask(0o022)
+    try:
+        result = cli("list")
+    finally:
+        os.umask(old)
+    assert result.code == 0, result.err
+    assert oct(tpujob_home.stat().st_mode & 0o777) == oct(0o700)
+    for name in ("tpujob.db", "tpujob.db-wal", "tpujob.db-shm"):
+        if (tpujob_home / name).exists():
+            assert oct((tpujob_home / name).stat().st_mode & 0o777) == oct(0o600), name
+    assert (tpujob_home / "tpujob.db").exists()
+
+
+def test_an_older_home_and_store_open_to_others_are_warnings_with_the_fix(cli, no_cron, tpujob_home):
+    """Made 0755 and 0644 by earlier versions: doctor says so and how to fix it, changing nothing."""
+    cli("list")
+    tpujob_home.chmod(0o755)
+    db = tpujob_home / "tpujob.db"
+    db.chmod(0o644)
+    result, _, checks = doctor(cli)
+    assert result.code == 0
+    assert checks["home"]["status"] == "warning" and checks["home"]["fix"] == f"chmod 700 {tpujob_home}"
+    assert "mode 755" in checks["home"]["detail"]
+    assert checks["store"]["status"] == "warning" and checks["store"]["fix"] == f"chmod 600 {db}"
+    assert f"{db} is readable by group or others (mode 644)" in checks["store"]["detail"]
+    assert (tpujob_home.stat().st_mode & 0o777, db.stat().st_mode & 0o777) == (0o755, 0o644)
+    tpujob_home.chmod(0o700)
+    db.chmod(0o600)
+    _, _, checks = doctor(cli)
+    assert checks["home"]["status"] == checks["store"]["status"] == "ok"
 
 
 def test_the_ssh_key_must_be_private(cli, no_cron, tpujob_home):

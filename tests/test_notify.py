@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from notify_servers import Mailbox, Silent, Webhook, free_port
+from notify_servers import Mailbox, Silent, Webhook, free_port, own_ca
 from spec_texts import dedent_spec
 from sqlalchemy import text
 
@@ -252,6 +252,33 @@ def test_notify_test_sends_to_each_channel_and_says_how_it_went(cli, ctx, spec_f
         box.close()
 
 
+def test_starttls_verifies_the_servers_certificate(cli, ctx, spec_file, monkeypatch, tmp_path):
+    """STARTTLS to a server whose certificate no trusted CA signed is refused before the
+    message (or a password) is sent; trusting the lab's own CA through SSL_CERT_FILE lets it
+    through, verification still on."""
+    ca_file, server_tls = own_ca(tmp_path)
+    box = Mailbox(tls_context=server_tls)
+    try:
+        for key, value in box.settings(starttls="true").items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "no-cas"))
+        record(ctx, spec_file, [{"email": "me@example.org"}])
+        result = cli("notify", "test", "demo", "--json")
+        assert result.code == 5, result
+        [row] = json.loads(result.out)
+        assert row["sent"] is False and "certificate is not trusted" in row["error"]
+        assert "SSL_CERT_FILE" in row["error"] and box.messages == [], row
+
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+        result = cli("notify", "test", "demo")
+        assert result.code == 0, result
+        assert result.out.splitlines() == ["notify[0]  me@example.org: sent"]
+        assert len(box.messages) == 1
+    finally:
+        box.close()
+
+
 def test_notify_test_exits_5_naming_each_failure(cli, ctx, spec_file, webhook):
     dead = f"http://127.0.0.1:{free_port()}{SECRET_PATH}"
     record(ctx, spec_file, [{"webhook": webhook.url()}, {"webhook": dead}, {"email": "me@example.org"}])
@@ -289,6 +316,33 @@ def test_validate_masks_webhook_urls(cli, spec_file):
     assert result.code == 0
     assert "notify:       webhook https://hooks.slack.com/*** on failed" in result.out.splitlines()
     assert "s3cr3t" not in result.out
+
+
+def test_the_spec_as_submitted_is_shown_with_each_webhook_masked_where_it_is_written():
+    """The dashboard's Spec section (spec.shown_text): a URL folded over two lines, an anchored
+    one used through an alias and one in a comment are masked; a `${NAME}` reference and the
+    layout are kept, and the text is still the same YAML with the masked URLs."""
+    import yaml
+
+    from tpujob.spec import parse, shown_text
+
+    text = dedent_spec(f"""
+        name: demo  # was https://hooks.slack.com{SECRET_PATH}
+        tpu: {{accelerator: v4-8, zone: us-central2-b}}
+        run: {{command: python train.py}}
+        env: {{HOOK: &hook "https://example.org/a?token=s3cr3tToken"}}
+        notify:
+          - webhook: "https://hooks.slack.com/services/T000/\\
+              B000/s3cr3tPath"
+          - webhook: *hook
+          - webhook: ${{SLACK_URL}}
+        """)
+    shown = shown_text(text, parse(text)[0])
+    assert "s3cr3t" not in shown
+    assert shown.splitlines()[0] == "name: demo  # was https://hooks.slack.com/***"
+    assert yaml.safe_load(shown)["notify"] == [{"webhook": "https://hooks.slack.com/***"},
+                                               {"webhook": "https://example.org/***"},
+                                               {"webhook": "${SLACK_URL}"}]
 
 
 def test_a_refused_webhook_is_not_quoted(cli, spec_file):

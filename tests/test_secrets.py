@@ -49,3 +49,21 @@ def test_a_malformed_line_is_refused_without_echoing_it(tpujob_home):
     with pytest.raises(ConfigError) as err:
         secrets.resolve(["B"], {})
     assert "line 2: expected KEY=VALUE" in str(err.value) and "s3cret" not in str(err.value)
+
+
+def test_masking_uses_every_value_it_can_read_when_one_is_missing(tpujob_home, monkeypatch):
+    """A sweep from cron may see some secrets and not others: each value it can read is still
+    masked from what the hosts said, not none of them."""
+    write_file(tpujob_home, "B=from-file\n")
+    monkeypatch.delenv("A", raising=False)
+    monkeypatch.setenv("C", "from-env")
+    assert secrets.readable(["A", "B", "C"]) == ("from-file", "from-env")
+
+
+def test_masking_keeps_the_environments_values_when_the_file_cannot_be_read(tpujob_home, monkeypatch):
+    monkeypatch.setenv("A", "from-env")
+    monkeypatch.delenv("B", raising=False)
+    write_file(tpujob_home, "B=from-file\n", mode=0o644)  # refused: too loose
+    assert secrets.readable(["A", "B"]) == ("from-env",)
+    write_file(tpujob_home, "not a pair\n")  # refused: malformed
+    assert secrets.readable(["A", "B"]) == ("from-env",)

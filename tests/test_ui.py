@@ -21,14 +21,17 @@ TOKEN = "test-token-0123456789abcdef"
 
 
 class Browser:
-    """Just enough of one: requests to the dashboard, keeping the cookie it sets."""
+    """Just enough of one: requests to the dashboard, keeping the cookie it sets, and the path
+    the pages live under (`root`, learnt from the login's redirect) put before every path."""
 
     def __init__(self, port: int):
-        self.port, self.cookie = port, None
+        self.port, self.cookie, self.root = port, None, ""
 
-    def request(self, method: str, path: str, body: dict | None = None, *, cookie: bool = True):
+    def request(self, method: str, path: str, body: dict | None = None, *, cookie: bool = True,
+                headers: dict | None = None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        headers = {"Cookie": self.cookie} if cookie and self.cookie else {}
+        path = self.root + path if path.startswith("/") else path
+        headers = {**({"Cookie": self.cookie} if cookie and self.cookie else {}), **(headers or {})}
         data = None
         if body is not None:
             data = urlencode(body)
@@ -68,6 +71,7 @@ def _logged_in(ui) -> Browser:
     parts = urlsplit(url)
     status, response, _ = browser.get(f"{parts.path}?{parts.query}")
     assert status == 303
+    browser.root = response.getheader("Location").rstrip("/")
     return browser
 
 
@@ -84,10 +88,15 @@ def test_every_page_needs_the_printed_token(ui):
 
     status, response, _ = browser.get(f"/?state=RUNNING&token={TOKEN}")
     assert status == 303
-    # The token leaves the address bar (and any Referer); the other parameters stay.
-    assert response.getheader("Location") == "/?state=RUNNING"
+    # The token leaves the address bar (and any Referer); the other parameters stay. The pages
+    # live under a path derived from the token (the cookie's Path: docs/ui.md).
+    root, _, query = response.getheader("Location").partition("/?")
+    assert re.fullmatch(r"/s/[0-9a-f]{32}", root) and query == "state=RUNNING"
     cookie = response.getheader("Set-Cookie")
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and cookie.startswith("tpujob_ui_")
+    assert f"Path={root}" in cookie
+    assert browser.get("/")[0] == 401  # outside it, the cookie is not even looked at
+    browser.root = root
     status, response, _ = browser.get("/")
     assert status == 200
     assert "default-src 'self'" in response.getheader("Content-Security-Policy")
@@ -139,7 +148,7 @@ def test_cancel_needs_the_csrf_field_and_the_cookie(ui, spec_file, story):
     assert Context.load().store.get(job.id).state == "PENDING"
 
     status, response, _ = browser.post(f"/jobs/{job.id}/cancel", {"csrf": csrf})
-    assert status == 303 and response.getheader("Location") == f"/jobs/{job.id}?done=cancel"
+    assert status == 303 and response.getheader("Location") == f"{browser.root}/jobs/{job.id}?done=cancel"
     assert Context.load().store.get(job.id).state == "CANCELLED"
     assert "cancel: done." in browser.get(f"/jobs/{job.id}?done=cancel")[2]
 
@@ -178,3 +187,90 @@ def test_the_job_page_gives_each_ended_attempts_cause_escaped(ui, story):
     assert status == 200 and "<th>CAUSE</th>" in page
     assert ('<td class="cause">program exited 134 (SIGABRT: Aborted) on host 0: &lt;b&gt;Fatal&lt;/b&gt; Python '
             "error</td>") in page
+
+
+def test_the_spec_section_masks_a_webhook_urls_secret(ui, spec_file):
+    """`show` and `validate --json` mask a literal webhook URL; the job page's Spec section,
+    the YAML as submitted, masks it too (quoted or not, and in a comment), keeping the rest."""
+    from tpujob.service import jobs
+
+    job, _ = jobs.record(Context.load(), str(spec_file(
+        "name: hooked  # posts to https://hooks.slack.com/services/T0/B0/s3cr3tPath\n"
+        "tpu: {accelerator: v4-8, zone: us-central2-b}\nrun: {command: train}\n"
+        "notify:\n  - webhook: https://hooks.slack.com/services/T0/B0/s3cr3tPath\n"
+        "  - {webhook: 'https://example.org/hook?token=0th3rS3cret', on: [failed]}\n")))
+    status, _, page = _logged_in(ui).get(f"/jobs/{job.id}")
+    assert status == 200
+    assert "s3cr3tPath" not in page and "0th3rS3cret" not in page
+    spec = page.split('<pre class="spec">')[1].split("</pre>")[0]
+    assert "- webhook: &#34;https://hooks.slack.com/***&#34;" in spec
+    assert "name: hooked  # posts to https://hooks.slack.com/***" in spec
+
+
+def test_a_token_cookie_or_csrf_field_that_is_not_ascii_is_refused_not_a_500(ui, story):
+    ctx, job, _ = story
+    url, browser = ui
+    status, _, text = browser.get("/?token=%C3%A9t%C3%A9")
+    assert status == 403 and "wrong token" in text
+    browser = _logged_in(ui)
+    assert browser.post(f"/jobs/{job.id}/cancel", {"csrf": "\u00e9t\u00e9"})[0] == 403
+    name = browser.cookie.split("=")[0]
+    # http.client sends a header as Latin-1, as a browser may send a cookie another app set.
+    status, _, text = browser.get("/", headers={"Cookie": f"{name}=\u00e9t\u00e9"}, cookie=False)
+    assert status == 403 and "wrong token" in text
+    assert Context.load().store.get(job.id).state == "RUNNING"
+
+
+def test_the_cookie_is_sent_to_no_other_server_on_the_address(ui):
+    """A browser's cookie rules (the standard library's, RFC 6265's path-match) given the
+    dashboard's Set-Cookie: it goes back with the dashboard's pages, and not to another web app
+    on 127.0.0.1, whatever its port (cookies are not isolated by port) and wherever it points."""
+    import http.cookiejar
+    import urllib.request
+
+    url, browser = ui
+    parts = urlsplit(url)
+    status, response, _ = browser.get(f"{parts.path}?{parts.query}")
+    assert status == 303
+    jar = http.cookiejar.CookieJar()
+    jar.extract_cookies(response, urllib.request.Request(url))
+    root = response.getheader("Location").rstrip("/")
+
+    def sent(to: str) -> bool:
+        request = urllib.request.Request(to)
+        jar.add_cookie_header(request)
+        return request.has_header("Cookie")
+
+    assert sent(f"http://127.0.0.1:{browser.port}{root}/jobs/1")
+    other = browser.port + 1 if browser.port < 65535 else browser.port - 1
+    for path in ("/", "/jobs/1", "/static/ui.js", "/s/"):
+        assert not sent(f"http://127.0.0.1:{other}{path}"), path
+
+
+def test_a_host_header_naming_another_site_is_refused(ui, story):
+    """DNS rebinding: a page on evil.example whose name now points at 127.0.0.1 reaches the port
+    with `Host: evil.example`; refused before the token is looked at. Addresses, localhost and
+    another port (an SSH tunnel's) are the dashboard's own."""
+    url, browser = ui
+    parts = urlsplit(url)
+    for host in (f"evil.example:{browser.port}", "evil.example", f"localhost.evil.example:{browser.port}",
+                 f"x@127.0.0.1:{browser.port}"):
+        status, _, text = browser.get(f"{parts.path}?{parts.query}", headers={"Host": host})
+        assert status == 403 and "answers only to the address it serves on" in text, host
+        assert "evil" not in text
+    browser = _logged_in(ui)
+    for host in (f"127.0.0.1:{browser.port}", f"localhost:{browser.port}", "127.0.0.1:9000", "[::1]:9000"):
+        assert browser.get("/", headers={"Host": host})[0] == 200, host
+
+
+def test_serving_to_other_machines_answers_to_this_machines_names():
+    """`tpujob ui --host 0.0.0.0 --token ...` prints this machine's name: a browser elsewhere
+    sends it (or the fully qualified one, or an address); `--host NAME` answers to NAME."""
+    from tpujob.ui.app import host_allowed
+
+    for name in (socket.gethostname(), socket.getfqdn(), "10.1.2.3", "[fd00::1]", "localhost"):
+        assert host_allowed(f"{name}:8765", "0.0.0.0"), name
+    assert host_allowed("login-7.lab.example.org:8765", "login-7.lab.example.org")
+    assert not host_allowed("evil.example:8765", "0.0.0.0")
+    assert not host_allowed("evil.example:8765", "login-7.lab.example.org")
+    assert not host_allowed(None, "127.0.0.1") and not host_allowed("", "127.0.0.1")

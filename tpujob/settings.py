@@ -27,6 +27,36 @@ def home() -> Path:
     return Path(os.environ.get("TPUJOB_HOME") or Path.home() / ".tpujob").expanduser()
 
 
+def private_dir(path: Path) -> Path:
+    """`path` made with each missing parent, every directory made here mode 0700: $TPUJOB_HOME
+    holds the store, tpujob's SSH key and secrets.env, and on a shared machine what tpujob writes
+    is its user's alone. (`mkdir -p`, like Path.mkdir(parents=True), gives the parents the
+    umask's mode, usually 0755.) A directory that exists is left as it is: `doctor` says when
+    $TPUJOB_HOME is looser."""
+    missing = []
+    for parent in (path, *path.parents):
+        if parent.exists():
+            break
+        missing.append(parent)
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            pass  # another process made it meanwhile
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """`path` created empty with mode 0600 (its directory private_dir) unless it exists: the
+    store's SQLite file, which SQLite then opens (its -wal and -shm files take its mode)."""
+    private_dir(path.parent)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    return path
+
+
 @dataclass(frozen=True)
 class Settings:
     cloud: str = "local"  # the emulator until a user says gcp
@@ -147,9 +177,13 @@ def set_value(key: str, value: str) -> Settings:
     data = _read_file()
     data[key] = value
     path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=True))
+    # 0600: db_url may hold the store's password (config show prints it as ***).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, 0o600)  # a leftover .tmp of another mode keeps that mode under O_CREAT
+        out.write(yaml.safe_dump(data, sort_keys=True))
     tmp.replace(path)
     return load()
 

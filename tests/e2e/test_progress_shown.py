@@ -89,8 +89,9 @@ def _dashboard_jobs_page() -> str:
             conn.request("GET", path, headers={"Cookie": cookie} if cookie else {})
             return conn.getresponse()
 
-        cookie = get(f"/?token={token}").getheader("Set-Cookie").split(";", 1)[0]
-        answer = get("/", cookie)
+        login = get(f"/?token={token}")
+        cookie = login.getheader("Set-Cookie").split(";", 1)[0]
+        answer = get(login.getheader("Location"), cookie)  # the pages' own path (docs/ui.md)
         assert answer.status == 200
         return answer.read().decode()
     finally:

@@ -150,6 +150,8 @@ def test_the_dashboard_shows_a_preempted_job_and_cancels_it(cli, local_cloud, sh
     assert row.get_attribute("data-state") == "RUNNING"
     assert "uib" in row.text and "v4-8" in row.text
     assert "token" not in driver.current_url  # the redirect took it out of the address bar
+    # The pages live under the path the cookie is scoped to (docs/ui.md).
+    base += urlsplit(driver.current_url).path.rstrip("/")
     driver.save_screenshot(str(tmp_path / "jobs.png"))
 
     # Its page: two attempts, the preemption marked, a loss curve with points from both.

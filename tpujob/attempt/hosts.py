@@ -31,6 +31,7 @@ from tpujob.hosts.scripts import as_command
 from tpujob.names import local_log_dir, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
+from tpujob.settings import private_dir
 from tpujob.spec import ResolvedSpec
 from tpujob.spec.stored import spec_of
 
@@ -146,9 +147,7 @@ class SshHostOps:
                                          accept_new=self._accept_new, renew=self._renew_lease)
 
     def log_dir(self, job: Job, attempt: Attempt) -> Path:
-        path = self.ctx.settings.home / local_log_dir(job.id, attempt.number)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return private_dir(self.ctx.settings.home / local_log_dir(job.id, attempt.number))
 
     def host_attempt(self, job: Job, attempt: Attempt, slice_: Slice, *, secrets: dict[str, str] | None = None
                      ) -> program.HostAttempt:

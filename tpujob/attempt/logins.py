@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from tpujob.errors import CloudError, CloudRefused, PermissionDenied, SshAuthRefused
+from tpujob.settings import private_dir
 
 if TYPE_CHECKING:
     from tpujob.cloud.oslogin import Profile
@@ -233,7 +234,7 @@ def _read_shared(directory: Path, project: str) -> tuple[float, bool | None, boo
 def _write_shared(directory: Path, project: str, read: tuple[float, bool | None, bool]) -> None:
     """Best effort, atomic (write, then rename): a reader sees a whole file or none."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         tmp = directory / f".{_shared_name(project)}.{os.getpid()}.{threading.get_ident()}"
         tmp.write_text(json.dumps({"read_at": read[0], "enable_oslogin": read[1]}))
         os.replace(tmp, directory / _shared_name(project))

@@ -74,11 +74,19 @@ def resolve(names: list[str], environ: Mapping[str, str] | None = None) -> dict[
     return values
 
 
-def readable(names: list[str]) -> tuple[str, ...]:
-    """The named secrets' values where this process can read them, else none (a sweep from
-    cron may not): masked from what the hosts said (a dead program's log lines, a failing
-    step's output), on top of host_output.redact's credential shapes."""
-    try:
-        return tuple(resolve(names).values())
-    except ConfigError:
-        return ()
+def readable(names: list[str], environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The named secrets' values this process can read, each on its own (a sweep from cron may
+    not see all of them): masked from what the hosts said (a dead program's log lines, a
+    failing step's output) and from the dashboard's log view, on top of host_output.redact's
+    credential shapes. A secret that is missing, or a secrets.env that cannot be read (too
+    loose, malformed, unreadable), hides only what it would have given: the others are still
+    masked."""
+    environ = os.environ if environ is None else environ
+    values = {name: environ[name] for name in names if environ.get(name)}
+    if len(values) < len(names):
+        try:
+            from_file = read_file(secrets_file())
+        except (ConfigError, OSError, UnicodeDecodeError):
+            from_file = {}
+        values.update({name: from_file[name] for name in names if name not in values and from_file.get(name)})
+    return tuple(values[name] for name in names if name in values)

@@ -19,9 +19,11 @@ def register(app: typer.Typer) -> None:
         from tpujob.settings import redact_urls_in
 
         entry = cron.install(every)
-        # The crontab itself must hold TPUJOB_DB_URL's password; the terminal need not.
+        # A line installed by an older version may still hold a URL's password: never shown.
         typer.echo(redact_urls_in(entry.line))
         typer.echo(f"installed: sweeps run {every} apart; output goes to {entry.log_path}")
+        if entry.env_text:
+            typer.echo(f"the store's URL, password included, is in {entry.env_file} (mode 600), not the crontab")
 
     @cron_app.command()
     def remove():

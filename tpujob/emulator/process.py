@@ -25,7 +25,7 @@ from typing import IO
 
 from tpujob.emulator.client import EmulatorClient
 from tpujob.errors import CloudError, NotFoundError
-from tpujob.settings import home
+from tpujob.settings import home, private_dir
 
 ENDPOINTS_FILE = "endpoints.json"
 LOG_FILE = "emulator.log"
@@ -56,7 +56,7 @@ def claim(directory: pathlib.Path, patience: float = 1.0) -> IO[str] | None:
     """For the emulator process itself: the serving lock on `directory`, held while the
     returned file stays open; None when another process serves it already. Tried for
     `patience` seconds: status() holds the lock shared for an instant when it looks."""
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     lock = open(directory / SERVING_LOCK, "a+")
     deadline = time.monotonic() + patience
     while True:
@@ -81,8 +81,7 @@ def start(provisioning_delay: float | None = None, hosts: bool = True,
         from tpujob import preflight
 
         preflight.require_emulator()
-    directory = state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = private_dir(state_dir())
     with open(directory / START_LOCK, "a") as turn:
         fcntl.flock(turn, fcntl.LOCK_EX)  # released when the file closes
         return status() or _spawn(directory, provisioning_delay, hosts, timeout, image_env)

@@ -11,6 +11,7 @@ import os
 import pathlib
 
 from tpujob.errors import ConfigError
+from tpujob.settings import private_dir
 
 KEY_NAME = "tpujob_ed25519"
 COMMENT = "tpujob"
@@ -26,8 +27,7 @@ def ensure_key(home: pathlib.Path) -> pathlib.Path:
     pub = path.with_suffix(".pub")
     if path.exists() and pub.exists():
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
+    private_dir(path.parent).chmod(0o700)
     # Several commands may start at once on a fresh home (cron's sweep, a `create`): without
     # the lock, each would generate a pair and the last .pub and the last private key to land
     # could come from different pairs, and SSH would then fail on every host.

@@ -4,6 +4,10 @@ One crontab line per store ($TPUJOB_HOME), found again by the marker comment at 
 runs it with a bare environment (PATH=/usr/bin:/bin, no TPUJOB_*), so the line carries absolute
 paths and the settings that pick the store and the cloud. `flock -n` skips a sweep while the
 previous one still runs instead of piling them up.
+
+A crontab is not private (`/var/spool/cron` is readable by root and backup tools, the line is in
+cron's mail and `ps` while it runs): a store URL with a password is written instead to
+$TPUJOB_HOME/cron.env (mode 0600), which the line sources.
 """
 
 from __future__ import annotations
@@ -28,10 +32,13 @@ SETTLE_MAX_SECONDS = 15 * 60
 # the installing shell: every setting (tpujob.settings: TPUJOB_CLOUD, TPUJOB_SSH_USER, ...), the
 # emulator's directory, the lease length, the sweep's workers and the notification timeout.
 # Secrets are not: cron reads them from $TPUJOB_HOME/secrets.env (tpujob.attempt.secrets),
-# never from its command line.
+# never from its command line. OpenSSL's SSL_CERT_FILE/SSL_CERT_DIR: a lab's own CA, trusted by
+# the sweep's STARTTLS to its SMTP server (service/notify.py) as by the installing shell's.
 CARRIED = ("TPUJOB_DB_URL", "TPUJOB_CLOUD",
            *(f"TPUJOB_{key.upper()}" for key in settings_mod.KEYS if key not in ("db_url", "cloud")),
-           "TPUJOB_EMULATOR_DIR", "TPUJOB_LEASE_SECONDS", "TPUJOB_SWEEP_WORKERS", "TPUJOB_NOTIFY_TIMEOUT")
+           "TPUJOB_EMULATOR_DIR", "TPUJOB_LEASE_SECONDS", "TPUJOB_SWEEP_WORKERS", "TPUJOB_NOTIFY_TIMEOUT",
+           "SSL_CERT_FILE", "SSL_CERT_DIR")
+ENV_FILE = "cron.env"  # under $TPUJOB_HOME: what the line must carry but not show
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,8 @@ class CronEntry:
     command: str  # what cron hands to /bin/sh
     log_path: Path
     lock_path: Path
+    env_file: Path  # $TPUJOB_HOME/cron.env, sourced by the line when env_text is not empty
+    env_text: str = ""  # `export NAME=value` lines: the store URL when it holds a password
 
 
 def _interval(every: str) -> tuple[int, str]:
@@ -78,17 +87,31 @@ def entry(every: str = "5m", *, python: str | None = None,
     python = python or sys.executable
     values = {"TPUJOB_HOME": str(home)}
     values.update({k: carried[k] for k in CARRIED if carried.get(k)})
-    log_path, lock_path = home / "logs" / "requeue.log", home / "requeue.lock"
+    hidden = {}
+    if _has_password(values.get("TPUJOB_DB_URL", "")):
+        hidden["TPUJOB_DB_URL"] = values.pop("TPUJOB_DB_URL")
+    log_path, lock_path, env_file = home / "logs" / "requeue.log", home / "requeue.lock", home / ENV_FILE
     for text in [python, *values.values()]:
         # cron turns `%` into a newline; a newline would end the line early.
         if "%" in text or "\n" in text:
             raise ConfigError(f"cannot put {text!r} in a crontab line (it holds % or a newline)")
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
     schedule = schedule_of(every)
-    command = (f"{env} {FLOCK} -n {shlex.quote(str(lock_path))} {shlex.quote(python)} -m tpujob.cli.main "
-               f"requeue --settle {settle_seconds(every):g} >> {shlex.quote(str(log_path))} 2>&1")
+    sweep = (f"{env} {FLOCK} -n {shlex.quote(str(lock_path))} {shlex.quote(python)} -m tpujob.cli.main "
+             f"requeue --settle {settle_seconds(every):g}")
+    log = f">> {shlex.quote(str(log_path))} 2>&1"
+    # Sourced in the group, so that a missing or unreadable file is said in the log (and the
+    # sweep does not run against another store), not only in cron's mail.
+    command = f"{{ . {shlex.quote(str(env_file))} && {sweep}; }} {log}" if hidden else f"{sweep} {log}"
     return CronEntry(line=f"{schedule} {command} {MARKER}{home}", schedule=schedule, command=command,
-                     log_path=log_path, lock_path=lock_path)
+                     log_path=log_path, lock_path=lock_path, env_file=env_file,
+                     env_text="".join(f"export {k}={shlex.quote(v)}\n" for k, v in hidden.items()))
+
+
+def _has_password(url: str) -> bool:
+    """A URL that shows differently redacted holds a password (or cannot be parsed: kept out
+    of the line all the same)."""
+    return settings_mod.redact_url(url) != url
 
 
 def _marker() -> str:
@@ -129,16 +152,33 @@ def _without_ours(text: str) -> list[str]:
 def install(every: str = "5m") -> CronEntry:
     """Add (or replace) this store's line; every other line of the user's crontab is kept."""
     new = entry(every)
-    new.log_path.parent.mkdir(parents=True, exist_ok=True)
+    settings_mod.private_dir(new.log_path.parent)
+    if new.env_text:
+        _write_private(new.env_file, new.env_text)
     lines = _without_ours(read_crontab()) + [new.line]
     write_crontab("\n".join(lines) + "\n")
+    if not new.env_text:
+        new.env_file.unlink(missing_ok=True)  # an earlier line's password, no longer sourced
     return new
+
+
+def _write_private(path: Path, text: str) -> None:
+    """`text` in `path`, mode 0600 from its first byte (written aside, then renamed over)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a leftover tmp of another mode keeps it under O_CREAT
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def remove() -> bool:
     """Remove this store's line; returns whether there was one."""
     current = read_crontab()
     kept = _without_ours(current)
+    (settings_mod.home().resolve() / ENV_FILE).unlink(missing_ok=True)
     if len(kept) == len(current.splitlines()):
         return False
     write_crontab("\n".join(kept) + "\n" if kept else "")

@@ -13,6 +13,7 @@ from tpujob.service import curves as curves_mod
 from tpujob.service.accounting import Accounting, account, goodput, slice_cost
 from tpujob.service.context import Context
 from tpujob.service.timeline import Timeline, timeline
+from tpujob.spec import shown_text
 from tpujob.spec.stored import spec_of
 from tpujob.store.states import ENDED, State
 
@@ -39,7 +40,7 @@ class JobPage:
     curves: curves_mod.Curves
     actions: tuple[str, ...]  # what the user may do now: cancel, resume, delete
     progress: Progress | None = None
-    spec_yaml: str = ""
+    spec_yaml: str = ""  # as submitted, literal webhook URLs masked (spec.shown_text)
 
 
 def _provisioning(job) -> str:
@@ -84,7 +85,7 @@ def job_page(ctx: Context, ref: str) -> JobPage:
     return JobPage(job=job, attempts=attempts, events=events, accounting=account(job, attempts, events, now),
                    timeline=line, cost_usd=slice_cost(attempts, _provisioning(job), now),
                    curves=curves_mod.read(ctx, spec, job.id, line.bars), actions=actions_for(job.state),
-                   spec_yaml=job.spec_yaml, progress=_progress(attempts))
+                   spec_yaml=shown_text(job.spec_yaml, spec.spec), progress=_progress(attempts))
 
 
 def log_tail(ctx: Context, ref: str, lines: int = LOG_LINES) -> tuple[str, str]:
@@ -107,19 +108,9 @@ def log_tail(ctx: Context, ref: str, lines: int = LOG_LINES) -> tuple[str, str]:
     return redact(text, _secret_values(ctx, ref)), " ".join(notes)
 
 
-def _secret_values(ctx: Context, ref: str) -> list[str]:
+def _secret_values(ctx: Context, ref: str) -> tuple[str, ...]:
     """The job's secret values this process can see (environment, secrets.env), redacted from
     the page: the program may print one. Credential-looking pairs are masked either way."""
-    import os
-
     from tpujob.attempt import secrets
-    from tpujob.errors import ConfigError
 
-    names = spec_of(ctx.store.find(ref)).spec.secrets
-    if not names:
-        return []
-    try:
-        from_file = secrets.read_file(secrets.secrets_file())
-    except ConfigError:  # a file others can read is not read; its values are not shown either way
-        from_file = {}
-    return [os.environ.get(name) or from_file.get(name, "") for name in names]
+    return secrets.readable(spec_of(ctx.store.find(ref)).spec.secrets)

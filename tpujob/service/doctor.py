@@ -58,19 +58,44 @@ def store_check(ctx: Context) -> tuple[Check, list | None]:
     except Exception as exc:  # a driver's own error (a locked or corrupt file, a bad server)
         return Check("store", ERROR, f"cannot open {where}: {type(exc).__name__}: {redact_urls_in(str(exc))}",
                      "check TPUJOB_DB_URL or db_url in $TPUJOB_HOME/config.yaml (tpujob config show)"), None
-    return Check("store", OK, f"{where}: {len(jobs)} active job{'' if len(jobs) == 1 else 's'}"), jobs
+    found = f"{where}: {len(jobs)} active job{'' if len(jobs) == 1 else 's'}"
+    loose = [path for path in _sqlite_files(ctx.settings.database_url) if _mode(path) & 0o077]
+    if loose:
+        # Made 0600 since tpujob makes it (settings.private_file); an older store, or one
+        # copied in, keeps its mode: said here, changed by the user.
+        return Check("store", WARNING, f"{found}; {loose[0]} is readable by group or others (mode "
+                     f"{_mode(loose[0]):o}): they can read every job's spec and events",
+                     f"chmod 600 {' '.join(shlex.quote(str(p)) for p in loose)}"), jobs
+    return Check("store", OK, found), jobs
+
+
+def _sqlite_files(url: str) -> list:
+    """A SQLite store's files that exist (the database, its -wal and -shm); none for a server."""
+    from pathlib import Path
+
+    if not url.startswith("sqlite:///"):
+        return []
+    path = url.removeprefix("sqlite:///").split("?", 1)[0]
+    if not path or path == ":memory:":
+        return []
+    return [p for p in (Path(path), Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists()]
 
 
 def home_check(ctx: Context) -> Check:
-    """$TPUJOB_HOME holds the store, the SSH key, secrets.env and what cron runs: nobody else
-    may write there."""
+    """$TPUJOB_HOME holds the store, the SSH key, secrets.env, the hosts' logs and what cron
+    runs: nobody else may write there (an error), nor read there (a warning: tpujob makes it
+    0700, settings.private_dir; an older one keeps its mode)."""
     home = ctx.settings.home
     if not home.exists():
         return Check("home", OK, f"{home} (not created yet)")
     mode = _mode(home)
+    fix = f"chmod 700 {shlex.quote(str(home))}"
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
         return Check("home", ERROR, f"{home} is writable by group or others (mode {mode:o}): they could "
-                     "replace the store, the SSH key or secrets.env", f"chmod go-w {shlex.quote(str(home))}")
+                     "replace the store, the SSH key or secrets.env", fix)
+    if mode & 0o077:
+        return Check("home", WARNING, f"{home} is open to group or others (mode {mode:o}): they can read "
+                     "the hosts' logs and whatever else in it is not mode 600", fix)
     return Check("home", OK, f"{home} (mode {mode:o})")
 
 

@@ -106,6 +106,7 @@ def _reason(reason) -> str:
 
 def send_email(ctx: Context, address: str, subject: str, text: str, timeout: float) -> None:
     import smtplib
+    import ssl
 
     s = ctx.settings
     if not s.smtp_host or not s.smtp_from:
@@ -121,7 +122,11 @@ def send_email(ctx: Context, address: str, subject: str, text: str, timeout: flo
             password = resolve([PASSWORD_SECRET])[PASSWORD_SECRET]
         with smtplib.SMTP(s.smtp_host, int(s.smtp_port), timeout=timeout) as smtp:
             if s.smtp_starttls == "true":
-                smtp.starttls()
+                # Without a context, smtplib's STARTTLS verifies nothing (Python docs,
+                # smtplib.SMTP.starttls): the password would go to whoever answers. The default
+                # context checks the chain against the system's CAs (or OpenSSL's SSL_CERT_FILE /
+                # SSL_CERT_DIR: a lab's own CA) and the name against smtp_host.
+                smtp.starttls(context=ssl.create_default_context())
             if s.smtp_username:
                 smtp.login(s.smtp_username, password)
             smtp.send_message(message)
@@ -129,6 +134,9 @@ def send_email(ctx: Context, address: str, subject: str, text: str, timeout: flo
         raise SendFailed(exc.message) from None
     except smtplib.SMTPException as exc:
         raise SendFailed(f"SMTP: {exc.__class__.__name__}: {exc}") from None
+    except ssl.SSLCertVerificationError as exc:
+        raise SendFailed(f"SMTP {s.smtp_host}:{s.smtp_port}: its certificate is not trusted ({exc.verify_message}); "
+                         "a private CA's certificate can be named in SSL_CERT_FILE") from None
     except TimeoutError:
         raise SendFailed(f"SMTP server gave no answer within {timeout:g} s") from None
     except OSError as exc:

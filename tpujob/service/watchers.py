@@ -73,8 +73,7 @@ def _alive(pid: int, started: str | None) -> bool:
 @contextlib.contextmanager
 def watching(interval: float) -> Iterator[Path]:
     """Register this process as a watcher for the block; `touch` the yielded file per sweep."""
-    directory = watchers_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = settings_mod.private_dir(watchers_dir())
     path = directory / f"{os.getpid()}.json"
     path.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                 "started": _start_time(os.getpid()), "interval": interval}))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tpujob.spec.lines import (
     parse,
+    shown_text,
 )
 from tpujob.spec.models import (
     BUCKET_NAME,
@@ -54,5 +55,5 @@ __all__ = [
     'NETWORK_REF', 'SUBNETWORK_REF', 'NETWORK_TAG', 'Fallback', 'NetworkSpec', 'TpuSpec',
     'DiskSpec', 'BucketSpec', 'RunSpec', 'RequeuePolicy', 'NOTIFY_ON', 'NotifyOn',
     'WEBHOOK_SECRET', 'EMAIL_ADDRESS', 'NotifySpec', 'JobSpec', 'SetupSpec', 'ResolvedSpec', 'mask_webhook',
-    'parse', 'SYSTEM_DIRS', 'NO_MOUNTS_INSIDE', 'webhook_secrets', 'resolve', 'load'
+    'shown_text', 'parse', 'SYSTEM_DIRS', 'NO_MOUNTS_INSIDE', 'webhook_secrets', 'resolve', 'load'
 ]

@@ -4,13 +4,15 @@ the line it is on (`SpecError(field=..., line=...)`)."""
 from __future__ import annotations
 
 import difflib
+import json
+import re
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from tpujob.errors import SpecError
-from tpujob.spec.models import JobSpec
+from tpujob.spec.models import JobSpec, mask_webhook
 
 
 def _line_index(node, path=(), out=None) -> dict[tuple, int]:
@@ -104,3 +106,41 @@ def parse(text: str, source: str = "<spec>") -> tuple[JobSpec, dict[tuple, int]]
         return JobSpec.model_validate(data), lines
     except ValidationError as exc:
         raise _first_error(exc, lines) from None
+
+
+def shown_text(text: str, spec: JobSpec) -> str:
+    """The spec's YAML as submitted, fit to show (the dashboard's Spec section): every literal
+    webhook URL the spec notifies masked (`mask_webhook`) where it is written, the rest (comments,
+    layout) as it was. Found by the YAML nodes holding it, so a quoted, folded or anchored URL
+    is masked too; then anywhere else it is written verbatim (a comment)."""
+    hidden = {c.webhook: mask_webhook(c.webhook) for c in spec.notify
+              if c.webhook and mask_webhook(c.webhook) != c.webhook}
+    if not hidden:
+        return text
+    spans: dict[int, tuple[int, str]] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        root = None
+    seen: set[int] = set()
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode) and node.value in hidden:
+            start, end = node.start_mark.index, node.end_mark.index
+            # An anchor or a tag written before the value starts its node: keep them.
+            prefix = re.match(r"(?:[&!]\S*\s+)*", text[start:end])
+            spans[start + (prefix.end() if prefix else 0)] = (end, json.dumps(hidden[node.value]))
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(part for pair in node.value for part in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    for start in sorted(spans, reverse=True):
+        end, shown = spans[start]
+        text = text[:start] + shown + text[end:]
+    for url in sorted(hidden, key=len, reverse=True):
+        text = text.replace(url, hidden[url])
+    return text

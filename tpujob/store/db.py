@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 
 from tpujob.errors import ConfigError
-from tpujob.settings import redact_url
+from tpujob.settings import private_file, redact_url
 from tpujob.store.migrations import migrate
 
 READ = "tpujob_read"  # the execution option of a read-only transaction (see _on_begin)
@@ -22,7 +22,7 @@ _engines_lock = threading.Lock()  # one engine per URL and process, even when th
 def _sqlite_engine(url: str) -> Engine:
     path = url.split("sqlite:///", 1)[1] if url.startswith("sqlite:///") else ""
     if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        private_file(Path(path.split("?", 1)[0]))  # made 0600 before SQLite opens it (its -wal, -shm follow)
     # Sessions are short and per call; a sweep's act workers (TPUJOB_SWEEP_WORKERS) each hold at
     # most one connection at a time, so the pool grows with them instead of making them queue.
     pool = {} if not path or path == ":memory:" else dict(pool_size=8, max_overflow=64, pool_timeout=60)

@@ -75,6 +75,6 @@ class Dashboard:
         sock, token = self.sock, self.token
         if sock is None or token is None:  # bind() and __post_init__ set them
             raise RuntimeError("the dashboard has no socket or no token")
-        app = make_app(Context.load, token, self.port)
+        app = make_app(Context.load, token, self.port, self.host)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         uvicorn.Server(config).run(sockets=[sock])
