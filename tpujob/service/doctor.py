@@ -46,8 +46,10 @@ def _mode(path) -> int:
 
 
 def store_check(ctx: Context) -> tuple[Check, list | None]:
-    """The store opens (and migrates); its active jobs, or None when it did not open."""
+    """The store opens (and migrates) and takes a write; its active jobs, or None when it did
+    not open."""
     from tpujob.settings import redact_url, redact_urls_in
+    from tpujob.store.db import check_writable
 
     where = redact_url(ctx.settings.database_url)
     try:
@@ -58,7 +60,12 @@ def store_check(ctx: Context) -> tuple[Check, list | None]:
     except Exception as exc:  # a driver's own error (a locked or corrupt file, a bad server)
         return Check("store", ERROR, f"cannot open {where}: {type(exc).__name__}: {redact_urls_in(str(exc))}",
                      "check TPUJOB_DB_URL or db_url in $TPUJOB_HOME/config.yaml (tpujob config show)"), None
-    return Check("store", OK, f"{where}: {len(jobs)} active job{'' if len(jobs) == 1 else 's'}"), jobs
+    try:  # a store that reads but refuses writes fails the first move of every sweep
+        check_writable(ctx.store.engine, ctx.settings.database_url)
+    except TpujobError as exc:
+        return Check("store", ERROR, exc.message, "make the store and its directory writable by this user, "
+                     "or point TPUJOB_DB_URL at one that is"), jobs
+    return Check("store", OK, f"{where}: {len(jobs)} active job{'' if len(jobs) == 1 else 's'}, writable"), jobs
 
 
 def home_check(ctx: Context) -> Check:
