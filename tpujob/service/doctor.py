@@ -3,7 +3,7 @@ command that fixes it. Local items here; the cloud's (credentials, project, APIs
 buckets) in doctor_cloud.py.
 
 Every check only looks: nothing is started, created or changed (the store is opened, which
-creates and migrates it like any command does).
+creates and migrates it like any command does, and takes a write that is rolled back).
 """
 
 from __future__ import annotations

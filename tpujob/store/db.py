@@ -114,8 +114,8 @@ def backup(engine: Engine, file: Path, version: int) -> Path:
     exists is whole."""
     target = file.with_name(f"{file.name}.v{version}.bak")
     partial = file.with_name(f"{target.name}.{os.getpid()}.partial")
-    os.close(os.open(partial, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600))  # born private
     try:
+        os.close(os.open(partial, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_NOFOLLOW, 0o600))  # born private
         raw = engine.raw_connection()
         try:
             copy = sqlite3.connect(partial)
@@ -138,8 +138,8 @@ def backup(engine: Engine, file: Path, version: int) -> Path:
 
 
 def check_writable(engine: Engine, url: str) -> None:
-    """Raise StoreError unless a write to the store succeeds: a statement that writes a row onto
-    itself, rolled back (nothing changes)."""
+    """Raise a ConfigError (a SQLite file's StoreError) unless a write to the store succeeds: a
+    statement that writes a row onto itself, rolled back (nothing changes)."""
     from sqlalchemy.exc import DBAPIError
 
     try:
