@@ -332,6 +332,44 @@ def test_a_webhook_that_holds_its_answer_never_holds_up_the_sweeps(ctx, spec_fil
         hook.close()
 
 
+# `tpujob requeue` as cron runs it, its sweep one that finds nothing to do (no cloud needed):
+# the process ends while a webhook still drips the answer to the message due from before.
+_REQUEUE = """
+from tpujob.service import keep_alive
+from tpujob.service.context import Context
+
+
+class Idle:
+    def sweep(self, ids=None):
+        return None
+
+
+keep_alive.reconciler = lambda ctx: Idle()
+keep_alive.requeue(Context.load())
+"""
+
+
+def test_requeue_ends_by_its_deadline_while_a_webhook_drips(ctx, spec_file, monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("TPUJOB_NOTIFY_TIMEOUT", "1")
+    drip = Drip()
+    try:
+        job = record(ctx, spec_file, [{"webhook": drip.url()}])
+        run_to(ctx, job.id, *TO_RUNNING, (State.SUCCEEDED, {}))
+        try:
+            ending = subprocess.run([sys.executable, "-c", _REQUEUE], capture_output=True, text=True, timeout=HANG)
+        except subprocess.TimeoutExpired:
+            pytest.fail("requeue never ended")
+        assert ending.returncode == 0, ending.stderr
+        (row,) = outbox_rows(ctx, job.id)  # left for the next sweep, not claimed by a process now gone
+        assert (row.status, row.attempts, row.last_error, row.claimed_by) == (
+            "pending", 1, "no answer within 1 s", None)
+    finally:
+        drip.close()
+
+
 # -- notify test ---------------------------------------------------------------------------------
 
 @pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")  # a local test server
