@@ -1,5 +1,6 @@
 """Local endpoints for the notification tests: a webhook receiver (http.server in a thread), an
-SMTP server (aiosmtpd), a port nothing listens on, and one that accepts and never answers."""
+SMTP server (aiosmtpd), a port nothing listens on, one that accepts and never answers, and one
+that answers a byte at a time for ever."""
 
 from __future__ import annotations
 
@@ -17,24 +18,44 @@ def free_port() -> int:
 
 
 class Webhook:
-    """Records every POST body (JSON) it is sent; `delay` s before answering each."""
+    """Records every POST body (JSON) it is sent; `delay` s before answering each. With `gate`,
+    each POST is answered only once the gate is set (`arrived` is set when one comes in). With
+    `location`, the answer carries that Location header (a redirect, with status 302 say).
+    `requests`: (method, path) of every request, POST or not."""
 
-    def __init__(self, port: int = 0, delay: float = 0.0, status: int = 200):
+    def __init__(self, port: int = 0, delay: float = 0.0, status: int = 200, gate: threading.Event | None = None,
+                 location: str = ""):
         self.posts: list[dict] = []
         self.paths: list[str] = []
-        self.delay, self.status = delay, status
+        self.requests: list[tuple[str, str]] = []
+        self.delay, self.status, self.gate, self.location = delay, status, gate, location
+        self.arrived = threading.Event()
         lock = threading.Lock()
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with lock:
+                    hook.requests.append(("POST", self.path))
+                hook.arrived.set()
+                if hook.gate is not None:
+                    hook.gate.wait()
                 if hook.delay:
                     time.sleep(hook.delay)
                 with lock:
                     hook.posts.append(json.loads(body))
                     hook.paths.append(self.path)
                 self.send_response(hook.status)
+                if hook.location:
+                    self.send_header("Location", hook.location)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def do_GET(self):
+                with lock:
+                    hook.requests.append(("GET", self.path))
+                self.send_response(200)
                 self.end_headers()
                 self.wfile.write(b"ok")
 
@@ -88,6 +109,54 @@ class Silent:
         self.thread.join()
         for conn in self.held:
             conn.close()
+        self.sock.close()
+
+
+class Drip:
+    """Answers every connection with an HTTP status line a byte at a time, each byte well within
+    a per-read timeout, for as long as the client stays; `ended` is set once a client has gone
+    (its connection shut or closed)."""
+
+    def __init__(self, every: float = 0.05):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.every = every
+        self.connected = threading.Event()
+        self.ended = threading.Event()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        self.sock.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        self.connected.set()
+        line = b"HTTP/1.1 200 OK\r\nX-Drip: " + b"x" * 10_000_000
+        with conn:
+            for i in range(len(line)):
+                if self._stop.wait(self.every):
+                    return
+                try:
+                    conn.sendall(line[i:i + 1])
+                except OSError:  # the client shut its end down or closed it
+                    self.ended.set()
+                    return
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join()
         self.sock.close()
 
 

@@ -5,9 +5,10 @@ masked everywhere they are shown; `tpujob notify test`."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
-from notify_servers import Mailbox, Silent, Webhook, free_port, own_ca
+from notify_servers import Drip, Mailbox, Silent, Webhook, free_port, own_ca
 from spec_texts import dedent_spec
 from sqlalchemy import text
 
@@ -15,6 +16,9 @@ from tpujob.store import outbox as outbox_mod
 from tpujob.store.states import EndReason, State
 
 SECRET_PATH = "/services/T000/B000/s3cr3tPath"
+# How long a test waits for what a deadline of a second or so must end: only a delivery that
+# never ends (the fault under test) reaches it.
+HANG = 60.0
 
 
 @pytest.fixture
@@ -224,6 +228,146 @@ def test_a_webhook_secret_is_read_at_send_time_and_never_stored(ctx, spec_file, 
     (outcome,) = deliver_due(ctx)
     assert outcome.sent and outcome.target == "webhook ${SLACK_WEBHOOK_URL}"
     assert webhook.paths == [SECRET_PATH]
+
+
+def test_a_webhook_that_drips_its_answer_is_cut_off_at_its_deadline(ctx, spec_file, webhook, monkeypatch):
+    """Each byte comes well within a read's timeout: only a deadline for the whole answer ends it."""
+    from tpujob.service.notify import deliver_due
+
+    monkeypatch.setenv("TPUJOB_NOTIFY_TIMEOUT", "1")
+    drip = Drip()
+    try:
+        job = record(ctx, spec_file, [{"webhook": drip.url()}, {"webhook": webhook.url()}])
+        run_to(ctx, job.id, *TO_RUNNING, (State.SUCCEEDED, {}))
+        done: list = []
+        delivery = threading.Thread(target=lambda: done.append(deliver_due(ctx)), daemon=True)
+        delivery.start()
+        delivery.join(HANG)
+        assert done, "the delivery never ended"
+        outcomes = {o.channel: o for o in done[0]}
+        assert outcomes[0].error == "no answer within 1 s"
+        assert outcomes[1].sent and len(webhook.posts) == 1
+        assert drip.ended.wait(HANG), "the dripping connection was left open"
+        rows = {r.channel: r for r in outbox_rows(ctx, job.id)}
+        assert (rows[0].status, rows[0].attempts, rows[0].last_error) == ("pending", 1, "no answer within 1 s")
+        assert rows[0].claimed_by is None
+    finally:
+        drip.close()
+
+
+def test_a_malformed_webhook_url_fails_its_own_row_only(ctx, spec_file, webhook, monkeypatch):
+    from tpujob.service.notify import deliver_due
+
+    monkeypatch.setenv("BROKEN_HOOK", "http://[s3cr3t/hook")  # an IPv6 literal never closed
+    job = record(ctx, spec_file, [{"webhook": "${BROKEN_HOOK}"}, {"webhook": webhook.url()}])
+    run_to(ctx, job.id, *TO_RUNNING, (State.SUCCEEDED, {}))
+    outcomes = {o.channel: o for o in deliver_due(ctx)}
+    assert outcomes[0].error == "malformed webhook URL"
+    assert outcomes[1].sent and len(webhook.posts) == 1
+    rows = {r.channel: r for r in outbox_rows(ctx, job.id)}
+    assert (rows[0].status, rows[0].attempts, rows[0].last_error) == ("pending", 1, "malformed webhook URL")
+    _make_due(ctx)
+    (again,) = deliver_due(ctx)  # the next sweep tries it again, and fails the same way
+    assert again.error == "malformed webhook URL"
+
+
+def test_a_redirect_is_not_followed(ctx, spec_file, webhook):
+    from tpujob.service.notify import deliver_due
+
+    mover = Webhook(status=302, location=webhook.url("/elsewhere"))
+    try:
+        job = record(ctx, spec_file, [{"webhook": mover.url(SECRET_PATH)}])
+        run_to(ctx, job.id, *TO_RUNNING, (State.SUCCEEDED, {}))
+        (outcome,) = deliver_due(ctx)
+        assert outcome.error == "HTTP 302 Found: a redirect, not followed"
+        assert mover.requests == [("POST", SECRET_PATH)]
+        assert webhook.requests == []  # where it pointed heard nothing
+        (row,) = outbox_rows(ctx, job.id)
+        assert (row.status, row.last_error) == ("pending", "HTTP 302 Found: a redirect, not followed")
+    finally:
+        mover.close()
+
+
+def test_a_webhook_that_holds_its_answer_never_holds_up_the_sweeps(ctx, spec_file, monkeypatch):
+    """`watch` sweeps on while a webhook keeps the first sweep's message waiting; the message goes
+    once the webhook answers, before `watch` returns."""
+    from tpujob.service import keep_alive
+
+    monkeypatch.setenv("TPUJOB_NOTIFY_TIMEOUT", "120")
+    gate = threading.Event()
+    hook = Webhook(gate=gate)
+    try:
+        job = record(ctx, spec_file, [{"webhook": hook.url(), "on": ["succeeded"]}])
+        run_to(ctx, job.id, *TO_RUNNING)
+        third_sweep = threading.Event()
+        sweeps: list[int] = []
+
+        class Reconciler:
+            def sweep(self, ids=None):  # the first one ends the job (a move that notifies)
+                if not sweeps:
+                    run_to(ctx, job.id, (State.SUCCEEDED, {}))
+                sweeps.append(len(sweeps) + 1)
+                return len(sweeps)
+
+        def on_report(report):
+            if report == 3:
+                third_sweep.set()
+
+        monkeypatch.setattr(keep_alive, "reconciler", lambda ctx: Reconciler())
+        watching = threading.Thread(target=keep_alive.watch, args=(ctx, 0.0, on_report, 3), daemon=True)
+        watching.start()
+        try:
+            assert hook.arrived.wait(HANG), "the message was never sent"
+            assert third_sweep.wait(HANG), "the sweeps waited for the webhook"
+            assert hook.posts == []  # still held: the sweeps went on without it
+        finally:
+            gate.set()
+        watching.join(HANG)
+        assert not watching.is_alive()
+        assert hook.texts == ["tpujob: job 000001 'demo' SUCCEEDED: to SUCCEEDED"]
+        (row,) = outbox_rows(ctx, job.id)
+        assert (row.status, row.attempts) == ("sent", 1)
+    finally:
+        gate.set()
+        hook.close()
+
+
+# `tpujob requeue` as cron runs it, its sweep one that finds nothing to do (no cloud needed):
+# the process ends while a webhook still drips the answer to the message due from before.
+_REQUEUE = """
+from tpujob.service import keep_alive
+from tpujob.service.context import Context
+
+
+class Idle:
+    def sweep(self, ids=None):
+        return None
+
+
+keep_alive.reconciler = lambda ctx: Idle()
+keep_alive.requeue(Context.load())
+"""
+
+
+def test_requeue_ends_by_its_deadline_while_a_webhook_drips(ctx, spec_file, monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("TPUJOB_NOTIFY_TIMEOUT", "1")
+    drip = Drip()
+    try:
+        job = record(ctx, spec_file, [{"webhook": drip.url()}])
+        run_to(ctx, job.id, *TO_RUNNING, (State.SUCCEEDED, {}))
+        try:
+            ending = subprocess.run([sys.executable, "-c", _REQUEUE], capture_output=True, text=True, timeout=HANG)
+        except subprocess.TimeoutExpired:
+            pytest.fail("requeue never ended")
+        assert ending.returncode == 0, ending.stderr
+        (row,) = outbox_rows(ctx, job.id)  # left for the next sweep, not claimed by a process now gone
+        assert (row.status, row.attempts, row.last_error, row.claimed_by) == (
+            "pending", 1, "no answer within 1 s", None)
+    finally:
+        drip.close()
 
 
 # -- notify test ---------------------------------------------------------------------------------

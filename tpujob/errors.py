@@ -157,6 +157,11 @@ class ConfigError(TpujobError):
     exit_code = EXIT_CONFIG
 
 
+class StoreError(ConfigError):
+    """The store cannot be used as it is (a damaged or read-only file, a migration that failed):
+    the message names it and says how to recover."""
+
+
 AUTH_HINT = "run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
 
 
@@ -179,3 +184,14 @@ class BillingDisabled(PermissionDenied):
 
 class JobDidNotSucceed(TpujobError):
     exit_code = EXIT_JOB_FAILED
+
+
+def expired_credentials(exc: BaseException) -> AuthError | None:
+    """google-auth's RefreshError (Application Default Credentials whose token expired or was
+    revoked), wherever it escaped a typed error, as one line with the fix; None for any other
+    error. Told by its class's name: this module imports no Google library (`list` needs none)."""
+    if not any(kind.__name__ == "RefreshError" and kind.__module__ == "google.auth.exceptions"
+               for kind in type(exc).__mro__):
+        return None
+    reason = exc.args[0] if exc.args and isinstance(exc.args[0], str) else type(exc).__name__
+    return AuthError(f"Google credentials expired or revoked ({reason}); {AUTH_HINT}")

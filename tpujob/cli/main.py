@@ -9,7 +9,7 @@ import typer
 import typer.main
 
 from tpujob import settings
-from tpujob.errors import EXIT_UNEXPECTED, EXIT_USAGE, TpujobError
+from tpujob.errors import EXIT_UNEXPECTED, EXIT_USAGE, TpujobError, expired_credentials
 
 app = typer.Typer(
     name="tpujob",
@@ -95,7 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: say so in one line; --debug shows where
         if debug:
             raise
-        typer.echo(f"error: unexpected {exc.__class__.__name__}: {exc} (run with --debug for the traceback)", err=True)
+        known = expired_credentials(exc)  # a Google call no typed error wraps: the fix is known
+        if known is not None:
+            typer.echo(f"error: {known.message}", err=True)
+            return known.exit_code
+        # The first line only: a driver's error goes on with the statement and its parameters.
+        first = (str(exc).strip().splitlines() or [""])[0]
+        typer.echo(f"error: unexpected {exc.__class__.__name__}: {first} (run with --debug for the traceback)",
+                   err=True)
         return EXIT_UNEXPECTED
 
 

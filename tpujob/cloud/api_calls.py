@@ -94,7 +94,15 @@ def invoke(retry: gretry.Retry, what: str, attempt: Callable[[], Any],
     except NETWORK as err:  # only when a retry deadline of 0 let one through
         raise CloudError(f"{what}: {describe(err)}") from err
     except (auth_exc.RefreshError, auth_exc.DefaultCredentialsError) as err:
-        raise AuthError(f"{what}: Google credentials not usable ({describe(err)}); {AUTH_HINT}") from err
+        raise credentials_unusable(what, err) from err
+
+
+def credentials_unusable(what: str, err: Exception) -> AuthError:
+    """ADC that cannot give a token (expired or revoked: RefreshError; none: DefaultCredentialsError)
+    as one line with the fix. A RefreshError's first argument is its reason; the second, the
+    token endpoint's whole answer, is left out."""
+    reason = err.args[0] if err.args and isinstance(err.args[0], str) else describe(err)
+    return AuthError(f"{what}: Google credentials not usable ({reason}); {AUTH_HINT}")
 
 
 def new_retry(initial: float, maximum: float, deadline: float) -> gretry.Retry:

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exc
 from google.cloud.storage.retry import DEFAULT_RETRY
 
-from tpujob.cloud.api_calls import classify, describe
+from tpujob.cloud.api_calls import classify, credentials_unusable, describe
 from tpujob.errors import CloudError
 from tpujob.runtime import contract  # pure: the file names the orchestrator reads
 
@@ -118,7 +119,11 @@ class Gcs:
             return fn(*args)
         except gexc.GoogleAPICallError as err:
             raise classify(what, err, "storage.googleapis.com") from err
+        except (auth_exc.RefreshError, auth_exc.DefaultCredentialsError) as err:  # no token to send
+            raise credentials_unusable(what, err) from err
         except gexc.RetryError as err:  # retried to the deadline: say what the last try met
+            if isinstance(err.cause, (auth_exc.RefreshError, auth_exc.DefaultCredentialsError)):
+                raise credentials_unusable(what, err.cause) from err
             raise CloudError(f"{what}: {describe(err.cause or err)}") from err
         except (OSError, ValueError) as err:  # connection refused, a reply that is not JSON
             raise CloudError(f"{what}: {describe(err)}") from err

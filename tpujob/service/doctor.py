@@ -3,7 +3,7 @@ command that fixes it. Local items here; the cloud's (credentials, project, APIs
 buckets) in doctor_cloud.py.
 
 Every check only looks: nothing is started, created or changed (the store is opened, which
-creates and migrates it like any command does).
+creates and migrates it like any command does, and takes a write that is rolled back).
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ def _mode(path) -> int:
 
 
 def store_check(ctx: Context) -> tuple[Check, list | None]:
-    """The store opens (and migrates); its active jobs, or None when it did not open."""
+    """The store opens (and migrates) and takes a write; its active jobs, or None when it did
+    not open."""
     from tpujob.settings import redact_url, redact_urls_in
+    from tpujob.store.db import check_writable
 
     where = redact_url(ctx.settings.database_url)
     try:
@@ -58,7 +60,12 @@ def store_check(ctx: Context) -> tuple[Check, list | None]:
     except Exception as exc:  # a driver's own error (a locked or corrupt file, a bad server)
         return Check("store", ERROR, f"cannot open {where}: {type(exc).__name__}: {redact_urls_in(str(exc))}",
                      "check TPUJOB_DB_URL or db_url in $TPUJOB_HOME/config.yaml (tpujob config show)"), None
-    found = f"{where}: {len(jobs)} active job{'' if len(jobs) == 1 else 's'}"
+    try:  # a store that reads but refuses writes fails the first move of every sweep
+        check_writable(ctx.store.engine, ctx.settings.database_url)
+    except TpujobError as exc:
+        return Check("store", ERROR, exc.message, "make the store and its directory writable by this user, "
+                     "or point TPUJOB_DB_URL at one that is"), jobs
+    found = f"{where}: {len(jobs)} active job{'' if len(jobs) == 1 else 's'}, writable"
     loose = [path for path in _sqlite_files(ctx.settings.database_url) if _mode(path) & 0o077]
     if loose:
         # Made 0600 since tpujob makes it (settings.private_file); an older store, or one
@@ -73,12 +80,12 @@ def _sqlite_files(url: str) -> list:
     """A SQLite store's files that exist (the database, its -wal and -shm); none for a server."""
     from pathlib import Path
 
-    if not url.startswith("sqlite:///"):
+    from tpujob.store.db import sqlite_file
+
+    path = sqlite_file(url)
+    if path is None:
         return []
-    path = url.removeprefix("sqlite:///").split("?", 1)[0]
-    if not path or path == ":memory:":
-        return []
-    return [p for p in (Path(path), Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists()]
+    return [p for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists()]
 
 
 def home_check(ctx: Context) -> Check:

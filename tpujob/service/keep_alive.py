@@ -67,20 +67,19 @@ def requeue(ctx: Context, job_refs: list[str] | None = None, *, settle: float = 
     jobs it leaves setting up are swept again, those alone, until their setup has ended or
     `settle` seconds have passed: a setup runs detached on the hosts, and from cron the program
     would otherwise start only at the next run, minutes after its setup ended."""
-    from tpujob.service.notify import deliver_quietly
+    from tpujob.service.notify import courier
 
     ids = None if not job_refs else [ctx.store.find(ref).id for ref in job_refs]
     rec = reconciler(ctx)
-    report = rec.sweep(ids)
-    deliver_quietly(ctx)  # the moves this sweep (or another) committed, told
-    if settle > 0:
-        _settle_setups(ctx, rec, report, ids, time.monotonic() + settle)
+    with courier(ctx) as notices:  # told beside the sweep: a slow endpoint never holds it up
+        report = rec.sweep(ids)
+        notices.wake()  # the moves this sweep (or another) committed
+        if settle > 0:
+            _settle_setups(ctx, rec, report, ids, time.monotonic() + settle, notices)
     return report
 
 
-def _settle_setups(ctx: Context, rec, report, ids: list[int] | None, deadline: float) -> None:
-    from tpujob.service.notify import deliver_quietly
-
+def _settle_setups(ctx: Context, rec, report, ids: list[int] | None, deadline: float, notices) -> None:
     def setting_up() -> list[int]:
         return [j.id for j in ctx.store.list_jobs(states=[State.SETTING_UP]) if ids is None or j.id in ids]
 
@@ -91,7 +90,7 @@ def _settle_setups(ctx: Context, rec, report, ids: list[int] | None, deadline: f
     while waiting and time.monotonic() + poll < deadline:
         time.sleep(poll)
         rec.sweep(waiting)  # these jobs only: one listing of their zones, one SSH round each
-        deliver_quietly(ctx)
+        notices.wake()
         waiting = [i for i in setting_up() if i in followed]
     report.setups_ended = len(followed) - len(waiting)
 
@@ -101,15 +100,15 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | 
     """Sweep every `interval` s until `max_sweeps` or `stop` is set (checked between sweeps);
     registered as a watcher meanwhile (`create` and `doctor` look for one: see watchers)."""
     from tpujob.service import watchers
-    from tpujob.service.notify import deliver_quietly
+    from tpujob.service.notify import courier
 
     rec = reconciler(ctx)
     stop = stop or threading.Event()
     count = 0
-    with watchers.watching(interval) as heartbeat:
+    with watchers.watching(interval) as heartbeat, courier(ctx) as notices:
         while (max_sweeps is None or count < max_sweeps) and not stop.is_set():
             on_report(rec.sweep())
-            deliver_quietly(ctx)
+            notices.wake()
             heartbeat.touch()
             count += 1
             if max_sweeps is None or count < max_sweeps:
@@ -135,7 +134,7 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
            on_progress: Callable | None = None, poll: float | None = None):
     """Sweep one job until it runs (or, with until_ended, until it ends); report new events,
     and, through `on_progress(step, Progress)`, each host step (sync, mount, setup, launch)."""
-    from tpujob.service.notify import deliver_quietly
+    from tpujob.service.notify import courier
 
     rec = reconciler(ctx, progress=on_progress)
     queue_follow = queue_follow_seconds()
@@ -143,30 +142,31 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
     seen = 0
     deadline = time.monotonic() + timeout
     waiting_since: float | None = None
-    while True:
-        rec.sweep([job_id])
-        deliver_quietly(ctx)
-        events = ctx.store.events(job_id)
-        for event in events[seen:]:
-            on_event(event)
-        seen = len(events)
-        if job_id in rec.auth_errors:  # the fix is the user's (a role, an API, a login): say it
-            raise rec.auth_errors[job_id]
-        job = ctx.store.get(job_id)
-        state = State(job.state)
-        if state == State.FAILED and job_id in rec.config_errors:  # a zone the project may not use
-            raise rec.config_errors[job_id]
-        if state in ENDED or (not until_ended and state == State.RUNNING):
-            return job
-        if time.monotonic() > deadline:
-            return job
-        if not until_ended and state == State.PROVISIONING:
-            waiting_since = _waiting_since(rec, job, waiting_since)
-            if waiting_since is not None and time.monotonic() - waiting_since > queue_follow:
-                return job  # waiting for capacity (hours, maybe): the sweeps take it from here
-        else:
-            waiting_since = None
-        time.sleep(poll)
+    with courier(ctx) as notices:  # told beside the sweeps: a slow endpoint never holds them up
+        while True:
+            rec.sweep([job_id])
+            notices.wake()
+            events = ctx.store.events(job_id)
+            for event in events[seen:]:
+                on_event(event)
+            seen = len(events)
+            if job_id in rec.auth_errors:  # the fix is the user's (a role, an API, a login): say it
+                raise rec.auth_errors[job_id]
+            job = ctx.store.get(job_id)
+            state = State(job.state)
+            if state == State.FAILED and job_id in rec.config_errors:  # a zone the project may not use
+                raise rec.config_errors[job_id]
+            if state in ENDED or (not until_ended and state == State.RUNNING):
+                return job
+            if time.monotonic() > deadline:
+                return job
+            if not until_ended and state == State.PROVISIONING:
+                waiting_since = _waiting_since(rec, job, waiting_since)
+                if waiting_since is not None and time.monotonic() - waiting_since > queue_follow:
+                    return job  # waiting for capacity (hours, maybe): the sweeps take it from here
+            else:
+                waiting_since = None
+            time.sleep(poll)
 
 
 def _waiting_since(rec, job, since: float | None) -> float | None:

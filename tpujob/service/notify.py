@@ -1,9 +1,13 @@
-"""Sending notifications: the outbox's due rows after each sweep, and `tpujob notify test`.
+"""Sending notifications: the outbox's due rows, in a thread beside the sweeps (`Courier`), and
+`tpujob notify test`.
 
 Webhooks get Slack-compatible JSON (`{"text": ...}`) by POST; email goes through the SMTP
-server in `tpujob config` (smtp_*), its password the secret TPUJOB_SMTP_PASSWORD. Every send
-has a short timeout and the sends run on a bounded pool, so a dead endpoint holds a sweep up by
-one timeout at most per round of the pool, and is tried again later, with backoff.
+server in `tpujob config` (smtp_*), its password the secret TPUJOB_SMTP_PASSWORD. Every message
+has one deadline for all of it (name lookup, connect, TLS, request, every read: a server that
+drips its answer a byte at a time is cut off there too), a redirect is a failure (never
+followed: the URL's token would go wherever it points), and anything that goes wrong with one
+message is recorded on its row, which stays pending for a later try: a notification never
+stalls or fails a sweep.
 """
 
 from __future__ import annotations
@@ -11,24 +15,32 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
+import urllib.parse
+from contextlib import contextmanager
 from dataclasses import dataclass
 from email.message import EmailMessage
+from typing import Callable, Iterator, TypeVar
 
-from tpujob.errors import ConfigError, NotFoundError, TpujobError, UsageError
+from tpujob.errors import ConfigError, NotFoundError, UsageError
 from tpujob.service.context import Context
 from tpujob.settings import tuning
 from tpujob.spec import NotifySpec
 from tpujob.spec.stored import spec_of
 
-# Seconds one send may take (connect, and each read); TPUJOB_NOTIFY_TIMEOUT overrides it.
+# Seconds one message may take in all; TPUJOB_NOTIFY_TIMEOUT overrides it.
 SEND_TIMEOUT = 5.0
 WORKERS = 8
-# Rows sent per sweep: a backlog drains over several sweeps instead of holding one up.
+# Rows sent per round: a backlog drains over several rounds instead of holding one up.
 BATCH = 64
+# A claim outlives the send it covers (which ends by its deadline) by this much: the store
+# writes around it.
+CLAIM_MARGIN = 30.0
 PASSWORD_SECRET = "TPUJOB_SMTP_PASSWORD"
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class SendFailed(Exception):
@@ -47,7 +59,7 @@ class Delivery:
 
 
 def send_timeout() -> float:
-    """TPUJOB_NOTIFY_TIMEOUT: seconds a channel may take."""
+    """TPUJOB_NOTIFY_TIMEOUT: seconds a message may take in all."""
     return tuning("NOTIFY_TIMEOUT", SEND_TIMEOUT, 0, 120)
 
 
@@ -56,6 +68,86 @@ def target_of(channel: NotifySpec) -> str:
     from tpujob.spec import mask_webhook
 
     return channel.email if channel.email else f"webhook {mask_webhook(channel.webhook or '')}"
+
+
+# -- one message's deadline ----------------------------------------------------------------------
+
+class Deadline:
+    """The one deadline of a message. A socket's own timeout bounds each read, not the answer: a
+    server that sends a byte just within it every time holds a read loop for ever. So the send
+    runs in a thread of its own (`within`), which is waited for until the deadline; then the
+    sockets it registered (`guard`) are shut down, which ends a read blocked on them at once."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._end = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._sockets: list[Callable[[], socket.socket | None]] = []
+        self._expired = False
+
+    def missed(self) -> str:
+        return f"no answer within {self.seconds:g} s"
+
+    def left(self) -> float:
+        """Seconds left (a timeout for the next step); SendFailed once there are none."""
+        left = self._end - time.monotonic()
+        if left <= 0 or self._expired:
+            raise SendFailed(self.missed())
+        return left
+
+    def guard(self, socket_of: Callable[[], socket.socket | None]) -> None:
+        """Shut the socket `socket_of()` gives (the connection's current one: TLS replaces it)
+        down when the deadline passes."""
+        with self._lock:
+            self._sockets.append(socket_of)
+            expired = self._expired
+        if expired:
+            _shut(socket_of())
+
+    def expire(self) -> None:
+        with self._lock:
+            self._expired = True
+            held = list(self._sockets)
+        for socket_of in held:
+            _shut(socket_of())
+
+
+def _shut(sock: socket.socket | None) -> None:
+    if sock is None:
+        return
+    try:
+        # socket.socket's own shutdown, also for a TLS socket: ssl.SSLSocket.shutdown would drop
+        # its TLS state under the thread still reading it. A shut down socket's blocked read
+        # returns at once (close alone does not wake it).
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # not connected yet, or already closed
+
+
+def within(seconds: float, attempt: Callable[[Deadline], None]) -> None:
+    """Run `attempt(deadline)` in a daemon thread (a process that ends never waits for it) and
+    wait for it until the deadline. SendFailed says why it did not succeed, whatever it raised:
+    an unexpected error is named by its type only (its text may quote the webhook's URL)."""
+    deadline = Deadline(seconds)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            attempt(deadline)
+        except BaseException as exc:  # noqa: BLE001 - carried to the waiting thread, below
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True, name="notify-send")
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        deadline.expire()
+        raise SendFailed(deadline.missed())
+    if raised:
+        exc = raised[0]
+        if isinstance(exc, SendFailed):
+            raise exc
+        raise SendFailed(f"unexpected {type(exc).__name__}") from None
 
 
 # -- one send ---------------------------------------------------------------------------------
@@ -76,24 +168,46 @@ def _webhook_url(reference: str) -> str:
     return url
 
 
-def post_webhook(reference: str, text: str, timeout: float) -> None:
-    url = _webhook_url(reference)
-    body = json.dumps({"text": text}).encode()
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json", "User-Agent": "tpujob"})
+def _split(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port, path with its query) of a webhook URL; SendFailed for a URL that is
+    not one (the URL itself is not quoted: it holds the webhook's token)."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read(4096)
-    except urllib.error.HTTPError as exc:
-        raise SendFailed(f"HTTP {exc.code} {exc.reason}") from None
-    except (http.client.HTTPException, ValueError) as exc:  # not HTTP at all, or a malformed URL
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:  # a bad port, or an unclosed [IPv6 literal
+        raise SendFailed("malformed webhook URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SendFailed("malformed webhook URL: not http:// or https:// and a host")
+    return parts.scheme, parts.hostname, port, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def post_webhook(reference: str, text: str, deadline: Deadline) -> None:
+    """POST the text by http.client, which never follows a redirect (urllib's opener would, to
+    wherever the answer points)."""
+    scheme, host, port, target = _split(_webhook_url(reference))
+    body = json.dumps({"text": text}).encode()
+    kind = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+    conn = kind(host, port, timeout=deadline.left())
+    deadline.guard(lambda: conn.sock)
+    try:
+        conn.connect()
+        deadline.left()  # the deadline passed while connecting: its socket may not be guarded
+        conn.request("POST", target, body=body,
+                     headers={"Content-Type": "application/json", "User-Agent": "tpujob"})
+        response = conn.getresponse()
+        response.read(4096)
+    except http.client.HTTPException as exc:  # not HTTP at all
         raise SendFailed(f"no HTTP answer ({exc.__class__.__name__})") from None
-    except urllib.error.URLError as exc:
-        raise SendFailed(_reason(exc.reason)) from None
     except TimeoutError:
-        raise SendFailed(f"no answer within {timeout:g} s") from None
+        raise SendFailed(deadline.missed()) from None
     except OSError as exc:
         raise SendFailed(_reason(exc)) from None
+    finally:
+        conn.close()
+    if 300 <= response.status < 400:
+        raise SendFailed(f"HTTP {response.status} {response.reason}: a redirect, not followed")
+    if not 200 <= response.status < 300:
+        raise SendFailed(f"HTTP {response.status} {response.reason}")
 
 
 def _reason(reason) -> str:
@@ -104,7 +218,7 @@ def _reason(reason) -> str:
     return str(reason)
 
 
-def send_email(ctx: Context, address: str, subject: str, text: str, timeout: float) -> None:
+def send_email(ctx: Context, address: str, subject: str, text: str, deadline: Deadline) -> None:
     import smtplib
     import ssl
 
@@ -120,7 +234,12 @@ def send_email(ctx: Context, address: str, subject: str, text: str, timeout: flo
             from tpujob.attempt.secrets import resolve
 
             password = resolve([PASSWORD_SECRET])[PASSWORD_SECRET]
-        with smtplib.SMTP(s.smtp_host, int(s.smtp_port), timeout=timeout) as smtp:
+        # Connected in the constructor, which is what names the server for STARTTLS's
+        # certificate check (smtplib keeps the host given there, not connect()'s); a greeting
+        # other than 220 raises SMTPConnectError. Connect and greeting are bounded by the
+        # socket's timeout, the rest by the guard, and the sweep by the sender's thread deadline.
+        with smtplib.SMTP(s.smtp_host, int(s.smtp_port), timeout=deadline.left()) as smtp:
+            deadline.guard(lambda: smtp.sock)
             if s.smtp_starttls == "true":
                 # Without a context, smtplib's STARTTLS verifies nothing (Python docs,
                 # smtplib.SMTP.starttls): the password would go to whoever answers. The default
@@ -138,26 +257,55 @@ def send_email(ctx: Context, address: str, subject: str, text: str, timeout: flo
         raise SendFailed(f"SMTP {s.smtp_host}:{s.smtp_port}: its certificate is not trusted ({exc.verify_message}); "
                          "a private CA's certificate can be named in SSL_CERT_FILE") from None
     except TimeoutError:
-        raise SendFailed(f"SMTP server gave no answer within {timeout:g} s") from None
+        raise SendFailed(f"SMTP server gave no answer within {deadline.seconds:g} s") from None
     except OSError as exc:
         raise SendFailed(f"SMTP {s.smtp_host}:{s.smtp_port}: {_reason(exc)}") from None
 
 
 def send(ctx: Context, channel: NotifySpec, text: str, timeout: float) -> None:
-    """Tell one channel; SendFailed says why not."""
-    if channel.webhook:
-        post_webhook(channel.webhook, text, timeout)
-    else:
-        # "tpujob: job 000042 'name' SUCCEEDED: why" -> the subject is up to the state.
-        send_email(ctx, channel.email or "", ": ".join(text.split(": ", 2)[:2]), text, timeout)
+    """Tell one channel within `timeout` seconds in all; SendFailed says why not, whatever went
+    wrong."""
+    def attempt(deadline: Deadline) -> None:
+        if channel.webhook:
+            post_webhook(channel.webhook, text, deadline)
+        else:
+            # "tpujob: job 000042 'name' SUCCEEDED: why" -> the subject is up to the state.
+            send_email(ctx, channel.email or "", ": ".join(text.split(": ", 2)[:2]), text, deadline)
+
+    within(timeout, attempt)
+
+
+def _each(fn: Callable[[T], R], items: list[T]) -> list[R]:
+    """`fn` over `items`, WORKERS at a time, in daemon threads: a process that ends never waits
+    for one (a pool's threads it would). `fn` raises nothing."""
+    results: list[R | None] = [None] * len(items)
+    order = iter(enumerate(items))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                nxt = next(order, None)
+            if nxt is None:
+                return
+            results[nxt[0]] = fn(nxt[1])
+
+    threads = [threading.Thread(target=work, daemon=True, name="notify") for _ in range(min(WORKERS, len(items)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results  # type: ignore[return-value]  # every slot was filled
 
 
 # -- the outbox -------------------------------------------------------------------------------
 
-def deliver_due(ctx: Context, *, limit: int = BATCH) -> list[Delivery]:
+def deliver_due(ctx: Context, *, limit: int = BATCH,
+                may_start: Callable[[], bool] = lambda: True) -> list[Delivery]:
     """Send the outbox's due rows, each claimed first (compare-and-set), so sweeps running at
     once never send one twice; a failure is recorded for a later try (backoff), the last try
-    gives up with an event on the job. Never raises for a send that failed."""
+    gives up with an event on the job. A row is started only while `may_start()`; one not
+    started stays due. Raises nothing for a message, whatever goes wrong with it."""
     from tpujob.store.outbox import Outboxes
 
     timeout = send_timeout()
@@ -166,43 +314,93 @@ def deliver_due(ctx: Context, *, limit: int = BATCH) -> list[Delivery]:
     if not rows:
         return []
     channels = _channels(ctx, {row.job_id for row in rows})
-    # A claim outlives the slowest send: a row is never sent by a second sweep while the first
-    # is still at it (SMTP's connect, STARTTLS, login and data each get `timeout`).
-    ttl = 6 * timeout + 30
+    ttl = timeout + CLAIM_MARGIN  # a row is never sent by a second sweep while the first is at it
 
     def one(row) -> Delivery | None:
-        channel = channels.get(row.job_id, {}).get(row.channel)
-        if channel is None or not boxes.claim(row.id, ctx.actor, ttl):
-            return None
         try:
-            send(ctx, channel, row.text, timeout)
-        except SendFailed as exc:
-            boxes.failed(row, ctx.actor, str(exc))
-            return Delivery(row.channel, target_of(channel), str(exc) or "failed")
-        boxes.sent(row.id, ctx.actor)
-        return Delivery(row.channel, target_of(channel))
+            if not may_start():
+                return None
+            channel = channels.get(row.job_id, {}).get(row.channel)
+            if channel is None or not boxes.claim(row.id, ctx.actor, ttl):
+                return None
+            try:
+                send(ctx, channel, row.text, timeout)
+            except SendFailed as exc:
+                boxes.failed(row, ctx.actor, str(exc) or "failed")
+                return Delivery(row.channel, target_of(channel), str(exc) or "failed")
+            boxes.sent(row.id, ctx.actor)
+            return Delivery(row.channel, target_of(channel))
+        except Exception:  # noqa: BLE001 - the store's write failed: the claim expires, a later round retries
+            return None
 
-    with ThreadPoolExecutor(max_workers=min(WORKERS, len(rows)), thread_name_prefix="notify") as pool:
-        return [o for o in pool.map(one, rows) if o is not None]
+    return [o for o in _each(one, rows) if o is not None]
 
 
 def _channels(ctx: Context, job_ids: set[int]) -> dict[int, dict[int, NotifySpec]]:
     found = {}
     for job_id in job_ids:
         try:
-            job = ctx.store.get(job_id)
+            found[job_id] = dict(enumerate(spec_of(ctx.store.get(job_id)).spec.notify))
         except NotFoundError:
             continue
-        found[job_id] = dict(enumerate(spec_of(job).spec.notify))
+        except Exception:  # noqa: BLE001 - a job whose stored spec does not read: its rows wait
+            continue
     return found
 
 
-def deliver_quietly(ctx: Context) -> None:
-    """After a sweep: deliver what is due; a broken outbox (a bad setting) never fails the sweep."""
+class Courier:
+    """Delivers the outbox in a thread of its own, beside the sweeps: a slow or dead endpoint
+    never holds up a sweep's work on jobs. `wake()` after each sweep (its moves' rows are due);
+    `close()` delivers what the last sweep made due and ends, bounded: sends already started
+    are let finish (each within its deadline), none starts once a deadline has passed since
+    the close, and a row not sent stays pending for the next sweep."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self._due = threading.Event()
+        self._closing = threading.Event()
+        self._start_by: float | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="notify-courier")
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._due.set()
+
+    def _may_start(self) -> bool:
+        return self._start_by is None or time.monotonic() < self._start_by
+
+    def _run(self) -> None:
+        while True:
+            self._due.wait()
+            self._due.clear()
+            closing = self._closing.is_set()
+            try:
+                deliver_due(self.ctx, may_start=self._may_start)
+            except Exception:  # noqa: BLE001 - a store that cannot be read now: the next round retries
+                pass
+            if closing:
+                return
+
+    def close(self) -> None:
+        timeout = send_timeout()
+        self._start_by = time.monotonic() + timeout
+        self._closing.set()
+        self._due.set()
+        # A round in flight ends by then, the last one by a deadline later; the store's writes
+        # around them get the claim's margin. Past that the process goes on (the thread is a
+        # daemon), and a claimed row is sent again once its claim expires.
+        self._thread.join(2 * timeout + CLAIM_MARGIN)
+
+
+@contextmanager
+def courier(ctx: Context) -> Iterator[Courier]:
+    """A Courier for the block, woken at its start (rows due from before) and closed at its end."""
+    running = Courier(ctx)
+    running.wake()
     try:
-        deliver_due(ctx)
-    except TpujobError:
-        pass
+        yield running
+    finally:
+        running.close()
 
 
 # -- notify test ------------------------------------------------------------------------------
@@ -218,7 +416,7 @@ def send_test(ctx: Context, ref: str) -> tuple[object, list[Delivery]]:
     timeout = send_timeout()
     text = f"tpujob: job {format_job_id(job.id)} {job.name!r} TEST: a test message from `tpujob notify test`"
 
-    def one(pair) -> Delivery:
+    def one(pair: tuple[int, NotifySpec]) -> Delivery:
         index, channel = pair
         try:
             send(ctx, channel, text, timeout)
@@ -226,5 +424,4 @@ def send_test(ctx: Context, ref: str) -> tuple[object, list[Delivery]]:
             return Delivery(index, target_of(channel), str(exc) or "failed")
         return Delivery(index, target_of(channel))
 
-    with ThreadPoolExecutor(max_workers=min(WORKERS, len(channels)), thread_name_prefix="notify") as pool:
-        return job, list(pool.map(one, enumerate(channels)))
+    return job, _each(one, list(enumerate(channels)))

@@ -262,12 +262,14 @@ def _one_at_a_time(conn: Connection) -> None:
         conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
 
 
-def migrate(engine: Engine) -> list[int]:
+def migrate(engine: Engine, backup: Callable[[int], object] | None = None) -> list[int]:
     """Apply every migration not applied yet; return the versions applied now.
 
     Each migration and its bookkeeping row commit together, so a crash leaves the schema at a
     known version. Two processes opening a fresh store at once: the loser's insert of the same
-    version fails its transaction, and it re-reads what is applied.
+    version fails its transaction, and it re-reads what is applied. `backup(version)` is called
+    once before the first migration of a store that has any (a new store has nothing to keep):
+    a copy of the store as it is, at that version.
     """
     if is_current(engine):
         return []  # every command opens the store: no write lock, no table creation, no reflection
@@ -275,6 +277,8 @@ def migrate(engine: Engine) -> list[int]:
         _one_at_a_time(conn)
         _bookkeeping.create_all(conn)
     done = set(applied_versions(engine))
+    if backup is not None and done and any(version not in done for version, _, _ in MIGRATIONS):
+        backup(max(done))
     applied = []
     for version, name, apply in MIGRATIONS:
         if version in done:
