@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from tpujob.errors import CloudError, SshAuthRefused
 from tpujob.hosts.host_output import MAX_CHARS, cause
+from tpujob.hosts.scripts import HostCommand
 
 OUTPUT_TAIL = 1 << 20   # bytes of each host's output kept in memory (the log file has it all)
 STDERR_TAIL = 64 << 10  # bytes of its stderr alone: where a failure's cause is (hosts.host_output)
@@ -135,7 +136,7 @@ class HostGroup:
 
     # ---- fan-out ------------------------------------------------------------------------------
 
-    def run(self, command: str | Callable[[Host], str], *,
+    def run(self, command: str | HostCommand | Callable[[Host], str | HostCommand], *,
             stdin: bytes | Callable[[Host], bytes] | None = None,
             log_paths: Callable[[Host], pathlib.Path] | None = None,
             timeout: float | None = None, fail_fast: bool = False,
@@ -259,11 +260,14 @@ class HostGroup:
                 raise
         raise AssertionError("unreachable")
 
-    def execute(self, host: Host, command: str, *, stdin: bytes | None = None,
+    def execute(self, host: Host, command: str | HostCommand, *, stdin: bytes | None = None,
                 log: pathlib.Path | None = None, timeout: float | None = None,
                 cancel: threading.Event | None = None) -> HostResult:
         """`command` on one host: its exit code and output. Raises CloudError if the host
-        cannot be reached; a connection lost mid-command is a result with `error` set."""
+        cannot be reached; a connection lost mid-command is a result with `error` set. A
+        HostCommand's script goes on stdin ahead of `stdin`."""
+        if isinstance(command, HostCommand):
+            command, stdin = command.command, command.preamble + (stdin or b"")
         cancel = cancel or threading.Event()
         client = self.client(host)
         try:
