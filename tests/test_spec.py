@@ -901,10 +901,9 @@ REFUSALS = [
     ("env-past-its-budget", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}
-        env:  #<
-          %s
         run: {command: x}
-        """ % "\n          ".join(f"V{i}: {'v' * 120_000}" for i in range(9))), "env",
+        env:  #<
+        """) + "".join(f"  V{i}: {'v' * 120_000}\n" for i in range(9)), "env",
      "the env is 1080036 bytes in all; tpujob passes at most 1048576"),
     # A pattern matches the whole value: `$` also matches before a trailing newline.
     ("name-with-a-trailing-newline", _spec("""
