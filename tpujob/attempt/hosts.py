@@ -23,7 +23,7 @@ from tpujob.attempt import (
     setup_states,
 )
 from tpujob.attempt import slice_disks as disks
-from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
+from tpujob.errors import ConfigError, HostsUnreachable, LocalIOError, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.keys import load_key
@@ -146,8 +146,12 @@ class SshHostOps:
                                          accept_new=self._accept_new, renew=self._renew_lease)
 
     def log_dir(self, job: Job, attempt: Attempt) -> Path:
+        """The attempt's local log dir, made; LocalIOError (never a host's fault) where it cannot be."""
         path = self.ctx.settings.home / local_log_dir(job.id, attempt.number)
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LocalIOError.of("make the log directory", path, exc) from exc
         return path
 
     def host_attempt(self, job: Job, attempt: Attempt, slice_: Slice, *, secrets: dict[str, str] | None = None

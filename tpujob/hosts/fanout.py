@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tpujob.errors import CloudError, SshAuthRefused
+from tpujob.errors import CloudError, LocalIOError, SshAuthRefused
 from tpujob.hosts.host_output import MAX_CHARS, cause
 from tpujob.hosts.scripts import HostCommand
 
@@ -166,6 +166,9 @@ class HostGroup:
                 if state.cancel.is_set():
                     raise _Cancelled()
                 result = fn(host, state.cancel)
+            except LocalIOError:  # this machine's fault, not the host's: the step stops with it
+                state.cancel.set()
+                raise
             except _Cancelled:
                 result = HostResult(host.index, error="cancelled: another host failed")
             except SshAuthRefused as err:
@@ -268,7 +271,19 @@ class HostGroup:
         HostCommand's script goes on stdin ahead of `stdin`."""
         if isinstance(command, HostCommand):
             command, stdin = command.command, command.preamble + (stdin or b"")
-        cancel = cancel or threading.Event()
+        # The log first: a local fault (LocalIOError) is raised before the host is asked anything.
+        sink = _HostLog(log) if log else None
+        try:
+            result = self._execute(host, command, stdin, sink, timeout, cancel or threading.Event())
+        finally:
+            if sink:
+                sink.close()
+        if sink and sink.fault:  # the command ran to its end; the log could not keep it
+            raise sink.fault
+        return result
+
+    def _execute(self, host: Host, command: str, stdin: bytes | None, sink: _HostLog | None,
+                 timeout: float | None, cancel: threading.Event) -> HostResult:
         client = self.client(host)
         try:
             channel = client.get_transport().open_session(timeout=self.connect_timeout)
@@ -279,15 +294,11 @@ class HostGroup:
                 timeout=self.connect_timeout)
         tail, err_tail = bytearray(), bytearray()
         deadline = time.monotonic() + timeout if timeout else None
-        if log:
-            log.parent.mkdir(parents=True, exist_ok=True)
-        sink = open(log, "ab") if log else None
 
         def keep(chunk: bytes, stderr: bool = False) -> None:
             nonlocal tail, err_tail
             if sink:
                 sink.write(chunk)
-                sink.flush()
             tail += chunk
             del tail[:-OUTPUT_TAIL]
             if stderr:
@@ -335,8 +346,37 @@ class HostGroup:
             return result(error=f"connection lost: {error_text(err)}")
         finally:
             channel.close()
-            if sink:
-                sink.close()
+
+
+class _HostLog:
+    """A host's local log ($TPUJOB_HOME/logs/JOB/attempt-N/host-K.log), appended to. Its faults
+    are this machine's, kept apart from the SSH errors around it (an OSError both): one at
+    opening raises LocalIOError at once; one while writing stops the log, and the command
+    runs to its end before `fault` is raised (a half-read command's answer would be lost)."""
+
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+        self.fault: LocalIOError | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.file: Any = open(path, "ab")
+        except OSError as exc:
+            raise LocalIOError.of("open the host log", path, exc) from exc
+
+    def write(self, chunk: bytes) -> None:
+        if self.fault:
+            return
+        try:
+            self.file.write(chunk)
+            self.file.flush()
+        except OSError as exc:
+            self.fault = LocalIOError.of("write the host log", self.path, exc)
+
+    def close(self) -> None:
+        try:
+            self.file.close()
+        except OSError as exc:  # the buffer's last bytes, flushed on close
+            self.fault = self.fault or LocalIOError.of("write the host log", self.path, exc)
 
 
 def _refused(client: Any, err: Exception) -> bool:
