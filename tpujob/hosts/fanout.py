@@ -270,7 +270,8 @@ class HostGroup:
         cannot be reached; a connection lost mid-command is a result with `error` set. A
         HostCommand's script goes on stdin ahead of `stdin`."""
         if isinstance(command, HostCommand):
-            command, stdin = command.command, command.preamble + (stdin or b"")
+            stdin = command.preamble + (stdin or b"")
+            command = command.command
         # The log first: a local fault (LocalIOError) is raised before the host is asked anything.
         sink = _HostLog(log) if log else None
         try:

@@ -112,7 +112,8 @@ def _stream(group, host, command: str | HostCommand, *, out: Write, err: Write,
 
     preamble = b""
     if isinstance(command, HostCommand):
-        command, preamble = command.command, command.preamble
+        preamble = command.preamble
+        command = command.command
 
     try:
         channel = group.client(host).get_transport().open_session(timeout=group.connect_timeout)

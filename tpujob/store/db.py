@@ -87,6 +87,14 @@ def _store_error(url: str, what: str, exc: Exception) -> ConfigError:
     return ConfigError(f"{what} {redact_url(url)!r}: {detail}")
 
 
+def _disk_full(exc: Exception) -> bool:
+    """SQLite's SQLITE_FULL ("database or disk is full", sqlite.org/rescode.html#full), or
+    PostgreSQL's disk_full (SQLSTATE 53100, its errcodes appendix)."""
+    orig = getattr(exc, "orig", None)
+    return (getattr(orig, "sqlite_errorcode", None) == 13 or getattr(orig, "pgcode", None) == "53100"
+            or getattr(orig, "sqlstate", None) == "53100")
+
+
 def _open(url: str) -> Engine:
     from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -98,6 +106,8 @@ def _open(url: str) -> Engine:
         migrate(engine)  # the first connection: a server that is down or refuses us shows here
     except (OperationalError, InterfaceError) as exc:
         engine.dispose()
+        if _disk_full(exc):  # the store was reached: its disk has no room for what it writes
+            raise _store_error(url, "disk full: cannot write the store", exc) from None
         raise _store_error(url, "cannot reach store", exc) from None
     _engines[url] = engine
     return engine
