@@ -230,7 +230,9 @@ class SshHostOps:
             script = program.setup_script(host_attempt, spec.spec.setup_command, runtime_modules=modules,
                                           runtime_packages=packages, timeout=timeout,
                                           cache_paths=tuple(cached.cache) if cache_key and cached else (),
-                                          cache_archive=setup_cache.host_archive(cache_key) if cache_key else "")
+                                          cache_archive=setup_cache.host_archive(cache_key) if cache_key else "",
+                                          cache_digest=setup_cache.digest_of(self.ctx.store, spec, cache_key)
+                                          if cache_key else "")
             # Waiting a moment for the setup pays where it is likely over at once (none, or a
             # cache to unpack): the program launches in this sweep. A setup of the job's own
             # takes longer: the worker moves on at once.
@@ -246,6 +248,7 @@ class SshHostOps:
             if any(s.state == "failed" and s.exit_code is None for s in started):
                 started = program.setup_state(group, host_attempt)  # one that ended earlier: why
             held.keep = all(s.state == "done" for s in started)  # the launch follows at once
+            setup_cache.record_digests(self.ctx.store, spec, [s.cache for s in started])
             return setup_states.seen(started, timeout, hidden)
 
     def launch(self, job: Job, attempt: Attempt, slice_: Slice) -> None:
@@ -282,6 +285,7 @@ class SshHostOps:
             return replace(unreachable, refused=self.logins.refusal(job.project, slice_.metadata, str(exc)))
         except TpujobError:
             return unreachable
+        setup_cache.record_digests(self.ctx.store, spec, [s.cache for s in statuses])
         seen = setup_states.seen(statuses, timeout, secrets.readable(spec.spec.secrets))
         if seen.refused is None:
             return seen
