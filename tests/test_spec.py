@@ -905,6 +905,13 @@ REFUSALS = [
         env:  #<
         """) + "".join(f"  V{i}: {'v' * 120_000}\n" for i in range(9)), "env",
      "the env is 1080036 bytes in all; tpujob passes at most 1048576"),
+    ("workdir-past-path-max", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run:
+          command: x
+          workdir: /%s  #<
+        """ % ("w" * 4095)), "run.workdir", "the path is 4096 bytes; a host takes at most 4095 (Linux's PATH_MAX)"),
     # A pattern matches the whole value: `$` also matches before a trailing newline.
     ("name-with-a-trailing-newline", _spec("""
         name: "demo\\n"  #<

@@ -51,6 +51,9 @@ MAX_ARG_BYTES = 32 * 4096 - 1
 # RLIMIT_STACK / 4, 2 MiB under the usual 8 MiB); the job's env gets half of that, leaving the
 # rest to the command and to what the host's login puts in the environment itself.
 MAX_ENV_BYTES = 1 << 20
+# A path on a host: at most PATH_MAX bytes, its NUL included (torvalds/linux
+# include/uapi/linux/limits.h), or every call naming it fails with ENAMETOOLONG.
+MAX_PATH_BYTES = 4096 - 1
 
 # Environment the orchestrator sets on every host.
 ENV_JOB_ID = "TPUJOB_JOB_ID"

@@ -11,7 +11,7 @@ from pathlib import Path
 from tpujob.catalogue import COMPUTE, NEVER_READ_ONLY, Accelerator, accelerator
 from tpujob.errors import SpecError
 from tpujob.names import split_gs
-from tpujob.runtime.contract import MAX_ARG_BYTES, MAX_ENV_BYTES
+from tpujob.runtime.contract import MAX_ARG_BYTES, MAX_ENV_BYTES, MAX_PATH_BYTES
 from tpujob.spec.compute_engine import check_fallback_api, choose_api
 from tpujob.spec.lines import dotted, field_error, parse
 from tpujob.spec.models import (
@@ -187,8 +187,9 @@ def _check_setup(spec: JobSpec, sync_path: str | None, lines) -> None:
 
 def _check_host_limits(spec: JobSpec, lines) -> None:
     """What the hosts cannot take, refused here rather than on a paid slice: each command runs
-    as `bash -c COMMAND`, one argument of at most MAX_ARG_BYTES (Linux's MAX_ARG_STRLEN), and
-    the env is exported, each NAME=VALUE as long at most, MAX_ENV_BYTES in all (contract)."""
+    as `bash -c COMMAND`, one argument of at most MAX_ARG_BYTES (Linux's MAX_ARG_STRLEN), a path
+    on the hosts has at most MAX_PATH_BYTES, and the env is exported, each NAME=VALUE as long as
+    an argument at most, MAX_ENV_BYTES in all (runtime.contract)."""
     commands = [(("setup", "run") if isinstance(spec.setup, SetupSpec) else ("setup",), spec.setup_command),
                 (("run", "command"), spec.run.command or "")]
     for where, command in commands:
@@ -199,6 +200,16 @@ def _check_host_limits(spec: JobSpec, lines) -> None:
                               "and run that", where, lines)
         if "\0" in command:
             raise field_error("the command contains a NUL byte", where, lines)
+    paths = [(("run", "workdir"), spec.run.workdir or "")]
+    paths += [(("disks", i, "mount"), disk.mount) for i, disk in enumerate(spec.disks)]
+    paths += [(("buckets", i, key), getattr(bucket, key) or "") for i, bucket in enumerate(spec.buckets)
+              for key in ("mount", "cache_dir")]
+    if isinstance(spec.setup, SetupSpec):
+        paths += [(("setup", "cache", i), path) for i, path in enumerate(spec.setup.cache)]
+    for where, path in paths:
+        if len(path.encode()) > MAX_PATH_BYTES:
+            raise field_error(f"the path is {len(path.encode())} bytes; a host takes at most {MAX_PATH_BYTES} "
+                              "(Linux's PATH_MAX)", where, lines)
     total = 0
     for key, value in spec.env.items():
         size = len(f"{key}={value}".encode())
