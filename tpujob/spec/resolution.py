@@ -200,7 +200,7 @@ def _check_host_limits(spec: JobSpec, lines) -> None:
                               "and run that", where, lines)
         if "\0" in command:
             raise field_error("the command contains a NUL byte", where, lines)
-    paths = [(("run", "workdir"), spec.run.workdir or "")]
+    paths: list[tuple[tuple, str]] = [(("run", "workdir"), spec.run.workdir or "")]
     paths += [(("disks", i, "mount"), disk.mount) for i, disk in enumerate(spec.disks)]
     paths += [(("buckets", i, key), getattr(bucket, key) or "") for i, bucket in enumerate(spec.buckets)
               for key in ("mount", "cache_dir")]
