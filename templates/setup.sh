@@ -135,8 +135,9 @@ if [ -n "$cache_archive" ] && [ "${TPUJOB_HOST_INDEX:-0}" = 0 ] && { [ -n "$refu
   if command -v zstd > /dev/null; then ext=tar.zst; pack=(zstd -q -T0 -c); else ext=tar.gz; pack=(gzip -c); fi
   started=$(date +%s.%N)
   tmp=$cache_archive.$ext.tmp-$$
-  local_copy=$(mktemp)
-  if mkdir -p "$(dirname "$cache_archive")" && tar -c -f - -C / "${members[@]}" | "${pack[@]}" > "$local_copy" \
+  local_copy=""
+  if local_copy=$(mktemp) && mkdir -p "$(dirname "$cache_archive")" \
+      && tar -c -f - -C / "${members[@]}" | "${pack[@]}" > "$local_copy" \
       && digest=$(sha256sum < "$local_copy" | cut -c1-64) && { [ -z "$refused" ] || rm -f "$refused"; } \
       && cp "$local_copy" "$tmp" && mv "$tmp" "$cache_archive.$ext"; then
     cache_note "$(cat "$attempt_dir/setup.cache" 2> /dev/null)" stored "$(since "$started")" sha256 "$digest" \
@@ -146,6 +147,6 @@ if [ -n "$cache_archive" ] && [ "${TPUJOB_HOST_INDEX:-0}" = 0 ] && { [ -n "$refu
     cache_note "$(cat "$attempt_dir/setup.cache" 2> /dev/null)" store-failed
     echo "tpujob: setup cache: packing ${members[*]} failed (the setup itself succeeded)" >&2
   fi
-  rm -f "$local_copy"
+  [ -z "$local_copy" ] || rm -f "$local_copy"
 fi
 touch "$attempt_dir/setup.done"
