@@ -374,7 +374,10 @@ class SshHostOps:
             got += r.ok
             body = r.output if r.ok else f"(no answer: {r.describe()})\n"
             parts.append(f"== host {r.index} ==\n{body}")
-        path.write_text("\n".join(parts))
+        try:
+            path.write_text("\n".join(parts))
+        except OSError as exc:
+            raise LocalIOError.of("write the stacks to", path, exc) from exc
         return f"stacks of {got} of {len(results)} hosts kept in {path}"
 
     def unmount(self, job: Job, attempt: Attempt, slice_: Slice) -> None:
