@@ -14,6 +14,7 @@ command={{command}}
 timeout_seconds={{timeout_seconds}}
 cache_paths={{cache_paths}}
 cache_archive={{cache_archive}}
+cache_digest={{cache_digest}}
 # Relative paths are taken from the home, and so is a leading ~/ (quoted in the spec, the shell
 # would not expand it).
 case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
@@ -57,9 +58,15 @@ fi
 
 # The setup cache (setup: {cache: [...]}): an archive of the cached paths under this setup's key
 # (`cache_archive`, without its extension, in the run dir's bucket) stands in for running it.
+# It is unpacked at / as code is run, so only an archive whose sha256 is the one its maker
+# reported (`cache_digest`, kept in tpujob's store) is: anyone who can write the bucket could
+# have replaced it. One that does not match, or that has no recorded digest, is refused, and the
+# setup runs instead (the setup, not the cache, is the truth; failing the job instead would let
+# a bucket writer stop every job); host 0 then stores its own in the refused one's place.
 # What happened goes to setup.cache, one line of fixed words that setup_state.sh reports.
 cache_note() { printf '%s\n' "$*" > "$attempt_dir/setup.cache"; }
 since() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'; }
+refused=""
 if [ -n "$cache_archive" ]; then
   archive=""
   if [ -f "$cache_archive.tar.zst" ] && command -v zstd > /dev/null; then archive=$cache_archive.tar.zst; unpack=(zstd -d -q -c)
@@ -67,16 +74,34 @@ if [ -n "$cache_archive" ]; then
   fi
   if [ -z "$archive" ]; then
     cache_note miss absent
+  elif [ -z "$cache_digest" ]; then
+    refused=$archive
+    cache_note miss unverified
+    echo "tpujob: setup cache: no digest of $archive is recorded (stored by an older tpujob, or its report was lost): not trusted; running the setup" >&2
   else
     started=$(date +%s.%N)
-    if "${unpack[@]}" "$archive" | tar -x -f - -C /; then
+    # A private copy is checked and unpacked: the bucket's object may change between the two.
+    copy=$(mktemp -d)
+    trap 'rm -rf "$copy"' EXIT
+    found=""
+    cp "$archive" "$copy/archive" && found=$(sha256sum < "$copy/archive" | cut -c1-64) || true
+    if [ -z "$found" ]; then
+      cache_note miss unpack-failed
+      echo "tpujob: setup cache: reading $archive failed; running the setup" >&2
+    elif [ "$found" != "$cache_digest" ]; then
+      refused=$archive
+      cache_note miss mismatch
+      echo "tpujob: setup cache: $archive refused: its sha256 is $found, not $cache_digest as recorded when it was stored (changed since); running the setup" >&2
+    elif "${unpack[@]}" "$copy/archive" | tar -x -f - -C /; then
       cache_note hit "$(since "$started")"
-      echo "tpujob: setup cache: unpacked $archive instead of running the setup"
+      echo "tpujob: setup cache: unpacked $archive (sha256 verified) instead of running the setup"
       touch "$attempt_dir/setup.done"
       exit 0
+    else
+      cache_note miss unpack-failed
+      echo "tpujob: setup cache: unpacking $archive failed; running the setup" >&2
     fi
-    cache_note miss unpack-failed
-    echo "tpujob: setup cache: unpacking $archive failed; running the setup" >&2
+    rm -rf "$copy"
   fi
 fi
 
@@ -95,10 +120,12 @@ if [ "$rc" != 0 ]; then
   echo "tpujob: the job's setup command exited $rc" >&2
   exit "$rc"
 fi
-# Host 0 packs the cached paths once (tar, then zstd where the image has it, else gzip), under a
-# temporary name first: no host ever unpacks half an archive. Relative paths are the home's.
-if [ -n "$cache_archive" ] && [ "${TPUJOB_HOST_INDEX:-0}" = 0 ] \
-    && [ ! -f "$cache_archive.tar.zst" ] && [ ! -f "$cache_archive.tar.gz" ]; then
+# Host 0 packs the cached paths once (tar, then zstd where the image has it, else gzip) where
+# there is no archive, or in place of the one it refused; locally first, where its sha256 is
+# taken (reported in setup.cache, recorded by tpujob with the key), then under a temporary name
+# in the bucket: no host ever unpacks half an archive. Relative paths are the home's.
+if [ -n "$cache_archive" ] && [ "${TPUJOB_HOST_INDEX:-0}" = 0 ] && { [ -n "$refused" ] \
+    || { [ ! -f "$cache_archive.tar.zst" ] && [ ! -f "$cache_archive.tar.gz" ]; }; }; then
   members=()
   while IFS= read -r path; do
     [ -n "$path" ] || continue
@@ -108,13 +135,18 @@ if [ -n "$cache_archive" ] && [ "${TPUJOB_HOST_INDEX:-0}" = 0 ] \
   if command -v zstd > /dev/null; then ext=tar.zst; pack=(zstd -q -T0 -c); else ext=tar.gz; pack=(gzip -c); fi
   started=$(date +%s.%N)
   tmp=$cache_archive.$ext.tmp-$$
-  if mkdir -p "$(dirname "$cache_archive")" && tar -c -f - -C / "${members[@]}" | "${pack[@]}" > "$tmp" \
-      && mv "$tmp" "$cache_archive.$ext"; then
-    cache_note "$(cat "$attempt_dir/setup.cache" 2> /dev/null)" stored "$(since "$started")"
+  local_copy=""
+  if local_copy=$(mktemp) && mkdir -p "$(dirname "$cache_archive")" \
+      && tar -c -f - -C / "${members[@]}" | "${pack[@]}" > "$local_copy" \
+      && digest=$(sha256sum < "$local_copy" | cut -c1-64) && { [ -z "$refused" ] || rm -f "$refused"; } \
+      && cp "$local_copy" "$tmp" && mv "$tmp" "$cache_archive.$ext"; then
+    cache_note "$(cat "$attempt_dir/setup.cache" 2> /dev/null)" stored "$(since "$started")" sha256 "$digest" \
+      key "${cache_archive##*/}"
   else
     rm -f "$tmp"
     cache_note "$(cat "$attempt_dir/setup.cache" 2> /dev/null)" store-failed
     echo "tpujob: setup cache: packing ${members[*]} failed (the setup itself succeeded)" >&2
   fi
+  [ -z "$local_copy" ] || rm -f "$local_copy"
 fi
 touch "$attempt_dir/setup.done"

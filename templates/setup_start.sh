@@ -29,11 +29,15 @@ if [ -f "$attempt_dir/setup.exit" ]; then report ended; exit 0; fi
 if [ -f "$attempt_dir/setup.pid" ] && group_alive "$(cat "$attempt_dir/setup.pid")"; then
   report running; exit 0
 fi
+# The setup script is a file, never an argument: an argument is at most 128 KiB on Linux
+# (MAX_ARG_STRLEN), and a setup with many quotes, quoted into setup.sh, outgrows it. Private
+# (umask 077): the command is the user's, as written.
+(umask 077 && printf '%s' "$script" > "$attempt_dir/setup.sh.tmp" && mv "$attempt_dir/setup.sh.tmp" "$attempt_dir/setup.sh")
 # The wrapper leads its own session (setsid): the setup outlives this SSH session, and its
 # exit code lands in setup.exit when it ends (setup.sh's marker, setup.done, on success).
 # setup.sh's own lock (setup.lock) still keeps a second one from running beside it.
-wrapper='bash -c "$1" < /dev/null > "$2/setup.log" 2> "$2/setup.err"; rc=$?; printf "%s\n" "$rc" > "$2/setup.exit.tmp"; mv "$2/setup.exit.tmp" "$2/setup.exit"'
-setsid bash -c "$wrapper" tpujob-setup "$script" "$attempt_dir" < /dev/null > /dev/null 2>&1 &
+wrapper='bash "$1/setup.sh" < /dev/null > "$1/setup.log" 2> "$1/setup.err"; rc=$?; printf "%s\n" "$rc" > "$1/setup.exit.tmp"; mv "$1/setup.exit.tmp" "$1/setup.exit"'
+setsid bash -c "$wrapper" tpujob-setup "$attempt_dir" < /dev/null > /dev/null 2>&1 &
 echo $! > "$attempt_dir/setup.pid"
 # A setup with little to do (none, or a cache hit) is over in a moment: the sweep then launches
 # at once instead of a sweep later. Longer ones are left running.

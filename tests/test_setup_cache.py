@@ -74,3 +74,26 @@ def test_hits_and_misses_in_words():
     assert setup_cache.describe(["miss unpack-failed store-failed"]) == (
         "miss on 1 of 1 hosts (host 0: unpacking the archive failed): the setup ran; host 0 could not "
         "store it (see its setup.err)")
+    assert setup_cache.describe(["miss mismatch stored 2.1 sha256 " + "a" * 64 + " key " + "b" * 32]) == (
+        "miss on 1 of 1 hosts (host 0: the archive was refused: its sha256 is not the one recorded when it was "
+        "stored): the setup ran; stored by host 0 (packed in 2.1 s)")
+    assert "(host 0: the archive was refused: no sha256 of it is recorded)" in setup_cache.describe(
+        ["miss unverified"])
+
+
+def test_the_digest_host_0_reports_is_kept_by_bucket_and_key(tmp_path):
+    """What a later setup's hosts check the archive against: the sha256 in host 0's note, kept
+    under the run dir's bucket and the key the host stored it under (issue 45)."""
+    from tpujob.store.repository import open_store
+
+    (tmp_path / "requirements.txt").write_text("jax\n")
+    spec = resolved(tmp_path)
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    key = setup_cache.key(spec, "v4-8")
+    assert key is not None and setup_cache.digest_of(store, spec, key) == ""  # none: nothing trusted
+    digest = "c" * 64
+    setup_cache.record_digests(store, spec, ["", f"miss absent stored 3.0 sha256 {digest} key {key}", "hit 1.0"])
+    assert setup_cache.digest_of(store, spec, key) == digest
+    assert store.setup_cache_digest("another-bucket", key) is None
+    setup_cache.record_digests(store, spec, [f"miss mismatch stored 3.0 sha256 {'d' * 64} key {key}"])
+    assert setup_cache.digest_of(store, spec, key) == "d" * 64  # host 0 stored a new one in its place

@@ -877,6 +877,66 @@ REFUSALS = [
         sync: ./no-such-dir  #<
         run: {command: x}
         """), "sync", "does not exist"),
+    # Issue 45: what a host cannot take is refused here, not found on a paid slice. A command
+    # runs as one argument of `bash -c`, at most 131,071 bytes (Linux's MAX_ARG_STRLEN).
+    ("command-past-one-argument", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run:
+          command: %s  #<
+        """ % ("x" * 131_072)), "run.command", "the command is 131072 bytes; a host runs at most 131071"),
+    ("setup-past-one-argument", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        setup: %s  #<
+        run: {command: x}
+        """ % ("y" * 140_000)), "setup", "the command is 140000 bytes"),
+    ("env-variable-past-one-argument", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        env:
+          BIG: %s  #<
+        run: {command: x}
+        """ % ("z" * 131_068)), "env.BIG", "BIG={...} is 131072 bytes; a host takes at most 131071"),
+    ("env-past-its-budget", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        env:  #<
+        """) + "".join(f"  V{i}: {'v' * 120_000}\n" for i in range(9)), "env",
+     "the env is 1080036 bytes in all; tpujob passes at most 1048576"),
+    ("workdir-past-path-max", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run:
+          command: x
+          workdir: /%s  #<
+        """ % ("w" * 4095)), "run.workdir", "the path is 4096 bytes; a host takes at most 4095 (Linux's PATH_MAX)"),
+    # A pattern matches the whole value: `$` also matches before a trailing newline.
+    ("name-with-a-trailing-newline", _spec("""
+        name: "demo\\n"  #<
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run: {command: x}
+        """), "name", "is not a job name"),
+    ("zone-with-a-trailing-newline", _spec("""
+        name: demo
+        tpu:
+          accelerator: v4-8
+          zone: "us-central2-b\\n"  #<
+        run: {command: x}
+        """), "tpu.zone", "is not a zone like us-central2-b"),
+    ("env-name-with-a-trailing-newline", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        env: {"STEPS\\n": 1}  #<
+        run: {command: x}
+        """), "env.STEPS", "is not an environment variable name"),
+    ("run-dir-with-a-trailing-newline", _spec("""
+        name: demo
+        tpu: {accelerator: v4-8, zone: us-central2-b}
+        run_dir: "gs://bucket/runs\\n"  #<
+        run: {command: x}
+        """), "run_dir", "must be a gs://BUCKET/PATH location"),
 ]
 
 

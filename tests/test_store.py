@@ -455,3 +455,13 @@ def test_an_error_line_names_the_error_and_hides_the_stores_password():
     line = store.error_line(refused)
     assert line.startswith("OperationalError: (builtins.Exception) connection to postgresql+psycopg://lab:")
     assert "s3cret" not in line and "***" in line and "more" not in line, line
+
+
+def test_a_full_disk_says_disk_full(cli, tpujob_home):
+    """Issue 45: a store that cannot be written for want of room said "cannot reach store".
+    /dev/full answers every write with ENOSPC, which SQLite reports as SQLITE_FULL."""
+    tpujob_home.mkdir(parents=True, exist_ok=True)
+    (tpujob_home / "tpujob.db").symlink_to("/dev/full")
+    result = cli("show", "1")
+    assert result.code == 6
+    assert result.error_line.startswith(f"error: disk full: cannot write the store 'sqlite:///{tpujob_home}/tpujob.db'")

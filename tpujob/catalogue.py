@@ -176,7 +176,7 @@ GENERATIONS: dict[str, Generation] = {
 }
 
 _ALIASES = {"v5e": "v5litepod", "v5lite": "v5litepod", "v7x": "tpu7x"}
-_NAME = re.compile(r"^(?P<gen>[a-z0-9]+?)-(?P<n>\d+)$")
+_NAME = re.compile(r"^(?P<gen>[a-z0-9]+?)-(?P<n>\d+)\Z")
 
 
 @dataclass(frozen=True)

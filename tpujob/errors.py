@@ -155,6 +155,25 @@ class SshAuthRefused(CloudError):
     not in `ssh-keys`), so the job ends at once instead of replacing the slice again and again."""
 
 
+class LocalIOError(TpujobError):
+    """A file on this machine could not be written or read (a full disk, a directory tpujob may
+    not write): the machine's fault, never a host's. A host step that meets one stops with it,
+    and the sweep retries it; it never reads as a connection lost, so no slice is replaced
+    for it. `LocalIOError.of` words it from the OSError."""
+
+    exit_code = EXIT_CONFIG
+
+    @classmethod
+    def of(cls, what: str, path: object, exc: OSError) -> LocalIOError:
+        import errno
+
+        why = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded",
+               errno.EROFS: "read-only file system"}.get(exc.errno or 0) or exc.strerror or type(exc).__name__
+        if why == "disk full":
+            return cls(f"disk full: cannot {what} {path} (free space on this machine)")
+        return cls(f"cannot {what} {path}: {why} (a problem on this machine, not on the hosts)")
+
+
 class SetupFailed(TpujobError):
     """The setup script exited non-zero on a host (a connection error is not this)."""
 

@@ -147,7 +147,7 @@ def split_gs(url: str) -> tuple[str, str] | None:
     """gs://BUCKET/PREFIX -> (BUCKET, PREFIX without slashes at its ends); None if not gs://.
     The one reading of a gs:// location: the spec's check of `run_dir`, the run dir, the setup
     cache's bucket."""
-    match = re.match(r"^gs://([^/]+)/?(.*)$", url)
+    match = re.fullmatch(r"gs://([^/]+)/?(.*)", url)
     return (match.group(1), match.group(2).strip("/")) if match else None
 
 

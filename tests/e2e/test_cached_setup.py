@@ -133,3 +133,53 @@ def test_cache_list_and_clear(ctx, local_cloud, project, bucket, tmp_path, cli):
     assert cleared.out.splitlines()[-1] == "1 setup archive deleted"
     assert key not in cli("cache", "list").out
     assert not [b for b in bucket.list_blobs(prefix=f"tpujob-cache/{key}")]
+
+
+def _planting_archive() -> bytes:
+    """What someone who can write the bucket might store in the archive's place: a tar.gz
+    that plants a venv of its own and a file outside it."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, body in (("home/tpujob/venv/marker", b"planted\n"), ("mnt/pwned", b"ran\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return out.getvalue()
+
+
+@pytest.mark.timeout(300)
+def test_a_replaced_archive_is_refused_and_the_setup_runs(ctx, local_cloud, project, bucket, tmp_path):
+    """Issue 45: the archive is unpacked at / on later hosts. One replaced in the bucket since
+    host 0 stored it no longer matches the sha256 recorded then: refused, in words, the setup
+    runs again, and host 0 stores a new archive whose digest the store keeps."""
+    import hashlib
+
+    from tpujob.attempt import setup_cache
+    from tpujob.spec.stored import spec_of
+
+    job, token = record(ctx, tmp_path, sleep=0)
+    rec = reconciler(ctx)
+    job = sweep_until(ctx, job.id, lambda j: j.state == "RUNNING", rec=rec, timeout=120, pause=0.5)
+    key = setup_cache.key(spec_of(job), job.accelerator)
+    [stored] = list(bucket.list_blobs(prefix=f"tpujob-cache/{key}.tar."))
+    recorded = ctx.store.setup_cache_digest(BUCKET, key)
+    assert recorded == hashlib.sha256(stored.download_as_bytes()).hexdigest()  # host 0's report, kept
+    stored.delete()
+    bucket.blob(f"tpujob-cache/{key}.tar.gz").upload_from_string(_planting_archive())
+
+    local_cloud.preempt(node_ref(project, ZONE, ctx.store.current_attempt(job.id).slice_name))
+    job = sweep_until(ctx, job.id, lambda j: j.state == "RUNNING" and j.attempt == 2, rec=rec, timeout=180,
+                      pause=0.5)
+    root = host_root(local_cloud, project, ZONE, ctx.store.current_attempt(job.id).slice_name, 0)
+    marker = root / "mnt/marker"
+    sweep_until(ctx, job.id, lambda j: marker.exists(), rec=rec, timeout=30)
+    assert marker.read_text() == "built by attempt 2\n" and not (root / "mnt/pwned").exists()
+    [words] = [e.message for e in ctx.store.events(job.id) if e.message.startswith("setup done")][1:]
+    assert ("setup cache: miss on 1 of 1 hosts (host 0: the archive was refused: its sha256 is not the one "
+            "recorded when it was stored): the setup ran; stored by host 0") in words
+    [again] = list(bucket.list_blobs(prefix=f"tpujob-cache/{key}.tar."))
+    assert ctx.store.setup_cache_digest(BUCKET, key) == hashlib.sha256(again.download_as_bytes()).hexdigest()
+    assert ctx.store.setup_cache_digest(BUCKET, key) != recorded

@@ -237,3 +237,25 @@ def test_a_host_that_dies_in_setup_is_replaced_after_the_grace_not_the_setup_tim
     assert ctx.store.attempts(job.id)[0].end_reason == "preempted"
     assert names(local_cloud, project) == [ctx.store.current_attempt(job.id).slice_name]
     assert job.unhealthy_since is None
+
+
+def test_a_full_local_disk_is_said_and_costs_no_slice(ctx, local_cloud, project, tmp_path):
+    """Issue 45: the host log's ENOSPC read as "connection lost", and the slice was replaced
+    once the unhealthy grace (here 0 s) passed. /dev/full answers every write with ENOSPC."""
+    from tpujob.names import local_log_dir
+
+    job = record(ctx, tmp_path, setup="true", unhealthy_grace_seconds=0)
+    logs = ctx.settings.home / local_log_dir(job.id, 1)
+    logs.mkdir(parents=True)
+    (logs / "host-0.log").symlink_to("/dev/full")
+    rec = reconciler(ctx)
+    full = f"disk full: cannot write the host log {logs / 'host-0.log'} (free space on this machine)"
+    sweep_until(ctx, job.id, lambda j: any(full in e.message for e in ctx.store.events(j.id)), rec=rec)
+    for _ in range(3):  # later sweeps meet it again: never a host's fault
+        rec.sweep([job.id])
+    after = ctx.store.get(job.id)
+    assert (after.state, after.attempt, after.unhealthy_since) == ("SETTING_UP", 1, None)
+    assert not any("unreachable" in e.message or "connection lost" in e.message for e in ctx.store.events(job.id))
+    (logs / "host-0.log").unlink()  # room again: the same slice goes on
+    job = sweep_until(ctx, job.id, running, rec=rec)
+    assert job.attempt == 1

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from tpujob.errors import CloudError
+from tpujob.errors import CloudError, LocalIOError
 from tpujob.hosts.fanout import Host, HostGroup, ensure_ok
 from tpujob.hosts.keys import key_path, load_key, public_key_line, ssh_keys_metadata
 
@@ -36,6 +36,31 @@ def test_runs_on_every_host_with_per_host_logs(slice_hosts, tmp_path):
     assert [p.done for p in seen] == [1, 2, 3, 4] and seen[-1].pending == ()
     assert seen[-1].total == 4 and seen[-1].failed == 0
     ensure_ok(results, "echo")
+
+
+def test_a_full_local_disk_is_no_lost_connection(slice_hosts, tmp_path):
+    """Issue 45: the host log written inside the SSH error handling made ENOSPC read as
+    "connection lost", and the slice was replaced. /dev/full answers every write with ENOSPC."""
+    machines, group = slice_hosts(2)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "host-1.log").symlink_to("/dev/full")
+    with pytest.raises(LocalIOError, match=r"^disk full: cannot write the host log .*host-1\.log \(free space"):
+        group.run(lambda h: f"echo ran > /mnt/ran; echo out-{h.index}",
+                  log_paths=lambda h: logs / f"host-{h.index}.log")
+    # The command ran to its end on every host: a local fault never cuts a host's step short.
+    assert all((machines.host_root(i) / "mnt" / "ran").read_text() == "ran\n" for i in range(2))
+    assert (logs / "host-0.log").read_text() == "out-0\n"
+
+
+def test_an_unwritable_log_dir_stops_the_step_before_any_host(slice_hosts, tmp_path):
+    """A log dir tpujob may not write (root-owned logs/JOB; here a file where the dir should be)
+    is this machine's fault: said as such, before any host runs the command."""
+    machines, group = slice_hosts(1)
+    (tmp_path / "logs").write_text("not a directory")
+    with pytest.raises(LocalIOError, match=r"^cannot open the host log .*host-0\.log: .*not on the hosts"):
+        group.run("echo ran > /mnt/ran", log_paths=lambda h: tmp_path / "logs" / "JOB" / f"host-{h.index}.log")
+    assert not (machines.host_root(0) / "mnt" / "ran").exists()
 
 
 def test_failures_are_reported_per_host(slice_hosts):

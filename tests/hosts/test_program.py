@@ -11,7 +11,7 @@ import pytest
 from tpujob.errors import UsageError
 from tpujob.hosts import program
 from tpujob.hosts.program import HostAttempt
-from tpujob.hosts.scripts import env_payload, render
+from tpujob.hosts.scripts import as_command, env_payload, render
 
 NASTY = "it's \"quoted\" $(touch /mnt/pwned) `touch /mnt/pwned2`; touch /mnt/pwned3\nline2 $HOME"
 
@@ -44,6 +44,23 @@ def test_env_payload_refuses_bad_names():
     assert env_payload({"A": "1", "B": "x\ny"}) == b"A=1\0B=x\ny\0"
     with pytest.raises(UsageError):
         env_payload({"A;rm": "1"})
+
+
+def test_env_payload_refuses_what_a_host_cannot_export():
+    """A secret's value is known only at setup: one past Linux's MAX_ARG_STRLEN would be
+    exported on every host and fail there; it is refused before any host is asked."""
+    env_payload({"TOKEN": "t" * (131_071 - len("TOKEN="))})
+    with pytest.raises(UsageError, match="TOKEN is 131072 bytes with its name; a host takes at most 131071"):
+        env_payload({"TOKEN": "t" * (131_072 - len("TOKEN="))})
+    with pytest.raises(UsageError, match="the environment is 1200040 bytes in all"):
+        env_payload({f"V{i}": "v" * 120_000 for i in range(10)})
+
+
+def test_a_script_travels_on_stdin_whatever_its_size():
+    shipped = as_command("echo '" + "x" * 200_000 + "'", "tpujob-test")
+    assert len(shipped.command) < 120 and shipped.preamble.endswith(b"'\0")
+    with pytest.raises(UsageError, match="NUL"):
+        render("status.sh", job_dir="a\0b", attempt=3, run_dir="/r", tail_bytes=1)
 
 
 def test_program_runs_detached_with_the_contract_env_and_exits(slice_hosts, tmp_path):

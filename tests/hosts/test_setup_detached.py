@@ -50,3 +50,19 @@ def test_a_failed_setup_is_observed_with_its_stderr(slice_hosts):
     assert (state.state, state.exit_code) == ("failed", 3)
     assert "pip: no such package" in state.said and "setup command exited 3" in state.said
     assert [s.state for s in program.start_setup(group, att, "true")] == ["failed"]  # never run again
+
+
+def test_a_16_kb_setup_full_of_quotes_runs(slice_hosts):
+    """Issue 45: quoted three times into one SSH argument (setup.sh, setup_start.sh, the
+    command), a 16 KB setup with 3,000 quotes made a 180,688-byte argument, past the 131,072 bytes
+    Linux takes as one (MAX_ARG_STRLEN), and failed on the host only. Now every script travels
+    on stdin (hosts.scripts.HostCommand) and setup.sh is a file on the host."""
+    machines, group = slice_hosts(1)
+    att = attempt()
+    line = "echo 'it''s' '' >> /mnt/quotes \n"   # 6 quotes a line, 32 bytes
+    command = line * 500
+    assert len(command) == 16_000 and command.count("'") == 3000
+    program.start_setup(group, att, program.setup_script(att, command))
+    (state,) = wait_setup(group, att)
+    assert (state.state, state.exit_code) == ("done", 0), state.said
+    assert (machines.host_root(0) / "mnt" / "quotes").read_text() == "its \n" * 500

@@ -23,7 +23,7 @@ from tpujob.attempt import (
     setup_states,
 )
 from tpujob.attempt import slice_disks as disks
-from tpujob.errors import ConfigError, HostsUnreachable, SetupFailed, SshAuthRefused, TpujobError
+from tpujob.errors import ConfigError, HostsUnreachable, LocalIOError, SetupFailed, SshAuthRefused, TpujobError
 from tpujob.hosts import program
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.keys import load_key
@@ -147,7 +147,13 @@ class SshHostOps:
                                          accept_new=self._accept_new, renew=self._renew_lease)
 
     def log_dir(self, job: Job, attempt: Attempt) -> Path:
-        return private_dir(self.ctx.settings.home / local_log_dir(job.id, attempt.number))
+        """The attempt's local log dir, made; LocalIOError (never a host's fault) where it cannot be."""
+        path = self.ctx.settings.home / local_log_dir(job.id, attempt.number)
+        try:
+            private_dir(path)
+        except OSError as exc:
+            raise LocalIOError.of("make the log directory", path, exc) from exc
+        return path
 
     def host_attempt(self, job: Job, attempt: Attempt, slice_: Slice, *, secrets: dict[str, str] | None = None
                      ) -> program.HostAttempt:
@@ -225,7 +231,9 @@ class SshHostOps:
             script = program.setup_script(host_attempt, spec.spec.setup_command, runtime_modules=modules,
                                           runtime_packages=packages, timeout=timeout,
                                           cache_paths=tuple(cached.cache) if cache_key and cached else (),
-                                          cache_archive=setup_cache.host_archive(cache_key) if cache_key else "")
+                                          cache_archive=setup_cache.host_archive(cache_key) if cache_key else "",
+                                          cache_digest=setup_cache.digest_of(self.ctx.store, spec, cache_key)
+                                          if cache_key else "")
             # Waiting a moment for the setup pays where it is likely over at once (none, or a
             # cache to unpack): the program launches in this sweep. A setup of the job's own
             # takes longer: the worker moves on at once.
@@ -241,6 +249,7 @@ class SshHostOps:
             if any(s.state == "failed" and s.exit_code is None for s in started):
                 started = program.setup_state(group, host_attempt)  # one that ended earlier: why
             held.keep = all(s.state == "done" for s in started)  # the launch follows at once
+            setup_cache.record_digests(self.ctx.store, spec, [s.cache for s in started])
             return setup_states.seen(started, timeout, hidden)
 
     def launch(self, job: Job, attempt: Attempt, slice_: Slice) -> None:
@@ -277,6 +286,7 @@ class SshHostOps:
             return replace(unreachable, refused=self.logins.refusal(job.project, slice_.metadata, str(exc)))
         except TpujobError:
             return unreachable
+        setup_cache.record_digests(self.ctx.store, spec, [s.cache for s in statuses])
         seen = setup_states.seen(statuses, timeout, secrets.readable(spec.spec.secrets))
         if seen.refused is None:
             return seen
@@ -365,7 +375,10 @@ class SshHostOps:
             got += r.ok
             body = r.output if r.ok else f"(no answer: {r.describe()})\n"
             parts.append(f"== host {r.index} ==\n{body}")
-        path.write_text("\n".join(parts))
+        try:
+            path.write_text("\n".join(parts))
+        except OSError as exc:
+            raise LocalIOError.of("write the stacks to", path, exc) from exc
         return f"stacks of {got} of {len(results)} hosts kept in {path}"
 
     def unmount(self, job: Job, attempt: Attempt, slice_: Slice) -> None:

@@ -12,12 +12,19 @@ a real TPU VM cannot reach the machine tpujob runs on). A spec with a cache and 
 The key hashes what decides what a setup produces: its command, the cached paths, the key
 files' contents (read here from the sync directory, at each setup: an edited requirements.txt
 is a new key), the runtime version and the accelerator generation of the attempt.
+
+The archive is unpacked at / on the hosts: it is code. Whoever can write the bucket could
+replace it, so host 0 reports the sha256 of what it stored (setup.sh's note: "stored 3.4 sha256
+HEX key KEY"), the store keeps it by bucket and key (`record_digests`), and a later setup is
+given it: its hosts unpack only an archive with that digest, and run the setup instead of one
+that differs or has none recorded (host 0 then stores its own in its place).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +36,7 @@ from tpujob.spec import ResolvedSpec
 if TYPE_CHECKING:
     from tpujob.attempt import StoreContext
     from tpujob.store.models import Attempt, Event
+    from tpujob.store.repository import Store
 
 PREFIX = "tpujob-cache"  # the objects' prefix in a run dir's bucket
 SUFFIXES = (".tar.zst", ".tar.gz")
@@ -66,7 +74,9 @@ def describe(notes: list[str]) -> str | None:
                      + (f" (unpacked in {took[0]} s on host {hits[0]})" if took else ""))
     if misses:
         index, words = misses[0]
-        why = {"absent": "no archive under this key yet", "unpack-failed": "unpacking the archive failed"}.get(
+        why = {"absent": "no archive under this key yet", "unpack-failed": "unpacking the archive failed",
+               "mismatch": "the archive was refused: its sha256 is not the one recorded when it was stored",
+               "unverified": "the archive was refused: no sha256 of it is recorded"}.get(
             words[1] if len(words) > 1 else "", "unknown")
         parts.append(f"miss on {len(misses)} of {len(notes)} hosts (host {index}: {why}): the setup ran")
     for index, words in misses:
@@ -76,6 +86,26 @@ def describe(notes: list[str]) -> str | None:
         if "store-failed" in words:
             parts.append(f"host {index} could not store it (see its setup.err)")
     return "; ".join(parts)
+
+
+_STORED = re.compile(r"\bsha256 ([0-9a-f]{64}) key ([0-9a-f]{32})\b")
+
+
+def record_digests(store: Store, spec: ResolvedSpec, notes: Sequence[str]) -> None:
+    """Keep the sha256 of each archive a host says it stored (setup.sh's note), by the run
+    dir's bucket and the key the host stored it under."""
+    bucket = bucket_of(spec)
+    for note in notes:
+        found = _STORED.search(note)
+        if found and bucket and store.setup_cache_digest(bucket, found[2]) != found[1]:
+            store.record_setup_cache_digest(bucket, found[2], found[1])
+
+
+def digest_of(store: Store, spec: ResolvedSpec, cache_key: str) -> str:
+    """The sha256 a setup's hosts check the archive of `cache_key` against ("": none recorded,
+    so none is trusted)."""
+    bucket = bucket_of(spec)
+    return (store.setup_cache_digest(bucket, cache_key) or "") if bucket else ""
 
 
 def per_attempt(attempts: Sequence[Attempt], events: Sequence[Event]) -> dict[int, str]:
@@ -162,4 +192,5 @@ def clear(ctx: StoreContext, key_prefix: str = "", bucket: str | None = None) ->
     gone = [e for e in entries(ctx, bucket) if e.key.startswith(key_prefix)]
     for entry in gone:
         gcs.delete_object(entry.bucket, entry.name)
+        ctx.store.forget_setup_cache_digest(entry.bucket, entry.key)
     return gone

@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tpujob.errors import CloudError, SshAuthRefused
+from tpujob.errors import CloudError, LocalIOError, SshAuthRefused
 from tpujob.hosts.host_output import MAX_CHARS, cause
+from tpujob.hosts.scripts import HostCommand
 
 OUTPUT_TAIL = 1 << 20   # bytes of each host's output kept in memory (the log file has it all)
 STDERR_TAIL = 64 << 10  # bytes of its stderr alone: where a failure's cause is (hosts.host_output)
@@ -135,7 +136,7 @@ class HostGroup:
 
     # ---- fan-out ------------------------------------------------------------------------------
 
-    def run(self, command: str | Callable[[Host], str], *,
+    def run(self, command: str | HostCommand | Callable[[Host], str | HostCommand], *,
             stdin: bytes | Callable[[Host], bytes] | None = None,
             log_paths: Callable[[Host], pathlib.Path] | None = None,
             timeout: float | None = None, fail_fast: bool = False,
@@ -165,6 +166,9 @@ class HostGroup:
                 if state.cancel.is_set():
                     raise _Cancelled()
                 result = fn(host, state.cancel)
+            except LocalIOError:  # this machine's fault, not the host's: the step stops with it
+                state.cancel.set()
+                raise
             except _Cancelled:
                 result = HostResult(host.index, error="cancelled: another host failed")
             except SshAuthRefused as err:
@@ -259,12 +263,28 @@ class HostGroup:
                 raise
         raise AssertionError("unreachable")
 
-    def execute(self, host: Host, command: str, *, stdin: bytes | None = None,
+    def execute(self, host: Host, command: str | HostCommand, *, stdin: bytes | None = None,
                 log: pathlib.Path | None = None, timeout: float | None = None,
                 cancel: threading.Event | None = None) -> HostResult:
         """`command` on one host: its exit code and output. Raises CloudError if the host
-        cannot be reached; a connection lost mid-command is a result with `error` set."""
-        cancel = cancel or threading.Event()
+        cannot be reached; a connection lost mid-command is a result with `error` set. A
+        HostCommand's script goes on stdin ahead of `stdin`."""
+        if isinstance(command, HostCommand):
+            stdin = command.preamble + (stdin or b"")
+            command = command.command
+        # The log first: a local fault (LocalIOError) is raised before the host is asked anything.
+        sink = _HostLog(log) if log else None
+        try:
+            result = self._execute(host, command, stdin, sink, timeout, cancel or threading.Event())
+        finally:
+            if sink:
+                sink.close()
+        if sink and sink.fault:  # the command ran to its end; the log could not keep it
+            raise sink.fault
+        return result
+
+    def _execute(self, host: Host, command: str, stdin: bytes | None, sink: _HostLog | None,
+                 timeout: float | None, cancel: threading.Event) -> HostResult:
         client = self.client(host)
         try:
             channel = client.get_transport().open_session(timeout=self.connect_timeout)
@@ -275,15 +295,11 @@ class HostGroup:
                 timeout=self.connect_timeout)
         tail, err_tail = bytearray(), bytearray()
         deadline = time.monotonic() + timeout if timeout else None
-        if log:
-            log.parent.mkdir(parents=True, exist_ok=True)
-        sink = open(log, "ab") if log else None
 
         def keep(chunk: bytes, stderr: bool = False) -> None:
             nonlocal tail, err_tail
             if sink:
                 sink.write(chunk)
-                sink.flush()
             tail += chunk
             del tail[:-OUTPUT_TAIL]
             if stderr:
@@ -331,8 +347,37 @@ class HostGroup:
             return result(error=f"connection lost: {error_text(err)}")
         finally:
             channel.close()
-            if sink:
-                sink.close()
+
+
+class _HostLog:
+    """A host's local log ($TPUJOB_HOME/logs/JOB/attempt-N/host-K.log), appended to. Its faults
+    are this machine's, kept apart from the SSH errors around it (an OSError both): one at
+    opening raises LocalIOError at once; one while writing stops the log, and the command
+    runs to its end before `fault` is raised (a half-read command's answer would be lost)."""
+
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+        self.fault: LocalIOError | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.file: Any = open(path, "ab")
+        except OSError as exc:
+            raise LocalIOError.of("open the host log", path, exc) from exc
+
+    def write(self, chunk: bytes) -> None:
+        if self.fault:
+            return
+        try:
+            self.file.write(chunk)
+            self.file.flush()
+        except OSError as exc:
+            self.fault = LocalIOError.of("write the host log", self.path, exc)
+
+    def close(self) -> None:
+        try:
+            self.file.close()
+        except OSError as exc:  # the buffer's last bytes, flushed on close
+            self.fault = self.fault or LocalIOError.of("write the host log", self.path, exc)
 
 
 def _refused(client: Any, err: Exception) -> bool:

@@ -106,16 +106,18 @@ def setup(group: HostGroup, attempt: HostAttempt, command: str, *, runtime_modul
 
 def setup_script(attempt: HostAttempt, command: str, *, runtime_modules: tuple[str, ...] = (),
                  runtime_packages: tuple[str, ...] = (), timeout: float | None = None,
-                 cache_paths: tuple[str, ...] = (), cache_archive: str = "") -> str:
+                 cache_paths: tuple[str, ...] = (), cache_archive: str = "", cache_digest: str = "") -> str:
     """setup.sh for this attempt: the run dir, the bundled runtime's packages, then `command`,
     or instead the archive of `cache_paths` at `cache_archive` (a path without its extension, on
-    the hosts) where there is one; host 0 stores it after a successful setup where there is not."""
+    the hosts) where there is one whose sha256 is `cache_digest`; host 0 stores it after a
+    successful setup where there is none, or in place of one refused."""
     return render("setup.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
                   workdir=attempt.workdir, run_dir=attempt.run_dir,
                   runtime_modules=" ".join(runtime_modules),
                   runtime_packages=" ".join(runtime_packages), command=command,
                   timeout_seconds=math.ceil(timeout) if timeout else 0,
-                  cache_paths="\n".join(cache_paths), cache_archive=cache_archive if cache_paths else "")
+                  cache_paths="\n".join(cache_paths), cache_archive=cache_archive if cache_paths else "",
+                  cache_digest=cache_digest if cache_paths else "")
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,20 @@ STATE_PREEMPTED = "preempted"
 STATE_NAN = "nan"
 STATES = (STATE_SUCCEEDED, STATE_FAILED, STATE_PREEMPTED, STATE_NAN)
 
+# What one exec(2) on a host takes: each argument and each NAME=VALUE of the environment is at
+# most MAX_ARG_STRLEN bytes, its NUL included (PAGE_SIZE * 32 with Linux's 4 KiB pages:
+# torvalds/linux include/uapi/linux/binfmts.h). The job's commands run as `bash -c COMMAND` and
+# its env is exported on the hosts, so these are bounded at validate (spec.resolution) and
+# before a setup starts (hosts.scripts.env_payload), never found on a paid slice.
+MAX_ARG_BYTES = 32 * 4096 - 1
+# All arguments and the environment together must fit in a quarter of the stack limit (fs/exec.c:
+# RLIMIT_STACK / 4, 2 MiB under the usual 8 MiB); the job's env gets half of that, leaving the
+# rest to the command and to what the host's login puts in the environment itself.
+MAX_ENV_BYTES = 1 << 20
+# A path on a host: at most PATH_MAX bytes, its NUL included (torvalds/linux
+# include/uapi/linux/limits.h), or every call naming it fails with ENAMETOOLONG.
+MAX_PATH_BYTES = 4096 - 1
+
 # Environment the orchestrator sets on every host.
 ENV_JOB_ID = "TPUJOB_JOB_ID"
 ENV_ATTEMPT = "TPUJOB_ATTEMPT"

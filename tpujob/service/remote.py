@@ -14,12 +14,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable
 
 from tpujob.clients import make_cloud
 from tpujob.errors import CloudError, ConflictError, NotFoundError, UsageError
 from tpujob.names import format_job_id, local_log_dir, own_nodes
 from tpujob.service.context import Context
+
+if TYPE_CHECKING:
+    from tpujob.hosts.scripts import HostCommand
 
 _NO_LOG = 66  # templates/logs.sh: no program log for that attempt on the host
 
@@ -98,12 +101,19 @@ def _ready(ctx: Context, ref: str, host: int | None, attempt: int | None = None)
 
 # ---- one SSH channel --------------------------------------------------------------------------
 
-def _stream(group, host, command: str, *, out: Write, err: Write,
+def _stream(group, host, command: str | HostCommand, *, out: Write, err: Write,
             stdin: BinaryIO | None = None, keep_open: bool = False,
             stop: threading.Event | None = None) -> HostOutcome:
     """Run `command` on `host`, copying its stdout and stderr as they come. `stdin` is sent
-    (then EOF); with keep_open the remote stdin stays open until the channel closes."""
+    (then EOF); with keep_open the remote stdin stays open until the channel closes. A
+    HostCommand's script is sent first (hosts.scripts)."""
     from tpujob.hosts.fanout import connection_errors, error_text
+    from tpujob.hosts.scripts import HostCommand
+
+    preamble = b""
+    if isinstance(command, HostCommand):
+        preamble = command.preamble
+        command = command.command
 
     try:
         channel = group.client(host).get_transport().open_session(timeout=group.connect_timeout)
@@ -114,6 +124,8 @@ def _stream(group, host, command: str, *, out: Write, err: Write,
     try:
         channel.settimeout(0.2)
         channel.exec_command(command)
+        if preamble:
+            channel.sendall(preamble)
         if stdin is not None:
             threading.Thread(target=_feed, args=(channel, stdin), daemon=True).start()
         elif not keep_open:

@@ -21,7 +21,7 @@ _RUN_LIMIT_MIN, _RUN_LIMIT_MAX = 30, 120 * 86400
 # reservationAffinity.values: a name, or projects/P/reservations/NAME (compute.v1 discovery,
 # ReservationAffinity; Google's create example passes the latter).
 RESERVATION_REF = re.compile(r"^(?:projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?"
-                             r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+                             r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 
 def _days(seconds: int) -> str:
@@ -69,7 +69,7 @@ def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlac
         if tpu.reservation is None:
             raise SpecError("provisioning: reservation needs the reservation to consume: set tpu.reservation: "
                             "NAME", field="tpu.reservation", line=lines.get(("tpu", "provisioning")))
-        if not RESERVATION_REF.match(tpu.reservation):
+        if not RESERVATION_REF.fullmatch(tpu.reservation):
             raise field_error(f"{tpu.reservation!r} is not a reservation: give its name or "
                               "projects/PROJECT/reservations/NAME", ("tpu", "reservation"), lines)
     elif tpu.reservation is not None:

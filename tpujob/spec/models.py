@@ -11,16 +11,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tpujob.catalogue import TPU_VM, Api
 
-JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
-RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # GCE disk/snapshot names
-BUCKET_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?\Z")
+RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")  # GCE disk/snapshot names
+BUCKET_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # A zone like us-central2-b, or an AI zone like us-central1-ai1a (TPU7x: Google's TPU regions
 # and zones page, https://cloud.google.com/tpu/docs/regions-zones).
-ZONE_NAME = re.compile(r"^[a-z]+-[a-z]+[0-9]+-(?:[a-z]|ai[0-9]+[a-z])$")
+ZONE_NAME = re.compile(r"^[a-z]+-[a-z]+[0-9]+-(?:[a-z]|ai[0-9]+[a-z])\Z")
 PROVISIONING = ("spot", "on-demand", "preemptible", "flex-start", "reservation")
 # tpu.max_run_duration: seconds, or a duration like 24h, 90m, 1d12h.
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?\Z")
 
 
 def duration_seconds(value: Any) -> int:
@@ -32,7 +32,7 @@ def duration_seconds(value: Any) -> int:
         seconds = value
     elif isinstance(value, str) and value.strip().isdigit():
         seconds = int(value.strip())
-    elif isinstance(value, str) and (m := _DURATION.match(value.strip())) and any(m.groups()):
+    elif isinstance(value, str) and (m := _DURATION.fullmatch(value.strip())) and any(m.groups()):
         d, h, mi, se = (int(g or 0) for g in m.groups())
         seconds = ((d * 24 + h) * 60 + mi) * 60 + se
     else:
@@ -46,10 +46,10 @@ def duration_seconds(value: Any) -> int:
 _PROJECT = r"(?:[a-z0-9.-]+:)?[a-z][-a-z0-9]{4,28}[a-z0-9]"
 _NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _COMPUTE_URL = r"(?:https://(?:www|compute)\.googleapis\.com/compute/(?:v1|beta|alpha)/)?"
-NETWORK_REF = re.compile(rf"^(?:{_NAME}|{_COMPUTE_URL}(?:projects/{_PROJECT}/)?global/networks/{_NAME})$")
+NETWORK_REF = re.compile(rf"^(?:{_NAME}|{_COMPUTE_URL}(?:projects/{_PROJECT}/)?global/networks/{_NAME})\Z")
 SUBNETWORK_REF = re.compile(rf"^(?:{_NAME}|{_COMPUTE_URL}(?:projects/{_PROJECT}/)?"
-                            rf"regions/(?P<region>[a-z]+-[a-z]+[0-9]+)/subnetworks/{_NAME})$")
-NETWORK_TAG = re.compile(rf"^{_NAME}$")
+                            rf"regions/(?P<region>[a-z]+-[a-z]+[0-9]+)/subnetworks/{_NAME})\Z")
+NETWORK_TAG = re.compile(rf"^{_NAME}\Z")
 
 
 class _Model(BaseModel):
@@ -248,8 +248,8 @@ NotifyOn = Literal["succeeded", "failed", "preempted", "nan", "cancelled"]
 _DEFAULT_ON: list[NotifyOn] = ["succeeded", "failed"]
 # `${NAME}`: the webhook URL is the secret NAME's value (environment, else secrets.env), so a
 # Slack URL never reaches the store; a literal URL is kept, and masked wherever it is shown.
-WEBHOOK_SECRET = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-EMAIL_ADDRESS = re.compile(r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;.]+$")
+WEBHOOK_SECRET = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}\Z")
+EMAIL_ADDRESS = re.compile(r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;.]+\Z")
 
 
 class NotifySpec(_Model):
@@ -376,7 +376,7 @@ class ResolvedSpec(BaseModel):
 def mask_webhook(url: str) -> str:
     """A webhook URL as shown anywhere (show, events, --json, errors): scheme and host only, as
     the path of a Slack-style URL is its secret. A `${NAME}` reference is shown as written."""
-    if WEBHOOK_SECRET.match(url):
+    if WEBHOOK_SECRET.fullmatch(url):
         return url
     from urllib.parse import urlsplit
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from tpujob.catalogue import COMPUTE, NEVER_READ_ONLY, Accelerator, accelerator
 from tpujob.errors import SpecError
 from tpujob.names import CLONE_NAME_ROOM, split_gs
+from tpujob.runtime.contract import MAX_ARG_BYTES, MAX_ENV_BYTES, MAX_PATH_BYTES
 from tpujob.spec.compute_engine import check_fallback_api, choose_api
 from tpujob.spec.lines import dotted, field_error, parse
 from tpujob.spec.models import (
@@ -87,11 +88,11 @@ def _check_shared_run_dir(spec: JobSpec, acc: Accelerator, lines) -> None:
 
 def _check_network(net: NetworkSpec, zones: list[str], lines) -> None:
     base = ("tpu", "network")
-    if net.network is not None and not NETWORK_REF.match(net.network):
+    if net.network is not None and not NETWORK_REF.fullmatch(net.network):
         raise field_error(f"{net.network!r} is not a network: give its name (e.g. default) or its path "
                           "projects/PROJECT/global/networks/NAME", base + ("network",), lines)
     if net.subnetwork is not None:
-        match = SUBNETWORK_REF.match(net.subnetwork)
+        match = SUBNETWORK_REF.fullmatch(net.subnetwork)
         if not match:
             raise field_error(f"{net.subnetwork!r} is not a subnetwork: give its name or its path "
                               "projects/PROJECT/regions/REGION/subnetworks/NAME", base + ("subnetwork",), lines)
@@ -102,7 +103,7 @@ def _check_network(net: NetworkSpec, zones: list[str], lines) -> None:
                               f"run in zone {elsewhere[0]}", base + ("subnetwork",), lines)
     seen: set[str] = set()
     for i, tag in enumerate(net.tags):
-        if not NETWORK_TAG.match(tag):
+        if not NETWORK_TAG.fullmatch(tag):
             raise field_error(f"{tag!r} is not a network tag: 1-63 lowercase letters, digits and hyphens, "
                               "starting with a letter and not ending with a hyphen", base + ("tags", i), lines)
         if tag in seen:
@@ -119,7 +120,7 @@ def _check_notify(channels: list[NotifySpec], lines) -> None:
         base = ("notify", i)
         if (channel.webhook is None) == (channel.email is None):
             raise field_error("a notify entry has exactly one of webhook and email", base, lines)
-        if channel.webhook is not None and not WEBHOOK_SECRET.match(channel.webhook):
+        if channel.webhook is not None and not WEBHOOK_SECRET.fullmatch(channel.webhook):
             try:
                 parts = urlsplit(channel.webhook)
                 host = parts.hostname
@@ -129,7 +130,7 @@ def _check_notify(channels: list[NotifySpec], lines) -> None:
             if parts is None or parts.scheme not in ("http", "https") or not host:
                 raise field_error("webhook must be an http:// or https:// URL, or ${NAME} naming a secret "
                                   "that holds one", base + ("webhook",), lines)
-        if channel.email is not None and not EMAIL_ADDRESS.match(channel.email):
+        if channel.email is not None and not EMAIL_ADDRESS.fullmatch(channel.email):
             raise field_error(f"{channel.email!r} is not an email address", base + ("email",), lines)
         if not channel.on:
             raise field_error(f"on lists nothing: give some of {', '.join(NOTIFY_ON)}", base + ("on",), lines)
@@ -142,7 +143,7 @@ def _check_notify(channels: list[NotifySpec], lines) -> None:
 
 def webhook_secrets(spec: JobSpec) -> list[str]:
     """The secret names the spec's webhooks refer to (`${NAME}`)."""
-    return [m.group(1) for c in spec.notify if c.webhook and (m := WEBHOOK_SECRET.match(c.webhook))]
+    return [m.group(1) for c in spec.notify if c.webhook and (m := WEBHOOK_SECRET.fullmatch(c.webhook))]
 
 
 def _hourly_cost(acc: Accelerator, provisioning: str) -> float | None:
@@ -184,6 +185,45 @@ def _check_setup(spec: JobSpec, sync_path: str | None, lines) -> None:
                               ("setup", "key_files", i), lines)
 
 
+def _check_host_limits(spec: JobSpec, lines) -> None:
+    """What the hosts cannot take, refused here rather than on a paid slice: each command runs
+    as `bash -c COMMAND`, one argument of at most MAX_ARG_BYTES (Linux's MAX_ARG_STRLEN), a path
+    on the hosts has at most MAX_PATH_BYTES, and the env is exported, each NAME=VALUE as long as
+    an argument at most, MAX_ENV_BYTES in all (runtime.contract)."""
+    commands = [(("setup", "run") if isinstance(spec.setup, SetupSpec) else ("setup",), spec.setup_command),
+                (("run", "command"), spec.run.command or "")]
+    for where, command in commands:
+        size = len(command.encode())
+        if size > MAX_ARG_BYTES:
+            raise field_error(f"the command is {size} bytes; a host runs at most {MAX_ARG_BYTES} as one "
+                              "argument (Linux's MAX_ARG_STRLEN): put it in a script in the sync directory "
+                              "and run that", where, lines)
+        if "\0" in command:
+            raise field_error("the command contains a NUL byte", where, lines)
+    paths: list[tuple[tuple, str]] = [(("run", "workdir"), spec.run.workdir or "")]
+    paths += [(("disks", i, "mount"), disk.mount) for i, disk in enumerate(spec.disks)]
+    paths += [(("buckets", i, key), getattr(bucket, key) or "") for i, bucket in enumerate(spec.buckets)
+              for key in ("mount", "cache_dir")]
+    if isinstance(spec.setup, SetupSpec):
+        paths += [(("setup", "cache", i), path) for i, path in enumerate(spec.setup.cache)]
+    for where, path in paths:
+        if len(path.encode()) > MAX_PATH_BYTES:
+            raise field_error(f"the path is {len(path.encode())} bytes; a host takes at most {MAX_PATH_BYTES} "
+                              "(Linux's PATH_MAX)", where, lines)
+    total = 0
+    for key, value in spec.env.items():
+        size = len(f"{key}={value}".encode())
+        total += size + 1
+        if "\0" in value:
+            raise field_error(f"{key} contains a NUL byte", ("env", key), lines)
+        if size > MAX_ARG_BYTES:
+            raise field_error(f"{key}={{...}} is {size} bytes; a host takes at most {MAX_ARG_BYTES} per variable "
+                              "(Linux's MAX_ARG_STRLEN)", ("env", key), lines)
+    if total > MAX_ENV_BYTES:
+        raise field_error(f"the env is {total} bytes in all; tpujob passes at most {MAX_ENV_BYTES} to a host",
+                          ("env",), lines)
+
+
 def _check_slices(spec: JobSpec, acc: Accelerator, where: tuple, lines) -> None:
     """Multislice: TPU v4 or later, every slice the same type in one zone (Google's multislice
     introduction: cloud.google.com/tpu/docs/multislice-introduction; shared/facts/operations.md).
@@ -203,7 +243,7 @@ def _check_slices(spec: JobSpec, acc: Accelerator, where: tuple, lines) -> None:
 def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zone: str = "",
             default_project: str = "", base_dir: Path | None = None) -> ResolvedSpec:
     lines = lines or {}
-    if not JOB_NAME.match(spec.name):
+    if not JOB_NAME.fullmatch(spec.name):
         raise field_error(f"{spec.name!r} is not a job name: lowercase letters, digits and hyphens, "
                           "starting with a letter, at most 40 characters", ("name",), lines)
     try:
@@ -214,7 +254,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
     if not zone:
         raise field_error("no zone: set tpu.zone in the spec or `tpujob config set zone ZONE`",
                           ("tpu", "zone"), lines)
-    if not ZONE_NAME.match(zone):
+    if not ZONE_NAME.fullmatch(zone):
         raise field_error(f"{zone!r} is not a zone like us-central2-b", ("tpu", "zone"), lines)
     project = spec.tpu.project or default_project
     if not project:
@@ -234,7 +274,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         base: tuple[str | int, ...] = ("disks", i)
         for key in ("name", "source_disk", "snapshot"):
             value = getattr(disk, key)
-            if value is not None and not RESOURCE_NAME.match(value):
+            if value is not None and not RESOURCE_NAME.fullmatch(value):
                 raise field_error(f"{value!r} is not a valid disk or snapshot name", base + (key,), lines)
         if disk.name in seen_disks:
             raise field_error(f"disk {disk.name!r} is listed twice", base + ("name",), lines)
@@ -259,18 +299,18 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         base = ("buckets", i)
         if bucket.bucket.startswith("gs://"):
             raise field_error("give the bucket name without gs://", base + ("bucket",), lines)
-        if not BUCKET_NAME.match(bucket.bucket) or ".." in bucket.bucket:
+        if not BUCKET_NAME.fullmatch(bucket.bucket) or ".." in bucket.bucket:
             raise field_error(f"{bucket.bucket!r} is not a valid bucket name", base + ("bucket",), lines)
         check_mount(bucket.mount, base + ("mount",), seen_mounts, lines)
         check_only_dir(bucket.only_dir, base + ("only_dir",), lines)
 
     for key in spec.env:
-        if not ENV_NAME.match(key):
+        if not ENV_NAME.fullmatch(key):
             raise field_error(f"{key!r} is not an environment variable name", ("env", key), lines)
         if key.startswith("TPUJOB_"):
             raise field_error(f"{key!r}: TPUJOB_* variables are set by tpujob itself", ("env", key), lines)
     for i, name in enumerate(spec.secrets):
-        if not ENV_NAME.match(name):
+        if not ENV_NAME.fullmatch(name):
             raise field_error(f"{name!r} is not an environment variable name", ("secrets", i), lines)
         if name in spec.env:
             raise field_error(f"{name!r} is both in env and in secrets", ("secrets", i), lines)
@@ -295,7 +335,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
 
     if spec.run_dir is not None:
         located = split_gs(spec.run_dir)
-        if not located or not BUCKET_NAME.match(located[0]):
+        if not located or not BUCKET_NAME.fullmatch(located[0]):
             raise field_error(f"run_dir must be a gs://BUCKET/PATH location, not {spec.run_dir!r}", ("run_dir",), lines)
     _check_shared_run_dir(spec, acc, lines)
 
@@ -309,12 +349,13 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         sync_path = str(path.resolve())
 
     _check_setup(spec, sync_path, lines)
+    _check_host_limits(spec, lines)
 
     for i, entry in enumerate(spec.tpu.fallback):
         base = ("tpu", "fallback", i)
         if entry.accelerator is None and entry.zone is None:
             raise field_error("a fallback names an accelerator, a zone or both", base, lines)
-        if entry.zone is not None and not ZONE_NAME.match(entry.zone):
+        if entry.zone is not None and not ZONE_NAME.fullmatch(entry.zone):
             raise field_error(f"{entry.zone!r} is not a zone like us-central2-b", base + ("zone",), lines)
         if entry.zone is not None:
             _check_fallback_zone(spec, zone, entry.zone, base + ("zone",), lines)

@@ -194,6 +194,14 @@ def _store_error(url: str, what: str, exc: Exception) -> ConfigError:
     return ConfigError(f"{what} {redact_url(url)!r}: {_cause(url, exc)}")
 
 
+def _disk_full(exc: Exception) -> bool:
+    """SQLite's SQLITE_FULL ("database or disk is full", sqlite.org/rescode.html#full), or
+    PostgreSQL's disk_full (SQLSTATE 53100, its errcodes appendix)."""
+    orig = getattr(exc, "orig", None)
+    return (getattr(orig, "sqlite_errorcode", None) == 13 or getattr(orig, "pgcode", None) == "53100"
+            or getattr(orig, "sqlstate", None) == "53100")
+
+
 def _open(url: str) -> Engine:
     from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -220,6 +228,8 @@ def _open(url: str) -> Engine:
             raise StoreError(f"migrating the store {redact_url(url)!r} failed ({_cause(url, exc)}); "
                              f"its copy from before the migration is {kept[-1]}") from exc
         if isinstance(exc, (OperationalError, InterfaceError)):
+            if _disk_full(exc):  # the store was reached: its disk has no room for what it writes
+                raise _store_error(url, "disk full: cannot write the store", exc) from None
             raise _store_error(url, "cannot reach store", exc) from None
         raise
     _engines[url] = engine

@@ -204,6 +204,21 @@ def _v15_elastic_nodes(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN growing TEXT")
 
 
+def _v16_setup_cache_digests(conn: Connection) -> None:
+    # The setup cache's archives are unpacked at / on later hosts: the sha256 host 0 reported
+    # when it stored one, per run dir bucket and cache key, is what a later host checks it
+    # against before trusting it (attempt.setup_cache).
+    md = MetaData()
+    Table(
+        "setup_cache", md,
+        Column("bucket", String, primary_key=True),
+        Column("cache_key", String, primary_key=True),
+        Column("sha256", String, nullable=False),
+        Column("recorded_at", Float, nullable=False),
+    )
+    md.create_all(conn)
+
+
 def _v17_owners(conn: Connection) -> None:
     # Who submitted each job (the `user` setting, else ADC's account, else $USER@host) and from
     # which node: a lab shares one store (tpujob/owners.py). NULL on the jobs made before: nobody's.
@@ -228,6 +243,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (13, "attempt.slices", _v13_slices),
     (14, "attempt.lost_slices", _v14_lost_slices),
     (15, "attempt.nodes, attempt.growing", _v15_elastic_nodes),
+    (16, "setup_cache: each archive's sha256", _v16_setup_cache_digests),
     (17, "job.owner, job.from_node", _v17_owners),
 ]
 

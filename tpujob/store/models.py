@@ -98,3 +98,12 @@ class Outbox(SQLModel, table=True):
     claim_expires: float | None = None
     sent_at: float | None = None
 
+
+class SetupCache(SQLModel, table=True):
+    """The sha256 of a setup cache archive, as host 0 reported it when it stored it (migration
+    16): a later host unpacks the archive only if it still has this digest."""
+    __tablename__ = "setup_cache"
+    bucket: str = Field(primary_key=True)
+    cache_key: str = Field(primary_key=True)
+    sha256: str
+    recorded_at: float

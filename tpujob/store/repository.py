@@ -21,13 +21,14 @@ from tpujob.store import outbox
 from tpujob.store.attempts import Attempts
 from tpujob.store.leases import Leases
 from tpujob.store.models import Attempt, Event, Job
+from tpujob.store.setup_caches import SetupCaches
 from tpujob.store.states import ENDED, EndReason, State, is_legal
 from tpujob.store.transactions import fresh_job
 
 
-class Store(Attempts, Leases):
+class Store(Attempts, Leases, SetupCaches):
     """The job store: jobs, their compare-and-set moves and events, and (inherited) the
-    transactions, leases and attempts."""
+    transactions, leases, attempts and the setup cache's digests."""
 
     def add_job(self, *, name: str, spec_yaml: str, spec_json: str, accelerator: str, zone: str,
                 project: str, cloud: str, keep_slice: bool = False, owner: str | None = None,
