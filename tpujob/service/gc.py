@@ -18,7 +18,6 @@ policies), and one snapshots list for the project. Nothing here prints.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -100,7 +99,7 @@ def find(ctx: Context, zones: list[str] | None = None, min_age: float = DEFAULT_
     cloud = cloud or make_cloud(ctx.settings)
     compute = compute or make_compute(ctx.settings)
     runs_program = runs_program or _ssh_runs_program(ctx, cloud)
-    now = time.time() if now is None else now
+    now = ctx.store.clock() if now is None else now  # the store server's clock, not this node's
     listed = {zone: (_tpu_resources(cloud, project, zone), compute.list_disks(project, zone))
               for zone in zones}
     snapshots = compute.list_snapshots(project)

@@ -29,19 +29,37 @@ def reconciler(ctx: Context, *, progress: Callable | None = None):
     finish it."""
     from tpujob.attempt.hosts import SshHostOps
     from tpujob.attempt.run_dirs import GcsRunDirs
-    from tpujob.hosts.keys import ssh_keys_metadata
     from tpujob.reconcile.reconciler import Reconciler
 
     workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
     lease = lease_seconds()  # so is this one
     cloud = make_cloud(ctx.settings)
-    user = ctx.settings.ssh_user
     hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
-                      ssh_keys=(ssh_keys_metadata(ctx.settings.home, user),),
-                      metadata=hosts.logins.node_metadata(),
+                      ssh_keys=lab_ssh_keys(ctx), node=node_name(ctx),
+                      metadata=hosts.logins.node_metadata(), clock=ctx.store.clock,
                       lease_seconds=lease, run_dirs=GcsRunDirs(ctx.settings),
                       workers=workers)
+
+
+def node_name(ctx: Context) -> str:
+    """This node as the lab's table and reports name it: its host and $TPUJOB_HOME."""
+    import socket
+
+    return f"{socket.gethostname()}:{ctx.settings.home}"
+
+
+def lab_ssh_keys(ctx: Context) -> tuple[str, ...]:
+    """The `ssh-keys` lines a new slice gets: this node's key registered in the store first
+    (store/lab.py), then every key of the lab, each for this node's ssh_user (the user the
+    attempt's program will run as: any node then logs in as it, attempt/hosts.py)."""
+    from tpujob.hosts.keys import public_key_line
+
+    own = public_key_line(ctx.settings.home)
+    ctx.store.register_node(own, node_name(ctx))
+    user = ctx.settings.ssh_user
+    keys = [own] + [n.public_key for n in ctx.store.lab_nodes() if n.public_key != own]
+    return tuple(f"{user}:{key}" for key in keys)
 
 
 def sweep_workers() -> int:
