@@ -161,6 +161,7 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
     seen = 0
     deadline = time.monotonic() + timeout
     waiting_since: float | None = None
+    refused = 0  # sweeps in a row whose login on the job's hosts was refused
     while True:
         rec.sweep([job_id])
         deliver_quietly(ctx)
@@ -170,6 +171,13 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
         seen = len(events)
         if job_id in rec.auth_errors:  # the fix is the user's (a role, an API, a login): say it
             raise rec.auth_errors[job_id]
+        # This node cannot log in on the hosts (the job is left as it is): said once a second
+        # sweep agrees, as a key this node just added to the slice lets it in on the next one.
+        refused = refused + 1 if job_id in rec.acting.node_problems else 0
+        if refused >= 2:
+            from tpujob.errors import SshAuthRefused
+
+            raise SshAuthRefused(rec.acting.node_problems[job_id])
         job = ctx.store.get(job_id)
         state = State(job.state)
         if state == State.FAILED and job_id in rec.config_errors:  # a zone the project may not use
