@@ -28,7 +28,7 @@ from tpujob.hosts import program
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.keys import load_key
 from tpujob.hosts.scripts import as_command
-from tpujob.names import local_log_dir, own_nodes, runtime_bundle_dir, sync_dir
+from tpujob.names import attempt_nodes, local_log_dir, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
 from tpujob.spec import ResolvedSpec
@@ -136,7 +136,7 @@ class SshHostOps:
             if (attempt.slice_name, line) in self._keyed:
                 return
         try:
-            added = self.cloud.for_api(api_of(job)).add_ssh_keys(job.project, attempt.zone, own_nodes(attempt),
+            added = self.cloud.for_api(api_of(job)).add_ssh_keys(job.project, attempt.zone, attempt_nodes(attempt),
                                                                   [line])
         except TpujobError as exc:
             raise SshAuthRefused(f"this node's SSH key is not in the slice's ssh-keys metadata and could not be "

@@ -1,0 +1,126 @@
+"""A lab as one runs it: several login nodes, each its own TPUJOB_HOME (its own SSH key), on one
+PostgreSQL store and one emulator, their clocks ten minutes apart (TPUJOB_CLOCK_SKEW_SECONDS),
+every command a real `tpujob` process. Node A creates a job; node B sweeps it (and shows its
+logs) without harming it, the nodes race to recover its preemption, a node C that joins while
+it runs manages it too, and B cancels it. A second job, preempted with a long backoff, shows
+that a node's clock does not shorten another node's backoff."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from reconcile_helpers import ZONE, node_ref, project, spec_text  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+ROOT = Path(__file__).resolve().parents[2]
+SKEW = 600.0  # ten minutes: A runs behind, B ahead, C on time
+
+
+class Node:
+    """One login node: its home, the lab's store URL, its own clock."""
+
+    def __init__(self, home: Path, url: str, skew: float):
+        self.home, self.url, self.skew = home, url, skew
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "TPUJOB_HOME": str(self.home), "TPUJOB_DB_URL": self.url,
+                "TPUJOB_CLOCK_SKEW_SECONDS": str(self.skew)}
+
+    def start(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", *args], env=self.env(), cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "tpujob.cli.main", *args], env=self.env(), cwd=ROOT,
+                              capture_output=True, text=True, timeout=240)
+        if ok:
+            assert done.returncode == 0, f"tpujob {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+        return done
+
+    def show(self, job: str) -> dict:
+        return json.loads(self.run("show", job, "--json").stdout)
+
+
+def _said(shown: dict) -> str:
+    return "\n".join(f"{e['kind']}: {e['message']}" for e in shown["events"])
+
+
+@pytest.fixture
+def lab(postgres_url, project, local_cloud, tmp_path):  # noqa: F811 - project is a fixture
+    nodes = {name: Node(tmp_path / name, postgres_url, skew)
+             for name, skew in (("a", -SKEW), ("b", SKEW), ("c", 0.0))}
+    yield nodes
+    for ref in ("lab", "slow"):
+        nodes["c"].run("delete", ref, ok=False)
+
+
+def test_any_node_of_a_lab_keeps_any_job_alive(lab, local_cloud, project, tmp_path):  # noqa: F811
+    a, b, c = lab["a"], lab["b"], lab["c"]
+    spec = tmp_path / "lab.yaml"
+    spec.write_text(spec_text("lab", command="echo hello from A; sleep 900", backoff_seconds=0, min_run_seconds=0))
+    created = a.run("create", str(spec), "--json")
+    job = str(json.loads(created.stdout)["id"])
+    assert a.show(job)["state"] == "RUNNING"
+
+    # B joined after the slice was made: its key is not on it. Its sweeps add it and leave the
+    # job RUNNING on its first attempt, nothing counted; its clock, 20 minutes ahead of A's,
+    # judges nothing A wrote as old.
+    for _ in range(2):
+        swept = b.run("requeue")
+        assert "cannot log in" not in swept.stderr, swept.stderr + _said(b.show(job))
+    shown = b.show(job)
+    said = _said(shown)
+    assert shown["state"] == "RUNNING" and shown["attempt"] == 1, said
+    assert (shown["failures"], shown["preemptions"]) == (0, 0), said
+    assert "added this node's SSH key" in said
+    assert "unhealthy" not in said and "health:" not in said
+    assert "hello from A" in b.run("logs", job).stdout
+
+    # Preempted: A and B sweep at once; whichever acts first recovers it, once.
+    first = b.show(job)["attempts"][0]["slice_name"]
+    local_cloud.preempt(node_ref(project, ZONE, first))
+    racing = [n.start("requeue") for n in (a, b)]
+    for proc in racing:
+        assert proc.wait(timeout=240) == 0, proc.stderr.read() if proc.stderr else ""
+    shown = a.show(job)
+    for _ in range(3):
+        if shown["state"] == "RUNNING":
+            break
+        a.run("requeue")
+        shown = a.show(job)
+    said = _said(shown)
+    assert shown["state"] == "RUNNING" and shown["attempt"] == 2, said
+    assert (shown["preemptions"], shown["failures"]) == (1, 0), said
+    assert [x["end_reason"] for x in shown["attempts"]] == ["preempted", None], said
+
+    # C joins while the job runs: it manages it (adds its own key to the live slice).
+    c.run("requeue")
+    shown = c.show(job)
+    assert shown["state"] == "RUNNING" and shown["attempt"] == 2, _said(shown)
+    assert "hello from A" in c.run("logs", job).stdout
+
+    # A second job, preempted as it starts (a flap: under min_run_seconds), waits out a 15
+    # minute backoff: A (behind) moves it to RECOVERING; B, 20 minutes ahead of A, must not
+    # read the backoff as spent.
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(spec_text("slow", backoff_seconds=900, min_run_seconds=3600))
+    slow_id = str(json.loads(a.run("create", str(slow), "--json").stdout)["id"])
+    slice_ = a.show(slow_id)["attempts"][0]["slice_name"]
+    local_cloud.preempt(node_ref(project, ZONE, slice_))
+    a.run("requeue", slow_id)
+    assert a.show(slow_id)["state"] == "RECOVERING", _said(a.show(slow_id))
+    b.run("requeue", slow_id)
+    shown = b.show(slow_id)
+    assert shown["state"] == "RECOVERING" and shown["attempt"] == 1, _said(shown)
+
+    # B cancels A's job: the program stops on the slice B did not make.
+    b.run("cancel", job)
+    shown = a.show(job)
+    assert shown["state"] == "CANCELLED", _said(shown)
+    assert shown["failures"] == 0
