@@ -14,7 +14,7 @@ import suite_schedule
 _SETTING_VARS = ("TPUJOB_CLOUD", "TPUJOB_PROJECT", "TPUJOB_ZONE", "TPUJOB_SSH_USER", "TPUJOB_DB_URL",
                  "TPUJOB_DEBUG", "TPUJOB_EMULATOR_DIR", "TPUJOB_SSH_HOST_KEYS", "TPUJOB_SMTP_HOST",
                  "TPUJOB_SMTP_PORT", "TPUJOB_SMTP_FROM", "TPUJOB_SMTP_STARTTLS", "TPUJOB_SMTP_USERNAME",
-                 "TPUJOB_SMTP_PASSWORD", "TPUJOB_NOTIFY_TIMEOUT", "TPUJOB_SSH_OS_LOGIN")
+                 "TPUJOB_SMTP_PASSWORD", "TPUJOB_NOTIFY_TIMEOUT", "TPUJOB_SSH_OS_LOGIN", "TPUJOB_USER")
 
 
 # Not under /tmp, /home, /root or /mnt, which each emulated host has its own of.

@@ -3,8 +3,10 @@ that imports no cloud, SSH or JAX module."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -193,9 +195,10 @@ def test_list_table_columns(cli, job):
     result = cli("list")
     header, row = result.out.splitlines()
     columns = header.split()
-    wanted = ["ID", "NAME", "ACCELERATOR", "SLICES", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "AGE"]
+    wanted = ["ID", "NAME", "OWNER", "ACCELERATOR", "SLICES", "ZONE", "STATE", "ATTEMPT", "PREEMPTIONS", "AGE"]
     assert [c for c in columns if c in wanted] == wanted
-    assert row.split()[:6] == [job, "demo", "v4-16", "1", "us-central2-b", "PENDING"]
+    owner = f"{getpass.getuser()}@{socket.gethostname()}"
+    assert row.split()[:7] == [job, "demo", owner, "v4-16", "1", "us-central2-b", "PENDING"]
 
 
 def test_list_hides_ended_jobs_unless_all(cli, job):
@@ -424,7 +427,8 @@ print(json.dumps({"code": code, "heavy": heavy}))
 """
 
 
-@pytest.mark.parametrize("args", [["list"], ["list", "--all", "--json"], ["show", "1"], ["--help"]])
+@pytest.mark.parametrize("args", [["list"], ["list", "--all", "--json"], ["list", "--mine"], ["show", "1"],
+                                  ["--help"]])
 def test_light_commands_import_no_cloud_ssh_or_jax(job, tpujob_home, args):
     env = {**os.environ, "TPUJOB_HOME": str(tpujob_home)}
     out = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, cwd=ROOT, capture_output=True,

@@ -100,7 +100,8 @@ def _summary(**values):
     [_summary()],
     [_summary(name='we"ird\n\tname \u00fc }', end_reason="preemption_budget", host0_ip="10.0.0.2",
               ended_at=1999.9999996, observed_at=86399.9999994, state="FAILED", id=1234567),
-     _summary(id=8, name="{\n    }", created_at=1.7e9, updated_at=1.7e9 + 0.5, running_seconds=12.0)],
+     _summary(id=8, name="{\n    }", created_at=1.7e9, updated_at=1.7e9 + 0.5, running_seconds=12.0,
+              owner='ad"a@lab.example', from_node="login-1")],
 ])
 def test_jobs_json_prints_exactly_as_the_indented_job_dicts(capsys, monkeypatch, jobs):
     monkeypatch.setattr(render.time, "time", lambda: 2000.0)  # goodput of a running job moves with the clock

@@ -178,3 +178,23 @@ def test_the_job_page_gives_each_ended_attempts_cause_escaped(ui, story):
     assert status == 200 and "<th>CAUSE</th>" in page
     assert ('<td class="cause">program exited 134 (SIGABRT: Aborted) on host 0: &lt;b&gt;Fatal&lt;/b&gt; Python '
             "error</td>") in page
+
+
+def test_another_users_job_shows_its_owner_and_needs_the_force_box(ui, spec_file, story, monkeypatch):
+    from tpujob.service import jobs
+
+    monkeypatch.setenv("TPUJOB_USER", "alice@lab.example")  # this process records; the dashboard is not alice
+    job, _ = jobs.record(Context.load(), str(spec_file("name: hers\ntpu: {accelerator: v4-8, zone: us-central2-b}\n"
+                                                       "run: {command: train}\n")))
+    browser = _logged_in(ui)
+    assert '<td class="owner">alice@lab.example</td>' in browser.get("/")[2]
+    page = browser.get(f"/jobs/{job.id}")[2]
+    assert f'<td class="owner">alice@lab.example (from {socket.gethostname()})</td>' in page
+    status, _, confirm = browser.get(f"/jobs/{job.id}/cancel")
+    assert status == 200 and "This is alice@lab.example" in confirm and 'name="force"' in confirm
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', confirm).group(1)
+    status, _, page = browser.post(f"/jobs/{job.id}/cancel", {"csrf": csrf})
+    assert status == 409 and "cancel it with --force" in page
+    assert Context.load().store.get(job.id).state == "PENDING"
+    status, _, _ = browser.post(f"/jobs/{job.id}/cancel", {"csrf": csrf, "force": "on"})
+    assert status == 303 and Context.load().store.get(job.id).state == "CANCELLED"

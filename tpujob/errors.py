@@ -2,7 +2,8 @@
 
 Exit codes (documented in README.md, "Exit codes"):
   0 ok, 1 unexpected, 2 usage or invalid spec, 3 not found,
-  4 conflict (illegal transition, job locked, a file `init` will not overwrite), 5 cloud error,
+  4 conflict (illegal transition, job locked, a file `init` will not overwrite, another user's
+    job cancelled or deleted without --force), 5 cloud error,
   6 auth/config,
   7 a job followed to its end (`create --wait`) did not succeed.
 """
@@ -73,6 +74,11 @@ class IllegalTransition(ConflictError):
 
 class JobLocked(ConflictError):
     pass
+
+
+class OthersJob(ConflictError):
+    """`cancel`/`delete`/`clean` of a job another user submitted, without --force: a lab's
+    convention (tpujob/owners.py), not a security boundary."""
 
 
 class CloudError(TpujobError):

@@ -43,6 +43,10 @@ class Settings:
     smtp_from: str = ""
     smtp_starttls: str = "true"
     smtp_username: str = ""
+    # Who this node submits jobs as (every job records it: `list`'s OWNER, cancel/delete of
+    # another user's job asks for --force). Empty: the account ADC carries on `cloud: gcp`, else
+    # $USER@host (tpujob/owners.py). A lab convention, not a security boundary.
+    user: str = ""
 
     @property
     def home(self) -> Path:
@@ -125,6 +129,7 @@ def load() -> Settings:
                           f"not {settings.ssh_host_keys!r}")
     if settings.ssh_os_login not in OS_LOGIN_CHOICES:
         raise ConfigError(f"ssh_os_login must be true or false, not {settings.ssh_os_login!r}")
+    _check_user(settings.user, ConfigError)
     return settings
 
 
@@ -138,6 +143,8 @@ def set_value(key: str, value: str) -> Settings:
         raise UsageError(f"ssh_host_keys must be one of {', '.join(HOST_KEY_POLICIES)}, not {value!r}")
     if key == "ssh_os_login" and value not in OS_LOGIN_CHOICES:
         raise UsageError(f"ssh_os_login must be true or false, not {value!r}")
+    if key == "user":
+        _check_user(value, UsageError)
     if key == "smtp_port":
         _check_smtp(value, "true", UsageError)
     if key == "smtp_starttls":
@@ -159,6 +166,16 @@ def _check_smtp(port: str, starttls: str, error: type) -> None:
         raise error(f"smtp_port must be a port number from 1 to 65535, not {port!r}")
     if starttls not in ("true", "false"):
         raise error(f"smtp_starttls must be true or false, not {starttls!r}")
+
+
+# A user name as `list` prints it in one column and `--user` matches it: printable, no spaces.
+_USER = re.compile(r"^[^\s\x00-\x1f\x7f]{1,128}$")
+
+
+def _check_user(user: str, error: type) -> None:
+    if user and not _USER.match(user):
+        raise error(f"user must be a name without spaces or control characters, at most 128 "
+                    f"characters (an email, say), not {user!r}")
 
 
 def as_dict(settings: Settings) -> dict:

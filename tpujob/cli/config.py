@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
     @config.command("set")
     def set_(key: str, value: str):
         """Set one setting (cloud, project, zone, ssh_user, db_url, ssh_host_keys, ssh_os_login, smtp_host, smtp_port,
-        smtp_from, smtp_starttls, smtp_username)."""
+        smtp_from, smtp_starttls, smtp_username, user)."""
         from tpujob import settings
 
         settings.set_value(key, value)

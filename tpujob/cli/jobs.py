@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ import typer
 
 from tpujob.cli import render
 from tpujob.durations import duration_text
+from tpujob.errors import UsageError
 from tpujob.names import format_job_id, node_names, nodes_text
 
 if TYPE_CHECKING:
@@ -104,20 +106,31 @@ def register(app: typer.Typer) -> None:
 
     @app.command("list")
     def list_(all_: bool = typer.Option(False, "--all", "-a", help="Include ended jobs."),
+              mine: bool = typer.Option(False, "--mine", help="Only the jobs this node's user submitted "
+                                        "(the `user` setting, else ADC's account, else $USER@host)."),
+              user: str = typer.Option("", "--user", help="Only the jobs NAME submitted.", metavar="NAME"),
               json_out: bool = typer.Option(False, "--json")):
-        """List jobs (active ones unless --all)."""
+        """List jobs (active ones unless --all), with who submitted each (OWNER)."""
         from tpujob.progress import step_text
         from tpujob.service import listing
-        from tpujob.service.accounting import goodput
 
-        rows = listing.list_jobs(_ctx(), include_ended=all_)
+        ctx = _ctx()
+        if mine and user:
+            raise UsageError("--mine and --user are one filter each: give one")
+        if mine:
+            from tpujob.owners import current_user
+
+            user = current_user(ctx.settings)
+        rows = listing.list_jobs(ctx, include_ended=all_, owner=user or None)
         if json_out:
             render.print_jobs_json(rows)
             return
+        from tpujob.service.accounting import goodput
+
         now = time.time()
-        headers = ["ID", "NAME", "ACCELERATOR", "SLICES", "ZONE", "STATE", "ATTEMPT", "STEP", "PREEMPTIONS",
-                   "GOODPUT", "HOST0", "AGE", "SEEN"]
-        body = [[format_job_id(j.id), j.name, j.accelerator, j.slices or 1, j.zone,
+        headers = ["ID", "NAME", "OWNER", "ACCELERATOR", "SLICES", "ZONE", "STATE", "ATTEMPT", "STEP",
+                   "PREEMPTIONS", "GOODPUT", "HOST0", "AGE", "SEEN"]
+        body = [[format_job_id(j.id), j.name, j.owner or "-", j.accelerator, j.slices or 1, j.zone,
                  j.state + (f" ({j.end_reason})" if j.end_reason else ""), j.attempt,
                  step_text(j.last_step, j.total_steps), j.preemptions,
                  f"{goodput(j, now):.0%}", j.host0_ip or "-", render.age(j.created_at, now),
@@ -166,8 +179,8 @@ def register(app: typer.Typer) -> None:
             render.print_json(data)
             return
         for key in render.JOB_KEYS[:render.JOB_KEYS.index("created_at") + 1]:  # --json's, in its order
-            if data[key] is not None:
-                typer.echo(f"{key + ':':<14}{data[key]}")
+            if data[key] is not None or key == "owner":  # a job from before owners: nobody's, "-"
+                typer.echo(f"{key + ':':<14}{'-' if data[key] is None else data[key]}")
         if detail.job.bad_hosts:
             typer.echo(f"{'bad_hosts:':<14}{detail.job.bad_hosts}")
         if far is not None and (far.step is not None or detail.job.state == "RUNNING"):
@@ -216,26 +229,35 @@ def register(app: typer.Typer) -> None:
         for e in data["events"]:
             typer.echo(f"  {e['at']}  {e['kind']:<8} {e['message']}")
 
+    force_option = typer.Option(False, "--force", help="Act on another user's job too (a lab's "
+                                "convention against mistakes, not a security boundary).")
+
     @app.command()
-    def cancel(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
+    def cancel(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names."),
+               force: bool = force_option):
         """Stop a job's program on every host; the slice is kept (`resume` starts it again)."""
         from tpujob.service import jobs
 
-        _each(jobs_, jobs.cancel, lambda job: f"job {render.job_dict(job)['id']} {job.state}")
+        _each(jobs_, functools.partial(jobs.cancel, force=force),
+              lambda job: f"job {render.job_dict(job)['id']} {job.state}")
 
     @app.command()
-    def delete(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
+    def delete(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names."),
+               force: bool = force_option):
         """Stop a job and delete its slice and queued resource; the record stays."""
         from tpujob.service import jobs
 
-        _each(jobs_, jobs.delete, lambda job: f"job {render.job_dict(job)['id']} {job.state}")
+        _each(jobs_, functools.partial(jobs.delete, force=force),
+              lambda job: f"job {render.job_dict(job)['id']} {job.state}")
 
     @app.command()
-    def clean(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names.")):
+    def clean(jobs_: list[str] = typer.Argument(..., metavar="JOB...", help="Job ids or names."),
+              force: bool = force_option):
         """Delete a job, remove its logs, then forget its record."""
         from tpujob.service import jobs
 
-        _each(jobs_, jobs.clean, lambda job_id: f"job {format_job_id(job_id)} cleaned")
+        _each(jobs_, functools.partial(jobs.clean, force=force),
+              lambda job_id: f"job {format_job_id(job_id)} cleaned")
 
 
 def _each(refs: list[str], act, say) -> None:

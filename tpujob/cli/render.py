@@ -39,7 +39,8 @@ def age(ts: float | None, now: float | None = None) -> str:
 
 
 # A job's fields as `show --json` and `list --json` print them, in this order.
-JOB_KEYS = ("id", "name", "state", "end_reason", "accelerator", "zone", "project", "cloud", "attempt",
+JOB_KEYS = ("id", "name", "state", "end_reason", "owner", "from_node", "accelerator", "zone", "project",
+            "cloud", "attempt",
             "preemptions", "failures", "nan_restarts", "host0_ip", "created_at", "updated_at",
             "ended_at", "observed_at", "goodput", "step", "total_steps")
 
@@ -51,7 +52,8 @@ def job_dict(job, current=None) -> dict:
 
     step_of = current if current is not None else job
     return dict(zip(JOB_KEYS, (
-        format_job_id(job.id), job.name, job.state, job.end_reason, job.accelerator, job.zone, job.project,
+        format_job_id(job.id), job.name, job.state, job.end_reason, job.owner, job.from_node,
+        job.accelerator, job.zone, job.project,
         job.cloud, job.attempt, job.preemptions, job.failures, job.nan_restarts, job.host0_ip,
         iso(job.created_at), iso(job.updated_at), iso(job.ended_at), iso(job.observed_at),
         round(goodput(job, time.time()), 4), getattr(step_of, "last_step", None),
@@ -87,6 +89,7 @@ def print_jobs_json(jobs: list) -> None:
     now = time.time()
     typer.echo("[\n" + ",\n".join(_JOB_JSON % (
         f'"{format_job_id(j.id)}"', _json_str(j.name), _json_str(j.state), _json_or_null(j.end_reason),
+        _json_or_null(j.owner), _json_or_null(j.from_node),
         _json_str(j.accelerator), _json_str(j.zone), _json_str(j.project), _json_str(j.cloud),
         j.attempt, j.preemptions, j.failures, j.nan_restarts, _json_or_null(j.host0_ip),
         _json_time(j.created_at), _json_time(j.updated_at), _json_time(j.ended_at), _json_time(j.observed_at),

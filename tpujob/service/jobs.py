@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tpujob import spec as spec_mod
 from tpujob.clients import make_cloud, make_compute, make_storage
-from tpujob.errors import CloudError, ConflictError, TpujobError, UsageError
+from tpujob.errors import CloudError, ConflictError, OthersJob, TpujobError, UsageError
 from tpujob.names import (
     attempt_nodes,
     clone_name,
@@ -120,10 +120,13 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
     Nothing is written when the spec is refused."""
     resolved, text = spec_mod.load(path, default_zone=ctx.settings.zone,
                                    default_project=ctx.default_project)
+    from tpujob.owners import current_user, this_node
+
     job = ctx.store.add_job(
         name=resolved.spec.name, spec_yaml=text, spec_json=json.dumps(resolved.to_json_dict()),
         accelerator=resolved.accelerator, zone=resolved.zone, project=resolved.project,
         cloud=ctx.settings.cloud, keep_slice=keep_slice,
+        owner=current_user(ctx.settings), from_node=this_node(),
     )
     return job, resolved
 
@@ -267,10 +270,23 @@ def _stop_program(ctx: Context, job, cloud) -> None:
         ctx.store.add_event(job.id, "hosts", f"unmount failed: {exc}")
 
 
-def cancel(ctx: Context, ref: str):
+def check_owner(ctx: Context, job, action: str, force: bool) -> None:
+    """Another user's job is cancelled or deleted only with `force` (OthersJob, exit 4, nothing
+    changed): a lab's convention against acting on a neighbour's job by mistake, not a security
+    boundary (tpujob/owners.py). A job recorded before owners were kept is nobody's."""
+    from tpujob.owners import current_user, is_others
+
+    if not force and is_others(job.owner, ctx.settings):
+        raise OthersJob(f"job {format_job_id(job.id)} is {job.owner}'s, not {current_user(ctx.settings)}'s: "
+                        f"{action} it with --force")
+
+
+def cancel(ctx: Context, ref: str, *, force: bool = False):
     """Stop the program on every host and keep the slice; `resume` runs it again. When a host
-    fails to stop it, CloudError and the job stays as it was."""
+    fails to stop it, CloudError and the job stays as it was. Another user's job only with
+    `force` (check_owner)."""
     job = ctx.store.find(ref)
+    check_owner(ctx, job, "cancel", force)
     if State(job.state) in ENDED:
         raise ConflictError(f"job {format_job_id(job.id)} is {job.state}: nothing to cancel")
     with ctx.lease(job.id) as owner:
@@ -286,9 +302,11 @@ def cancel(ctx: Context, ref: str):
             return ctx.store.transition(job.id, State(job.state), State.CANCELLED, "cancelled by user", owner=owner)
 
 
-def delete(ctx: Context, ref: str):
-    """Stop the program, delete every slice and queued resource of the job; keep the record."""
+def delete(ctx: Context, ref: str, *, force: bool = False):
+    """Stop the program, delete every slice and queued resource of the job; keep the record.
+    Another user's job only with `force` (check_owner)."""
     job = ctx.store.find(ref)
+    check_owner(ctx, job, "delete", force)
     with ctx.lease(job.id) as owner:
         job = ctx.store.get(job.id)
         attempts = ctx.store.attempts(job.id)
@@ -352,9 +370,11 @@ def logs_dir(ctx: Context, job_id: int) -> Path:
     return ctx.settings.home / local_log_dir(job_id)
 
 
-def clean(ctx: Context, ref: str) -> int:
-    """Delete the job's resources, remove its logs, then forget its record."""
-    job = delete(ctx, ref)
+def clean(ctx: Context, ref: str, *, force: bool = False) -> int:
+    """Delete the job's resources, remove its logs, then forget its record (another user's job
+    only with `force`, as delete)."""
+    check_owner(ctx, ctx.store.find(ref), "clean", force)
+    job = delete(ctx, ref, force=True)
     shutil.rmtree(logs_dir(ctx, job.id), ignore_errors=True)
     ctx.store.remove(job.id)
     return job.id

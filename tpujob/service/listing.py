@@ -7,5 +7,6 @@ from tpujob.service.context import Context
 from tpujob.store.summaries import JobSummary, list_summaries
 
 
-def list_jobs(ctx: Context, include_ended: bool = False) -> list[JobSummary]:
-    return list_summaries(ctx.engine, include_ended=include_ended)
+def list_jobs(ctx: Context, include_ended: bool = False, owner: str | None = None) -> list[JobSummary]:
+    """The jobs' rows; `owner`: only the jobs that user submitted (`list --mine`, `--user`)."""
+    return list_summaries(ctx.engine, include_ended=include_ended, owner=owner)

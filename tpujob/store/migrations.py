@@ -204,6 +204,13 @@ def _v15_elastic_nodes(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN growing TEXT")
 
 
+def _v17_owners(conn: Connection) -> None:
+    # Who submitted each job (the `user` setting, else ADC's account, else $USER@host) and from
+    # which node: a lab shares one store (tpujob/owners.py). NULL on the jobs made before: nobody's.
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN owner TEXT")
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN from_node TEXT")
+
+
 def _v18_lab(conn: Connection) -> None:
     # A lab: several nodes (login machines, laptops: each its own $TPUJOB_HOME and SSH key) on one
     # store. Each node registers its PUBLIC key here on every sweep and create; a slice is created
@@ -221,7 +228,7 @@ def _v18_lab(conn: Connection) -> None:
         Column("last_seen", Float, nullable=False),
     )
     md.create_all(conn)
-    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN host_user VARCHAR")
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN host_user TEXT")
 
 
 # (version, name, function). Append only.
@@ -241,6 +248,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (13, "attempt.slices", _v13_slices),
     (14, "attempt.lost_slices", _v14_lost_slices),
     (15, "attempt.nodes, attempt.growing", _v15_elastic_nodes),
+    (17, "job.owner, job.from_node", _v17_owners),
     (18, "lab_node, attempt.host_user", _v18_lab),
 ]
 

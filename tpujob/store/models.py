@@ -40,6 +40,8 @@ class Job(SQLModel, table=True):
     flaps: int = 0  # preemptions in a row of attempts that ran under requeue.min_run_seconds
     bad_hosts: int = 0  # attempts ended bad_host (requeue.max_bad_hosts)
     hangs: int = 0  # attempts ended hung (requeue.max_hangs)
+    owner: str | None = None  # who submitted it (tpujob/owners.py); None: before owners were kept
+    from_node: str | None = None  # the node it was submitted from (its hostname)
 
 
 class Attempt(SQLModel, table=True):

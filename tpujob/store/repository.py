@@ -31,16 +31,19 @@ class Store(Attempts, Leases, LabNodes):
     transactions, leases and attempts."""
 
     def add_job(self, *, name: str, spec_yaml: str, spec_json: str, accelerator: str, zone: str,
-                project: str, cloud: str, keep_slice: bool = False) -> Job:
+                project: str, cloud: str, keep_slice: bool = False, owner: str | None = None,
+                from_node: str | None = None) -> Job:
         now = self.clock()
         with self._tx() as session:
             job = Job(name=name, state=State.PENDING.value, spec_yaml=spec_yaml, spec_json=spec_json,
                       accelerator=accelerator, zone=zone, project=project, cloud=cloud,
-                      keep_slice=keep_slice, created_at=now, updated_at=now, state_since=now)
+                      keep_slice=keep_slice, created_at=now, updated_at=now, state_since=now,
+                      owner=owner, from_node=from_node)
             session.add(job)
             session.flush()
             session.add(Event(job_id=job.id, at=now, kind="created", to_state=State.PENDING.value,
-                              message=f"job {name!r} recorded ({accelerator} in {zone}, cloud {cloud})"))
+                              message=f"job {name!r} recorded ({accelerator} in {zone}, cloud {cloud})"
+                              + (f" by {owner} on {from_node}" if owner else "")))
             session.flush()
             return job
 

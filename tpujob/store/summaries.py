@@ -36,6 +36,8 @@ class JobSummary(NamedTuple):
     observed_at: float | None
     state_since: float | None
     running_seconds: float
+    owner: str | None = None  # None: a job recorded before owners were (migration 17)
+    from_node: str | None = None
     last_step: int | None = None    # the current attempt's (attempt.last_step, total_steps)
     total_steps: int | None = None
     slices: int | None = None  # the current attempt's (multislice); None before the first
@@ -47,11 +49,13 @@ _job = table("job", *(column(name) for name in JobSummary._fields if name not in
 _attempt = table("attempt", column("job_id"), column("number"), *(column(name) for name in _ATTEMPT_FIELDS))
 
 
-def list_summaries(engine: Engine, include_ended: bool = False) -> list[JobSummary]:
-    """Every job (active ones unless `include_ended`), oldest first."""
+def list_summaries(engine: Engine, include_ended: bool = False, owner: str | None = None) -> list[JobSummary]:
+    """Every job (active ones unless `include_ended`; only `owner`'s when given), oldest first."""
     current = and_(_attempt.c.job_id == _job.c.id, _attempt.c.number == _job.c.attempt)
     query = (select(*_job.c, *(_attempt.c[name] for name in _ATTEMPT_FIELDS))
              .select_from(_job.outerjoin(_attempt, current)).order_by(_job.c.id))
     if not include_ended:
         query = query.where(_job.c.state.not_in(sorted(s.value for s in ENDED)))
+    if owner is not None:
+        query = query.where(_job.c.owner == owner)
     return list(map(JobSummary._make, fetch_all(engine, query)))

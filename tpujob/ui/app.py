@@ -151,7 +151,10 @@ def make_app(context_factory, token: str, port: int) -> Starlette:
             detail = ctx.store.find(request.path_params["ref"])
         except TpujobError as exc:
             return failed(exc)
-        return page("confirm.html", job=detail, action=action)
+        from tpujob.owners import current_user, is_others
+
+        return page("confirm.html", job=detail, action=action, others=is_others(detail.owner, ctx.settings),
+                    me=current_user(ctx.settings))
 
     async def act(request: Request):
         action = request.path_params["action"]
@@ -165,8 +168,10 @@ def make_app(context_factory, token: str, port: int) -> Starlette:
         from tpujob.service import jobs as jobs_service
 
         ref = request.path_params["ref"]
+        # Another user's job: the confirm page's --force box (jobs.check_owner refuses without it).
+        kwargs = {} if action == "resume" else {"force": form.get("force") == "on"}
         try:
-            job = await run_in_threadpool(getattr(jobs_service, action), ctx, ref)
+            job = await run_in_threadpool(getattr(jobs_service, action), ctx, ref, **kwargs)
         except TpujobError as exc:
             return failed(exc)
         return RedirectResponse(f"/jobs/{job.id}?done={action}", status_code=303)
