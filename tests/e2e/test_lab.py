@@ -23,14 +23,14 @@ SKEW = 600.0  # ten minutes: A runs behind, B ahead, C on time
 
 
 class Node:
-    """One login node: its home, the lab's store URL, its own clock."""
+    """One login node: its home, the lab's store URL, its own clock, its person (`user`)."""
 
-    def __init__(self, home: Path, url: str, skew: float):
-        self.home, self.url, self.skew = home, url, skew
+    def __init__(self, home: Path, url: str, skew: float, user: str):
+        self.home, self.url, self.skew, self.user = home, url, skew, user
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "TPUJOB_HOME": str(self.home), "TPUJOB_DB_URL": self.url,
-                "TPUJOB_CLOCK_SKEW_SECONDS": str(self.skew)}
+                "TPUJOB_CLOCK_SKEW_SECONDS": str(self.skew), "TPUJOB_USER": self.user}
 
     def start(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", *args], env=self.env(), cwd=ROOT,
@@ -53,11 +53,11 @@ def _said(shown: dict) -> str:
 
 @pytest.fixture
 def lab(postgres_url, project, local_cloud, tmp_path):  # noqa: F811 - project is a fixture
-    nodes = {name: Node(tmp_path / name, postgres_url, skew)
-             for name, skew in (("a", -SKEW), ("b", SKEW), ("c", 0.0))}
+    nodes = {name: Node(tmp_path / name, postgres_url, skew, f"{user}@example.com")
+             for name, skew, user in (("a", -SKEW, "alice"), ("b", SKEW, "bob"), ("c", 0.0, "carol"))}
     yield nodes
     for ref in ("lab", "slow"):
-        nodes["c"].run("delete", ref, ok=False)
+        nodes["c"].run("delete", "--force", ref, ok=False)
 
 
 def test_any_node_of_a_lab_keeps_any_job_alive(lab, local_cloud, project, tmp_path):  # noqa: F811
