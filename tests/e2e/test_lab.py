@@ -1,9 +1,10 @@
-"""A lab as one runs it: several login nodes, each its own TPUJOB_HOME (its own SSH key), on one
-PostgreSQL store and one emulator, their clocks ten minutes apart (TPUJOB_CLOCK_SKEW_SECONDS),
-every command a real `tpujob` process. Node A creates a job; node B sweeps it (and shows its
-logs) without harming it, the nodes race to recover its preemption, a node C that joins while
-it runs manages it too, and B cancels it. A second job, preempted with a long backoff, shows
-that a node's clock does not shorten another node's backoff."""
+"""A lab as one runs it: several login nodes, each its own TPUJOB_HOME (its own SSH key) and
+person, on one PostgreSQL store and one emulator, their clocks ten minutes apart
+(TPUJOB_CLOCK_SKEW_SECONDS), every command a real `tpujob` process; with metadata keys, and
+under OS Login with an account per person (TPUJOB_EMULATOR_ACCOUNT). Node A creates a job; node
+B sweeps it (and shows its logs) without harming it, the nodes race to recover its preemption,
+a node C that joins while it runs manages it too, and B cancels it with --force. A second job,
+preempted with a long backoff, shows that a node's clock does not shorten another's backoff."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class Node:
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "TPUJOB_HOME": str(self.home), "TPUJOB_DB_URL": self.url,
-                "TPUJOB_CLOCK_SKEW_SECONDS": str(self.skew), "TPUJOB_USER": self.user}
+                "TPUJOB_CLOCK_SKEW_SECONDS": str(self.skew), "TPUJOB_USER": self.user,
+                "TPUJOB_EMULATOR_ACCOUNT": self.user}
 
     def start(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", *args], env=self.env(), cwd=ROOT,
@@ -51,22 +53,41 @@ def _said(shown: dict) -> str:
     return "\n".join(f"{e['kind']}: {e['message']}" for e in shown["events"])
 
 
+@pytest.fixture(params=["metadata keys", "os login"])
+def mode(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def lab(postgres_url, project, local_cloud, tmp_path):  # noqa: F811 - project is a fixture
+def lab(postgres_url, project, local_cloud, tmp_path, mode):  # noqa: F811 - project is a fixture
     nodes = {name: Node(tmp_path / name, postgres_url, skew, f"{user}@example.com")
              for name, skew, user in (("a", -SKEW, "alice"), ("b", SKEW, "bob"), ("c", 0.0, "carol"))}
+    if mode == "os login":  # nobody holds roles/compute.osAdminLogin yet
+        local_cloud.oslogin(project, True)
     yield nodes
     for ref in ("lab", "slow"):
         nodes["c"].run("delete", "--force", ref, ok=False)
 
 
-def test_any_node_of_a_lab_keeps_any_job_alive(lab, local_cloud, project, tmp_path):  # noqa: F811
+def test_any_node_of_a_lab_keeps_any_job_alive(lab, mode, local_cloud, project, tmp_path):  # noqa: F811
     a, b, c = lab["a"], lab["b"], lab["c"]
     spec = tmp_path / "lab.yaml"
-    spec.write_text(spec_text("lab", command="echo hello from A; sleep 900", backoff_seconds=0, min_run_seconds=0))
+    spec.write_text(spec_text("lab", command="echo hello from A; sleep 900", backoff_seconds=0, min_run_seconds=0,
+                              unhealthy_grace_seconds=1))
     created = a.run("create", str(spec), "--json")
     job = str(json.loads(created.stdout)["id"])
     assert a.show(job)["state"] == "RUNNING"
+
+    if mode == "os login":
+        # B logs in as its own user (bob_example_com), and A's program runs as alice's: without
+        # roles/compute.osAdminLogin B cannot read it. Found out before anything is judged: the
+        # job is left RUNNING (not "program missing", not replaced), and B says what it lacks.
+        for _ in range(2):
+            swept = b.run("requeue")
+            assert "roles/compute.osAdminLogin" in swept.stderr and "sudo" in swept.stderr, swept.stderr
+        shown = a.show(job)
+        assert (shown["state"], shown["attempt"], shown["preemptions"]) == ("RUNNING", 1, 0), _said(shown)
+        local_cloud.oslogin(project, True, admins=[n.user for n in (a, b, c)])
 
     # B joined after the slice was made: its key is not on it. Its sweeps add it and leave the
     # job RUNNING on its first attempt, nothing counted; its clock, 20 minutes ahead of A's,
@@ -78,7 +99,7 @@ def test_any_node_of_a_lab_keeps_any_job_alive(lab, local_cloud, project, tmp_pa
     said = _said(shown)
     assert shown["state"] == "RUNNING" and shown["attempt"] == 1, said
     assert (shown["failures"], shown["preemptions"]) == (0, 0), said
-    assert "added this node's SSH key" in said
+    assert ("added this node's SSH key" in said) == (mode == "metadata keys")
     assert "unhealthy" not in said and "health:" not in said
     assert "hello from A" in b.run("logs", job).stdout
 

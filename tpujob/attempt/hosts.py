@@ -89,25 +89,22 @@ class SshHostOps:
         self._kept: dict[int, tuple[tuple[int, str], HostGroup]] = {}
         self._kept_lock = threading.Lock()
         self._keyed: set[tuple[str, str]] = set()  # (slice, ssh-keys line) added by this process
+        self._sudo_ok: set[tuple[str, str]] = set()  # (slice, user) this node may act as there
 
     # -- plumbing ----------------------------------------------------------------------------
     def login(self, job: Job, slice_: Slice, attempt: Attempt | None = None) -> Login:
         """The login on the job's slice (attempt.logins.Login): its user, and why, for a refusal.
         On an attempt whose program runs as another user (set up by another node of the lab):
         with metadata keys, that user (every lab key is in `ssh-keys` for it); under OS Login,
-        where each account has its own user, SshAuthRefused: acting as another account's user
-        takes sudo on the hosts, which tpujob does not use, so this node leaves such a job to the
-        nodes of its account (the job is left as it is: decide's NodeRefused)."""
+        where each account has its own user, this node's own user acting as that one through
+        sudo (`run_as`: roles/compute.osAdminLogin, checked before anything is judged)."""
         login = self.logins.for_slice(job.project, slice_.metadata)
         host_user = getattr(attempt, "host_user", None)
         if not host_user or host_user == login.user:
             return login
         if not login.os_login:
             return replace(login, user=host_user)
-        raise SshAuthRefused(
-            f"under OS Login this node logs in as {login.user} ({login.account}), and the attempt's program runs "
-            f"as {host_user}, another account's user: reading and stopping it takes sudo as that user "
-            f"(roles/compute.osAdminLogin), which tpujob does not use; a node of that account manages it")
+        return replace(login, run_as=host_user)
 
     def group(self, job: Job, attempt: Attempt, slice_: Slice, keys: dict[int, list[str]] | None = None) -> HostGroup:
         if self._port is None:
@@ -120,7 +117,33 @@ class SshHostOps:
         hosts = [Host(h.index, h.address(external), self._port, tuple(keys.get(h.index, ())))
                  for h in slice_.hosts]
         pin = host_keys.first_use_pinner(self.ctx.store, job, attempt, keys) if self._accept_new else None
-        return HostGroup(hosts, login.user, load_key(self.ctx.settings.home), accept_new=pin)
+        group = HostGroup(hosts, login.user, load_key(self.ctx.settings.home), accept_new=pin,
+                          run_as=login.run_as or None)
+        if login.run_as:
+            self._check_sudo(group, job, attempt, login)
+        return group
+
+    def _check_sudo(self, group: HostGroup, job: Job, attempt: Attempt, login: Login) -> None:
+        """Under OS Login, acting on another account's attempt takes sudo as its user: asked
+        once per slice and process (`sudo -n true`) before any answer of the hosts is judged, so
+        that a node without the role never reads "no program" and replaces a running job.
+        SshAuthRefused (the job is left as it is) when a host says sudo is not allowed."""
+        with self._kept_lock:
+            if (attempt.slice_name, login.run_as) in self._sudo_ok:
+                return
+        results = group.run("true", timeout=30)
+        refused = next((r for r in results if r.exit_code not in (0, None)), None)
+        if refused is not None:
+            group.close()
+            said = (refused.stderr or refused.output).strip().splitlines()
+            raise SshAuthRefused(
+                f"under OS Login this node logs in as {login.user} ({login.account}), and the attempt's program runs "
+                f"as {login.run_as}, another account's user: reading and stopping it takes sudo as that user, which "
+                f"host {refused.index} refused ({said[-1] if said else f'exit code {refused.exit_code}'}); fix: "
+                f"grant {login.account} roles/compute.osAdminLogin on project {job.project}")
+        if all(r.ok for r in results):
+            with self._kept_lock:
+                self._sudo_ok.add((attempt.slice_name, login.run_as))
 
     def _ensure_key(self, job: Job, attempt: Attempt, slice_: Slice, user: str) -> None:
         """Metadata keys: a slice made before this node joined the lab (or by a node that had
@@ -195,7 +218,7 @@ class SshHostOps:
     def host_attempt(self, job: Job, attempt: Attempt, slice_: Slice, *, secrets: dict[str, str] | None = None
                      ) -> program.HostAttempt:
         """What the host scripts need, secrets only where passed (attempt.host_attempts.build)."""
-        return host_attempts.build(job, attempt, slice_, self.login(job, slice_, attempt).user, secrets=secrets)
+        return host_attempts.build(job, attempt, slice_, self.login(job, slice_, attempt).host_user, secrets=secrets)
 
     def _renew_lease(self, job: Job) -> None:
         """Renew the job's lease before a host step; JobLocked (the sweep retries later) when
@@ -222,7 +245,7 @@ class SshHostOps:
             raise SetupFailed(str(exc)) from exc
         host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
         # Who the program runs as: every node of the lab logs in as this user from now on.
-        self.ctx.store.record_host_user(job.id, attempt.number, self.login(job, slice_, attempt).user)
+        self.ctx.store.record_host_user(job.id, attempt.number, self.login(job, slice_, attempt).host_user)
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
         keys = self.await_host_keys(job, attempt, slice_, timeout)
         try:

@@ -229,7 +229,12 @@ def oslogin_check(ctx: Context, project: str, info: dict | None, credentials: An
         return Check("os login", OK, f"off in project {project}: tpujob logs in as {settings.ssh_user} with the "
                      "key in the nodes' ssh-keys metadata")
     try:
-        account = info.get("account", "") if info is not None else credentials_email(credentials)
+        if info is not None:
+            from tpujob.clients import login_account
+
+            account = login_account(settings)
+        else:
+            account = credentials_email(credentials)
         profile = client.login_profile(account, project)
     except TpujobError as exc:
         return Check("os login", ERROR, f"on in project {project}, and the OS Login profile cannot be read: "
