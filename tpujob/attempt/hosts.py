@@ -244,15 +244,17 @@ class SshHostOps:
         except ConfigError as exc:  # gone since create: a setup failure, never a retry loop
             raise SetupFailed(str(exc)) from exc
         host_attempt = self.host_attempt(job, attempt, slice_, secrets=values)
-        # Who the program runs as: every node of the lab logs in as this user from now on.
-        self.ctx.store.record_host_user(job.id, attempt.number, self.login(job, slice_, attempt).host_user)
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
         keys = self.await_host_keys(job, attempt, slice_, timeout)
         try:
-            return self._prepare_and_start(job, attempt, slice_, spec, host_attempt, timeout, keys,
+            seen = self._prepare_and_start(job, attempt, slice_, spec, host_attempt, timeout, keys,
                                            tuple(values.values()))
         except SshAuthRefused as exc:  # the hosts said no to the key: say why, and the fix
             raise self.logins.refused(job.project, slice_.metadata, str(exc)) from exc
+        # Who the program runs as, once the hosts let this login in: every node of the lab logs
+        # in as this user from now on (not before: a login a stale read chose may be refused).
+        self.ctx.store.record_host_user(job.id, attempt.number, self.login(job, slice_, attempt).host_user)
+        return seen
 
     def _prepare_and_start(self, job: Job, attempt: Attempt, slice_: Slice, spec: ResolvedSpec,
                            host_attempt: program.HostAttempt, timeout: float, keys: dict[int, list[str]],

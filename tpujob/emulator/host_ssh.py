@@ -177,7 +177,7 @@ class _Session(paramiko.ServerInterface):
     def __init__(self, server: HostSshServer):
         self.server = server
         self.user = "root"
-        self.sudo = False  # whether the user may sudo (image_bin/sudo)
+        self.sudo = False  # whether the user may sudo (image_bin/admin/sudo, else image_bin/user/sudo)
         self.env: dict[str, str] = {}
         self.pty_size: tuple[int, int] | None = None
 
@@ -232,13 +232,13 @@ class _Session(paramiko.ServerInterface):
         home = self.home
         # The interpreter running the emulator comes first on PATH, as python3 with the
         # project's packages does on a prepared TPU VM image.
-        # Before it, the image's own sudo (image_bin/sudo: who may is OS Login's word).
-        path = os.pathsep.join([IMAGE_BIN, os.path.dirname(sys.executable), os.environ.get(
+        # Before it, the image's own sudo: one that acts for a user who may, one that refuses
+        # for the others (image_bin/admin, image_bin/user: who may is OS Login's word).
+        sudo = os.path.join(IMAGE_BIN, "admin" if self.sudo else "user")
+        path = os.pathsep.join([sudo, os.path.dirname(sys.executable), os.environ.get(
             "PATH", "/usr/local/bin:/usr/bin:/bin")])
         env = {"HOME": home, "USER": self.user, "LOGNAME": self.user, "PATH": path,
                "SHELL": "/bin/bash", "LANG": "C.UTF-8", **self.server.env}
-        if self.sudo:
-            env["TPUJOB_EMULATOR_SUDO"] = "1"
         if os.path.exists(f"/proc/{self.server.holder_pid}/root{EMULATED_DEVICE}"):
             env[EMULATED_DEVICE_ENV] = EMULATED_DEVICE
         env.update(self.env)

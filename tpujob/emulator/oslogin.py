@@ -24,8 +24,9 @@ disabled with OS Login on: cloud.google.com/compute/docs/instances/ssh). A node'
 manage-oslogin-in-an-org: "setting it false in VM or project metadata is rejected").
 `--no-role` is an account without roles/compute.osLogin: keys import, hosts refuse the login.
 `--admin EMAIL` (repeatable) gives that account roles/compute.osAdminLogin: on the hosts, its
-user may `sudo` (Google's OS Login page: "roles/compute.osAdminLogin ... grants administrator
-permissions"; cloud.google.com/compute/docs/oslogin/set-up-oslogin); any other OS Login user's
+user may `sudo` (the role's description in Google's IAM roles list, cloud.google.com/iam/docs/
+roles-permissions/compute: "Log in to a Compute Engine instance as an administrator via OS Login
+with sudo"; roles/compute.osLogin's: "as a non-administrator user"); any other OS Login user's
 `sudo -n` says "sudo: a password is required", as sudo does for a user outside the sudoers.
 A user of metadata keys (OS Login off for the node) may sudo: Google's guest agent adds the
 users it makes to the google-sudoers group (GoogleCloudPlatform/guest-agent, README).
