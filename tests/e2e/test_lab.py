@@ -136,8 +136,10 @@ def test_any_node_of_a_lab_keeps_any_job_alive(lab, mode, local_cloud, project, 
     assert (shown["preemptions"], shown["failures"]) == (1, 0), said
     assert [x["end_reason"] for x in shown["attempts"]] == ["preempted", None], said
 
-    # C joins while the job runs: it manages it (adds its own key to the live slice).
-    c.run("requeue")
+    # C joins while the job runs: it manages it (adds its own key to the live slice, or acts
+    # as the attempt's user through sudo).
+    swept = c.run("requeue")
+    assert "cannot log in" not in swept.stderr, swept.stderr
     shown = show(job)
     assert shown["state"] == "RUNNING" and shown["attempt"] == 2, _said(shown)
     assert "hello from A" in c.run("logs", job).stdout
@@ -163,3 +165,20 @@ def test_any_node_of_a_lab_keeps_any_job_alive(lab, mode, local_cloud, project, 
     shown = show(job)
     assert shown["state"] == "CANCELLED", _said(shown)
     assert shown["failures"] == 0
+
+
+def test_a_watch_puts_the_keys_of_nodes_that_joined_meanwhile_on_new_slices(project, monkeypatch):  # noqa: F811
+    # A `tpujob watch` runs for weeks: the nodes that join the lab meanwhile register their
+    # keys, and the slices it creates from then on carry them (read again before each sweep).
+    from tpujob.service import keep_alive
+    from tpujob.service.context import Context
+
+    ctx = Context.load()
+    made: list = []
+    real = keep_alive.reconciler
+    monkeypatch.setattr(keep_alive, "reconciler", lambda c, **kw: made.append(real(c, **kw)) or made[-1])
+    joined = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJoinedLater tpujob"
+    keep_alive.watch(ctx, 0.01, lambda report: ctx.store.register_node(joined, "d:/home/d/.tpujob"),
+                     max_sweeps=2)
+    keys = made[0].acting.ssh_keys
+    assert len(keys) == 2 and keys[-1] == f"{ctx.settings.ssh_user}:{joined}", keys

@@ -126,6 +126,8 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | 
     count = 0
     with watchers.watching(interval) as heartbeat:
         while (max_sweeps is None or count < max_sweeps) and not stop.is_set():
+            if count:  # seen again, and the keys of nodes that joined since go on new slices
+                rec.acting.ssh_keys = lab_ssh_keys(ctx)
             on_report(rec.sweep())
             deliver_quietly(ctx)
             heartbeat.touch()
