@@ -131,7 +131,7 @@ def test_dry_run_records_nothing_and_prints_the_plan(cli, tpujob_home, stored_jo
     result = cli("create", "--dry-run", EXAMPLE)
     assert result.code == 0, result.err
     assert "cloud: local" in result.out
-    assert "create queued resource" in result.out and "tpujob-NNNNNN-1" in result.out
+    assert "create queued resource" in result.out and "tpujob-SSSSSS-NNNNNN-1" in result.out
     assert stored_jobs() == 0
     assert not (tpujob_home / "tpujob.db").exists()
 

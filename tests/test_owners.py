@@ -178,11 +178,13 @@ def _user_login(tmp_path, account: str | None) -> Path:
 
 
 def _google_auth_account(path: Path) -> str:
-    """What google-auth itself says the file's account is (no network: nothing is refreshed)."""
-    import google.auth
+    """What google-auth itself says the file's account is, through the loader ADC uses for its
+    type (google.auth._default; no network: nothing is refreshed)."""
+    from google.oauth2 import credentials, service_account
 
-    credentials, _ = google.auth.load_credentials_from_file(str(path))  # the file ADC would load
-    return getattr(credentials, "service_account_email", None) or getattr(credentials, "account", "")
+    if json.loads(path.read_text())["type"] == "service_account":
+        return service_account.Credentials.from_service_account_file(str(path)).service_account_email
+    return credentials.Credentials.from_authorized_user_file(str(path)).account
 
 
 def test_the_adc_account_is_what_google_auth_reads(tmp_path, monkeypatch):
@@ -219,3 +221,17 @@ def test_the_owner_on_gcp_is_adcs_account_else_user_at_host(cli, tmp_path, monke
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(_service_account_key(tmp_path)))
     monkeypatch.setenv("TPUJOB_CLOUD", "local")  # the emulator has no ADC
     assert current_user(load()) == LOCAL_USER
+
+
+def test_an_impersonating_adc_file_names_its_target():
+    """`gcloud auth application-default login --impersonate-service-account` writes the target
+    in service_account_impersonation_url (google/auth/external_account.py parses the same)."""
+    from tpujob.owners import account_of
+
+    url = ("https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/"
+           "runner@p.iam.gserviceaccount.com:generateAccessToken")
+    for kind in ("impersonated_service_account", "external_account"):
+        info = {"type": kind, "service_account_impersonation_url": url}
+        assert account_of(info) == "runner@p.iam.gserviceaccount.com"
+    assert account_of({"type": "external_account"}) == ""  # workload identity without impersonation
+    assert account_of({"type": "gdch_service_account"}) == ""

@@ -4,6 +4,7 @@ leases and their expiry, attempts and events."""
 from __future__ import annotations
 
 import multiprocessing
+import re
 import time
 from collections import deque
 
@@ -11,7 +12,8 @@ import pytest
 from spec_texts import STORED
 
 from tpujob.errors import EXIT_CONFLICT, EXIT_NOT_FOUND, IllegalTransition, JobLocked, NotFoundError
-from tpujob.names import format_job_id, slice_name
+from tpujob.names import SLICE_NAME, format_job_id, slice_name, store_tag
+from tpujob.store.identity import store_id
 from tpujob.store.repository import Store, open_store
 from tpujob.store.states import ACTIVE, ENDED, TRANSITIONS, EndReason, State
 
@@ -305,8 +307,34 @@ def test_concurrent_writers_one_winner_per_race(backend, tmp_path, request):
 
 def test_ids_and_slice_names_are_short_and_derived():
     assert format_job_id(42) == "000042"
-    assert slice_name(42, 3) == "tpujob-000042-3"
-    assert slice_name(42, 3) == slice_name(42, 3)
+    assert store_tag("3f9a0c5e" * 4) == "3f9a0c"
+    assert slice_name(42, 3, "3f9a0c") == "tpujob-3f9a0c-000042-3"
+    assert slice_name(42, 3, "3f9a0c") == slice_name(42, 3, "3f9a0c")
+    assert SLICE_NAME.match("tpujob-3f9a0c-000042-3").group("store", "job") == ("3f9a0c", "000042")
+
+
+def test_slice_names_stay_within_googles_names():
+    """Compute Engine names (instances, templates, MIGs, policies) are RFC 1035, at most 63
+    characters (tpujob/names.py cites the rule); a MIG's VMs add `-xxxx`, a multislice node `-K`."""
+    rfc1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+    longest = slice_name(10**9, 10**4, "f" * 6) + "-99" + "-abcd"
+    assert rfc1035.match(longest) and len(longest) <= 63
+
+
+def test_two_stores_name_their_job_1_apart(tmp_path):
+    """Two stores in one project each have a job 1: its slices must not share a name, or the
+    second would adopt the first's through the already-exists path."""
+    names = []
+    for home in ("a", "b"):
+        store = open_store(f"sqlite:///{tmp_path / home}.db")
+        job = _add(store)
+        assert job.id == 1
+        _, attempt = store.start_attempt(job.id, State.PENDING, State.PROVISIONING, "go", zone="us-central2-b",
+                                         accelerator="v4-8", queued=False)
+        assert attempt.slice_name == slice_name(1, 1, store.store_tag)
+        assert store.store_tag == store_id(store.engine)[:6]
+        names.append(attempt.slice_name)
+    assert names[0] != names[1]
 
 
 def test_attempts_are_numbered_and_recorded(store):
@@ -319,7 +347,7 @@ def test_attempts_are_numbered_and_recorded(store):
                                       accelerator="v4-8", queued=True)
     assert (first.number, second.number) == (1, 2)
     assert job.state == "PROVISIONING"
-    assert second.slice_name == slice_name(job_id, 2)
+    assert second.slice_name == slice_name(job_id, 2, store.store_tag)
     job = store.get(job_id)
     assert (job.attempt, job.zone) == (2, "us-central2-a")
     attempts = store.attempts(job_id)

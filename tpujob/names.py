@@ -2,6 +2,17 @@
 the hosts (its run dir's: attempt/run_dirs.py), and the labels that tie cloud resources back to it. Derived, never
 random: a retried create of the same attempt finds and adopts what the first try made, and
 `tpujob gc` tells a job's resources by their labels. Pure, and imports nothing (`list` renders ids).
+
+Every cloud resource name carries the store's tag (`store_tag`: the first 6 hex digits of the
+store's id, store/identity.py): two stores in one project (two labs, a test store and a real one)
+each have a job 1, and without the tag both would ask for `tpujob-000001-1`, the second adopting
+the first's slice (or clone, template, disk) through the already-exists path. Names stay within
+Google's rules: a Compute Engine name (disk, snapshot, instance, template, MIG, resource policy)
+is 1-63 characters matching `[a-z]([-a-z0-9]*[a-z0-9])?` (RFC 1035; compute.v1's `name` fields,
+as google-cloud-java's DiskId documents it:
+https://googleapis.dev/java/google-cloud-clients/0.92.0-alpha/com/google/cloud/compute/deprecated/DiskId.html),
+and a TPU node id follows `^[A-Za-z0-9_.+%-]+$` (google.cloud.tpu_v2alpha1
+QueuedResource.Tpu.NodeSpec.node_id), which every RFC 1035 name meets.
 """
 
 from __future__ import annotations
@@ -17,14 +28,29 @@ ATTEMPT_LABEL = "tpujob-attempt"  # on slices: the attempt number
 RUN_DIR_MOUNT = "/mnt/tpujob-run"
 
 
+STORE_TAG_LENGTH = 6
+# A slice's name: tpujob-TAG-JOBID-ATTEMPT (slice_name; tpujob-JOBID-ATTEMPT before names carried
+# the tag: `store` is then None); a workload policy, which carries no labels (compute.v1
+# ResourcePolicy), is told as tpujob's, and whose, by it alone (cloud/compute_migs.py, gc).
+SLICE_NAME = re.compile(r"^tpujob-(?:(?P<store>[0-9a-f]{6})-)?(?P<job>\d{6,})-(?P<attempt>\d+)$")
+
+
+def store_tag(store_id: str) -> str:
+    """The store's tag in every resource name: its id's first 6 hex digits (16.7 million tags:
+    two stores of one project sharing one is a 1 in 16.7 million chance)."""
+    return store_id[:STORE_TAG_LENGTH]
+
+
 def format_job_id(job_id: int) -> str:
     """The id as every command, file name and label shows it: `000042`."""
     return f"{job_id:06d}"
 
 
-def slice_name(job_id: int, attempt: int) -> str:
-    """The node of an attempt, and its queued resource (same name): `tpujob-000042-3`."""
-    return f"tpujob-{format_job_id(job_id)}-{attempt}"
+def slice_name(job_id: int, attempt: int, store: str) -> str:
+    """The node of an attempt, and its queued resource (same name), of the store tagged `store`
+    (store_tag): `tpujob-3f9a0c-000042-3`. 22 characters (job ids past 999999 add digits), so
+    a multislice node's `-K` and a MIG's VM suffix (`-xxxx`) stay within 63."""
+    return f"tpujob-{store}-{format_job_id(job_id)}-{attempt}"
 
 
 def node_names(name: str, slices: int) -> list[str]:
@@ -72,15 +98,22 @@ def nodes_text(name: str, slices: int) -> str:
     return name if slices == 1 else f"{name}-0..{slices - 1}"
 
 
-def clone_name(disk_name: str, job_id: int) -> str:
-    """The job's own clone of a disk: a second job from the same spec must not adopt (and later
-    delete) the first one's."""
-    return f"{disk_name}-{format_job_id(job_id)}"
+# What a clone's name adds to its disk's: `-TAG-JOBID` (14 characters); its snapshot's:
+# `-src-TAG-JOBID` (18). A cloned disk's name may have 63 - 18 = 45 (spec/resolution.py).
+CLONE_NAME_ROOM = 63 - len("-src--") - STORE_TAG_LENGTH - len(format_job_id(0))
 
 
-def snapshot_name(disk_name: str, job_id: int) -> str:
+def clone_name(disk_name: str, job_id: int, store: str) -> str:
+    """The job's own clone of a disk, in the store tagged `store`: a second job from the same
+    spec, or another store's job of the same id, must not adopt (and later delete) the first
+    one's."""
+    return f"{disk_name}-{store}-{format_job_id(job_id)}"
+
+
+def snapshot_name(disk_name: str, job_id: int, store: str) -> str:
     """The snapshot a `source_disk` clone is made from."""
-    return f"{disk_name}-src-{format_job_id(job_id)}"
+    return f"{disk_name}-src-{store}-{format_job_id(job_id)}"
+
 
 
 def slice_labels(job_id: int, attempt: int) -> dict[str, str]:

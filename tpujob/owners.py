@@ -68,7 +68,8 @@ def account_of(info: dict) -> str:
     reads as optional ("may not exist": older gcloud writes none); the target of an impersonated
     or workload-identity file's `service_account_impersonation_url` (.../serviceAccounts/
     EMAIL:generateAccessToken, as google/auth/external_account.py's service_account_email
-    parses it)."""
+    parses it, and google/auth/impersonated_credentials.py's from_impersonated_service_account_info
+    reads it)."""
     kind = info.get("type")
     if kind == "service_account":
         return str(info.get("client_email") or "")

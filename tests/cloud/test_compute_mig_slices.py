@@ -178,18 +178,19 @@ def test_list_slices_shows_a_lone_vm_and_a_mig_as_two_slices(compute, server):
 def test_gc_sees_a_template_and_policy_left_without_their_mig(compute, server):
     """A create that crashed after its template: its template (by its labels) and its policy
     (by its name, labelled as its template) are listed, and deleted one by one."""
+    name = "tpujob-a1b2c3-000006-1"  # tpujob/names.py slice_name: a policy is told by it
     compute._insert_and_wait("policy", compute._policies.insert, f"projects/{PROJECT}/regions/{REGION}",
                              project=PROJECT, region=REGION,
-                             resource_policy_resource=compute._workload_policy(request("tpujob-000006-1")))
+                             resource_policy_resource=compute._workload_policy(request(name)))
     compute._insert_and_wait("template", compute._templates.insert, f"projects/{PROJECT}/global",
-                             project=PROJECT, instance_template_resource=compute._template(request("tpujob-000006-1")))
+                             project=PROJECT, instance_template_resource=compute._template(request(name)))
     found = {(r.kind, r.name): r for r in compute.list_tpu_resources(PROJECT, ZONE)}
-    assert sorted(found) == [("instance-template", "tpujob-000006-1"), ("workload-policy", "tpujob-000006-1")]
+    assert sorted(found) == [("instance-template", name), ("workload-policy", name)]
     assert all(r.labels == {"tpujob-store": "s1", "tpujob-job": "000001"} for r in found.values())
-    compute.delete_template(PROJECT, "tpujob-000006-1")
+    compute.delete_template(PROJECT, name)
     [alone] = compute.list_tpu_resources(PROJECT, ZONE)
     assert (alone.kind, alone.labels) == ("workload-policy", {"tpujob-job": "000006"})  # from its name
-    compute.delete_workload_policy(PROJECT, REGION, "tpujob-000006-1")
+    compute.delete_workload_policy(PROJECT, REGION, name)
     assert compute.list_tpu_resources(PROJECT, ZONE) == []
 
 

@@ -262,7 +262,10 @@ def test_clone_and_scale_on_compute_engine_a_master_on_one_vm_its_clone_on_every
     first = data["attempts"][0]["slice_name"]
     vms = sorted(i["name"] for i in _instances(local_cloud, project, DISK_ZONE) if i["name"].startswith(first + "-"))
     assert len(vms) == 4, vms
-    clone = f"cedata-{data['id']}"
+    from tpujob.names import clone_name
+    from tpujob.service.context import Context
+
+    clone = clone_name("cedata", int(data["id"]), Context.load().store.store_tag)
     listed = cli("disk", "list", "--zone", DISK_ZONE, "--json")
     assert listed.code == 0, listed.err
     (disk,) = [d for d in json.loads(listed.out) if d["name"] == clone]

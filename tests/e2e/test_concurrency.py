@@ -26,6 +26,8 @@ from reconcile_helpers import (  # noqa: F401 - fixtures
     resources,
 )
 
+from tpujob.names import slice_name
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 JOBS, SWEEPS, VICTIMS = 32, 8, 10
@@ -110,5 +112,5 @@ def test_eight_parallel_sweeps_over_preempted_jobs_create_one_slice_each(ctx, lo
         assert (job.state, job.preemptions, job.flaps) == ("RUNNING", 1, 0), job.id
         assert_consistent(ctx, job)
     found = resources(local_cloud, project)
-    assert sorted(found) == sorted(("nodes", ZONE, f"tpujob-{j.id:06d}-2") for j in jobs)
+    assert sorted(found) == sorted(("nodes", ZONE, slice_name(j.id, 2, ctx.store.store_tag)) for j in jobs)
     assert_no_orphans(ctx, local_cloud, project)

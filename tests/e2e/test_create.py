@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -49,8 +50,10 @@ def _api(client, kind):
 
 
 def job_slices(client, job_id: str) -> list[str]:
-    prefix = f"tpujob-{job_id}-"
-    return [n for n in nodes(client) + queued_resources(client) if n.startswith(prefix)]
+    """The job's slices (queued resources and nodes), by the name tpujob/names.py derives
+    (tpujob-TAG-JOBID-ATTEMPT, whatever the store's tag)."""
+    prefix = re.compile(rf"^tpujob-[0-9a-f]{{6}}-{job_id}-")
+    return [n for n in nodes(client) + queued_resources(client) if prefix.match(n)]
 
 
 def _location() -> str:

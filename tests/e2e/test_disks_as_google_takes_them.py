@@ -81,9 +81,12 @@ run: {{command: "ls /mnt/data > /dev/null && sleep 600"}}
         cli("requeue")
     assert shown["state"] == "RUNNING", shown["events"]
     assert [(a["zone"], a["end_reason"]) for a in shown["attempts"]] == [(ZONE, "unavailable"), (FALLBACK_ZONE, None)]
-    clone = compute.get_disk(project, FALLBACK_ZONE, f"data-{shown['id']}")
-    assert clone.source_snapshot == f"data-src-{shown['id']}"  # not an empty disk
-    assert compute.get_snapshot(project, f"data-src-{shown['id']}").source_disk == "master"
+    from tpujob.names import clone_name, snapshot_name
+
+    tag, job_id = Context.load().store.store_tag, int(shown["id"])
+    clone = compute.get_disk(project, FALLBACK_ZONE, clone_name("data", job_id, tag))
+    assert clone.source_snapshot == snapshot_name("data", job_id, tag)  # not an empty disk
+    assert compute.get_snapshot(project, snapshot_name("data", job_id, tag)).source_disk == "master"
     assert clone.users == (shown["attempts"][-1]["slice_name"],)
     assert compute.find_disk(project, FALLBACK_ZONE, "master") is None
     assert cli("delete", "follow").code == 0

@@ -1,10 +1,13 @@
-"""`tpujob gc` against the emulator: leftovers of a crashed create and of a second store are
-found, a running job's resources never are, `--yes` deletes exactly what was listed, and
-`--min-age` holds another store's back. Every test runs in a project of its own."""
+"""`tpujob gc` against the emulator: leftovers of a crashed create are found, a running job's
+resources never are, `--yes` deletes exactly what was listed, and another store's are never
+touched; two stores' job 1 on one emulator get a slice each. Every test runs in a project of its
+own."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 from reconcile_helpers import (  # noqa: F401 - fixtures
@@ -25,8 +28,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True)
 def nothing_left(project, local_cloud):
     """Slices these tests make outside any job (or whose job they forget) are deleted after each:
-    left in the shared emulator, their short names (every fresh store's tpujob-000001-1) and
-    running hosts broke the tests that came after."""
+    left in the shared emulator, their running hosts broke the tests that came after."""
     yield
     from tpujob.clients import make_cloud
     from tpujob.service.context import Context
@@ -141,32 +143,69 @@ def test_a_crashed_create_is_found_and_yes_deletes_exactly_what_was_listed(
     assert json.loads(cli("gc", "--json").out) == []
 
 
-def test_another_stores_resources_wait_for_min_age(ctx, local_cloud, project, tmp_path, monkeypatch, cli):
+def test_another_stores_resources_are_never_touched(ctx, local_cloud, project, tmp_path, monkeypatch, cli):
     from tpujob.clients import make_cloud, make_compute
+    from tpujob.names import clone_name, slice_name, store_tag
+    from tpujob.service import gc
 
     other = _other_store(monkeypatch, tmp_path)
     monkeypatch.setenv("TPUJOB_ZONE", ZONE)
-    # Made under the other store's labels, as its create would (its job 1 is not ours).
+    # Made under the other store's labels and names, as its create would (its job 1 is not ours).
     theirs = {"tpujob-job": "000001", "tpujob-store": _store_id(other)}
-    make_cloud(ctx.settings).create_node(_request(project, "tpujob-000001-1", theirs))
-    make_compute(ctx.settings).create_disk(project, ZONE, "data-000001", disk_type="pd-balanced",
-                                           labels=theirs)
+    node, disk = slice_name(1, 1, store_tag(_store_id(other))), clone_name("data", 1, store_tag(_store_id(other)))
+    make_cloud(ctx.settings).create_node(_request(project, node, theirs))
+    make_compute(ctx.settings).create_disk(project, ZONE, disk, disk_type="pd-balanced", labels=theirs)
     nodes = api_list(local_cloud, project, ZONE, "nodes")
     assert nodes[0]["labels"]["tpujob-store"] == _store_id(other)  # theirs, not overwritten
 
-    assert json.loads(cli("gc", "--json").out) == []  # younger than the default hour
-    assert json.loads(cli("gc", "--json", "--min-age", "3600").out) == []
-    rows = json.loads(cli("gc", "--json", "--min-age", "0").out)
-    # Its hosts do not take this store's SSH key: not reachable, so not running a program.
-    assert _names(rows) == {("node", "tpujob-000001-1"), ("disk", "data-000001")}
-    assert {r["why"] for r in rows} == {f"another store's ({_store_id(other)}) job 000001"}
+    assert json.loads(cli("gc", "--json").out) == []
+    # Not even a day later, when no program runs on them (its hosts do not take our key).
+    assert gc.find(ctx, [ZONE], now=time.time() + 86400) == []
     # The other store sees them as its own orphans (its job 1 is not on its record) at any age.
     monkeypatch.setenv("TPUJOB_HOME", str(tmp_path / "other-home"))
-    assert _names(json.loads(cli("gc", "--json").out)) == _names(rows)
-    # And deletes them: nothing of this test is left in the shared emulator (its short names
-    # are every fresh store's job 1).
+    rows = json.loads(cli("gc", "--json").out)
+    assert _names(rows) == {("node", node), ("disk", disk)}
+    assert {r["why"] for r in rows} == {"job 000001 is not in this store (deleted)"}
     assert cli("gc", "--yes").code == 0
     assert api_list(local_cloud, project, ZONE, "nodes") == []
+
+
+def test_two_stores_job_1_get_a_slice_each_and_gc_keeps_to_its_own(ctx, local_cloud, project, tmp_path,
+                                                                   monkeypatch, cli):
+    """Two stores (two labs, a test store and a real one) on one project: each one's job 1 gets a
+    slice of its own (none adopted through the already-exists path), and one store's gc never
+    lists nor deletes the other's, whatever their age."""
+    from tpujob.service import gc
+    from tpujob.service.context import Context
+
+    monkeypatch.setenv("TPUJOB_ZONE", ZONE)
+    job_a = sweep_until(ctx, record(ctx, tmp_path).id, running)
+    home_a, id_a = os.environ["TPUJOB_HOME"], _store_id(ctx)  # (a Context reads its home when first asked)
+    monkeypatch.setenv("TPUJOB_HOME", str(tmp_path / "home-b"))
+    ctx_b = Context.load()
+    job_b = sweep_until(ctx_b, record(ctx_b, tmp_path).id, running)
+    assert job_a.id == job_b.id == 1
+    slice_a = ctx.store.current_attempt(job_a.id).slice_name
+    slice_b = ctx_b.store.current_attempt(job_b.id).slice_name
+    assert slice_a != slice_b
+    labels = {n["name"].rsplit("/", 1)[-1]: n["labels"]["tpujob-store"]
+              for n in api_list(local_cloud, project, ZONE, "nodes")}
+    assert labels == {slice_a: id_a, slice_b: _store_id(ctx_b)}  # B made its own
+    assert ctx.store.get(job_a.id).state == "RUNNING" and ctx.store.get(job_a.id).attempt == 1
+
+    # Both jobs end, their slices kept: each is its own store's orphan, never the other's.
+    assert cli("cancel", str(job_b.id)).code == 0
+    found = gc.find(ctx_b, [ZONE], now=time.time() + 86400)  # a day on: age changes nothing
+    assert {(x.kind, x.name) for x in found} == {("node", slice_b)}
+    monkeypatch.setenv("TPUJOB_HOME", home_a)
+    assert cli("cancel", str(job_a.id)).code == 0
+    monkeypatch.setenv("TPUJOB_HOME", str(tmp_path / "home-b"))
+    done = cli("gc", "--yes")
+    assert done.code == 0, done.err
+    remaining = {n["name"].rsplit("/", 1)[-1] for n in api_list(local_cloud, project, ZONE, "nodes")}
+    assert remaining == {slice_a}
+    monkeypatch.setenv("TPUJOB_HOME", home_a)
+    assert _names(json.loads(cli("gc", "--json").out)) == {("node", slice_a)}
 
 
 def test_a_running_jobs_resources_are_never_listed(ctx, local_cloud, project, tmp_path, cli):
@@ -179,36 +218,18 @@ def test_a_running_jobs_resources_are_never_listed(ctx, local_cloud, project, tm
     # The same job id under no store label (made before stores had ids): still not listed.
     GcpCloud.for_emulator(local_cloud.url).create_node(
         _request(project, "legacy", {"tpujob-job": f"{job.id:06d}"}))
-    for age in ("0", "3600"):
-        result = cli("gc", "--json", "--min-age", age)
-        assert result.code == 0, result.err
-        assert json.loads(result.out) == []
+    result = cli("gc", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == []
     assert cli("gc", "--yes").code == 0
     assert {n["name"].rsplit("/", 1)[-1] for n in api_list(local_cloud, project, ZONE, "nodes")} \
         == {slice_name, "legacy"}
-    # Once the job ended, its slice is an orphan at any age; the unstamped one waits for --min-age.
+    # Once the job ended, its slice is an orphan at any age; the unstamped one is no store's:
+    # never touched.
     assert cli("cancel", str(job.id)).code == 0
     rows = json.loads(cli("gc", "--json").out)
     assert [(r["kind"], r["name"], r["why"]) for r in rows] == [
         ("node", slice_name, f"job {job.id:06d} ended (CANCELLED)")]
-    assert _names(json.loads(cli("gc", "--json", "--min-age", "0").out)) == {
-        ("node", slice_name), ("node", "legacy")}
-
-
-def test_a_slice_running_a_program_is_kept_whoever_made_it(ctx, local_cloud, project, tmp_path,
-                                                         monkeypatch, cli):
-    """Another store's slice whose hosts this store can reach and that runs a program stays."""
-    monkeypatch.setenv("TPUJOB_ZONE", ZONE)
-    job = sweep_until(ctx, record(ctx, tmp_path, command="sleep 600").id, running)
-    # Relabel the store's record away: the job is gone from this store, its slice looks foreign.
-    ctx.store.remove(job.id)
-    from tpujob.store.db import engine_for
-
-    with engine_for(ctx.settings.database_url).begin() as conn:
-        conn.exec_driver_sql("UPDATE store_info SET id = 'anotherstore'")
-    result = cli("gc", "--json", "--min-age", "0")
-    assert result.code == 0, result.err
-    assert json.loads(result.out) == []
 
 
 def test_bad_input_is_refused_before_anything(ctx, local_cloud, project, cli):
@@ -216,11 +237,9 @@ def test_bad_input_is_refused_before_anything(ctx, local_cloud, project, cli):
 
     compute = make_compute(ctx.settings)
     compute.create_disk(project, ZONE, "c-000052", disk_type="pd-balanced", labels={"tpujob-job": "000052"})
-    for args, words in ((("--zone", "mars-1a"), "unknown zone 'mars-1a'"),
-                        (("--min-age", "-1", "--zone", ZONE), "--min-age must be 0 or more")):
-        result = cli("gc", "--yes", *args)
-        assert result.code == 2
-        assert words in result.error_line
+    result = cli("gc", "--yes", "--zone", "mars-1a")
+    assert result.code == 2
+    assert "unknown zone 'mars-1a'" in result.error_line
     assert [d.name for d in compute.list_disks(project, ZONE)] == ["c-000052"]  # nothing deleted
 
 
@@ -266,6 +285,7 @@ def test_a_lost_jobs_mig_slice_goes_with_its_template_and_policy(ctx, local_clou
     its MIG leaves a template and a policy that are listed and deleted each."""
     from tpujob.clients import make_cloud
     from tpujob.cloud.base import SliceRequest
+    from tpujob.names import slice_name
 
     zone = "us-east5-a"  # offers v6e (emulator/tpu_vm_rules.py)
     monkeypatch.setenv("TPUJOB_ZONE", zone)
@@ -275,22 +295,24 @@ def test_a_lost_jobs_mig_slice_goes_with_its_template_and_policy(ctx, local_clou
         return SliceRequest(project=project, zone=zone, name=name, accelerator_type="v6e-16",
                             runtime_version="", api="compute", labels={"tpujob-job": job})
 
-    compute.request_node(request("tpujob-000042-1", "000042"))
-    crashed = request("tpujob-000043-1", "000043")
+    tag = ctx.store.store_tag  # a policy is told as this store's by the tag in its name
+    lost, crashed_name = slice_name(42, 1, tag), slice_name(43, 1, tag)
+    compute.request_node(request(lost, "000042"))
+    crashed = request(crashed_name, "000043")
     compute._insert_and_wait("policy", compute._policies.insert, f"projects/{project}/regions/us-east5",
                              project=project, region="us-east5",
                              resource_policy_resource=compute._workload_policy(crashed))
     compute._insert_and_wait("template", compute._templates.insert, f"projects/{project}/global",
                              project=project, instance_template_resource=compute._template(crashed))
     rows = json.loads(cli("gc", "--json").out)
-    assert _names(rows) == {("mig", "tpujob-000042-1"), ("instance-template", "tpujob-000043-1"),
-                            ("workload-policy", "tpujob-000043-1")}
+    assert _names(rows) == {("mig", lost), ("instance-template", crashed_name),
+                            ("workload-policy", crashed_name)}
     assert {r["why"] for r in rows} == {"job 000042 is not in this store (deleted)",
                                         "job 000043 is not in this store (deleted)"}
     assert {r["store"] for r in rows} == {_store_id(ctx)}
     done = cli("gc", "--yes")
     assert done.code == 0, done.err
-    assert f"deleted mig tpujob-000042-1 in {zone}" in done.out
+    assert f"deleted mig {lost} in {zone}" in done.out
     assert compute.list_tpu_resources(project, zone) == []
     assert list(compute._templates.list(project=project)) == []
     assert list(compute._policies.list(project=project, region="us-east5")) == []

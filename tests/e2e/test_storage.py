@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from reconcile_helpers import node_ref, project  # noqa: F401 - fixture
 
+from tpujob.names import clone_name, snapshot_name, store_tag
+
 # A project of its own on the shared emulator: every test's disks, snapshots and slices have the
 # same names, and what a failed test left behind must not be found by the next one.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("project")]
@@ -91,7 +93,8 @@ def test_clone_and_scale(cli, local_cloud, tmp_path, stored_jobs):
     pod = show(cli, "pod")
     assert pod["state"] == "RUNNING"
     node = pod["attempts"][0]["slice_name"]
-    clone = disks(cli)[f"data-{pod['id']}"]  # the job's own clone
+    clone_of_pod = clone_name("data", int(pod["id"]), store_tag(_store_id()))
+    clone = disks(cli)[clone_of_pod]  # the job's own clone
     assert (clone["source_snapshot"], clone["users"]) == ("master-snap", [node])
     assert clone["labels"] == {"tpujob-job": pod["id"], "tpujob-store": _store_id()}
     for index in range(4):  # every host reads the same files; a write fails read-only
@@ -105,13 +108,13 @@ def test_clone_and_scale(cli, local_cloud, tmp_path, stored_jobs):
     wait_for(lambda: cli("requeue").code == 0 and show(cli, "pod")["attempt"] == 2
              and show(cli, "pod")["state"] == "RUNNING", timeout=60)
     second = show(cli, "pod")["attempts"][-1]["slice_name"]
-    again = disks(cli)[f"data-{pod['id']}"]
+    again = disks(cli)[clone_of_pod]
     assert (again["users"], again["source_snapshot"]) == ([second], "master-snap")
     wait_for(lambda: host_file(local_cloud, second, 3, "/home/tpujob/seen").exists())
     assert host_file(local_cloud, second, 3, "/home/tpujob/seen").read_text() == "shard-0\n"
 
     assert cli("delete", "pod").code == 0
-    assert f"data-{pod['id']}" not in disks(cli)
+    assert clone_of_pod not in disks(cli)
     assert cli("delete", "dev").code == 0
     assert cli("disk", "delete", "master", "--zone", ZONE).code == 0
 
@@ -134,8 +137,9 @@ def test_keep_true_keeps_the_clone_and_refusals_spend_nothing(cli, local_cloud, 
     spec.write_text(spec.read_text().replace("sleep 600", "true"))
     assert cli("create", "--wait", spec).code == 0
     assert cli("delete", "pod").code == 0
-    assert disks(cli)["kept-000002"]["source_snapshot"] == "kept-src-000002"
-    for name in ("kept-000002", "seed"):
+    tag = store_tag(_store_id())
+    assert disks(cli)[clone_name("kept", 2, tag)]["source_snapshot"] == snapshot_name("kept", 2, tag)
+    for name in (clone_name("kept", 2, tag), "seed"):
         assert cli("disk", "delete", name, "--zone", ZONE).code == 0
 
 
@@ -158,10 +162,15 @@ def test_two_jobs_from_one_spec_each_get_their_own_clone(cli, local_cloud, tmp_p
     spec.write_text(ONE_HOST)
     first, second = (json.loads(cli("create", "--json", spec).out)["id"] for _ in range(2))
     both = disks(cli)
+    tag = store_tag(_store_id())
+
+    def clone_of(jid: str) -> str:
+        return clone_name("shard", int(jid), tag)
+
     for jid in (first, second):
         job = show(cli, jid)
         assert job["state"] == "RUNNING"
-        clone = both[f"shard-{jid}"]
+        clone = both[clone_of(jid)]
         assert clone["users"] == [job["attempts"][0]["slice_name"]]
         assert clone["labels"] == {"tpujob-job": jid, "tpujob-store": _store_id()}
         node = job["attempts"][0]["slice_name"]
@@ -171,9 +180,9 @@ def test_two_jobs_from_one_spec_each_get_their_own_clone(cli, local_cloud, tmp_p
     # Deleting the first job deletes its clone only; the second keeps its data.
     assert cli("delete", first).code == 0
     left = disks(cli)
-    assert f"shard-{first}" not in left and left[f"shard-{second}"]["users"]
+    assert clone_of(first) not in left and left[clone_of(second)]["users"]
     assert cli("delete", second).code == 0
-    assert f"shard-{second}" not in disks(cli)
+    assert clone_of(second) not in disks(cli)
     assert cli("delete", "shardsrc").code == 0
     assert cli("disk", "delete", "shardsrc", "--zone", ZONE).code == 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from test_sweep import Hosts, add_job, cloud_for, spec, store  # noqa: F401 - fixtures
 
 from tpujob.errors import SetupFailed, StockoutError
+from tpujob.names import slice_name
 from tpujob.reconcile.act import Actor
 from tpujob.reconcile.actions import Launch, Move, SetUp, StartAttempt
 from tpujob.reconcile.decide import decide
@@ -170,7 +171,8 @@ def test_a_new_attempt_on_the_same_slice_keeps_an_elastic_attempts_own_nodes(ser
     outcome = actor.act(job, store.current_attempt(job.id), None, [StartAttempt(reuse_slice=True)])
     assert outcome.kind == "done"
     again = store.current_attempt(job.id)
-    assert (again.number, again.slice_name, again.nodes, again.slices) == (2, "tpujob-000001-1", "tpujob-000001-1-0", 1)
+    first = slice_name(job.id, 1, store.store_tag)  # attempt 1's name, kept: the slice is reused
+    assert (again.number, again.slice_name, again.nodes, again.slices) == (2, first, "tpujob-000001-1-0", 1)
 
 
 class StopsKept(Hosts):

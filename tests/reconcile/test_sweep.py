@@ -160,7 +160,7 @@ def test_a_misspelled_snapshot_ends_the_job_with_its_name(server, store):
 
     compute = GcpCompute.for_emulator(server.url, server.url)
     hosts = Hosts(disks=lambda job, attempt: disks.data_disks(
-        compute, spec_of(job), job.id, attempt.zone))
+        compute, spec_of(job), job.id, attempt.zone, store.store_tag))
     job = add_job(store, spec() + "disks: [{name: data-clone, snapshot: no-such-snap, mount: /mnt/d}]\n")
     rec = Reconciler(store, cloud_for(server), hosts, "me")
     rec.sweep()

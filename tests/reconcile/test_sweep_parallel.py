@@ -10,6 +10,7 @@ import time
 import pytest
 from test_sweep import PROJECT, Z1, Hosts, add_job, cloud_for, events, store  # noqa: F401
 
+from tpujob.names import slice_name
 from tpujob.reconcile.reconciler import Reconciler
 
 
@@ -119,7 +120,7 @@ def test_a_preempted_job_runs_again_after_one_sweep(server, store):
         assert any(e.endswith("preemption 1 of 5 allowed, next attempt now") for e in events(store, job.id))
     nodes = server.emulator.list_nodes(f"projects/{PROJECT}/locations/{Z1}")
     assert sorted((n["name"].rsplit("/", 1)[-1], n["state"]) for n in nodes) == \
-        [(f"tpujob-{j.id:06d}-2", "READY") for j in jobs]
+        [(slice_name(j.id, 2, store.store_tag), "READY") for j in jobs]
 
 
 def test_a_preemption_soon_after_the_start_is_a_flap_and_waits(server, store):

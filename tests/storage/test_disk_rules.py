@@ -75,13 +75,13 @@ def _spec(zone, *disks):
 
 def test_a_hyperdisk_ml_master_is_single_writer_and_its_clone_read_only_many(server, compute, cloud):
     master = {"name": "master", "mode": "read-write", "mount": "/mnt/master"}
-    disks.data_disks(compute, _spec(V6E_ZONE, master), 1, V6E_ZONE)
+    disks.data_disks(compute, _spec(V6E_ZONE, master), 1, V6E_ZONE, "a1b2c3")
     assert _emulated(server, V6E_ZONE, "master")["accessMode"] == "READ_WRITE_SINGLE"
     assert compute.get_disk(PROJECT, V6E_ZONE, "master").access_mode == "READ_WRITE_SINGLE"
 
     clone = {"name": "data", "source_disk": "master", "mode": "read-only", "mount": "/mnt/data"}
-    (disk,) = disks.data_disks(compute, _spec(V6E_ZONE, clone), 2, V6E_ZONE)
-    assert _emulated(server, V6E_ZONE, "data-000002")["accessMode"] == "READ_ONLY_MANY"
+    (disk,) = disks.data_disks(compute, _spec(V6E_ZONE, clone), 2, V6E_ZONE, "a1b2c3")
+    assert _emulated(server, V6E_ZONE, "data-a1b2c3-000002")["accessMode"] == "READ_ONLY_MANY"
 
     # The clone goes to every host of a pod, read-only; the master to one host, read-write.
     cloud.create_node(_request("pod", "v6e-16", V6E_ZONE, [disk]))

@@ -37,13 +37,16 @@ def test_a_clone_is_named_after_its_job(cli, spec_file, local_cloud):
     compute = make_compute(Context.load().settings)  # the clone's snapshot must exist (create checks)
     compute.create_disk("p", "us-central2-b", "seed", disk_type="pd-balanced", size_gb=10)
     compute.create_snapshot("p", "us-central2-b", "seed", "s")
-    long_name = "d" * 57
+    long_name = "d" * 46  # its snapshot would be d...d-src-TAG-JOBID: 64 characters
     refused = cli("validate", spec_file(SPEC.format(
         extra=f"disks: [{{name: {long_name}, snapshot: s, mount: /mnt/d}}]")))
-    assert refused.code == 2 and "at most 56 characters" in refused.error_line
+    assert refused.code == 2 and "at most 45 characters" in refused.error_line
+    assert cli("validate", spec_file(SPEC.format(
+        extra=f"disks: [{{name: {long_name[:45]}, snapshot: s, mount: /mnt/d}}]"))).code == 0
     plan = cli("create", "--dry-run", "--json", spec_file(SPEC.format(
         extra="disks: [{name: data, snapshot: s, mount: /mnt/d}, {name: master, mode: read-write, mount: /mnt/m}]")))
     assert plan.code == 0, plan.err
     steps = [(s["action"], s["resource"]) for s in json.loads(plan.out)]
-    assert ("create disk", "data-NNNNNN") in steps and ("attach", "data-NNNNNN") in steps
+    # The store's tag (6 hex digits, tpujob/names.py) shown SSSSSS: a dry run opens no store.
+    assert ("create disk", "data-SSSSSS-NNNNNN") in steps and ("attach", "data-SSSSSS-NNNNNN") in steps
     assert ("attach", "master") in steps  # a master is shared, not the job's

@@ -281,7 +281,7 @@ class SshHostOps:
                                 timeout=SYNC_TIMEOUT)
                 host_answers.step_ok(uploaded, "runtime upload", hidden)
             self.check_disks(job, attempt, slice_)  # a reused slice may lack one: say so before mounting
-            script = mounts.mount_script(spec, job.id)  # disks and buckets, before setup
+            script = mounts.mount_script(spec, job.id, self.ctx.store.store_tag)  # disks and buckets, before setup
             if script:
                 self._renew_lease(job)
                 results = group.run(as_command(script, "tpujob-mount"), log_paths=log_of, timeout=timeout,
@@ -441,7 +441,7 @@ class SshHostOps:
     def unmount(self, job: Job, attempt: Attempt, slice_: Slice) -> None:
         """Unmount the job's disks and buckets on every host (templates/unmount.sh: a path not
         mounted is skipped, so running it twice is harmless). CloudError where it failed."""
-        script = mounts.unmount_script(spec_of(job), job.id)
+        script = mounts.unmount_script(spec_of(job), job.id, self.ctx.store.store_tag)
         if script is None:
             return
         with self.group(job, attempt, slice_) as group:

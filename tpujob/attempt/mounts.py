@@ -12,10 +12,10 @@ from tpujob.names import RUN_DIR_MOUNT
 from tpujob.spec import BucketSpec, ResolvedSpec
 
 
-def _mounts(spec: ResolvedSpec, job_id: int) -> list[tuple[str, dict[str, Any]]]:
+def _mounts(spec: ResolvedSpec, job_id: int, store: str) -> list[tuple[str, dict[str, Any]]]:
     steps: list[tuple[str, dict[str, Any]]] = []
     for disk in spec.spec.disks:
-        steps.append(("mount_disk.sh", {"disk": device_name(disk, job_id), "mount_point": disk.mount,
+        steps.append(("mount_disk.sh", {"disk": device_name(disk, job_id, store), "mount_point": disk.mount,
                                         "read_only": int(disk.mode == "read-only")}))
     buckets = list(spec.spec.buckets)
     location = run_dir_location(spec, job_id)
@@ -32,17 +32,18 @@ def _mounts(spec: ResolvedSpec, job_id: int) -> list[tuple[str, dict[str, Any]]]
     return steps
 
 
-def mount_script(spec: ResolvedSpec, job_id: int) -> str | None:
-    """One bash script mounting every disk and bucket of the job (None: nothing to mount)."""
-    steps = _mounts(spec, job_id)
+def mount_script(spec: ResolvedSpec, job_id: int, store: str) -> str | None:
+    """One bash script mounting every disk and bucket of the job (None: nothing to mount);
+    `store`: the store's tag, in the clones' names (tpujob/names.py)."""
+    steps = _mounts(spec, job_id, store)
     if not steps:
         return None
     # Each in a subshell: a script's `exit 0` (already mounted) ends only its own step.
     return "set -e\n" + "\n".join(f"(\n{render(name, **values)}\n)" for name, values in steps)
 
 
-def unmount_script(spec: ResolvedSpec, job_id: int) -> str | None:
-    steps = _mounts(spec, job_id)
+def unmount_script(spec: ResolvedSpec, job_id: int, store: str) -> str | None:
+    steps = _mounts(spec, job_id, store)
     if not steps:
         return None
     return render("unmount.sh", mount_points="\n".join(v["mount_point"] for _, v in reversed(steps)))

@@ -1,11 +1,12 @@
 """A job's disks: made for its slice, checked on it, deleted with the job.
 
-Clone and scale: a disk with `source_disk` is snapshotted (`NAME-src-JOBID`) and cloned as
-`NAME-JOBID`; a disk with `snapshot` is cloned from it. The clone belongs to its job (named after
-it and labelled `tpujob-job: JOBID`: tpujob/names.py): two jobs from one spec get a clone each.
-It is made by the first attempt and reused by every later one (a re-queued run sees the data the
-first attempt saw), then deleted with the job unless `keep`. `tpujob disk ...` snapshots and
-clones by hand (service/disks.py): the dev-slice side of the same workflow.
+Clone and scale: a disk with `source_disk` is snapshotted (`NAME-src-TAG-JOBID`, TAG the store's:
+tpujob/names.py) and cloned as `NAME-TAG-JOBID`; a disk with `snapshot` is cloned from it. The
+clone belongs to its job (named after it and labelled `tpujob-job: JOBID`: tpujob/names.py): two
+jobs from one spec, or two stores' jobs of one id, get a clone each. It is made by the first
+attempt and reused by every later one (a re-queued run sees the data the first attempt saw),
+then deleted with the job unless `keep`. `tpujob disk ...` snapshots and clones by hand
+(service/disks.py): the dev-slice side of the same workflow.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ from typing import TYPE_CHECKING
 from tpujob.catalogue import COMPUTE
 from tpujob.cloud.base import DataDisk
 from tpujob.errors import ConflictError, NotFoundError, SetupFailed, UsageError
-from tpujob.names import JOB_LABEL, clone_name, format_job_id, job_labels, node_names, own_nodes, snapshot_name
+from tpujob.names import (
+    JOB_LABEL,
+    STORE_LABEL,
+    clone_name,
+    format_job_id,
+    job_labels,
+    node_names,
+    own_nodes,
+    snapshot_name,
+    store_tag,
+)
 from tpujob.spec import DiskSpec, ResolvedSpec
 from tpujob.spec.stored import spec_of
 
@@ -30,9 +41,17 @@ def is_clone(disk: DiskSpec) -> bool:
     return bool(disk.source_disk or disk.snapshot)
 
 
-def device_name(disk: DiskSpec, job_id: int) -> str:
-    """The name the disk has in the cloud, hence on the hosts (/dev/disk/by-id/google-NAME)."""
-    return clone_name(disk.name, job_id) if is_clone(disk) else disk.name
+def device_name(disk: DiskSpec, job_id: int, store: str) -> str:
+    """The name the disk has in the cloud, hence on the hosts (/dev/disk/by-id/google-NAME);
+    `store`: the store's tag (names.store_tag), in a clone's name."""
+    return clone_name(disk.name, job_id, store) if is_clone(disk) else disk.name
+
+
+def tag_of(settings: Settings) -> str:
+    """This store's tag, from the label every resource it makes carries (clients.store_labels)."""
+    from tpujob.clients import store_labels
+
+    return store_tag(store_labels(settings)[STORE_LABEL])
 
 
 # ---- before anything is spent -----------------------------------------------------------------
@@ -108,12 +127,13 @@ def check_disks(compute: GcpCompute, spec: ResolvedSpec) -> None:
 
 # ---- at the first attempt: clones; every attempt: the same disks ------------------------------
 
-def data_disks(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str) -> tuple[DataDisk, ...]:
-    """The node's data disks; makes the clones (and their snapshot) that do not exist yet."""
+def data_disks(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str, store: str) -> tuple[DataDisk, ...]:
+    """The node's data disks; makes the clones (and their snapshot) that do not exist yet.
+    `store`: the store's tag, in the clones' names."""
     project, owner = spec.project, job_labels(job_id)
     out = []
     for disk in spec.spec.disks:
-        name, kind = device_name(disk, job_id), spec.disk_types[disk.name]
+        name, kind = device_name(disk, job_id, store), spec.disk_types[disk.name]
         found = compute.find_disk(project, zone, name)
         if found is not None and is_clone(disk) and found.labels.get(JOB_LABEL) != format_job_id(job_id):
             raise ConflictError(f"disk {name} exists in {zone} but is not job {format_job_id(job_id)}'s clone "
@@ -121,7 +141,7 @@ def data_disks(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str) 
                                 "it or rename the disk in the spec")
         if found is None:
             if disk.source_disk:
-                snap = snapshot_name(disk.name, job_id)
+                snap = snapshot_name(disk.name, job_id, store)
                 try:
                     compute.get_snapshot(project, snap)
                 except NotFoundError:
@@ -148,7 +168,7 @@ def data_disks(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str) 
     return tuple(out)
 
 
-def missing_disks(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str, node: str,
+def missing_disks(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str, store: str, node: str,
                   slices: int = 1, nodes: tuple[str, ...] = ()) -> list[str]:
     """The job's disks an existing node lacks (a slice reused by a new attempt that lost one to a
     detach by hand), by name; of several slices, the disks any of their nodes lacks. They cannot
@@ -158,14 +178,15 @@ def missing_disks(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: st
     for d in compute.node_disks(spec.project, zone):
         if d.node in attached:
             attached[d.node].add(d.source)
-    return [d.source.rsplit("/", 1)[-1] for d in data_disks(compute, spec, job_id, zone)
+    return [d.source.rsplit("/", 1)[-1] for d in data_disks(compute, spec, job_id, zone, store)
             if any(d.source not in found for found in attached.values())]
 
 
-def missing_from(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str, held: tuple[str, ...]) -> list[str]:
+def missing_from(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zone: str, store: str,
+                 held: tuple[str, ...]) -> list[str]:
     """The job's disks a Compute Engine slice lacks, by name, from the short names of the disks
     every one of its VMs holds (the observed Slice.data_disks)."""
-    wanted = [d.source.rsplit("/", 1)[-1] for d in data_disks(compute, spec, job_id, zone)]
+    wanted = [d.source.rsplit("/", 1)[-1] for d in data_disks(compute, spec, job_id, zone, store)]
     return [name for name in wanted if name not in held]
 
 
@@ -178,7 +199,7 @@ def attempt_disks(settings: Settings, job: Job, attempt: Attempt) -> tuple[DataD
         return ()
     from tpujob.clients import make_compute
 
-    return data_disks(make_compute(settings), spec, job.id, attempt.zone)
+    return data_disks(make_compute(settings), spec, job.id, attempt.zone, tag_of(settings))
 
 
 def ensure_on_slice(settings: Settings, job: Job, attempt: Attempt, slice_: Slice) -> None:
@@ -192,9 +213,9 @@ def ensure_on_slice(settings: Settings, job: Job, attempt: Attempt, slice_: Slic
 
     compute = make_compute(settings)
     if spec.api == COMPUTE:
-        missing = missing_from(compute, spec, job.id, attempt.zone, slice_.data_disks)
+        missing = missing_from(compute, spec, job.id, attempt.zone, tag_of(settings), slice_.data_disks)
     else:
-        missing = missing_disks(compute, spec, job.id, attempt.zone,
+        missing = missing_disks(compute, spec, job.id, attempt.zone, tag_of(settings),
                                 attempt.slice_name, attempt.slices, own_nodes(attempt))
     if missing:
         raise SetupFailed(f"slice {attempt.slice_name} lacks disk {', '.join(missing)} (detached by "
@@ -202,21 +223,21 @@ def ensure_on_slice(settings: Settings, job: Job, attempt: Attempt, slice_: Slic
                           "slice and the next attempt creates it with its disks")
 
 
-def delete_clones(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zones: set[str]) -> list[str]:
+def delete_clones(compute: GcpCompute, spec: ResolvedSpec, job_id: int, zones: set[str], store: str) -> list[str]:
     """Delete the job's clones and their snapshots, except those with `keep`; what was deleted.
-    Only disks labelled as this job's are deleted."""
+    Only disks labelled as this job's are deleted. `store`: the store's tag."""
     project, deleted = spec.project, []
     for disk in spec.spec.disks:
         if disk.keep or not is_clone(disk):
             continue
-        name = clone_name(disk.name, job_id)
+        name = clone_name(disk.name, job_id, store)
         for zone in sorted(zones):
             found = compute.find_disk(project, zone, name)
             if found is not None and found.labels.get(JOB_LABEL) == format_job_id(job_id):
                 compute.delete_disk(project, zone, name)
                 deleted.append(f"disk {name}")
         if disk.source_disk:
-            snap = snapshot_name(disk.name, job_id)
+            snap = snapshot_name(disk.name, job_id, store)
             try:
                 compute.get_snapshot(project, snap)
             except NotFoundError:

@@ -14,13 +14,11 @@ def register(app: typer.Typer) -> None:
     def gc(zone: list[str] | None = typer.Option(None, "--zone", help="A zone to look in "
                                                     "(repeatable); default: the zones of this "
                                                     "store's jobs and the zone setting."),
-           min_age: float = typer.Option(3600, "--min-age", help="Seconds: another store's "
-                                         "resources are listed only when older than this."),
            yes: bool = typer.Option(False, "--yes", help="Delete what is listed."),
            json_out: bool = typer.Option(False, "--json", help="Print the list as JSON.")):
-        """List tpujob-labelled queued resources, nodes, disks and snapshots that no active job
-        of this store owns, with age and cost per hour; delete them with --yes. Unlabelled
-        resources are never touched."""
+        """List this store's queued resources, nodes, disks and snapshots that no active job of
+        it owns, with age and cost per hour; delete them with --yes. Unlabelled resources, and
+        another store's, are never touched."""
         from tpujob.errors import CloudError
         from tpujob.service import gc as gc_mod
         from tpujob.service.context import Context
@@ -32,7 +30,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"deleted {x.kind} {x.name}{where}" if not d.error
                            else f"could not delete {x.kind} {x.name}{where}: {d.error}")
 
-        found, deletions = gc_mod.collect(Context.load(), zone, min_age, remove=yes, on_done=said)
+        found, deletions = gc_mod.collect(Context.load(), zone, remove=yes, on_done=said)
         failed = [d for d in deletions if d.error]
         if json_out:
             errors = {(d.leftover.kind, d.leftover.zone, d.leftover.name): d.error for d in deletions}

@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
             with _lint_shown():
                 _print_findings(jobs.lint_sync(resolved, strict=strict))
             jobs.check_existing_disks(ctx, resolved)
-            steps = jobs.plan(resolved)
+            steps = jobs.plan(resolved)  # opens no store: names show its tag SSSSSS
             if json_out:
                 render.print_json([{"action": s.action, "resource": s.resource, "detail": s.detail} for s in steps])
                 return

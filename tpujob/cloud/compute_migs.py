@@ -24,7 +24,7 @@ from tpujob.cloud.compute import COMPUTE, rfc3339
 from tpujob.cloud.compute_instances import INSTANCE_PHASES, read_address, read_data_disks, read_metadata, shorten
 from tpujob.compute_shapes import compute_shape
 from tpujob.errors import ConflictError, NotFoundError
-from tpujob.names import JOB_LABEL
+from tpujob.names import JOB_LABEL, SLICE_NAME
 
 # workloadPolicy: acceleratorTopology needs HIGH_THROUGHPUT (Terraform google provider schema;
 # peers send just type and topology: gke-labs/tpu-operator pkg/converter/workloadpolicy.go).
@@ -44,7 +44,6 @@ ON_FAILURE = "DO_NOTHING"
 # instanceGroupManagers.resize, POST .../instanceGroupManagers/NAME/resize?size=N, no body
 # (compute.v1 discovery).
 GROWN_BY_RESIZE = frozenset({"flex-start"})
-SLICE_NAME = re.compile(r"^tpujob-(\d{6})-\d+$")  # tpujob.names.slice_name
 
 
 # Which member is TPU worker 0 is unknown (facts: "Unknown: which member is worker 0"). Hosts
@@ -293,9 +292,8 @@ class MigSlices:
         template's labels are its properties.labels. A resource policy has no labels
         (compute.v1 discovery, ResourcePolicy): one of tpujob's is told by its name
         (tpujob.names.slice_name, SLICE_NAME) and takes the labels of the template of the same
-        name, else only the job's label its name holds (no store: gc weighs it as another
-        store's, after --min-age). Templates are global: one may be listed for every zone gc
-        looks in."""
+        name, else only the job's label its name holds (gc tells its store by the tag in its
+        name). Templates are global: one may be listed for every zone gc looks in."""
         migs = self._tpu_migs(project, zone)
         templates = {t.name: t for t in self._call(
             "listing instance templates", lambda: list(self._templates.list(project=project)))}
@@ -331,7 +329,7 @@ class MigSlices:
                 owner = templates.get(p.name)
                 named = SLICE_NAME.match(p.name)  # always: `policies` holds only names it matches
                 labels = dict(owner.properties.labels) if owner is not None \
-                    else {JOB_LABEL: named.group(1) if named else ""}
+                    else {JOB_LABEL: named.group("job") if named else ""}
                 leftovers.append(TpuResource("workload-policy", p.name, zone, p.status, labels=labels,
                                              created=rfc3339(p.creation_timestamp)))
         return found, leftovers, members | {n for n in instances if _member_by_name(n, migs)}

@@ -63,8 +63,9 @@ class NodeLifecycle(EmulatorParts):
                 self.operations.finish(op, response=("Node", copy_json(node.body)))
 
     def _hosts_root(self, node: Node) -> pathlib.Path:
-        """hosts/PROJECT/ZONE/NODE: node names are unique within a project's zone only (every
-        test's job 1 makes tpujob-000001-1), and a stopping node's machines remove their root."""
+        """hosts/PROJECT/ZONE/NODE: node names are unique within a project's zone only (two
+        projects' stores may each make tpujob-TAG-000001-1 with one tag), and a stopping node's
+        machines remove their root."""
         _, project, _, zone = node.parent.split("/")
         return self.root / "hosts" / project / zone / node.node_id
 

@@ -75,7 +75,7 @@ def grow_slices(actor: Actor, turn: Turn, action: GrowSlices) -> Outcome:
     job, attempt = turn.job, turn.current()
     spec = spec_of(job)
     missing = spec.spec.tpu.max_slices - attempt.slices
-    prefix = slice_name(job.id, attempt.number)
+    prefix = slice_name(job.id, attempt.number, actor.store.store_tag)
     names = [f"{prefix}-{k}" for k in range(attempt.slices, attempt.slices + missing)]
     request = actor.slice_request(job, attempt, name=prefix, slices=len(names), node_ids=tuple(names))
     try:

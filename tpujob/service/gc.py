@@ -5,11 +5,11 @@ without that label is never touched), and on the Compute Engine path (tpu.api: c
 VMs ("instance"), multi-host slices ("mig": its MIG, instance template and workload policy,
 deleted together) and a slice's template or policy left without its MIG (tpujob.cloud.
 compute_migs, MigSlices._mig_resources, says how each is told: a template by its
-properties.labels, a policy, which has no labels, by its name). A resource labelled with this store's id
-(`tpujob-store`) is an orphan when its job ended or is gone from the store, at any age. One
-labelled by another store (or by no store, made before stores had ids) may still be that
-store's live job: it is listed only once older than `min_age` and, for a slice, when no
-program runs on its hosts (asked over SSH; hosts that cannot be reached count as idle).
+properties.labels, a policy, which has no labels, by its name). Only this store's resources are
+ever listed: those labelled with its id (`tpujob-store`), and a workload policy whose name
+carries its tag (tpujob/names.py). Each is an orphan when its job ended or is gone from the
+store, at any age. Another store's (another lab's, a test store's), and one made before stores
+had ids, are never touched: that store's job may be alive, and only that store can tell.
 
 The cloud is read in one batched pass: per zone one queued-resources list, one nodes list and
 one disks list (and Compute Engine's instances, MIGs with their members, templates and
@@ -24,12 +24,11 @@ from typing import Any, Callable
 from tpujob import catalogue
 from tpujob.clients import make_cloud, make_compute
 from tpujob.errors import TpujobError, UsageError
-from tpujob.names import JOB_LABEL, STORE_LABEL, format_job_id
+from tpujob.names import JOB_LABEL, SLICE_NAME, STORE_LABEL, format_job_id, store_tag
 from tpujob.service.context import Context
 from tpujob.store.identity import store_id
 from tpujob.store.states import ACTIVE, State
 
-DEFAULT_MIN_AGE = 3600
 # Deletion order: a queued resource (with force, which takes its node along), then nodes, then
 # the disks they used (Compute refuses to delete a disk still attached), then snapshots.
 # A MIG (with its template and policy) before a lone template or policy, all before disks.
@@ -63,10 +62,8 @@ class Deletion:
     error: str = ""  # "" when deleted
 
 
-def check_options(ctx: Context, zones: list[str], min_age: float) -> None:
+def check_options(ctx: Context, zones: list[str]) -> None:
     """Bad input is refused before any cloud call."""
-    if min_age < 0:
-        raise UsageError(f"--min-age must be 0 or more seconds, not {min_age:g}")
     known = catalogue.TPU_ZONES | {j.zone for j in ctx.store.list_jobs(include_ended=True)}
     for zone in zones:
         if zone not in known:
@@ -83,13 +80,11 @@ def default_zones(ctx: Context) -> list[str]:
     return sorted(zones)
 
 
-def find(ctx: Context, zones: list[str] | None = None, min_age: float = DEFAULT_MIN_AGE, *,
-         cloud: Any = None, compute: Any = None,
-         runs_program: Callable[[Any, str, Any], bool] | None = None,
+def find(ctx: Context, zones: list[str] | None = None, *, cloud: Any = None, compute: Any = None,
          now: float | None = None) -> list[Leftover]:
-    """Every leftover in the project and zones, in deletion order."""
+    """Every leftover of this store in the project and zones, in deletion order."""
     zones = list(zones or [])
-    check_options(ctx, zones, min_age)
+    check_options(ctx, zones)
     zones = zones or default_zones(ctx)
     if not zones:
         raise UsageError("no zone to look in: no job on record and no zone setting; pass --zone")
@@ -98,41 +93,38 @@ def find(ctx: Context, zones: list[str] | None = None, min_age: float = DEFAULT_
         raise UsageError("no project: tpujob config set project PROJECT_ID")
     cloud = cloud or make_cloud(ctx.settings)
     compute = compute or make_compute(ctx.settings)
-    runs_program = runs_program or _ssh_runs_program(ctx, cloud)
     now = ctx.store.clock() if now is None else now  # the store server's clock, not this node's
     listed = {zone: (_tpu_resources(cloud, project, zone), compute.list_disks(project, zone))
               for zone in zones}
     snapshots = compute.list_snapshots(project)
     # The store is read after the cloud: a job is recorded before its first create, so whatever
     # a list showed belongs to a job this read sees (or to none any more).
-    owners = _Owners(ctx, min_age, now)
+    owners = _Owners(ctx)
 
     found: list[Leftover] = []
     nodes_in_use: set[tuple[str, str]] = set()  # (zone, node) kept: their disks stay too
     seen: set[tuple[str, str]] = set()  # (kind, name) of a template or policy already weighed
     for zone, (slices, disks) in listed.items():
-        busy = {r.name for r in slices if r.kind in SLICE_KINDS and owners.foreign(r.labels, r.created)
-                and runs_program(project, zone, r)}
         for r in slices:
             if r.kind in _NOT_ZONAL:
                 if (r.kind, r.name) in seen:
                     continue
                 seen.add((r.kind, r.name))
-            why = owners.why(r.labels, r.created, r.kind)
-            if why is None or r.name in busy:
+            why = owners.why(r.labels, r.kind, r.name)
+            if why is None:
                 if r.kind in SLICE_KINDS:
                     nodes_in_use.add((zone, r.name))
                 continue
             found.append(_leftover(r.kind, r.name, zone, r.labels, why, r.state, r.created, now,
                                    _slice_cost(r)))
         for d in disks:
-            why = owners.why(d.labels, d.created, "disk")
+            why = owners.why(d.labels, "disk", d.name)
             if why is None or any((zone, u) in nodes_in_use for u in d.users):
                 continue
             found.append(_leftover("disk", d.name, zone, d.labels, why, d.status, d.created, now,
                                    catalogue.disk_hourly_cost(d.type, d.size_gb)))
     for s in snapshots:
-        why = owners.why(s.labels, s.created, "snapshot")
+        why = owners.why(s.labels, "snapshot", s.name)
         if why is not None:
             found.append(_leftover("snapshot", s.name, "", s.labels, why, s.status, s.created, now,
                                    catalogue.snapshot_hourly_cost(s.storage_bytes)))
@@ -175,40 +167,29 @@ def delete(ctx: Context, leftovers: list[Leftover], *, cloud: Any = None, comput
 class _Owners:
     """Who owns a labelled resource, from this store's jobs: why it is a leftover, or None."""
 
-    def __init__(self, ctx: Context, min_age: float, now: float):
+    def __init__(self, ctx: Context):
         self.me = store_id(ctx.engine)
-        self.min_age, self.now = min_age, now
+        self.tag = store_tag(self.me)
         self.jobs = {format_job_id(j.id): j for j in ctx.store.list_jobs(include_ended=True)}
 
-    def foreign(self, labels: dict, created: float | None) -> bool:
-        """Another store's (or no store's) labelled resource, old enough to be weighed."""
-        return (JOB_LABEL in labels and labels.get(STORE_LABEL) != self.me
-                and self._old(created) and not self._maybe_mine_active(labels))
-
-    def why(self, labels: dict, created: float | None, kind: str) -> str | None:
+    def why(self, labels: dict, kind: str, name: str) -> str | None:
         job_ref = labels.get(JOB_LABEL)
-        if not job_ref:
-            return None  # not tpujob's: never touched
-        if labels.get(STORE_LABEL) == self.me:
-            job = self.jobs.get(job_ref)
-            if job is None:
-                return f"job {job_ref} is not in this store (deleted)"
-            if State(job.state) in ACTIVE or _kept(job, kind):
-                return None
-            return f"job {job_ref} ended ({job.state})"
-        if self._maybe_mine_active(labels) or not self._old(created):
+        if not job_ref or not self._mine(labels, kind, name):
+            return None  # not tpujob's, or another store's: never touched
+        job = self.jobs.get(job_ref)
+        if job is None:
+            return f"job {job_ref} is not in this store (deleted)"
+        if State(job.state) in ACTIVE or _kept(job, kind):
             return None
-        owner = labels.get(STORE_LABEL)
-        return (f"another store's ({owner}) job {job_ref}" if owner
-                else f"job {job_ref} of no store on record (made before store ids)")
+        return f"job {job_ref} ended ({job.state})"
 
-    def _maybe_mine_active(self, labels: dict) -> bool:
-        # Made before stores had ids: it may be one of this store's live jobs.
-        job = self.jobs.get(labels.get(JOB_LABEL, ""))
-        return STORE_LABEL not in labels and job is not None and State(job.state) in ACTIVE
-
-    def _old(self, created: float | None) -> bool:
-        return created is not None and self.now - created >= self.min_age
+    def _mine(self, labels: dict, kind: str, name: str) -> bool:
+        """Labelled with this store's id; a workload policy (no labels of its own, none taken
+        from a template left behind) by the tag in its name."""
+        if STORE_LABEL in labels:
+            return bool(labels[STORE_LABEL] == self.me)
+        named = SLICE_NAME.match(name)
+        return kind == "workload-policy" and named is not None and named.group("store") == self.tag
 
 
 def _compute_tpus(cloud) -> Any:
@@ -254,44 +235,12 @@ def _slice_cost(r) -> float | None:
         return None
 
 
-def _ssh_runs_program(ctx: Context, cloud) -> Callable[[str, str, Any], bool]:
-    """Whether a tpujob program runs on any host of the node, over SSH (templates/running.sh),
-    verifying the hosts' published keys; unreachable hosts (another store's key, a dead
-    slice) count as not running."""
-    from tpujob.attempt.hosts import ssh_port
-    from tpujob.attempt.logins import Logins
-    from tpujob.hosts.fanout import Host, HostGroup
-    from tpujob.hosts.keys import load_key, public_key_line
-    from tpujob.hosts.scripts import as_command, render
-
-    logins = Logins(ctx.settings, lambda: public_key_line(ctx.settings.home), register=False)  # only looks
-
-    def runs(project: str, zone: str, node) -> bool:
-        if not node.hosts:
-            return False
-        owner = _compute_tpus(cloud) if node.kind in COMPUTE_KINDS else cloud
-        try:
-            keys, port = owner.host_keys(project, zone, node.name), ssh_port(ctx.settings)
-            hosts = [Host(h.index, h.address(True), port, tuple(keys.get(h.index, ())))
-                     for h in node.hosts]
-            user = logins.for_slice(project, node.metadata).user  # OS Login's user where it is on
-            with HostGroup(hosts, user, load_key(ctx.settings.home),
-                           connect_timeout=5, retries=1) as group:
-                results = group.run(as_command(render("running.sh"), "tpujob-running"), timeout=30)
-        except TpujobError:
-            return False
-        return any(r.ok and r.output.strip().endswith("running") for r in results)
-
-    return runs
-
-
-def collect(ctx: Context, zones: list[str] | None = None, min_age: float = DEFAULT_MIN_AGE,
-            remove: bool = False, on_done: Callable[[Deletion], None] | None = None
-            ) -> tuple[list[Leftover], list[Deletion]]:
+def collect(ctx: Context, zones: list[str] | None = None, remove: bool = False,
+            on_done: Callable[[Deletion], None] | None = None) -> tuple[list[Leftover], list[Deletion]]:
     """`tpujob gc`: the leftovers, and, with `remove`, each one's deletion."""
     zones = list(zones or [])
-    check_options(ctx, zones, min_age)  # before a client is made (the emulator started)
+    check_options(ctx, zones)  # before a client is made (the emulator started)
     cloud, compute = make_cloud(ctx.settings), make_compute(ctx.settings)
-    found = find(ctx, zones, min_age, cloud=cloud, compute=compute)
+    found = find(ctx, zones, cloud=cloud, compute=compute)
     return found, (delete(ctx, found, cloud=cloud, compute=compute, on_done=on_done)
                    if remove else [])

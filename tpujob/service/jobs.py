@@ -70,23 +70,27 @@ class PlanStep:
     detail: str
 
 
-def plan(resolved: ResolvedSpec, job_id: int | None = None) -> list[PlanStep]:
-    """The resources a create makes, in order, with their names (job id unknown on --dry-run)."""
+def plan(resolved: ResolvedSpec, store: str | None = None, job_id: int | None = None) -> list[PlanStep]:
+    """The resources a create makes, in order, with their names. On --dry-run the job id is
+    unknown (shown NNNNNN) and the store is not opened, so its tag is shown SSSSSS (a real one
+    is 6 hex digits, tpujob/names.py store_tag)."""
     spec = resolved.spec
+    tag = store if store is not None else "SSSSSS"
 
     def named(name: str) -> str:  # on --dry-run, each name as job 0's, with its id shown NNNNNN
         return name if job_id is not None else name.replace(format_job_id(0), "NNNNNN")
 
     jid = job_id if job_id is not None else 0
-    node = named(slice_name(jid, 1))
+    node = named(slice_name(jid, 1, tag))
     steps: list[PlanStep] = []
     # A clone is the job's own: NAME-JOBID.
-    cloud_name = {d.name: named(clone_name(d.name, jid)) if d.source_disk or d.snapshot else d.name
+    cloud_name = {d.name: named(clone_name(d.name, jid, tag)) if d.source_disk or d.snapshot else d.name
                   for d in spec.disks}
     for disk in spec.disks:
         kind = resolved.disk_types[disk.name]
         if disk.source_disk:
-            steps.append(PlanStep("snapshot", named(snapshot_name(disk.name, jid)), f"of disk {disk.source_disk}"))
+            steps.append(PlanStep("snapshot", named(snapshot_name(disk.name, jid, tag)),
+                                  f"of disk {disk.source_disk}"))
             steps.append(PlanStep("create disk", cloud_name[disk.name], f"{kind}, clone of that snapshot"))
         elif disk.snapshot:
             steps.append(PlanStep("create disk", cloud_name[disk.name], f"{kind}, clone of snapshot {disk.snapshot}"))
@@ -343,7 +347,7 @@ def _delete_clones(ctx: Context, job, attempts) -> None:
     from tpujob.attempt import slice_disks as disks
 
     compute = make_compute(ctx.settings)
-    for what in disks.delete_clones(compute, spec, job.id, {a.zone for a in attempts}):
+    for what in disks.delete_clones(compute, spec, job.id, {a.zone for a in attempts}, ctx.store.store_tag):
         ctx.store.add_event(job.id, "disk", f"deleted {what}")
 
 

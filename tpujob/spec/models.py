@@ -155,7 +155,7 @@ class TpuSpec(_Model):
 
 
 class DiskSpec(_Model):
-    name: str  # a clone's cloud name is NAME-JOBID (one clone per job)
+    name: str  # a clone's cloud name is NAME-STORETAG-JOBID (one clone per job; names.clone_name)
     source_disk: str | None = None  # snapshot this master now, then clone
     snapshot: str | None = None  # clone from this snapshot
     mode: Literal["read-only", "read-write"] = "read-only"
@@ -163,13 +163,6 @@ class DiskSpec(_Model):
     type: str | None = None
     size_gb: int | None = Field(default=None, gt=0, le=65536)
     keep: bool = False
-
-    @model_validator(mode="after")
-    def _room_for_the_job_id(self):
-        if (self.source_disk or self.snapshot) and len(self.name) > 56:
-            raise ValueError(f"a clone's name may have at most 56 characters: the clone is named "
-                             f"{self.name}-JOBID, and disk names have at most 63")
-        return self
 
 
 class BucketSpec(_Model):

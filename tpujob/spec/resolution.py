@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tpujob.catalogue import COMPUTE, NEVER_READ_ONLY, Accelerator, accelerator
 from tpujob.errors import SpecError
-from tpujob.names import split_gs
+from tpujob.names import CLONE_NAME_ROOM, split_gs
 from tpujob.spec.compute_engine import check_fallback_api, choose_api
 from tpujob.spec.lines import dotted, field_error, parse
 from tpujob.spec.models import (
@@ -246,6 +246,12 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
                               "the master itself", base + ("mode",), lines)
         if disk.source_disk == disk.name:
             raise field_error("the clone needs a name of its own, not its source disk's", base + ("name",), lines)
+        if (disk.source_disk or disk.snapshot) and len(disk.name) > CLONE_NAME_ROOM:
+            # Checked here, not on the model: a spec stored before names carried the store's tag
+            # (up to 56 characters then) still loads.
+            raise field_error(f"a clone's name may have at most {CLONE_NAME_ROOM} characters: its clone is "
+                              f"named {disk.name}-STORE-JOBID and its snapshot {disk.name}-src-STORE-JOBID "
+                              "(tpujob/names.py), and disk names have at most 63", base + ("name",), lines)
         check_mount(disk.mount, base + ("mount",), seen_mounts, lines)
     disk_types = _check_disks(spec, acc, lines, acc.name)
 

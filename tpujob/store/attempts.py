@@ -33,6 +33,7 @@ class Attempts(Transactions):
         if not is_legal(src, dst):
             raise IllegalTransition(f"job {format_job_id(job_id)}: {src.value} -> {dst.value} is not allowed")
         now = self.clock()
+        tag = self.store_tag  # read before the write transaction (SQLite: one writer)
         with self._tx() as session:
             job = session.get(Job, job_id, populate_existing=True)
             if job is None:
@@ -51,7 +52,7 @@ class Attempts(Transactions):
                                                    f"cannot open attempt {number} from {src.value}"))
             if moved:
                 session.add(Event(job_id=job_id, at=now, kind="fallback", message=f"moving to {accelerator} in {zone}"))
-            name = reuse_slice or slice_name(job_id, number)
+            name = reuse_slice or slice_name(job_id, number, tag)
             own = nodes if nodes is not None and list(nodes) != node_names(name, slices) else None
             listed = " ".join(own) if own else nodes_text(name, slices)
             slices_text = (f"slice {listed} ({accelerator} in {zone})" if slices == 1 else

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from functools import cached_property
 from typing import Callable, Iterator
 
 from sqlalchemy.engine import Engine
@@ -28,6 +29,15 @@ class Transactions:
         self.clock = clock
         self._local = threading.local()  # this thread's atomic block, if any
         self._reader = engine.execution_options(**{READ: True})
+
+    @cached_property
+    def store_tag(self) -> str:
+        """This store's tag in every cloud resource name (tpujob/names.py, store_tag): its id's
+        first hex digits, read once (the id never changes)."""
+        from tpujob.names import store_tag
+        from tpujob.store.identity import store_id
+
+        return store_tag(store_id(self.engine))
 
     def error_line(self, exc: Exception) -> str:
         """`Type: first line` of an error the store raised, for a report or a log: the driver's
