@@ -263,15 +263,13 @@ GOOGLE_CLOCK_URL = "https://tpu.googleapis.com/"
 
 def cloud_clock_check(url: str, whose: str) -> Check:
     """This node's clock against Google's (or the emulator's): the Date header of one HEAD
-    request, against the middle of the request as this node timed it. Google's times (a run
-    dir's heartbeat, a slice's createTime) are judged on the store server's clock, never this
-    node's, but Google refuses credentials that are minutes off."""
-    import email.utils
+    request. tpujob judges no age of Google's on this node's clock (a run dir's heartbeat is
+    aged on the storage service's, cloud/gcs.py), but Google refuses credentials minutes off."""
     import urllib.error
     import urllib.request
 
+    from tpujob.clocks import date_header_offset, node_time
     from tpujob.service.doctor import CLOCK_FIX, SKEW_WARNING_SECONDS, skew_text
-    from tpujob.store.clock import node_time
 
     before = node_time()
     try:
@@ -281,14 +279,11 @@ def cloud_clock_check(url: str, whose: str) -> Check:
         date = exc.headers.get("Date")
     except OSError as exc:
         return Check("clock: cloud", WARNING, f"could not ask {url} for {whose} clock: {exc}")
-    after = node_time()
-    try:
-        theirs = email.utils.parsedate_to_datetime(date or "").timestamp() + 0.5  # whole seconds, cut
-    except (TypeError, ValueError):
+    offset = date_header_offset(date, before, node_time())
+    if offset is None:
         return Check("clock: cloud", WARNING, f"{url} answered without a readable Date header ({date!r})")
-    ahead = (before + after) / 2 - theirs
-    detail = f"{skew_text(ahead, whose)} (the Date header of {url}, to a second)"
-    if abs(ahead) > SKEW_WARNING_SECONDS:
+    detail = f"{skew_text(-offset, whose)} (the Date header of {url}, to a second)"
+    if abs(offset) > SKEW_WARNING_SECONDS:
         return Check("clock: cloud", WARNING, detail, CLOCK_FIX)
     return Check("clock: cloud", OK, detail)
 

@@ -229,9 +229,9 @@ def show(ctx: Context, ref: str) -> JobDetail:
         from tpujob.cloud.gcs import Gcs
 
         try:
-            detail.run_dir = run_dirs.read_run_dir(Gcs(make_storage(ctx.settings, start_emulator=False)),
-                                                  spec, job.id,
-                                                  detail.attempts[-1].started_at, ctx.store.clock())
+            gcs = Gcs(make_storage(ctx.settings, start_emulator=False))
+            # The heartbeat's age on the storage service's clock, which wrote its `updated`.
+            detail.run_dir = run_dirs.read_run_dir(gcs, spec, job.id, detail.attempts[-1].started_at, gcs.now())
         except TpujobError as exc:
             detail.run_dir_error = exc.message
     if State(job.state) in (State.SETTING_UP, State.RUNNING):

@@ -9,43 +9,21 @@ measured once per process and again every REMEASURE_SECONDS: every node writes, 
 ages, in the server's time. SQLite is one file on one machine: its clock is the node's.
 
 A heartbeat in a run dir on GCS carries the storage service's time (the object's `updated`):
-its age is judged against this clock, the store server's, never the node's (run_dirs.py).
-
-TPUJOB_CLOCK_SKEW_SECONDS (tests only, -86400..86400) sets this node's clock off by that much,
-as a lab node's wrong clock would be (`node_time`): the lab tests give each node its own.
+its age is judged on that service's clock (cloud/gcs.py `Gcs.now`), never the node's.
+This node's own clock, and the tests' TPUJOB_CLOCK_SKEW_SECONDS: tpujob/clocks.py.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from tpujob.clocks import node_time
+
 REMEASURE_SECONDS = 600.0  # a long `watch` follows a node clock that NTP steps meanwhile
-MAX_SKEW = 86400.0
-
-
-def node_time() -> float:
-    """This node's own clock (the wall clock, plus TPUJOB_CLOCK_SKEW_SECONDS in tests)."""
-    return time.time() + skew_seconds()
-
-
-def skew_seconds() -> float:
-    text_ = os.environ.get("TPUJOB_CLOCK_SKEW_SECONDS", "").strip()
-    if not text_:
-        return 0.0
-    from tpujob.errors import ConfigError
-
-    try:
-        value = float(text_)
-    except ValueError:
-        raise ConfigError(f"TPUJOB_CLOCK_SKEW_SECONDS must be seconds, got {text_!r}") from None
-    if abs(value) > MAX_SKEW:
-        raise ConfigError(f"TPUJOB_CLOCK_SKEW_SECONDS must be from -{MAX_SKEW:g} to {MAX_SKEW:g}, got {text_!r}")
-    return value
 
 
 def server_offset(engine: Engine) -> float:
