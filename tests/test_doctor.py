@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -280,13 +281,53 @@ def test_every_cloud_check_passes_against_the_emulator(cli, no_cron, local_cloud
     record(spec_file, extra="run_dir: gs://doctor-runs/runs")
     result, data, checks = doctor(cli)
     assert [c["name"] for c in data["cloud"]] == ["credentials", "project", "tpu api", "compute api",
-                                                 "accelerators", "orphans", "os login", "buckets"]
+                                                 "accelerators", "orphans", "os login", "clock: cloud",
+                                                 "buckets"]
     for check in data["cloud"]:
         assert check["status"] == "ok", check
     assert checks["credentials"]["detail"].startswith("anonymous, against the local emulator")
     assert checks["accelerators"]["detail"] == "v4-8 in us-central2-b"
     assert "us-central2" in checks["buckets"]["detail"]
     assert checks["orphans"]["detail"] == "0 leftover resources (tpujob gc)"
+    assert "this node's clock agrees with the emulator's" in checks["clock: cloud"]["detail"]
+
+
+def test_a_node_ten_minutes_off_is_told_against_the_store_server_and_the_cloud(cli, no_cron, local_cloud,
+                                                                                  postgres_url, monkeypatch):
+    # A lab node whose clock is off: tpujob's decisions hold (the store server's clock), and
+    # doctor says by how much against each clock it meets, with the fix.
+    monkeypatch.setenv("TPUJOB_DB_URL", postgres_url)
+    monkeypatch.setenv("TPUJOB_CLOCK_SKEW_SECONDS", "600")
+    result, data, checks = doctor(cli)
+    store, cloud = checks["clock: store"], checks["clock: cloud"]
+    assert store["status"] == "warning" and cloud["status"] == "warning", (store, cloud)
+    assert re.search(r"this node's clock is 60\d s ahead of the store server's", store["detail"]), store
+    assert "tpujob writes and judges every time on the server's clock" in store["detail"]
+    assert re.search(r"this node's clock is 60\d s ahead of the emulator's", cloud["detail"]), cloud
+    assert "timedatectl set-ntp true" in store["fix"] and "timedatectl set-ntp true" in cloud["fix"]
+    monkeypatch.setenv("TPUJOB_CLOCK_SKEW_SECONDS", "-600")
+    _, _, checks = doctor(cli)
+    assert re.search(r"59\d s behind the store server's|60\d s behind the store server's",
+                     checks["clock: store"]["detail"])
+
+
+def test_the_lab_lists_the_nodes_that_registered_and_os_login_names_the_sweepers_role(
+        cli, no_cron, local_cloud, monkeypatch):
+    import uuid
+
+    from tpujob.service import keep_alive
+    from tpujob.service.context import Context
+
+    project = f"doctor-{uuid.uuid4().hex[:8]}"  # OS Login goes on for this test's project alone
+    monkeypatch.setenv("TPUJOB_PROJECT", project)
+    _, _, checks = doctor(cli)
+    assert checks["clock: store"]["detail"] == "the store is a file on this machine: one clock"
+    assert "no node has swept or created on this store yet" in checks["lab"]["detail"]
+    keep_alive.requeue(Context.load())  # a sweep registers this node
+    local_cloud.oslogin(project, True)
+    _, _, checks = doctor(cli)
+    assert checks["lab"]["detail"].startswith("1 node shares this store"), checks["lab"]
+    assert "roles/compute.osAdminLogin" in checks["os login"]["detail"]
 
 
 @pytest.mark.parametrize("api, method, service, title", [

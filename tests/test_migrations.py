@@ -12,7 +12,7 @@ from sqlalchemy.types import TypeDecorator
 
 from tpujob.store import db, migrations
 from tpujob.store.migrations import MIGRATION_TABLE, MIGRATIONS, applied_versions, migrate
-from tpujob.store.models import Attempt, Event, Job, Outbox, SetupCache
+from tpujob.store.models import Attempt, Event, Job, LabNode, Outbox, SetupCache
 
 LATEST = MIGRATIONS[-1][0]
 
@@ -53,7 +53,8 @@ def test_migrate_from_blank(store_url):
     assert _tables(engine) == set()
     assert applied_versions(engine) == []
     assert migrate(engine) == [v for v, _, _ in MIGRATIONS]
-    assert _tables(engine) == {"job", "attempt", "event", "outbox", "store_info", "setup_cache", MIGRATION_TABLE}
+    assert _tables(engine) == {"job", "attempt", "event", "outbox", "store_info", "setup_cache", "lab_node",
+                               MIGRATION_TABLE}
     assert applied_versions(engine) == _versions_from(1)
     assert _migration_rows(engine) == [(v, n) for v, n, _ in MIGRATIONS]
 
@@ -179,7 +180,7 @@ def _kind(sql_type) -> str:
     raise AssertionError(f"unexpected column type {sql_type!r}")
 
 
-@pytest.mark.parametrize("model", [Job, Attempt, Event, Outbox, SetupCache], ids=lambda m: m.__tablename__)
+@pytest.mark.parametrize("model", [Job, Attempt, Event, Outbox, SetupCache, LabNode], ids=lambda m: m.__tablename__)
 def test_models_equal_the_migrated_tables(store_url, model):
     engine = create_engine(store_url)
     migrate(engine)

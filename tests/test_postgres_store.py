@@ -118,6 +118,47 @@ def test_a_block_that_raises_leaves_nothing_on_postgresql(postgres_url):
     assert [e.kind for e in store.events(job.id)] == ["created"]
 
 
+def _skewed(monkeypatch, seconds: float) -> None:
+    """This node's clock `seconds` off, as a lab node without NTP would have it
+    (TPUJOB_CLOCK_SKEW_SECONDS: the node's own time, store/clock.py `node_time`)."""
+    monkeypatch.setenv("TPUJOB_CLOCK_SKEW_SECONDS", str(seconds))
+
+
+def _server_now(url: str) -> float:
+    with create_engine(url).connect() as conn:
+        return float(conn.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp())")).scalar_one())
+
+
+@pytest.mark.parametrize("skew", [-600.0, 600.0])
+def test_a_node_whose_clock_is_off_writes_the_store_servers_time(postgres_url, monkeypatch, skew):
+    # A lab node 10 minutes off: its timestamps would be 10 minutes off for every other node
+    # (a state's age, a backoff, `list`'s ages). The store's clock is the server's.
+    from tpujob.store.repository import open_store
+
+    _skewed(monkeypatch, skew)
+    store = open_store(postgres_url)
+    job = store.add_job(name="j", spec_yaml="", spec_json=STORED, accelerator="v4-8", zone="z", project="p",
+                        cloud="local")
+    assert abs(job.created_at - _server_now(postgres_url)) < 5
+    assert abs(store.clock() - _server_now(postgres_url)) < 5
+
+
+def test_a_lease_holds_against_a_node_whose_clock_runs_ahead(postgres_url, monkeypatch):
+    # Node A takes a job's lease for 90 s; node B's clock runs 10 minutes ahead. Judged on B's
+    # own clock, A's lease "expired" 8 minutes ago and B would act on the job beside A.
+    from tpujob.store.repository import open_store
+
+    a = open_store(postgres_url)
+    job = a.add_job(name="j", spec_yaml="", spec_json=STORED, accelerator="v4-8", zone="z", project="p",
+                    cloud="local")
+    a.acquire_lease(job.id, "node-a", 90)
+    _skewed(monkeypatch, 600)
+    b = open_store(postgres_url)  # as node B's commands open it
+    with pytest.raises(JobLocked):
+        b.acquire_lease(job.id, "node-b", 90)
+    assert b.get(job.id).lease_owner == "node-a"
+
+
 def _tpujob(home: Path, url: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "TPUJOB_HOME": str(home), "TPUJOB_DB_URL": url}
     return subprocess.run([sys.executable, "-m", "tpujob.cli.main", *args], env=env, cwd=ROOT,

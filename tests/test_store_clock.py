@@ -133,3 +133,16 @@ def test_lease_is_released_when_the_block_raises(store):
     assert store.get(job_id).lease_owner is None
     with store.lease(job_id, "sweep-b", ttl_seconds=30) as job:
         assert job.lease_owner == "sweep-b"
+
+
+def test_a_lab_node_registers_once_and_is_seen_again(store, clock):
+    # Each node registers its public key on every sweep and create (store/lab.py): one row a
+    # key, its first registration kept, its last sighting and name brought up to date.
+    store.register_node("ssh-ed25519 AAAA-b tpujob", "b:/home/b/.tpujob")
+    clock.now = 1100.0
+    store.register_node("ssh-ed25519 AAAA-a tpujob", "a:/home/a/.tpujob")
+    clock.now = 1200.0
+    store.register_node("ssh-ed25519 AAAA-b tpujob", "b2:/home/b/.tpujob")
+    nodes = [(n.public_key, n.name, n.registered_at, n.last_seen) for n in store.lab_nodes()]
+    assert nodes == [("ssh-ed25519 AAAA-b tpujob", "b2:/home/b/.tpujob", 1000.0, 1200.0),
+                     ("ssh-ed25519 AAAA-a tpujob", "a:/home/a/.tpujob", 1100.0, 1100.0)]

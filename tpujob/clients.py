@@ -4,6 +4,8 @@ Application Default Credentials on Google or the emulator's endpoints (started i
 
 from __future__ import annotations
 
+import os
+
 from tpujob.errors import ConfigError
 from tpujob.settings import Settings
 
@@ -101,11 +103,14 @@ def login_account(settings: Settings) -> str:
     own (anonymous credentials carry none); on gcp the email of Application Default Credentials,
     read from the credentials where they hold it (a service account key, an impersonated
     account, `account` in an authorized-user file), else from the ID token a refresh brings
-    (gcloud's application-default login asks for the email scope)."""
+    (gcloud's application-default login asks for the email scope). On the local cloud,
+    TPUJOB_EMULATOR_ACCOUNT names another account (the emulator cannot tell who calls it): a
+    lab's test gives each node its own person."""
     if settings.cloud != "gcp":
         from tpujob.emulator import process
 
-        return process.ensure_running().get("account") or ""
+        named = os.environ.get("TPUJOB_EMULATOR_ACCOUNT", "").strip()
+        return named or process.ensure_running().get("account") or ""
     return credentials_email(_google_credentials())
 
 

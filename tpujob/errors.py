@@ -150,9 +150,10 @@ class HostsUnreachable(CloudError):
 
 
 class SshAuthRefused(CloudError):
-    """A host answered SSH but refused tpujob's key (paramiko's AuthenticationException): not a
-    host that cannot be reached. Waiting does not change it (OS Login, a missing role, a key
-    not in `ssh-keys`), so the job ends at once instead of replacing the slice again and again."""
+    """A host answered SSH but refused this node's login (paramiko's AuthenticationException):
+    not a host that cannot be reached. A fact about the node (OS Login, a missing role, its key
+    not in `ssh-keys` yet), never about the job: the sweep leaves the job as it is and reports
+    the node's problem (decide's NodeRefused); a new slice would not let this node in either."""
 
 
 class LocalIOError(TpujobError):

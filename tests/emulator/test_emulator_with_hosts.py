@@ -307,3 +307,29 @@ def test_nodes_of_one_name_in_two_projects_keep_their_own_hosts(hosted):
     kept.write_text("p2's")
     cloud.delete_slice("p1", ZONE, "same")
     assert kept.read_text() == "p2's"
+
+
+def test_a_key_added_to_a_live_nodes_metadata_logs_in_and_the_others_stay(hosted, tmp_path):
+    # A lab's node joining after the slice was made adds its own line (GcpCloud.add_ssh_keys:
+    # UpdateNode, mask `metadata`): the READY node's hosts let it in, as Google's guest agent
+    # does, and the creator's key still works; adding it again changes nothing.
+    from tpujob.hosts.keys import load_key, ssh_keys_metadata
+
+    server, cloud = hosted
+    creator, joiner = tmp_path / "creator", tmp_path / "joiner"
+    s = cloud.create_node(SliceRequest(project="p", zone=ZONE, name="lab1", accelerator_type="v4-8",
+                                       runtime_version="tpu-ubuntu2204-base",
+                                       ssh_keys=(ssh_keys_metadata(creator, "tpujob"),)))
+    (key,) = cloud.host_keys("p", ZONE, "lab1")[0]
+    port = server.info["ssh_port"]
+    with pytest.raises(paramiko.AuthenticationException):
+        ssh(s.hosts[0], port, key, load_key(joiner))
+    line = ssh_keys_metadata(joiner, "tpujob")
+    assert cloud.add_ssh_keys("p", ZONE, ["lab1"], [line]) == ["lab1"]
+    assert cloud.add_ssh_keys("p", ZONE, ["lab1"], [line]) == []
+    assert cloud.get_node("p", ZONE, "lab1").metadata["ssh-keys"].splitlines() == [
+        ssh_keys_metadata(creator, "tpujob"), line]
+    for home in (joiner, creator):
+        client = ssh(s.hosts[0], port, key, load_key(home))
+        assert _run(client, "echo in") == "in\n"
+        client.close()

@@ -11,6 +11,7 @@ from tpujob.reconcile.actions import (
     EndAttempt,
     Launch,
     Move,
+    NodeRefused,
     SetUp,
     StopProgram,
 )
@@ -58,10 +59,9 @@ CASES = [
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
       Move(State.RECOVERING, "slice lost during setup; preemption 1 of 2 allowed; ran 0 s, under "
                              "min_run_seconds (600): flap 1, next attempt in 12 s")]),
-    ("the hosts refuse the key while observing setup: FAILED", job(),
+    ("the hosts refuse this node's key while observing setup: the job left alone", job(),
      seen(GONE, GONE, ssh_refused="setup on host 0: refused"),
-     [EndAttempt("ssh_refused"), Move(State.FAILED, "setup on host 0: refused", EndReason.SSH_REFUSED),
-      DeleteSlice()]),
+     [NodeRefused("setup on host 0: refused")]),
     ("launched: RUNNING", job(), Observation(SliceCondition.READY, setup=(DONE, DONE), launched=2),
      [Move(State.RUNNING, "program launched on 2 hosts")]),
 ]

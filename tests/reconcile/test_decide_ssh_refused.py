@@ -1,13 +1,14 @@
-"""decide() on hosts that answer SSH and refuse tpujob's key (OS Login, a missing role): the job
-ends in this decision, FAILED ssh_refused with the cause, the slice freed unless kept, never
-counted as a preemption and never re-created (as an unreachable host would be)."""
+"""decide() on hosts that answer SSH and refuse this node's login (its key not on the slice yet,
+OS Login without the role): in a lab any node sweeps any job, and what one node cannot do is a
+fact about that node. The job is left as it is (NodeRefused: act reports it), never ended,
+counted, or replaced (as an unreachable host would be)."""
 
 import pytest
 
-from tpujob.reconcile.actions import DeleteSlice, EndAttempt, MarkUnhealthy, Move, SetUp
+from tpujob.reconcile.actions import MarkUnhealthy, Move, NodeRefused, SetUp
 from tpujob.reconcile.decide import Policy, decide
 from tpujob.reconcile.observation import HostObservation, JobView, Observation, Program, SliceCondition
-from tpujob.store.states import AttemptEnd, EndReason, State, is_legal
+from tpujob.store.states import State, is_legal
 
 P = Policy(max_preemptions=20, max_failures=3, max_nan=1, backoff_seconds=10, unhealthy_grace_seconds=120)
 WHY = ("hosts refused tpujob's SSH key for user sa_1: OS Login is enabled on project p ...; "
@@ -23,20 +24,20 @@ def job(state, **kw):
     return JobView(state=state, **base)
 
 
-ENDS = [EndAttempt(AttemptEnd.SSH_REFUSED), Move(State.FAILED, WHY, EndReason.SSH_REFUSED)]
+LEFT = [NodeRefused(WHY)]
 
 CASES = [
-    ("setup refused: FAILED at once, slice deleted", job(State.SETTING_UP),
-     Observation(slice=SliceCondition.READY, ssh_refused=WHY), ENDS + [DeleteSlice()]),
-    ("setup refused on a kept slice: the slice stays", job(State.SETTING_UP, keep_slice=True),
-     Observation(slice=SliceCondition.READY, ssh_refused=WHY), ENDS),
+    ("setup refused: the job left as it is", job(State.SETTING_UP),
+     Observation(slice=SliceCondition.READY, ssh_refused=WHY), LEFT),
+    ("setup refused past the setup timeout: still not failed", job(State.SETTING_UP, in_state_seconds=1e6),
+     Observation(slice=SliceCondition.READY, ssh_refused=WHY), LEFT),
     # Already marked unhealthy past the grace (as "unreachable" used to be): still no preemption.
     ("setup refused past the unhealthy grace", job(State.SETTING_UP, unhealthy_seconds=500.0),
-     Observation(slice=SliceCondition.READY, ssh_refused=WHY), ENDS + [DeleteSlice()]),
+     Observation(slice=SliceCondition.READY, ssh_refused=WHY), LEFT),
     ("running, one host refuses", job(State.RUNNING),
-     Observation(slice=SliceCondition.READY, hosts=(RUN, REFUSED)), ENDS + [DeleteSlice()]),
-    ("running, every host refuses, first sweep", job(State.RUNNING, in_state_seconds=3600.0),
-     Observation(slice=SliceCondition.READY, hosts=(REFUSED, REFUSED)), ENDS + [DeleteSlice()]),
+     Observation(slice=SliceCondition.READY, hosts=(RUN, REFUSED)), LEFT),
+    ("running, every host refuses, long past the unhealthy grace", job(State.RUNNING, unhealthy_seconds=1e6),
+     Observation(slice=SliceCondition.READY, hosts=(REFUSED, REFUSED)), LEFT),
     # An unreachable host is still what it was: marked, re-checked, replaced after the grace.
     ("running, a host unreachable: marked, not failed", job(State.RUNNING),
      Observation(slice=SliceCondition.READY, hosts=(RUN, GONE)), [MarkUnhealthy("host 1 did not answer")]),
@@ -57,4 +58,4 @@ def test_decide_on_a_refused_key(name, view, observation, expected):
 def test_a_refused_host_without_its_words_still_says_what_happened():
     actions = decide(job(State.RUNNING), Observation(slice=SliceCondition.READY,
                                                     hosts=(HostObservation(Program.REFUSED),)), P)
-    assert Move(State.FAILED, "hosts refused tpujob's SSH key", EndReason.SSH_REFUSED) in actions
+    assert actions == [NodeRefused("hosts refused tpujob's SSH key")]

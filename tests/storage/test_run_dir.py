@@ -111,3 +111,16 @@ def test_bucket_regions(gcs_server, gcs):
 ])
 def test_serves_region(location, data, region, ok):
     assert buckets.serves_region(location, data, region) is ok
+
+
+@pytest.mark.parametrize("skew", [-600, 600])
+def test_a_heartbeat_is_aged_on_the_storage_services_clock_not_the_nodes(gcs, monkeypatch, skew):
+    # A lab node ten minutes off: a heartbeat written a moment ago would read 10 minutes old
+    # (a hang: the job restarted) or from the future, judged on the node's clock.
+    gcs.client.create_bucket(f"runs-skew{skew + 600}")
+    monkeypatch.setenv("TPUJOB_CLOCK_SKEW_SECONDS", str(skew))
+    started = time.time() - 1
+    put(gcs, f"runs-skew{skew + 600}", "000009/heartbeat", json.dumps({"time": time.time(), "step": 3}))
+    assert abs(gcs.now() - time.time()) < 3
+    seen = run_dirs.read_run_dirs(gcs, [(spec(f"gs://runs-skew{skew + 600}"), 9, started)], now=gcs.now())
+    assert 0 <= seen[9].heartbeat_age < 30

@@ -51,14 +51,14 @@ def await_published(store: Store, cloud: Cloud, job: Job, attempt: Attempt, slic
     SetupFailed names the first host still without one then. With accept-new, no wait:
     a host without a published key is trusted on first use instead. `renew` keeps the
     job's lease between reads (the wait may outlast it)."""
-    deadline = (job.state_since or time.time()) + timeout
+    deadline = (job.state_since or store.clock()) + timeout  # state_since is on the store's clock
     delay, waiting = 0.2, False
     while True:
         keys = collect(store, cloud, job, attempt, slice_)
         missing = [h.index for h in slice_.hosts if not keys.get(h.index)]
         if not missing or accept_new:
             return keys
-        left = deadline - time.time()
+        left = deadline - store.clock()
         if left <= 0:
             raise SetupFailed(
                 f"host {missing[0]} published no SSH host key in guest attributes within "

@@ -28,12 +28,12 @@ from tpujob.hosts import program
 from tpujob.hosts.fanout import Host, HostGroup, Progress, ensure_ok
 from tpujob.hosts.keys import load_key
 from tpujob.hosts.scripts import as_command
-from tpujob.names import local_log_dir, runtime_bundle_dir, sync_dir
+from tpujob.names import attempt_nodes, local_log_dir, runtime_bundle_dir, sync_dir
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.policy import policy_of
 from tpujob.settings import private_dir
 from tpujob.spec import ResolvedSpec
-from tpujob.spec.stored import spec_of
+from tpujob.spec.stored import api_of, spec_of
 
 if TYPE_CHECKING:
     from tpujob.attempt import StoreContext
@@ -89,22 +89,87 @@ class SshHostOps:
         # in the same sweep: job id -> ((attempt, slice), group).
         self._kept: dict[int, tuple[tuple[int, str], HostGroup]] = {}
         self._kept_lock = threading.Lock()
+        self._keyed: set[tuple[str, str]] = set()  # (slice, ssh-keys line) added by this process
+        self._sudo_ok: set[tuple[str, str]] = set()  # (slice, user) this node may act as there
 
     # -- plumbing ----------------------------------------------------------------------------
-    def login(self, job: Job, slice_: Slice) -> Login:
-        """The login on the job's slice (attempt.logins.Login): its user, and why, for a refusal."""
-        return self.logins.for_slice(job.project, slice_.metadata)
+    def login(self, job: Job, slice_: Slice, attempt: Attempt | None = None) -> Login:
+        """The login on the job's slice (attempt.logins.Login): its user, and why, for a refusal.
+        On an attempt whose program runs as another user (set up by another node of the lab):
+        with metadata keys, that user (every lab key is in `ssh-keys` for it); under OS Login,
+        where each account has its own user, this node's own user acting as that one through
+        sudo (`run_as`: roles/compute.osAdminLogin, checked before anything is judged)."""
+        login = self.logins.for_slice(job.project, slice_.metadata)
+        host_user = getattr(attempt, "host_user", None)
+        if not host_user or host_user == login.user:
+            return login
+        if not login.os_login:
+            return replace(login, user=host_user)
+        return replace(login, run_as=host_user)
 
     def group(self, job: Job, attempt: Attempt, slice_: Slice, keys: dict[int, list[str]] | None = None) -> HostGroup:
         if self._port is None:
             self._port = ssh_port(self.ctx.settings)
+        login = self.login(job, slice_, attempt)
+        if not login.os_login:
+            self._ensure_key(job, attempt, slice_, login.user)
         keys = self.host_keys(job, attempt, slice_) if keys is None else keys
         external = external_ips(job)
         hosts = [Host(h.index, h.address(external), self._port, tuple(keys.get(h.index, ())))
                  for h in slice_.hosts]
         pin = host_keys.first_use_pinner(self.ctx.store, job, attempt, keys) if self._accept_new else None
-        user = self.login(job, slice_).user
-        return HostGroup(hosts, user, load_key(self.ctx.settings.home), accept_new=pin)
+        group = HostGroup(hosts, login.user, load_key(self.ctx.settings.home), accept_new=pin,
+                          run_as=login.run_as or None)
+        if login.run_as:
+            self._check_sudo(group, job, attempt, login)
+        return group
+
+    def _check_sudo(self, group: HostGroup, job: Job, attempt: Attempt, login: Login) -> None:
+        """Under OS Login, acting on another account's attempt takes sudo as its user: asked
+        once per slice and process (`sudo -n true`) before any answer of the hosts is judged, so
+        that a node without the role never reads "no program" and replaces a running job.
+        SshAuthRefused (the job is left as it is) when a host says sudo is not allowed."""
+        with self._kept_lock:
+            if (attempt.slice_name, login.run_as) in self._sudo_ok:
+                return
+        results = group.run("true", timeout=30)
+        refused = next((r for r in results if r.exit_code not in (0, None)), None)
+        if refused is not None:
+            group.close()
+            said = (refused.stderr or refused.output).strip().splitlines()
+            raise SshAuthRefused(
+                f"under OS Login this node logs in as {login.user} ({login.account}), and the attempt's program runs "
+                f"as {login.run_as}, another account's user: reading and stopping it takes sudo as that user, which "
+                f"host {refused.index} refused ({said[-1] if said else f'exit code {refused.exit_code}'}); fix: "
+                f"grant {login.account} roles/compute.osAdminLogin on project {job.project}")
+        if all(r.ok for r in results):
+            with self._kept_lock:
+                self._sudo_ok.add((attempt.slice_name, login.run_as))
+
+    def _ensure_key(self, job: Job, attempt: Attempt, slice_: Slice, user: str) -> None:
+        """Metadata keys: a slice made before this node joined the lab (or by a node that had
+        not seen its key yet) lacks this node's line in `ssh-keys`; added to its nodes once
+        (GcpCloud.add_ssh_keys), the guest agent then lets this node in. SshAuthRefused when
+        it cannot be added: the job is left alone (decide's NodeRefused)."""
+        from tpujob.hosts.keys import public_key_line
+
+        line = f"{user}:{public_key_line(self.ctx.settings.home)}"
+        if line in slice_.metadata.get("ssh-keys", "").splitlines():
+            return
+        with self._kept_lock:
+            if (attempt.slice_name, line) in self._keyed:
+                return
+        try:
+            added = self.cloud.for_api(api_of(job)).add_ssh_keys(job.project, attempt.zone, attempt_nodes(attempt),
+                                                                  [line])
+        except TpujobError as exc:
+            raise SshAuthRefused(f"this node's SSH key is not in the slice's ssh-keys metadata and could not be "
+                                 f"added: {exc}") from exc
+        with self._kept_lock:
+            self._keyed.add((attempt.slice_name, line))
+        if added:
+            self.ctx.store.add_event(job.id, "hosts", f"added this node's SSH key ({user}) to the ssh-keys "
+                                     f"metadata of {', '.join(added)}")
 
     @property
     def _accept_new(self) -> bool:
@@ -158,7 +223,7 @@ class SshHostOps:
     def host_attempt(self, job: Job, attempt: Attempt, slice_: Slice, *, secrets: dict[str, str] | None = None
                      ) -> program.HostAttempt:
         """What the host scripts need, secrets only where passed (attempt.host_attempts.build)."""
-        return host_attempts.build(job, attempt, slice_, self.login(job, slice_).user, secrets=secrets)
+        return host_attempts.build(job, attempt, slice_, self.login(job, slice_, attempt).host_user, secrets=secrets)
 
     def _renew_lease(self, job: Job) -> None:
         """Renew the job's lease before a host step; JobLocked (the sweep retries later) when
@@ -187,10 +252,14 @@ class SshHostOps:
         timeout = policy_of(spec).setup_timeout(len(slice_.hosts))
         keys = self.await_host_keys(job, attempt, slice_, timeout)
         try:
-            return self._prepare_and_start(job, attempt, slice_, spec, host_attempt, timeout, keys,
+            seen = self._prepare_and_start(job, attempt, slice_, spec, host_attempt, timeout, keys,
                                            tuple(values.values()))
         except SshAuthRefused as exc:  # the hosts said no to the key: say why, and the fix
             raise self.logins.refused(job.project, slice_.metadata, str(exc)) from exc
+        # Who the program runs as, once the hosts let this login in: every node of the lab logs
+        # in as this user from now on (not before: a login a stale read chose may be refused).
+        self.ctx.store.record_host_user(job.id, attempt.number, self.login(job, slice_, attempt).host_user)
+        return seen
 
     def _prepare_and_start(self, job: Job, attempt: Attempt, slice_: Slice, spec: ResolvedSpec,
                            host_attempt: program.HostAttempt, timeout: float, keys: dict[int, list[str]],

@@ -58,6 +58,14 @@ class Login:
     node_says: str | None = None  # the node's own enable-oslogin, when it has one
     # False when the project's setting came from another process's read (Logins.confirm).
     confirmed: bool = field(default=True, compare=False)
+    # OS Login, on an attempt another account set up: the user its program runs as, acted as
+    # through sudo (roles/compute.osAdminLogin); "" for the login's own user.
+    run_as: str = field(default="", compare=False)
+
+    @property
+    def host_user(self) -> str:
+        """Whose program, and whose home on the hosts, the commands work on."""
+        return self.run_as or self.user
 
     def refusal(self, cause: str) -> str:
         """The event when the hosts refuse tpujob's key: the cause, why, and the fix."""

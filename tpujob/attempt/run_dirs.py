@@ -82,6 +82,8 @@ class GcsRunDirs:
         self._gcs: Gcs | None = None
 
     def read(self, jobs: list[tuple[Job, Attempt]], now: float) -> dict[int, RunDirStatus]:
+        """`now`, the sweep's clock, is not what a heartbeat is aged on: its `updated` is the
+        storage service's time, and so is the age's other end (Gcs.now)."""
         from tpujob.spec.stored import spec_of
 
         specs = [(spec_of(job), job.id, attempt.started_at) for job, attempt in jobs]
@@ -92,5 +94,5 @@ class GcsRunDirs:
             from tpujob.cloud.gcs import Gcs
 
             self._gcs = Gcs(make_storage(self.settings))
-        views = read_run_dirs(self._gcs, specs, now)
+        views = read_run_dirs(self._gcs, specs, self._gcs.now())
         return {job_id: view for job_id, view in views.items() if not view.problem}

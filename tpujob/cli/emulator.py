@@ -195,6 +195,9 @@ def register(app: typer.Typer) -> None:
                                      "the login."),
         project: str | None = typer.Option(
             None, "--project", help="The emulated project (default: the configured one, tpujob-local)."),
+        admin: list[str] = typer.Option(
+            [], "--admin", help="An account that also holds roles/compute.osAdminLogin: its user may "
+                                "sudo on the hosts (repeatable)."),
     ):
         """OS Login for the emulated projects: once on, their metadata reads enable-oslogin TRUE and
         the hosts accept only keys imported through the OS Login API, as the profile's POSIX user."""
@@ -205,16 +208,17 @@ def register(app: typer.Typer) -> None:
         project = project or settings.load().effective_project
         if switch not in (None, "on", "off"):
             raise UsageError(f"oslogin takes on or off, not {switch!r}")
-        if switch != "on" and (require or no_role):
-            raise UsageError("--require and --no-role go with `oslogin on`")
+        if switch != "on" and (require or no_role or admin):
+            raise UsageError("--require, --no-role and --admin go with `oslogin on`")
         state = process.client().oslogin(project, None if switch is None else switch == "on",
-                                         required=require, role=not no_role)
+                                         required=require, role=not no_role, admins=admin)
         if not state["enabled"]:
             typer.echo(f"OS Login off in {project}: hosts take the keys in their ssh-keys metadata")
             return
         typer.echo(f"OS Login on in {project}: project metadata enable-oslogin TRUE, hosts take only OS Login keys"
                    + ("; constraints/compute.requireOsLogin enforced" if state["required"] else "")
-                   + ("; the account lacks roles/compute.osLogin" if not state["role"] else ""))
+                   + ("; the account lacks roles/compute.osLogin" if not state["role"] else "")
+                   + (f"; roles/compute.osAdminLogin: {', '.join(state['admins'])}" if state.get("admins") else ""))
     @emulator.command("dirty-host")
     def dirty_host(node: str = typer.Argument(..., help="Node id (or full resource name)."),
                    host: int = typer.Option(0, "--host", min=0, help="The host's index."),

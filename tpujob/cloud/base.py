@@ -212,3 +212,6 @@ class Cloud(Protocol):
     # The Cloud that serves slices made through `api` ("tpu-vm": the Cloud TPU API; "compute":
     # Compute Engine, tpujob.cloud.apis), where the job's spec says which.
     def for_api(self, api: Api) -> Cloud: ...
+    # Add "USER:KEY" lines to live nodes' `ssh-keys` (a lab node joining): the nodes changed.
+    def add_ssh_keys(self, project: str, zone: str, nodes: Sequence[str], lines: Sequence[str],
+                     timeout: float = ...) -> list[str]: ...

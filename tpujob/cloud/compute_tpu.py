@@ -168,6 +168,14 @@ class ComputeTpuCloud(MigSlices):
                 values=[request.reservation or ""])
         return instance
 
+    def add_ssh_keys(self, project: str, zone: str, nodes: Sequence[str], lines: Sequence[str],
+                     timeout: float = 300.0) -> list[str]:
+        """Not done on Compute Engine yet (instances.setMetadata, with the metadata's
+        fingerprint, on every VM of the slice and its template): a node whose key a slice
+        lacks cannot manage it, and says so; the job is left alone."""
+        raise CloudError(f"adding this node's SSH key to the Compute Engine VMs of {', '.join(nodes)} is not "
+                         "supported yet: manage the job from a node whose key it was created with")
+
     # ---- wait -------------------------------------------------------------------------------
 
     def _wait(self, operation: str, what: str, create: bool = False, timeout: float = 600.0) -> None:

@@ -278,6 +278,34 @@ class GcpCloud:
             for done in [pool.submit(self.delete_node, project, zone, n, timeout) for n in names]:
                 done.result()  # the first error, once every delete has had its try
 
+    def add_ssh_keys(self, project: str, zone: str, nodes: Sequence[str], lines: Sequence[str],
+                     timeout: float = 300.0) -> list[str]:
+        """Add `lines` ("USER:ssh-ed25519 AAAA... comment") to each node's `ssh-keys` metadata:
+        read, merged, written back with UpdateNode, update_mask `metadata` (UpdateNodeRequest:
+        "Supported fields: [description, tags, labels, metadata,
+        network_config.enable_external_ips]", cloud.google.com/python/docs/reference/tpu/latest/
+        google.cloud.tpu_v2.types.UpdateNodeRequest). The mask replaces the whole map, so the
+        node's other keys are sent back as read; two nodes adding at once may lose one line,
+        which its node adds again on its next sweep. Returns the nodes changed."""
+        from google.protobuf import field_mask_pb2
+
+        changed = []
+        for name in nodes:
+            full = f"{_loc(project, zone)}/nodes/{name}"
+            node = self._call(f"getting node {name}", self._client.get_node, name=full)
+            metadata = dict(node.metadata)
+            have = [line for line in metadata.get("ssh-keys", "").splitlines() if line.strip()]
+            missing = [line for line in lines if line not in have]
+            if not missing:
+                continue
+            metadata["ssh-keys"] = "\n".join([*have, *missing])
+            what = f"adding SSH keys to node {name}"
+            op = self._call(what, self._client.update_node, node=tpu_v2.Node(name=full, metadata=metadata),
+                            update_mask=field_mask_pb2.FieldMask(paths=["metadata"]))
+            self._wait(op, what, timeout)
+            changed.append(name)
+        return changed
+
     # ---- plumbing ---------------------------------------------------------------------------
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -43,6 +43,27 @@ class Gcs:
     def __init__(self, client: Any):
         self.client = client
         self.api_calls = 0
+        self._offset: float | None = None  # the service's clock minus this node's
+
+    def now(self) -> float:
+        """The storage service's time, on which an object's `updated` is written: this node's
+        clock plus the service's offset, measured once per Gcs from the Date header of one HEAD
+        of its endpoint (any answer of an origin server with a clock carries one: RFC 9110
+        section 6.6.1). A heartbeat's age is judged on it, whatever this node's clock says;
+        this node's own clock when the service gives no date."""
+        from tpujob.clocks import date_header_offset, node_time
+
+        if self._offset is None:
+            before = node_time()
+            self.api_calls += 1
+            try:
+                answer = self.client._http.request("HEAD", f"{self.client.api_endpoint}/storage/v1/b",
+                                                   timeout=_READ_TIMEOUT)
+                date = answer.headers.get("Date")
+            except Exception:  # noqa: BLE001 - no date: this node's clock, as before
+                date = None
+            self._offset = date_header_offset(date, before, node_time()) or 0.0
+        return node_time() + self._offset
 
     def read_run_dirs(self, wanted: dict[tuple[str, str], float]) -> dict[tuple[str, str], RunFiles]:
         """{(bucket, run dir prefix): since} -> what each run dir holds.

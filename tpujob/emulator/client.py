@@ -81,14 +81,16 @@ class EmulatorClient:
         self._request("POST", "kill-host", {"node": node, "index": index})
 
     def oslogin(self, project: str, enabled: bool | None = None, required: bool = False,
-                role: bool = True) -> dict:
+                role: bool = True, admins: list[str] | None = None) -> dict:
         """OS Login for `project`: on (hosts take only keys imported through OS Login), with
         `required` (constraints/compute.requireOsLogin refuses enable-oslogin FALSE), or without
-        `role` (the account lacks roles/compute.osLogin: hosts refuse it); None: just read it."""
+        `role` (the account lacks roles/compute.osLogin: hosts refuse it), `admins` holding
+        roles/compute.osAdminLogin (sudo on the hosts); None: just read it."""
         if enabled is None:
             return self._request("GET", f"oslogin?{urllib.parse.urlencode({'project': project})}")
         return self._request("POST", "oslogin", {"project": project, "enabled": enabled,
-                                                 "required": required, "role": role})
+                                                 "required": required, "role": role,
+                                                 "admins": list(admins or ())})
     def dirty_host(self, node: str, index: int, sticky: bool = False) -> int:
         """Start a process holding that host's accelerator device; its pid."""
         return self._request("POST", "dirty-host", {"node": node, "index": index, "sticky": sticky})["pid"]

@@ -144,7 +144,8 @@ class ControlEndpoints:
         if request.method == "POST":
             body = read_json(request)
             return self.emulator.oslogin.set(_required(body, "project"), bool(body.get("enabled")),
-                                             bool(body.get("required")), body.get("role", True) is not False)
+                                             bool(body.get("required")), body.get("role", True) is not False,
+                                             [str(a) for a in body.get("admins") or ()])
         return self.emulator.oslogin.state(_required(request.args, "project"))
 
 

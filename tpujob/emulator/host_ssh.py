@@ -33,6 +33,7 @@ _CHUNK = 32768
 # the TPU at start (tpujob/runtime/tpu_device.py). A real TPU VM has no such variable.
 EMULATED_DEVICE = "/dev/vfio/0"
 EMULATED_DEVICE_ENV = "TPUJOB_EMULATED_TPU"
+IMAGE_BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "image_bin")
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 
 
@@ -176,6 +177,7 @@ class _Session(paramiko.ServerInterface):
     def __init__(self, server: HostSshServer):
         self.server = server
         self.user = "root"
+        self.sudo = False  # whether the user may sudo (image_bin/admin/sudo, else image_bin/user/sudo)
         self.env: dict[str, str] = {}
         self.pty_size: tuple[int, int] | None = None
 
@@ -197,6 +199,8 @@ class _Session(paramiko.ServerInterface):
         if not verdict:
             return paramiko.AUTH_FAILED
         self.user = username
+        may_sudo = getattr(self.server.login, "may_sudo", None)
+        self.sudo = may_sudo(username) if may_sudo is not None else True  # metadata keys: google-sudoers
         # The home exists from the first login on, as on a VM whose guest agent creates the
         # users named in `ssh-keys` (or OS Login's NSS module, its profile's user).
         os.makedirs(f"/proc/{self.server.holder_pid}/root{self.home}", exist_ok=True)
@@ -228,8 +232,11 @@ class _Session(paramiko.ServerInterface):
         home = self.home
         # The interpreter running the emulator comes first on PATH, as python3 with the
         # project's packages does on a prepared TPU VM image.
-        path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get(
-            "PATH", "/usr/local/bin:/usr/bin:/bin")
+        # Before it, the image's own sudo: one that acts for a user who may, one that refuses
+        # for the others (image_bin/admin, image_bin/user: who may is OS Login's word).
+        sudo = os.path.join(IMAGE_BIN, "admin" if self.sudo else "user")
+        path = os.pathsep.join([sudo, os.path.dirname(sys.executable), os.environ.get(
+            "PATH", "/usr/local/bin:/usr/bin:/bin")])
         env = {"HOME": home, "USER": self.user, "LOGNAME": self.user, "PATH": path,
                "SHELL": "/bin/bash", "LANG": "C.UTF-8", **self.server.env}
         if os.path.exists(f"/proc/{self.server.holder_pid}/root{EMULATED_DEVICE}"):

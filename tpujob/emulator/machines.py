@@ -184,6 +184,16 @@ class SliceMachines:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
 
+
+    def authorize(self, authorized_keys: list[str]) -> None:
+        """The node's `ssh-keys` metadata changed (UpdateNode): its hosts take the new lines
+        from now on, as Google's guest agent "maintains the authorized SSH keys file for each"
+        user from "adding and remove SSH Keys stored in metadata" (GoogleCloudPlatform/
+        guest-agent, README). The set every host's SSH server reads is changed in place, added
+        to before it is cut, so no login in between finds it empty."""
+        keys = parse_authorized_keys(authorized_keys)
+        self._keys.update(keys)
+        self._keys.intersection_update(keys)
     def host_root(self, index: int) -> pathlib.Path:
         """Where host `index`'s own /mnt, /home, /root and /tmp live, seen from outside."""
         return self._hosts[index].root

@@ -23,6 +23,13 @@ disabled with OS Login on: cloud.google.com/compute/docs/instances/ssh). A node'
 `enable-oslogin: FALSE` is refused at create (cloud.google.com/compute/docs/oslogin/
 manage-oslogin-in-an-org: "setting it false in VM or project metadata is rejected").
 `--no-role` is an account without roles/compute.osLogin: keys import, hosts refuse the login.
+`--admin EMAIL` (repeatable) gives that account roles/compute.osAdminLogin: on the hosts, its
+user may `sudo` (the role's description in Google's IAM roles list, cloud.google.com/iam/docs/
+roles-permissions/compute: "Log in to a Compute Engine instance as an administrator via OS Login
+with sudo"; roles/compute.osLogin's: "as a non-administrator user"); any other OS Login user's
+`sudo -n` says "sudo: a password is required", as sudo does for a user outside the sudoers.
+A user of metadata keys (OS Login off for the node) may sudo: Google's guest agent adds the
+users it makes to the google-sudoers group (GoogleCloudPlatform/guest-agent, README).
 """
 
 from __future__ import annotations
@@ -88,7 +95,7 @@ def _flag(value) -> bool | None:
     return None if value is None else str(value).strip().lower() == "true"
 
 
-_OFF = {"enabled": False, "required": False, "role": True}
+_OFF = {"enabled": False, "required": False, "role": True, "admins": []}
 
 
 class OsLogin:
@@ -102,10 +109,13 @@ class OsLogin:
         self._lock = threading.Lock()
 
     # ---- switches ---------------------------------------------------------------------------
-    def set(self, project: str, enabled: bool, required: bool = False, role: bool = True) -> dict:
-        """`role`: the account holds roles/compute.osLogin on the project (hosts let it in)."""
+    def set(self, project: str, enabled: bool, required: bool = False, role: bool = True,
+            admins: list[str] | None = None) -> dict:
+        """`role`: the account holds roles/compute.osLogin on the project (hosts let it in);
+        `admins`: the accounts that also hold roles/compute.osAdminLogin (sudo on the hosts)."""
         with self._lock:
-            self._policy[project] = {"enabled": enabled, "required": enabled and required, "role": role}
+            self._policy[project] = {"enabled": enabled, "required": enabled and required, "role": role,
+                                     "admins": sorted(set(admins or ()))}
         return self.state(project)
 
     def state(self, project: str) -> dict:
@@ -179,14 +189,27 @@ class OsLogin:
         return {}
 
 
-def host_login(oslogin: OsLogin, project: str, node_metadata):
-    """A node's hosts' login check: None lets the `ssh-keys` metadata decide (OS Login off for
-    the node); read at each login, so `tpujob emulator oslogin` applies to running nodes too."""
-    def check(username: str, key_type: str, key_b64: str) -> bool | None:
-        if not oslogin.on_for(project, node_metadata()):
+class HostLogin:
+    """A node's hosts' login check (called): None lets the `ssh-keys` metadata decide (OS Login
+    off for the node); and whether a logged-in user may sudo (`may_sudo`). Read at each login,
+    so `tpujob emulator oslogin` applies to running nodes too."""
+
+    def __init__(self, oslogin: OsLogin, project: str, node_metadata):
+        self.oslogin, self.project, self.node_metadata = oslogin, project, node_metadata
+
+    def __call__(self, username: str, key_type: str, key_b64: str) -> bool | None:
+        if not self.oslogin.on_for(self.project, self.node_metadata()):
             return None
-        return oslogin.accepts(project, username, key_type, key_b64)
-    return check
+        return self.oslogin.accepts(self.project, username, key_type, key_b64)
+
+    def may_sudo(self, username: str) -> bool:
+        if not self.oslogin.on_for(self.project, self.node_metadata()):
+            return True  # a metadata-keys user: in google-sudoers
+        return any(posix_username(email) == username for email in self.oslogin.state(self.project)["admins"])
+
+
+def host_login(oslogin: OsLogin, project: str, node_metadata) -> HostLogin:
+    return HostLogin(oslogin, project, node_metadata)
 
 
 def handle(oslogin: OsLogin, request, endpoint: str, args: Mapping[str, Any], project: str) -> dict:

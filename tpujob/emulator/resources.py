@@ -29,6 +29,7 @@ from tpujob.emulator.payloads import (
     EXTERNAL_BLOCKS,
     ApiError,
     accelerator_hosts,
+    authorized_keys,
     check_id,
     check_placement,
     copy_json,
@@ -165,6 +166,8 @@ class Emulator(QueuedResources, Faults, Maintenance, NodeLifecycle):
             op = self.operations.new(node.parent, "update", name)
         if machines:
             self._expose_disks(node, machines, added)
+            if "metadata" in paths and hasattr(machines, "authorize"):
+                machines.authorize(authorized_keys(node.body.get("metadata", {})))
         with self._lock:
             self.operations.finish(op, response=("Node", copy_json(node.body)))
             return self.operations.get(op["name"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import pathlib
+import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -109,9 +110,12 @@ class HostGroup:
 
     def __init__(self, hosts: list[Host], user: str, pkey, *, connect_timeout: float = 10.0,
                  retries: int = 3, keepalive: int = 15, max_workers: int = 64,
-                 accept_new: Callable[[Host, str], None] | None = None):
+                 accept_new: Callable[[Host, str], None] | None = None, run_as: str | None = None):
         self.hosts = sorted(hosts, key=lambda h: h.index)
         self.user = user
+        # Another user's attempt (a lab under OS Login: each account its own user): commands run
+        # as that user through `sudo -n` (roles/compute.osAdminLogin), never asking a password.
+        self.run_as = run_as
         self.pkey = pkey
         self.connect_timeout = connect_timeout
         self.retries = retries
@@ -263,6 +267,13 @@ class HostGroup:
                 raise
         raise AssertionError("unreachable")
 
+    def command(self, command: str) -> str:
+        """`command` as sent: as is, or run as `run_as` through sudo (its stdin passes on;
+        -H: that user's HOME, where the attempt's files are)."""
+        if not self.run_as:
+            return command
+        return f"sudo -n -H -u {shlex.quote(self.run_as)} -- bash -c {shlex.quote(command)}"
+
     def execute(self, host: Host, command: str | HostCommand, *, stdin: bytes | None = None,
                 log: pathlib.Path | None = None, timeout: float | None = None,
                 cancel: threading.Event | None = None) -> HostResult:
@@ -312,7 +323,7 @@ class HostGroup:
 
         try:
             channel.settimeout(0.1)
-            channel.exec_command(command)
+            channel.exec_command(self.command(command))
             if stdin:
                 channel.sendall(stdin)
             channel.shutdown_write()

@@ -30,13 +30,14 @@ from tpujob.reconcile.actions import (
     Launch,
     MarkUnhealthy,
     Move,
+    NodeRefused,
     ResetCount,
     SetUp,
     StartAttempt,
     StopProgram,
 )
 from tpujob.reconcile.observe import HostOps
-from tpujob.reconcile.outcome import Outcome, done
+from tpujob.reconcile.outcome import Outcome, done, retry_after
 from tpujob.reconcile.policy import runtime_version, slice_network
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
@@ -66,7 +67,7 @@ class Turn:
 
 class Actor:
     def __init__(self, store: Store, cloud: Cloud, hosts: HostOps, actor: str, *, ssh_keys: tuple[str, ...],
-                 clock: Callable[[], float], metadata: dict[str, str] | None = None):
+                 clock: Callable[[], float], metadata: dict[str, str] | None = None, node: str = ""):
         self.store = store
         self.cloud = cloud
         self.hosts = hosts
@@ -80,6 +81,9 @@ class Actor:
         # Zones this project may not use (LOCATION_POLICY_VIOLATED), by job: what `create` exits 6
         # with when the job ends on it, a configuration error naming the zone.
         self.config_errors: dict[int, LocationDenied] = {}
+        # Jobs whose hosts refused this node's login this sweep, and why (decide's NodeRefused).
+        self.node_problems: dict[int, str] = {}
+        self.node = node or actor
 
     def act(self, job: Job, attempt: Attempt | None, slice_: Slice | None, actions: list[Action]) -> Outcome:
         """The actions in order; the first outcome other than a plain done ends them."""
@@ -146,6 +150,16 @@ class Actor:
         self.clear_unhealthy(turn.job)
         return done()
 
+    def _node_refused(self, turn: Turn, action: NodeRefused) -> Outcome:
+        """This node could not log in on the job's hosts: the sweep's report says so every time
+        (`node_problems`), the job's events once (not again while it says the same)."""
+        why = f"this node ({self.node}) cannot log in on the hosts: {action.why}; the job is left as it is"
+        self.node_problems[turn.job.id] = why
+        events = self.store.events(turn.job.id)
+        if not events or events[-1].message != why:
+            self.store.add_event(turn.job.id, "node", why)
+        return retry_after(why)
+
     # -- what the slice and host handlers share ------------------------------------------------
     def slice_request(self, job: Job, attempt: Attempt, **fields: Any) -> SliceRequest:
         """What a create of the attempt's slice (or of nodes grown for it) asks for: `fields`
@@ -168,7 +182,7 @@ class Actor:
     # Each handler takes the action of its own type (hence Any: a dict cannot say which).
     _handlers: dict[type[Action], Callable[[Actor, Turn, Any], Outcome]] = {
         Count: _count, ResetCount: _reset_count, Move: _move, EndAttempt: _end_attempt,
-        MarkUnhealthy: _mark_unhealthy, ClearUnhealthy: _clear_unhealthy,
+        MarkUnhealthy: _mark_unhealthy, ClearUnhealthy: _clear_unhealthy, NodeRefused: _node_refused,
         StartAttempt: slice_act.start_attempt, CreateSlice: slice_act.create_slice,
         DeleteSlice: slice_act.delete_slice, SetUp: host_act.set_up, Launch: host_act.launch,
         StopProgram: host_act.stop_program, GrowSlices: elastic_act.grow_slices, DropGrowth: elastic_act.drop_growth,

@@ -100,3 +100,10 @@ class MarkUnhealthy(Action):
 @dataclass(frozen=True)
 class ClearUnhealthy(Action):
     pass
+
+
+@dataclass(frozen=True)
+class NodeRefused(Action):
+    """The hosts refused this node's login: a fact about the sweeping node (its key, its
+    account's roles), never about the job, which is left as it is; act reports it."""
+    why: str = ""

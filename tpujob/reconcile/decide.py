@@ -22,6 +22,7 @@ from tpujob.reconcile.actions import (
     Launch,
     MarkUnhealthy,
     Move,
+    NodeRefused,
     ResetCount,
     SetUp,
     StartAttempt,
@@ -185,13 +186,12 @@ def _setup_under_way(job: JobView, hosts: tuple[Setup, ...], cache: str | None =
 
 
 def _ssh_refused(job: JobView, why: str) -> list[Action]:
-    """The hosts answered SSH and refused tpujob's key (OS Login, a missing role): no new slice
-    logs in any better, so the job ends in this sweep, the slice freed (unless kept), never
-    re-created as if the hosts were unreachable."""
-    actions: list[Action] = [EndAttempt(AttemptEnd.SSH_REFUSED), Move(State.FAILED, why, EndReason.SSH_REFUSED)]
-    return actions if job.keep_slice else actions + [DeleteSlice()]
-
-
+    """The hosts answered SSH and refused this node's login (its key not on the slice yet, OS
+    Login without the role, an account that may not act as the attempt's user). In a lab any
+    node may sweep any job: what one node cannot do says nothing of the job or its slice, so
+    nothing is ended, counted or replaced; the node reports its own problem (act) and the next
+    sweep, by it or by another node, tries again."""
+    return [NodeRefused(why)]
 
 
 def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:

@@ -4,7 +4,8 @@ Result{RequeueAfter} / TerminalError are the models):
 - done: carried out (it may bring what it saw: a slice just created, the program launched);
 - refused(reason): the cloud turned the slice's create down; decide chooses what follows;
 - setup_failed(cause): the setup script failed on a host; decide spends a failure;
-- ssh_refused(cause): a host answered SSH but refused tpujob's key; decide ends the job;
+- ssh_refused(cause): a host answered SSH but refused this node's login; decide leaves the
+  job as it is (the node's problem, NodeRefused);
 - retry_after: nothing more now (a transient cloud or SSH error); a later sweep tries.
 
 A handler never moves the job itself: what it learned goes back to decide as an observation.
@@ -40,7 +41,7 @@ def setup_failed(cause: str, slice_: Slice) -> Outcome:
 
 
 def ssh_refused(cause: str, slice_: Slice) -> Outcome:
-    """The hosts refused tpujob's SSH key: decide ends the job (never "unreachable")."""
+    """The hosts refused this node's login: decide leaves the job alone (never "unreachable")."""
     return Outcome("ssh_refused", cause, observed=Observation(slice=SliceCondition.READY, ssh_refused=cause),
                    slice=slice_)
 

@@ -79,7 +79,7 @@ class SweepReport:
 class Reconciler:
     def __init__(self, store: Store, cloud: Cloud, hosts: HostOps, actor: str, *,
                  ssh_keys: tuple[str, ...] = (), metadata: dict[str, str] | None = None,
-                 clock: Callable[[], float] = time.time,
+                 clock: Callable[[], float] = time.time, node: str = "",
                  lease_seconds: float = LEASE_SECONDS,
                  run_dirs: RunDirs | None = None, workers: int = SWEEP_WORKERS):
         self.store = store
@@ -89,7 +89,8 @@ class Reconciler:
         self.lease_seconds = lease_seconds
         self.workers = workers
         self.observer = Observer(store, cloud, hosts, clock, run_dirs)
-        self.acting = Actor(store, cloud, hosts, actor, ssh_keys=ssh_keys, clock=clock, metadata=metadata)
+        self.acting = Actor(store, cloud, hosts, actor, ssh_keys=ssh_keys, clock=clock, metadata=metadata,
+                            node=node)
 
     @property
     def auth_errors(self) -> dict[int, AuthError]:
@@ -104,6 +105,7 @@ class Reconciler:
         report = SweepReport()
         self.auth_errors.clear()
         self.config_errors.clear()
+        self.acting.node_problems.clear()
         jobs = self.store.list_jobs(states=ACTIVE)
         if job_ids is not None:
             wanted = set(job_ids)
@@ -129,6 +131,8 @@ class Reconciler:
         report.jobs_seen = len(jobs) + len(skipped)
         self._act_all_reported(jobs, slices, snapshot_at, report)
         self._follow_creates([j.id for j in jobs], report)
+        for job_id, why in sorted(self.acting.node_problems.items()):
+            report.errors.append(f"job {format_job_id(job_id)}: {why}")
         for job in left:
             error = self.free_left_slice(job, slices)
             if error:

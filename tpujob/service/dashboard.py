@@ -3,7 +3,6 @@ gathered per page. Nothing here renders; the actions are service.jobs' own."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from tpujob.errors import TpujobError
@@ -55,7 +54,7 @@ def job_rows(ctx: Context, *, state: str = "", name: str = "", include_ended: bo
     if name:
         jobs = [j for j in jobs if name.lower() in j.name.lower()]
     attempts = ctx.store.attempts_of(j.id for j in jobs)
-    now = time.time()
+    now = ctx.store.clock()  # the records' clock: the store server's
     return [JobRow(j, goodput(j, now), slice_cost(attempts[j.id], _provisioning(j), now),
                    _progress(attempts[j.id])) for j in reversed(jobs)]
 
@@ -79,7 +78,7 @@ def actions_for(state: str) -> tuple[str, ...]:
 def job_page(ctx: Context, ref: str) -> JobPage:
     job = ctx.store.find(ref)
     attempts, events = ctx.store.attempts(job.id), ctx.store.events(job.id)
-    now = time.time()
+    now = ctx.store.clock()  # the records' clock: the store server's
     line = timeline(job, attempts, events, now)
     spec = spec_of(job)
     return JobPage(job=job, attempts=attempts, events=events, accounting=account(job, attempts, events, now),

@@ -37,7 +37,8 @@ def run(ctx: Context) -> Report:
 
     store, jobs = store_check(ctx)
     local = [store, home_check(ctx), ssh_key_check(ctx), secrets_check(),
-             sweeper_check(jobs), *emulator_checks(ctx.settings.cloud)]
+             sweeper_check(jobs), *([store_clock_check(ctx), lab_check(ctx)] if jobs is not None else []),
+             *emulator_checks(ctx.settings.cloud)]
     return Report(local, doctor_cloud.checks(ctx, jobs))
 
 
@@ -157,6 +158,52 @@ def sweeper_check(jobs: list | None) -> Check:
         return Check("sweeper", ERROR, f"{detail}; {active} active job{'' if active == 1 else 's'}",
                      watchers.FIX)
     return Check("sweeper", WARNING, detail, watchers.FIX)
+
+
+# Past this, a clock is worth fixing: tpujob judges on the store's and Google's clocks whatever
+# this node's says, but Google's credentials and TLS are judged against it too.
+SKEW_WARNING_SECONDS = 60.0
+CLOCK_FIX = "sync this node's clock (NTP: timedatectl set-ntp true, or chrony)"
+
+
+def skew_text(node_minus_other: float, other: str) -> str:
+    """"this node's clock is 600 s ahead of OTHER's" (or behind, or within a second)."""
+    if abs(node_minus_other) < 1:
+        return f"this node's clock agrees with {other} (within a second)"
+    return (f"this node's clock is {abs(node_minus_other):.0f} s "
+            f"{'ahead of' if node_minus_other > 0 else 'behind'} {other}")
+
+
+def store_clock_check(ctx: Context) -> Check:
+    """This node's clock against the store server's: what a lab's nodes write and judge every
+    time on (store/clock.py), so a node minutes off decides as the others do."""
+    from tpujob.store.clock import server_offset
+
+    if ctx.store.engine.dialect.name != "postgresql":
+        return Check("clock: store", OK, "the store is a file on this machine: one clock")
+    try:
+        offset = server_offset(ctx.store.engine)
+    except Exception as exc:  # noqa: BLE001 - a check reports, never raises
+        return Check("clock: store", WARNING, f"could not read the store server's clock: {type(exc).__name__}")
+    detail = (skew_text(-offset, "the store server's") + "; tpujob writes and judges every time on the "
+              "server's clock")
+    if abs(offset) > SKEW_WARNING_SECONDS:
+        return Check("clock: store", WARNING, detail, CLOCK_FIX)
+    return Check("clock: store", OK, detail)
+
+
+def lab_check(ctx: Context) -> Check:
+    """The nodes sharing this store (store/lab.py): their keys go on every new slice."""
+    from tpujob.durations import duration_text
+
+    nodes = ctx.store.lab_nodes()
+    if not nodes:
+        return Check("lab", OK, "no node has swept or created on this store yet (each registers its SSH key "
+                     "on its first sweep or create)")
+    now = ctx.store.clock()
+    seen = "; ".join(f"{n.name} (seen {duration_text(max(0.0, now - n.last_seen))} ago)" for n in nodes)
+    return Check("lab", OK, f"{len(nodes)} node{' shares' if len(nodes) == 1 else 's share'} this store, each key on "
+                 f"every new slice: {seen}")
 
 
 def emulator_checks(cloud: str) -> list[Check]:

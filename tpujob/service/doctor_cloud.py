@@ -57,6 +57,8 @@ def checks(ctx: Context, jobs: list | None) -> list[Check]:
         found.append(accelerators_check(cloud, jobs))
         found.append(orphans_check(ctx, cloud, compute))
     found.append(oslogin_check(ctx, project, info, credentials))
+    found.append(cloud_clock_check(info["tpu_endpoint"] if info is not None else GOOGLE_CLOCK_URL,
+                                   "the emulator's" if info is not None else "Google's"))
     found.append(buckets_check(settings, info, credentials, project, jobs))
     return found
 
@@ -229,7 +231,12 @@ def oslogin_check(ctx: Context, project: str, info: dict | None, credentials: An
         return Check("os login", OK, f"off in project {project}: tpujob logs in as {settings.ssh_user} with the "
                      "key in the nodes' ssh-keys metadata")
     try:
-        account = info.get("account", "") if info is not None else credentials_email(credentials)
+        if info is not None:
+            from tpujob.clients import login_account
+
+            account = login_account(settings)
+        else:
+            account = credentials_email(credentials)
         profile = client.login_profile(account, project)
     except TpujobError as exc:
         return Check("os login", ERROR, f"on in project {project}, and the OS Login profile cannot be read: "
@@ -239,8 +246,46 @@ def oslogin_check(ctx: Context, project: str, info: dict | None, credentials: An
     user = profile.username or "(none yet: OS Login makes one at the first import)"
     return Check("os login", OK, f"on in project {project}: tpujob's key is "
                  f"{'registered' if registered else 'not registered yet (the next setup registers it)'} in the "
-                 f"OS Login profile of {account}; it logs in as {user}; with ssh_os_login false nodes would "
-                 f"opt out (enable-oslogin FALSE), which {POLICY_NOTE.split(' (')[0]} may refuse")
+                 f"OS Login profile of {account}; it logs in as {user}; {LAB_ROLES}; with ssh_os_login false "
+                 f"nodes would opt out (enable-oslogin FALSE), which {POLICY_NOTE.split(' (')[0]} may refuse")
+
+
+# What a sweeping account needs in a lab under OS Login (attempt/hosts.py, SshHostOps.login).
+LAB_ROLES = ("roles/compute.osLogin lets this node in as its own user only: in a lab, reading and stopping "
+             "the program of a job another account started takes sudo as that account's user, "
+             "roles/compute.osAdminLogin (without it this node leaves such jobs alone and says so)")
+
+
+# Any Google front end answers with its Date header (RFC 9110 section 6.6.1: an origin server
+# with a clock sends one), whatever the status: the Cloud TPU API's own host is asked.
+GOOGLE_CLOCK_URL = "https://tpu.googleapis.com/"
+
+
+def cloud_clock_check(url: str, whose: str) -> Check:
+    """This node's clock against Google's (or the emulator's): the Date header of one HEAD
+    request. tpujob judges no age of Google's on this node's clock (a run dir's heartbeat is
+    aged on the storage service's, cloud/gcs.py), but Google refuses credentials minutes off."""
+    import urllib.error
+    import urllib.request
+
+    from tpujob.clocks import date_header_offset, node_time
+    from tpujob.service.doctor import CLOCK_FIX, SKEW_WARNING_SECONDS, skew_text
+
+    before = node_time()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10) as answer:
+            date = answer.headers.get("Date")
+    except urllib.error.HTTPError as exc:  # a 404 still carries the server's Date
+        date = exc.headers.get("Date")
+    except OSError as exc:
+        return Check("clock: cloud", WARNING, f"could not ask {url} for {whose} clock: {exc}")
+    offset = date_header_offset(date, before, node_time())
+    if offset is None:
+        return Check("clock: cloud", WARNING, f"{url} answered without a readable Date header ({date!r})")
+    detail = f"{skew_text(-offset, whose)} (the Date header of {url}, to a second)"
+    if abs(offset) > SKEW_WARNING_SECONDS:
+        return Check("clock: cloud", WARNING, detail, CLOCK_FIX)
+    return Check("clock: cloud", OK, detail)
 
 
 def buckets_check(settings, info: dict | None, credentials: Any, project: str, jobs: list) -> Check:

@@ -18,7 +18,6 @@ policies), and one snapshots list for the project. Nothing here prints.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -94,7 +93,7 @@ def find(ctx: Context, zones: list[str] | None = None, *, cloud: Any = None, com
         raise UsageError("no project: tpujob config set project PROJECT_ID")
     cloud = cloud or make_cloud(ctx.settings)
     compute = compute or make_compute(ctx.settings)
-    now = time.time() if now is None else now
+    now = ctx.store.clock() if now is None else now  # the store server's clock, not this node's
     listed = {zone: (_tpu_resources(cloud, project, zone), compute.list_disks(project, zone))
               for zone in zones}
     snapshots = compute.list_snapshots(project)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
@@ -221,7 +220,7 @@ def show(ctx: Context, ref: str) -> JobDetail:
     view of the program too (over SSH)."""
     job = ctx.store.find(ref)
     attempts, events = ctx.store.attempts(job.id), ctx.store.events(job.id)
-    now = time.time()
+    now = ctx.store.clock()  # the store's: the records' timestamps are on it
     detail = JobDetail(job, attempts, events, account(job, attempts, events, now),
                        timeline(job, attempts, events, now))
     spec = spec_of(job)
@@ -230,9 +229,9 @@ def show(ctx: Context, ref: str) -> JobDetail:
         from tpujob.cloud.gcs import Gcs
 
         try:
-            detail.run_dir = run_dirs.read_run_dir(Gcs(make_storage(ctx.settings, start_emulator=False)),
-                                                  spec, job.id,
-                                                  detail.attempts[-1].started_at, time.time())
+            gcs = Gcs(make_storage(ctx.settings, start_emulator=False))
+            # The heartbeat's age on the storage service's clock, which wrote its `updated`.
+            detail.run_dir = run_dirs.read_run_dir(gcs, spec, job.id, detail.attempts[-1].started_at, gcs.now())
         except TpujobError as exc:
             detail.run_dir_error = exc.message
     if State(job.state) in (State.SETTING_UP, State.RUNNING):

@@ -29,19 +29,37 @@ def reconciler(ctx: Context, *, progress: Callable | None = None):
     finish it."""
     from tpujob.attempt.hosts import SshHostOps
     from tpujob.attempt.run_dirs import GcsRunDirs
-    from tpujob.hosts.keys import ssh_keys_metadata
     from tpujob.reconcile.reconciler import Reconciler
 
     workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
     lease = lease_seconds()  # so is this one
     cloud = make_cloud(ctx.settings)
-    user = ctx.settings.ssh_user
     hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
-                      ssh_keys=(ssh_keys_metadata(ctx.settings.home, user),),
-                      metadata=hosts.logins.node_metadata(),
+                      ssh_keys=lab_ssh_keys(ctx), node=node_name(ctx),
+                      metadata=hosts.logins.node_metadata(), clock=ctx.store.clock,
                       lease_seconds=lease, run_dirs=GcsRunDirs(ctx.settings),
                       workers=workers)
+
+
+def node_name(ctx: Context) -> str:
+    """This node as the lab's table and reports name it: its host and $TPUJOB_HOME."""
+    import socket
+
+    return f"{socket.gethostname()}:{ctx.settings.home}"
+
+
+def lab_ssh_keys(ctx: Context) -> tuple[str, ...]:
+    """The `ssh-keys` lines a new slice gets: this node's key registered in the store first
+    (store/lab.py), then every key of the lab, each for this node's ssh_user (the user the
+    attempt's program will run as: any node then logs in as it, attempt/hosts.py)."""
+    from tpujob.hosts.keys import public_key_line
+
+    own = public_key_line(ctx.settings.home)
+    ctx.store.register_node(own, node_name(ctx))
+    user = ctx.settings.ssh_user
+    keys = [own] + [n.public_key for n in ctx.store.lab_nodes() if n.public_key != own]
+    return tuple(f"{user}:{key}" for key in keys)
 
 
 def sweep_workers() -> int:
@@ -107,6 +125,8 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | 
     count = 0
     with watchers.watching(interval) as heartbeat, courier(ctx) as notices:
         while (max_sweeps is None or count < max_sweeps) and not stop.is_set():
+            if count:  # seen again, and the keys of nodes that joined since go on new slices
+                rec.acting.ssh_keys = lab_ssh_keys(ctx)
             on_report(rec.sweep())
             notices.wake()
             heartbeat.touch()
@@ -142,6 +162,7 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
     seen = 0
     deadline = time.monotonic() + timeout
     waiting_since: float | None = None
+    refused = 0  # sweeps in a row whose login on the job's hosts was refused
     with courier(ctx) as notices:  # told beside the sweeps: a slow endpoint never holds them up
         while True:
             rec.sweep([job_id])
@@ -152,6 +173,13 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
             seen = len(events)
             if job_id in rec.auth_errors:  # the fix is the user's (a role, an API, a login): say it
                 raise rec.auth_errors[job_id]
+            # This node cannot log in on the hosts (the job is left as it is): said once a second
+            # sweep agrees, as a key this node just added to the slice lets it in on the next one.
+            refused = refused + 1 if job_id in rec.acting.node_problems else 0
+            if refused >= 2:
+                from tpujob.errors import SshAuthRefused
+
+                raise SshAuthRefused(rec.acting.node_problems[job_id])
             job = ctx.store.get(job_id)
             state = State(job.state)
             if state == State.FAILED and job_id in rec.config_errors:  # a zone the project may not use

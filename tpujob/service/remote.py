@@ -81,7 +81,7 @@ def _group(ctx: Context, cloud, job, attempt, slice_, host: int | None):
     chosen = [h for h in group.hosts if h.index == host]
     if not chosen:
         raise UsageError(f"--host {host}: the slice has hosts 0 to {len(group.hosts) - 1}")
-    return HostGroup(chosen, group.user, group.pkey, accept_new=group.accept_new)
+    return HostGroup(chosen, group.user, group.pkey, accept_new=group.accept_new, run_as=group.run_as)
 
 
 def _ready(ctx: Context, ref: str, host: int | None, attempt: int | None = None):
@@ -123,7 +123,7 @@ def _stream(group, host, command: str | HostCommand, *, out: Write, err: Write,
         return HostOutcome(host.index, None, f"connection lost: {error_text(exc)}")
     try:
         channel.settimeout(0.2)
-        channel.exec_command(command)
+        channel.exec_command(group.command(command))
         if preamble:
             channel.sendall(preamble)
         if stdin is not None:

@@ -103,6 +103,13 @@ class Attempts(Transactions):
             session.exec(update(Attempt).where(and_(col(Attempt.job_id) == job_id, col(Attempt.number) == number))
                          .values(host_keys=host_keys))
 
+    def record_host_user(self, job_id: int, number: int, user: str) -> None:
+        """Who the attempt's program runs as on its hosts, once: the first setup's login."""
+        with self._tx() as session:
+            session.exec(update(Attempt).where(and_(col(Attempt.job_id) == job_id, col(Attempt.number) == number,
+                                                    col(Attempt.host_user).is_(None)))
+                         .values(host_user=user))
+
     def record_steps(self, job_id: int, number: int, *, last_step: int | None = None,
                      resumed_from_step: int | None = None, total_steps: int | None = None,
                      at: float | None = None) -> None:

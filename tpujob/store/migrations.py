@@ -226,6 +226,26 @@ def _v17_owners(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE job ADD COLUMN from_node TEXT")
 
 
+def _v18_lab(conn: Connection) -> None:
+    # A lab: several nodes (login machines, laptops: each its own $TPUJOB_HOME and SSH key) on one
+    # store. Each node registers its PUBLIC key here on every sweep and create; a slice is created
+    # with every registered key in its `ssh-keys`, so any node can manage any job (a private key
+    # never reaches the store). attempt.host_user: the user the attempt's program runs as on its
+    # hosts (its files are under that user's home): every node logs in as it (metadata keys), or
+    # knows it cannot (OS Login gives each account its own user).
+    md = MetaData()
+    Table(
+        "lab_node", md,
+        Column("public_key", String, primary_key=True),  # "ssh-ed25519 AAAA... tpujob"
+        Column("name", String, nullable=False),  # host:$TPUJOB_HOME, for people
+        Column("account", String),  # its OS Login account, where known
+        Column("registered_at", Float, nullable=False),
+        Column("last_seen", Float, nullable=False),
+    )
+    md.create_all(conn)
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN host_user TEXT")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -245,6 +265,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (15, "attempt.nodes, attempt.growing", _v15_elastic_nodes),
     (16, "setup_cache: each archive's sha256", _v16_setup_cache_digests),
     (17, "job.owner, job.from_node", _v17_owners),
+    (18, "lab_node, attempt.host_user", _v18_lab),
 ]
 
 _bookkeeping = MetaData()

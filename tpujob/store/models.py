@@ -69,6 +69,17 @@ class Attempt(SQLModel, table=True):
     # (JSON {node: create operation}, plus "failed_at" once a try failed).
     nodes: str | None = None
     growing: str | None = None
+    host_user: str | None = None  # who the program runs as on the hosts (None: before migration 18)
+
+
+class LabNode(SQLModel, table=True):
+    """A node of the lab (store/lab.py): a $TPUJOB_HOME sharing this store, by its public key."""
+    __tablename__ = "lab_node"
+    public_key: str = Field(primary_key=True)
+    name: str
+    account: str | None = None
+    registered_at: float
+    last_seen: float
 
 
 class Event(SQLModel, table=True):

@@ -4,12 +4,12 @@ same transaction; the per-job lease makes one actor (sweep, watch, user command)
 Each method commits alone, unless called inside `with store.atomic():`, whose calls (in that
 thread) share one transaction. Every timestamp comes from the store's clock (`Store(engine,
 clock=...)`), so tests pin time instead of sleeping. Store is one class made of parts: the
-transactions (transactions.py), leases (leases.py), attempts (attempts.py), and here jobs,
+transactions (transactions.py), leases (leases.py), attempts (attempts.py), the lab's nodes
+(lab.py), and here jobs,
 their moves and events."""
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Iterable
 
 from sqlalchemy import and_, delete, func, update
@@ -19,6 +19,7 @@ from tpujob.errors import IllegalTransition, JobLocked, NotFoundError
 from tpujob.names import format_job_id
 from tpujob.store import outbox
 from tpujob.store.attempts import Attempts
+from tpujob.store.lab import LabNodes
 from tpujob.store.leases import Leases
 from tpujob.store.models import Attempt, Event, Job
 from tpujob.store.setup_caches import SetupCaches
@@ -26,9 +27,9 @@ from tpujob.store.states import ENDED, EndReason, State, is_legal
 from tpujob.store.transactions import fresh_job
 
 
-class Store(Attempts, Leases, SetupCaches):
+class Store(Attempts, Leases, SetupCaches, LabNodes):
     """The job store: jobs, their compare-and-set moves and events, and (inherited) the
-    transactions, leases, attempts and the setup cache's digests."""
+    transactions, leases, attempts, the setup cache's digests and the lab's nodes."""
 
     def add_job(self, *, name: str, spec_yaml: str, spec_json: str, accelerator: str, zone: str,
                 project: str, cloud: str, keep_slice: bool = False, owner: str | None = None,
@@ -153,7 +154,11 @@ class Store(Attempts, Leases, SetupCaches):
             return list(session.exec(select(Event).where(col(Event.job_id) == job_id).order_by(col(Event.id))))
 
 
-def open_store(url: str, clock: Callable[[], float] = time.time) -> Store:
+def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
+    """The store at `url`, its timestamps on `clock`: by default the store server's
+    (store/clock.py), which every node of a lab shares whatever its own clock says."""
+    from tpujob.store.clock import StoreClock
     from tpujob.store.db import engine_for
 
-    return Store(engine_for(url), clock=clock)
+    engine = engine_for(url)
+    return Store(engine, clock=clock or StoreClock(engine))
