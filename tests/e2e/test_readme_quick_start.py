@@ -57,7 +57,7 @@ def serve_once(argv: list[str]) -> str:
 
 @pytest.mark.xdist_group("readme-quick-start")  # both serve `tpujob ui` on its default port, 8765
 @pytest.mark.parametrize("demo_first", [False, True], ids=["fresh-home", "after-the-demo"])
-def test_the_quick_start_runs_verbatim(demo_first, real_crontab, tpujob_home):
+def test_the_quick_start_runs_verbatim(demo_first, stand_in_crontab, tpujob_home):
     from tpujob.emulator import process
 
     commands = quick_start()
