@@ -223,12 +223,13 @@ def test_context_lease_waits_then_gives_up(tmp_path, monkeypatch):
     monkeypatch.setenv("TPUJOB_DB_URL", _url(tmp_path))
     ctx = Context(Settings(db_url=_url(tmp_path)))
     job_id = _add(ctx.store).id
-    ctx.store.acquire_lease(job_id, "someone-else", ttl_seconds=60)
+    # Held past the test's own timeout: a lease that waited for it would not end in JobLocked.
+    ctx.store.acquire_lease(job_id, "someone-else", ttl_seconds=3600)
     start = time.monotonic()
     with pytest.raises(JobLocked):
         with ctx.lease(job_id, wait_seconds=0.3):
             pass
-    assert 0.25 <= time.monotonic() - start < 5
+    assert time.monotonic() - start >= 0.25  # it waited (a lower bound: load cannot fail it)
     ctx.store.release_lease(job_id, "someone-else")
     with ctx.lease(job_id) as owner:
         assert ctx.store.get(job_id).lease_owner == owner == ctx.actor
@@ -389,15 +390,14 @@ def test_a_read_does_not_wait_for_another_process_writing(tmp_path):
     try:
         writer.execute("BEGIN IMMEDIATE")
         writer.execute("UPDATE job SET name = 'renamed' WHERE id = ?", (job.id,))
-        started = time.monotonic()
         seen = (store.get(job.id).name, store.find("demo").id, [j.id for j in store.list_jobs()],
                 store.current_attempt(job.id), store.attempts(job.id), len(store.events(job.id)))
-        waited = time.monotonic() - started
     finally:
         writer.execute("ROLLBACK")
         writer.close()
+    # The writer lets go only after the reads: a read queued behind it would have failed with
+    # "database is locked" at the busy timeout instead of seeing the last committed state.
     assert seen == ("demo", job.id, [job.id], None, [], 1)
-    assert waited < 10, f"the reads waited {waited:.1f} s for the writer"
 
 
 def test_the_counters_are_the_jobs_columns_and_the_budgets():
