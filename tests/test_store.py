@@ -191,9 +191,14 @@ def test_a_kept_lease_outlives_its_ttl_while_held_and_is_free_after(store):
     """keep_alive renews the lease from a thread for as long as the block runs (a setup of many
     minutes), while its TTL stays what a dead holder keeps the job for."""
     job_id = _add(store).id
-    with store.lease(job_id, "sweep-a", 0.8, keep_alive=True):
-        deadline = time.monotonic() + 2.5   # three TTLs
-        while time.monotonic() < deadline:
+    ttl = 1.5  # renewed every quarter of it: a loaded machine's stall of a few tenths is fine
+    with store.lease(job_id, "sweep-a", ttl, keep_alive=True):
+        first = store.get(job_id).lease_expires
+        # Until the lease, renewed, runs two TTLs past its first expiry (the row says so: no
+        # clock here), another sweep is refused every time it asks.
+        deadline = time.monotonic() + 120  # bounds a hang only
+        while store.get(job_id).lease_expires < first + 2 * ttl:
+            assert time.monotonic() < deadline, "the lease was never renewed"
             with pytest.raises(JobLocked):
                 store.acquire_lease(job_id, "sweep-b", ttl_seconds=60)
             time.sleep(0.1)
