@@ -183,29 +183,63 @@ def no_emulator_left(tpujob_home):
         pytest.fail(f"the test left an emulator running (pid {left['pid']}) in {tpujob_home}")
 
 
+# A stand-in for `crontab` (Debian's cron package, /usr/bin/crontab) that keeps the table in a
+# file of the test's own: the tests never read or write the invoking user's crontab, which on a
+# shared machine is that person's. It answers as the real program does where tpujob reads it:
+# `-l` prints the table or says "no crontab for USER" (exit 1); `-` or FILE installs a table and
+# refuses one with a line that is not `MIN HOUR DOM MON DOW COMMAND` ("bad minute" and so on, then
+# "errors in crontab file, can't install.", exit 1) or that lacks its last newline; `-r` removes
+# it. The words are those of Debian's cron 3.0pl1's crontab (its strings).
+STAND_IN_CRONTAB = r"""#!/bin/bash
+table="$STAND_IN_CRONTAB_TABLE"
+fields=(minute hour "day-of-month" month "day-of-week")
+install() {
+    local text n=0 line words i
+    text=$(cat "$1"; printf x)
+    text=${text%x}
+    if [[ -n $text && ${text: -1} != $'\n' ]]; then
+        echo "new crontab file is missing newline before EOF, can't install." >&2; exit 1
+    fi
+    while IFS= read -r line; do
+        n=$((n + 1))
+        [[ $line =~ ^[[:space:]]*(#|$) || $line =~ ^[[:space:]]*[A-Za-z_][A-Za-z0-9_]*[[:space:]]*= ]] && continue
+        read -ra words <<< "$line"
+        [[ ${words[0]} == @* ]] && continue
+        for i in 0 1 2 3 4; do  # names (jan, mon) in the last two fields only
+            pattern='^[0-9*/,-]+$'; [[ $i -ge 3 ]] && pattern='^[0-9a-zA-Z*/,-]+$'
+            if [[ ! ${words[i]} =~ $pattern ]]; then
+                echo "\"$2\":$n: bad ${fields[i]}" >&2; echo "errors in crontab file, can't install." >&2; exit 1
+            fi
+        done
+        if [[ ${#words[@]} -lt 6 ]]; then
+            echo "\"$2\":$n: bad command" >&2; echo "errors in crontab file, can't install." >&2; exit 1
+        fi
+    done <<< "$text"
+    printf %s "$text" > "$table"
+}
+case "${1-}" in
+    -l) [[ -f $table ]] && exec cat "$table"; echo "no crontab for $(id -un)" >&2; exit 1 ;;
+    -r) [[ -f $table ]] && exec rm "$table"; echo "no crontab for $(id -un)" >&2; exit 1 ;;
+    -) install /dev/stdin - ;;
+    -*|"") echo "crontab: the stand-in takes -l, -r, - or FILE (not ${1-nothing})" >&2; exit 2 ;;
+    *) install "$1" "$1" ;;
+esac
+"""
+
+
 @pytest.fixture
-def real_crontab():
-    """The invoking user's crontab is real: kept, and given back whatever the test does. A file
-    lock serialises the tests that touch it across pytest-xdist workers."""
-    import fcntl
-    import shutil
-    import subprocess
-    import tempfile
-
-    from tpujob.service import cron
-
-    if shutil.which("crontab") is None:
-        pytest.skip("needs the crontab program (apt-get install cron)")
-    with open(Path(tempfile.gettempdir()) / "tpujob-test-crontab.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        saved = cron.read_crontab()
-        try:
-            yield
-        finally:
-            if saved:
-                cron.write_crontab(saved)
-            else:
-                subprocess.run(["crontab", "-r"], capture_output=True)
+def stand_in_crontab(tmp_path, monkeypatch):
+    """`crontab` on PATH is a stand-in whose table is a file of this test's (returned), also for
+    the processes the test starts: the invoking user's crontab is never touched."""
+    bin_dir = tmp_path / "crontab-bin"
+    bin_dir.mkdir()
+    program = bin_dir / "crontab"
+    program.write_text(STAND_IN_CRONTAB)
+    program.chmod(0o755)
+    table = tmp_path / "crontab-table"
+    monkeypatch.setenv("STAND_IN_CRONTAB_TABLE", str(table))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    return table
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""`tpujob cron`: the real `crontab` program, the user's table saved before and restored after."""
+"""`tpujob cron`: against a stand-in `crontab` (conftest's stand_in_crontab) whose table is a file
+of the test's own, never the invoking user's."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import fcntl
 import json
 import re
 import shlex
-import shutil
 import subprocess
 
 import pytest
@@ -17,16 +17,14 @@ from tpujob.cli import cron as cron_cli
 from tpujob.errors import ConfigError, UsageError
 from tpujob.service import cron
 
-pytestmark = pytest.mark.skipif(shutil.which("crontab") is None,
-                                reason="needs the crontab program (apt-get install cron)")
-
 OTHER = "17 3 * * * /usr/bin/true # someone else's line"
 
 
 @pytest.fixture
-def crontab(real_crontab):
-    """The real crontab (kept and given back), holding someone else's line first."""
+def crontab(stand_in_crontab):
+    """A crontab holding someone else's line first."""
     cron.write_crontab(OTHER + "\n")
+    return stand_in_crontab
 
 
 @pytest.mark.parametrize("every, schedule", [("1m", "* * * * *"), ("5m", "*/5 * * * *"), ("59m", "*/59 * * * *"),
@@ -107,6 +105,19 @@ def test_install_is_idempotent_remove_keeps_other_lines(crontab, tpujob_home):
     assert cron.remove() is True
     assert cron.read_crontab().splitlines() == [OTHER]
     assert cron.remove() is False and cron.installed() is None
+
+
+def test_the_table_written_is_the_stand_in_s_not_the_user_s(crontab, tpujob_home):
+    cron.install("5m")
+    assert crontab.read_text().splitlines() == [OTHER, cron.installed()]
+
+
+def test_a_line_crontab_would_refuse_is_refused(crontab):
+    """The stand-in checks each line as the real program does: a line tpujob writes that cron
+    could not read fails here as it would on the machine."""
+    with pytest.raises(ConfigError, match="bad minute"):
+        cron.write_crontab("every-5m /usr/bin/true\n")
+    assert crontab.read_text() == OTHER + "\n"
 
 
 def test_cli_install_show_remove(crontab, tpujob_home):

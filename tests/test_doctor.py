@@ -49,8 +49,8 @@ def no_cron(monkeypatch):
 
 
 @pytest.fixture
-def crontab(real_crontab):
-    """The real crontab, kept and given back (conftest's real_crontab)."""
+def crontab(stand_in_crontab):
+    """A crontab of the test's own (conftest's stand_in_crontab)."""
 
 
 # ---- local checks ------------------------------------------------------------------------------

@@ -170,7 +170,11 @@ def test_a_sweep_after_another_takes_its_read_and_imports_no_compute_client(ctx,
     read = json.loads(shared.read_text())
     root = host_root(local_cloud, project, ZONE, ctx.store.current_attempt(job.id).slice_name, 0)
     (root / "home" / ctx.settings.ssh_user / "stop").write_text("")
-    time.sleep(1)  # the loop's next turn
+    exit_code = root / "home" / ctx.settings.ssh_user / ".tpujob" / "jobs" / f"{job.id:06d}" / "attempt-1" / "exit_code"
+    deadline = time.monotonic() + 120  # the program's exit, waited for; the deadline bounds a hang
+    while not exit_code.exists():
+        assert time.monotonic() < deadline, "the program never exited"
+        time.sleep(0.1)
     probe = ("import json, sys\nfrom tpujob.cli.main import main\ncode = main(['requeue', sys.argv[1]])\n"
              "print(json.dumps({'code': code, 'compute': sorted(m for m in sys.modules if 'compute_v1' in m)}))")
     done = subprocess.run([sys.executable, "-c", probe, str(job.id)], env=dict(os.environ), capture_output=True,

@@ -12,7 +12,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -57,7 +56,7 @@ def serve_once(argv: list[str]) -> str:
 
 @pytest.mark.xdist_group("readme-quick-start")  # both serve `tpujob ui` on its default port, 8765
 @pytest.mark.parametrize("demo_first", [False, True], ids=["fresh-home", "after-the-demo"])
-def test_the_quick_start_runs_verbatim(demo_first, real_crontab, tpujob_home):
+def test_the_quick_start_runs_verbatim(demo_first, stand_in_crontab, tpujob_home):
     from tpujob.emulator import process
 
     commands = quick_start()
@@ -73,12 +72,10 @@ def test_the_quick_start_runs_verbatim(demo_first, real_crontab, tpujob_home):
             if argv[:2] == ["tpujob", "ui"]:
                 serve_once(argv)
                 continue
-            started = time.monotonic()
-            done = run(argv)
+            done = run(argv)  # its timeout bounds a hang; the README makes no claim of speed
             assert done.returncode == 0, f"{shlex.join(argv)} exited {done.returncode}: {done.stderr[-3000:]}"
             if argv[:2] == ["tpujob", "logs"] and not demo_first:  # follows job 1, this one, to its end
                 assert "succeeded at step 30" in done.stdout + done.stderr, done.stdout[-3000:]
-            assert time.monotonic() - started < 300
         listed = run(["tpujob", "list", "--all"]).stdout
         assert listed.count("demo") == (2 if demo_first else 1), listed
         if demo_first:

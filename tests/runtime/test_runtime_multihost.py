@@ -46,10 +46,8 @@ def test_two_hosts_train_and_stop_together_on_one_hosts_sigterm(runtime, tmp_pat
 def test_missing_peer_ends_the_process_instead_of_hanging(runtime, tmp_path):
     coordinator = f"127.0.0.1:{_free_port()}"
     lonely = runtime(tmp_path / "run", {"distributed_timeout_s": 3}, host=(0, 2, coordinator))
-    started = time.time()
-    code = lonely.wait(timeout=60)
+    code = lonely.wait(timeout=240)  # bounds a hang only
     assert code == -signal.SIGABRT, lonely.stderr()
-    assert time.time() - started < 60
     assert status(tmp_path / "run") is None  # no status: the orchestrator reads the signal exit
 
 
@@ -114,11 +112,13 @@ def test_a_host_blocked_behind_a_frozen_peer_prints_its_stacks_and_dies_within_t
     hosts[0].proc.send_signal(signal.SIGUSR1)
     time.sleep(2)
     assert hosts[0].proc.poll() is None  # the stacks did not end it
-    asked = time.time()
     hosts[0].proc.send_signal(signal.SIGTERM)
-    code = hosts[0].wait(timeout=120)
-    took = time.time() - asked
+    code = hosts[0].wait(timeout=240)  # bounds a hang only
     err = hosts[0].stderr()
-    assert code == -signal.SIGTERM and took < 30, (code, took, err[-3000:])
+    # Ended by its own grace deadline (sigterm_grace_s, inside the notice) as the runtime counts
+    # it, rather than by a clock here that a loaded machine stretches.
+    assert code == -signal.SIGTERM, (code, err[-3000:])
+    assert re.search(r"still running \d+ s after SIGTERM \(blocked\?\): exiting without a checkpoint", err), \
+        err[-3000:]
     assert "(most recent call first)" in err and "loop.py" in err, err[-3000:]
     assert "exiting without a checkpoint" in err

@@ -207,8 +207,8 @@ def test_the_grace_deadline_ends_a_process_blocked_after_one_sigterm():
     try:
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == -signal.SIGTERM
-        assert 1.4 <= time.monotonic() - started < 15
+        assert proc.wait(timeout=120) == -signal.SIGTERM  # the timeout bounds a hang only
+        assert time.monotonic() - started >= 1.4  # not before the grace (load cannot fail a lower bound)
         assert "still running" in proc.stderr.read()
     finally:
         proc.kill()

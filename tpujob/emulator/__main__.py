@@ -65,6 +65,11 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     info = server.start()
+    if not args.no_hosts:
+        from tpujob.emulator.machines import REAPER
+
+        # `tpujob emulator stop` waits for it too: the hosts are gone once both are.
+        info["reaper_pid"] = REAPER.pid()
     endpoints = args.state_dir / ENDPOINTS_FILE
     tmp = endpoints.with_suffix(".tmp")
     tmp.write_text(json.dumps(info, indent=2))

@@ -35,6 +35,7 @@ from tpujob.emulator.host_processes import (
 )
 from tpujob.emulator.host_ssh import EMULATED_DEVICE, HostSshServer, new_host_key, parse_authorized_keys
 from tpujob.emulator.metadata import MetadataServer
+from tpujob.emulator.reaper import start_time
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,45 @@ MAX_IP_BLOCK = 250 * (255 - 16) + 249
 
 # The holder (holder.py) runs as a script: standard library only, before tpujob is importable.
 _HOLDER = str(pathlib.Path(__file__).with_name("holder.py"))
+_REAPER = str(pathlib.Path(__file__).with_name("reaper.py"))
+
+
+class _Reaper:
+    """This process's reaper (reaper.py): told of every holder spawned here, it ends the hosts
+    still up once this process is gone, however it went (SIGKILL included), where nothing of
+    this process runs any more to end them. One per process, started with its first host."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._owner = 0   # the pid that started it: a forked child starts its own
+
+    def pid(self) -> int:
+        with self._lock:
+            return self._started().pid
+
+    def tell(self, line: str) -> None:
+        with self._lock:
+            proc = self._started()
+            assert proc.stdin  # a pipe
+            try:
+                proc.stdin.write(line.encode() + b"\n")
+                proc.stdin.flush()
+            except OSError:  # it was killed: the hosts are ended by close() alone then
+                log.warning("the hosts' reaper (pid %d) is gone", proc.pid)
+
+    def _started(self) -> subprocess.Popen:
+        if self._proc is None or self._owner != os.getpid():
+            # A session of its own: a terminal's ^C or a test runner's kill of this process
+            # group is what it outlives. The pipe's write end is this process's alone (close_fds,
+            # and Python's pipes are not inherited), so its end of file is this process's end.
+            self._proc = subprocess.Popen([sys.executable, "-I", _REAPER], stdin=subprocess.PIPE,
+                                          stdout=subprocess.DEVNULL, start_new_session=True)
+            self._owner = os.getpid()
+        return self._proc
+
+
+REAPER = _Reaper()
 
 
 @dataclass(frozen=True)
@@ -130,6 +170,7 @@ class _Host:
              sys.executable, "-I", _HOLDER] + args,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True)
+        REAPER.tell(f"holder {self.holder.pid} {start_time(self.holder.pid)}")
 
     def _mount_order(self) -> list[str]:
         # A bind source is resolved when it is mounted: if this host's root lies under one of
@@ -153,7 +194,15 @@ class _Host:
         self.holder.stderr.close()
         st = os.stat(f"/proc/{self.holder.pid}/ns/mnt")
         self.ns = (st.st_dev, st.st_ino)
+        REAPER.tell(f"ns {self.holder.pid} {st.st_dev} {st.st_ino}")
         self.alive = True
+
+    def end_holder(self) -> None:
+        """The holder killed and reaped (last: its namespace is empty but for it now)."""
+        if self.holder and self.holder.returncode is None:
+            self.holder.kill()
+            self.holder.wait()
+            REAPER.tell(f"gone {self.holder.pid}")
 
 
 class SliceMachines:
@@ -342,16 +391,23 @@ class SliceMachines:
 
     def stop(self) -> None:
         """Node deleted: every process killed, SSH servers closed, directories removed."""
-        self._stopping.set()
-        hosts = self._take_down(list(range(len(self._hosts))))
+        self.stop_many([self])
+
+    @staticmethod
+    def stop_many(machines: list[SliceMachines]) -> None:
+        """stop() of each of `machines`, their hosts' processes killed in one pass: a scan of
+        /proc per node made the close of an emulator with a few hundred nodes outlast
+        `tpujob emulator stop`'s grace."""
+        for m in machines:
+            m._stopping.set()
+        hosts = [h for m in machines for h in m._take_down(list(range(len(m._hosts))))]
         kill_all(*_pinned(hosts))
-        self._reap(hosts)
-        for host in self._hosts:   # holders of hosts that never finished starting
-            if host.holder and host.holder.poll() is None:
-                host.holder.kill()
-                host.holder.wait()
-        self._keep_logs()
-        shutil.rmtree(self.root, ignore_errors=True)
+        SliceMachines._reap(hosts)
+        for m in machines:
+            for host in m._hosts:   # holders of hosts that never finished starting
+                host.end_holder()
+            m._keep_logs()
+            shutil.rmtree(m.root, ignore_errors=True)
 
     def _keep_logs(self) -> None:
         keep = os.environ.get(KEEP_LOGS_ENV)
@@ -381,9 +437,7 @@ class SliceMachines:
     def _reap(hosts: list[_Host]) -> None:
         """End the holders, last: their namespaces are empty but for them now."""
         for host in hosts:
-            if host.holder:
-                host.holder.kill()
-                host.holder.wait()
+            host.end_holder()
             if host.metadata:  # answers through a preemption's grace, as the VM's does
                 host.metadata.close()
                 host.metadata = None

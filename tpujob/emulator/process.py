@@ -116,17 +116,47 @@ def _spawn(directory: pathlib.Path, provisioning_delay: float | None, hosts: boo
 
 
 def stop(grace: float = 10.0) -> bool:
-    """Stop the background emulator (SIGTERM, SIGKILL after `grace` s); False if none ran."""
+    """Stop the background emulator (SIGTERM, SIGKILL after `grace` s); False if none ran.
+    Returns once its hosts are gone too: those its close did not end before a SIGKILL are
+    ended by its reaper (machines.py), which this waits for."""
     path = state_dir() / ENDPOINTS_FILE
     try:
-        pid = json.loads(path.read_text())["pid"]
-    except (OSError, ValueError, KeyError):
+        info = json.loads(path.read_text())
+        pid = info["pid"]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
     was_running = _alive(pid)
     if was_running:
         _terminate(pid, grace)
+    reaper = info.get("reaper_pid")
+    if isinstance(reaper, int) and _is_reaper(reaper):
+        _await_exit(reaper, REAPER_PATIENCE)
     path.unlink(missing_ok=True)
     return was_running
+
+
+# How long stop() waits for the reaper to end the hosts: bounds a hang only (reaper.py gives up
+# on a namespace whose processes keep forking after its own PATIENCE_SECONDS).
+REAPER_PATIENCE = 120.0
+
+
+def _is_reaper(pid: int) -> bool:
+    """Whether `pid` still runs the emulator's reaper (and not a process given its pid since)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[-2].endswith(b"/tpujob/emulator/reaper.py")
+    except (OSError, IndexError):
+        return False
+
+
+def _await_exit(pid: int, patience: float) -> None:
+    """Wait until `pid`, not a child of ours, has exited (a zombie counts as gone: whether the
+    process that adopted it reaps it is not ours to know)."""
+    from tpujob.emulator.reaper import start_time
+
+    deadline = time.monotonic() + patience
+    while start_time(pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def ensure_running() -> dict:

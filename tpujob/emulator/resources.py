@@ -66,6 +66,22 @@ class Machines(Protocol):
 MachinesFactory = Callable[..., Machines]
 
 
+def stop_machines(machines: list[Machines]) -> None:
+    """Stop each of `machines`, together where their kind can (`stop_many`, as
+    SliceMachines.stop_many: one pass for every host, where one per node made closing a few
+    hundred nodes outlast `tpujob emulator stop`'s grace)."""
+    kinds: dict[type, list[Machines]] = {}
+    for m in machines:
+        kinds.setdefault(type(m), []).append(m)
+    for kind, group in kinds.items():
+        together = getattr(kind, "stop_many", None)
+        if together is not None:
+            together(group)
+        else:
+            for m in group:
+                m.stop()
+
+
 @dataclass
 class Node:
     parent: str
@@ -250,8 +266,7 @@ class Emulator(QueuedResources, Faults, Maintenance, NodeLifecycle):
             threads = list(self._threads)
         for thread in threads:
             thread.join(timeout=5)
-        for m in machines:
-            m.stop()
+        stop_machines(machines)
         if self.tpu_vms is not None:
             self.tpu_vms.close()
 

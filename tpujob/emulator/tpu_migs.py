@@ -20,6 +20,7 @@ from tpujob.emulator import vm_disks
 from tpujob.emulator.instances import Instance, instance_body, prepare_vm_hosts
 from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import ApiError, VirtualHost, authorized_keys, check_id, copy_json, host_ip, now
+from tpujob.emulator.resources import stop_machines
 from tpujob.emulator.tpu_mig_rules import (
     MIG_WORDINGS,
     UNSOURCED,
@@ -236,9 +237,7 @@ class TpuMigs:
     def close(self) -> None:
         with self._lock:
             slices, self._slices = list(self._slices.values()), {}
-        for machines in slices:
-            if machines:
-                machines.stop()
+        stop_machines([machines for machines in slices if machines])
 
     # ---- the slice (worker thread) ----------------------------------------------------------
 

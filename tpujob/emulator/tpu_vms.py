@@ -33,6 +33,7 @@ from tpujob.emulator.payloads import (
     external_ip,
     host_ip,
 )
+from tpujob.emulator.resources import stop_machines
 from tpujob.emulator.tpu_vm_rules import (
     OPERATION_ERRORS,
     WORDINGS,
@@ -202,9 +203,7 @@ class TpuVms:
     def close(self) -> None:
         if self.migs is not None:
             self.migs.close()
-        for inst in list(self._instances.values()):
-            if inst.machines:
-                inst.machines.stop()
+        stop_machines([inst.machines for inst in list(self._instances.values()) if inst.machines])
 
     # ---- life cycle (worker threads) --------------------------------------------------------
 
