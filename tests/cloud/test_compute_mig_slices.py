@@ -60,7 +60,8 @@ def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute
     assert template["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "SPOT",
                                       "automaticRestart": False, "instanceTerminationAction": "STOP"}
     assert template["labels"] == {"tpujob-store": "s1", "tpujob-job": "000001"}
-    assert template["metadata"]["items"] == [{"key": "ssh-keys", "value": "tpujob:ssh-ed25519 AAAA k"}]
+    assert template["metadata"]["items"] == [{"key": "enable-guest-attributes", "value": "TRUE"},
+                                             {"key": "ssh-keys", "value": "tpujob:ssh-ed25519 AAAA k"}]
     assert template["serviceAccounts"] == [{"email": "default",
                                             "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
     mig = migs(server).get_mig(PROJECT, ZONE, "tpujob-000001-1")

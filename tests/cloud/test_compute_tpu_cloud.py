@@ -5,6 +5,7 @@ reconcile decides on them."""
 from __future__ import annotations
 
 import pytest
+from test_compute_mig_slices import until
 
 from tpujob.cloud.base import SlicePhase, SliceRequest
 from tpujob.errors import ReservationUnavailable, StockoutError, UsageError
@@ -134,3 +135,38 @@ def test_the_router_sends_each_api_its_own_calls(server):
     assert isinstance(apis.for_api("compute"), ComputeTpuCloud) and apis.for_api("compute") is apis.for_api("compute")
     assert made == [1]
     assert apis.list_slices(PROJECT, "us-central2-b") == {}   # the rest is the TPU API's
+
+
+class KeyedMachines:
+    """Hosts with host keys and nothing else: what getGuestAttributes publishes once enabled."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+    def start(self):
+        from tpujob.emulator.payloads import VirtualHost, host_ip
+
+        return [VirtualHost(i, host_ip(self.kwargs["ip_block"], i), self.kwargs["ssh_port"],
+                            host_key=f"ssh-ed25519 KEY{i}") for i in range(self.kwargs["num_hosts"])]
+
+    def stop(self):
+        pass
+
+    def kill_host(self, index):
+        pass
+
+
+@pytest.mark.parametrize("accelerator, keys", [("v6e-8", [["ssh-ed25519 KEY0"]]),
+                                               ("v6e-16", [[f"ssh-ed25519 KEY{i}"] for i in range(4)])])
+def test_every_vm_enables_guest_attributes_so_its_host_keys_can_be_read(tmp_path, accelerator, keys):
+    # Guest attributes are off unless the metadata enables them (Google's manage-guest-attributes
+    # page): without `enable-guest-attributes: TRUE`, strict host keys would wait for ever.
+    from tpujob.cloud.compute_tpu import ComputeTpuCloud
+    from tpujob.emulator.server import EmulatorServer
+
+    with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
+                        machines_factory=KeyedMachines) as srv:
+        compute = ComputeTpuCloud.for_emulator(srv.url, retry_initial=0.01, retry_maximum=0.05, poll_interval=0.01)
+        compute.create_node(request("keyed", accelerator, provisioning="flex-start", max_run_duration_seconds=3600))
+        until(compute, "keyed", SlicePhase.READY)
+        assert sorted(compute.host_keys(PROJECT, ZONE, "keyed").values()) == keys

@@ -220,7 +220,8 @@ def test_the_templates_ssh_keys_reach_every_host_and_each_vm_publishes_its_host_
             name="tpl", properties=compute_v1.InstanceProperties(
                 machine_type="tpu7x-standard-4t",
                 metadata=compute_v1.Metadata(items=[compute_v1.Items(
-                    key="ssh-keys", value="alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b")]),
+                    key="ssh-keys", value="alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b"),
+                    compute_v1.Items(key="enable-guest-attributes", value="TRUE")]),
                 scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE",
                                                  provisioning_model="SPOT")))).result()
         migs = make_slice(srv.url)
@@ -239,7 +240,7 @@ def test_the_templates_ssh_keys_reach_every_host_and_each_vm_publishes_its_host_
         assert sorted(keys) == [["KEY0"], ["KEY1"]]
         metadata = instances.get(project=P, zone=ZONE, instance=names[0]).metadata.items
         assert [(i.key, i.value) for i in metadata] == [
-            ("ssh-keys", "alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b")]
+            ("ssh-keys", "alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b"), ("enable-guest-attributes", "TRUE")]
 
 
 def disk_template(url: str, name: str, disk: str, mode: str = "READ_ONLY") -> None:

@@ -25,13 +25,15 @@ def clients(url: str) -> tuple[compute_v1.InstancesClient, compute_v1.ZoneOperat
 
 
 def vm(name: str, machine: str = "ct6e-standard-1t", model: str = "STANDARD", nat: bool = False,
-       **scheduling) -> compute_v1.Instance:
+       guest_attributes: bool = True, **scheduling) -> compute_v1.Instance:
     nic = compute_v1.NetworkInterface(access_configs=[compute_v1.AccessConfig(
         name="External NAT", type_="ONE_TO_ONE_NAT")] if nat else [])
     return compute_v1.Instance(
         name=name, machine_type=f"zones/{ZONE}/machineTypes/{machine}", labels={"job": "j1"},
         network_interfaces=[nic],
-        metadata=compute_v1.Metadata(items=[compute_v1.Items(key="ssh-keys", value="u:ssh-ed25519 AAAA u")]),
+        metadata=compute_v1.Metadata(items=[compute_v1.Items(key="ssh-keys", value="u:ssh-ed25519 AAAA u")]
+                                     + ([compute_v1.Items(key="enable-guest-attributes", value="TRUE")]
+                                        if guest_attributes else [])),
         scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE", provisioning_model=model,
                                          **scheduling))
 
@@ -239,6 +241,26 @@ def test_a_real_host_answers_and_publishes_its_key(tmp_path):
         op = instances.delete(project=PROJECT, zone=ZONE, instance="real")
         ops.wait(project=PROJECT, zone=ZONE, operation=op.name)
         assert not (tmp_path / "emu" / "instances" / PROJECT / ZONE / "real").exists()
+
+
+def published_keys(instances, name: str) -> list[str]:
+    attrs = instances.get_guest_attributes(request=compute_v1.GetGuestAttributesInstanceRequest(
+        project=PROJECT, zone=ZONE, instance=name, query_path="hostkeys/"))
+    return [f"{i.key} {i.value}" for i in attrs.query_value.items]
+
+
+def test_only_a_vm_whose_metadata_enables_guest_attributes_publishes_its_host_key(tmp_path):
+    # Guest attributes are off unless `enable-guest-attributes: TRUE` (Google's "Set and query
+    # guest attributes" page): the other VM's key never appears, however long one waits.
+    from test_compute_tpu_migs import RecordingMachines
+
+    with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
+                        machines_factory=RecordingMachines) as srv:
+        instances, ops = clients(srv.url)
+        assert not insert(instances, ops, vm("on")).error.errors
+        assert not insert(instances, ops, vm("off", guest_attributes=False)).error.errors
+        assert published_keys(instances, "on") == ["ssh-ed25519 KEY0"]
+        assert published_keys(instances, "off") == []
 
 
 def make_disk(url: str, name: str, zone: str = ZONE) -> None:

@@ -36,6 +36,11 @@ RESERVATION_KEY = "compute.googleapis.com/reservation-name"  # ReservationAffini
 # `instances create` gives no cloud-platform scope unless asked (facts: xbill9/gemma4-dev
 # HARDWARE.md); a TPU-API VM had it, and the runtime reads and writes Cloud Storage.
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+# tpujob reads each VM's SSH host keys from its `hostkeys/` guest attributes (host_keys), which
+# are off unless the metadata sets `enable-guest-attributes: TRUE` (cloud.google.com/compute/docs/
+# metadata/manage-guest-attributes; related-sciences/gce-github-runner#27, a user report, waited
+# on them in vain): on every VM and template, so `ssh_host_keys: strict` has keys to pin.
+GUEST_ATTRIBUTES = {"enable-guest-attributes": "TRUE"}
 
 
 class ComputeTpuCloud(MigSlices):
@@ -128,7 +133,7 @@ class ComputeTpuCloud(MigSlices):
             raise UsageError(f"provisioning {request.provisioning!r} is not offered on the Compute Engine "
                              f"path: use {', '.join(PROVISIONING_MODELS)}")
         zone = request.zone
-        metadata = dict(request.metadata)
+        metadata = {**request.metadata, **GUEST_ATTRIBUTES}
         if request.ssh_keys:
             metadata["ssh-keys"] = "\n".join(filter(None, [metadata.get("ssh-keys"), *request.ssh_keys]))
         # TPU VMs cannot live-migrate: onHostMaintenance TERMINATE (facts: Google's create

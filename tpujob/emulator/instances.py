@@ -70,6 +70,24 @@ def instance_body(inst: Instance, body: dict, sched: dict, nics: list[dict]) -> 
             **kept}
 
 
+# Guest attributes are off unless the VM's metadata (or its project's) sets
+# `enable-guest-attributes: TRUE`: Compute Engine's "Set and query guest attributes" page
+# (cloud.google.com/compute/docs/metadata/manage-guest-attributes, "Enable guest attributes";
+# enabling needs compute.instances.setMetadata); a VM without it has no `hostkeys/` for the guest
+# agent to write (GoogleCloudPlatform/compute-image-packages#763 writes them there;
+# related-sciences/gce-github-runner#27 waited on them in vain, a user report). The emulator keeps
+# no project metadata but `enable-oslogin`, so it reads the VM's own item only. What Google
+# answers for a VM with them off (404, or no items) is not quoted anywhere found: no items here.
+GUEST_ATTRIBUTES_KEY = "enable-guest-attributes"
+
+
+def guest_attributes_enabled(body: dict) -> bool:
+    """Whether the VM's metadata turns guest attributes on (the value read as Compute's
+    booleans are, case-insensitively TRUE)."""
+    return any(i.get("key") == GUEST_ATTRIBUTES_KEY and str(i.get("value", "")).strip().upper() == "TRUE"
+               for i in (body.get("metadata") or {}).get("items", []))
+
+
 _TERM = re.compile(r'^\(?\s*([\w.-]+)\s*(=|!=|:)\s*"?([^")\s]*)"?\s*\)?$')
 
 

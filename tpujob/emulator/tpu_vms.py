@@ -21,7 +21,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tpujob.emulator import vm_disks
-from tpujob.emulator.instances import Instance, instance_body, instance_filter, prepare_vm_hosts
+from tpujob.emulator.instances import (
+    Instance,
+    guest_attributes_enabled,
+    instance_body,
+    instance_filter,
+    prepare_vm_hosts,
+)
 from tpujob.emulator.labels import check_compute_labels
 from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import (
@@ -123,12 +129,13 @@ class TpuVms:
     def guest_attributes(self, project: str, zone: str, name: str, query_path: str) -> dict:
         """GuestAttributes (compute.v1.json): {kind, queryPath, queryValue: {items:
         [{namespace, key, value}]}, selfLink}. The host key appears once the guest agent has
-        written it (the Emulator's hostkeys delay, as for nodes). Unknown: whether Google
+        written it (the Emulator's hostkeys delay, as for nodes), and only on a VM whose
+        metadata enables guest attributes (instances.guest_attributes_enabled). Unknown: whether Google
         answers 404 rather than no items before then; no items here, as for TPU nodes."""
         namespace, _, key = query_path.strip("/").partition("/")
         with self.emulator._lock:
             inst = self._instance(project, zone, name)
-            published = self.emulator._hostkeys_published(inst)
+            published = self.emulator._hostkeys_published(inst) and guest_attributes_enabled(inst.body)
             items = []
             for host in inst.hosts[:1]:
                 if host.host_key and published and namespace in ("", "hostkeys"):
