@@ -114,6 +114,19 @@ def test_flex_start_waits_queued_then_runs(compute, server):
     assert compute.get_slice(PROJECT, ZONE, "vm6").phase is SlicePhase.READY
 
 
+def test_a_flex_start_vm_asks_to_wait_so_a_stockout_keeps_it_queued(compute, server):
+    # Without params.requestValidForDuration Google fails the insert in a stockout (InstanceParams;
+    # about-flex-start-vms): tpujob asks for the spec's queue timeout, held to 90 s .. 2 h.
+    server.emulator.stockout(ZONE, "ct6e-standard-8t", False)
+    operation = compute.request_node(request("vm7", provisioning="flex-start", max_run_duration_seconds=3600,
+                                             valid_until_seconds=6 * 3600))
+    assert not compute.operation_done(operation, "creating vm7", create=True)
+    assert compute.get_slice(PROJECT, ZONE, "vm7").phase is SlicePhase.QUEUED
+    server.emulator.stockout(ZONE, "ct6e-standard-8t", True)
+    until(compute, "vm7", SlicePhase.READY)
+    assert compute.operation_done(operation, "creating vm7", create=True)
+
+
 def test_multislice_and_queued_resources_are_refused_before_any_call(compute):
     calls = compute.api_calls
     with pytest.raises(UsageError, match="multislice is not offered on the Compute Engine path"):

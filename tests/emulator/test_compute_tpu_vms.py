@@ -160,6 +160,34 @@ def test_flex_start_waits_pending_then_runs(server, api, http):
     assert got.status == "RUNNING" and got.scheduling.max_run_duration.seconds == 3600
 
 
+def flex_vm(name: str, wait: int | None = None) -> compute_v1.Instance:
+    body = vm(name, model="FLEX_START", instance_termination_action="DELETE",
+              max_run_duration=compute_v1.Duration(seconds=3600))
+    if wait is not None:  # InstanceParams.requestValidForDuration: how long it may wait for capacity
+        body.params = compute_v1.InstanceParams(request_valid_for_duration=compute_v1.Duration(seconds=wait))
+    return body
+
+
+def test_a_flex_start_vm_waits_in_a_stockout_only_when_its_insert_asks_to(server, api, http):
+    instances, ops = api
+    http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "ct6e-standard-1t"})
+    (error,) = insert(instances, ops, flex_vm("unasked")).error.errors  # fails as any VM's insert
+    assert (error.code, error.message) == ("ZONE_RESOURCE_POOL_EXHAUSTED", STOCKOUT)
+    op = instances.insert(project=PROJECT, zone=ZONE, instance_resource=flex_vm("asked", wait=7200))
+    assert instances.get(project=PROJECT, zone=ZONE, instance="asked").status == "PENDING"
+    assert ops.get(project=PROJECT, zone=ZONE, operation=op.name).status != compute_v1.Operation.Status.DONE
+    http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "ct6e-standard-1t", "clear": True})
+    while ops.wait(project=PROJECT, zone=ZONE, operation=op.name).status != compute_v1.Operation.Status.DONE:
+        pass
+    assert instances.get(project=PROJECT, zone=ZONE, instance="asked").status == "RUNNING"
+
+
+def test_a_flex_start_wait_outside_90_s_to_2_h_is_refused(api):
+    instances, _ = api
+    with pytest.raises(exceptions.BadRequest, match="requestValidForDuration"):
+        instances.insert(project=PROJECT, zone=ZONE, instance_resource=flex_vm("short", wait=30))
+
+
 def reserved(name: str) -> compute_v1.Instance:
     body = vm(name, model="RESERVATION_BOUND", instance_termination_action="DELETE")
     body.reservation_affinity = compute_v1.ReservationAffinity(

@@ -41,6 +41,20 @@ SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 # metadata/manage-guest-attributes; related-sciences/gce-github-runner#27, a user report, waited
 # on them in vain): on every VM and template, so `ssh_host_keys: strict` has keys to pin.
 GUEST_ATTRIBUTES = {"enable-guest-attributes": "TRUE"}
+# A lone flex-start VM waits in Google's queue (PENDING) only when its insert sets
+# params.requestValidForDuration ("Relative deadline for waiting for capacity. Relevant only for
+# Instances.Insert API": google-cloud-compute InstanceParams); without it a stocked-out zone fails
+# the insert at once ("VMs only start if resources become available within your specified
+# timeframe", cloud.google.com/compute/docs/instances/about-flex-start-vms). Google takes "a
+# period between 90 seconds and 2 hours" (cloud.google.com/blog/products/compute/introducing-
+# flex-start-vms-for-the-compute-engine-instance-api): the spec's queue timeout, held to that.
+FLEX_WAIT_MIN, FLEX_WAIT_MAX = 90, 2 * 3600
+
+
+def flex_wait(seconds: int | None) -> int:
+    """params.requestValidForDuration for a flex-start insert: `seconds` (the spec's queue
+    timeout) held to Google's window; the longest when none is given."""
+    return min(max(seconds or FLEX_WAIT_MAX, FLEX_WAIT_MIN), FLEX_WAIT_MAX)
 
 
 class ComputeTpuCloud(MigSlices):
@@ -167,6 +181,9 @@ class ComputeTpuCloud(MigSlices):
             tags=compute_v1.Tags(items=list(request.tags)),
             scheduling=scheduling,
             service_accounts=[compute_v1.ServiceAccount(email="default", scopes=list(SCOPES))])
+        if model == "FLEX_START" and shape.hosts == 1:  # a MIG's VMs wait through its resize
+            instance.params = compute_v1.InstanceParams(
+                request_valid_for_duration=compute_v1.Duration(seconds=flex_wait(request.valid_until_seconds)))
         if model == "RESERVATION_BOUND":
             instance.reservation_affinity = compute_v1.ReservationAffinity(
                 consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_KEY,

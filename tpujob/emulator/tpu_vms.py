@@ -42,6 +42,7 @@ from tpujob.emulator.payloads import (
 from tpujob.emulator.tpu_vm_rules import (
     OPERATION_ERRORS,
     WORDINGS,
+    flex_wait,
     machine_type,
     reservation_name,
     scheduling,
@@ -54,8 +55,9 @@ if TYPE_CHECKING:
     from tpujob.emulator.tpu_migs import TpuMigs
 
 log = logging.getLogger(__name__)
-# Whether a flex-start VM waits in PENDING through a stockout (see _provision): the official
-# reading of PENDING; False would follow the user report of a fast ZONE_RESOURCE_POOL_EXHAUSTED.
+# Whether a flex-start BULK MIG's VMs wait in PENDING through a stockout (tpu_migs.py): the
+# official reading of PENDING. A lone flex-start VM waits only when its insert asks to
+# (tpu_vm_rules.flex_wait: params.requestValidForDuration), else fails as any VM's insert.
 FLEX_START_WAITS_OUT_STOCKOUTS = True
 
 # What a Spot VM reads while its hosts are in their preemption grace. No Google page found says;
@@ -82,6 +84,7 @@ class TpuVms:
         check_compute_labels(body.get("labels", {}))
         kind = machine_type(zone, body.get("machineType", ""))
         sched = scheduling(body)
+        wait = flex_wait(body) if sched["provisioningModel"] == "FLEX_START" else None
         reservation = reservation_name(body)
         em = self.emulator
         with em._lock:
@@ -97,7 +100,7 @@ class TpuVms:
             inst.body = instance_body(inst, body, sched, nics)
             self._instances[ref] = inst
             op = self.ops.new(project, zone, "insert", inst.body["selfLink"], done=False)
-            em._spawn(self._provision, inst, op, reservation)
+            em._spawn(self._provision, inst, op, reservation, wait)
             return op
 
     def get(self, project: str, zone: str, name: str) -> dict:
@@ -215,7 +218,7 @@ class TpuVms:
 
     # ---- life cycle (worker threads) --------------------------------------------------------
 
-    def _provision(self, inst: Instance, op: dict, reservation: str | None) -> None:
+    def _provision(self, inst: Instance, op: dict, reservation: str | None, wait: float | None = None) -> None:
         em = self.emulator
         with em._lock:
             failure = self._consume(inst, reservation) if reservation else None
@@ -224,16 +227,17 @@ class TpuVms:
         if not em._sleep(em.provisioning_delay, inst):
             return self.ops.finish(op)  # deleted while waiting: the delete takes it from here
         # Flex-start PENDING is "waiting for available capacity from Dynamic Workload Scheduler"
-        # (compute.v1 discovery, Instance.status): a stocked-out zone keeps such a VM waiting
-        # until capacity returns (or it is deleted), where another VM's insert fails. A user
-        # report (facts: memory-layers TPU runbook) also saw flex-start fail fast with the
-        # stockout code; the official wording is followed here (FLEX_START_WAITS_OUT_STOCKOUTS).
-        while FLEX_START_WAITS_OUT_STOCKOUTS and inst.body["status"] == "PENDING":
+        # (compute.v1 discovery, Instance.status), for as long as the insert's
+        # params.requestValidForDuration allows (tpu_vm_rules.flex_wait): a stocked-out zone keeps
+        # such a VM waiting until capacity returns, or fails it once its window has passed.
+        # Without the window it fails at once, as another VM's insert does.
+        deadline = time.monotonic() + wait if wait is not None else None
+        while deadline is not None and inst.body["status"] == "PENDING" and time.monotonic() < deadline:
             with em._lock:
                 waiting = em._stocked_out(inst.zone, inst.kind.name)
             if not waiting:
                 break
-            if not em._sleep(0.2, inst):
+            if not em._sleep(min(0.2, max(deadline - time.monotonic(), 0.01)), inst):
                 return self.ops.finish(op)
         with em._lock:
             if em._stocked_out(inst.zone, inst.kind.name):
