@@ -115,7 +115,9 @@ def test_a_vm_in_its_shutdown_makes_the_slice_stopping_then_preempted_once_stopp
     vm.body["status"] = PREEMPTING_STATUS
     seen = compute.get_slice(PROJECT, ZONE, "tpujob-000011-1")
     assert (seen.phase, seen.detail) == (SlicePhase.STOPPING, f"{last}: STOPPING")
-    vm.body["status"] = "TERMINATED"
+    vm.body["status"] = "TERMINATED"  # stopped with no preemption recorded: lost, not preempted
+    assert compute.list_slices(PROJECT, ZONE)["tpujob-000011-1"].phase is SlicePhase.FAILED
+    server.emulator.compute.tpu_vms._record_preemption(vm)  # compute.instances.preempted on it
     assert compute.list_slices(PROJECT, ZONE)["tpujob-000011-1"].phase is SlicePhase.PREEMPTED
     compute.delete_slice(PROJECT, ZONE, "tpujob-000011-1")
 

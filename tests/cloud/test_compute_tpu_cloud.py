@@ -62,6 +62,18 @@ def test_a_preempted_spot_vm_reads_preempted_then_gone_once_deleted(compute, ser
     compute.delete_slice(PROJECT, ZONE, "vm2")  # a missing instance's delete succeeds
 
 
+@pytest.mark.parametrize("provisioning", ["spot", "on-demand"])
+def test_a_vm_stopped_without_a_preemption_is_lost_not_preempted(compute, server, provisioning):
+    # Only a VM with a compute.instances.preempted operation was preempted (Google's
+    # preemptible-VM page; peers filter on it): a stopped one is FAILED, saying why.
+    compute.create_node(request("vm8", provisioning=provisioning))
+    server.emulator.compute.tpu_vms.stop(PROJECT, ZONE, "vm8")
+    seen = compute.get_slice(PROJECT, ZONE, "vm8")
+    assert (seen.phase, seen.node_state) == (SlicePhase.FAILED, "TERMINATED")
+    assert "not preempted" in seen.detail
+    assert compute.list_slices(PROJECT, ZONE)["vm8"].phase is SlicePhase.FAILED
+
+
 def test_a_vm_in_its_shutdown_reads_stopping_and_keeps_no_hosts(compute, server):
     """The notice's grace (the emulator's PREEMPTING_STATUS): STOPPING, not yet PREEMPTED, so
     that no sweep deletes it while its program writes its SIGTERM checkpoint."""

@@ -222,6 +222,14 @@ def test_preempting_a_spot_vm_terminates_it_and_its_host(server, api, http):
     code, _ = http("POST", "/emulator/v1/preempt", {"node": ref.replace("spot", "std")})
     assert code == 400
 
+    # The preemption, and only it, leaves a compute.instances.preempted operation on the VM; a stop
+    # (instances.stop) leaves its own, of type "stop".
+    assert instances.stop(project=PROJECT, zone=ZONE, instance="std").operation_type == "stop"
+    assert instances.get(project=PROJECT, zone=ZONE, instance="std").status == "TERMINATED"
+    found = list(ops.list(request=compute_v1.ListZoneOperationsRequest(
+        project=PROJECT, zone=ZONE, filter='operationType="compute.instances.preempted"')))
+    assert [(o.target_link.rsplit("/", 1)[1], o.status_message) for o in found] == [("spot", "Instance was preempted.")]
+
 
 def test_a_spot_vm_with_delete_action_disappears_when_preempted(server, api, http):
     instances, ops = api

@@ -180,6 +180,12 @@ CASES = [
     ("preempted while running", job(State.RUNNING, in_state_seconds=3600), obs(SliceCondition.LOST),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "slice preempted; preemption 1 of 2 allowed, next attempt now")]),
+    # A Compute Engine VM stopped with no preemption recorded: lost, and not called preempted.
+    ("stopped, not preempted, while running", job(State.RUNNING, in_state_seconds=3600),
+     replace(obs(SliceCondition.LOST), lost_why="TERMINATED, not preempted"),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "slice lost, not preempted (TERMINATED, not preempted); preemption 1 of 2 allowed, "
+                             "next attempt now")]),
     ("sigterm exit counts as preemption", job(State.RUNNING, in_state_seconds=3600),
      obs(SliceCondition.READY, SIGTERMED, RUN),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),

@@ -21,7 +21,14 @@ from google.cloud import compute_v1
 from tpujob.cloud.api_calls import classify
 from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, TpuResource
 from tpujob.cloud.compute import COMPUTE, rfc3339
-from tpujob.cloud.compute_instances import INSTANCE_PHASES, read_address, read_data_disks, read_metadata, shorten
+from tpujob.cloud.compute_instances import (
+    INSTANCE_PHASES,
+    STOPPED_STATUSES,
+    read_address,
+    read_data_disks,
+    read_metadata,
+    shorten,
+)
 from tpujob.compute_shapes import compute_shape
 from tpujob.errors import ConflictError, NotFoundError
 from tpujob.names import JOB_LABEL
@@ -66,6 +73,8 @@ class MigSlices:
         def _instance(self, request: SliceRequest) -> compute_v1.Instance: ...
         def _tpu_instances(self, project: str, zone: str) -> list[compute_v1.Instance]: ...
         def _vm_host_keys(self, project: str, zone: str, name: str) -> list[str]: ...
+        def _preempted(self, project: str, zone: str,
+                       instances: Iterable[compute_v1.Instance]) -> frozenset[str]: ...
 
     # ---- create -----------------------------------------------------------------------------
 
@@ -176,10 +185,12 @@ class MigSlices:
             return Slice(name=name, zone=zone, phase=SlicePhase.GONE)
         managed = self._managed(project, zone, name)
         instances = {i.name: i for i in self._tpu_instances(project, zone)}
-        return self._mig_slice(project, zone, mig, managed, instances)
+        preempted = self._preempted(project, zone, [i for i in instances.values() if i.name in
+                                                    {m.name for m in managed}])
+        return self._mig_slice(project, zone, mig, managed, instances, preempted)
 
-    def _mig_slices(self, project: str, zone: str,
-                    instances: dict[str, compute_v1.Instance]) -> tuple[dict[str, Slice], set[str]]:
+    def _mig_slices(self, project: str, zone: str, instances: dict[str, compute_v1.Instance],
+                    preempted: frozenset[str] = frozenset()) -> tuple[dict[str, Slice], set[str]]:
         """Every TPU MIG of the zone as a slice (one MIG list, one listManagedInstances per
         MIG), and which of `instances` are their VMs."""
         found: dict[str, Slice] = {}
@@ -188,14 +199,15 @@ class MigSlices:
         for mig in migs:
             managed = self._managed(project, zone, mig.name)
             members.update(m.name for m in managed)
-            found[mig.name] = self._mig_slice(project, zone, mig, managed, instances)
+            found[mig.name] = self._mig_slice(project, zone, mig, managed, instances, preempted)
         return found, members | {n for n in instances if _member_by_name(n, migs)}
 
     def _mig_slice(self, project: str, zone: str, mig: compute_v1.InstanceGroupManager,
                    managed: list[compute_v1.ManagedInstance],
-                   instances: dict[str, compute_v1.Instance]) -> Slice:
+                   instances: dict[str, compute_v1.Instance], preempted: frozenset[str] = frozenset()) -> Slice:
         """A MIG's phase, from the MIG and its managed instances, in this order:
-        a member TERMINATED/STOPPED (INSTANCE_PHASES: preempted) -> PREEMPTED; a member
+        a member TERMINATED/STOPPED -> PREEMPTED if `preempted` names it (its preemption's
+        operation: compute_instances.phase_of), else FAILED (stopped, not preempted); a member
         PENDING_STOP/STOPPING (in its shutdown: its program may be saving) -> STOPPING;
         targetSize 0 (a flex-start MIG before its resize) -> QUEUED once asked to grow (not
         stable), else PROVISIONING (_size_zero); topology FAILED -> FAILED; not stable
@@ -227,10 +239,14 @@ class MigSlices:
                     labels=dict(vms[0].labels) if vms else {}, metadata=read_metadata(vms[0]) if vms else {},
                     node_create_time=rfc3339(mig.creation_timestamp))
         what = f"creating managed instance group {name}"
-        lost = sorted(n for n, s in statuses.items() if INSTANCE_PHASES.get(s) is SlicePhase.PREEMPTED)
+        lost = sorted(n for n, s in statuses.items() if s in STOPPED_STATUSES)
         if lost:
-            return Slice(phase=SlicePhase.PREEMPTED, detail=f"{', '.join(lost)}: "
-                         f"{', '.join(statuses[n] for n in lost)}", **base)
+            taken = [n for n in lost if n in preempted]
+            if taken:
+                return Slice(phase=SlicePhase.PREEMPTED, detail=f"{', '.join(taken)}: "
+                             f"{', '.join(statuses[n] for n in taken)}, preempted", **base)
+            return Slice(phase=SlicePhase.FAILED, detail=f"{', '.join(lost)}: {', '.join(statuses[n] for n in lost)}, "
+                         "not preempted (stopped, or a host error Google did not repair)", **base)
         stopping = sorted(n for n, s in statuses.items() if INSTANCE_PHASES.get(s) is SlicePhase.STOPPING)
         if stopping:
             return Slice(phase=SlicePhase.STOPPING, detail=f"{', '.join(stopping)}: "
@@ -306,10 +322,11 @@ class MigSlices:
             if p.workload_policy.accelerator_topology and SLICE_NAME.match(p.name)]
         found: list[TpuResource] = []
         members: set[str] = set()
+        preempted = self._preempted(project, zone, instances.values())
         for mig in migs:
             managed = self._managed(project, zone, mig.name)
             members.update(m.name for m in managed)
-            seen = self._mig_slice(project, zone, mig, managed, instances)
+            seen = self._mig_slice(project, zone, mig, managed, instances, preempted)
             template = templates.get(shorten(mig.instance_template))
             props = template.properties if template is not None else None
             found.append(TpuResource(

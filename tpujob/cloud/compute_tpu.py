@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from google.cloud import compute_v1
 
@@ -21,7 +21,15 @@ from tpujob import catalogue
 from tpujob.cloud.api_calls import emulator_settings, invoke, new_retry
 from tpujob.cloud.base import Slice, SliceRequest, TpuResource
 from tpujob.cloud.compute import COMPUTE, operation_failure, rfc3339
-from tpujob.cloud.compute_instances import read_data_disks, read_hosts, read_metadata, read_slice, shorten
+from tpujob.cloud.compute_instances import (
+    PREEMPTED_OPERATION,
+    STOPPED_STATUSES,
+    read_data_disks,
+    read_hosts,
+    read_metadata,
+    read_slice,
+    shorten,
+)
 from tpujob.cloud.compute_migs import MigSlices
 from tpujob.compute_shapes import compute_shape
 from tpujob.errors import CloudError, ConfigError, NotFoundError, UsageError
@@ -210,17 +218,18 @@ class ComputeTpuCloud(MigSlices):
         except NotFoundError:
             pass
         else:
-            return read_slice(instance, zone)
+            return read_slice(instance, zone, self._preempted(project, zone, [instance]))
         return self._get_mig_slice(project, zone, name)
 
     def list_slices(self, project: str, zone: str) -> dict[str, Slice]:
         """Every TPU VM of the zone that no MIG manages, and every TPU MIG: one instances list,
         one MIG list, and one listManagedInstances per TPU MIG."""
         instances = {i.name: i for i in self._tpu_instances(project, zone)}
-        found, members = self._mig_slices(project, zone, instances)
+        preempted = self._preempted(project, zone, instances.values())
+        found, members = self._mig_slices(project, zone, instances, preempted)
         for name, instance in instances.items():
             if name not in members:
-                found[name] = read_slice(instance, zone)
+                found[name] = read_slice(instance, zone, preempted)
         return found
 
     def list_tpu_resources(self, project: str, zone: str) -> list[TpuResource]:
@@ -278,6 +287,17 @@ class ComputeTpuCloud(MigSlices):
         items = self._call(f"listing instances in {zone}",
                            lambda: list(self._instances.list(project=project, zone=zone)))
         return [i for i in items if shorten(i.machine_type).startswith(TPU_MACHINE_PREFIXES)]
+
+    def _preempted(self, project: str, zone: str, instances: Iterable[compute_v1.Instance]) -> frozenset[str]:
+        """The names of the zone's VMs whose preemption Compute Engine recorded (a
+        `compute.instances.preempted` operation: compute_instances.phase_of); one
+        zoneOperations.list, asked only when one of `instances` is stopped."""
+        if not any(i.status in STOPPED_STATUSES for i in instances):
+            return frozenset()
+        request = compute_v1.ListZoneOperationsRequest(project=project, zone=zone,
+                                                        filter=f'operationType="{PREEMPTED_OPERATION}"')
+        ops = self._call(f"listing preemptions in {zone}", lambda: list(self._zone_ops.list(request=request)))
+        return frozenset(shorten(op.target_link) for op in ops if op.operation_type == PREEMPTED_OPERATION)
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         def attempt() -> Any:

@@ -91,17 +91,18 @@ def guest_attributes_enabled(body: dict) -> bool:
 _TERM = re.compile(r'^\(?\s*([\w.-]+)\s*(=|!=|:)\s*"?([^")\s]*)"?\s*\)?$')
 
 
-def instance_filter(expression: str):
-    """instances.list `filter` (compute.v1.json: "field operator value", =, != or :, terms
-    joined by AND or spaces): name, status and labels.KEY terms; anything else is refused, as
-    the emulator does not read it (an emulator limit, not a Google answer)."""
+def instance_filter(expression: str, fields: tuple[str, ...] = ("name", "status")):
+    """A list's `filter` (compute.v1.json: "field operator value", =, != or :, terms joined by
+    AND or spaces): `fields` and labels.KEY terms (instances.list: name, status; zoneOperations.list
+    asks for operationType, targetLink); anything else is refused, as the emulator does not read
+    it (an emulator limit, not a Google answer)."""
     terms = [t for t in re.split(r"\s+AND\s+|\)\s+\(", expression.strip()) if t] if expression \
         else []
     checks = []
     for term in terms:
         found = _TERM.match(term.strip())
-        if not found or not (found[1] in ("name", "status") or found[1].startswith("labels.")):
-            raise ApiError(400, f"emulator limit: filter term {term!r} is not read (name, status "
+        if not found or not (found[1] in fields or found[1].startswith("labels.")):
+            raise ApiError(400, f"emulator limit: filter term {term!r} is not read ({', '.join(fields)} "
                                 "and labels.KEY with =, != or : are)")
         checks.append(found.groups())
 

@@ -192,6 +192,7 @@ class TpuVms:
             inst.preempting = False
             if inst.deleting or inst.gone:
                 return copy_json(inst.body)
+            self._record_preemption(inst)
             inst.hosts = []
             if self.migs is not None:
                 self.migs.on_member_lost(inst)
@@ -202,6 +203,37 @@ class TpuVms:
             inst.body["status"] = "TERMINATED"
             em._changed.notify_all()
             return copy_json(inst.body)
+
+    def _record_preemption(self, inst: Instance) -> None:
+        """A preemption leaves a system operation on the VM, operationType
+        `compute.instances.preempted`, DONE, statusMessage "Instance was preempted.": what
+        `gcloud compute operations list --filter="operationType=compute.instances.preempted"`
+        finds (Google's preemptible-VM page, "detect a preemption"; peers quote the filter and the
+        message: a user report). It tells a preemption from any other stop."""
+        op = self.ops.new(inst.project, inst.zone, "compute.instances.preempted", inst.body["selfLink"])
+        self.ops.annotate(op, statusMessage="Instance was preempted.")
+
+    def stop(self, project: str, zone: str, name: str) -> dict:
+        """instances.stop (compute.v1.json): STOPPING, its hosts shut down, then TERMINATED: a
+        stop that is no preemption (someone stopped it, or a host error Google did not repair).
+        No `compute.instances.preempted` operation is left."""
+        em = self.emulator
+        with em._lock:
+            inst = self._instance(project, zone, name)
+            op = self.ops.new(project, zone, "stop", inst.body["selfLink"], done=False)
+            inst.body["status"] = "STOPPING"
+            machines, inst.machines, inst.hosts = inst.machines, None, []
+            em._changed.notify_all()
+        if machines:
+            machines.stop()
+        with em._lock:
+            if not (inst.deleting or inst.gone):
+                inst.body["status"] = "TERMINATED"
+                if self.migs is not None:
+                    self.migs.on_member_lost(inst)
+            em._changed.notify_all()
+        self.ops.finish(op)
+        return self.ops.get(project, zone, op["name"])
 
     def blocks(self) -> tuple[set[int], set[int]]:
         """The host and external address blocks instances hold (the Emulator's allocator)."""

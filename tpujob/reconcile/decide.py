@@ -205,7 +205,11 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if elastic.shrinks(job, obs, policy):
         return elastic.shrink(job, obs, policy)
     if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
-        return spend_preemption(job, policy, "slice preempted" if obs.slice == SliceCondition.LOST else "slice gone")
+        # Spent as a preemption either way (a new slice, within max_preemptions); the words say
+        # which it was: a slice the cloud failed or stopped is not called preempted.
+        why = "slice gone" if obs.slice == SliceCondition.ABSENT else \
+            f"slice lost, not preempted ({obs.lost_why})" if obs.lost_why else "slice preempted"
+        return spend_preemption(job, policy, why)
     if obs.slice == SliceCondition.STOPPING:
         return _stopping(job, policy, run)
     if obs.slice != SliceCondition.READY:

@@ -123,6 +123,9 @@ class Observation:
     # is a setup_error, its cause in words.
     setup: tuple[Setup, ...] = ()
     setup_cache: str | None = None  # the setup cache's hit or miss, in words, once setup is done
+    # A LOST slice the cloud calls FAILED, not PREEMPTED: why, in its words (a Compute Engine VM
+    # stopped without a preemption: tpujob.cloud.compute_instances.phase_of); "" for a preemption.
+    lost_why: str = ""
     lost_slices: tuple[int, ...] = ()  # multislice: the slices whose node is lost (LOST)
     # Elastic multislice, growing back: "creating", "ready" or "failed" (why: growth_error).
     growth: str | None = None
