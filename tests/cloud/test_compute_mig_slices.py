@@ -137,6 +137,33 @@ def test_a_stocked_out_zone_fails_the_slice_with_a_typed_stockout(compute, serve
         compute.delete_slice(PROJECT, ZONE, "tpujob-000003-1")
 
 
+def test_a_mig_whose_vms_run_is_ready_only_once_its_topology_is_active(compute, server, monkeypatch):
+    # appliedAcceleratorTopologies[].state ACTIVATING: "being activated" (google-cloud-compute):
+    # every VM runs and the MIG is stable, but it is no ICI slice yet.
+    from tpujob.emulator.tpu_mig_rules import UNSOURCED
+
+    monkeypatch.setitem(UNSOURCED, "topology_activation", 1000.0)
+    server.emulator.set_faults(None, provisioning_delay=0.05)
+    compute.request_node(request("tpujob-000012-1"))
+    seen = until(compute, "tpujob-000012-1", SlicePhase.PROVISIONING)
+    while "RUNNING" not in seen.node_state or "4/4" not in seen.node_state:
+        seen = compute.get_slice(PROJECT, ZONE, "tpujob-000012-1")
+        assert seen.phase is SlicePhase.PROVISIONING, seen
+    assert (seen.phase, seen.detail, seen.hosts) == (SlicePhase.PROVISIONING, "topology ACTIVATING", ())
+
+
+def test_an_operation_error_without_an_http_status_is_typed_by_its_code():
+    # Operation.httpErrorStatusCode is absent on some failed operations (compute.v1 discovery):
+    # the code alone types it, as a MIG's errors are.
+    from google.cloud import compute_v1
+
+    from tpujob.cloud.compute import operation_failure
+
+    op = compute_v1.Operation(status=compute_v1.Operation.Status.DONE, error=compute_v1.Error(errors=[
+        compute_v1.Errors(code="ZONE_RESOURCE_POOL_EXHAUSTED", message="The zone does not have enough resources")]))
+    assert isinstance(operation_failure(op, "creating x", create=True), StockoutError)
+
+
 def test_a_retry_after_a_crash_before_the_mig_adopts_the_policy_and_template(compute, server, monkeypatch):
     inserted = []
     real = migs(server).insert_mig

@@ -49,7 +49,8 @@ def stable(migs, name: str = "mig1") -> compute_v1.InstanceGroupManager:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         got = migs.get(project=P, zone=ZONE, instance_group_manager=name)
-        if got.status.is_stable:
+        applied = got.status.applied_accelerator_topologies
+        if got.status.is_stable and not (applied and applied[0].state == "ACTIVATING"):
             return got
         time.sleep(0.05)
     raise AssertionError("the MIG never became stable")
@@ -103,8 +104,28 @@ def test_a_stocked_out_zone_keeps_the_mig_creating_with_its_error(server, http):
     assert error.error.code == "ZONE_RESOURCE_POOL_EXHAUSTED"
     got = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
     assert not got.status.is_stable and got.status.bulk_instance_operation.in_progress
+    # The bulk operation's last progress check carries the error; no member's lastAttempt does.
+    check = got.status.bulk_instance_operation.last_progress_check
+    assert check.error.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED" and check.timestamp
+    assert not any(m.last_attempt.errors.errors for m in migs.list_managed_instances(
+        project=P, zone=ZONE, instance_group_manager="mig1"))
     http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "tpu7x-standard-4t", "clear": True})
     assert stable(migs).status.applied_accelerator_topologies[0].state == "ACTIVE"
+
+
+def test_the_topology_is_activating_a_while_after_every_vm_runs(server, monkeypatch):
+    from tpujob.emulator.tpu_mig_rules import UNSOURCED
+
+    monkeypatch.setitem(UNSOURCED, "topology_activation", 1000.0)  # held ACTIVATING for this test
+    server.emulator.set_faults(None, provisioning_delay=0.05)
+    migs = make_slice(server.url)
+    deadline = time.monotonic() + 10
+    while not (got := migs.get(project=P, zone=ZONE, instance_group_manager="mig1")).status.is_stable:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert got.status.applied_accelerator_topologies[0].state == "ACTIVATING"
+    assert {m.instance_status for m in migs.list_managed_instances(
+        project=P, zone=ZONE, instance_group_manager="mig1")} == {"RUNNING"}
 
 
 def flex_start_template(url: str, name: str = "flex") -> None:

@@ -15,12 +15,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from tpujob.cloud.api_calls import classify
 from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, TpuResource
-from tpujob.cloud.compute import COMPUTE, rfc3339
+from tpujob.cloud.compute import rfc3339, typed_error
 from tpujob.cloud.compute_instances import (
     INSTANCE_PHASES,
     STOPPED_STATUSES,
@@ -253,22 +251,32 @@ class MigSlices:
                          f"{', '.join(statuses[n] for n in stopping)}", **base)
         if target == 0:
             return self._size_zero(stable, base)
-        attempt = [e for m in managed for e in m.last_attempt.errors.errors]
+        # A try's errors: each member's lastAttempt, and the bulk operation's last progress
+        # check ("Errors encountered during bulk instance operation", google-cloud-compute
+        # InstanceGroupManagerStatusBulkInstanceOperationLastProgressCheck), where a BULK MIG
+        # that made no VM yet shows its stockout.
+        attempt = [e for m in managed for e in m.last_attempt.errors.errors] \
+            + list(mig.status.bulk_instance_operation.last_progress_check.error.errors)
         if topology == "FAILED" or (stable and (len(running) < target or len(statuses) < target)):
             code, message = (attempt[-1].code, attempt[-1].message) if attempt \
                 else self._latest_error(project, zone, name)
             if not code and applied and applied[0].state_details.error.errors:
                 first = applied[0].state_details.error.errors[0]
                 code, message = first.code, first.message
-            failure = _typed(code, message, what) if code else None
+            failure = typed_error(code, message, what) if code else None
             return Slice(phase=SlicePhase.FAILED, failure=failure,
                          detail=f"{code}: {message}" if code else f"{state}: not every VM runs", **base)
         if not stable:
             if attempt:
-                return Slice(phase=SlicePhase.FAILED, failure=_typed(attempt[-1].code, attempt[-1].message, what),
+                return Slice(phase=SlicePhase.FAILED, failure=typed_error(attempt[-1].code, attempt[-1].message, what),
                              detail=f"{attempt[-1].code}: {attempt[-1].message}", **base)
             pending = any(s == "PENDING" for s in statuses.values())
             return Slice(phase=SlicePhase.QUEUED if pending else SlicePhase.PROVISIONING, **base)
+        if applied and topology != "ACTIVE":
+            # Every VM runs, but the slice is one ICI slice only once its topology is ACTIVE
+            # (ACTIVATING, REACTIVATING: "being activated"; google-cloud-compute
+            # InstanceGroupManagerStatusAcceleratorTopology): not READY yet.
+            return Slice(phase=SlicePhase.PROVISIONING, detail=f"topology {topology}", **base)
         hosts = tuple(Host(i, *read_address(vm)) for i, vm in enumerate(vms))
         return Slice(phase=SlicePhase.READY, hosts=hosts, **base)
 
@@ -411,11 +419,3 @@ def _member_by_name(name: str, migs: Sequence[compute_v1.InstanceGroupManager]) 
     InstanceGroupManager.baseInstanceName). Compute's `created-by` metadata is not in the
     discovery document nor served by the emulator: not read."""
     return any(re.fullmatch(re.escape(m.base_instance_name) + r"-[a-z0-9]{4}", name) for m in migs)
-
-
-def _typed(code: str, message: str, what: str) -> Exception:
-    """A MIG's creation error (`{code, message}` of lastAttempt or listErrors, no HTTP status)
-    typed by the one classifier, as an operation's error is (errors.classify: a Compute
-    stockout code gives StockoutError)."""
-    err = gexc.GoogleAPICallError(message, errors=[{"reason": code, "message": message}])
-    return classify(what, err, COMPUTE, create_operation=True)

@@ -56,6 +56,14 @@ UNSOURCED: dict[str, Any] = {
     # instances.insert would give (vm_disks.py) in listErrors and lastAttempt, retried as a
     # stockout is (CREATING "retries until success").
     "disk_refusal": "retried",
+    # Where Google shows a BULK MIG's failed try (a stockout): its status.bulkInstanceOperation.
+    # lastProgressCheck.error ("Errors encountered during bulk instance operation",
+    # google-cloud-compute) and listErrors; no source shows a member's lastAttempt for it, and
+    # bulk mode makes no VM until it can make them all (about-bulk-mode): none here.
+    "bulk_errors": "lastProgressCheck",
+    # How long after every VM runs (and the MIG is stable) the topology turns from ACTIVATING to
+    # ACTIVE: no source says; the provisioning delay times this factor here.
+    "topology_activation": 1.0,
 }
 
 

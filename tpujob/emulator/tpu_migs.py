@@ -162,7 +162,9 @@ class TpuMigs:
                 entry.update(id=vm["id"], instanceStatus=vm["status"],
                              currentAction="NONE" if vm["status"] == "RUNNING" else "CREATING")
             except ApiError:
-                if mig["tpujobErrors"]:  # ManagedInstance.lastAttempt.errors
+                # A BULK MIG's errors are its bulk operation's (status.bulkInstanceOperation.
+                # lastProgressCheck.error): no member's lastAttempt (UNSOURCED["bulk_errors"]).
+                if mig["tpujobErrors"] and (mig.get("targetSizePolicy") or {}).get("mode") != "BULK":
                     entry["lastAttempt"] = {"errors": mig["tpujobErrors"][-1]["error"]}
             found.append(entry)
         return {"managedInstances": found}
@@ -275,8 +277,13 @@ class TpuMigs:
                 else:
                     reason, code = "ZONE_RESOURCE_POOL_EXHAUSTED", 503
                     message = WORDINGS["stockout"].format(project=project, zone=zone)
-                mig["tpujobErrors"].append({**operation_error(reason, message, code), "timestamp": now(),
+                failure = operation_error(reason, message, code)
+                mig["tpujobErrors"].append({**failure, "timestamp": now(),
                                             "instance": f"{mig['zone']}/instances/{mig['tpujobMembers'][0]}"})
+                # InstanceGroupManagerStatusBulkInstanceOperation.lastProgressCheck: "Errors
+                # encountered during bulk instance operation" (google-cloud-compute), with when.
+                mig["status"]["bulkInstanceOperation"]["lastProgressCheck"] = {
+                    "error": failure["error"], "timestamp": now()}
         members = mig["tpujobMembers"]
         insts = insts or self._make_members(project, zone, ref, props, kind)
         if not insts:
@@ -315,7 +322,21 @@ class TpuMigs:
                 inst.machines = MemberMachines(machines, i) if machines else None
                 inst.booted_at = booted  # its host keys publish after the hostkeys delay
                 inst.body["status"] = "RUNNING"
-            mig["status"] = mig_status(True, topology_of(mig["status"]), "ACTIVE")
+            # Every VM runs; the topology is ACTIVATING ("being activated", google-cloud-compute
+            # InstanceGroupManagerStatusAcceleratorTopology) a while before it is ACTIVE
+            # (UNSOURCED["topology_activation"]).
+            mig["status"] = mig_status(True, topology_of(mig["status"]), "ACTIVATING")
+            em._changed.notify_all()
+        em._spawn(self._activate, ref)
+
+    def _activate(self, ref: str) -> None:
+        em = self.em
+        em._sleep(em.provisioning_delay * UNSOURCED["topology_activation"], None)
+        with self._lock, em._lock:
+            mig = self._migs.get(ref)
+            if mig is not None and topology_of(mig["status"]) and \
+                    mig["status"]["appliedAcceleratorTopologies"][0]["state"] == "ACTIVATING":
+                mig["status"] = mig_status(True, topology_of(mig["status"]), "ACTIVE")
             em._changed.notify_all()
 
     def _make_members(self, project: str, zone: str, ref: str, props: dict, kind) -> list[Instance]:
