@@ -202,7 +202,8 @@ def _tpu(acc: str, zone: str, extra: str = "") -> str:
     ("tpu7x-16", "us-central1-ai1a", "compute"),
 ])
 def test_api_auto(acc, zone, api):
-    r = _resolve(_tpu(acc, zone))
+    # A multi-host TPU7x is a BULK MIG: flex-start or reservation (bulk-create-instances-in-mig).
+    r = _resolve(_tpu(acc, zone, "provisioning: flex-start\nmax_run_duration: 2h" if acc == "tpu7x-16" else ""))
     assert r.spec.tpu.api == "auto"
     assert r.api == api
     assert (r.compute is None) == (api == "tpu-vm")
@@ -218,8 +219,8 @@ def test_a_tpu_api_job_resolves_as_before():
 
 
 def test_compute_carries_what_the_cloud_layer_needs():
-    r = _resolve(_tpu("v6e-16", "us-east5-b", "api: compute\nprovisioning: on-demand"))
-    assert r.api == "compute" and r.provisioning == "on-demand"
+    r = _resolve(_tpu("v6e-16", "us-east5-b", "api: compute\nprovisioning: reservation\nreservation: r1"))
+    assert r.api == "compute" and r.provisioning == "reservation"
     assert r.compute.model_dump() == {
         "machine_type": "ct6e-standard-4t", "hosts": 4, "chips_per_host": 4, "topology": "4x4",
         "boot_disk_type": "hyperdisk-balanced", "image_family": "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e",
@@ -227,7 +228,7 @@ def test_compute_carries_what_the_cloud_layer_needs():
     assert (r.hosts, r.chips) == (4, 16)
     assert r.runtime_version == "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"  # what the VMs boot
     assert r.spec.tpu.queued is False
-    assert r.cost_per_hour_usd == pytest.approx(43.20)  # 16 chips at $2.70 on demand
+    assert r.cost_per_hour_usd is None  # a reservation is billed through its commitment
 
 
 def test_tpu7x_resolves_to_one_vm_of_four_chips():

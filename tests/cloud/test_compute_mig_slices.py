@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tpujob.cloud.base import SlicePhase, SliceRequest
-from tpujob.errors import ConflictError, StockoutError
+from tpujob.errors import ConflictError, StockoutError, UsageError
 
 PROJECT, ZONE, REGION = "tpujob-test", "us-east5-a", "us-east5"  # us-east5-a offers v6e
 
@@ -23,7 +23,10 @@ def compute(server):
 
 
 def request(name: str, accelerator: str = "v6e-16", **fields) -> SliceRequest:
-    fields.setdefault("provisioning", "spot")
+    # Bulk mode takes reservation-bound or flex-start templates only (bulk-create-instances-in-mig).
+    fields.setdefault("provisioning", "reservation")
+    if fields["provisioning"] == "reservation":
+        fields.setdefault("reservation", "res1")
     return SliceRequest(project=PROJECT, zone=ZONE, name=name, accelerator_type=accelerator, api="compute",
                         runtime_version="", labels={"tpujob-job": "000001"}, ssh_keys=("tpujob:ssh-ed25519 AAAA k",),
                         **fields)
@@ -57,8 +60,9 @@ def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute
         "sourceImage": ("projects/ubuntu-os-accelerator-images/global/images/family/"
                         "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"),
         "diskType": "hyperdisk-balanced"}
-    assert template["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "SPOT",
-                                      "automaticRestart": False, "instanceTerminationAction": "STOP"}
+    assert template["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "RESERVATION_BOUND",
+                                      "automaticRestart": True, "instanceTerminationAction": "DELETE"}
+    assert template["reservationAffinity"]["values"] == ["res1"]
     assert template["labels"] == {"tpujob-store": "s1", "tpujob-job": "000001"}
     assert template["metadata"]["items"] == [{"key": "enable-guest-attributes", "value": "TRUE"},
                                              {"key": "ssh-keys", "value": "tpujob:ssh-ed25519 AAAA k"}]
@@ -84,15 +88,16 @@ def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute
     assert compute.host_keys(PROJECT, ZONE, "tpujob-000001-1") == {0: [], 1: [], 2: [], 3: []}
 
 
-def test_preempting_one_vm_makes_the_slice_preempted_and_delete_takes_all_three(compute, server):
+def test_a_stopped_vm_makes_the_slice_lost_and_delete_takes_all_three(compute, server):
+    # A BULK MIG's VMs are reservation-bound or flex-start: lost by a stop (no preemption).
     compute.request_node(request("tpujob-000002-1"))
     until(compute, "tpujob-000002-1", SlicePhase.READY)
     [first, *_] = sorted(m["name"]
                          for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000002-1")["managedInstances"])
-    server.emulator.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/{first}", 0)
+    server.emulator.compute.tpu_vms.stop(PROJECT, ZONE, first)
     seen = compute.get_slice(PROJECT, ZONE, "tpujob-000002-1")
-    assert seen.phase is SlicePhase.PREEMPTED and first in seen.detail
-    assert compute.list_slices(PROJECT, ZONE)["tpujob-000002-1"].phase is SlicePhase.PREEMPTED
+    assert seen.phase is SlicePhase.FAILED and first in seen.detail and "not preempted" in seen.detail
+    assert compute.list_slices(PROJECT, ZONE)["tpujob-000002-1"].phase is SlicePhase.FAILED
     compute.delete_slice(PROJECT, ZONE, "tpujob-000002-1")
     for table in ("_policies", "_templates", "_migs"):
         assert getattr(migs(server), table) == {}
@@ -152,6 +157,16 @@ def test_a_mig_whose_vms_run_is_ready_only_once_its_topology_is_active(compute, 
     assert (seen.phase, seen.detail, seen.hosts) == (SlicePhase.PROVISIONING, "topology ACTIVATING", ())
 
 
+@pytest.mark.parametrize("provisioning", ["spot", "on-demand"])
+def test_a_spot_or_on_demand_multi_host_slice_is_refused_before_any_call(compute, provisioning):
+    # "Bulk mode in MIGs is only supported with instance templates that specify either a
+    # reservation-bound or flex-start provisioning model" (bulk-create-instances-in-mig).
+    calls = compute.api_calls
+    with pytest.raises(UsageError, match="flex-start or reservation"):
+        compute.request_node(request("tpujob-000013-1", provisioning=provisioning))
+    assert compute.api_calls == calls
+
+
 def test_an_operation_error_without_an_http_status_is_typed_by_its_code():
     # Operation.httpErrorStatusCode is absent on some failed operations (compute.v1 discovery):
     # the code alone types it, as a MIG's errors are.
@@ -192,7 +207,7 @@ def test_a_retry_after_a_crash_before_the_mig_adopts_the_policy_and_template(com
 
 
 def test_list_slices_shows_a_lone_vm_and_a_mig_as_two_slices(compute, server):
-    compute.create_node(request("vm1", accelerator="v6e-8"))
+    compute.create_node(request("vm1", accelerator="v6e-8", provisioning="spot"))
     compute.request_node(request("tpujob-000005-1"))
     until(compute, "tpujob-000005-1", SlicePhase.READY)
     calls = compute.api_calls

@@ -273,7 +273,8 @@ def test_a_lost_jobs_mig_slice_goes_with_its_template_and_policy(ctx, local_clou
 
     def request(name: str, job: str) -> SliceRequest:
         return SliceRequest(project=project, zone=zone, name=name, accelerator_type="v6e-16",
-                            runtime_version="", api="compute", labels={"tpujob-job": job})
+                            runtime_version="", api="compute", labels={"tpujob-job": job},
+                            provisioning="reservation", reservation="r1")  # bulk mode: no spot
 
     compute.request_node(request("tpujob-000042-1", "000042"))
     crashed = request("tpujob-000043-1", "000043")

@@ -21,7 +21,8 @@ def client(kind, url: str):
 
 
 def make_slice(url: str, topology: str = "2x2x2", mode: str = "BULK", size: int = 2,
-               policy_ref: str | None = None, name: str = "mig1", template: str = "tpl"):
+               policy_ref: str | None = None, name: str = "mig1", template: str = "tpl",
+               model: str = "RESERVATION_BOUND"):
     """A workload policy, a template and a MIG; returns the MIG client."""
     policies = client(compute_v1.ResourcePoliciesClient, url)
     templates = client(compute_v1.InstanceTemplatesClient, url)
@@ -31,9 +32,10 @@ def make_slice(url: str, topology: str = "2x2x2", mode: str = "BULK", size: int 
             name="wp", workload_policy=compute_v1.ResourcePolicyWorkloadPolicy(
                 type_="HIGH_THROUGHPUT", accelerator_topology=topology))).result()
         templates.insert(project=P, instance_template_resource=compute_v1.InstanceTemplate(
-            name="tpl", properties=compute_v1.InstanceProperties(
+            name=template, properties=compute_v1.InstanceProperties(
                 machine_type="tpu7x-standard-4t", scheduling=compute_v1.Scheduling(
-                    on_host_maintenance="TERMINATE", provisioning_model="SPOT")))).result()
+                    on_host_maintenance="TERMINATE", provisioning_model=model,
+                    instance_termination_action="DELETE")))).result()
     except exceptions.Conflict:
         pass
     migs.insert(project=P, zone=ZONE, instance_group_manager_resource=compute_v1.InstanceGroupManager(
@@ -76,6 +78,9 @@ def test_a_bulk_mig_makes_one_slice_of_running_vms(server, http):
     ({"mode": "INDIVIDUAL"}, "MIGs with TPU accelerator topology require BULK mode in target size policy"),
     ({"size": 3}, "in the gang mode of size '2'. Should be equal to the gang size."),
     ({"policy_ref": "wp"}, "The URL is malformed."),
+    # bulk-create-instances-in-mig: bulk mode takes reservation-bound or flex-start templates only.
+    ({"model": "SPOT", "template": "spot"}, "either a reservation-bound or flex-start provisioning model"),
+    ({"model": "STANDARD", "template": "std"}, "either a reservation-bound or flex-start provisioning model"),
 ])
 def test_a_mig_google_refuses(server, kwargs, message):
     with pytest.raises(exceptions.BadRequest) as err:
@@ -193,7 +198,8 @@ def test_a_flex_start_mig_waits_pending_through_a_stockout_then_comes_up(server,
 
 
 @pytest.mark.slow
-def test_preempting_one_vm_kills_its_host_only(tmp_path):
+def test_stopping_one_vm_kills_its_host_only(tmp_path):
+    # A BULK MIG's VMs are reservation-bound or flex-start, not preemptible: one is lost by a stop.
     from tpujob.emulator.machines import SliceMachines
 
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
@@ -204,7 +210,7 @@ def test_preempting_one_vm_kills_its_host_only(tmp_path):
                                                              instance_group_manager="mig1")]
         refs = [f"projects/{P}/zones/{ZONE}/instances/{n}" for n in names]
         assert all(len(srv.emulator.hosts(r)) == 1 for r in refs)
-        srv.emulator.preempt(refs[0], 0.1)
+        srv.emulator.compute.tpu_vms.stop(P, ZONE, names[0])
         assert srv.emulator.hosts(refs[0]) == [] and len(srv.emulator.hosts(refs[1])) == 1
         got = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
         assert got.status.applied_accelerator_topologies[0].state == "INCOMPLETE"
@@ -244,7 +250,8 @@ def test_the_templates_ssh_keys_reach_every_host_and_each_vm_publishes_its_host_
                     key="ssh-keys", value="alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b"),
                     compute_v1.Items(key="enable-guest-attributes", value="TRUE")]),
                 scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE",
-                                                 provisioning_model="SPOT")))).result()
+                                                 provisioning_model="RESERVATION_BOUND",
+                                                 instance_termination_action="DELETE")))).result()
         migs = make_slice(srv.url)
         stable(migs)
         [made] = RecordingMachines.made
@@ -273,7 +280,8 @@ def disk_template(url: str, name: str, disk: str, mode: str = "READ_ONLY") -> No
                     compute_v1.AttachedDisk(boot=True, auto_delete=True),
                     compute_v1.AttachedDisk(source=disk, mode=mode, auto_delete=False)],
                 scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE",
-                                                 provisioning_model="SPOT")))).result()
+                                                 provisioning_model="RESERVATION_BOUND",
+                                                 instance_termination_action="DELETE")))).result()
 
 
 def test_every_vm_of_a_mig_attaches_its_templates_disk_once_the_zone_has_it(server):

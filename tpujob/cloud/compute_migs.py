@@ -27,8 +27,8 @@ from tpujob.cloud.compute_instances import (
     read_metadata,
     shorten,
 )
-from tpujob.compute_shapes import compute_shape
-from tpujob.errors import ConflictError, NotFoundError
+from tpujob.compute_shapes import compute_shape, multi_host_refusal
+from tpujob.errors import ConflictError, NotFoundError, UsageError
 from tpujob.names import JOB_LABEL
 
 # workloadPolicy: acceleratorTopology needs HIGH_THROUGHPUT (Terraform google provider schema;
@@ -87,6 +87,10 @@ class MigSlices:
         adopts a MIG its 409 finds at targetSize 0 and resizes it; one already grown leaves as
         ConflictError (adopted by the caller), never resized twice."""
         project, zone, name = request.project, request.zone, request.name
+        refused = multi_host_refusal(request.accelerator_type, compute_shape(request.accelerator_type).hosts,
+                                     request.provisioning)
+        if refused is not None:  # validate refuses it first; never sent to Google
+            raise UsageError(refused)
         region = _region(zone)
         self._insert_and_wait(f"creating workload policy {name}", self._policies.insert,
                               _scope("regions", project, region), project=project, region=region,

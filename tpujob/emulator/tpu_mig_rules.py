@@ -24,6 +24,12 @@ MIG_WORDINGS = {
     # vllm-project/ci-infra PR #547 (user report).
     "placement": ("Creation of a managed instance group with tpu7x-standard-4t machine type with "
                   "placement policy is not supported. Use workload policy instead."),
+    # "Bulk mode in MIGs is only supported with instance templates that specify either a
+    # reservation-bound or flex-start provisioning model" (cloud.google.com/compute/docs/
+    # instance-groups/bulk-create-instances-in-mig): the documentation's sentence; the words of
+    # Google's refusal are quoted nowhere found.
+    "bulk_models": ("Bulk mode in MIGs is only supported with instance templates that specify either a "
+                    "reservation-bound or flex-start provisioning model"),
     # memory-layers TPU runbook (user report).
     "resize_request": "Creating resize requests for managed instance group with TPU is not allowed",
     # AI-Hypercomputer/xpk#751 quotes only the end ("... in the gang mode of size '8'. Should be
@@ -31,6 +37,8 @@ MIG_WORDINGS = {
     "gang": ("Target size {size} of the managed instance group is not valid in the gang mode of "
              "size '{hosts}'. Should be equal to the gang size."),
 }
+# The provisioning models bulk mode takes (MIG_WORDINGS["bulk_models"]).
+BULK_MODELS = frozenset({"RESERVATION_BOUND", "FLEX_START"})
 UNSOURCED: dict[str, Any] = {
     # Whether the refusals above come synchronously (400) or in the operation: unknown; 400 here.
     "refusal_status": 400,

@@ -21,6 +21,7 @@ from tpujob.emulator.instances import Instance, instance_body, prepare_vm_hosts
 from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import ApiError, VirtualHost, authorized_keys, check_id, copy_json, host_ip, now
 from tpujob.emulator.tpu_mig_rules import (
+    BULK_MODELS,
     MIG_WORDINGS,
     UNSOURCED,
     MemberMachines,
@@ -106,7 +107,9 @@ class TpuMigs:
         template = self._get(self._templates, ref_of(body.get("instanceTemplate", "")))
         props = template.get("properties", {})
         kind = machine_type(zone, props.get("machineType", ""))
-        scheduling(props)
+        model = scheduling(props)["provisioningModel"]
+        if (body.get("targetSizePolicy") or {}).get("mode") == "BULK" and model not in BULK_MODELS:
+            raise refusal(UNSOURCED["refusal_status"], MIG_WORDINGS["bulk_models"], "invalid")
         policy_ref = (body.get("resourcePolicies") or {}).get("workloadPolicy")
         topology = None
         if policy_ref:

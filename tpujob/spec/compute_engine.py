@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from tpujob.catalogue import COMPUTE, TPU_VM, Accelerator, Api
-from tpujob.compute_shapes import NoComputeShape, compute_shape
+from tpujob.compute_shapes import NoComputeShape, compute_shape, multi_host_refusal
 from tpujob.errors import SpecError
 from tpujob.spec.lines import field_error
 from tpujob.spec.models import ComputePlacement, JobSpec
@@ -65,6 +65,10 @@ def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlac
     if tpu.runtime_version is not None:
         raise field_error(f"a Compute Engine TPU VM boots an image ({shape.image_family}), not a TPU runtime "
                           "version: remove runtime_version", ("tpu", "runtime_version"), lines)
+    refused = multi_host_refusal(acc.name, shape.hosts, tpu.provisioning)
+    if refused is not None:
+        raise field_error(refused, ("tpu", "provisioning") if "provisioning" in tpu.model_fields_set
+                          else ("tpu", "accelerator"), lines)
     if tpu.provisioning == "reservation":
         if tpu.reservation is None:
             raise SpecError("provisioning: reservation needs the reservation to consume: set tpu.reservation: "
@@ -93,13 +97,16 @@ def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlac
                                  image_project=shape.image_project)
 
 
-def check_fallback_api(api: str, alt: Accelerator, where: tuple, lines) -> None:
+def check_fallback_api(api: str, alt: Accelerator, where: tuple, lines, provisioning: str = "") -> None:
     """Every placement is made through the job's API: a fallback accelerator must exist there."""
     if api == TPU_VM and not alt.generation.tpu_api:
         raise field_error(f"{alt.name}: the Cloud TPU API does not serve {alt.generation.alias}, and this job's "
                           "slices are made through it (tpu.api)", where, lines)
     if api == COMPUTE:
         try:
-            compute_shape(alt)
+            shape = compute_shape(alt)
         except NoComputeShape as exc:
             raise field_error(f"{exc} (this job's slices are made through Compute Engine)", where, lines) from None
+        refused = multi_host_refusal(alt.name, shape.hosts, provisioning) if provisioning else None
+        if refused is not None:
+            raise field_error(refused, where, lines)
