@@ -180,6 +180,7 @@ def replayed(name: str):
      "bamboo-precept-lgxtn"),
     ("preempted_code_3", "SlicePreempted", 5, "update is not supported while in state PREEMPTED"),
     ("reservation_required", "ReservationUnavailable", 5, "a reservation problem"),
+    ("oslogin_profile_full", "LoginProfileFull", 5, "gcloud compute os-login ssh-keys remove --key=KEY"),
 ])
 def test_googles_answers_get_their_own_type_and_fix(name, typed, exit_code, said):
     err = classify("creating node n1", replayed(name), create_operation=True)
