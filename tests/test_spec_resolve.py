@@ -263,7 +263,11 @@ def test_other_compute_vms_may_have_a_run_limit(provisioning):
     assert r.max_run_duration_seconds == 120 * 86400
 
 
-@pytest.mark.parametrize("name", ["my-res", "projects/my-project/reservations/my-res"])
+@pytest.mark.parametrize("name", ["my-res", "projects/my-project/reservations/my-res",
+                                  # a project by its number; a block, a sub-block (issue 46; xpk's path)
+                                  "projects/123456789012/reservations/my-res",
+                                  "my-res/reservationBlocks/my-res-block-0001",
+                                  "projects/my-project/reservations/my-res/reservationBlocks/b1/reservationSubBlocks/s1"])
 def test_reservation(name):
     r = _resolve(_tpu("tpu7x-16", "us-central1-c", f"provisioning: reservation\nreservation: {name}"))
     assert (r.api, r.provisioning, r.reservation) == ("compute", "reservation", name)

@@ -188,11 +188,11 @@ def test_a_flex_start_wait_outside_90_s_to_2_h_is_refused(api):
         instances.insert(project=PROJECT, zone=ZONE, instance_resource=flex_vm("short", wait=30))
 
 
-def reserved(name: str) -> compute_v1.Instance:
+def reserved(name: str, ref: str = f"projects/{PROJECT}/reservations/res1") -> compute_v1.Instance:
     body = vm(name, model="RESERVATION_BOUND", instance_termination_action="DELETE")
     body.reservation_affinity = compute_v1.ReservationAffinity(
         consume_reservation_type="SPECIFIC_RESERVATION", key="compute.googleapis.com/reservation-name",
-        values=[f"projects/{PROJECT}/reservations/res1"])
+        values=[ref])
     return body
 
 
@@ -207,6 +207,18 @@ def test_a_reservation_must_exist_and_have_room(server, api, http):
     assert not insert(instances, ops, reserved("vm1")).error.errors
     (error,) = insert(instances, ops, reserved("vm2")).error.errors
     assert error.code == "CONDITION_NOT_MET" and "does not have available resources" in error.message
+
+
+@pytest.mark.parametrize("ref", ["res2/reservationBlocks/res2-block-0001",
+                                 f"projects/{PROJECT}/reservations/res2/reservationBlocks/res2-block-0001",
+                                 "projects/123456789012/reservations/res2"])
+def test_a_reservation_named_with_its_block_or_project_number_is_consumed(server, api, http, ref):
+    # RESERVATION[/reservationBlocks/BLOCK] (xpk's reservation path; users' gcloud --reservation), a
+    # shared one as projects/P/reservations/R (ReservationAffinity.values), P an id or a number.
+    instances, ops = api
+    http("POST", "/emulator/v1/reservations", {"project": PROJECT, "zone": ZONE, "name": "res2",
+                                               "machineType": "ct6e-standard-1t", "count": 1})
+    assert not insert(instances, ops, reserved("vm3", ref)).error.errors
 
 
 def test_preempting_a_spot_vm_terminates_it_and_its_host(server, api, http):

@@ -360,9 +360,15 @@ class TpuVms:
 
     def _consume(self, inst: Instance, ref: str) -> str | None:
         """Take one VM of the reservation `ref` names; None, or why not (OPERATION_ERRORS)."""
+        # NAME or projects/P/reservations/NAME (ReservationAffinity.values), either followed by
+        # /reservationBlocks/B[/reservationSubBlocks/S]: the reservation is NAME (blocks are not
+        # modelled: an emulator limit). A project number stands for the VM's own project (the
+        # emulator keeps no numbers apart from ids: an emulator limit).
         parts = ref.split("/")
         project = parts[parts.index("projects") + 1] if "projects" in parts else inst.project
-        reservation = self._reservations.get((project, inst.zone, parts[-1]))
+        project = inst.project if project.isdigit() else project
+        name = parts[parts.index("reservations") + 1] if "reservations" in parts else parts[0]
+        reservation = self._reservations.get((project, inst.zone, name))
         if reservation is None:
             return "no_reservation"
         spec = reservation["specificReservation"]
@@ -370,7 +376,7 @@ class TpuVms:
         if wanted != inst.kind.name or int(spec["inUseCount"]) >= int(spec["count"]):
             return "reservation_full"
         spec["inUseCount"] = str(int(spec["inUseCount"]) + 1)
-        inst.reservation = (project, inst.zone, parts[-1])
+        inst.reservation = (project, inst.zone, name)
         return None
 
     def _instance(self, project: str, zone: str, name: str) -> Instance:

@@ -18,10 +18,15 @@ from tpujob.spec.models import ComputePlacement, JobSpec
 # (https://cloud.google.com/compute/docs/instances/limit-vm-runtime, "Limitations").
 _FLEX_START_MAX = 7 * 86400
 _RUN_LIMIT_MIN, _RUN_LIMIT_MAX = 30, 120 * 86400
-# reservationAffinity.values: a name, or projects/P/reservations/NAME (compute.v1 discovery,
-# ReservationAffinity; Google's create example passes the latter).
-RESERVATION_REF = re.compile(r"^(?:projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?"
-                             r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+# reservationAffinity.values: a name, or "projects/different-project/reservations/some-
+# reservation-name" for a shared one (google-cloud-compute ReservationAffinity.values), the project
+# by its id or its number (issue 46's report); either may go on to a block and sub-block,
+# RESERVATION[/reservationBlocks/BLOCK[/reservationSubBlocks/SUB_BLOCK]] (AI-Hypercomputer/xpk's
+# reservation path, a peer; gcloud `--reservation=projects/P/reservations/R/reservationBlocks/B/
+# reservationSubBlocks/S` with RESERVATION_BOUND in users' scripts).
+_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+RESERVATION_REF = re.compile(rf"^(?:projects/(?:[a-z][-a-z0-9]{{4,28}}[a-z0-9]|[0-9]{{1,20}})/reservations/)?"
+                             rf"{_NAME}(?:/reservationBlocks/{_NAME}(?:/reservationSubBlocks/{_NAME})?)?$")
 
 
 def _days(seconds: int) -> str:
@@ -75,7 +80,8 @@ def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlac
                             "NAME", field="tpu.reservation", line=lines.get(("tpu", "provisioning")))
         if not RESERVATION_REF.match(tpu.reservation):
             raise field_error(f"{tpu.reservation!r} is not a reservation: give its name or "
-                              "projects/PROJECT/reservations/NAME", ("tpu", "reservation"), lines)
+                              "projects/PROJECT/reservations/NAME, optionally with /reservationBlocks/BLOCK",
+                              ("tpu", "reservation"), lines)
     elif tpu.reservation is not None:
         raise field_error(f"tpu.reservation is consumed only with provisioning: reservation (not {tpu.provisioning})",
                           ("tpu", "reservation"), lines)
