@@ -139,6 +139,15 @@ def test_a_flex_start_vm_asks_to_wait_so_a_stockout_keeps_it_queued(compute, ser
     assert compute.operation_done(operation, "creating vm7", create=True)
 
 
+@pytest.mark.parametrize("provisioning", ["spot", "on-demand"])
+def test_max_run_duration_ends_a_vm_of_any_provisioning(compute, server, provisioning):
+    # limit-vm-runtime: any VM with maxRunDuration is stopped or deleted when it reaches it.
+    compute.create_node(request("vm9", provisioning=provisioning, max_run_duration_seconds=1))
+    assert instance(server, "vm9")["scheduling"]["maxRunDuration"] == {"seconds": "1"}
+    ended = until(compute, "vm9", SlicePhase.FAILED)  # stopped at its limit: no preemption
+    assert ended.node_state == "TERMINATED"
+
+
 def test_multislice_and_queued_resources_are_refused_before_any_call(compute):
     calls = compute.api_calls
     with pytest.raises(UsageError, match="multislice is not offered on the Compute Engine path"):

@@ -169,7 +169,12 @@ class ComputeTpuCloud(MigSlices):
             scheduling.instance_termination_action = "STOP"  # a preempted VM stays, TERMINATED
         if model == "FLEX_START":
             scheduling.instance_termination_action = "DELETE"
-            scheduling.max_run_duration = compute_v1.Duration(seconds=request.max_run_duration_seconds or 0)
+        # tpu.max_run_duration on any provisioning model: Compute Engine ends any VM at its
+        # maxRunDuration, "automatically terminated (stopped or deleted)" by its
+        # instanceTerminationAction (cloud.google.com/compute/docs/instances/limit-vm-runtime);
+        # flex-start requires it (spec/compute_engine.py), the others take it when asked.
+        if request.max_run_duration_seconds:
+            scheduling.max_run_duration = compute_v1.Duration(seconds=request.max_run_duration_seconds)
         instance = compute_v1.Instance(
             name=request.name, machine_type=f"zones/{zone}/machineTypes/{shape.machine_type}",
             labels={**self.labels, **request.labels},

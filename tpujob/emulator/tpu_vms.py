@@ -297,6 +297,27 @@ class TpuVms:
                     inst.body["status"] = "RUNNING"
                     em._changed.notify_all()
         self.ops.finish(op)
+        self._limit_run(inst)
+
+    def _limit_run(self, inst: Instance) -> None:
+        """A VM with scheduling.maxRunDuration is "automatically terminated (stopped or deleted)
+        when it reaches" it, whatever its provisioning model (cloud.google.com/compute/docs/
+        instances/limit-vm-runtime), by its instanceTerminationAction: STOP leaves it TERMINATED
+        (no preemption recorded), DELETE removes it. Counted from RUNNING, as the page's
+        terminationTimestamp is "defined ... whenever a VM has a time limit and enters the RUNNING
+        state"."""
+        limit = (inst.body["scheduling"].get("maxRunDuration") or {}).get("seconds")
+        if not limit or inst.body["status"] != "RUNNING":
+            return
+        if not self.emulator._sleep(float(limit), inst):
+            return  # deleted (or the emulator closed) first
+        with self.emulator._lock:
+            if inst.deleting or inst.gone or inst.body["status"] != "RUNNING":
+                return
+        if inst.body["scheduling"].get("instanceTerminationAction") == "DELETE":
+            self.delete(inst.project, inst.zone, inst.name)
+        else:
+            self.stop(inst.project, inst.zone, inst.name)
 
     def _start_hosts(self, inst: Instance) -> tuple[builtins.list[Any], Any]:
         em = self.emulator
