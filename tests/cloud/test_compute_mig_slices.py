@@ -167,6 +167,14 @@ def test_a_spot_or_on_demand_multi_host_slice_is_refused_before_any_call(compute
     assert compute.api_calls == calls
 
 
+def test_a_subnetwork_named_bare_reaches_the_template_as_its_regions_partial_url(compute, server):
+    # NetworkInterface.subnetwork is "a full or partial URL" (google-cloud-compute); a global
+    # template has no region for a bare name (ansible/ansible#28930).
+    compute.request_node(request("tpujob-000014-1", subnetwork="tpu-subnet"))
+    [nic] = migs(server).get_template(PROJECT, "tpujob-000014-1")["properties"]["networkInterfaces"]
+    assert nic["subnetwork"] == f"regions/{REGION}/subnetworks/tpu-subnet"
+
+
 def test_an_operation_error_without_an_http_status_is_typed_by_its_code():
     # Operation.httpErrorStatusCode is absent on some failed operations (compute.v1 discovery):
     # the code alone types it, as a MIG's errors are.

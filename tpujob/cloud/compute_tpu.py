@@ -59,6 +59,16 @@ GUEST_ATTRIBUTES = {"enable-guest-attributes": "TRUE"}
 FLEX_WAIT_MIN, FLEX_WAIT_MAX = 90, 2 * 3600
 
 
+def subnetwork_ref(given: str | None, zone: str) -> str | None:
+    """NetworkInterface.subnetwork as "a full or partial URL" (google-cloud-compute:
+    `regions/REGION/subnetworks/NAME`): a bare name becomes the zone's region's, which a global
+    instance template cannot find itself (ansible/ansible#28930, a peer: "Could not determine
+    region for subnetwork")."""
+    if not given:
+        return None
+    return given if "/" in given else f"regions/{zone.rsplit('-', 1)[0]}/subnetworks/{given}"
+
+
 def flex_wait(seconds: int | None) -> int:
     """params.requestValidForDuration for a flex-start insert: `seconds` (the spec's queue
     timeout) held to Google's window; the longest when none is given."""
@@ -188,7 +198,7 @@ class ComputeTpuCloud(MigSlices):
                for d in request.data_disks],
             network_interfaces=[compute_v1.NetworkInterface(
                 network=request.network or "global/networks/default",
-                subnetwork=request.subnetwork or None,
+                subnetwork=subnetwork_ref(request.subnetwork, zone),
                 access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")]
                 if request.external_ips else [])],
             tags=compute_v1.Tags(items=list(request.tags)),

@@ -30,6 +30,14 @@ MIG_WORDINGS = {
     # Google's refusal are quoted nowhere found.
     "bulk_models": ("Bulk mode in MIGs is only supported with instance templates that specify either a "
                     "reservation-bound or flex-start provisioning model"),
+    # A global template's subnetwork named bare: NetworkInterface.subnetwork takes "a full or
+    # partial URL", e.g. regions/REGION/subnetworks/NAME (google-cloud-compute), and a global
+    # template has no region to find a bare name in (ansible/ansible#28930: "Could not determine
+    # region for subnetwork", a peer). Google's refusal is quoted nowhere found: these words
+    # follow Compute's "Invalid value for field" refusals, the emulator's.
+    "subnetwork": ("Invalid value for field 'resource.properties.networkInterfaces[0].subnetwork': '{given}'. "
+                   "The URL is malformed (the emulator's words: a full or partial URL, "
+                   "regions/REGION/subnetworks/NAME, is wanted)"),
     # memory-layers TPU runbook (user report).
     "resize_request": "Creating resize requests for managed instance group with TPU is not allowed",
     # AI-Hypercomputer/xpk#751 quotes only the end ("... in the gang mode of size '8'. Should be

@@ -79,6 +79,10 @@ class TpuMigs:
     def insert_template(self, project: str, body: dict) -> dict:
         check_id(body.get("name", ""), "instance template name")
         ref = f"projects/{project}/global/instanceTemplates/{body['name']}"
+        for nic in (body.get("properties") or {}).get("networkInterfaces") or []:
+            given = nic.get("subnetwork") or ""
+            if given and "/subnetworks/" not in given:  # MIG_WORDINGS["subnetwork"]
+                raise refusal(400, MIG_WORDINGS["subnetwork"].format(given=given), "invalid")
         # instance-templates create accepts even v5e (xbill9/gemma4-dev HARDWARE.md): the
         # machine type is checked when a MIG makes VMs of it.
         stored = {**copy_json(body), "kind": "compute#instanceTemplate",
