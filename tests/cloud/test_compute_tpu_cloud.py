@@ -148,6 +148,33 @@ def test_max_run_duration_ends_a_vm_of_any_provisioning(compute, server, provisi
     assert ended.node_state == "TERMINATED"
 
 
+class BrokenMachines:
+    """Hosts that never come up: the insert fails after STAGING."""
+
+    def __init__(self, **kwargs):
+        pass
+
+    def start(self):
+        raise RuntimeError("the host did not boot")
+
+    def stop(self):
+        pass
+
+
+def test_an_internal_error_after_staging_is_a_capacity_miss_not_a_retry(tmp_path):
+    # A 503 INTERNAL_ERROR ending the insert (dstack#488, ray#6790: users read it as no capacity):
+    # InternalCreateError, which decide spends as a capacity miss, never the same call again.
+    from tpujob.cloud.compute_tpu import ComputeTpuCloud
+    from tpujob.emulator.server import EmulatorServer
+    from tpujob.errors import InternalCreateError
+
+    with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
+                        machines_factory=BrokenMachines) as srv:
+        compute = ComputeTpuCloud.for_emulator(srv.url, retry_initial=0.01, retry_maximum=0.05, poll_interval=0.01)
+        with pytest.raises(InternalCreateError, match="INTERNAL_ERROR|the host did not boot"):
+            compute.create_node(request("broken", provisioning="spot"))
+
+
 def test_multislice_and_queued_resources_are_refused_before_any_call(compute):
     calls = compute.api_calls
     with pytest.raises(UsageError, match="multislice is not offered on the Compute Engine path"):

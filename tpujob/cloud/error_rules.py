@@ -247,10 +247,14 @@ RULES: tuple[Rule, ...] = (
          "marin PR #1612; marin#87; SkyPilot failover handler (google.rpc.QuotaFailure branch); "
          "sayouzone/gemma3-sft tpu/README.md (\"Quota 'TPUV5sLitepodServingPerProjectPerZoneForTPUAPI' "
          "exhausted. Limit 4 in zone us-central1-a\")"),
-    Rule("INTERNAL (code 13) ending a create operation: InternalCreateError, a capacity miss",
-         lambda a: a.create_operation and isinstance(a.err, _INTERNAL),
+    Rule("INTERNAL (code 13) or Compute's INTERNAL_ERROR (HTTP 500 or 503) ending a create operation: "
+         "InternalCreateError, a capacity miss (backoff, the next placement, within max_capacity_retries), "
+         "never retried in place",
+         lambda a: a.create_operation and (isinstance(a.err, _INTERNAL) or a.reason == "INTERNAL_ERROR"),
          lambda a: InternalCreateError(f"{a.message} (treated as a capacity miss)"),
-         "issue 10 / FACTS.md: reported for spot v5e stockouts (anecdotal; no public payload)"),
+         "issue 10 / FACTS.md: reported for spot v5e stockouts (anecdotal; no public payload); a Compute "
+         "insert's 503 when provisioning read as no capacity: dstackai/dstack#488, ray-project/ray#6790 "
+         "(user reports)"),
     Rule("accelerator or provisioning model not offered in the zone, zone without TPUs "
          "(INVALID_ARGUMENT): PlacementUnavailable",
          lambda a: isinstance(a.err, gexc.BadRequest) and bool(_PLACEMENT.search(a.text)),

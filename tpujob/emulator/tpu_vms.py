@@ -280,7 +280,9 @@ class TpuVms:
         except Exception as err:  # a broken VM: the operation says why
             log.exception("starting the host of %s failed", inst.ref)
             self._drop(inst)
-            return self.ops.finish(op, operation_error("INTERNAL_ERROR", str(err), 500))
+            # INTERNAL_ERROR after STAGING, 503 as users saw a provisioning insert end
+            # (dstackai/dstack#488, ray-project/ray#6790: user reports, read as no capacity).
+            return self.ops.finish(op, operation_error("INTERNAL_ERROR", str(err), 503))
         with em._lock:
             # Its delete, or the emulator's close, found no machines to stop: stopped here
             # (as node_lifecycle's _bring_up does for a node's hosts).
