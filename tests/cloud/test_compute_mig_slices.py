@@ -83,7 +83,12 @@ def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute
     names = sorted(m["name"] for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000001-1")["managedInstances"])
     vms = [server.emulator.compute.tpu_vms.get(PROJECT, ZONE, n) for n in names]
     assert [h.index for h in ready.hosts] == [0, 1, 2, 3]
-    assert [h.ip for h in ready.hosts] == [vm["networkInterfaces"][0]["networkIP"] for vm in vms]  # by name
+    # Hosts by TPU worker id (each VM's tpu-env WORKER_ID), worker 0 the coordinator, not by name.
+    worker = {vm["name"]: int(next(i["value"] for i in vm["metadata"]["items"] if i["key"] == "tpu-env")
+                              .split("WORKER_ID: '")[1].split("'")[0]) for vm in vms}
+    by_worker = sorted(vms, key=lambda vm: worker[vm["name"]])
+    assert [h.ip for h in ready.hosts] == [vm["networkInterfaces"][0]["networkIP"] for vm in by_worker]
+    assert by_worker != sorted(vms, key=lambda vm: vm["name"])
     assert ready.accelerator_type == "ct6e-standard-4t" and ready.labels["tpujob-job"] == "000001"
     assert compute.host_keys(PROJECT, ZONE, "tpujob-000001-1") == {0: [], 1: [], 2: [], 3: []}
 

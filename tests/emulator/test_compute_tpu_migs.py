@@ -267,8 +267,12 @@ def test_the_templates_ssh_keys_reach_every_host_and_each_vm_publishes_its_host_
             for n in names]
         assert sorted(keys) == [["KEY0"], ["KEY1"]]
         metadata = instances.get(project=P, zone=ZONE, instance=names[0]).metadata.items
-        assert [(i.key, i.value) for i in metadata] == [
+        assert [(i.key, i.value) for i in metadata][:2] == [
             ("ssh-keys", "alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b"), ("enable-guest-attributes", "TRUE")]
+        # Each VM says its TPU worker id in tpu-env; worker 0 is not the first by name here.
+        workers = {n: next(i.value for i in instances.get(project=P, zone=ZONE, instance=n).metadata.items
+                           if i.key == "tpu-env").split("WORKER_ID: '")[1][0] for n in names}
+        assert sorted(workers.values()) == ["0", "1"] and workers[names[0]] == "1"
 
 
 def disk_template(url: str, name: str, disk: str, mode: str = "READ_ONLY") -> None:

@@ -52,10 +52,32 @@ GROWN_BY_RESIZE = frozenset({"flex-start"})
 SLICE_NAME = re.compile(r"^tpujob-(\d{6})-\d+$")  # tpujob.names.slice_name
 
 
-# Which member is TPU worker 0 is unknown (facts: "Unknown: which member is worker 0"). Hosts
-# are indexed by instance name, sorted: the only order tpujob uses, here and in host_keys.
-def host_order(names: Iterable[str]) -> list[str]:
-    return sorted(names)
+# A TPU VM says which TPU worker it is in its metadata: `tpu-env`'s "WORKER_ID: 'N'" line (the
+# YAML torch_xla's get_tpu_env reads from instance/attributes/tpu-env; a real one is quoted in
+# penghao-wu/cambrian test_tpu.py, a user's), or a `worker-id` item (issue 46's report). Hosts
+# are indexed by it, worker 0 first (the coordinator); a VM that says none comes after, by name.
+# The only order tpujob uses, here and in host_keys.
+_WORKER_ID = re.compile(r"^WORKER_ID:\s*'?(\d+)'?\s*$", re.MULTILINE)
+
+
+def worker_id(instance: compute_v1.Instance | None) -> int | None:
+    """The VM's TPU worker id from its metadata, or None."""
+    if instance is None:
+        return None
+    items = read_metadata(instance)
+    if items.get("worker-id", "").strip().isdigit():
+        return int(items["worker-id"])
+    found = _WORKER_ID.search(items.get("tpu-env", ""))
+    return int(found.group(1)) if found else None
+
+
+def host_order(names: Iterable[str], instances: dict[str, compute_v1.Instance]) -> list[str]:
+    """`names` (a MIG's VMs) by TPU worker id, then by name where a VM says none."""
+    def key(name: str) -> tuple[int, int, str]:
+        worker = worker_id(instances.get(name))
+        return (0, worker, name) if worker is not None else (1, 0, name)
+
+    return sorted(names, key=key)
 
 
 class MigSlices:
@@ -216,7 +238,7 @@ class MigSlices:
         (or bulkInstanceOperation in progress) -> FAILED when a member's lastAttempt has an error
         (typed: a stockout is a StockoutError), else QUEUED while a member is PENDING (flex-start), else PROVISIONING;
         stable with every member RUNNING and targetSize of them -> READY with one Host per VM
-        in host_order; stable with fewer -> FAILED with listErrors' latest error. Peers call a
+        in host_order (by TPU worker id); stable with fewer -> FAILED with listErrors' latest error. Peers call a
         slice ready on isStable and running == targetSize, failed when stable with fewer
         (facts: wchen99998/skypilot).
 
@@ -232,7 +254,7 @@ class MigSlices:
         stable = mig.status.is_stable and not mig.status.bulk_instance_operation.in_progress
         running = sorted(n for n, s in statuses.items() if s == "RUNNING")
         state = f"{topology or ('STABLE' if stable else 'CREATING')} ({len(running)}/{target} RUNNING)"
-        vms = [instances[n] for n in host_order(statuses) if n in instances]
+        vms = [instances[n] for n in host_order(statuses, instances) if n in instances]
         # The disks every VM has (the template's): a VM made without one lacks it (check_disks).
         held = [set(read_data_disks(vm)) for vm in vms]
         base: dict[str, Any] = dict(name=name, zone=zone, node_state=state,
@@ -309,8 +331,9 @@ class MigSlices:
     def _member_host_keys(self, project: str, zone: str, name: str) -> dict[int, list[str]]:
         """Each VM's host keys of the MIG NAME by host index (NotFoundError: no such MIG)."""
         managed = self._managed(project, zone, name)
+        instances = {i.name: i for i in self._tpu_instances(project, zone)}
         return {index: self._vm_host_keys(project, zone, member)
-                for index, member in enumerate(host_order([m.name for m in managed]))}
+                for index, member in enumerate(host_order([m.name for m in managed], instances))}
 
     def _mig_resources(self, project: str, zone: str, instances: dict[str, compute_v1.Instance]
                        ) -> tuple[list[TpuResource], list[TpuResource], set[str]]:

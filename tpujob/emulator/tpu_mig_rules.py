@@ -80,6 +80,9 @@ UNSOURCED: dict[str, Any] = {
     # How long after every VM runs (and the MIG is stable) the topology turns from ACTIVATING to
     # ACTIVE: no source says; the provisioning delay times this factor here.
     "topology_activation": 1.0,
+    # Which VM of a TPU MIG is TPU worker 0: Google's documents do not say how it is chosen; a
+    # VM's `tpu-env` metadata says which it is (tpu_env). Here the reverse of the names' order.
+    "worker_order": "reverse-name",
 }
 
 
@@ -117,6 +120,21 @@ def ref_of(url: str, project: str = "") -> str:
 def suffix() -> str:
     # baseInstanceName + "-" + 4 random characters (compute.v1.json InstanceGroupManager).
     return "".join(random.choices(string.ascii_lowercase + string.digits, k=4))
+
+
+def members(base: str, size: int) -> list[str]:
+    """A MIG's VM names (BASE-xxxx), in TPU worker order: worker 0 first. Which VM is worker 0
+    is Google's to say, in each VM's `tpu-env` metadata (tpu_env); here the reverse of the
+    names' order (UNSOURCED["worker_order"]), so a client that orders hosts by name is caught."""
+    return sorted((f"{base}-{suffix()}" for _ in range(size)), reverse=UNSOURCED["worker_order"] == "reverse-name")
+
+
+def tpu_env(worker: int, accelerator: str, topology: str | None) -> str:
+    """The `tpu-env` metadata value a TPU VM reads its worker id from: YAML lines such as
+    "WORKER_ID: '0'" (torch_xla's get_tpu_env reads instance/attributes/tpu-env; a real one is
+    quoted in penghao-wu/cambrian test_tpu.py, a user's). Only the keys tpujob reads are set."""
+    return (f"ACCELERATOR_TYPE: '{accelerator}'\nTOPOLOGY: '{topology or ''}'\n"
+            f"WORKER_ID: '{worker}'\n")
 
 
 def mig_status(stable: bool, topology: str | None, state: str) -> dict:

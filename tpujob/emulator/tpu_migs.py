@@ -25,10 +25,11 @@ from tpujob.emulator.tpu_mig_rules import (
     MIG_WORDINGS,
     UNSOURCED,
     MemberMachines,
+    members,
     mig_status,
     ref_of,
-    suffix,
     topology_of,
+    tpu_env,
 )
 from tpujob.emulator.tpu_vm_rules import WORDINGS, machine_type, scheduling
 from tpujob.emulator.tpu_vms import FLEX_START_WAITS_OUT_STOCKOUTS
@@ -140,7 +141,7 @@ class TpuMigs:
                "selfLink": f"{API_ROOT}/{ref}", "creationTimestamp": now(),
                # A MIG at size 0 has nothing to do: stable, until a resize grows it.
                "status": mig_status(size == 0, topology, "ACTIVATING"),
-               "tpujobMembers": [f"{base}-{suffix()}" for _ in range(size)], "tpujobErrors": [],
+               "tpujobMembers": members(base, size), "tpujobErrors": [],
                "tpujobHosts": hosts if topology else None}
         self._put(self._migs, ref, mig)
         if size:
@@ -226,7 +227,7 @@ class TpuMigs:
             props = template.get("properties", {})
             kind = machine_type(zone, props.get("machineType", ""))
             base = mig["baseInstanceName"]
-            mig.update(targetSize=size, tpujobMembers=[f"{base}-{suffix()}" for _ in range(size)],
+            mig.update(targetSize=size, tpujobMembers=members(base, size),
                        status=mig_status(False, topology_of(mig["status"]), "ACTIVATING"))
             self.em._spawn(self._provision, project, zone, ref, props, kind)
             return self.ops.new(project, zone, "resize", mig["selfLink"])
@@ -359,7 +360,11 @@ class TpuMigs:
             for i, member in enumerate(mig["tpujobMembers"]):
                 inst = Instance(project, zone, member, {}, kind, block, None, host_index=i)
                 nics = props.get("networkInterfaces") or [{}]
-                inst.body = instance_body(inst, {**props, "name": member}, scheduling(props),
+                # Each VM's worker id in its `tpu-env` metadata (tpu_mig_rules.tpu_env).
+                metadata = dict(props.get("metadata") or {})
+                metadata["items"] = [*metadata.get("items", []), {"key": "tpu-env", "value": tpu_env(
+                    i, f"{kind.generation}-{kind.chips * len(mig['tpujobMembers'])}", topology_of(mig["status"]))}]
+                inst.body = instance_body(inst, {**props, "name": member, "metadata": metadata}, scheduling(props),
                                           [{**nics[0], "accessConfigs": []}])
                 self.vms._instances[inst.ref] = inst
                 insts.append(inst)
