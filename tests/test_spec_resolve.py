@@ -224,7 +224,7 @@ def test_compute_carries_what_the_cloud_layer_needs():
     assert r.compute.model_dump() == {
         "machine_type": "ct6e-standard-4t", "hosts": 4, "chips_per_host": 4, "topology": "4x4",
         "boot_disk_type": "hyperdisk-balanced", "image_family": "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e",
-        "image_project": "ubuntu-os-accelerator-images"}
+        "image_project": "ubuntu-os-accelerator-images", "boot_disk_gb": 100}
     assert (r.hosts, r.chips) == (4, 16)
     assert r.runtime_version == "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"  # what the VMs boot
     assert r.spec.tpu.queued is False
@@ -254,6 +254,14 @@ def test_a_multi_host_flex_start_slice_resolves_on_compute():
     r = _resolve(_tpu("v6e-16", "us-east5-b", "api: compute\nprovisioning: flex-start\nmax_run_duration: 2h"))
     assert (r.api, r.provisioning, r.max_run_duration_seconds) == ("compute", "flex-start", 7200)
     assert (r.compute.machine_type, r.compute.topology, r.compute.hosts) == ("ct6e-standard-4t", "4x4", 4)
+
+
+def test_the_boot_disk_size_is_a_compute_engine_setting():
+    # Google's default boot disk is the image's size (AttachedDiskInitializeParams.diskSizeGb).
+    assert _resolve(_tpu("tpu7x-8", "us-central1-c", "boot_disk_gb: 500")).compute.boot_disk_gb == 500
+    assert _resolve(_tpu("tpu7x-8", "us-central1-c")).compute.boot_disk_gb == 100
+    with pytest.raises(SpecError, match="tpu.boot_disk_gb is a Compute Engine setting"):
+        _resolve(_tpu("v6e-8", "us-east5-b", "boot_disk_gb: 500"))
 
 
 @pytest.mark.parametrize("provisioning", ["spot", "on-demand"])

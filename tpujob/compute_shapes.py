@@ -39,6 +39,12 @@ from tpujob.catalogue import (
 from tpujob.errors import SpecError
 
 IMAGE_PROJECT = "ubuntu-os-accelerator-images"
+# The boot disk a Compute Engine TPU VM gets unless tpu.boot_disk_gb says otherwise. Google's
+# default is the image's size ("the default size is the size of the sourceImage", google-cloud-
+# compute AttachedDiskInitializeParams.diskSizeGb), small for JAX, a setup's packages and the
+# setup cache; a Cloud TPU API VM boots with 100 GB (dstackai/dstack#1287: "A TPU VM includes a
+# 100GB boot disk"), which this matches, so a job moved between the APIs has the same room.
+BOOT_DISK_GB = 100
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,15 @@ def test_a_spot_v6e_8_is_one_instance_with_its_machine_type_image_and_scheduling
     assert compute.host_keys(PROJECT, ZONE, "vm1") == {0: []}  # no host machines: no key
 
 
+@pytest.mark.parametrize("asked, size", [(None, "100"), (250, "250")])
+def test_the_boot_disk_is_tpujobs_size_not_the_images(compute, server, asked, size):
+    # A boot disk given no diskSizeGb is the image's size (AttachedDiskInitializeParams), small
+    # for JAX: tpujob asks for tpu.boot_disk_gb, else 100 GB as a TPU API VM has.
+    compute.create_node(request(f"disk{asked or 0}", provisioning="spot", boot_disk_gb=asked))
+    [boot] = [d for d in instance(server, f"disk{asked or 0}")["disks"] if d.get("boot")]
+    assert boot["diskSizeGb"] == size
+
+
 def test_a_preempted_spot_vm_reads_preempted_then_gone_once_deleted(compute, server):
     compute.create_node(request("vm2", provisioning="spot"))
     server.emulator.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/vm2", 0)

@@ -117,6 +117,7 @@ class SliceRequest:
     # run limit, "reservation" with the reservation's name.
     reservation: str | None = None
     max_run_duration_seconds: int | None = None
+    boot_disk_gb: int | None = None  # Compute Engine: the boot disk's diskSizeGb (None: the image's)
     labels: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     ssh_keys: tuple[str, ...] = ()  # "USER:ssh-ed25519 AAAA... comment" lines

@@ -31,7 +31,7 @@ from tpujob.cloud.compute_instances import (
     shorten,
 )
 from tpujob.cloud.compute_migs import MigSlices
-from tpujob.compute_shapes import compute_shape
+from tpujob.compute_shapes import BOOT_DISK_GB, compute_shape
 from tpujob.errors import CloudError, ConfigError, NotFoundError, UsageError
 
 # Compute Engine's TPU machine types (cloud.google.com/compute/docs/tpus/tpu-machines): what
@@ -193,7 +193,10 @@ class ComputeTpuCloud(MigSlices):
                 boot=True, auto_delete=True,
                 initialize_params=compute_v1.AttachedDiskInitializeParams(
                     source_image=f"projects/{shape.image_project}/global/images/family/{shape.image_family}",
-                    disk_type=f"zones/{zone}/diskTypes/{shape.boot_disk_type}"))]
+                    disk_type=f"zones/{zone}/diskTypes/{shape.boot_disk_type}",
+                    # tpu.boot_disk_gb, else tpujob's default (compute_shapes.BOOT_DISK_GB): the
+                    # image's own size is small for JAX and a user's packages.
+                    disk_size_gb=request.boot_disk_gb or BOOT_DISK_GB))]
             + [compute_v1.AttachedDisk(source=d.source, mode="READ_ONLY" if d.read_only else "READ_WRITE")
                for d in request.data_disks],
             network_interfaces=[compute_v1.NetworkInterface(

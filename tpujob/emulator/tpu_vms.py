@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tpujob.emulator import vm_disks
 from tpujob.emulator.instances import (
     Instance,
+    boot_disk_gb,
     guest_attributes_enabled,
     instance_body,
     instance_filter,
@@ -83,6 +84,7 @@ class TpuVms:
         check_id(name, "instance name")
         check_compute_labels(body.get("labels", {}))
         kind = machine_type(zone, body.get("machineType", ""))
+        boot_disk_gb(body)
         sched = scheduling(body)
         wait = flex_wait(body) if sched["provisioningModel"] == "FLEX_START" else None
         reservation = reservation_name(body)

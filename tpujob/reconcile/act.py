@@ -158,7 +158,8 @@ class Actor:
             # The job's disks: clones made at the first attempt, reused after.
             ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt), metadata=self.metadata,
             api=spec.api, reservation=spec.reservation, max_run_duration_seconds=spec.max_run_duration_seconds,
-            valid_until_seconds=capacity_wait(spec), **slice_network(spec), **fields)
+            valid_until_seconds=capacity_wait(spec), boot_disk_gb=spec.compute.boot_disk_gb if spec.compute else None,
+            **slice_network(spec), **fields)
 
     def slice_of(self, job: Job, attempt: Attempt) -> Slice:
         """The attempt's slice as the cloud has it now."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from tpujob.catalogue import COMPUTE, TPU_VM, Accelerator, Api
-from tpujob.compute_shapes import NoComputeShape, compute_shape, multi_host_refusal
+from tpujob.compute_shapes import BOOT_DISK_GB, NoComputeShape, compute_shape, multi_host_refusal
 from tpujob.errors import SpecError
 from tpujob.spec.lines import field_error
 from tpujob.spec.models import ComputePlacement, JobSpec
@@ -47,7 +47,7 @@ def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlac
         if tpu.provisioning in ("flex-start", "reservation"):
             raise field_error(f"provisioning: {tpu.provisioning} is made through Compute Engine: set tpu.api: compute "
                               "(v5p, v6e, tpu7x)", ("tpu", "provisioning"), lines)
-        for key in ("reservation", "max_run_duration"):
+        for key in ("reservation", "max_run_duration", "boot_disk_gb"):
             if getattr(tpu, key) is not None:
                 raise field_error(f"tpu.{key} is a Compute Engine setting: set tpu.api: compute (v5p, v6e, tpu7x)",
                                   ("tpu", key), lines)
@@ -100,7 +100,8 @@ def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlac
     return api, ComputePlacement(machine_type=shape.machine_type, hosts=shape.hosts,
                                  chips_per_host=shape.chips_per_host, topology=shape.topology,
                                  boot_disk_type=shape.boot_disk_type, image_family=shape.image_family,
-                                 image_project=shape.image_project)
+                                 image_project=shape.image_project,
+                                 boot_disk_gb=tpu.boot_disk_gb or BOOT_DISK_GB)
 
 
 def check_fallback_api(api: str, alt: Accelerator, where: tuple, lines, provisioning: str = "") -> None:
