@@ -59,7 +59,7 @@ def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute
     assert boot["initializeParams"] == {
         "sourceImage": ("projects/ubuntu-os-accelerator-images/global/images/family/"
                         "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"),
-        "diskType": "hyperdisk-balanced"}
+        "diskType": "hyperdisk-balanced", "diskSizeGb": "100"}
     assert template["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "RESERVATION_BOUND",
                                       "automaticRestart": True, "instanceTerminationAction": "DELETE"}
     assert template["reservationAffinity"]["values"] == ["res1"]

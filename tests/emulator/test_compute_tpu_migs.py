@@ -35,7 +35,7 @@ def make_slice(url: str, topology: str = "2x2x2", mode: str = "BULK", size: int 
             name=template, properties=compute_v1.InstanceProperties(
                 machine_type="tpu7x-standard-4t", scheduling=compute_v1.Scheduling(
                     on_host_maintenance="TERMINATE", provisioning_model=model,
-                    instance_termination_action="DELETE")))).result()
+                    instance_termination_action="DELETE" if model != "STANDARD" else None)))).result()
     except exceptions.Conflict:
         pass
     migs.insert(project=P, zone=ZONE, instance_group_manager_resource=compute_v1.InstanceGroupManager(

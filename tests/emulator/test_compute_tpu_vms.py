@@ -182,6 +182,13 @@ def test_a_flex_start_vm_waits_in_a_stockout_only_when_its_insert_asks_to(server
     assert instances.get(project=PROJECT, zone=ZONE, instance="asked").status == "RUNNING"
 
 
+def test_a_termination_action_on_a_standard_vm_without_a_time_limit_is_refused(api):
+    # cluster-toolkit#4435 quotes Google's 400 (tests/fixtures/gcp_errors/standard_termination_action.json).
+    instances, _ = api
+    with pytest.raises(exceptions.BadRequest, match="standard provisioning model"):
+        instances.insert(project=PROJECT, zone=ZONE, instance_resource=vm("std", instance_termination_action="STOP"))
+
+
 def test_a_flex_start_wait_outside_90_s_to_2_h_is_refused(api):
     instances, _ = api
     with pytest.raises(exceptions.BadRequest, match="requestValidForDuration"):

@@ -61,6 +61,12 @@ WORDINGS = {
     # (the bounds: Google's flex-start blog, below).
     "flex_wait_too_short": ("Invalid value for field 'resource.params.requestValidForDuration': "
                             "'{seconds}s'. Must be between 90 seconds and 2 hours (the emulator's words)"),
+    # GoogleCloudPlatform/cluster-toolkit#4435 quotes it for a template (400, invalid); no time
+    # limit was asked there, and limit-vm-runtime gives any VM a termination action with one.
+    "standard_termination": ("Invalid value for field 'resource.scheduling.instanceTerminationAction': "
+                             "'{action}'. You cannot specify a termination action for a VM instance that has "
+                             "the standard provisioning model (default). To use instance termination action, "
+                             "the VM instance must use the Spot or Reservation-Bound provisioning model."),
     # kubernetes/autoscaler cloudprovider/gce (operation error code CONDITION_NOT_MET).
     "no_reservation": "Specified reservation '{name}' does not exist.",
     "reservation_full": ("Specified reservation '{name}' does not have available resources for "
@@ -102,6 +108,9 @@ def scheduling(body: dict) -> dict:
         raise refusal(400, WORDINGS["live_migration"], "badRequest")
     if model == "FLEX_START" and not given.get("maxRunDuration"):
         raise refusal(400, WORDINGS["flex_needs_duration"], "invalid")
+    if model == "STANDARD" and given.get("instanceTerminationAction") and not given.get("maxRunDuration"):
+        raise refusal(400, WORDINGS["standard_termination"].format(
+            action=given["instanceTerminationAction"]), "invalid")
     given.setdefault("provisioningModel", model)
     if model in ("SPOT", "FLEX_START", "RESERVATION_BOUND") or given.get("maxRunDuration"):
         given.setdefault("instanceTerminationAction", "STOP")
