@@ -117,3 +117,18 @@ def check_fallback_api(api: str, alt: Accelerator, where: tuple, lines, provisio
         refused = multi_host_refusal(alt.name, shape.hosts, provisioning) if provisioning else None
         if refused is not None:
             raise field_error(refused, where, lines)
+
+
+def network_hint(api: str, external_ips: bool) -> str | None:
+    """What a Compute Engine slice without external IPs needs, said before its setup fails:
+    "If no external IP address is configured on the instance, Cloud NAT can be used for IPv4
+    traffic" (cloud.google.com/compute/docs/ip-addresses), and "VMs in this subnetwork without
+    external IP addresses can access Google APIs and services by using Private Google Access"
+    (Subnetwork.privateIpGoogleAccess, compute.v1 discovery). None when it has them, or on the
+    TPU API path (its own networkConfig, checked there)."""
+    if api != COMPUTE or external_ips:
+        return None
+    return ("tpu.network.external_ips: false: the VMs have no external address, so the setup's apt, pip and "
+            "downloads need Cloud NAT in the subnet's region, and Cloud Storage (the run dir, buckets) needs "
+            "Private Google Access on the subnet (or Cloud NAT); without them setup fails")
+
