@@ -61,6 +61,20 @@ def test_the_boot_disk_is_tpujobs_size_not_the_images(compute, server, asked, si
     assert boot["diskSizeGb"] == size
 
 
+def test_a_vms_upcoming_maintenance_is_read_as_the_slices_window(compute, server):
+    # Instance.resourceStatus.upcomingMaintenance (google-cloud-compute): the window decide acts on
+    # early (a checkpoint, a new slice), as on the TPU API path.
+    import time
+
+    compute.create_node(request("vm10", provisioning="spot"))
+    server.emulator.announce_maintenance(f"projects/{PROJECT}/zones/{ZONE}/instances/vm10", 600)
+    seen = compute.get_slice(PROJECT, ZONE, "vm10")
+    assert seen.phase is SlicePhase.READY and seen.maintenance is not None
+    assert (seen.maintenance.type, seen.maintenance.status) == ("SCHEDULED", "PENDING")
+    assert 500 < seen.maintenance.start - time.time() <= 600
+    assert compute.list_slices(PROJECT, ZONE)["vm10"].maintenance == seen.maintenance
+
+
 def test_a_preempted_spot_vm_reads_preempted_then_gone_once_deleted(compute, server):
     compute.create_node(request("vm2", provisioning="spot"))
     server.emulator.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/vm2", 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from google.cloud import compute_v1
 
-from tpujob.cloud.base import Host, Slice, SlicePhase
+from tpujob.cloud.base import Host, MaintenanceWindow, Slice, SlicePhase
 from tpujob.cloud.compute import rfc3339
 
 # compute.v1 discovery, Instance.status, to the phases the reconcile decides on. PENDING is
@@ -83,6 +83,17 @@ def read_metadata(instance: compute_v1.Instance) -> dict[str, str]:
     return {item.key: item.value for item in instance.metadata.items}
 
 
+def read_maintenance(instance: compute_v1.Instance) -> MaintenanceWindow | None:
+    """The VM's `resourceStatus.upcomingMaintenance` (google-cloud-compute UpcomingMaintenance:
+    type SCHEDULED/UNSCHEDULED, maintenanceStatus PENDING/ONGOING, windowStartTime): the same
+    window the TPU API path reads from a node, so decide checkpoints early on either path."""
+    if "upcoming_maintenance" not in instance.resource_status:
+        return None
+    found = instance.resource_status.upcoming_maintenance
+    return MaintenanceWindow(type=found.type_ or "UNKNOWN_TYPE", status=found.maintenance_status or "UNKNOWN",
+                             start=rfc3339(found.window_start_time))
+
+
 def read_slice(instance: compute_v1.Instance, zone: str, preempted: frozenset[str] = frozenset()) -> Slice:
     """A lone VM as a single-host slice: an unknown status is FAILED; a stopped one
     PREEMPTED only if its preemption was recorded (phase_of)."""
@@ -92,7 +103,7 @@ def read_slice(instance: compute_v1.Instance, zone: str, preempted: frozenset[st
                  hosts=read_hosts(instance) if phase == SlicePhase.READY else (),
                  labels=dict(instance.labels), detail=why or instance.status_message or "",
                  node_create_time=rfc3339(instance.creation_timestamp), metadata=read_metadata(instance),
-                 data_disks=read_data_disks(instance))
+                 data_disks=read_data_disks(instance), maintenance=read_maintenance(instance))
 
 
 def read_data_disks(instance: compute_v1.Instance) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from tpujob.cloud.compute_instances import (
     STOPPED_STATUSES,
     read_address,
     read_data_disks,
+    read_maintenance,
     read_metadata,
     shorten,
 )
@@ -304,7 +305,11 @@ class MigSlices:
             # InstanceGroupManagerStatusAcceleratorTopology): not READY yet.
             return Slice(phase=SlicePhase.PROVISIONING, detail=f"topology {topology}", **base)
         hosts = tuple(Host(i, *read_address(vm)) for i, vm in enumerate(vms))
-        return Slice(phase=SlicePhase.READY, hosts=hosts, **base)
+        # The slice's maintenance: the soonest window any of its VMs announces (one VM down is
+        # the slice down).
+        windows = [w for w in map(read_maintenance, vms) if w is not None]
+        soonest = min(windows, key=lambda w: w.start if w.start is not None else 0.0) if windows else None
+        return Slice(phase=SlicePhase.READY, hosts=hosts, maintenance=soonest, **base)
 
     @staticmethod
     def _size_zero(stable: bool, base: dict[str, Any]) -> Slice:
