@@ -157,3 +157,7 @@ class JobView:
     hangs: int = 0
     slices: int = 1  # the current attempt's
     growth_failed_seconds: float | None = None  # since growing back last failed (elastic)
+    # A flex-start attempt older than its max_run_duration: Compute Engine deletes a flex-start
+    # VM when it reaches it ("Compute Engine deletes the Flex-start VMs at the end of their run
+    # duration", about-resize-requests-mig; tpujob's are DELETE): a slice gone then ran its run.
+    run_limit_reached: bool = False
