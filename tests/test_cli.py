@@ -86,18 +86,18 @@ def test_validate_prints_the_list_price_for_an_on_demand_job(cli, spec_file):
 
 
 def test_validate_prints_what_a_compute_slice_becomes(cli, spec_file, stored_jobs):
-    path = spec_file("name: demo\ntpu: {accelerator: v6e-16, zone: us-east5-b, api: compute, provisioning: on-demand}\n"
-                     "run: {command: x}\n")
+    path = spec_file("name: demo\ntpu: {accelerator: v6e-16, zone: us-east5-b, api: compute, provisioning: flex-start, "
+                     "max_run_duration: 2h}\nrun: {command: x}\n")
     result = cli("validate", path)
     assert result.code == 0 and result.err == "", result
-    assert ("compute engine: 4 x ct6e-standard-4t (topology 4x4, workload policy + BULK MIG), on-demand, $43.20/h"
-            in result.out)
+    assert ("compute engine: 4 x ct6e-standard-4t (topology 4x4, workload policy + BULK MIG), flex-start, at most 2h"
+            in result.out), result.out
     assert "image:        ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e (ubuntu-os-accelerator-images), boot disk " \
            "hyperdisk-balanced" in result.out
-    assert "provisioning: on-demand\n" in result.out  # not queued: no queued resources on Compute Engine
+    assert "provisioning: flex-start\n" in result.out  # not queued: no queued resources on Compute Engine
     data = json.loads(cli("validate", "--json", path).out)
     assert (data["api"], data["provisioning"], data["compute"]["machine_type"], data["compute"]["hosts"],
-            data["compute"]["topology"]) == ("compute", "on-demand", "ct6e-standard-4t", 4, "4x4")
+            data["compute"]["topology"]) == ("compute", "flex-start", "ct6e-standard-4t", 4, "4x4")
     assert stored_jobs() == 0
 
 

@@ -53,6 +53,8 @@ def test_on_reports_the_profile_the_user_and_whether_the_key_is_registered(cli, 
     found = check(cli)
     assert f"tpujob's key is registered in the OS Login profile of {account}; it logs in as {user}" in found["detail"]
     assert "enable-oslogin FALSE" in found["detail"]  # what the opt-out would do
+    # Mounts and cleanup use sudo: roles/compute.osAdminLogin, said before a setup fails.
+    assert "needs roles/compute.osAdminLogin" in found["detail"]
 
 
 def test_the_opt_out_in_a_project_with_os_login_warns_of_the_org_policy(cli, oslogin_project, local_cloud,

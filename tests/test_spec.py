@@ -824,12 +824,33 @@ REFUSALS = [
           slices: 2  #<
         run: {command: x}
         """), "tpu.slices", "multislice on the Compute Engine path is not supported yet"),
+    # "Bulk mode in MIGs is only supported with ... reservation-bound or flex-start" (Google's
+    # bulk-create-instances-in-mig): a multi-host spot or on-demand slice is refused, alternatives given.
+    ("a-spot-multi-host-compute-slice", _spec("""
+        name: demo
+        tpu:
+          accelerator: tpu7x-16  #<
+          zone: us-central1-c
+        run: {command: x}
+        """), "tpu.accelerator", "tpu7x-16 is 2 VMs, a BULK managed instance group, which Google allows only with "
+                                "flex-start or reservation provisioning (not spot)"),
+    ("an-on-demand-multi-host-compute-slice", _spec("""
+        name: demo
+        tpu:
+          accelerator: v6e-16
+          zone: us-east5-b
+          api: compute
+          provisioning: on-demand  #<
+        run: {command: x}
+        """), "tpu.provisioning", "use provisioning: flex-start (with max_run_duration) or reservation"),
     ("a-read-write-disk-on-a-multi-host-compute-slice", _spec("""
         name: demo
         tpu:
           accelerator: v6e-16
           zone: us-east5-b
           api: compute
+          provisioning: flex-start
+          max_run_duration: 2h
         disks:
           - name: data
             mode: read-write  #<

@@ -90,3 +90,16 @@ def test_validate_says_internal_ips_need_the_vpc(cli, spec_file):
     result = cli("validate", spec_file(network_spec("    external_ips: false")))
     assert result.code == 0, result.err
     assert "internal IPs only (tpujob must run inside the VPC)" in result.out
+
+
+def test_a_compute_engine_slice_without_external_ips_is_told_what_its_network_needs(cli, spec_file):
+    # ip-addresses: "If no external IP address is configured on the instance, Cloud NAT can be used";
+    # Subnetwork.privateIpGoogleAccess for Google APIs. Advice on stderr, before the first setup fails.
+    spec = ("name: demo\ntpu:\n  accelerator: tpu7x-8\n  zone: us-central1-c\n  network:\n    external_ips: false\n"
+            "run: {command: x}\n")
+    result = cli("validate", spec_file(spec))
+    assert result.code == 0, result.err
+    assert "need Cloud NAT" not in result.out and "Cloud NAT in the subnet's region" in result.err
+    assert "Private Google Access" in result.err
+    tpu_api = cli("validate", spec_file(network_spec("    external_ips: false")))
+    assert "Cloud NAT" not in tpu_api.err  # the TPU API path: its own network config, not this advice

@@ -202,7 +202,8 @@ def _tpu(acc: str, zone: str, extra: str = "") -> str:
     ("tpu7x-16", "us-central1-ai1a", "compute"),
 ])
 def test_api_auto(acc, zone, api):
-    r = _resolve(_tpu(acc, zone))
+    # A multi-host TPU7x is a BULK MIG: flex-start or reservation (bulk-create-instances-in-mig).
+    r = _resolve(_tpu(acc, zone, "provisioning: flex-start\nmax_run_duration: 2h" if acc == "tpu7x-16" else ""))
     assert r.spec.tpu.api == "auto"
     assert r.api == api
     assert (r.compute is None) == (api == "tpu-vm")
@@ -218,16 +219,16 @@ def test_a_tpu_api_job_resolves_as_before():
 
 
 def test_compute_carries_what_the_cloud_layer_needs():
-    r = _resolve(_tpu("v6e-16", "us-east5-b", "api: compute\nprovisioning: on-demand"))
-    assert r.api == "compute" and r.provisioning == "on-demand"
+    r = _resolve(_tpu("v6e-16", "us-east5-b", "api: compute\nprovisioning: reservation\nreservation: r1"))
+    assert r.api == "compute" and r.provisioning == "reservation"
     assert r.compute.model_dump() == {
         "machine_type": "ct6e-standard-4t", "hosts": 4, "chips_per_host": 4, "topology": "4x4",
         "boot_disk_type": "hyperdisk-balanced", "image_family": "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e",
-        "image_project": "ubuntu-os-accelerator-images"}
+        "image_project": "ubuntu-os-accelerator-images", "boot_disk_gb": 100}
     assert (r.hosts, r.chips) == (4, 16)
     assert r.runtime_version == "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"  # what the VMs boot
     assert r.spec.tpu.queued is False
-    assert r.cost_per_hour_usd == pytest.approx(43.20)  # 16 chips at $2.70 on demand
+    assert r.cost_per_hour_usd is None  # a reservation is billed through its commitment
 
 
 def test_tpu7x_resolves_to_one_vm_of_four_chips():
@@ -255,6 +256,14 @@ def test_a_multi_host_flex_start_slice_resolves_on_compute():
     assert (r.compute.machine_type, r.compute.topology, r.compute.hosts) == ("ct6e-standard-4t", "4x4", 4)
 
 
+def test_the_boot_disk_size_is_a_compute_engine_setting():
+    # Google's default boot disk is the image's size (AttachedDiskInitializeParams.diskSizeGb).
+    assert _resolve(_tpu("tpu7x-8", "us-central1-c", "boot_disk_gb: 500")).compute.boot_disk_gb == 500
+    assert _resolve(_tpu("tpu7x-8", "us-central1-c")).compute.boot_disk_gb == 100
+    with pytest.raises(SpecError, match="tpu.boot_disk_gb is a Compute Engine setting"):
+        _resolve(_tpu("v6e-8", "us-east5-b", "boot_disk_gb: 500"))
+
+
 @pytest.mark.parametrize("provisioning", ["spot", "on-demand"])
 def test_other_compute_vms_may_have_a_run_limit(provisioning):
     # Compute Engine takes maxRunDuration on any VM but a legacy preemptible one (30 s to 120 days).
@@ -262,7 +271,11 @@ def test_other_compute_vms_may_have_a_run_limit(provisioning):
     assert r.max_run_duration_seconds == 120 * 86400
 
 
-@pytest.mark.parametrize("name", ["my-res", "projects/my-project/reservations/my-res"])
+@pytest.mark.parametrize("name", ["my-res", "projects/my-project/reservations/my-res",
+                                  # a project by its number; a block, a sub-block (issue 46; xpk's path)
+                                  "projects/123456789012/reservations/my-res",
+                                  "my-res/reservationBlocks/my-res-block-0001",
+                                  "projects/my-project/reservations/my-res/reservationBlocks/b1/reservationSubBlocks/s1"])
 def test_reservation(name):
     r = _resolve(_tpu("tpu7x-16", "us-central1-c", f"provisioning: reservation\nreservation: {name}"))
     assert (r.api, r.provisioning, r.reservation) == ("compute", "reservation", name)

@@ -39,6 +39,12 @@ from tpujob.catalogue import (
 from tpujob.errors import SpecError
 
 IMAGE_PROJECT = "ubuntu-os-accelerator-images"
+# The boot disk a Compute Engine TPU VM gets unless tpu.boot_disk_gb says otherwise. Google's
+# default is the image's size ("the default size is the size of the sourceImage", google-cloud-
+# compute AttachedDiskInitializeParams.diskSizeGb), small for JAX, a setup's packages and the
+# setup cache; a Cloud TPU API VM boots with 100 GB (dstackai/dstack#1287: "A TPU VM includes a
+# 100GB boot disk"), which this matches, so a job moved between the APIs has the same room.
+BOOT_DISK_GB = 100
 
 
 @dataclass(frozen=True)
@@ -116,3 +122,25 @@ def compute_shape(accelerator_type: str | Accelerator) -> ComputeShape:
                              f"for {form.machine_type}")
     return ComputeShape(acc.name, form.machine_type, acc.chips // form.chips_per_vm, form.chips_per_vm,
                         _most_cubic(fits), form.boot_disk_type, form.image_family)
+
+
+# A multi-host slice on Compute Engine is a BULK managed instance group (a MIG with a TPU
+# topology needs bulk mode: "MIGs with TPU accelerator topology require BULK mode in target size
+# policy", a user report: facts, memory-layers TPU runbook), and "Bulk mode in MIGs is only
+# supported with instance templates that specify either a reservation-bound or flex-start
+# provisioning model" (cloud.google.com/compute/docs/instance-groups/bulk-create-instances-in-mig).
+# So a multi-host slice here is flex-start or reservation; spot and on-demand are refused at
+# validate, with the alternatives. The one place this choice lives: spec/compute_engine.py refuses it at validate,
+# cloud/compute_migs.py before any request.
+MULTI_HOST_PROVISIONING = ("flex-start", "reservation")
+
+
+def multi_host_refusal(accelerator: str, hosts: int, provisioning: str) -> str | None:
+    """Why `provisioning` cannot make a multi-host slice of `accelerator` on Compute Engine, with
+    the alternatives; None when it can."""
+    if hosts <= 1 or provisioning in MULTI_HOST_PROVISIONING:
+        return None
+    return (f"{accelerator} is {hosts} VMs, a BULK managed instance group, which Google allows only with "
+            f"flex-start or reservation provisioning (not {provisioning}): use provisioning: flex-start (with "
+            "max_run_duration) or reservation, a single-VM accelerator (v6e-8, v5p-8, tpu7x-8), or api: tpu-vm "
+            "for v5p and v6e")

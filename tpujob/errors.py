@@ -100,6 +100,11 @@ class CloudRefused(CloudError):
     of retrying it every sweep."""
 
 
+class LoginProfileFull(CloudRefused):
+    """OS Login refused to import a key because the account's login profile is full (32 KiB):
+    removing old keys helps, no role does (cloud/error_rules.py has its source)."""
+
+
 class QuotaExceeded(CloudRefused):
     """A resource quota (not a request rate, not a stockout) is spent: it takes a quota
     increase or a deleted slice, not a retry. `region`/`zone`: where Google says the limit

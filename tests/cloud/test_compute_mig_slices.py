@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tpujob.cloud.base import SlicePhase, SliceRequest
-from tpujob.errors import ConflictError, StockoutError
+from tpujob.errors import ConflictError, StockoutError, UsageError
 
 PROJECT, ZONE, REGION = "tpujob-test", "us-east5-a", "us-east5"  # us-east5-a offers v6e
 
@@ -23,7 +23,10 @@ def compute(server):
 
 
 def request(name: str, accelerator: str = "v6e-16", **fields) -> SliceRequest:
-    fields.setdefault("provisioning", "spot")
+    # Bulk mode takes reservation-bound or flex-start templates only (bulk-create-instances-in-mig).
+    fields.setdefault("provisioning", "reservation")
+    if fields["provisioning"] == "reservation":
+        fields.setdefault("reservation", "res1")
     return SliceRequest(project=PROJECT, zone=ZONE, name=name, accelerator_type=accelerator, api="compute",
                         runtime_version="", labels={"tpujob-job": "000001"}, ssh_keys=("tpujob:ssh-ed25519 AAAA k",),
                         **fields)
@@ -56,11 +59,13 @@ def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute
     assert boot["initializeParams"] == {
         "sourceImage": ("projects/ubuntu-os-accelerator-images/global/images/family/"
                         "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"),
-        "diskType": "hyperdisk-balanced"}
-    assert template["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "SPOT",
-                                      "automaticRestart": False, "instanceTerminationAction": "STOP"}
+        "diskType": "hyperdisk-balanced", "diskSizeGb": "100"}
+    assert template["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "RESERVATION_BOUND",
+                                      "automaticRestart": True, "instanceTerminationAction": "DELETE"}
+    assert template["reservationAffinity"]["values"] == ["res1"]
     assert template["labels"] == {"tpujob-store": "s1", "tpujob-job": "000001"}
-    assert template["metadata"]["items"] == [{"key": "ssh-keys", "value": "tpujob:ssh-ed25519 AAAA k"}]
+    assert template["metadata"]["items"] == [{"key": "enable-guest-attributes", "value": "TRUE"},
+                                             {"key": "ssh-keys", "value": "tpujob:ssh-ed25519 AAAA k"}]
     assert template["serviceAccounts"] == [{"email": "default",
                                             "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
     mig = migs(server).get_mig(PROJECT, ZONE, "tpujob-000001-1")
@@ -78,20 +83,26 @@ def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute
     names = sorted(m["name"] for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000001-1")["managedInstances"])
     vms = [server.emulator.compute.tpu_vms.get(PROJECT, ZONE, n) for n in names]
     assert [h.index for h in ready.hosts] == [0, 1, 2, 3]
-    assert [h.ip for h in ready.hosts] == [vm["networkInterfaces"][0]["networkIP"] for vm in vms]  # by name
+    # Hosts by TPU worker id (each VM's tpu-env WORKER_ID), worker 0 the coordinator, not by name.
+    worker = {vm["name"]: int(next(i["value"] for i in vm["metadata"]["items"] if i["key"] == "tpu-env")
+                              .split("WORKER_ID: '")[1].split("'")[0]) for vm in vms}
+    by_worker = sorted(vms, key=lambda vm: worker[vm["name"]])
+    assert [h.ip for h in ready.hosts] == [vm["networkInterfaces"][0]["networkIP"] for vm in by_worker]
+    assert by_worker != sorted(vms, key=lambda vm: vm["name"])
     assert ready.accelerator_type == "ct6e-standard-4t" and ready.labels["tpujob-job"] == "000001"
     assert compute.host_keys(PROJECT, ZONE, "tpujob-000001-1") == {0: [], 1: [], 2: [], 3: []}
 
 
-def test_preempting_one_vm_makes_the_slice_preempted_and_delete_takes_all_three(compute, server):
+def test_a_stopped_vm_makes_the_slice_lost_and_delete_takes_all_three(compute, server):
+    # A BULK MIG's VMs are reservation-bound or flex-start: lost by a stop (no preemption).
     compute.request_node(request("tpujob-000002-1"))
     until(compute, "tpujob-000002-1", SlicePhase.READY)
     [first, *_] = sorted(m["name"]
                          for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000002-1")["managedInstances"])
-    server.emulator.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/{first}", 0)
+    server.emulator.compute.tpu_vms.stop(PROJECT, ZONE, first)
     seen = compute.get_slice(PROJECT, ZONE, "tpujob-000002-1")
-    assert seen.phase is SlicePhase.PREEMPTED and first in seen.detail
-    assert compute.list_slices(PROJECT, ZONE)["tpujob-000002-1"].phase is SlicePhase.PREEMPTED
+    assert seen.phase is SlicePhase.FAILED and first in seen.detail and "not preempted" in seen.detail
+    assert compute.list_slices(PROJECT, ZONE)["tpujob-000002-1"].phase is SlicePhase.FAILED
     compute.delete_slice(PROJECT, ZONE, "tpujob-000002-1")
     for table in ("_policies", "_templates", "_migs"):
         assert getattr(migs(server), table) == {}
@@ -114,7 +125,9 @@ def test_a_vm_in_its_shutdown_makes_the_slice_stopping_then_preempted_once_stopp
     vm.body["status"] = PREEMPTING_STATUS
     seen = compute.get_slice(PROJECT, ZONE, "tpujob-000011-1")
     assert (seen.phase, seen.detail) == (SlicePhase.STOPPING, f"{last}: STOPPING")
-    vm.body["status"] = "TERMINATED"
+    vm.body["status"] = "TERMINATED"  # stopped with no preemption recorded: lost, not preempted
+    assert compute.list_slices(PROJECT, ZONE)["tpujob-000011-1"].phase is SlicePhase.FAILED
+    server.emulator.compute.tpu_vms._record_preemption(vm)  # compute.instances.preempted on it
     assert compute.list_slices(PROJECT, ZONE)["tpujob-000011-1"].phase is SlicePhase.PREEMPTED
     compute.delete_slice(PROJECT, ZONE, "tpujob-000011-1")
 
@@ -132,6 +145,51 @@ def test_a_stocked_out_zone_fails_the_slice_with_a_typed_stockout(compute, serve
     finally:
         server.emulator.stockout(ZONE, "ct6e-standard-4t", clear=True)
         compute.delete_slice(PROJECT, ZONE, "tpujob-000003-1")
+
+
+def test_a_mig_whose_vms_run_is_ready_only_once_its_topology_is_active(compute, server, monkeypatch):
+    # appliedAcceleratorTopologies[].state ACTIVATING: "being activated" (google-cloud-compute):
+    # every VM runs and the MIG is stable, but it is no ICI slice yet.
+    from tpujob.emulator.tpu_mig_rules import UNSOURCED
+
+    monkeypatch.setitem(UNSOURCED, "topology_activation", 1000.0)
+    server.emulator.set_faults(None, provisioning_delay=0.05)
+    compute.request_node(request("tpujob-000012-1"))
+    seen = until(compute, "tpujob-000012-1", SlicePhase.PROVISIONING)
+    while "RUNNING" not in seen.node_state or "4/4" not in seen.node_state:
+        seen = compute.get_slice(PROJECT, ZONE, "tpujob-000012-1")
+        assert seen.phase is SlicePhase.PROVISIONING, seen
+    assert (seen.phase, seen.detail, seen.hosts) == (SlicePhase.PROVISIONING, "topology ACTIVATING", ())
+
+
+@pytest.mark.parametrize("provisioning", ["spot", "on-demand"])
+def test_a_spot_or_on_demand_multi_host_slice_is_refused_before_any_call(compute, provisioning):
+    # "Bulk mode in MIGs is only supported with instance templates that specify either a
+    # reservation-bound or flex-start provisioning model" (bulk-create-instances-in-mig).
+    calls = compute.api_calls
+    with pytest.raises(UsageError, match="flex-start or reservation"):
+        compute.request_node(request("tpujob-000013-1", provisioning=provisioning))
+    assert compute.api_calls == calls
+
+
+def test_a_subnetwork_named_bare_reaches_the_template_as_its_regions_partial_url(compute, server):
+    # NetworkInterface.subnetwork is "a full or partial URL" (google-cloud-compute); a global
+    # template has no region for a bare name (ansible/ansible#28930).
+    compute.request_node(request("tpujob-000014-1", subnetwork="tpu-subnet"))
+    [nic] = migs(server).get_template(PROJECT, "tpujob-000014-1")["properties"]["networkInterfaces"]
+    assert nic["subnetwork"] == f"regions/{REGION}/subnetworks/tpu-subnet"
+
+
+def test_an_operation_error_without_an_http_status_is_typed_by_its_code():
+    # Operation.httpErrorStatusCode is absent on some failed operations (compute.v1 discovery):
+    # the code alone types it, as a MIG's errors are.
+    from google.cloud import compute_v1
+
+    from tpujob.cloud.compute import operation_failure
+
+    op = compute_v1.Operation(status=compute_v1.Operation.Status.DONE, error=compute_v1.Error(errors=[
+        compute_v1.Errors(code="ZONE_RESOURCE_POOL_EXHAUSTED", message="The zone does not have enough resources")]))
+    assert isinstance(operation_failure(op, "creating x", create=True), StockoutError)
 
 
 def test_a_retry_after_a_crash_before_the_mig_adopts_the_policy_and_template(compute, server, monkeypatch):
@@ -162,7 +220,7 @@ def test_a_retry_after_a_crash_before_the_mig_adopts_the_policy_and_template(com
 
 
 def test_list_slices_shows_a_lone_vm_and_a_mig_as_two_slices(compute, server):
-    compute.create_node(request("vm1", accelerator="v6e-8"))
+    compute.create_node(request("vm1", accelerator="v6e-8", provisioning="spot"))
     compute.request_node(request("tpujob-000005-1"))
     until(compute, "tpujob-000005-1", SlicePhase.READY)
     calls = compute.api_calls

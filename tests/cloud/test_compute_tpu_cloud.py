@@ -5,6 +5,7 @@ reconcile decides on them."""
 from __future__ import annotations
 
 import pytest
+from test_compute_mig_slices import until
 
 from tpujob.cloud.base import SlicePhase, SliceRequest
 from tpujob.errors import ReservationUnavailable, StockoutError, UsageError
@@ -51,6 +52,29 @@ def test_a_spot_v6e_8_is_one_instance_with_its_machine_type_image_and_scheduling
     assert compute.host_keys(PROJECT, ZONE, "vm1") == {0: []}  # no host machines: no key
 
 
+@pytest.mark.parametrize("asked, size", [(None, "100"), (250, "250")])
+def test_the_boot_disk_is_tpujobs_size_not_the_images(compute, server, asked, size):
+    # A boot disk given no diskSizeGb is the image's size (AttachedDiskInitializeParams), small
+    # for JAX: tpujob asks for tpu.boot_disk_gb, else 100 GB as a TPU API VM has.
+    compute.create_node(request(f"disk{asked or 0}", provisioning="spot", boot_disk_gb=asked))
+    [boot] = [d for d in instance(server, f"disk{asked or 0}")["disks"] if d.get("boot")]
+    assert boot["diskSizeGb"] == size
+
+
+def test_a_vms_upcoming_maintenance_is_read_as_the_slices_window(compute, server):
+    # Instance.resourceStatus.upcomingMaintenance (google-cloud-compute): the window decide acts on
+    # early (a checkpoint, a new slice), as on the TPU API path.
+    import time
+
+    compute.create_node(request("vm10", provisioning="spot"))
+    server.emulator.announce_maintenance(f"projects/{PROJECT}/zones/{ZONE}/instances/vm10", 600)
+    seen = compute.get_slice(PROJECT, ZONE, "vm10")
+    assert seen.phase is SlicePhase.READY and seen.maintenance is not None
+    assert (seen.maintenance.type, seen.maintenance.status) == ("SCHEDULED", "PENDING")
+    assert 500 < seen.maintenance.start - time.time() <= 600
+    assert compute.list_slices(PROJECT, ZONE)["vm10"].maintenance == seen.maintenance
+
+
 def test_a_preempted_spot_vm_reads_preempted_then_gone_once_deleted(compute, server):
     compute.create_node(request("vm2", provisioning="spot"))
     server.emulator.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/vm2", 0)
@@ -59,6 +83,18 @@ def test_a_preempted_spot_vm_reads_preempted_then_gone_once_deleted(compute, ser
     compute.delete_slice(PROJECT, ZONE, "vm2")
     assert compute.get_slice(PROJECT, ZONE, "vm2").phase is SlicePhase.GONE
     compute.delete_slice(PROJECT, ZONE, "vm2")  # a missing instance's delete succeeds
+
+
+@pytest.mark.parametrize("provisioning", ["spot", "on-demand"])
+def test_a_vm_stopped_without_a_preemption_is_lost_not_preempted(compute, server, provisioning):
+    # Only a VM with a compute.instances.preempted operation was preempted (Google's
+    # preemptible-VM page; peers filter on it): a stopped one is FAILED, saying why.
+    compute.create_node(request("vm8", provisioning=provisioning))
+    server.emulator.compute.tpu_vms.stop(PROJECT, ZONE, "vm8")
+    seen = compute.get_slice(PROJECT, ZONE, "vm8")
+    assert (seen.phase, seen.node_state) == (SlicePhase.FAILED, "TERMINATED")
+    assert "not preempted" in seen.detail
+    assert compute.list_slices(PROJECT, ZONE)["vm8"].phase is SlicePhase.FAILED
 
 
 def test_a_vm_in_its_shutdown_reads_stopping_and_keeps_no_hosts(compute, server):
@@ -113,6 +149,55 @@ def test_flex_start_waits_queued_then_runs(compute, server):
     assert compute.get_slice(PROJECT, ZONE, "vm6").phase is SlicePhase.READY
 
 
+def test_a_flex_start_vm_asks_to_wait_so_a_stockout_keeps_it_queued(compute, server):
+    # Without params.requestValidForDuration Google fails the insert in a stockout (InstanceParams;
+    # about-flex-start-vms): tpujob asks for the spec's queue timeout, held to 90 s .. 2 h.
+    server.emulator.stockout(ZONE, "ct6e-standard-8t", False)
+    operation = compute.request_node(request("vm7", provisioning="flex-start", max_run_duration_seconds=3600,
+                                             valid_until_seconds=6 * 3600))
+    assert not compute.operation_done(operation, "creating vm7", create=True)
+    assert compute.get_slice(PROJECT, ZONE, "vm7").phase is SlicePhase.QUEUED
+    server.emulator.stockout(ZONE, "ct6e-standard-8t", True)
+    until(compute, "vm7", SlicePhase.READY)
+    assert compute.operation_done(operation, "creating vm7", create=True)
+
+
+@pytest.mark.parametrize("provisioning", ["spot", "on-demand"])
+def test_max_run_duration_ends_a_vm_of_any_provisioning(compute, server, provisioning):
+    # limit-vm-runtime: any VM with maxRunDuration is stopped or deleted when it reaches it.
+    compute.create_node(request("vm9", provisioning=provisioning, max_run_duration_seconds=1))
+    assert instance(server, "vm9")["scheduling"]["maxRunDuration"] == {"seconds": "1"}
+    ended = until(compute, "vm9", SlicePhase.FAILED)  # stopped at its limit: no preemption
+    assert ended.node_state == "TERMINATED"
+
+
+class BrokenMachines:
+    """Hosts that never come up: the insert fails after STAGING."""
+
+    def __init__(self, **kwargs):
+        pass
+
+    def start(self):
+        raise RuntimeError("the host did not boot")
+
+    def stop(self):
+        pass
+
+
+def test_an_internal_error_after_staging_is_a_capacity_miss_not_a_retry(tmp_path):
+    # A 503 INTERNAL_ERROR ending the insert (dstack#488, ray#6790: users read it as no capacity):
+    # InternalCreateError, which decide spends as a capacity miss, never the same call again.
+    from tpujob.cloud.compute_tpu import ComputeTpuCloud
+    from tpujob.emulator.server import EmulatorServer
+    from tpujob.errors import InternalCreateError
+
+    with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
+                        machines_factory=BrokenMachines) as srv:
+        compute = ComputeTpuCloud.for_emulator(srv.url, retry_initial=0.01, retry_maximum=0.05, poll_interval=0.01)
+        with pytest.raises(InternalCreateError, match="INTERNAL_ERROR|the host did not boot"):
+            compute.create_node(request("broken", provisioning="spot"))
+
+
 def test_multislice_and_queued_resources_are_refused_before_any_call(compute):
     calls = compute.api_calls
     with pytest.raises(UsageError, match="multislice is not offered on the Compute Engine path"):
@@ -134,3 +219,38 @@ def test_the_router_sends_each_api_its_own_calls(server):
     assert isinstance(apis.for_api("compute"), ComputeTpuCloud) and apis.for_api("compute") is apis.for_api("compute")
     assert made == [1]
     assert apis.list_slices(PROJECT, "us-central2-b") == {}   # the rest is the TPU API's
+
+
+class KeyedMachines:
+    """Hosts with host keys and nothing else: what getGuestAttributes publishes once enabled."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+    def start(self):
+        from tpujob.emulator.payloads import VirtualHost, host_ip
+
+        return [VirtualHost(i, host_ip(self.kwargs["ip_block"], i), self.kwargs["ssh_port"],
+                            host_key=f"ssh-ed25519 KEY{i}") for i in range(self.kwargs["num_hosts"])]
+
+    def stop(self):
+        pass
+
+    def kill_host(self, index):
+        pass
+
+
+@pytest.mark.parametrize("accelerator, keys", [("v6e-8", [["ssh-ed25519 KEY0"]]),
+                                               ("v6e-16", [[f"ssh-ed25519 KEY{i}"] for i in range(4)])])
+def test_every_vm_enables_guest_attributes_so_its_host_keys_can_be_read(tmp_path, accelerator, keys):
+    # Guest attributes are off unless the metadata enables them (Google's manage-guest-attributes
+    # page): without `enable-guest-attributes: TRUE`, strict host keys would wait for ever.
+    from tpujob.cloud.compute_tpu import ComputeTpuCloud
+    from tpujob.emulator.server import EmulatorServer
+
+    with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
+                        machines_factory=KeyedMachines) as srv:
+        compute = ComputeTpuCloud.for_emulator(srv.url, retry_initial=0.01, retry_maximum=0.05, poll_interval=0.01)
+        compute.create_node(request("keyed", accelerator, provisioning="flex-start", max_run_duration_seconds=3600))
+        until(compute, "keyed", SlicePhase.READY)
+        assert sorted(compute.host_keys(PROJECT, ZONE, "keyed").values()) == keys

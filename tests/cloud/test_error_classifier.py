@@ -180,6 +180,11 @@ def replayed(name: str):
      "bamboo-precept-lgxtn"),
     ("preempted_code_3", "SlicePreempted", 5, "update is not supported while in state PREEMPTED"),
     ("reservation_required", "ReservationUnavailable", 5, "a reservation problem"),
+    ("oslogin_profile_full", "LoginProfileFull", 5, "gcloud compute os-login ssh-keys remove --key=KEY"),
+    # Compute Engine refusals of a multi-host TPU slice's requests: refused for good, never retried.
+    ("mig_needs_bulk", "CloudRefused", 5, "require BULK mode in target size policy"),
+    ("tpu7x_placement_policy", "CloudRefused", 5, "Use workload policy instead."),
+    ("standard_termination_action", "CloudRefused", 5, "standard provisioning model"),
 ])
 def test_googles_answers_get_their_own_type_and_fix(name, typed, exit_code, said):
     err = classify("creating node n1", replayed(name), create_operation=True)

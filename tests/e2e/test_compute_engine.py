@@ -41,8 +41,8 @@ run: {command: 'sleep 600'}
 # machine takes seconds, and the program must not finish first). One host trains the tiny model
 # fast and is saved by its SIGTERM checkpoint (1000: only that save and the final one; saves on
 # gcsfuse are slow). Of a MIG's four
-# VMs only one is preempted: the others get no SIGTERM, so no collective save can be made and
-# the periodic checkpoint is what attempt 2 resumes from.
+# flex-start VMs (bulk mode takes no spot) only one is lost, stopped: the others get no SIGTERM, so
+# no collective save can be made and the periodic checkpoint is what attempt 2 resumes from.
 APIS = {
     "tpu-vm": ("v4-8", "us-central2-b", "projects/{project}/locations/{zone}/nodes/{name}", 150, 1000, 1),
     "compute": ("v6e-8", "us-east4-a", "projects/{project}/zones/{zone}/instances/{name}", 150, 1000, 1),
@@ -83,9 +83,11 @@ def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local
     accelerator, zone, ref, steps, every, after = APIS[api]
     bucket = local_bucket(shared_emulator, project, "ce")
     name = f"ce-{api}"
+    # A MIG's VMs are flex-start or reservation-bound (Google's bulk mode takes no other): flex-start.
+    flex = ", provisioning: flex-start, max_run_duration: 2h" if api == "compute-4-hosts" else ""
     _create(cli, tmp_path, name, f"{{accelerator: {accelerator}, zone: {zone}, api: {api.split('-4')[0]}, "
-                                 "queued: false}", RUNTIME.replace("BUCKET", bucket.name).replace("STEPS", str(steps))
-            .replace("EVERY", str(every)))
+                                 f"queued: false{flex}}}",
+            RUNTIME.replace("BUCKET", bucket.name).replace("STEPS", str(steps)).replace("EVERY", str(every)))
 
     created = _show(cli, name)  # the attempt and its slice's name are recorded by create
     job_id, first = created["id"], created["attempts"][0]["slice_name"]
@@ -110,7 +112,10 @@ def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local
         # hosts are off once the save is done, so it costs nothing here, and a SIGTERM save beside
         # the heaviest tests (ten JAX processes on two cores) takes 25-30 s. With Spot's notice, or
         # the runtime's default 25 s of it, the save was cut short and no status.json was left (CI).
-        local_cloud.preempt(ref.format(project=project, zone=zone, name=victim), grace_seconds=120)
+        if api == "compute-4-hosts":  # a flex-start VM is not preempted: lost to a stop (a host error)
+            _stop(local_cloud, project, zone, victim)
+        else:
+            local_cloud.preempt(ref.format(project=project, zone=zone, name=victim), grace_seconds=120)
         status = bucket.get_blob(f"runs/{job_id}/status.json")  # the preemption blocks until the hosts are off
         return json.loads(status.download_as_bytes()) if status is not None else None
 
@@ -236,7 +241,7 @@ run:
   command: "mkdir -p /mnt/master/ds && echo shard-0 > /mnt/master/ds/train.txt"
 """
 POD = f"""\
-tpu: {{accelerator: v6e-16, zone: {DISK_ZONE}, api: compute}}
+tpu: {{accelerator: v6e-16, zone: {DISK_ZONE}, api: compute, provisioning: flex-start, max_run_duration: 2h}}
 disks:
   - {{name: cedata, snapshot: cemaster-snap, mode: read-only, mount: /mnt/data}}
 run:
@@ -286,6 +291,16 @@ def test_clone_and_scale_on_compute_engine_a_master_on_one_vm_its_clone_on_every
     assert [i["name"] for i in _instances(local_cloud, project, DISK_ZONE)] == []
     assert cli("delete", "cemaster").code == 0
     assert cli("disk", "delete", "cemaster", "--zone", DISK_ZONE).code == 0
+
+
+def _stop(client, project: str, zone: str, name: str) -> None:
+    """instances.stop (compute.v1): the VM is TERMINATED with no preemption recorded."""
+    import urllib.request
+
+    request = urllib.request.Request(f"{client.url}/compute/v1/projects/{project}/zones/{zone}/instances/{name}/stop",
+                                     data=b"", method="POST")
+    with urllib.request.urlopen(request) as answer:
+        answer.read()
 
 
 def _instances(client, project: str, zone: str) -> list[dict]:

@@ -293,7 +293,8 @@ def test_a_lost_jobs_mig_slice_goes_with_its_template_and_policy(ctx, local_clou
 
     def request(name: str, job: str) -> SliceRequest:
         return SliceRequest(project=project, zone=zone, name=name, accelerator_type="v6e-16",
-                            runtime_version="", api="compute", labels={"tpujob-job": job})
+                            runtime_version="", api="compute", labels={"tpujob-job": job},
+                            provisioning="reservation", reservation="r1")  # bulk mode: no spot
 
     tag = ctx.store.store_tag  # a policy is told as this store's by the tag in its name
     lost, crashed_name = slice_name(42, 1, tag), slice_name(43, 1, tag)

@@ -21,7 +21,8 @@ def client(kind, url: str):
 
 
 def make_slice(url: str, topology: str = "2x2x2", mode: str = "BULK", size: int = 2,
-               policy_ref: str | None = None, name: str = "mig1", template: str = "tpl"):
+               policy_ref: str | None = None, name: str = "mig1", template: str = "tpl",
+               model: str = "RESERVATION_BOUND"):
     """A workload policy, a template and a MIG; returns the MIG client."""
     policies = client(compute_v1.ResourcePoliciesClient, url)
     templates = client(compute_v1.InstanceTemplatesClient, url)
@@ -31,9 +32,10 @@ def make_slice(url: str, topology: str = "2x2x2", mode: str = "BULK", size: int 
             name="wp", workload_policy=compute_v1.ResourcePolicyWorkloadPolicy(
                 type_="HIGH_THROUGHPUT", accelerator_topology=topology))).result()
         templates.insert(project=P, instance_template_resource=compute_v1.InstanceTemplate(
-            name="tpl", properties=compute_v1.InstanceProperties(
+            name=template, properties=compute_v1.InstanceProperties(
                 machine_type="tpu7x-standard-4t", scheduling=compute_v1.Scheduling(
-                    on_host_maintenance="TERMINATE", provisioning_model="SPOT")))).result()
+                    on_host_maintenance="TERMINATE", provisioning_model=model,
+                    instance_termination_action="DELETE" if model != "STANDARD" else None)))).result()
     except exceptions.Conflict:
         pass
     migs.insert(project=P, zone=ZONE, instance_group_manager_resource=compute_v1.InstanceGroupManager(
@@ -49,7 +51,8 @@ def stable(migs, name: str = "mig1") -> compute_v1.InstanceGroupManager:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         got = migs.get(project=P, zone=ZONE, instance_group_manager=name)
-        if got.status.is_stable:
+        applied = got.status.applied_accelerator_topologies
+        if got.status.is_stable and not (applied and applied[0].state == "ACTIVATING"):
             return got
         time.sleep(0.05)
     raise AssertionError("the MIG never became stable")
@@ -75,6 +78,9 @@ def test_a_bulk_mig_makes_one_slice_of_running_vms(server, http):
     ({"mode": "INDIVIDUAL"}, "MIGs with TPU accelerator topology require BULK mode in target size policy"),
     ({"size": 3}, "in the gang mode of size '2'. Should be equal to the gang size."),
     ({"policy_ref": "wp"}, "The URL is malformed."),
+    # bulk-create-instances-in-mig: bulk mode takes reservation-bound or flex-start templates only.
+    ({"model": "SPOT", "template": "spot"}, "either a reservation-bound or flex-start provisioning model"),
+    ({"model": "STANDARD", "template": "std"}, "either a reservation-bound or flex-start provisioning model"),
 ])
 def test_a_mig_google_refuses(server, kwargs, message):
     with pytest.raises(exceptions.BadRequest) as err:
@@ -103,8 +109,28 @@ def test_a_stocked_out_zone_keeps_the_mig_creating_with_its_error(server, http):
     assert error.error.code == "ZONE_RESOURCE_POOL_EXHAUSTED"
     got = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
     assert not got.status.is_stable and got.status.bulk_instance_operation.in_progress
+    # The bulk operation's last progress check carries the error; no member's lastAttempt does.
+    check = got.status.bulk_instance_operation.last_progress_check
+    assert check.error.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED" and check.timestamp
+    assert not any(m.last_attempt.errors.errors for m in migs.list_managed_instances(
+        project=P, zone=ZONE, instance_group_manager="mig1"))
     http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "tpu7x-standard-4t", "clear": True})
     assert stable(migs).status.applied_accelerator_topologies[0].state == "ACTIVE"
+
+
+def test_the_topology_is_activating_a_while_after_every_vm_runs(server, monkeypatch):
+    from tpujob.emulator.tpu_mig_rules import UNSOURCED
+
+    monkeypatch.setitem(UNSOURCED, "topology_activation", 1000.0)  # held ACTIVATING for this test
+    server.emulator.set_faults(None, provisioning_delay=0.05)
+    migs = make_slice(server.url)
+    deadline = time.monotonic() + 10
+    while not (got := migs.get(project=P, zone=ZONE, instance_group_manager="mig1")).status.is_stable:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert got.status.applied_accelerator_topologies[0].state == "ACTIVATING"
+    assert {m.instance_status for m in migs.list_managed_instances(
+        project=P, zone=ZONE, instance_group_manager="mig1")} == {"RUNNING"}
 
 
 def flex_start_template(url: str, name: str = "flex") -> None:
@@ -172,7 +198,8 @@ def test_a_flex_start_mig_waits_pending_through_a_stockout_then_comes_up(server,
 
 
 @pytest.mark.slow
-def test_preempting_one_vm_kills_its_host_only(tmp_path):
+def test_stopping_one_vm_kills_its_host_only(tmp_path):
+    # A BULK MIG's VMs are reservation-bound or flex-start, not preemptible: one is lost by a stop.
     from tpujob.emulator.machines import SliceMachines
 
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
@@ -183,7 +210,7 @@ def test_preempting_one_vm_kills_its_host_only(tmp_path):
                                                              instance_group_manager="mig1")]
         refs = [f"projects/{P}/zones/{ZONE}/instances/{n}" for n in names]
         assert all(len(srv.emulator.hosts(r)) == 1 for r in refs)
-        srv.emulator.preempt(refs[0], 0.1)
+        srv.emulator.compute.tpu_vms.stop(P, ZONE, names[0])
         assert srv.emulator.hosts(refs[0]) == [] and len(srv.emulator.hosts(refs[1])) == 1
         got = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
         assert got.status.applied_accelerator_topologies[0].state == "INCOMPLETE"
@@ -220,9 +247,11 @@ def test_the_templates_ssh_keys_reach_every_host_and_each_vm_publishes_its_host_
             name="tpl", properties=compute_v1.InstanceProperties(
                 machine_type="tpu7x-standard-4t",
                 metadata=compute_v1.Metadata(items=[compute_v1.Items(
-                    key="ssh-keys", value="alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b")]),
+                    key="ssh-keys", value="alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b"),
+                    compute_v1.Items(key="enable-guest-attributes", value="TRUE")]),
                 scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE",
-                                                 provisioning_model="SPOT")))).result()
+                                                 provisioning_model="RESERVATION_BOUND",
+                                                 instance_termination_action="DELETE")))).result()
         migs = make_slice(srv.url)
         stable(migs)
         [made] = RecordingMachines.made
@@ -238,8 +267,12 @@ def test_the_templates_ssh_keys_reach_every_host_and_each_vm_publishes_its_host_
             for n in names]
         assert sorted(keys) == [["KEY0"], ["KEY1"]]
         metadata = instances.get(project=P, zone=ZONE, instance=names[0]).metadata.items
-        assert [(i.key, i.value) for i in metadata] == [
-            ("ssh-keys", "alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b")]
+        assert [(i.key, i.value) for i in metadata][:2] == [
+            ("ssh-keys", "alice:ssh-ed25519 AAAA a\nbob:ssh-ed25519 BBBB b"), ("enable-guest-attributes", "TRUE")]
+        # Each VM says its TPU worker id in tpu-env; worker 0 is not the first by name here.
+        workers = {n: next(i.value for i in instances.get(project=P, zone=ZONE, instance=n).metadata.items
+                           if i.key == "tpu-env").split("WORKER_ID: '")[1][0] for n in names}
+        assert sorted(workers.values()) == ["0", "1"] and workers[names[0]] == "1"
 
 
 def disk_template(url: str, name: str, disk: str, mode: str = "READ_ONLY") -> None:
@@ -251,7 +284,8 @@ def disk_template(url: str, name: str, disk: str, mode: str = "READ_ONLY") -> No
                     compute_v1.AttachedDisk(boot=True, auto_delete=True),
                     compute_v1.AttachedDisk(source=disk, mode=mode, auto_delete=False)],
                 scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE",
-                                                 provisioning_model="SPOT")))).result()
+                                                 provisioning_model="RESERVATION_BOUND",
+                                                 instance_termination_action="DELETE")))).result()
 
 
 def test_every_vm_of_a_mig_attaches_its_templates_disk_once_the_zone_has_it(server):

@@ -25,13 +25,15 @@ def clients(url: str) -> tuple[compute_v1.InstancesClient, compute_v1.ZoneOperat
 
 
 def vm(name: str, machine: str = "ct6e-standard-1t", model: str = "STANDARD", nat: bool = False,
-       **scheduling) -> compute_v1.Instance:
+       guest_attributes: bool = True, **scheduling) -> compute_v1.Instance:
     nic = compute_v1.NetworkInterface(access_configs=[compute_v1.AccessConfig(
         name="External NAT", type_="ONE_TO_ONE_NAT")] if nat else [])
     return compute_v1.Instance(
         name=name, machine_type=f"zones/{ZONE}/machineTypes/{machine}", labels={"job": "j1"},
         network_interfaces=[nic],
-        metadata=compute_v1.Metadata(items=[compute_v1.Items(key="ssh-keys", value="u:ssh-ed25519 AAAA u")]),
+        metadata=compute_v1.Metadata(items=[compute_v1.Items(key="ssh-keys", value="u:ssh-ed25519 AAAA u")]
+                                     + ([compute_v1.Items(key="enable-guest-attributes", value="TRUE")]
+                                        if guest_attributes else [])),
         scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE", provisioning_model=model,
                                          **scheduling))
 
@@ -158,11 +160,46 @@ def test_flex_start_waits_pending_then_runs(server, api, http):
     assert got.status == "RUNNING" and got.scheduling.max_run_duration.seconds == 3600
 
 
-def reserved(name: str) -> compute_v1.Instance:
+def flex_vm(name: str, wait: int | None = None) -> compute_v1.Instance:
+    body = vm(name, model="FLEX_START", instance_termination_action="DELETE",
+              max_run_duration=compute_v1.Duration(seconds=3600))
+    if wait is not None:  # InstanceParams.requestValidForDuration: how long it may wait for capacity
+        body.params = compute_v1.InstanceParams(request_valid_for_duration=compute_v1.Duration(seconds=wait))
+    return body
+
+
+def test_a_flex_start_vm_waits_in_a_stockout_only_when_its_insert_asks_to(server, api, http):
+    instances, ops = api
+    http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "ct6e-standard-1t"})
+    (error,) = insert(instances, ops, flex_vm("unasked")).error.errors  # fails as any VM's insert
+    assert (error.code, error.message) == ("ZONE_RESOURCE_POOL_EXHAUSTED", STOCKOUT)
+    op = instances.insert(project=PROJECT, zone=ZONE, instance_resource=flex_vm("asked", wait=7200))
+    assert instances.get(project=PROJECT, zone=ZONE, instance="asked").status == "PENDING"
+    assert ops.get(project=PROJECT, zone=ZONE, operation=op.name).status != compute_v1.Operation.Status.DONE
+    http("POST", "/emulator/v1/stockout", {"zone": ZONE, "machineType": "ct6e-standard-1t", "clear": True})
+    while ops.wait(project=PROJECT, zone=ZONE, operation=op.name).status != compute_v1.Operation.Status.DONE:
+        pass
+    assert instances.get(project=PROJECT, zone=ZONE, instance="asked").status == "RUNNING"
+
+
+def test_a_termination_action_on_a_standard_vm_without_a_time_limit_is_refused(api):
+    # cluster-toolkit#4435 quotes Google's 400 (tests/fixtures/gcp_errors/standard_termination_action.json).
+    instances, _ = api
+    with pytest.raises(exceptions.BadRequest, match="standard provisioning model"):
+        instances.insert(project=PROJECT, zone=ZONE, instance_resource=vm("std", instance_termination_action="STOP"))
+
+
+def test_a_flex_start_wait_outside_90_s_to_2_h_is_refused(api):
+    instances, _ = api
+    with pytest.raises(exceptions.BadRequest, match="requestValidForDuration"):
+        instances.insert(project=PROJECT, zone=ZONE, instance_resource=flex_vm("short", wait=30))
+
+
+def reserved(name: str, ref: str = f"projects/{PROJECT}/reservations/res1") -> compute_v1.Instance:
     body = vm(name, model="RESERVATION_BOUND", instance_termination_action="DELETE")
     body.reservation_affinity = compute_v1.ReservationAffinity(
         consume_reservation_type="SPECIFIC_RESERVATION", key="compute.googleapis.com/reservation-name",
-        values=[f"projects/{PROJECT}/reservations/res1"])
+        values=[ref])
     return body
 
 
@@ -179,6 +216,18 @@ def test_a_reservation_must_exist_and_have_room(server, api, http):
     assert error.code == "CONDITION_NOT_MET" and "does not have available resources" in error.message
 
 
+@pytest.mark.parametrize("ref", ["res2/reservationBlocks/res2-block-0001",
+                                 f"projects/{PROJECT}/reservations/res2/reservationBlocks/res2-block-0001",
+                                 "projects/123456789012/reservations/res2"])
+def test_a_reservation_named_with_its_block_or_project_number_is_consumed(server, api, http, ref):
+    # RESERVATION[/reservationBlocks/BLOCK] (xpk's reservation path; users' gcloud --reservation), a
+    # shared one as projects/P/reservations/R (ReservationAffinity.values), P an id or a number.
+    instances, ops = api
+    http("POST", "/emulator/v1/reservations", {"project": PROJECT, "zone": ZONE, "name": "res2",
+                                               "machineType": "ct6e-standard-1t", "count": 1})
+    assert not insert(instances, ops, reserved("vm3", ref)).error.errors
+
+
 def test_preempting_a_spot_vm_terminates_it_and_its_host(server, api, http):
     instances, ops = api
     insert(instances, ops, vm("spot", model="SPOT"))
@@ -191,6 +240,14 @@ def test_preempting_a_spot_vm_terminates_it_and_its_host(server, api, http):
     insert(instances, ops, vm("std"))
     code, _ = http("POST", "/emulator/v1/preempt", {"node": ref.replace("spot", "std")})
     assert code == 400
+
+    # The preemption, and only it, leaves a compute.instances.preempted operation on the VM; a stop
+    # (instances.stop) leaves its own, of type "stop".
+    assert instances.stop(project=PROJECT, zone=ZONE, instance="std").operation_type == "stop"
+    assert instances.get(project=PROJECT, zone=ZONE, instance="std").status == "TERMINATED"
+    found = list(ops.list(request=compute_v1.ListZoneOperationsRequest(
+        project=PROJECT, zone=ZONE, filter='operationType="compute.instances.preempted"')))
+    assert [(o.target_link.rsplit("/", 1)[1], o.status_message) for o in found] == [("spot", "Instance was preempted.")]
 
 
 def test_a_spot_vm_with_delete_action_disappears_when_preempted(server, api, http):
@@ -239,6 +296,26 @@ def test_a_real_host_answers_and_publishes_its_key(tmp_path):
         op = instances.delete(project=PROJECT, zone=ZONE, instance="real")
         ops.wait(project=PROJECT, zone=ZONE, operation=op.name)
         assert not (tmp_path / "emu" / "instances" / PROJECT / ZONE / "real").exists()
+
+
+def published_keys(instances, name: str) -> list[str]:
+    attrs = instances.get_guest_attributes(request=compute_v1.GetGuestAttributesInstanceRequest(
+        project=PROJECT, zone=ZONE, instance=name, query_path="hostkeys/"))
+    return [f"{i.key} {i.value}" for i in attrs.query_value.items]
+
+
+def test_only_a_vm_whose_metadata_enables_guest_attributes_publishes_its_host_key(tmp_path):
+    # Guest attributes are off unless `enable-guest-attributes: TRUE` (Google's "Set and query
+    # guest attributes" page): the other VM's key never appears, however long one waits.
+    from test_compute_tpu_migs import RecordingMachines
+
+    with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
+                        machines_factory=RecordingMachines) as srv:
+        instances, ops = clients(srv.url)
+        assert not insert(instances, ops, vm("on")).error.errors
+        assert not insert(instances, ops, vm("off", guest_attributes=False)).error.errors
+        assert published_keys(instances, "on") == ["ssh-ed25519 KEY0"]
+        assert published_keys(instances, "off") == []
 
 
 def make_disk(url: str, name: str, zone: str = ZONE) -> None:

@@ -127,3 +127,32 @@ def test_require_refuses_a_queued_resource_whose_node_opts_out(server):
         cloud.create_queued_resource(queued)
     assert "constraints/compute.requireOsLogin" in str(caught.value)
     assert cloud.list_slices("p-req-qr", "us-central2-b") == {}  # nothing queued
+
+
+def test_a_full_login_profile_refuses_another_key_with_googles_words_and_logins_say_remove_old_keys(server):
+    # "Login profile size exceeds 32 KiB. Delete profile values to make additional space." (400
+    # INVALID_ARGUMENT: kyma-project/test-infra#93, terratest#536); the fix that worked: remove keys.
+    import base64
+
+    from tpujob.attempt.logins import Logins
+    from tpujob.errors import LoginProfileFull, SshAuthRefused
+    from tpujob.settings import Settings
+
+    client = GcpOsLogin.for_emulator(server.url)
+    account = "full@p.iam.gserviceaccount.com"
+    for size in (400, 20):  # old keys, big then small: the profile fills to its last bytes
+        for i in range(2000):
+            try:
+                blob = base64.b64encode(f"{size}-{i}".encode().ljust(size, b"x")).decode()
+                client.import_key(account, "p-full", f"ssh-rsa {blob} old", 3600)
+            except LoginProfileFull as exc:
+                assert "Login profile size exceeds 32 KiB. Delete profile values to make additional space." \
+                    in str(exc)
+                break
+        else:
+            raise AssertionError("the profile never filled")
+    logins = Logins(Settings(ssh_os_login="true"), lambda: KEY, client=client, account=account)
+    with pytest.raises(SshAuthRefused) as refused:
+        logins.for_slice("p-full", {"enable-oslogin": "TRUE"})  # the node's metadata: OS Login on
+    said = str(refused.value)
+    assert "gcloud compute os-login ssh-keys remove" in said and "grant" not in said

@@ -180,6 +180,22 @@ CASES = [
     ("preempted while running", job(State.RUNNING, in_state_seconds=3600), obs(SliceCondition.LOST),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "slice preempted; preemption 1 of 2 allowed, next attempt now")]),
+    # A flex-start slice gone past its max_run_duration: Google deleted it then; no preemption spent.
+    ("flex-start gone at its max_run_duration", job(State.RUNNING, in_state_seconds=3600, run_limit_reached=True),
+     obs(SliceCondition.ABSENT),
+     [EndAttempt("preempted"), DeleteSlice(),
+      Move(State.RECOVERING, "slice gone at its max_run_duration (flex-start VMs are deleted then): not a "
+                             "preemption, next attempt now")]),
+    ("a slice gone before its max_run_duration is spent as before", job(State.RUNNING, in_state_seconds=3600),
+     obs(SliceCondition.ABSENT),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "slice gone; preemption 1 of 2 allowed, next attempt now")]),
+    # A Compute Engine VM stopped with no preemption recorded: lost, and not called preempted.
+    ("stopped, not preempted, while running", job(State.RUNNING, in_state_seconds=3600),
+     replace(obs(SliceCondition.LOST), lost_why="TERMINATED, not preempted"),
+     [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
+      Move(State.RECOVERING, "slice lost, not preempted (TERMINATED, not preempted); preemption 1 of 2 allowed, "
+                             "next attempt now")]),
     ("sigterm exit counts as preemption", job(State.RUNNING, in_state_seconds=3600),
      obs(SliceCondition.READY, SIGTERMED, RUN),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),

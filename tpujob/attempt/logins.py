@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from tpujob.errors import CloudError, CloudRefused, PermissionDenied, SshAuthRefused
+from tpujob.errors import CloudError, CloudRefused, LoginProfileFull, PermissionDenied, SshAuthRefused
 from tpujob.settings import private_dir
 
 if TYPE_CHECKING:
@@ -210,6 +210,9 @@ class Logins:
             return profile.username
         try:
             profile = self.client.import_key(self.account, project, self._public_key(), KEY_TTL_SECONDS)
+        except LoginProfileFull as exc:  # its fix is in its words (cloud/error_rules.py): no role helps
+            raise SshAuthRefused(f"OS Login is enabled on project {project} and refused to register tpujob's "
+                                 f"SSH key for {self.account}: {exc}") from exc
         except (CloudRefused, PermissionDenied) as exc:  # for good (a role, the API): no login
             # (a 401, the sweep's own credentials, is retried by the next sweep instead)
             raise SshAuthRefused(

@@ -109,12 +109,15 @@ class SliceRequest:
     queued: bool = False  # through a queued resource (keeps a place in the queue)
     slices: int = 1  # multislice: nodes NAME-0 .. NAME-(slices-1), tpujob.cloud.multislice
     node_ids: tuple[str, ...] = ()  # these nodes instead (an elastic attempt's grown ones)
-    valid_until_seconds: int | None = None  # queued only: give up waiting after this long
+    # How long the create may wait for capacity: a queued resource's validUntilDuration; a
+    # Compute Engine flex-start VM's params.requestValidForDuration (compute_tpu.flex_wait).
+    valid_until_seconds: int | None = None
     api: Api = TPU_VM  # or COMPUTE: which Cloud of tpujob.cloud.apis creates it
     # The Compute Engine path (tpujob.cloud.compute_tpu): provisioning "flex-start" with its
     # run limit, "reservation" with the reservation's name.
     reservation: str | None = None
     max_run_duration_seconds: int | None = None
+    boot_disk_gb: int | None = None  # Compute Engine: the boot disk's diskSizeGb (None: the image's)
     labels: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     ssh_keys: tuple[str, ...] = ()  # "USER:ssh-ed25519 AAAA... comment" lines

@@ -236,12 +236,22 @@ def operation_failure(op: Any, what: str, create: bool = False) -> Exception | N
     if not (op.error and op.error.errors):
         return None
     first = op.error.errors[0]
-    if not op.http_error_status_code:
-        return CloudError(f"{what}: {first.code}: {first.message}")
     # A failed operation carries the HTTP status the request would have had
     # (compute.v1 Operation.httpErrorStatusCode): the same classifier as a direct answer.
-    err = gexc.from_http_status(op.http_error_status_code, first.message,
-                                errors=[{"reason": first.code, "message": first.message}])
+    return typed_error(first.code, first.message, what, op.http_error_status_code or None, create)
+
+
+def typed_error(code: str, message: str, what: str, http_status: int | None = None,
+                create: bool = True) -> Exception:
+    """Compute's `{code, message}` error typed by the one classifier (api_calls.classify,
+    cloud/error_rules.RULES), with its HTTP status when it has one: a failed operation's
+    (Operation.httpErrorStatusCode), or none (an operation without it; a MIG's
+    lastAttempt, listErrors or bulk progress check, which carry no status: compute.v1
+    discovery). Without a status the code and wording alone decide (a stockout code is a
+    StockoutError), never a plain CloudError."""
+    errors = [{"reason": code, "message": message}]
+    err = gexc.from_http_status(http_status, message, errors=errors) if http_status \
+        else gexc.GoogleAPICallError(message, errors=errors)
     return classify(what, err, COMPUTE, create_operation=create)
 
 

@@ -15,15 +15,21 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from tpujob.cloud.api_calls import classify
 from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, TpuResource
-from tpujob.cloud.compute import COMPUTE, rfc3339
-from tpujob.cloud.compute_instances import INSTANCE_PHASES, read_address, read_data_disks, read_metadata, shorten
-from tpujob.compute_shapes import compute_shape
-from tpujob.errors import ConflictError, NotFoundError
+from tpujob.cloud.compute import rfc3339, typed_error
+from tpujob.cloud.compute_instances import (
+    INSTANCE_PHASES,
+    STOPPED_STATUSES,
+    read_address,
+    read_data_disks,
+    read_maintenance,
+    read_metadata,
+    shorten,
+)
+from tpujob.compute_shapes import compute_shape, multi_host_refusal
+from tpujob.errors import ConflictError, NotFoundError, UsageError
 from tpujob.names import JOB_LABEL, SLICE_NAME
 
 # workloadPolicy: acceleratorTopology needs HIGH_THROUGHPUT (Terraform google provider schema;
@@ -46,10 +52,32 @@ ON_FAILURE = "DO_NOTHING"
 GROWN_BY_RESIZE = frozenset({"flex-start"})
 
 
-# Which member is TPU worker 0 is unknown (facts: "Unknown: which member is worker 0"). Hosts
-# are indexed by instance name, sorted: the only order tpujob uses, here and in host_keys.
-def host_order(names: Iterable[str]) -> list[str]:
-    return sorted(names)
+# A TPU VM says which TPU worker it is in its metadata: `tpu-env`'s "WORKER_ID: 'N'" line (the
+# YAML torch_xla's get_tpu_env reads from instance/attributes/tpu-env; a real one is quoted in
+# penghao-wu/cambrian test_tpu.py, a user's), or a `worker-id` item (issue 46's report). Hosts
+# are indexed by it, worker 0 first (the coordinator); a VM that says none comes after, by name.
+# The only order tpujob uses, here and in host_keys.
+_WORKER_ID = re.compile(r"^WORKER_ID:\s*'?(\d+)'?\s*$", re.MULTILINE)
+
+
+def worker_id(instance: compute_v1.Instance | None) -> int | None:
+    """The VM's TPU worker id from its metadata, or None."""
+    if instance is None:
+        return None
+    items = read_metadata(instance)
+    if items.get("worker-id", "").strip().isdigit():
+        return int(items["worker-id"])
+    found = _WORKER_ID.search(items.get("tpu-env", ""))
+    return int(found.group(1)) if found else None
+
+
+def host_order(names: Iterable[str], instances: dict[str, compute_v1.Instance]) -> list[str]:
+    """`names` (a MIG's VMs) by TPU worker id, then by name where a VM says none."""
+    def key(name: str) -> tuple[int, int, str]:
+        worker = worker_id(instances.get(name))
+        return (0, worker, name) if worker is not None else (1, 0, name)
+
+    return sorted(names, key=key)
 
 
 class MigSlices:
@@ -65,6 +93,8 @@ class MigSlices:
         def _instance(self, request: SliceRequest) -> compute_v1.Instance: ...
         def _tpu_instances(self, project: str, zone: str) -> list[compute_v1.Instance]: ...
         def _vm_host_keys(self, project: str, zone: str, name: str) -> list[str]: ...
+        def _preempted(self, project: str, zone: str,
+                       instances: Iterable[compute_v1.Instance]) -> frozenset[str]: ...
 
     # ---- create -----------------------------------------------------------------------------
 
@@ -79,6 +109,10 @@ class MigSlices:
         adopts a MIG its 409 finds at targetSize 0 and resizes it; one already grown leaves as
         ConflictError (adopted by the caller), never resized twice."""
         project, zone, name = request.project, request.zone, request.name
+        refused = multi_host_refusal(request.accelerator_type, compute_shape(request.accelerator_type).hosts,
+                                     request.provisioning)
+        if refused is not None:  # validate refuses it first; never sent to Google
+            raise UsageError(refused)
         region = _region(zone)
         self._insert_and_wait(f"creating workload policy {name}", self._policies.insert,
                               _scope("regions", project, region), project=project, region=region,
@@ -175,10 +209,12 @@ class MigSlices:
             return Slice(name=name, zone=zone, phase=SlicePhase.GONE)
         managed = self._managed(project, zone, name)
         instances = {i.name: i for i in self._tpu_instances(project, zone)}
-        return self._mig_slice(project, zone, mig, managed, instances)
+        preempted = self._preempted(project, zone, [i for i in instances.values() if i.name in
+                                                    {m.name for m in managed}])
+        return self._mig_slice(project, zone, mig, managed, instances, preempted)
 
-    def _mig_slices(self, project: str, zone: str,
-                    instances: dict[str, compute_v1.Instance]) -> tuple[dict[str, Slice], set[str]]:
+    def _mig_slices(self, project: str, zone: str, instances: dict[str, compute_v1.Instance],
+                    preempted: frozenset[str] = frozenset()) -> tuple[dict[str, Slice], set[str]]:
         """Every TPU MIG of the zone as a slice (one MIG list, one listManagedInstances per
         MIG), and which of `instances` are their VMs."""
         found: dict[str, Slice] = {}
@@ -187,21 +223,22 @@ class MigSlices:
         for mig in migs:
             managed = self._managed(project, zone, mig.name)
             members.update(m.name for m in managed)
-            found[mig.name] = self._mig_slice(project, zone, mig, managed, instances)
+            found[mig.name] = self._mig_slice(project, zone, mig, managed, instances, preempted)
         return found, members | {n for n in instances if _member_by_name(n, migs)}
 
     def _mig_slice(self, project: str, zone: str, mig: compute_v1.InstanceGroupManager,
                    managed: list[compute_v1.ManagedInstance],
-                   instances: dict[str, compute_v1.Instance]) -> Slice:
+                   instances: dict[str, compute_v1.Instance], preempted: frozenset[str] = frozenset()) -> Slice:
         """A MIG's phase, from the MIG and its managed instances, in this order:
-        a member TERMINATED/STOPPED (INSTANCE_PHASES: preempted) -> PREEMPTED; a member
+        a member TERMINATED/STOPPED -> PREEMPTED if `preempted` names it (its preemption's
+        operation: compute_instances.phase_of), else FAILED (stopped, not preempted); a member
         PENDING_STOP/STOPPING (in its shutdown: its program may be saving) -> STOPPING;
         targetSize 0 (a flex-start MIG before its resize) -> QUEUED once asked to grow (not
         stable), else PROVISIONING (_size_zero); topology FAILED -> FAILED; not stable
         (or bulkInstanceOperation in progress) -> FAILED when a member's lastAttempt has an error
         (typed: a stockout is a StockoutError), else QUEUED while a member is PENDING (flex-start), else PROVISIONING;
         stable with every member RUNNING and targetSize of them -> READY with one Host per VM
-        in host_order; stable with fewer -> FAILED with listErrors' latest error. Peers call a
+        in host_order (by TPU worker id); stable with fewer -> FAILED with listErrors' latest error. Peers call a
         slice ready on isStable and running == targetSize, failed when stable with fewer
         (facts: wchen99998/skypilot).
 
@@ -217,7 +254,7 @@ class MigSlices:
         stable = mig.status.is_stable and not mig.status.bulk_instance_operation.in_progress
         running = sorted(n for n, s in statuses.items() if s == "RUNNING")
         state = f"{topology or ('STABLE' if stable else 'CREATING')} ({len(running)}/{target} RUNNING)"
-        vms = [instances[n] for n in host_order(statuses) if n in instances]
+        vms = [instances[n] for n in host_order(statuses, instances) if n in instances]
         # The disks every VM has (the template's): a VM made without one lacks it (check_disks).
         held = [set(read_data_disks(vm)) for vm in vms]
         base: dict[str, Any] = dict(name=name, zone=zone, node_state=state,
@@ -226,34 +263,52 @@ class MigSlices:
                     labels=dict(vms[0].labels) if vms else {}, metadata=read_metadata(vms[0]) if vms else {},
                     node_create_time=rfc3339(mig.creation_timestamp))
         what = f"creating managed instance group {name}"
-        lost = sorted(n for n, s in statuses.items() if INSTANCE_PHASES.get(s) is SlicePhase.PREEMPTED)
+        lost = sorted(n for n, s in statuses.items() if s in STOPPED_STATUSES)
         if lost:
-            return Slice(phase=SlicePhase.PREEMPTED, detail=f"{', '.join(lost)}: "
-                         f"{', '.join(statuses[n] for n in lost)}", **base)
+            taken = [n for n in lost if n in preempted]
+            if taken:
+                return Slice(phase=SlicePhase.PREEMPTED, detail=f"{', '.join(taken)}: "
+                             f"{', '.join(statuses[n] for n in taken)}, preempted", **base)
+            return Slice(phase=SlicePhase.FAILED, detail=f"{', '.join(lost)}: {', '.join(statuses[n] for n in lost)}, "
+                         "not preempted (stopped, or a host error Google did not repair)", **base)
         stopping = sorted(n for n, s in statuses.items() if INSTANCE_PHASES.get(s) is SlicePhase.STOPPING)
         if stopping:
             return Slice(phase=SlicePhase.STOPPING, detail=f"{', '.join(stopping)}: "
                          f"{', '.join(statuses[n] for n in stopping)}", **base)
         if target == 0:
             return self._size_zero(stable, base)
-        attempt = [e for m in managed for e in m.last_attempt.errors.errors]
+        # A try's errors: each member's lastAttempt, and the bulk operation's last progress
+        # check ("Errors encountered during bulk instance operation", google-cloud-compute
+        # InstanceGroupManagerStatusBulkInstanceOperationLastProgressCheck), where a BULK MIG
+        # that made no VM yet shows its stockout.
+        attempt = [e for m in managed for e in m.last_attempt.errors.errors] \
+            + list(mig.status.bulk_instance_operation.last_progress_check.error.errors)
         if topology == "FAILED" or (stable and (len(running) < target or len(statuses) < target)):
             code, message = (attempt[-1].code, attempt[-1].message) if attempt \
                 else self._latest_error(project, zone, name)
             if not code and applied and applied[0].state_details.error.errors:
                 first = applied[0].state_details.error.errors[0]
                 code, message = first.code, first.message
-            failure = _typed(code, message, what) if code else None
+            failure = typed_error(code, message, what) if code else None
             return Slice(phase=SlicePhase.FAILED, failure=failure,
                          detail=f"{code}: {message}" if code else f"{state}: not every VM runs", **base)
         if not stable:
             if attempt:
-                return Slice(phase=SlicePhase.FAILED, failure=_typed(attempt[-1].code, attempt[-1].message, what),
+                return Slice(phase=SlicePhase.FAILED, failure=typed_error(attempt[-1].code, attempt[-1].message, what),
                              detail=f"{attempt[-1].code}: {attempt[-1].message}", **base)
             pending = any(s == "PENDING" for s in statuses.values())
             return Slice(phase=SlicePhase.QUEUED if pending else SlicePhase.PROVISIONING, **base)
+        if applied and topology != "ACTIVE":
+            # Every VM runs, but the slice is one ICI slice only once its topology is ACTIVE
+            # (ACTIVATING, REACTIVATING: "being activated"; google-cloud-compute
+            # InstanceGroupManagerStatusAcceleratorTopology): not READY yet.
+            return Slice(phase=SlicePhase.PROVISIONING, detail=f"topology {topology}", **base)
         hosts = tuple(Host(i, *read_address(vm)) for i, vm in enumerate(vms))
-        return Slice(phase=SlicePhase.READY, hosts=hosts, **base)
+        # The slice's maintenance: the soonest window any of its VMs announces (one VM down is
+        # the slice down).
+        windows = [w for w in map(read_maintenance, vms) if w is not None]
+        soonest = min(windows, key=lambda w: w.start if w.start is not None else 0.0) if windows else None
+        return Slice(phase=SlicePhase.READY, hosts=hosts, maintenance=soonest, **base)
 
     @staticmethod
     def _size_zero(stable: bool, base: dict[str, Any]) -> Slice:
@@ -280,8 +335,9 @@ class MigSlices:
     def _member_host_keys(self, project: str, zone: str, name: str) -> dict[int, list[str]]:
         """Each VM's host keys of the MIG NAME by host index (NotFoundError: no such MIG)."""
         managed = self._managed(project, zone, name)
+        instances = {i.name: i for i in self._tpu_instances(project, zone)}
         return {index: self._vm_host_keys(project, zone, member)
-                for index, member in enumerate(host_order([m.name for m in managed]))}
+                for index, member in enumerate(host_order([m.name for m in managed], instances))}
 
     def _mig_resources(self, project: str, zone: str, instances: dict[str, compute_v1.Instance]
                        ) -> tuple[list[TpuResource], list[TpuResource], set[str]]:
@@ -304,10 +360,11 @@ class MigSlices:
             if p.workload_policy.accelerator_topology and SLICE_NAME.match(p.name)]
         found: list[TpuResource] = []
         members: set[str] = set()
+        preempted = self._preempted(project, zone, instances.values())
         for mig in migs:
             managed = self._managed(project, zone, mig.name)
             members.update(m.name for m in managed)
-            seen = self._mig_slice(project, zone, mig, managed, instances)
+            seen = self._mig_slice(project, zone, mig, managed, instances, preempted)
             template = templates.get(shorten(mig.instance_template))
             props = template.properties if template is not None else None
             found.append(TpuResource(
@@ -392,11 +449,3 @@ def _member_by_name(name: str, migs: Sequence[compute_v1.InstanceGroupManager]) 
     InstanceGroupManager.baseInstanceName). Compute's `created-by` metadata is not in the
     discovery document nor served by the emulator: not read."""
     return any(re.fullmatch(re.escape(m.base_instance_name) + r"-[a-z0-9]{4}", name) for m in migs)
-
-
-def _typed(code: str, message: str, what: str) -> Exception:
-    """A MIG's creation error (`{code, message}` of lastAttempt or listErrors, no HTTP status)
-    typed by the one classifier, as an operation's error is (errors.classify: a Compute
-    stockout code gives StockoutError)."""
-    err = gexc.GoogleAPICallError(message, errors=[{"reason": code, "message": message}])
-    return classify(what, err, COMPUTE, create_operation=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from google.cloud import compute_v1
 
@@ -21,9 +21,17 @@ from tpujob import catalogue
 from tpujob.cloud.api_calls import emulator_settings, invoke, new_retry
 from tpujob.cloud.base import Slice, SliceRequest, TpuResource
 from tpujob.cloud.compute import COMPUTE, operation_failure, rfc3339
-from tpujob.cloud.compute_instances import read_data_disks, read_hosts, read_metadata, read_slice, shorten
+from tpujob.cloud.compute_instances import (
+    PREEMPTED_OPERATION,
+    STOPPED_STATUSES,
+    read_data_disks,
+    read_hosts,
+    read_metadata,
+    read_slice,
+    shorten,
+)
 from tpujob.cloud.compute_migs import MigSlices
-from tpujob.compute_shapes import compute_shape
+from tpujob.compute_shapes import BOOT_DISK_GB, compute_shape
 from tpujob.errors import CloudError, ConfigError, NotFoundError, UsageError
 
 # Compute Engine's TPU machine types (cloud.google.com/compute/docs/tpus/tpu-machines): what
@@ -36,6 +44,35 @@ RESERVATION_KEY = "compute.googleapis.com/reservation-name"  # ReservationAffini
 # `instances create` gives no cloud-platform scope unless asked (facts: xbill9/gemma4-dev
 # HARDWARE.md); a TPU-API VM had it, and the runtime reads and writes Cloud Storage.
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+# tpujob reads each VM's SSH host keys from its `hostkeys/` guest attributes (host_keys), which
+# are off unless the metadata sets `enable-guest-attributes: TRUE` (cloud.google.com/compute/docs/
+# metadata/manage-guest-attributes; related-sciences/gce-github-runner#27, a user report, waited
+# on them in vain): on every VM and template, so `ssh_host_keys: strict` has keys to pin.
+GUEST_ATTRIBUTES = {"enable-guest-attributes": "TRUE"}
+# A lone flex-start VM waits in Google's queue (PENDING) only when its insert sets
+# params.requestValidForDuration ("Relative deadline for waiting for capacity. Relevant only for
+# Instances.Insert API": google-cloud-compute InstanceParams); without it a stocked-out zone fails
+# the insert at once ("VMs only start if resources become available within your specified
+# timeframe", cloud.google.com/compute/docs/instances/about-flex-start-vms). Google takes "a
+# period between 90 seconds and 2 hours" (cloud.google.com/blog/products/compute/introducing-
+# flex-start-vms-for-the-compute-engine-instance-api): the spec's queue timeout, held to that.
+FLEX_WAIT_MIN, FLEX_WAIT_MAX = 90, 2 * 3600
+
+
+def subnetwork_ref(given: str | None, zone: str) -> str | None:
+    """NetworkInterface.subnetwork as "a full or partial URL" (google-cloud-compute:
+    `regions/REGION/subnetworks/NAME`): a bare name becomes the zone's region's, which a global
+    instance template cannot find itself (ansible/ansible#28930, a peer: "Could not determine
+    region for subnetwork")."""
+    if not given:
+        return None
+    return given if "/" in given else f"regions/{zone.rsplit('-', 1)[0]}/subnetworks/{given}"
+
+
+def flex_wait(seconds: int | None) -> int:
+    """params.requestValidForDuration for a flex-start insert: `seconds` (the spec's queue
+    timeout) held to Google's window; the longest when none is given."""
+    return min(max(seconds or FLEX_WAIT_MAX, FLEX_WAIT_MIN), FLEX_WAIT_MAX)
 
 
 class ComputeTpuCloud(MigSlices):
@@ -128,7 +165,7 @@ class ComputeTpuCloud(MigSlices):
             raise UsageError(f"provisioning {request.provisioning!r} is not offered on the Compute Engine "
                              f"path: use {', '.join(PROVISIONING_MODELS)}")
         zone = request.zone
-        metadata = dict(request.metadata)
+        metadata = {**request.metadata, **GUEST_ATTRIBUTES}
         if request.ssh_keys:
             metadata["ssh-keys"] = "\n".join(filter(None, [metadata.get("ssh-keys"), *request.ssh_keys]))
         # TPU VMs cannot live-migrate: onHostMaintenance TERMINATE (facts: Google's create
@@ -142,7 +179,12 @@ class ComputeTpuCloud(MigSlices):
             scheduling.instance_termination_action = "STOP"  # a preempted VM stays, TERMINATED
         if model == "FLEX_START":
             scheduling.instance_termination_action = "DELETE"
-            scheduling.max_run_duration = compute_v1.Duration(seconds=request.max_run_duration_seconds or 0)
+        # tpu.max_run_duration on any provisioning model: Compute Engine ends any VM at its
+        # maxRunDuration, "automatically terminated (stopped or deleted)" by its
+        # instanceTerminationAction (cloud.google.com/compute/docs/instances/limit-vm-runtime);
+        # flex-start requires it (spec/compute_engine.py), the others take it when asked.
+        if request.max_run_duration_seconds:
+            scheduling.max_run_duration = compute_v1.Duration(seconds=request.max_run_duration_seconds)
         instance = compute_v1.Instance(
             name=request.name, machine_type=f"zones/{zone}/machineTypes/{shape.machine_type}",
             labels={**self.labels, **request.labels},
@@ -151,17 +193,23 @@ class ComputeTpuCloud(MigSlices):
                 boot=True, auto_delete=True,
                 initialize_params=compute_v1.AttachedDiskInitializeParams(
                     source_image=f"projects/{shape.image_project}/global/images/family/{shape.image_family}",
-                    disk_type=f"zones/{zone}/diskTypes/{shape.boot_disk_type}"))]
+                    disk_type=f"zones/{zone}/diskTypes/{shape.boot_disk_type}",
+                    # tpu.boot_disk_gb, else tpujob's default (compute_shapes.BOOT_DISK_GB): the
+                    # image's own size is small for JAX and a user's packages.
+                    disk_size_gb=request.boot_disk_gb or BOOT_DISK_GB))]
             + [compute_v1.AttachedDisk(source=d.source, mode="READ_ONLY" if d.read_only else "READ_WRITE")
                for d in request.data_disks],
             network_interfaces=[compute_v1.NetworkInterface(
                 network=request.network or "global/networks/default",
-                subnetwork=request.subnetwork or None,
+                subnetwork=subnetwork_ref(request.subnetwork, zone),
                 access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")]
                 if request.external_ips else [])],
             tags=compute_v1.Tags(items=list(request.tags)),
             scheduling=scheduling,
             service_accounts=[compute_v1.ServiceAccount(email="default", scopes=list(SCOPES))])
+        if model == "FLEX_START" and shape.hosts == 1:  # a MIG's VMs wait through its resize
+            instance.params = compute_v1.InstanceParams(
+                request_valid_for_duration=compute_v1.Duration(seconds=flex_wait(request.valid_until_seconds)))
         if model == "RESERVATION_BOUND":
             instance.reservation_affinity = compute_v1.ReservationAffinity(
                 consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_KEY,
@@ -196,17 +244,18 @@ class ComputeTpuCloud(MigSlices):
         except NotFoundError:
             pass
         else:
-            return read_slice(instance, zone)
+            return read_slice(instance, zone, self._preempted(project, zone, [instance]))
         return self._get_mig_slice(project, zone, name)
 
     def list_slices(self, project: str, zone: str) -> dict[str, Slice]:
         """Every TPU VM of the zone that no MIG manages, and every TPU MIG: one instances list,
         one MIG list, and one listManagedInstances per TPU MIG."""
         instances = {i.name: i for i in self._tpu_instances(project, zone)}
-        found, members = self._mig_slices(project, zone, instances)
+        preempted = self._preempted(project, zone, instances.values())
+        found, members = self._mig_slices(project, zone, instances, preempted)
         for name, instance in instances.items():
             if name not in members:
-                found[name] = read_slice(instance, zone)
+                found[name] = read_slice(instance, zone, preempted)
         return found
 
     def list_tpu_resources(self, project: str, zone: str) -> list[TpuResource]:
@@ -264,6 +313,17 @@ class ComputeTpuCloud(MigSlices):
         items = self._call(f"listing instances in {zone}",
                            lambda: list(self._instances.list(project=project, zone=zone)))
         return [i for i in items if shorten(i.machine_type).startswith(TPU_MACHINE_PREFIXES)]
+
+    def _preempted(self, project: str, zone: str, instances: Iterable[compute_v1.Instance]) -> frozenset[str]:
+        """The names of the zone's VMs whose preemption Compute Engine recorded (a
+        `compute.instances.preempted` operation: compute_instances.phase_of); one
+        zoneOperations.list, asked only when one of `instances` is stopped."""
+        if not any(i.status in STOPPED_STATUSES for i in instances):
+            return frozenset()
+        request = compute_v1.ListZoneOperationsRequest(project=project, zone=zone,
+                                                        filter=f'operationType="{PREEMPTED_OPERATION}"')
+        ops = self._call(f"listing preemptions in {zone}", lambda: list(self._zone_ops.list(request=request)))
+        return frozenset(shorten(op.target_link) for op in ops if op.operation_type == PREEMPTED_OPERATION)
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         def attempt() -> Any:

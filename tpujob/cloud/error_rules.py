@@ -24,6 +24,7 @@ from tpujob.errors import (
     ConflictError,
     InternalCreateError,
     LocationDenied,
+    LoginProfileFull,
     NotFoundError,
     PermissionDenied,
     PlacementUnavailable,
@@ -246,10 +247,14 @@ RULES: tuple[Rule, ...] = (
          "marin PR #1612; marin#87; SkyPilot failover handler (google.rpc.QuotaFailure branch); "
          "sayouzone/gemma3-sft tpu/README.md (\"Quota 'TPUV5sLitepodServingPerProjectPerZoneForTPUAPI' "
          "exhausted. Limit 4 in zone us-central1-a\")"),
-    Rule("INTERNAL (code 13) ending a create operation: InternalCreateError, a capacity miss",
-         lambda a: a.create_operation and isinstance(a.err, _INTERNAL),
+    Rule("INTERNAL (code 13) or Compute's INTERNAL_ERROR (HTTP 500 or 503) ending a create operation: "
+         "InternalCreateError, a capacity miss (backoff, the next placement, within max_capacity_retries), "
+         "never retried in place",
+         lambda a: a.create_operation and (isinstance(a.err, _INTERNAL) or a.reason == "INTERNAL_ERROR"),
          lambda a: InternalCreateError(f"{a.message} (treated as a capacity miss)"),
-         "issue 10 / FACTS.md: reported for spot v5e stockouts (anecdotal; no public payload)"),
+         "issue 10 / FACTS.md: reported for spot v5e stockouts (anecdotal; no public payload); a Compute "
+         "insert's 503 when provisioning read as no capacity: dstackai/dstack#488, ray-project/ray#6790 "
+         "(user reports)"),
     Rule("accelerator or provisioning model not offered in the zone, zone without TPUs "
          "(INVALID_ARGUMENT): PlacementUnavailable",
          lambda a: isinstance(a.err, gexc.BadRequest) and bool(_PLACEMENT.search(a.text)),
@@ -320,6 +325,15 @@ RULES: tuple[Rule, ...] = (
          lambda a: CloudRefused(a.message),
          "GoogleCloudPlatform/solutions-builder docs/TROUBLESHOOTING.md (constraints/compute."
          "requireShieldedVm, 412 conditionNotMet); tests/fixtures/gcp_errors/org_policy_violated.json"),
+    Rule("OS Login's 400 \"Login profile size exceeds 32 KiB. Delete profile values to make additional "
+         "space.\": LoginProfileFull, whose fix is removing old keys (no role helps)",
+         lambda a: isinstance(a.err, gexc.BadRequest) and "Login profile size exceeds" in a.text,
+         lambda a: LoginProfileFull(f"{a.message} (the account's OS Login profile is full of SSH keys: remove "
+                                    "old ones: `gcloud compute os-login ssh-keys list`, then `gcloud compute "
+                                    "os-login ssh-keys remove --key=KEY` for each stale one; then `tpujob resume`)"),
+         "cloud.google.com/compute/docs/troubleshooting/troubleshoot-os-login (INVALID_ARGUMENT, the 32 KiB "
+         "limit); kyma-project/test-infra#93, skypilot#2475, terratest#536 quote the words (user reports: the "
+         "fix that worked was removing keys); tests/fixtures/gcp_errors/oslogin_profile_full.json"),
     Rule("other 400 (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE): CloudRefused",
          lambda a: isinstance(a.err, gexc.BadRequest), lambda a: CloudRefused(a.message), "api_core"),
     Rule("other 429, 500, 502, 503, 504: retried with backoff",

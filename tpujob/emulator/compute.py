@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 from tpujob.emulator import apt, tpu_mig_rules
 from tpujob.emulator.disk_rules import access_mode_at_insert, check_attach
 from tpujob.emulator.host_disks import gcsfuse_shim, prepare_hosts
+from tpujob.emulator.instances import instance_filter
 from tpujob.emulator.labels import check_compute_labels
 from tpujob.emulator.payloads import ApiError, check_id, copy_json, now, read_json
 from tpujob.emulator.zone_operations import API_ROOT, ComputeOperations
@@ -42,6 +43,8 @@ ROUTES = Map([
     Rule(f"{_BASE}/global/snapshots", methods=["GET"], endpoint="list_snapshots"),
     Rule(f"{_BASE}/global/snapshots/<name>", methods=["GET"], endpoint="get_snapshot"),
     Rule(f"{_BASE}/global/snapshots/<name>", methods=["DELETE"], endpoint="delete_snapshot"),
+    # zoneOperations.list: what a VM's preemption leaves (tpu_vms.TpuVms.preempt).
+    Rule(f"{_BASE}/zones/<zone>/operations", methods=["GET"], endpoint="list_zone_operations"),
     Rule(f"{_BASE}/zones/<zone>/operations/<name>", methods=["GET"], endpoint="zone_operation"),
     Rule(f"{_BASE}/zones/<zone>/operations/<name>/wait", methods=["POST"],
          endpoint="zone_operation_wait"),
@@ -49,7 +52,7 @@ ROUTES = Map([
     Rule(f"{_BASE}/global/operations/<name>/wait", methods=["POST"],
          endpoint="global_operation_wait"),
     Rule(_BASE, methods=["GET"], endpoint="get_project"),
-    # TPU VMs (tpu_vms.py): compute.v1.json instances.insert/list/get/delete/getGuestAttributes.
+    # TPU VMs (tpu_vms.py): compute.v1.json instances.insert/list/get/delete/getGuestAttributes/stop.
     Rule(f"{_BASE}/zones/<zone>/instances", methods=["POST"], endpoint="insert_instance"),
     Rule(f"{_BASE}/zones/<zone>/instances", methods=["GET"], endpoint="list_instances"),
     Rule(f"{_BASE}/zones/<zone>/instances/<name>", methods=["GET"], endpoint="get_instance"),
@@ -57,6 +60,7 @@ ROUTES = Map([
          endpoint="delete_instance"),
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/getGuestAttributes", methods=["GET"],
          endpoint="instance_guest_attributes"),
+    Rule(f"{_BASE}/zones/<zone>/instances/<name>/stop", methods=["POST"], endpoint="stop_instance"),
     *tpu_mig_rules.rules(_BASE),  # multi-host slices: workload policies, templates, MIGs
 ], strict_slashes=False)
 
@@ -349,6 +353,10 @@ def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: Mapping[
         return compute.insert_disk(project, args["zone"], _with_query_source(request))
     if endpoint == "insert_snapshot":
         return compute.insert_snapshot(project, read_json(request))
+    if endpoint == "list_zone_operations":
+        match = instance_filter(request.args.get("filter", ""), fields=("operationType", "targetLink"))
+        return {"kind": "compute#operationList",
+                "items": [op for op in compute.operations.list(project, args["zone"]) if match(op)]}
     if endpoint in ("zone_operation_wait", "global_operation_wait"):
         return compute.operations.wait(project, args.get("zone"), args["name"])
     if endpoint.startswith(("zone_operation", "global_operation")):

@@ -56,6 +56,12 @@ def instance_body(inst: Instance, body: dict, sched: dict, nics: list[dict]) -> 
     kept = {k: copy_json(body[k]) for k in ("labels", "disks", "description",
                                             "reservationAffinity", "serviceAccounts")
             if body.get(k)}
+    for disk in kept.get("disks", []):
+        if disk.get("boot"):
+            # diskSizeGb: "at least 10 GB ... the default size is the size of the sourceImage"
+            # (google-cloud-compute AttachedDiskInitializeParams); the accelerator images are
+            # 10 GB here (BOOT_IMAGE_GB). Output as a string (int64 in JSON).
+            disk["diskSizeGb"] = str(boot_disk_gb(body))
     for entry in vm_disks.entries(inst.project, inst.zone, body.get("disks", [])):
         # An attached disk's source reads back as a full URL, however it was named.
         kept["disks"][entry["index"]]["source"] = f"{API_ROOT}/{entry['sourceDisk']}"
@@ -70,20 +76,55 @@ def instance_body(inst: Instance, body: dict, sched: dict, nics: list[dict]) -> 
             **kept}
 
 
+# Guest attributes are off unless the VM's metadata (or its project's) sets
+# `enable-guest-attributes: TRUE`: Compute Engine's "Set and query guest attributes" page
+# (cloud.google.com/compute/docs/metadata/manage-guest-attributes, "Enable guest attributes";
+# enabling needs compute.instances.setMetadata); a VM without it has no `hostkeys/` for the guest
+# agent to write (GoogleCloudPlatform/compute-image-packages#763 writes them there;
+# related-sciences/gce-github-runner#27 waited on them in vain, a user report). The emulator keeps
+# no project metadata but `enable-oslogin`, so it reads the VM's own item only. What Google
+# answers for a VM with them off (404, or no items) is not quoted anywhere found: no items here.
+GUEST_ATTRIBUTES_KEY = "enable-guest-attributes"
+
+
+def guest_attributes_enabled(body: dict) -> bool:
+    """Whether the VM's metadata turns guest attributes on (the value read as Compute's
+    booleans are, case-insensitively TRUE)."""
+    return any(i.get("key") == GUEST_ATTRIBUTES_KEY and str(i.get("value", "")).strip().upper() == "TRUE"
+               for i in (body.get("metadata") or {}).get("items", []))
+
+
+# The boot image's size, which a boot disk given no diskSizeGb takes (AttachedDiskInitializeParams,
+# above): small for JAX and a user's packages, so tpujob asks for more (tpu.boot_disk_gb).
+BOOT_IMAGE_GB = 10
+
+
+def boot_disk_gb(body: dict) -> int:
+    """The boot disk's size in GB: its initializeParams.diskSizeGb, else the image's; under 10
+    GB refused (the emulator's words: Google's are quoted nowhere found)."""
+    boot: dict = next((d for d in body.get("disks", []) if d.get("boot")), {})
+    size = int((boot.get("initializeParams") or {}).get("diskSizeGb") or BOOT_IMAGE_GB)
+    if size < BOOT_IMAGE_GB:
+        raise ApiError(400, f"Invalid value for field 'resource.disks[0].initializeParams.diskSizeGb': '{size}'. "
+                            "Disk size must be at least 10 GB (the emulator's words)")
+    return size
+
+
 _TERM = re.compile(r'^\(?\s*([\w.-]+)\s*(=|!=|:)\s*"?([^")\s]*)"?\s*\)?$')
 
 
-def instance_filter(expression: str):
-    """instances.list `filter` (compute.v1.json: "field operator value", =, != or :, terms
-    joined by AND or spaces): name, status and labels.KEY terms; anything else is refused, as
-    the emulator does not read it (an emulator limit, not a Google answer)."""
+def instance_filter(expression: str, fields: tuple[str, ...] = ("name", "status")):
+    """A list's `filter` (compute.v1.json: "field operator value", =, != or :, terms joined by
+    AND or spaces): `fields` and labels.KEY terms (instances.list: name, status; zoneOperations.list
+    asks for operationType, targetLink); anything else is refused, as the emulator does not read
+    it (an emulator limit, not a Google answer)."""
     terms = [t for t in re.split(r"\s+AND\s+|\)\s+\(", expression.strip()) if t] if expression \
         else []
     checks = []
     for term in terms:
         found = _TERM.match(term.strip())
-        if not found or not (found[1] in ("name", "status") or found[1].startswith("labels.")):
-            raise ApiError(400, f"emulator limit: filter term {term!r} is not read (name, status "
+        if not found or not (found[1] in fields or found[1].startswith("labels.")):
+            raise ApiError(400, f"emulator limit: filter term {term!r} is not read ({', '.join(fields)} "
                                 "and labels.KEY with =, != or : are)")
         checks.append(found.groups())
 

@@ -42,6 +42,8 @@ class Maintenance(EmulatorParts):
         """A window `in_seconds` from now (0: unscheduled, starting at once). Returns the node."""
         if in_seconds < 0:
             raise ApiError(400, "inSeconds must be >= 0")
+        if "/instances/" in node_ref:
+            return self._announce_vm_maintenance(node_ref, in_seconds)
         with self._lock:
             node = self.find_node(node_ref)
             if node.body["state"] != "READY":
@@ -58,6 +60,41 @@ class Maintenance(EmulatorParts):
             answer = copy_json(node.body)
         self._spawn(self._start_maintenance, node, in_seconds)
         return answer
+
+    def _announce_vm_maintenance(self, ref: str, in_seconds: float) -> dict:
+        """A Compute Engine TPU VM's maintenance: the same UpcomingMaintenance, in the Instance's
+        `resourceStatus.upcomingMaintenance` (google-cloud-compute ResourceStatus,
+        UpcomingMaintenance: type, canReschedule, window times, maintenanceStatus). A TPU VM
+        takes onHostMaintenance TERMINATE only, so when the window opens it is stopped
+        (TERMINATED, no preemption recorded), as instances.stop does."""
+        vms = self.tpu_vms
+        assert vms is not None
+        with self._lock:
+            inst = vms.find(ref)
+            if inst.body["status"] != "RUNNING":
+                raise ApiError(400, f"instance {inst.name} is {inst.body['status']}, not RUNNING",
+                               status="FAILED_PRECONDITION")
+            inst.body.setdefault("resourceStatus", {})["upcomingMaintenance"] = {
+                "type": "SCHEDULED" if in_seconds > 0 else "UNSCHEDULED",
+                "canReschedule": False,
+                "windowStartTime": _rfc3339(in_seconds),
+                "windowEndTime": _rfc3339(in_seconds + WINDOW_SECONDS),
+                "latestWindowStartTime": _rfc3339(in_seconds),
+                "maintenanceStatus": "PENDING",
+            }
+            answer = copy_json(inst.body)
+        self._spawn(self._start_vm_maintenance, inst, in_seconds)
+        return answer
+
+    def _start_vm_maintenance(self, inst, in_seconds: float) -> None:
+        if not self._sleep(in_seconds, inst):
+            return
+        with self._lock:
+            if inst.gone or inst.deleting or inst.body["status"] != "RUNNING":
+                return
+            inst.body["resourceStatus"]["upcomingMaintenance"]["maintenanceStatus"] = "ONGOING"
+        assert self.tpu_vms is not None
+        self.tpu_vms.stop(inst.project, inst.zone, inst.name)
 
     def _start_maintenance(self, node: Node, in_seconds: float) -> None:
         if not self._sleep(in_seconds, node):

@@ -46,6 +46,11 @@ from werkzeug.routing import Map, Rule
 
 from tpujob.emulator.payloads import ApiError, read_json
 
+# A login profile holds at most 32 KiB (cloud.google.com/compute/docs/troubleshooting/
+# troubleshoot-os-login); here the keys' text is what counts (what else Google counts is unknown).
+PROFILE_LIMIT = 32 * 1024
+PROFILE_FULL = "Login profile size exceeds 32 KiB. Delete profile values to make additional space."
+
 # The account every emulated API call acts as (anonymous credentials carry no email).
 ACCOUNT = "tpujob-emulator@tpujob-local.iam.gserviceaccount.com"
 
@@ -167,6 +172,11 @@ class OsLogin:
             raise ApiError(400, "Invalid value at 'ssh_public_key.expiration_time_usec'")
         print_ = fingerprint(key)
         with self._lock:
+            held = self._keys.get(email, {})
+            if print_ not in held and sum(len(k["key"]) for k in held.values()) + len(key) > PROFILE_LIMIT:
+                # Google's words and status (INVALID_ARGUMENT, 400): kyma-project/test-infra#93,
+                # terratest#536 and skypilot#2475 quote them; the limit: troubleshoot-os-login.
+                raise ApiError(400, PROFILE_FULL, status="INVALID_ARGUMENT")
             self._keys.setdefault(email, {})[print_] = {
                 "key": key, "fingerprint": print_, "name": f"users/{email}/sshPublicKeys/{print_}",
                 **({"expirationTimeUsec": str(expires)} if expires is not None else {})}

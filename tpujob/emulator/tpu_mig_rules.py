@@ -24,6 +24,20 @@ MIG_WORDINGS = {
     # vllm-project/ci-infra PR #547 (user report).
     "placement": ("Creation of a managed instance group with tpu7x-standard-4t machine type with "
                   "placement policy is not supported. Use workload policy instead."),
+    # "Bulk mode in MIGs is only supported with instance templates that specify either a
+    # reservation-bound or flex-start provisioning model" (cloud.google.com/compute/docs/
+    # instance-groups/bulk-create-instances-in-mig): the documentation's sentence; the words of
+    # Google's refusal are quoted nowhere found.
+    "bulk_models": ("Bulk mode in MIGs is only supported with instance templates that specify either a "
+                    "reservation-bound or flex-start provisioning model"),
+    # A global template's subnetwork named bare: NetworkInterface.subnetwork takes "a full or
+    # partial URL", e.g. regions/REGION/subnetworks/NAME (google-cloud-compute), and a global
+    # template has no region to find a bare name in (ansible/ansible#28930: "Could not determine
+    # region for subnetwork", a peer). Google's refusal is quoted nowhere found: these words
+    # follow Compute's "Invalid value for field" refusals, the emulator's.
+    "subnetwork": ("Invalid value for field 'resource.properties.networkInterfaces[0].subnetwork': '{given}'. "
+                   "The URL is malformed (the emulator's words: a full or partial URL, "
+                   "regions/REGION/subnetworks/NAME, is wanted)"),
     # memory-layers TPU runbook (user report).
     "resize_request": "Creating resize requests for managed instance group with TPU is not allowed",
     # AI-Hypercomputer/xpk#751 quotes only the end ("... in the gang mode of size '8'. Should be
@@ -31,6 +45,8 @@ MIG_WORDINGS = {
     "gang": ("Target size {size} of the managed instance group is not valid in the gang mode of "
              "size '{hosts}'. Should be equal to the gang size."),
 }
+# The provisioning models bulk mode takes (MIG_WORDINGS["bulk_models"]).
+BULK_MODELS = frozenset({"RESERVATION_BOUND", "FLEX_START"})
 UNSOURCED: dict[str, Any] = {
     # Whether the refusals above come synchronously (400) or in the operation: unknown; 400 here.
     "refusal_status": 400,
@@ -56,6 +72,17 @@ UNSOURCED: dict[str, Any] = {
     # instances.insert would give (vm_disks.py) in listErrors and lastAttempt, retried as a
     # stockout is (CREATING "retries until success").
     "disk_refusal": "retried",
+    # Where Google shows a BULK MIG's failed try (a stockout): its status.bulkInstanceOperation.
+    # lastProgressCheck.error ("Errors encountered during bulk instance operation",
+    # google-cloud-compute) and listErrors; no source shows a member's lastAttempt for it, and
+    # bulk mode makes no VM until it can make them all (about-bulk-mode): none here.
+    "bulk_errors": "lastProgressCheck",
+    # How long after every VM runs (and the MIG is stable) the topology turns from ACTIVATING to
+    # ACTIVE: no source says; the provisioning delay times this factor here.
+    "topology_activation": 1.0,
+    # Which VM of a TPU MIG is TPU worker 0: Google's documents do not say how it is chosen; a
+    # VM's `tpu-env` metadata says which it is (tpu_env). Here the reverse of the names' order.
+    "worker_order": "reverse-name",
 }
 
 
@@ -93,6 +120,21 @@ def ref_of(url: str, project: str = "") -> str:
 def suffix() -> str:
     # baseInstanceName + "-" + 4 random characters (compute.v1.json InstanceGroupManager).
     return "".join(random.choices(string.ascii_lowercase + string.digits, k=4))
+
+
+def members(base: str, size: int) -> list[str]:
+    """A MIG's VM names (BASE-xxxx), in TPU worker order: worker 0 first. Which VM is worker 0
+    is Google's to say, in each VM's `tpu-env` metadata (tpu_env); here the reverse of the
+    names' order (UNSOURCED["worker_order"]), so a client that orders hosts by name is caught."""
+    return sorted((f"{base}-{suffix()}" for _ in range(size)), reverse=UNSOURCED["worker_order"] == "reverse-name")
+
+
+def tpu_env(worker: int, accelerator: str, topology: str | None) -> str:
+    """The `tpu-env` metadata value a TPU VM reads its worker id from: YAML lines such as
+    "WORKER_ID: '0'" (torch_xla's get_tpu_env reads instance/attributes/tpu-env; a real one is
+    quoted in penghao-wu/cambrian test_tpu.py, a user's). Only the keys tpujob reads are set."""
+    return (f"ACCELERATOR_TYPE: '{accelerator}'\nTOPOLOGY: '{topology or ''}'\n"
+            f"WORKER_ID: '{worker}'\n")
 
 
 def mig_status(stable: bool, topology: str | None, state: str) -> dict:

@@ -22,13 +22,15 @@ from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import ApiError, VirtualHost, authorized_keys, check_id, copy_json, host_ip, now
 from tpujob.emulator.resources import stop_machines
 from tpujob.emulator.tpu_mig_rules import (
+    BULK_MODELS,
     MIG_WORDINGS,
     UNSOURCED,
     MemberMachines,
+    members,
     mig_status,
     ref_of,
-    suffix,
     topology_of,
+    tpu_env,
 )
 from tpujob.emulator.tpu_vm_rules import WORDINGS, machine_type, scheduling
 from tpujob.emulator.tpu_vms import FLEX_START_WAITS_OUT_STOCKOUTS
@@ -79,6 +81,10 @@ class TpuMigs:
     def insert_template(self, project: str, body: dict) -> dict:
         check_id(body.get("name", ""), "instance template name")
         ref = f"projects/{project}/global/instanceTemplates/{body['name']}"
+        for nic in (body.get("properties") or {}).get("networkInterfaces") or []:
+            given = nic.get("subnetwork") or ""
+            if given and "/subnetworks/" not in given:  # MIG_WORDINGS["subnetwork"]
+                raise refusal(400, MIG_WORDINGS["subnetwork"].format(given=given), "invalid")
         # instance-templates create accepts even v5e (xbill9/gemma4-dev HARDWARE.md): the
         # machine type is checked when a MIG makes VMs of it.
         stored = {**copy_json(body), "kind": "compute#instanceTemplate",
@@ -107,7 +113,9 @@ class TpuMigs:
         template = self._get(self._templates, ref_of(body.get("instanceTemplate", "")))
         props = template.get("properties", {})
         kind = machine_type(zone, props.get("machineType", ""))
-        scheduling(props)
+        model = scheduling(props)["provisioningModel"]
+        if (body.get("targetSizePolicy") or {}).get("mode") == "BULK" and model not in BULK_MODELS:
+            raise refusal(UNSOURCED["refusal_status"], MIG_WORDINGS["bulk_models"], "invalid")
         policy_ref = (body.get("resourcePolicies") or {}).get("workloadPolicy")
         topology = None
         if policy_ref:
@@ -134,7 +142,7 @@ class TpuMigs:
                "selfLink": f"{API_ROOT}/{ref}", "creationTimestamp": now(),
                # A MIG at size 0 has nothing to do: stable, until a resize grows it.
                "status": mig_status(size == 0, topology, "ACTIVATING"),
-               "tpujobMembers": [f"{base}-{suffix()}" for _ in range(size)], "tpujobErrors": [],
+               "tpujobMembers": members(base, size), "tpujobErrors": [],
                "tpujobHosts": hosts if topology else None}
         self._put(self._migs, ref, mig)
         if size:
@@ -163,7 +171,9 @@ class TpuMigs:
                 entry.update(id=vm["id"], instanceStatus=vm["status"],
                              currentAction="NONE" if vm["status"] == "RUNNING" else "CREATING")
             except ApiError:
-                if mig["tpujobErrors"]:  # ManagedInstance.lastAttempt.errors
+                # A BULK MIG's errors are its bulk operation's (status.bulkInstanceOperation.
+                # lastProgressCheck.error): no member's lastAttempt (UNSOURCED["bulk_errors"]).
+                if mig["tpujobErrors"] and (mig.get("targetSizePolicy") or {}).get("mode") != "BULK":
                     entry["lastAttempt"] = {"errors": mig["tpujobErrors"][-1]["error"]}
             found.append(entry)
         return {"managedInstances": found}
@@ -218,7 +228,7 @@ class TpuMigs:
             props = template.get("properties", {})
             kind = machine_type(zone, props.get("machineType", ""))
             base = mig["baseInstanceName"]
-            mig.update(targetSize=size, tpujobMembers=[f"{base}-{suffix()}" for _ in range(size)],
+            mig.update(targetSize=size, tpujobMembers=members(base, size),
                        status=mig_status(False, topology_of(mig["status"]), "ACTIVATING"))
             self.em._spawn(self._provision, project, zone, ref, props, kind)
             return self.ops.new(project, zone, "resize", mig["selfLink"])
@@ -274,8 +284,13 @@ class TpuMigs:
                 else:
                     reason, code = "ZONE_RESOURCE_POOL_EXHAUSTED", 503
                     message = WORDINGS["stockout"].format(project=project, zone=zone)
-                mig["tpujobErrors"].append({**operation_error(reason, message, code), "timestamp": now(),
+                failure = operation_error(reason, message, code)
+                mig["tpujobErrors"].append({**failure, "timestamp": now(),
                                             "instance": f"{mig['zone']}/instances/{mig['tpujobMembers'][0]}"})
+                # InstanceGroupManagerStatusBulkInstanceOperation.lastProgressCheck: "Errors
+                # encountered during bulk instance operation" (google-cloud-compute), with when.
+                mig["status"]["bulkInstanceOperation"]["lastProgressCheck"] = {
+                    "error": failure["error"], "timestamp": now()}
         members = mig["tpujobMembers"]
         insts = insts or self._make_members(project, zone, ref, props, kind)
         if not insts:
@@ -314,7 +329,21 @@ class TpuMigs:
                 inst.machines = MemberMachines(machines, i) if machines else None
                 inst.booted_at = booted  # its host keys publish after the hostkeys delay
                 inst.body["status"] = "RUNNING"
-            mig["status"] = mig_status(True, topology_of(mig["status"]), "ACTIVE")
+            # Every VM runs; the topology is ACTIVATING ("being activated", google-cloud-compute
+            # InstanceGroupManagerStatusAcceleratorTopology) a while before it is ACTIVE
+            # (UNSOURCED["topology_activation"]).
+            mig["status"] = mig_status(True, topology_of(mig["status"]), "ACTIVATING")
+            em._changed.notify_all()
+        em._spawn(self._activate, ref)
+
+    def _activate(self, ref: str) -> None:
+        em = self.em
+        em._sleep(em.provisioning_delay * UNSOURCED["topology_activation"], None)
+        with self._lock, em._lock:
+            mig = self._migs.get(ref)
+            if mig is not None and topology_of(mig["status"]) and \
+                    mig["status"]["appliedAcceleratorTopologies"][0]["state"] == "ACTIVATING":
+                mig["status"] = mig_status(True, topology_of(mig["status"]), "ACTIVE")
             em._changed.notify_all()
 
     def _make_members(self, project: str, zone: str, ref: str, props: dict, kind) -> list[Instance]:
@@ -330,7 +359,11 @@ class TpuMigs:
             for i, member in enumerate(mig["tpujobMembers"]):
                 inst = Instance(project, zone, member, {}, kind, block, None, host_index=i)
                 nics = props.get("networkInterfaces") or [{}]
-                inst.body = instance_body(inst, {**props, "name": member}, scheduling(props),
+                # Each VM's worker id in its `tpu-env` metadata (tpu_mig_rules.tpu_env).
+                metadata = dict(props.get("metadata") or {})
+                metadata["items"] = [*metadata.get("items", []), {"key": "tpu-env", "value": tpu_env(
+                    i, f"{kind.generation}-{kind.chips * len(mig['tpujobMembers'])}", topology_of(mig["status"]))}]
+                inst.body = instance_body(inst, {**props, "name": member, "metadata": metadata}, scheduling(props),
                                           [{**nics[0], "accessConfigs": []}])
                 self.vms._instances[inst.ref] = inst
                 insts.append(inst)

@@ -21,7 +21,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tpujob.emulator import vm_disks
-from tpujob.emulator.instances import Instance, instance_body, instance_filter, prepare_vm_hosts
+from tpujob.emulator.instances import (
+    Instance,
+    boot_disk_gb,
+    guest_attributes_enabled,
+    instance_body,
+    instance_filter,
+    prepare_vm_hosts,
+)
 from tpujob.emulator.labels import check_compute_labels
 from tpujob.emulator.oslogin import host_login
 from tpujob.emulator.payloads import (
@@ -37,6 +44,7 @@ from tpujob.emulator.resources import stop_machines
 from tpujob.emulator.tpu_vm_rules import (
     OPERATION_ERRORS,
     WORDINGS,
+    flex_wait,
     machine_type,
     reservation_name,
     scheduling,
@@ -49,8 +57,9 @@ if TYPE_CHECKING:
     from tpujob.emulator.tpu_migs import TpuMigs
 
 log = logging.getLogger(__name__)
-# Whether a flex-start VM waits in PENDING through a stockout (see _provision): the official
-# reading of PENDING; False would follow the user report of a fast ZONE_RESOURCE_POOL_EXHAUSTED.
+# Whether a flex-start BULK MIG's VMs wait in PENDING through a stockout (tpu_migs.py): the
+# official reading of PENDING. A lone flex-start VM waits only when its insert asks to
+# (tpu_vm_rules.flex_wait: params.requestValidForDuration), else fails as any VM's insert.
 FLEX_START_WAITS_OUT_STOCKOUTS = True
 
 # What a Spot VM reads while its hosts are in their preemption grace. No Google page found says;
@@ -76,7 +85,9 @@ class TpuVms:
         check_id(name, "instance name")
         check_compute_labels(body.get("labels", {}))
         kind = machine_type(zone, body.get("machineType", ""))
+        boot_disk_gb(body)
         sched = scheduling(body)
+        wait = flex_wait(body) if sched["provisioningModel"] == "FLEX_START" else None
         reservation = reservation_name(body)
         em = self.emulator
         with em._lock:
@@ -92,7 +103,7 @@ class TpuVms:
             inst.body = instance_body(inst, body, sched, nics)
             self._instances[ref] = inst
             op = self.ops.new(project, zone, "insert", inst.body["selfLink"], done=False)
-            em._spawn(self._provision, inst, op, reservation)
+            em._spawn(self._provision, inst, op, reservation, wait)
             return op
 
     def get(self, project: str, zone: str, name: str) -> dict:
@@ -124,12 +135,13 @@ class TpuVms:
     def guest_attributes(self, project: str, zone: str, name: str, query_path: str) -> dict:
         """GuestAttributes (compute.v1.json): {kind, queryPath, queryValue: {items:
         [{namespace, key, value}]}, selfLink}. The host key appears once the guest agent has
-        written it (the Emulator's hostkeys delay, as for nodes). Unknown: whether Google
+        written it (the Emulator's hostkeys delay, as for nodes), and only on a VM whose
+        metadata enables guest attributes (instances.guest_attributes_enabled). Unknown: whether Google
         answers 404 rather than no items before then; no items here, as for TPU nodes."""
         namespace, _, key = query_path.strip("/").partition("/")
         with self.emulator._lock:
             inst = self._instance(project, zone, name)
-            published = self.emulator._hostkeys_published(inst)
+            published = self.emulator._hostkeys_published(inst) and guest_attributes_enabled(inst.body)
             items = []
             for host in inst.hosts[:1]:
                 if host.host_key and published and namespace in ("", "hostkeys"):
@@ -183,6 +195,7 @@ class TpuVms:
             inst.preempting = False
             if inst.deleting or inst.gone:
                 return copy_json(inst.body)
+            self._record_preemption(inst)
             inst.hosts = []
             if self.migs is not None:
                 self.migs.on_member_lost(inst)
@@ -193,6 +206,37 @@ class TpuVms:
             inst.body["status"] = "TERMINATED"
             em._changed.notify_all()
             return copy_json(inst.body)
+
+    def _record_preemption(self, inst: Instance) -> None:
+        """A preemption leaves a system operation on the VM, operationType
+        `compute.instances.preempted`, DONE, statusMessage "Instance was preempted.": what
+        `gcloud compute operations list --filter="operationType=compute.instances.preempted"`
+        finds (Google's preemptible-VM page, "detect a preemption"; peers quote the filter and the
+        message: a user report). It tells a preemption from any other stop."""
+        op = self.ops.new(inst.project, inst.zone, "compute.instances.preempted", inst.body["selfLink"])
+        self.ops.annotate(op, statusMessage="Instance was preempted.")
+
+    def stop(self, project: str, zone: str, name: str) -> dict:
+        """instances.stop (compute.v1.json): STOPPING, its hosts shut down, then TERMINATED: a
+        stop that is no preemption (someone stopped it, or a host error Google did not repair).
+        No `compute.instances.preempted` operation is left."""
+        em = self.emulator
+        with em._lock:
+            inst = self._instance(project, zone, name)
+            op = self.ops.new(project, zone, "stop", inst.body["selfLink"], done=False)
+            inst.body["status"] = "STOPPING"
+            machines, inst.machines, inst.hosts = inst.machines, None, []
+            em._changed.notify_all()
+        if machines:
+            machines.stop()
+        with em._lock:
+            if not (inst.deleting or inst.gone):
+                inst.body["status"] = "TERMINATED"
+                if self.migs is not None:
+                    self.migs.on_member_lost(inst)
+            em._changed.notify_all()
+        self.ops.finish(op)
+        return self.ops.get(project, zone, op["name"])
 
     def blocks(self) -> tuple[set[int], set[int]]:
         """The host and external address blocks instances hold (the Emulator's allocator)."""
@@ -207,7 +251,7 @@ class TpuVms:
 
     # ---- life cycle (worker threads) --------------------------------------------------------
 
-    def _provision(self, inst: Instance, op: dict, reservation: str | None) -> None:
+    def _provision(self, inst: Instance, op: dict, reservation: str | None, wait: float | None = None) -> None:
         em = self.emulator
         with em._lock:
             failure = self._consume(inst, reservation) if reservation else None
@@ -216,16 +260,17 @@ class TpuVms:
         if not em._sleep(em.provisioning_delay, inst):
             return self.ops.finish(op)  # deleted while waiting: the delete takes it from here
         # Flex-start PENDING is "waiting for available capacity from Dynamic Workload Scheduler"
-        # (compute.v1 discovery, Instance.status): a stocked-out zone keeps such a VM waiting
-        # until capacity returns (or it is deleted), where another VM's insert fails. A user
-        # report (facts: memory-layers TPU runbook) also saw flex-start fail fast with the
-        # stockout code; the official wording is followed here (FLEX_START_WAITS_OUT_STOCKOUTS).
-        while FLEX_START_WAITS_OUT_STOCKOUTS and inst.body["status"] == "PENDING":
+        # (compute.v1 discovery, Instance.status), for as long as the insert's
+        # params.requestValidForDuration allows (tpu_vm_rules.flex_wait): a stocked-out zone keeps
+        # such a VM waiting until capacity returns, or fails it once its window has passed.
+        # Without the window it fails at once, as another VM's insert does.
+        deadline = time.monotonic() + wait if wait is not None else None
+        while deadline is not None and inst.body["status"] == "PENDING" and time.monotonic() < deadline:
             with em._lock:
                 waiting = em._stocked_out(inst.zone, inst.kind.name)
             if not waiting:
                 break
-            if not em._sleep(0.2, inst):
+            if not em._sleep(min(0.2, max(deadline - time.monotonic(), 0.01)), inst):
                 return self.ops.finish(op)
         with em._lock:
             if em._stocked_out(inst.zone, inst.kind.name):
@@ -236,7 +281,9 @@ class TpuVms:
         except Exception as err:  # a broken VM: the operation says why
             log.exception("starting the host of %s failed", inst.ref)
             self._drop(inst)
-            return self.ops.finish(op, operation_error("INTERNAL_ERROR", str(err), 500))
+            # INTERNAL_ERROR after STAGING, 503 as users saw a provisioning insert end
+            # (dstackai/dstack#488, ray-project/ray#6790: user reports, read as no capacity).
+            return self.ops.finish(op, operation_error("INTERNAL_ERROR", str(err), 503))
         with em._lock:
             # Its delete, or the emulator's close, found no machines to stop: stopped here
             # (as node_lifecycle's _bring_up does for a node's hosts).
@@ -253,6 +300,27 @@ class TpuVms:
                     inst.body["status"] = "RUNNING"
                     em._changed.notify_all()
         self.ops.finish(op)
+        self._limit_run(inst)
+
+    def _limit_run(self, inst: Instance) -> None:
+        """A VM with scheduling.maxRunDuration is "automatically terminated (stopped or deleted)
+        when it reaches" it, whatever its provisioning model (cloud.google.com/compute/docs/
+        instances/limit-vm-runtime), by its instanceTerminationAction: STOP leaves it TERMINATED
+        (no preemption recorded), DELETE removes it. Counted from RUNNING, as the page's
+        terminationTimestamp is "defined ... whenever a VM has a time limit and enters the RUNNING
+        state"."""
+        limit = (inst.body["scheduling"].get("maxRunDuration") or {}).get("seconds")
+        if not limit or inst.body["status"] != "RUNNING":
+            return
+        if not self.emulator._sleep(float(limit), inst):
+            return  # deleted (or the emulator closed) first
+        with self.emulator._lock:
+            if inst.deleting or inst.gone or inst.body["status"] != "RUNNING":
+                return
+        if inst.body["scheduling"].get("instanceTerminationAction") == "DELETE":
+            self.delete(inst.project, inst.zone, inst.name)
+        else:
+            self.stop(inst.project, inst.zone, inst.name)
 
     def _start_hosts(self, inst: Instance) -> tuple[builtins.list[Any], Any]:
         em = self.emulator
@@ -316,9 +384,15 @@ class TpuVms:
 
     def _consume(self, inst: Instance, ref: str) -> str | None:
         """Take one VM of the reservation `ref` names; None, or why not (OPERATION_ERRORS)."""
+        # NAME or projects/P/reservations/NAME (ReservationAffinity.values), either followed by
+        # /reservationBlocks/B[/reservationSubBlocks/S]: the reservation is NAME (blocks are not
+        # modelled: an emulator limit). A project number stands for the VM's own project (the
+        # emulator keeps no numbers apart from ids: an emulator limit).
         parts = ref.split("/")
         project = parts[parts.index("projects") + 1] if "projects" in parts else inst.project
-        reservation = self._reservations.get((project, inst.zone, parts[-1]))
+        project = inst.project if project.isdigit() else project
+        name = parts[parts.index("reservations") + 1] if "reservations" in parts else parts[0]
+        reservation = self._reservations.get((project, inst.zone, name))
         if reservation is None:
             return "no_reservation"
         spec = reservation["specificReservation"]
@@ -326,7 +400,7 @@ class TpuVms:
         if wanted != inst.kind.name or int(spec["inUseCount"]) >= int(spec["count"]):
             return "reservation_full"
         spec["inUseCount"] = str(int(spec["inUseCount"]) + 1)
-        inst.reservation = (project, inst.zone, parts[-1])
+        inst.reservation = (project, inst.zone, name)
         return None
 
     def _instance(self, project: str, zone: str, name: str) -> Instance:

@@ -79,6 +79,17 @@ class ComputeOperations:
         with self._changed:
             self._finish(self._ops[self._key_of(op)], error)
 
+    def list(self, project: str, zone: str) -> list[dict]:
+        """A zone's operations, oldest first (zoneOperations.list; its filter: compute.py)."""
+        where = f"{API_ROOT}/projects/{project}/zones/{zone}"
+        with self._changed:
+            return [copy_json(op) for op in self._ops.values() if op.get("zone") == where]
+
+    def annotate(self, op: dict, **fields: str) -> None:
+        """Output fields of a system event's operation (statusMessage)."""
+        with self._changed:
+            self._ops[self._key_of(op)].update(fields)
+
     def get(self, project: str, scope: str | None, name: str) -> dict:
         with self._changed:
             key = self._key(project, scope, name)

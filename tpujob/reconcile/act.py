@@ -38,7 +38,7 @@ from tpujob.reconcile.actions import (
 )
 from tpujob.reconcile.observe import HostOps
 from tpujob.reconcile.outcome import Outcome, done, retry_after
-from tpujob.reconcile.policy import runtime_version, slice_network
+from tpujob.reconcile.policy import capacity_wait, runtime_version, slice_network
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import Counter, State
@@ -172,6 +172,7 @@ class Actor:
             # The job's disks: clones made at the first attempt, reused after.
             ssh_keys=self.ssh_keys, data_disks=self.hosts.data_disks(job, attempt), metadata=self.metadata,
             api=spec.api, reservation=spec.reservation, max_run_duration_seconds=spec.max_run_duration_seconds,
+            valid_until_seconds=capacity_wait(spec), boot_disk_gb=spec.compute.boot_disk_gb if spec.compute else None,
             **slice_network(spec), **fields)
 
     def slice_of(self, job: Job, attempt: Attempt) -> Slice:

@@ -204,8 +204,18 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
         return actions if job.keep_slice else actions + [DeleteSlice()]
     if elastic.shrinks(job, obs, policy):
         return elastic.shrink(job, obs, policy)
+    if obs.slice == SliceCondition.ABSENT and job.run_limit_reached:
+        # Its flex-start VMs were deleted at max_run_duration, as Google does: the run ended, no
+        # preemption spent; a new slice at once, the program resuming from its checkpoint.
+        return [EndAttempt(AttemptEnd.PREEMPTED), DeleteSlice(),
+                Move(State.RECOVERING, "slice gone at its max_run_duration (flex-start VMs are deleted then): "
+                                       "not a preemption, next attempt now")]
     if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
-        return spend_preemption(job, policy, "slice preempted" if obs.slice == SliceCondition.LOST else "slice gone")
+        # Spent as a preemption either way (a new slice, within max_preemptions); the words say
+        # which it was: a slice the cloud failed or stopped is not called preempted.
+        why = "slice gone" if obs.slice == SliceCondition.ABSENT else \
+            f"slice lost, not preempted ({obs.lost_why})" if obs.lost_why else "slice preempted"
+        return spend_preemption(job, policy, why)
     if obs.slice == SliceCondition.STOPPING:
         return _stopping(job, policy, run)
     if obs.slice != SliceCondition.READY:

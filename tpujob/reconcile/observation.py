@@ -123,6 +123,9 @@ class Observation:
     # is a setup_error, its cause in words.
     setup: tuple[Setup, ...] = ()
     setup_cache: str | None = None  # the setup cache's hit or miss, in words, once setup is done
+    # A LOST slice the cloud calls FAILED, not PREEMPTED: why, in its words (a Compute Engine VM
+    # stopped without a preemption: tpujob.cloud.compute_instances.phase_of); "" for a preemption.
+    lost_why: str = ""
     lost_slices: tuple[int, ...] = ()  # multislice: the slices whose node is lost (LOST)
     # Elastic multislice, growing back: "creating", "ready" or "failed" (why: growth_error).
     growth: str | None = None
@@ -154,3 +157,7 @@ class JobView:
     hangs: int = 0
     slices: int = 1  # the current attempt's
     growth_failed_seconds: float | None = None  # since growing back last failed (elastic)
+    # A flex-start attempt older than its max_run_duration: Compute Engine deletes a flex-start
+    # VM when it reaches it ("Compute Engine deletes the Flex-start VMs at the end of their run
+    # duration", about-resize-requests-mig; tpujob's are DELETE): a slice gone then ran its run.
+    run_limit_reached: bool = False

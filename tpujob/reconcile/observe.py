@@ -199,6 +199,8 @@ class Observer:
                                 and phase == SliceCondition.READY else (None, ""))
         return Observation(slice=phase, hosts=hosts, run_dir=run_dir,
                            lost_slices=slice_.lost_slices if slice_ is not None else (),
+                           lost_why=slice_.detail if slice_ is not None and slice_.phase is SlicePhase.FAILED
+                           and phase == SliceCondition.LOST else "",
                            growth=growth, growth_error=growth_error,
                            provisioning_seconds=None if created is None else max(0.0, self.clock() - created),
                            health=slice_.health if slice_ is not None else None,

@@ -104,6 +104,16 @@ def slice_network(spec: ResolvedSpec) -> dict[str, Any]:
                 tags=tuple(net.tags))
 
 
+def capacity_wait(spec: ResolvedSpec) -> int | None:
+    """How long a create may wait in Google's queue for capacity: the spec's queue timeout, for
+    a flex-start VM on Compute Engine (its insert's params.requestValidForDuration, bounded by
+    Google there: tpujob.cloud.compute_tpu.flex_wait). None otherwise: the TPU API path bounds
+    its waiting itself (decide's queue timeout)."""
+    if spec.api == COMPUTE and spec.provisioning == "flex-start":
+        return int(spec.spec.requeue.queue_timeout_seconds)
+    return None
+
+
 def runtime_version(spec: ResolvedSpec, accelerator: str) -> str:
     """The spec's runtime_version when it names one; otherwise the default of the attempt's own
     generation: a fallback from v4 to v5e must not boot a v4 image."""

@@ -334,6 +334,9 @@ class Reconciler:
             last_end=AttemptEnd(attempt.end_reason) if attempt is not None and attempt.end_reason else None,
             slices=attempt.slices if attempt is not None else 1,
             growth_failed_seconds=_growth_failed_seconds(attempt, now),
+            run_limit_reached=bool(attempt is not None and spec.provisioning == "flex-start"
+                                   and spec.max_run_duration_seconds
+                                   and now - attempt.started_at >= spec.max_run_duration_seconds),
         )
 
 

@@ -244,9 +244,15 @@ def oslogin_check(ctx: Context, project: str, info: dict | None, credentials: An
                      "oslogin.googleapis.com, or tpujob config set ssh_os_login false")
     registered = key_path(settings.home).exists() and profile.holds(public_key_line(settings.home))
     user = profile.username or "(none yet: OS Login makes one at the first import)"
+    # Setup mounts disks and buckets and cleans up with sudo on the hosts: under OS Login only
+    # roles/compute.osAdminLogin gives sudo ("Log in to a Compute Engine instance as an
+    # administrator"; roles/compute.osLogin logs in "as a non-administrator user": Google's
+    # role descriptions, cloud.google.com/compute/docs/access/iam), said before a setup fails.
     return Check("os login", OK, f"on in project {project}: tpujob's key is "
                  f"{'registered' if registered else 'not registered yet (the next setup registers it)'} in the "
-                 f"OS Login profile of {account}; it logs in as {user}; {LAB_ROLES}; with ssh_os_login false "
+                 f"OS Login profile of {account}; it logs in as {user}; setup mounts and cleans up with sudo, "
+                 f"which needs roles/compute.osAdminLogin for {account} (roles/compute.osLogin alone gives no "
+                 f"sudo); {LAB_ROLES}; with ssh_os_login false "
                  f"nodes would opt out (enable-oslogin FALSE), which {POLICY_NOTE.split(' (')[0]} may refuse")
 
 

@@ -47,7 +47,8 @@ def validate(ctx: Context, path: str) -> ResolvedSpec:
 def placement_warnings(resolved: ResolvedSpec, *, strict: bool = False) -> list[str]:
     """Each placement (the primary, then every fallback) whose zone does not offer its
     accelerator in Google's published zone table (tpujob.catalogue.ZONES): a warning each, since
-    the table may lag Google's live list, or with `strict` a UsageError (exit 2)."""
+    the table may lag Google's live list, or with `strict` a UsageError (exit 2). Then, on
+    Compute Engine without external IPs, what the VMs' network needs (spec/compute_engine.network_hint)."""
     from tpujob.catalogue import placement_warning
 
     keys = ["tpu"] + [f"tpu.fallback[{i}]" for i in range(len(resolved.spec.tpu.fallback))]
@@ -60,7 +61,10 @@ def placement_warnings(resolved: ResolvedSpec, *, strict: bool = False) -> list[
         if strict:
             raise UsageError(message + " (refused with --strict)")
         warnings.append(message)
-    return warnings
+    from tpujob.spec.compute_engine import network_hint
+
+    hint = network_hint(resolved.api, resolved.spec.tpu.network.external_ips)  # advice: never refused
+    return warnings + ([hint] if hint else [])
 
 
 @dataclass(frozen=True)

@@ -83,13 +83,15 @@ def render(acc: Accelerator, name: str, zone: str) -> str:
     if missing or unused:  # the template and the policy drifted apart: a bug, not user input
         raise ValueError(f"template {TEMPLATE}: missing {sorted(missing)}, unused {sorted(unused)}")
     text = _PLACEHOLDER.sub(lambda m: _scalar(values[m.group(1)]), text)
-    return text if gen.tpu_api else _compute_only(text, gen.alias)
+    return text if gen.tpu_api else _compute_only(text, gen.alias, acc.hosts)
 
 
-def _compute_only(text: str, alias: str) -> str:
+def _compute_only(text: str, alias: str, hosts: int) -> str:
     """The starter of a generation the Cloud TPU API does not serve (TPU7x): its VMs boot an
     image rather than a runtime version, and are made without queued resources (tpu.api auto
-    resolves to compute; the spec refuses runtime_version and queued: true there)."""
+    resolves to compute; the spec refuses runtime_version and queued: true there). A multi-host
+    one is flex-start: Google's bulk mode takes flex-start or reservation only
+    (compute_shapes.multi_host_refusal)."""
     out = []
     for line in text.splitlines(keepends=True):
         key = line.strip().split(":", 1)[0]
@@ -98,6 +100,10 @@ def _compute_only(text: str, alias: str) -> str:
                        "does not serve it)\n")
         elif key == "queued" or "runtime_version is" in line:
             continue
+        elif key == "provisioning" and hosts > 1:
+            out.append("  provisioning: flex-start      # several VMs: flex-start | reservation (+ reservation) "
+                       "only, Google's bulk mode\n")
+            out.append("  max_run_duration: 24h         # flex-start: how long the VMs may run, at most 7d\n")
         elif key == "provisioning":
             out.append("  provisioning: spot            # spot | on-demand | flex-start (+ max_run_duration) | "
                        "reservation (+ reservation)\n")

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tpujob.catalogue import TPU_VM, Api
+from tpujob.compute_shapes import BOOT_DISK_GB
 
 JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?\Z")
 RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")  # GCE disk/snapshot names
@@ -99,6 +100,10 @@ class TpuSpec(_Model):
     # Compute Engine's scheduling.maxRunDuration, whole seconds (a duration like 24h is read as
     # seconds): required for flex-start (at most 7 days).
     max_run_duration: int | None = None
+    # Compute Engine only: the boot disk's size in GB (initializeParams.diskSizeGb). Unset, the
+    # VMs boot with BOOT_DISK_GB; Google's own default is the image's size, small for JAX and a
+    # user's packages (tpujob.compute_shapes.BOOT_DISK_GB).
+    boot_disk_gb: int | None = Field(default=None, ge=10, le=65536)
     # Through a queued resource (TPU API). True by default on the TPU API path; the Compute
     # Engine path has no queued resources, so resolve() makes an unset one false there.
     queued: bool = True
@@ -314,6 +319,7 @@ class ComputePlacement(BaseModel):
     boot_disk_type: str
     image_family: str
     image_project: str
+    boot_disk_gb: int = BOOT_DISK_GB  # a placement stored before the field: tpujob's default
 
     @property
     def multi_host(self) -> bool:

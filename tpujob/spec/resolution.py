@@ -364,7 +364,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
                 alt = accelerator(entry.accelerator)
             except SpecError as exc:
                 raise field_error(str(exc), base + ("accelerator",), lines) from None
-            check_fallback_api(api, alt, base + ("accelerator",), lines)
+            check_fallback_api(api, alt, base + ("accelerator",), lines, spec.tpu.provisioning)
             _check_slices(spec, alt, base + ("accelerator",), lines)
             _check_disks(spec, alt, lines, f"fallback {alt.name}", chosen=disk_types)
             _check_shared_run_dir(spec, alt, lines)
