@@ -33,6 +33,7 @@ class Finding:
     message: str
     fix: str
     symbol: str = ""  # enclosing class/function, e.g. "AttnProcessor2_0.__call__"
+    cell: int | None = None  # a notebook's cell index (`line` then counts within the cell)
 
     def to_dict(self) -> dict:
         return asdict(self)
