@@ -130,7 +130,7 @@ def score(repo: dict, findings: list[Finding], base: Path, result: Result) -> No
                                      f"{f.line} {f.message[:100]}")
 
 
-def corpus(root: Path, manifest: Path, show: bool) -> int:
+def corpus(root: Path, manifest: Path, show: bool, show_held_out: bool = False) -> int:
     data = yaml.safe_load(manifest.read_text())
     repos = data["repositories"]
     snapshots = {r["name"]: find_snapshot(root, r["name"]) for r in repos}
@@ -167,9 +167,10 @@ def corpus(root: Path, manifest: Path, show: bool) -> int:
     print(_sum(held).line("held out") + f"   ({held_names})")
     for rule in sorted(held.rules):
         print(held.rules[rule].line(f"  {rule}"))
-    if show:
-        for line in dev.misses + held.misses + dev.falses + held.falses:
-            print(line)
+    for part, wanted in ((dev, show), (held, show_held_out)):
+        if wanted:
+            for line in part.misses + part.falses:
+                print(line)
     return 0
 
 
@@ -215,13 +216,16 @@ def main() -> int:
                       help="lint a directory or an installed package and time it")
     parser.add_argument("--manifest", type=Path, default=MANIFEST)
     parser.add_argument("--show", action="store_true",
-                        help="list every missed pitfall and false positive")
+                        help="list every missed pitfall and false positive of the tuning set")
+    parser.add_argument("--show-held-out", action="store_true",
+                        help="the same for the held-out repositories (look only to report: "
+                             "tuning rules on them voids their figures)")
     args = parser.parse_args()
     if args.corpus is not None:
         if not args.corpus.is_dir():
             print(f"bench_lint: {args.corpus}: no such directory", file=sys.stderr)
             return 2
-        return corpus(args.corpus, args.manifest, args.show)
+        return corpus(args.corpus, args.manifest, args.show, args.show_held_out)
     return speed(args.speed)
 
 

@@ -1,34 +1,53 @@
-"""Rules for JAX code (TPU010, TPU011) and layer widths against the MXU (TPU012).
+"""Rules for JAX code: pmap (TPU010), traced control flow (TPU011), host syncs in the step
+loop (TPU006), and layer widths against the MXU (TPU012).
 
-Inside a function traced by `jax.jit` (or `jax.pmap`) the arguments are abstract values:
-Python `if`/`while`/`range()` on them, or a slice whose bound comes from them (`x[:x.sum()]`),
-raises at trace time. Shapes, dtypes (`x.ndim`, `jnp.ndim(x)`, `jax.typeof(x)`) and arguments
-named in static_argnums/static_argnames are concrete and fine.
+Traced functions are found however they are made: `@jax.jit`, `jax.jit(f)`,
+`jax.jit(functools.partial(f, cfg=...))`, `jax.jit(self.method)`, `nnx.jit`, `pjit`,
+`shard_map`, `pmap`, a library's `*_jit` (equinox's filter_jit, haliax's named_jit), a
+wrapper of the project's own (`def compile(fn): return jax.jit(fn, ...)`), or any call that
+hands a function of this module to one of those (`jax.jit(make_step(train_step, cfg=...))`).
+Arguments bound by the partial or the wrapper (`cfg`) are Python values, not traced.
+
+Inside a traced function the arguments are abstract values: Python `if`/`while`/`range()`
+on them, or a slice whose bound comes from them (`x[:x.sum()]`), raises at trace time.
+Shapes, dtypes (`x.ndim`, `jnp.ndim(x)`, `jax.typeof(x)`), `x.at[mask].set(0)` (same
+shape) and arguments named in static_argnums/static_argnames are concrete and fine. A value
+follows a traced one through array operations (arithmetic, methods, jax/jnp/lax/numpy
+functions), not through calls to other functions, whose results the lint cannot see.
 """
 
 from __future__ import annotations
 
 import ast
 
+from tpujob.lint.jax_loops import check_step_loops
 from tpujob.lint.module import Module, source_of
 from tpujob.lint.names import call_name
 
-JITS = {"jax.jit", "jax.pmap", "flax.nnx.jit", "flax.linen.jit"}
+# The last component of a qualified name that compiles (and so traces) a function.
+JIT_NAMES = {"jit", "pjit", "pmap", "shard_map", "xmap", "filter_jit", "filter_pmap",
+             "named_jit"}
+NOT_JAX = ("numba.", "torch.", "tensorflow.")  # their `jit`s trace nothing of JAX's
 PARTIALS = {"functools.partial"}
+ARRAY_MODULES = ("jax.", "numpy.", "math.")  # functions of array values
+BUILTIN_ARITH = {"abs", "min", "max", "sum", "round", "pow", "divmod"}
 STATIC_ATTRS = {"shape", "ndim", "dtype", "size", "sharding", "aval", "weak_type"}
 # Calls that read only an argument's type or structure (`jnp.ndim(x)`, `jax.typeof(x)`): the
 # abstract value is concrete while tracing, as `x.ndim` is.
 STATIC_CALLS = {"len", "isinstance", "type", "hasattr", "callable", "id", "ndim", "shape",
                 "isscalar", "typeof", "result_type"}
 CONCRETE_CALLS = {"int", "float", "bool", "range"}
-# Layers whose widths reach the MXU: qualified name -> (position, keyword) of each width.
+# Layers whose widths reach the MXU: qualified name -> (position, keyword) of the output
+# width, the one a modeller chooses. An input width is whatever the layer before produces
+# (a flattened conv stack's 3136, 320) and is judged where that layer is.
 LAYERS: dict[str, tuple[tuple[int, str], ...]] = {
     "flax.linen.Dense": ((0, "features"),),
-    "flax.nnx.Linear": ((0, "in_features"), (1, "out_features")),
+    "flax.nnx.Linear": ((1, "out_features"),),
     "haiku.Linear": ((0, "output_size"),),
-    "equinox.nn.Linear": ((0, "in_features"), (1, "out_features")),
-    "torch.nn.Linear": ((0, "in_features"), (1, "out_features")),
+    "equinox.nn.Linear": ((1, "out_features"),),
+    "torch.nn.Linear": ((1, "out_features"),),
 }
+MIN_WASTE = 0.10  # padding under a tenth of the tile's work is noise next to everything else
 MXU_BY_GENERATION = {"v6e": 256}
 MIN_JUDGED_WIDTH = 128  # the MXU tile on every generation
 
@@ -40,30 +59,118 @@ def mxu_width(generation_alias: str | None) -> int:
 def check(mod: Module) -> None:
     names = mod.names
     jax = names.imports("jax") or names.imports("flax")
-    if jax and mod.enabled("TPU010", "TPU011"):
-        jitted = _jitted_functions(mod)
+    if jax and mod.enabled("TPU006", "TPU010", "TPU011"):
+        jits = Jits(mod)
         for node in mod.of_type(ast.Name, ast.Attribute):
             if names.resolve(node) == "jax.pmap":
                 mod.emit("TPU010", node, source_of(node))
-        for func, static in jitted:
+        for func, static in jits.functions:
             _check_traced(mod, func, static)
+        if mod.enabled("TPU006"):
+            check_step_loops(mod, jits)
     if mod.enabled("TPU012") and (jax or names.imports("haiku") or names.imports("equinox")
                                    or mod.xla):
         _layer_widths(mod)
 
 
-def _jit_call(mod: Module, node: ast.expr) -> ast.Call | None | bool:
-    """For a decorator or wrapper: the jit call carrying the options, True for bare @jax.jit."""
-    resolve = mod.names.resolve
-    if resolve(node) in JITS:
-        return True
-    if isinstance(node, ast.Call):
-        qual = resolve(node.func)
-        if qual in JITS:
-            return node
-        if qual in PARTIALS and node.args and resolve(node.args[0]) in JITS:
-            return node
-    return None
+class Jits:
+    """The traced functions of a module, and the names bound to compiled callables."""
+
+    def __init__(self, mod: Module):
+        self.mod = mod
+        self.defs: dict[str, list[ast.FunctionDef]] = {}
+        for node in mod.of_type(ast.FunctionDef):
+            self.defs.setdefault(node.name, []).append(node)
+        self.wrappers = self._wrappers()
+        self.functions: list[tuple[ast.FunctionDef, set[str]]] = []
+        self.callables: set[str] = set()  # names (or attributes) holding compiled functions
+        self._find()
+
+    def is_jit(self, node: ast.AST) -> bool:
+        qual = self.mod.names.resolve(node)
+        if qual:
+            if qual.startswith(NOT_JAX):
+                return False
+            last = qual.rsplit(".", 1)[-1]
+            return last in JIT_NAMES or last.endswith("_jit")
+        return isinstance(node, ast.Name) and node.id in getattr(self, "wrappers", ())
+
+    def _wrappers(self) -> set[str]:
+        """Functions of this module that jit their first parameter: `def compile(fn, **kw):
+        return jax.jit(fn, **kw)`."""
+        found: set[str] = set()
+        for _ in range(2):  # a wrapper of a wrapper
+            self.wrappers = found
+            for name, defs in self.defs.items():
+                for func in defs:
+                    params = [a.arg for a in func.args.posonlyargs + func.args.args]
+                    if not params:
+                        continue
+                    first = params[1] if params[0] in ("self", "cls") and len(params) > 1 \
+                        else params[0]
+                    if any(isinstance(n, ast.Call) and self.is_jit(n.func) and n.args
+                           and isinstance(n.args[0], ast.Name) and n.args[0].id == first
+                           for n in ast.walk(func)):
+                        found = found | {name}
+        return found
+
+    def _options(self, node: ast.expr) -> ast.Call | bool | None:
+        """For a decorator: the jit call carrying the options, True for a bare @jax.jit."""
+        if self.is_jit(node):
+            return True
+        if isinstance(node, ast.Call):
+            if self.is_jit(node.func):
+                return node
+            if self.mod.names.resolve(node.func) in PARTIALS and node.args \
+                    and self.is_jit(node.args[0]):
+                return node
+        return None
+
+    def _find(self) -> None:
+        mod = self.mod
+        for node in mod.of_type(ast.FunctionDef):
+            for decorator in node.decorator_list:
+                options = self._options(decorator)
+                if options is not None:
+                    self.functions.append((node, _static_params(node, options)))
+                    self.callables.add(node.name)
+        for node in mod.of_type(ast.Call):
+            if self.is_jit(node.func) and node.args:
+                self.functions.extend(self._targets(node))
+        for node in mod.of_type(ast.Assign):
+            if any(isinstance(n, ast.Call) and self.is_jit(n.func) for n in ast.walk(node.value)):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        self.callables.add(target.id)
+                    elif isinstance(target, ast.Attribute):
+                        self.callables.add(target.attr)
+
+    def _targets(self, call: ast.Call) -> list[tuple[ast.FunctionDef, set[str]]]:
+        """The functions of this module a jit call traces, with their static parameters."""
+        target: ast.expr = call.args[0]
+        bound_positional = 0
+        bound_names: set[str] = set()
+        for _ in range(3):  # partial(f, ...), a wrapper make_step(f, cfg=...), nested
+            if isinstance(target, ast.Call) and target.args:
+                bound_positional += len(target.args) - 1
+                bound_names |= {k.arg for k in target.keywords if k.arg}
+                target = target.args[0]
+            else:
+                break
+        if isinstance(target, ast.Name):
+            defs = self.defs.get(target.id, [])
+        elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+              and target.value.id in ("self", "cls")):
+            defs = self.defs.get(target.attr, [])
+        else:
+            return []
+        found = []
+        for func in defs:
+            positional = [a.arg for a in func.args.posonlyargs + func.args.args
+                          if a.arg not in ("self", "cls")]
+            static = _static_params(func, call) | set(positional[:bound_positional]) | bound_names
+            found.append((func, static))
+        return found
 
 
 def _static_params(func: ast.FunctionDef, options: ast.Call | bool) -> set[str]:
@@ -83,59 +190,65 @@ def _static_params(func: ast.FunctionDef, options: ast.Call | bool) -> set[str]:
     return static
 
 
-def _jitted_functions(mod: Module) -> list[tuple[ast.FunctionDef, set[str]]]:
-    defs = {n.name: n for n in mod.of_type(ast.FunctionDef)}
-    found: list[tuple[ast.FunctionDef, set[str]]] = []
-    for node in mod.of_type(ast.FunctionDef, ast.Call):
-        if isinstance(node, ast.FunctionDef):
-            for decorator in node.decorator_list:
-                options = _jit_call(mod, decorator)
-                if options is not None:
-                    found.append((node, _static_params(node, options)))
-        elif isinstance(node, ast.Call) and mod.names.resolve(node.func) in JITS and node.args:
-            # f = jax.jit(step, static_argnums=...) on a function of this module
-            target = node.args[0]
-            if isinstance(target, ast.Name) and target.id in defs:
-                found.append((defs[target.id], _static_params(defs[target.id], node)))
-    return found
-
-
-def _dynamic_use(node: ast.AST, traced: set[str]) -> str | None:
+def _dynamic_use(node: ast.AST, traced: set[str], resolve) -> str | None:
     """The traced name used for its value in `node` (not its shape or identity), else None."""
     if isinstance(node, ast.Name):
         return node.id if node.id in traced else None
     if isinstance(node, ast.Attribute) and node.attr in STATIC_ATTRS:
         return None
-    if isinstance(node, ast.Call) and call_name(node) in STATIC_CALLS:
-        return None
+    if isinstance(node, ast.Call):
+        if call_name(node) in STATIC_CALLS:
+            return None
+        qual = resolve(node.func)
+        if qual is not None:
+            if not qual.startswith(ARRAY_MODULES):
+                return None  # another library's function: its result is not known to be traced
+            operands = [*node.args, *(k.value for k in node.keywords)]
+        elif isinstance(node.func, ast.Attribute):
+            operands = [node.func.value]  # x.sum(), x.astype(...): traced when x is
+        elif isinstance(node.func, ast.Name) and node.func.id in BUILTIN_ARITH | CONCRETE_CALLS:
+            operands = [*node.args]
+        else:
+            return None  # a function of this module or a parameter: its result is unknown
+        return next((u for o in operands if (u := _dynamic_use(o, traced, resolve))), None)
     if isinstance(node, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn))
                                              for op in node.ops):
         # Identity and membership (`"bias" in params`) look at the pytree's structure, which
         # is static under tracing; only comparisons of array values are traced.
         return None
     for child in ast.iter_child_nodes(node):
-        used = _dynamic_use(child, traced)
+        used = _dynamic_use(child, traced, resolve)
         if used:
             return used
     return None
 
 
 def _check_traced(mod: Module, func: ast.FunctionDef, static: set[str]) -> None:
+    resolve = mod.names.resolve
     args = func.args
     traced = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs} - static - {"self"}
+    # A parameter defaulting to a Python constant (`_no_hooks=False`, `mode="train"`) is a
+    # configuration flag: callers that leave it out get the constant, not a tracer.
+    positional = args.posonlyargs + args.args
+    defaults = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    defaults += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+    traced -= {a.arg for a, d in defaults if isinstance(d, ast.Constant)}
     if args.vararg:
         traced.add(args.vararg.arg)
     body = [n for stmt in func.body for n in ast.walk(stmt)]
     for _ in range(2):  # y = x * 2 makes y traced too; n = x.shape[0] does not
         for node in body:
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value \
-                    and _dynamic_use(node.value, traced):
+                    and _dynamic_use(node.value, traced, resolve):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
                     traced.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
     for node in body:
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-            used = _dynamic_use(node.test, traced)
+            # `if state.dynamic_scale:` tests an optional part of the pytree, which is
+            # static; a traced array's own truth would fail for any non-scalar.
+            used = None if isinstance(node.test, (ast.Name, ast.Attribute)) else \
+                _dynamic_use(node.test, traced, resolve)
             if used:
                 kind = {ast.If: "if", ast.While: "while", ast.IfExp: "conditional expression",
                         ast.Assert: "assert"}[type(node)]
@@ -143,18 +256,20 @@ def _check_traced(mod: Module, func: ast.FunctionDef, static: set[str]) -> None:
                                          f"{func.name}()")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                 and node.func.id in CONCRETE_CALLS:
-            used = next((u for a in node.args if (u := _dynamic_use(a, traced))), None)
+            used = next((u for a in node.args if (u := _dynamic_use(a, traced, resolve))), None)
             if used:
                 mod.emit("TPU011", node, f"{node.func.id}() of traced {used!r} in jitted "
                                          f"{func.name}()")
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and not (
+                isinstance(node.value, ast.Attribute) and node.value.attr == "at"):
+            # x.at[mask].set(0) keeps x's shape: a masked update, not a dynamic slice.
             index = node.slice
             parts = index.elts if isinstance(index, ast.Tuple) else [index]
             for part in parts:
                 bounds = [part.lower, part.upper, part.step] if isinstance(part, ast.Slice) \
                     else [part] if isinstance(part, ast.Compare) else []
                 used = next((u for b in bounds if b is not None
-                             and (u := _dynamic_use(b, traced))), None)
+                             and (u := _dynamic_use(b, traced, resolve))), None)
                 if used:
                     mod.emit("TPU011", node, f"slice {source_of(node)} depends on traced "
                                              f"{used!r} in jitted {func.name}()")
@@ -176,8 +291,8 @@ def _layer_widths(mod: Module) -> None:
             width = mod.names.int_value(arg) if arg is not None else None
             # Widths under one MXU tile (logits, a scalar head) are set by the task, not a
             # choice to round up: padding them costs little next to the hidden layers.
-            if width and width >= MIN_JUDGED_WIDTH and width % mxu:
-                padded = -(-width // mxu) * mxu
+            padded = -(-width // mxu) * mxu if width else 0
+            if width and width >= MIN_JUDGED_WIDTH and (padded - width) / padded >= MIN_WASTE:
                 mod.emit("TPU012", node,
                          f"{keyword}={width} in {source_of(node.func)}() pads to {padded} on the "
                          f"{mxu}-wide MXU ({100 * (padded - width) // padded}% wasted)",
