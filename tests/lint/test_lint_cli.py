@@ -36,7 +36,7 @@ def test_error_finding_exits_1_with_one_line_per_finding(invoke) -> None:
     result = invoke(str(CORPUS / "tpu003_pos.py"))
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[0].startswith(f"{CORPUS / 'tpu003_pos.py'}:6:13 TPU003 model.cuda(): ")
+    assert lines[0].startswith(f"{CORPUS / 'tpu003_pos.py'}:6:13 TPU003 error: model.cuda(): ")
     assert lines[0].endswith(")") and "(fix: " in lines[0]
     assert lines[-1] == "5 errors, 0 warnings"
 
@@ -58,10 +58,11 @@ def test_json_shape(invoke) -> None:
     result = invoke(str(CORPUS / "tpu004_pos.py"), "--json")
     assert result.exit_code == 0
     report = json.loads(result.output)
-    assert report["errors"] == 0 and report["warnings"] == 2
+    assert (report["errors"], report["warnings"], report["notes"]) == (0, 0, 2)
     first = report["findings"][0]
-    assert set(first) == {"path", "line", "col", "rule", "severity", "message", "fix", "symbol"}
-    assert (first["rule"], first["line"], first["severity"]) == ("TPU004", 9, "warning")
+    assert set(first) == {"path", "line", "col", "rule", "severity", "message", "fix", "symbol",
+                          "cell"}
+    assert (first["rule"], first["line"], first["severity"]) == ("TPU004", 9, "note")
     assert first["symbol"] == "wrap"
 
 

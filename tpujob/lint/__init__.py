@@ -126,7 +126,8 @@ def render_text(findings: list[Finding]) -> str:
     lines = [f"{f.path}{'' if f.cell is None else f'#cell{f.cell}'}:{f.line}:{f.col} {f.rule} "
              f"{f.severity}: {f.message} (fix: {f.fix})" for f in findings]
     counts = _counts(findings)
-    lines.append(", ".join(f"{n} {s}{'s' * (n != 1)}" for s, n in counts.items()))
+    shown = [s for s in (ERROR, WARNING, NOTE) if s != NOTE or counts[NOTE]]
+    lines.append(", ".join(f"{counts[s]} {s}{'s' * (counts[s] != 1)}" for s in shown))
     return "\n".join(lines)
 
 
