@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from tpujob.errors import UsageError
-from tpujob.lint import Finding, lint_paths
+from tpujob.lint import RULES, Finding, lint_paths
 from tpujob.lint.files import package_dir, python_files
 
 MANIFEST = Path(__file__).resolve().parent.parent / "tests" / "lint" / "real" / "corpus.yaml"
@@ -149,9 +149,14 @@ def corpus(root: Path, manifest: Path, show: bool, show_held_out: bool = False) 
             base = Path(tmp)
             paths = [e["path"] for e in repo["files"]]
             extract(git_dir, repo["commit"], paths, base)
+            # The repository's files are one set, as a sync directory would be; each file is
+            # scored with the part (tuning or held out) it belongs to.
             findings = lint_paths([base / p for p in paths])
-            result = held if repo.get("held_out") else dev
-            score(repo, findings, base, result)
+            for part, held_out in ((dev, False), (held, True)):
+                files = [e for e in repo["files"]
+                         if e.get("held_out", repo.get("held_out", False)) == held_out]
+                if files:
+                    score({**repo, "files": files}, findings, base, part)
     everything = Result()
     for part in (dev, held):
         everything.total.add(_sum(part))
@@ -160,10 +165,12 @@ def corpus(root: Path, manifest: Path, show: bool, show_held_out: bool = False) 
     print(f"corpus     {manifest} ({len(repos)} repositories, "
           f"{sum(len(r['files']) for r in repos)} files)")
     print(everything.total.line("overall"))
-    for rule in sorted(everything.rules):
-        print(everything.rules[rule].line(f"  {rule}"))
+    # Every rule, also those the corpus holds no pitfall of and that found nothing there.
+    for rule in sorted(RULES):
+        print(everything.rule(rule).line(f"  {rule}"))
     print(_sum(dev).line("tuning set"))
-    held_names = ", ".join(r["name"] for r in repos if r.get("held_out"))
+    held_names = ", ".join(sorted({r["name"] for r in repos for e in r["files"]
+                                   if e.get("held_out", r.get("held_out"))}))
     print(_sum(held).line("held out") + f"   ({held_names})")
     for rule in sorted(held.rules):
         print(held.rules[rule].line(f"  {rule}"))

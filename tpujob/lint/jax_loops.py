@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING
 
 from tpujob.lint.module import Module, source_of
 from tpujob.lint.names import call_name, walk_local
-from tpujob.lint.syncs import LOOPS, STRUCTURAL_CALLS, STRUCTURAL_OPS, SyncScan, flow, structural, test_parts
+from tpujob.lint.syncs import (
+    LOOPS,
+    STRUCTURAL_CALLS,
+    STRUCTURAL_OPS,
+    SyncScan,
+    bound_names,
+    flow,
+    structural,
+    test_parts,
+)
 
 if TYPE_CHECKING:
     from tpujob.lint.jax_rules import Jits
@@ -115,7 +124,7 @@ class _Loops:
             for node in walk_local(statement):
                 if isinstance(node, ast.Assign) and self.is_step_call(node.value):
                     for target in node.targets:
-                        names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                        names |= bound_names(target)
         names = flow(statements, names, lambda value, known: self._reads(value, known) is not None)
         # `loss = loss.item()` (or float(loss)): from there on a host value. The flow is not
         # ordered, so a name rebound by a conversion counts as a host value throughout.

@@ -128,20 +128,32 @@ def _mentions(node: ast.AST, *words: str) -> bool:
     return False
 
 
+# Words of a test that selects a CUDA-only path: CUDA itself, GPUs, and DeepSpeed, whose
+# engine runs on CUDA (and ROCm) devices only.
+CUDA_WORDS = ("cuda", "gpu", "deepspeed")
+XLA_WORDS = ("xla", "tpu")
+
+
+def never_on_xla(test: ast.expr) -> bool:
+    """A condition that is false on XLA: `torch.cuda.is_available()`, `device == "cuda"`,
+    `not is_torch_xla_available()`."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _mentions(test.operand, *XLA_WORDS) and not _mentions(test.operand, *CUDA_WORDS)
+    return _mentions(test, *CUDA_WORDS) and not _mentions(test, *XLA_WORDS)
+
+
 def _non_xla_branches(node: ast.If) -> list[list[ast.stmt]]:
     """The branches of an `if` that only run off XLA."""
     test = node.test
     negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
     inner = test.operand if negated else test
-    cuda, xla = _mentions(inner, "cuda", "gpu"), _mentions(inner, "xla", "tpu")
+    cuda, xla = _mentions(inner, *CUDA_WORDS), _mentions(inner, *XLA_WORDS)
     if cuda and not xla:
         return [node.orelse] if negated else [node.body]
     if xla and not cuda:
         return [node.body] if negated else [node.orelse]
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
-            (_mentions(v, "cuda", "gpu") and not isinstance(v, ast.UnaryOp))
-            or (isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
-                and _mentions(v.operand, "xla", "tpu")) for v in test.values):
+            never_on_xla(v) for v in test.values):
         return [node.body]
     return []
 

@@ -49,12 +49,23 @@ def assigned(nodes: Iterable[ast.AST]) -> set[str]:
         elif isinstance(node, ast.withitem) and node.optional_vars is not None:
             targets = [node.optional_vars]
         for target in targets:
-            for sub in ast.walk(target):
-                if isinstance(sub, (ast.Name, ast.Attribute)):
-                    dotted = dotted_name(sub)
-                    if dotted:
-                        found.add(dotted)
+            found.update(bound_names(target, dotted=True))
     return found
+
+
+def bound_names(target: ast.AST, dotted: bool = False) -> set[str]:
+    """What an assignment target binds: `a`, each name of `a, (b, *c)`; with `dotted`, also
+    `self.state` for `self.state = ...` (never `self` itself, which is only read)."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return {n for e in target.elts for n in bound_names(e, dotted)}
+    if isinstance(target, ast.Starred):
+        return bound_names(target.value, dotted)
+    if dotted and isinstance(target, ast.Attribute):
+        name = dotted_name(target)
+        return {name} if name else set()
+    return set()
 
 
 def dotted_name(node: ast.AST) -> str:
@@ -234,9 +245,7 @@ def flow(statements: list[ast.AST], seeds: set[str],
                     and value is not None and carries(value, names):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
-                    for sub in ast.walk(target):
-                        if isinstance(sub, ast.Name):
-                            names.add(sub.id)
+                    names |= bound_names(target)
     return names
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tpujob.lint.module import Module, source_of
+from tpujob.lint.module import Module, never_on_xla, source_of
 from tpujob.lint.names import call_name, walk_local
 from tpujob.lint.syncs import SyncScan, flow, structural, test_parts
 
@@ -161,8 +161,15 @@ class _Loops:
 
     def _tensor_truth(self, test: ast.expr, tensors: set[str]) -> str:
         """`if torch.isnan(loss):`, `if loss > 10:`, `while not done.all():`: Python reads the
-        tensor's truth, an implicit `.item()`."""
-        for part in test_parts(test):
+        tensor's truth, an implicit `.item()`. In `if not is_torch_xla_available() and
+        torch.isnan(loss):` the tensor is never read on XLA: `and` stops at the first part."""
+        parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) \
+            else [test]
+        for index, value in enumerate(parts):
+            if never_on_xla(value):
+                parts = parts[:index]
+                break
+        for part in (p for value in parts for p in test_parts(value)):
             if structural(part):
                 continue
             if isinstance(part, ast.Call):
