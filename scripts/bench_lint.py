@@ -137,8 +137,9 @@ def corpus(root: Path, manifest: Path, show: bool, show_held_out: bool = False) 
     missing = [name for name, where in snapshots.items() if where is None]
     if missing:
         print(f"bench_lint: {len(missing)} of {len(repos)} snapshots missing under {root}: "
-              f"{', '.join(missing)}; fetch them (e.g. `git clone https://github.com/NAME`) "
-              f"and check out nothing: the commits in {manifest.name} are read with git show",
+              f"{', '.join(missing)}; clone them (e.g. `git clone --bare "
+              f"https://github.com/OWNER/NAME DIR/NAME.git`) to read the commits "
+              f"{manifest.name} names", 
               file=sys.stderr)
         return 2
     dev, held = Result(), Result()

@@ -207,3 +207,25 @@ def test_spread_deps(args: list[str], spread: list[str]) -> None:
     from tpujob.cli.lint import spread_deps
 
     assert spread_deps(args) == spread
+
+
+def test_min_severity_filters_notes_and_warnings(invoke, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import jax\nimport torch_xla\nimport torch\n\np = jax.pmap(f)\nm = torch.nn.Module().cuda()\n"
+        "layer = torch.nn.Linear(128, 200)\n")
+    every = invoke(str(tmp_path))
+    assert every.output.splitlines()[-1] == "1 error, 1 warning, 1 note"
+    warnings = invoke(str(tmp_path), "--min-severity", "warning")
+    assert warnings.output.splitlines()[-1] == "1 error, 1 warning"
+    only_errors = invoke(str(tmp_path), "--min-severity", "error")
+    assert [line.split()[1] for line in only_errors.output.splitlines()[:-1]] == ["TPU003"]
+    assert only_errors.exit_code == 1
+
+
+def test_an_unknown_min_severity_is_a_usage_error(invoke, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import jax\np = jax.pmap(f)\n")
+    result = invoke(str(tmp_path), "--min-severity", "warn")
+    assert isinstance(result.exception, UsageError)
+    assert result.exception.exit_code == 2
+    assert str(result.exception) == "--min-severity 'warn': use one of note, warning, error"
+    assert result.output == ""  # checked before any file is read or anything printed
