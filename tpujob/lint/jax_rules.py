@@ -101,17 +101,17 @@ class Jits:
         found: set[str] = set()
         for _ in range(2):  # a wrapper of a wrapper
             self.wrappers = found
-            for name, defs in self.defs.items():
-                for func in defs:
-                    params = [a.arg for a in func.args.posonlyargs + func.args.args]
-                    if not params:
-                        continue
-                    first = params[1] if params[0] in ("self", "cls") and len(params) > 1 \
-                        else params[0]
-                    if any(isinstance(n, ast.Call) and self.is_jit(n.func) and n.args
-                           and isinstance(n.args[0], ast.Name) and n.args[0].id == first
-                           for n in ast.walk(func)):
-                        found = found | {name}
+            for call in self.mod.of_type(ast.Call):
+                if not (call.args and isinstance(call.args[0], ast.Name)
+                        and self.is_jit(call.func)):
+                    continue
+                func = self.mod.scope_of.get(call)
+                if not isinstance(func, ast.FunctionDef):
+                    continue
+                params = [a.arg for a in func.args.posonlyargs + func.args.args]
+                params = params[1:] if params[:1] in (["self"], ["cls"]) else params
+                if params and call.args[0].id == params[0]:
+                    found = found | {func.name}
         return found
 
     def _options(self, node: ast.expr) -> ast.Call | bool | None:

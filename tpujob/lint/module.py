@@ -26,9 +26,9 @@ class Module:
         # imports torch_xla itself; the train script next to it does), else by this file. A
         # file that probes for torch_xla (`try: import torch_xla`) and also uses torch is
         # XLA-capable PyTorch code itself; a JAX file's probe makes nothing XLA code.
-        own = (Names(tree, unguarded_imports(tree)).imports("torch_xla")
-               or (self.names.imports("torch_xla") and self.names.imports("torch")
-                   and not self.names.imports("jax")))
+        own = self.names.imports("torch_xla") and (
+            Names(tree, unguarded_imports(tree)).imports("torch_xla")
+            or (self.names.imports("torch") and not self.names.imports("jax")))
         self.xla = own or bool(xla)
         self.findings: list[Finding] = []
         self._spans: list[tuple[int, int, str, bool]] | None = None
