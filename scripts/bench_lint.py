@@ -139,7 +139,7 @@ def corpus(root: Path, manifest: Path, show: bool, show_held_out: bool = False) 
         print(f"bench_lint: {len(missing)} of {len(repos)} snapshots missing under {root}: "
               f"{', '.join(missing)}; clone them (e.g. `git clone --bare "
               f"https://github.com/OWNER/NAME DIR/NAME.git`) to read the commits "
-              f"{manifest.name} names", 
+              f"{manifest.name} names",
               file=sys.stderr)
         return 2
     dev, held = Result(), Result()

@@ -3,14 +3,11 @@ the order findings come out in."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-import tpujob
 from tpujob.errors import UsageError
 from tpujob.lint import lint_paths, lint_sync_dir
 from tpujob.lint.files import GitIgnore, python_files

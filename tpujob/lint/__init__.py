@@ -58,24 +58,23 @@ def lint_paths(paths: Iterable[str | Path], deps: Iterable[str] = (),
             if key in seen:
                 continue
             seen.add(key)
-            raw = _read(file)
+            content = _read(file)
             if file.suffix != ".ipynb":
-                sources.append((file, raw, None))
+                sources.append((file, content, None))
                 continue
             try:
-                notebook = Notebook(raw, str(file))
+                book = Notebook(content, str(file))
             except UsageError as exc:
                 if "TPU000" in rules:
                     findings.append(finding("TPU000", str(file), 1, 1, detail=str(exc)))
                 continue
-            sources.append((file, notebook.source, notebook))
+            sources.append((file, book.source, book))
         # A single file decides for itself; in a set, one unconditional torch_xla import (the
         # train script) makes the model files next to it torch_xla code too.
         xla = None if len(sources) == 1 else any(imports_torch_xla(s) for _, s, _ in sources)
         for file, source, notebook in sources:
             found = check_source(source, str(file), rules, mxu, xla)
-            findings.extend(notebook.locate(f) for f in found) if notebook else \
-                findings.extend(found)
+            findings.extend([notebook.locate(f) for f in found] if notebook else found)
     return findings
 
 

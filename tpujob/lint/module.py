@@ -146,7 +146,7 @@ def _non_xla_branches(node: ast.If) -> list[list[ast.stmt]]:
     """The branches of an `if` that only run off XLA."""
     test = node.test
     negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-    inner = test.operand if negated else test
+    inner = test.operand if isinstance(test, ast.UnaryOp) and negated else test
     cuda, xla = _mentions(inner, *CUDA_WORDS), _mentions(inner, *XLA_WORDS)
     if cuda and not xla:
         return [node.orelse] if negated else [node.body]
