@@ -1,7 +1,7 @@
 """Measure `tpujob lint`: precision and recall on labelled real code, and speed.
 
     .venv/bin/python scripts/bench_lint.py --corpus /work/.mirror [--manifest M] [--show]
-    .venv/bin/python scripts/bench_lint.py --speed DIR      # a repository's tree
+    .venv/bin/python scripts/bench_lint.py --speed DIR [--limit 1000]  # a repository's tree
     .venv/bin/python scripts/bench_lint.py --speed jax      # an installed package
 
 --corpus: tests/lint/real/corpus.yaml names public repositories, the commit read and, per
@@ -189,7 +189,7 @@ def _sum(result: Result) -> Tally:
     return total
 
 
-def speed(target: str) -> int:
+def speed(target: str, limit: int | None = None) -> int:
     path = Path(target)
     try:
         root = path if path.exists() else package_dir(target)
@@ -197,10 +197,10 @@ def speed(target: str) -> int:
         print(f"bench_lint: {exc} ({sys.prefix}); name a directory or an installed package",
               file=sys.stderr)
         return 2
-    files = python_files(root)
+    files = python_files(root)[:limit]
     size_mb = sum(f.stat().st_size for f in files) / 1e6
     start, cpu_start = time.perf_counter(), time.process_time()
-    findings = lint_paths([root])
+    findings = lint_paths(files)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     print(f"tree       {root}")
     print(f"files      {len(files)} ({size_mb:.1f} MB of source)")
@@ -223,6 +223,8 @@ def main() -> int:
     mode.add_argument("--speed", metavar="DIR_OR_PACKAGE",
                       help="lint a directory or an installed package and time it")
     parser.add_argument("--manifest", type=Path, default=MANIFEST)
+    parser.add_argument("--limit", type=int, metavar="N",
+                        help="--speed: lint only the first N files (sorted), e.g. 1000")
     parser.add_argument("--show", action="store_true",
                         help="list every missed pitfall and false positive of the tuning set")
     parser.add_argument("--show-held-out", action="store_true",
@@ -234,7 +236,7 @@ def main() -> int:
             print(f"bench_lint: {args.corpus}: no such directory", file=sys.stderr)
             return 2
         return corpus(args.corpus, args.manifest, args.show, args.show_held_out)
-    return speed(args.speed)
+    return speed(args.speed, args.limit)
 
 
 if __name__ == "__main__":
