@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from tpujob.lint.module import Module, source_of
+from tpujob.lint.module import Module
 from tpujob.lint.names import call_name
 
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -162,10 +162,9 @@ class SyncScan:
         device = self.device(body, seeds)
         # A for loop's iterable is evaluated once, before the loop: not a per-step sync. A
         # while loop's test runs every iteration.
-        heads: list[ast.AST] = [loop] if isinstance(loop, ast.While) else []
+        if isinstance(loop, ast.While):
+            self._test(loop.test, device, varying, (), loop, todo=None)
         statements = list(getattr(loop, "body", [])) + list(getattr(loop, "orelse", []))
-        if heads:
-            self._test(loop.test, device, varying, (), loop, todo=None)  # type: ignore[attr-defined]
         self._scan(statements, device, varying, (), where=loop)
 
     def _test(self, test: ast.expr, device: set[str], varying: set[str],
@@ -181,8 +180,10 @@ class SyncScan:
             self._scan([test], device, varying, stack, where)
 
     def _emit(self, node: ast.AST, what: str, stack: tuple[ast.AST, ...], where: ast.AST) -> None:
-        line = getattr(where, "lineno", 0)
-        via = f" (called from the loop at line {line})" if stack else ""
+        # Named by function, not line: in a notebook the loop's line is in another cell.
+        symbol = self.mod.symbol_at(getattr(where, "lineno", 0))
+        loop = f"the loop in {symbol}()" if symbol else "a top-level loop"
+        via = f" (called every step from {loop})" if stack else ""
         self.mod.emit("TPU006", node, what + via)
 
     def _scan(self, roots: list[ast.AST], device: set[str], varying: set[str],
@@ -255,7 +256,3 @@ def _walk_no_defs(node: ast.AST):
         current = todo.pop()
         yield current
         todo.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, DEFS))
-
-
-def describe(node: ast.AST) -> str:
-    return source_of(node)
