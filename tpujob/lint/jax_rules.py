@@ -29,13 +29,16 @@ JIT_NAMES = {"jit", "pjit", "pmap", "shard_map", "xmap", "filter_jit", "filter_p
              "named_jit"}
 NOT_JAX = ("numba.", "torch.", "tensorflow.")  # their `jit`s trace nothing of JAX's
 PARTIALS = {"functools.partial"}
-ARRAY_MODULES = ("jax.", "numpy.", "math.")  # functions of array values
+# Functions of array values (jax's own internals, `jax._src.core`, are not).
+ARRAY_MODULES = ("jax.numpy.", "jax.lax.", "jax.nn.", "jax.scipy.", "jax.random.", "numpy.",
+                 "math.")
 BUILTIN_ARITH = {"abs", "min", "max", "sum", "round", "pow", "divmod"}
 STATIC_ATTRS = {"shape", "ndim", "dtype", "size", "sharding", "aval", "weak_type"}
 # Calls that read only an argument's type or structure (`jnp.ndim(x)`, `jax.typeof(x)`): the
 # abstract value is concrete while tracing, as `x.ndim` is.
 STATIC_CALLS = {"len", "isinstance", "type", "hasattr", "callable", "id", "ndim", "shape",
-                "isscalar", "typeof", "result_type"}
+                "isscalar", "typeof", "result_type", "iscomplexobj", "isrealobj", "issubdtype",
+                "axis_size", "dtype"}
 CONCRETE_CALLS = {"int", "float", "bool", "range"}
 # Layers whose widths reach the MXU: qualified name -> (position, keyword) of the output
 # width, the one a modeller chooses. An input width is whatever the layer before produces
@@ -150,10 +153,12 @@ class Jits:
         target: ast.expr = call.args[0]
         bound_positional = 0
         bound_names: set[str] = set()
+        bound_keywords = False  # partial(f, **options): any keyword-only parameter may be bound
         for _ in range(3):  # partial(f, ...), a wrapper make_step(f, cfg=...), nested
             if isinstance(target, ast.Call) and target.args:
                 bound_positional += len(target.args) - 1
                 bound_names |= {k.arg for k in target.keywords if k.arg}
+                bound_keywords |= any(k.arg is None for k in target.keywords)
                 target = target.args[0]
             else:
                 break
@@ -169,6 +174,8 @@ class Jits:
             positional = [a.arg for a in func.args.posonlyargs + func.args.args
                           if a.arg not in ("self", "cls")]
             static = _static_params(func, call) | set(positional[:bound_positional]) | bound_names
+            if bound_keywords:
+                static |= {a.arg for a in func.args.kwonlyargs}
             found.append((func, static))
         return found
 
@@ -196,8 +203,17 @@ def _dynamic_use(node: ast.AST, traced: set[str], resolve) -> str | None:
         return node.id if node.id in traced else None
     if isinstance(node, ast.Attribute) and node.attr in STATIC_ATTRS:
         return None
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+        # [a.shape for a in xs] is traced only through its element; a target is traced when
+        # what it iterates is.
+        inner = set(traced)
+        for generator in node.generators:
+            names = {n.id for n in ast.walk(generator.target) if isinstance(n, ast.Name)}
+            inner = inner | names if _dynamic_use(generator.iter, inner, resolve) \
+                else inner - names
+        return _dynamic_use(node.elt, inner, resolve)
     if isinstance(node, ast.Call):
-        if call_name(node) in STATIC_CALLS:
+        if call_name(node).lstrip("_") in STATIC_CALLS:  # lax._ndim(x) too
             return None
         qual = resolve(node.func)
         if qual is not None:
