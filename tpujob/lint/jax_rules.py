@@ -135,7 +135,10 @@ class Jits:
             for decorator in node.decorator_list:
                 options = self._options(decorator)
                 if options is not None:
-                    self.functions.append((node, _static_params(node, options)))
+                    static = _static_params(node, options)
+                    if self._filters(decorator):
+                        static |= _scalar_params(node)
+                    self.functions.append((node, static))
                     self.callables.add(node.name)
         for node in mod.of_type(ast.Call):
             if self.is_jit(node.func) and node.args:
@@ -163,7 +166,7 @@ class Jits:
             else:
                 break
         if isinstance(target, ast.Name):
-            defs = self.defs.get(target.id, [])
+            defs = self._visible(target.id, call)
         elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
               and target.value.id in ("self", "cls")):
             defs = self.defs.get(target.attr, [])
@@ -176,8 +179,45 @@ class Jits:
             static = _static_params(func, call) | set(positional[:bound_positional]) | bound_names
             if bound_keywords:
                 static |= {a.arg for a in func.args.kwonlyargs}
+            if self._filters(call):
+                static |= _scalar_params(func)
             found.append((func, static))
         return found
+
+    def _visible(self, name: str, at: ast.AST) -> list[ast.FunctionDef]:
+        """The definitions `name` means where `at` is, scope by scope outwards: a parameter of
+        an enclosing function (`def _pjit(self, fn): return pjit(fn)`) hides every `def fn`,
+        and a closure defined elsewhere is not visible."""
+        defs = self.defs.get(name, [])
+        scope: ast.AST | None = self.mod.scope_of.get(at)
+        while scope is not None and defs:
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = scope.args
+                if name in {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}:
+                    return []
+            local = [d for d in defs if self.mod.scope_of.get(d) is scope]
+            if local:
+                return local
+            outer = self.mod.scope_of.get(scope)
+            scope = None if outer is scope else outer
+        return []
+
+    def _filters(self, options: ast.AST) -> bool:
+        """equinox's filter_jit (and what wraps it): non-array arguments are static."""
+        node = options.func if isinstance(options, ast.Call) else options
+        qual = self.mod.names.resolve(node) or ""
+        return qual.rsplit(".", 1)[-1].startswith("filter_")
+
+
+SCALAR_TYPES = {"int", "bool", "str", "float"}
+
+
+def _scalar_params(func: ast.FunctionDef) -> set[str]:
+    """Parameters annotated as Python scalars (`seq_id: int`): static under filter_jit,
+    which traces only arrays."""
+    args = func.args.posonlyargs + func.args.args + func.args.kwonlyargs
+    return {a.arg for a in args if isinstance(a.annotation, ast.Name)
+            and a.annotation.id in SCALAR_TYPES}
 
 
 def _static_params(func: ast.FunctionDef, options: ast.Call | bool) -> set[str]:

@@ -130,8 +130,9 @@ def _dynamic_shapes(mod: Module, values: Values) -> None:
         assigns.setdefault(scope_of[node], []).append(node)
     scopes: dict[ast.AST, tuple[set[str], set[str]]] = {}
     for node in mod.of_type(ast.Subscript):
-        if not isinstance(node.ctx, ast.Load):
-            continue
+        if not isinstance(node.ctx, ast.Load) or (
+                isinstance(node.value, ast.Attribute) and node.value.attr == "at"):
+            continue  # JAX's x.at[mask].set(0) keeps x's shape (a file may import both)
         parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         bounds = [b for p in parts if isinstance(p, ast.Slice) for b in (p.lower, p.upper, p.step)
                   if b is not None and not isinstance(b, ast.Constant)]
