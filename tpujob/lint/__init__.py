@@ -74,14 +74,14 @@ def lint_paths(paths: Iterable[str | Path], deps: Iterable[str] = (),
         # A single file decides for itself; in a set, one unconditional torch_xla import (the
         # train script) makes the model files next to it torch_xla code too.
         xla = None if len(sources) == 1 else any(imports_torch_xla(s) for _, s, _ in sources)
-        checked = rules
-        if index == 0 and xla is False and any(JAX_IMPORT.search(s) for _, s, _ in sources):
-            # A JAX project without torch_xla: its PyTorch files are references and weight
-            # converters that never run under TorchXLA, where SDPA would fail. (A --deps
-            # package is scanned for SDPA whatever else it holds: diffusers has Flax files.)
-            checked = rules - {"TPU002"}
+        # A JAX project without torch_xla: its PyTorch files are references, tests and weight
+        # converters that run eagerly on the CPU, never under TorchXLA, so the PyTorch rules
+        # do not apply. (A --deps package is scanned for SDPA whatever else it holds:
+        # diffusers has Flax files.)
+        reference = index == 0 and xla is False and any(
+            JAX_IMPORT.search(s) for _, s, _ in sources)
         for file, source, notebook in sources:
-            found = check_source(source, str(file), checked, mxu, xla)
+            found = check_source(source, str(file), rules, mxu, xla, torch_reference=reference)
             findings.extend([notebook.locate(f) for f in found] if notebook else found)
     return findings
 

@@ -22,9 +22,10 @@ NEWER_SYNTAX = re.compile(r"\s*(type\s+\w+\s*[=\[]|(async\s+)?(def|class)\s+\w+\
 
 
 def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 128,
-                 xla: bool | None = None) -> list[Finding]:
+                 xla: bool | None = None, torch_reference: bool = False) -> list[Finding]:
     """Findings for one file's source, sorted by position. `xla`: whether the set of files
-    this one belongs to is torch_xla code (None: decide by this file's own imports)."""
+    this one belongs to is torch_xla code (None: decide by this file's own imports).
+    `torch_reference`: the set is a JAX project whose PyTorch code never runs on XLA."""
     try:
         with warnings.catch_warnings():
             # Invalid escape sequences in other people's code are not our findings.
@@ -44,7 +45,8 @@ def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 12
                             fix="run tpujob on the job's Python (3.12+) to check this file")]
         return [finding("TPU000", path, line, col, detail=detail)]
     mod = Module(tree, path, rules, mxu, xla)
-    torch_rules.check(mod)
+    if not torch_reference:
+        torch_rules.check(mod)
     jax_rules.check(mod)
     # The message breaks ties (two widths of one nn.Linear) so runs print the same order.
     found = sorted(set(mod.findings), key=lambda f: (f.line, f.col, f.rule, f.message))

@@ -253,8 +253,9 @@ def _dynamic_use(node: ast.AST, traced: set[str], resolve) -> str | None:
                 else inner - names
         return _dynamic_use(node.elt, inner, resolve)
     if isinstance(node, ast.Call):
-        if call_name(node).lstrip("_") in STATIC_CALLS:  # lax._ndim(x) too
-            return None
+        name = call_name(node).lstrip("_")  # lax._ndim(x) too
+        if name in STATIC_CALLS or name.startswith(("is_", "has_")):
+            return None  # scope.is_mutable_collection(...), x.is_fully_replicated(): structure
         qual = resolve(node.func)
         if qual is not None:
             if not qual.startswith(ARRAY_MODULES):
@@ -267,6 +268,10 @@ def _dynamic_use(node: ast.AST, traced: set[str], resolve) -> str | None:
         else:
             return None  # a function of this module or a parameter: its result is unknown
         return next((u for o in operands if (u := _dynamic_use(o, traced, resolve))), None)
+    if isinstance(node, ast.Compare) and any(
+            isinstance(c, ast.Constant) and isinstance(c.value, str)
+            for c in [node.left, *node.comparators]):
+        return None  # `v.tag == "hello"`: an array is never compared with a string: metadata
     if isinstance(node, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn))
                                              for op in node.ops):
         # Identity and membership (`"bias" in params`) look at the pytree's structure, which

@@ -27,3 +27,12 @@ class Table:
 
 
 jitted = jax.jit(lambda x: x)
+
+
+@jax.jit
+def lifted(scope, v):
+    # A method named is_/has_ asks about structure; a comparison with a string reads metadata.
+    if scope.is_mutable_collection("intermediates"):
+        v = v + 1
+    assert v.tag == "hello"
+    return v
