@@ -165,6 +165,7 @@ class Jits:
                 target = target.args[0]
             else:
                 break
+        bound_self = isinstance(target, ast.Attribute)
         if isinstance(target, ast.Name):
             defs = self._visible(target.id, call)
         elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
@@ -176,7 +177,8 @@ class Jits:
         for func in defs:
             positional = [a.arg for a in func.args.posonlyargs + func.args.args
                           if a.arg not in ("self", "cls")]
-            static = _static_params(func, call) | set(positional[:bound_positional]) | bound_names
+            static = (_static_params(func, call, bound_self) | set(positional[:bound_positional])
+                      | bound_names)
             if bound_keywords:
                 static |= {a.arg for a in func.args.kwonlyargs}
             if self._filters(call):
@@ -220,11 +222,30 @@ def _scalar_params(func: ast.FunctionDef) -> set[str]:
             and a.annotation.id in SCALAR_TYPES}
 
 
-def _static_params(func: ast.FunctionDef, options: ast.Call | bool) -> set[str]:
+def _static_params(func: ast.FunctionDef, options: ast.Call | bool,
+                   bound_self: bool = False) -> set[str]:
+    """Parameters the jit call's options make static: static_argnums/static_argnames, and
+    shard_map's arguments whose in_specs entry is None (not sharded: Python values).
+    `bound_self`: jit(self.method) counts positions after `self`."""
     positional = [a.arg for a in func.args.posonlyargs + func.args.args]
+    if bound_self and positional[:1] in (["self"], ["cls"]):
+        positional = positional[1:]
     static: set[str] = set()
     if not isinstance(options, ast.Call):
         return static
+    for keyword in options.keywords:
+        values = keyword.value.elts if isinstance(keyword.value, (ast.Tuple, ast.List)) \
+            else [keyword.value]
+        consts = [v.value for v in values if isinstance(v, ast.Constant)]
+        if keyword.arg == "static_argnums":
+            static.update(positional[i] for i in consts
+                          if isinstance(i, int) and -len(positional) <= i < len(positional))
+        elif keyword.arg == "static_argnames":
+            static.update(c for c in consts if isinstance(c, str))
+        elif keyword.arg == "in_specs" and isinstance(keyword.value, (ast.Tuple, ast.List)):
+            static.update(name for name, spec in zip(positional, keyword.value.elts)
+                          if isinstance(spec, ast.Constant) and spec.value is None)
+    return static
     for keyword in options.keywords:
         values = keyword.value.elts if isinstance(keyword.value, (ast.Tuple, ast.List)) \
             else [keyword.value]

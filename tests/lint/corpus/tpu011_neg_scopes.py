@@ -1,3 +1,5 @@
+import functools
+
 import equinox as eqx
 import jax
 from jax.experimental.pjit import pjit
@@ -36,3 +38,23 @@ def lifted(scope, v):
         v = v + 1
     assert v.tag == "hello"
     return v
+
+
+class Engine:
+    def compile(self):
+        # static_argnums of a bound method count after self: 1 is micro_steps.
+        self.update = jax.jit(self._update, static_argnums=(1,))
+
+    def _update(self, grads, micro_steps):
+        if micro_steps <= 1:
+            return grads
+        return grads / micro_steps
+
+
+def attention(mesh, specs):
+    @functools.partial(jax.shard_map, mesh=mesh, in_specs=(specs, None), out_specs=specs)
+    def kernel(q, cp_size):
+        if cp_size > 1:  # in_specs None: a Python value, not sharded
+            q = q * 2
+        return q
+    return kernel
