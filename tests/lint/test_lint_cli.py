@@ -36,7 +36,7 @@ def test_error_finding_exits_1_with_one_line_per_finding(invoke) -> None:
     result = invoke(str(CORPUS / "tpu003_pos.py"))
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[0].startswith(f"{CORPUS / 'tpu003_pos.py'}:6:13 TPU003 model.cuda(): ")
+    assert lines[0].startswith(f"{CORPUS / 'tpu003_pos.py'}:6:13 TPU003 error: model.cuda(): ")
     assert lines[0].endswith(")") and "(fix: " in lines[0]
     assert lines[-1] == "5 errors, 0 warnings"
 
@@ -58,10 +58,11 @@ def test_json_shape(invoke) -> None:
     result = invoke(str(CORPUS / "tpu004_pos.py"), "--json")
     assert result.exit_code == 0
     report = json.loads(result.output)
-    assert report["errors"] == 0 and report["warnings"] == 2
+    assert (report["errors"], report["warnings"], report["notes"]) == (0, 0, 2)
     first = report["findings"][0]
-    assert set(first) == {"path", "line", "col", "rule", "severity", "message", "fix", "symbol"}
-    assert (first["rule"], first["line"], first["severity"]) == ("TPU004", 9, "warning")
+    assert set(first) == {"path", "line", "col", "rule", "severity", "message", "fix", "symbol",
+                          "cell"}
+    assert (first["rule"], first["line"], first["severity"]) == ("TPU004", 9, "note")
     assert first["symbol"] == "wrap"
 
 
@@ -206,3 +207,25 @@ def test_spread_deps(args: list[str], spread: list[str]) -> None:
     from tpujob.cli.lint import spread_deps
 
     assert spread_deps(args) == spread
+
+
+def test_min_severity_filters_notes_and_warnings(invoke, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import jax\nimport torch_xla\nimport torch\n\np = jax.pmap(f)\nm = torch.nn.Module().cuda()\n"
+        "layer = torch.nn.Linear(128, 200)\n")
+    every = invoke(str(tmp_path))
+    assert every.output.splitlines()[-1] == "1 error, 1 warning, 1 note"
+    warnings = invoke(str(tmp_path), "--min-severity", "warning")
+    assert warnings.output.splitlines()[-1] == "1 error, 1 warning"
+    only_errors = invoke(str(tmp_path), "--min-severity", "error")
+    assert [line.split()[1] for line in only_errors.output.splitlines()[:-1]] == ["TPU003"]
+    assert only_errors.exit_code == 1
+
+
+def test_an_unknown_min_severity_is_a_usage_error(invoke, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import jax\np = jax.pmap(f)\n")
+    result = invoke(str(tmp_path), "--min-severity", "warn")
+    assert isinstance(result.exception, UsageError)
+    assert result.exception.exit_code == 2
+    assert str(result.exception) == "--min-severity 'warn': use one of note, warning, error"
+    assert result.output == ""  # checked before any file is read or anything printed

@@ -35,7 +35,7 @@ def test_findings_are_printed_and_the_job_recorded(cli, job_spec, stored_jobs, o
     result = cli("create", job_spec(MODEL_ERROR))
     assert result.code == 0, result.err
     finding, summary = result.err.splitlines()[:2]
-    assert ":6:16 TPU003 x.cuda(): CUDA device in torch_xla code (fix: " in finding
+    assert ":6:16 TPU003 error: x.cuda(): CUDA device in torch_xla code (fix: " in finding
     assert finding.split(":")[0].endswith("model.py")
     assert summary == "lint: 1 error, 0 warnings in the sync directory"
     assert "recorded" in result.out

@@ -68,12 +68,19 @@ def lint(
         help="Target accelerator type or generation, e.g. v6e-8 or v6e (its MXU width, "
              "256, is checked).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print findings as JSON.")] = False,
+    min_severity: Annotated[str, typer.Option(
+        "--min-severity", metavar="LEVEL",
+        help="Report only findings of this severity or above: note (all), warning, error.")
+    ] = "note",
 ) -> None:
-    """Check PyTorch/XLA and JAX code for TPU pitfalls. Exit 1 when a finding is an error."""
-    from tpujob.lint import errors, lint_paths, render_json, render_text
+    """Check PyTorch/XLA and JAX code (.py, .ipynb) for TPU pitfalls. Exit 1 when a finding
+    is an error."""
+    from tpujob.lint import at_least, errors, lint_paths, render_json, render_text
 
     packages = [p.strip() for item in deps for p in item.split(",") if p.strip()]
-    findings = lint_paths(paths, deps=packages, accelerator=accelerator)
+    # The level is checked before any file is read: a typo is a usage error, not an empty run.
+    at_least([], min_severity)
+    findings = at_least(lint_paths(paths, deps=packages, accelerator=accelerator), min_severity)
     typer.echo(render_json(findings) if json_output else render_text(findings))
     if errors(findings):
         raise typer.Exit(1)

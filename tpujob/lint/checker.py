@@ -12,7 +12,7 @@ from collections.abc import Collection
 
 from tpujob.lint import jax_rules, torch_rules
 from tpujob.lint.module import Module
-from tpujob.lint.names import Names
+from tpujob.lint.names import Names, unguarded_imports
 from tpujob.lint.rules import WARNING, Finding, finding
 
 IGNORE = re.compile(r"#\s*tpujob:\s*ignore\[([A-Za-z0-9_,\s]+)\]")
@@ -22,9 +22,10 @@ NEWER_SYNTAX = re.compile(r"\s*(type\s+\w+\s*[=\[]|(async\s+)?(def|class)\s+\w+\
 
 
 def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 128,
-                 xla: bool | None = None) -> list[Finding]:
+                 xla: bool | None = None, torch_reference: bool = False) -> list[Finding]:
     """Findings for one file's source, sorted by position. `xla`: whether the set of files
-    this one belongs to is torch_xla code (None: decide by this file's own imports)."""
+    this one belongs to is torch_xla code (None: decide by this file's own imports).
+    `torch_reference`: the set is a JAX project whose PyTorch code never runs on XLA."""
     try:
         with warnings.catch_warnings():
             # Invalid escape sequences in other people's code are not our findings.
@@ -44,7 +45,8 @@ def check_source(source: bytes, path: str, rules: Collection[str], mxu: int = 12
                             fix="run tpujob on the job's Python (3.12+) to check this file")]
         return [finding("TPU000", path, line, col, detail=detail)]
     mod = Module(tree, path, rules, mxu, xla)
-    torch_rules.check(mod)
+    if not torch_reference:
+        torch_rules.check(mod)
     jax_rules.check(mod)
     # The message breaks ties (two widths of one nn.Linear) so runs print the same order.
     found = sorted(set(mod.findings), key=lambda f: (f.line, f.col, f.rule, f.message))
@@ -63,7 +65,12 @@ def _newer_syntax(exc: SyntaxError | ValueError) -> bool:
 
 
 def imports_torch_xla(source: bytes) -> bool:
-    """Whether a file imports torch_xla (anywhere in it), as the rules would see it."""
+    """Whether a file imports torch_xla unconditionally: not under a `try:` or an `if`.
+
+    Libraries that merely support TPUs probe for it (`try: import torch_xla`, `if
+    is_torch_xla_available(): import torch_xla.core.xla_model as xm`); such a probe says
+    the file can run on XLA, not that the files next to it are XLA code (a JAX package with
+    one such probe is still JAX). The file itself is judged by Module."""
     if b"torch_xla" not in source:  # most files: no need to parse them twice
         return False
     try:
@@ -72,8 +79,7 @@ def imports_torch_xla(source: bytes) -> bool:
             tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return False
-    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    return Names(tree, imports).imports("torch_xla")
+    return Names(tree, unguarded_imports(tree)).imports("torch_xla")
 
 
 def ignored_lines(source: bytes) -> dict[int, set[str]]:

@@ -59,7 +59,8 @@ class GitIgnore:
 
 
 def python_files(path: Path) -> list[Path]:
-    """A file as given, or the .py files under a directory, sorted, minus ignored ones."""
+    """A file as given, or the .py and .ipynb files under a directory, sorted, minus ignored
+    ones."""
     if path.is_file():
         return [path]
     ignore = GitIgnore.of(path)
@@ -74,7 +75,7 @@ def python_files(path: Path) -> list[Path]:
             and not (here / d / "pyvenv.cfg").exists()
             and not ignore.ignored(prefix + d, is_dir=True))
         found.extend(here / f for f in sorted(files)
-                     if f.endswith(".py") and not ignore.ignored(prefix + f, is_dir=False))
+                     if f.endswith((".py", ".ipynb")) and not ignore.ignored(prefix + f, is_dir=False))
     return found
 
 

@@ -92,3 +92,19 @@ def walk_local(node: ast.AST):
             if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
                                       ast.ClassDef)):
                 todo.append(child)
+
+
+def unguarded_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Import statements outside every `try` and `if` (function bodies count: a script's
+    `def main(): import torch_xla` is as certain as a top-level one)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif not isinstance(node, (ast.Try, ast.If, ast.expr)) and \
+                type(node).__name__ != "TryStar":
+            todo.extend(ast.iter_child_nodes(node))
+    return found
+

@@ -14,8 +14,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tpujob.lint.module import Module, source_of
+from tpujob.lint.module import Module, never_on_xla, source_of
 from tpujob.lint.names import call_name, walk_local
+from tpujob.lint.syncs import SyncScan, flow, structural, test_parts
 
 XLA_SYNCS = {"torch_xla.core.xla_model.mark_step", "torch_xla.step", "torch_xla.sync",
              "torch_xla.core.xla_model.optimizer_step"}
@@ -25,6 +26,9 @@ HOST_SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
 HOST_SYNC_CALLS = {"print", "float", "int", "bool"}
 TRAINING_CALLS = {"backward", "step", "optimizer_step"}
 OPTIMIZER_NAMES = {"opt", "scaler", "grad_scaler"}
+# Tensor predicates whose truth Python reads: torch.isnan(loss) in an `if` is an .item().
+TRUTH_CALLS = {"isnan", "isinf", "isfinite", "any", "all", "equal", "allclose", "is_nonzero",
+               "gt", "lt", "ge", "le", "eq", "ne"}
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
@@ -111,7 +115,7 @@ class _Loops:
             return False
         if self._makes_loader(loop.iter):
             return True
-        used = {n.id for n in ast.walk(loop.iter) if isinstance(n, ast.Name)}
+        used = {n.id for n in ast.walk(loop.iter) if isinstance(n, ast.Name)} - {"self", "cls"}
         used |= {n.attr for n in ast.walk(loop.iter) if isinstance(n, ast.Attribute)}
         # A loader handed in as a parameter is, in a module that builds device loaders, one.
         return bool(used & self.loaders or (self.loaders and used & params))
@@ -127,8 +131,10 @@ class _Loops:
     def check_scope(self, scope: ast.AST) -> None:
         params = set()
         if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # A method's `self` is not a loader handed in: `for b in self.loader` is judged
+            # by the attribute's own binding.
             params = {a.arg for a in scope.args.posonlyargs + scope.args.args
-                      + scope.args.kwonlyargs}
+                      + scope.args.kwonlyargs} - {"self", "cls"}
         loops = [n for n in self.mod.of_type(*LOOPS) if self.mod.scope_of[n] is scope]
         # Callees count outside their own loops: an epoch loop calling `train_loop_fn(loader)`
         # does not grow the graph itself; the batch loop in train_loop_fn is judged where it is.
@@ -146,25 +152,37 @@ class _Loops:
                 self._host_syncs(loop)
 
     def _host_syncs(self, loop: ast.AST) -> None:
-        tensors = _tensor_names(loop)
-        # A for loop's iterable is evaluated once, before the loop: not a per-iteration sync.
-        heads: list[ast.AST] = [loop.test] if isinstance(loop, ast.While) else []
-        body: list[ast.stmt] = getattr(loop, "body", []) + getattr(loop, "orelse", [])  # a for or while loop
-        todo: list[tuple[ast.AST, bool]] = [(n, False) for n in heads + body]
-        while todo:
-            node, guarded = todo.pop()
-            if isinstance(node, DEFS) or (isinstance(node, LOOPS) and self.is_training(node)):
+        SyncScan(self.mod, is_step=self._runs_step, sync=_host_sync, device=_device_names,
+                 skip_loop=self.is_training, truth=self._tensor_truth).scan_loop(loop, set())
+
+    def _runs_step(self, node: ast.AST) -> bool:
+        flags = self.flags_of(walk_local(node))
+        return flags.backward or flags.step
+
+    def _tensor_truth(self, test: ast.expr, tensors: set[str]) -> str:
+        """`if torch.isnan(loss):`, `if loss > 10:`, `while not done.all():`: Python reads the
+        tensor's truth, an implicit `.item()`. In `if not is_torch_xla_available() and
+        torch.isnan(loss):` the tensor is never read on XLA: `and` stops at the first part."""
+        parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) \
+            else [test]
+        for index, value in enumerate(parts):
+            if never_on_xla(value):
+                parts = parts[:index]
+                break
+        for part in (p for value in parts for p in test_parts(value)):
+            if structural(part):
                 continue
-            if isinstance(node, ast.If):
-                todo.append((node.test, guarded))
-                todo.extend((child, True) for child in node.body + node.orelse)
+            if isinstance(part, ast.Call):
+                qual = self.mod.names.resolve(part.func) or ""
+                name = call_name(part)
+                if name in TRUTH_CALLS and (qual.startswith("torch.") or (
+                        isinstance(part.func, ast.Attribute)
+                        and _uses_on_device(part.func.value, tensors))):
+                    return f"Python `if` on {source_of(part)}"
                 continue
-            if not guarded and isinstance(node, ast.Call):
-                what = _host_sync(node, tensors)
-                if what:
-                    self.mod.emit("TPU006", node, what)
-                    continue  # one finding per expression: print(loss.item()) is one sync
-            todo.extend((child, guarded) for child in ast.iter_child_nodes(node))
+            if _uses_on_device(part, tensors):
+                return f"Python `if` on tensor {source_of(part)}"
+        return ""
 
 
 def _is_optimizer(func: ast.expr) -> bool:
@@ -189,22 +207,22 @@ def _walk_direct(loop: ast.AST):
         todo.extend(ast.iter_child_nodes(node))
 
 
-def _tensor_names(loop: ast.AST) -> set[str]:
+def _device_names(statements: list[ast.AST], seeds: set[str]) -> set[str]:
     """Names that hold tensors: what `.backward()` is called on, and what is computed from it
     on the device. `lossf = loss.item()` (or `float(loss)`, `loss.tolist()`,
     `loss.cpu().numpy()`) is a host value: the sync is the conversion's, reported there once,
     and printing `lossf` afterwards syncs nothing."""
-    nodes = list(walk_local(loop))
-    names = {n.func.value.id for n in nodes if isinstance(n, ast.Call)
-             and call_name(n) == "backward" and isinstance(n.func, ast.Attribute)
-             and isinstance(n.func.value, ast.Name)}
-    for _ in range(2):
-        for node in nodes:
-            if isinstance(node, (ast.Assign, ast.AugAssign)) and node.value is not None \
-                    and _uses_on_device(node.value, names):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                names.update(t.id for t in targets if isinstance(t, ast.Name))
-    return names
+    nodes = [n for s in statements for n in walk_local(s)]
+    names = set(seeds)
+    for n in nodes:
+        if isinstance(n, ast.Call) and call_name(n) == "backward" \
+                and isinstance(n.func, ast.Attribute):
+            # loss.backward(); accelerator.backward(loss) and Lightning's
+            # manual_backward(loss) take the loss as their argument: the engine is no tensor.
+            tensor = n.args[0] if n.args else n.func.value
+            if isinstance(tensor, ast.Name):
+                names.add(tensor.id)
+    return flow(statements, names, _uses_on_device)
 
 
 def _is_conversion(call: ast.Call) -> bool:
@@ -221,7 +239,14 @@ def _uses_on_device(expr: ast.AST, tensors: set[str]) -> bool:
     return next(_device_reads([expr], tensors), None) is not None
 
 
-def _host_sync(call: ast.Call, tensors: set[str]) -> str:
+def _host_sync(call: ast.AST, tensors: set[str]) -> str:
+    if isinstance(call, ast.JoinedStr):
+        for sub in _device_reads([v for v in call.values if isinstance(v, ast.FormattedValue)],
+                                 tensors):
+            return f"f-string formats tensor {sub.id!r}"
+        return ""
+    if not isinstance(call, ast.Call):
+        return ""
     name = call_name(call)
     if isinstance(call.func, ast.Attribute) and name in HOST_SYNC_METHODS and not call.args:
         return f"{source_of(call)}"

@@ -130,8 +130,9 @@ def _dynamic_shapes(mod: Module, values: Values) -> None:
         assigns.setdefault(scope_of[node], []).append(node)
     scopes: dict[ast.AST, tuple[set[str], set[str]]] = {}
     for node in mod.of_type(ast.Subscript):
-        if not isinstance(node.ctx, ast.Load):
-            continue
+        if not isinstance(node.ctx, ast.Load) or (
+                isinstance(node.value, ast.Attribute) and node.value.attr == "at"):
+            continue  # JAX's x.at[mask].set(0) keeps x's shape (a file may import both)
         parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         bounds = [b for p in parts if isinstance(p, ast.Slice) for b in (p.lower, p.upper, p.step)
                   if b is not None and not isinstance(b, ast.Constant)]
@@ -150,17 +151,6 @@ def _dynamic_shapes(mod: Module, values: Values) -> None:
             mod.emit("TPU007", node, f"boolean-mask indexing {source_of(node)}")
         elif any(_from_values(b, counts, on_host) for b in bounds):
             mod.emit("TPU007", node, f"slice length from tensor values {source_of(node)}")
-    collates = _collate_functions(mod)
-    if collates:
-        calls = mod.of_type(ast.Call)
-        padded = {scope_of[c] for c in calls if "pad" in call_name(c).lower()}
-        for call in calls:
-            scope = scope_of[call]
-            if scope in collates and scope not in padded and resolve(call.func) == "torch.stack":
-                mod.emit("TPU007", call, "torch.stack of variable-length tensors in a collate "
-                         "function",
-                         fix="pad every sample to a fixed length (and return a mask) before "
-                             "torch.stack")
 
 
 def _scope_names(assigns: list[ast.Assign], resolve, on_host) -> tuple[set[str], set[str]]:
@@ -220,20 +210,6 @@ def _value_call(node: ast.AST, on_host) -> bool:
     they size is as static as a literal."""
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and node.func.attr in VALUE_CALLS and not on_host(node.func.value))
-
-
-def _collate_functions(mod: Module) -> set[ast.AST]:
-    """Functions named *collat*, methods of classes named *collat*, and `collate_fn=` targets."""
-    passed = {k.value.id for n in mod.of_type(ast.Call) for k in n.keywords
-              if k.arg == "collate_fn" and isinstance(k.value, ast.Name)}
-    found: set[ast.AST] = set()
-    for node in mod.of_type(ast.ClassDef):
-        if "collat" in node.name.lower():
-            found.update(n for n in node.body if isinstance(n, ast.FunctionDef))
-    for node in mod.of_type(ast.FunctionDef):
-        if "collat" in node.name.lower() or node.name in passed:
-            found.add(node)
-    return found
 
 
 def _uses_spmd(mod: Module) -> bool:

@@ -211,6 +211,9 @@ class Values:
             qual = self.resolve(node.func)
             if qual is not None:
                 return qual.startswith("numpy.")
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "numpy" \
+                    and not node.args:
+                return True  # a tensor's .numpy(): an array on the host
             return (isinstance(node.func, ast.Attribute) and not self._returns_tensor(
                 node, scope, depth) and self.is_numpy(node.func.value, scope, depth + 1))
         if isinstance(node, (ast.Subscript, ast.Attribute)):

@@ -16,11 +16,3 @@ def select(x, lengths, scores):
     head = x[:n]  # expect: TPU007
     return x[: x.sum()]  # expect: TPU007
 
-
-def collate(samples):
-    return torch.stack([s["ids"] for s in samples])  # expect: TPU007
-
-
-class DataCollator:
-    def __call__(self, features):
-        return {"x": torch.stack(features)}  # expect: TPU007

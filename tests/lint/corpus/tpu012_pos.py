@@ -1,7 +1,7 @@
 import flax.linen as nn
 from flax import nnx
 
-HIDDEN = 1000
+HIDDEN = 520
 
 
 class MLP(nn.Module):
@@ -14,4 +14,4 @@ class MLP(nn.Module):
         return nn.Dense(1024)(x)
 
 
-layer = nnx.Linear(768, 3000, rngs=nnx.Rngs(0))  # expect: TPU012
+layer = nnx.Linear(3000, 400, rngs=nnx.Rngs(0))  # expect: TPU012

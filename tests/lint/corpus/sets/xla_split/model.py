@@ -7,7 +7,7 @@ from torch.utils.checkpoint import checkpoint as ckpt
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.proj = nn.Linear(1000, 512)  # expect: TPU012
+        self.proj = nn.Linear(512, 300)  # expect: TPU012
         nn.init.normal_(self.proj.weight)  # expect: TPU009
 
     def forward(self, x):
