@@ -17,7 +17,7 @@ Against a fresh emulator (hosts on) and a store of its own (SQLite in a temporar
 After `--minutes`, with every fault off, it sweeps until nothing changes, then checks:
 1. every job RUNNING or in an end state;
 2. every node and queued resource belongs to the live attempt of an active job, none twice,
-   and `tpujob gc --json --min-age 0` finds no orphan;
+   and `tpujob gc --json` finds no orphan;
 3. each job's events in order, every state move legal and chained from the one before;
 4. runtime jobs: steps never go back; an attempt ended by a SIGTERM preemption loses no step
    when its program wrote its checkpoint within the grace (status.json `preempted`, read as the
@@ -391,7 +391,7 @@ def main() -> int:
         settle_sweeps = night.settle()
         violations, checks = soak_invariants.check(
             night, zone=ZONE, compute_zone=CE_ZONE, checkpoint_every=CHECKPOINT_EVERY,
-            gc=lambda: tpujob("gc", "--json", "--min-age", "0"))
+            gc=lambda: tpujob("gc", "--json"))
         report(night, args, time.monotonic() - started, settle_sweeps, violations, checks)
     finally:
         night.stop.set()

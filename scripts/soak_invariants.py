@@ -14,7 +14,7 @@ from typing import Callable
 def check(night, *, zone: str, compute_zone: str, checkpoint_every: int,
           gc: Callable[[], subprocess.CompletedProcess]) -> tuple[list[str], int]:
     """The invariants on what the night (`soak.Night`) left: (violations, checks made). `gc`
-    runs `tpujob gc --json --min-age 0` on the night's store."""
+    runs `tpujob gc --json` on the night's store."""
     from tpujob.store.states import ENDED, TRANSITIONS, State
 
     ctx, violations, checks = night.ctx, [f"not settled after the faults stopped: {u}" for u in night.unsettled], 1
