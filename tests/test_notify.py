@@ -303,6 +303,9 @@ def test_a_webhook_that_holds_its_answer_never_holds_up_the_sweeps(ctx, spec_fil
         sweeps: list[int] = []
 
         class Reconciler:
+            def use_ssh_keys(self, keys):  # the lab's keys, read again before each sweep
+                pass
+
             def sweep(self, ids=None):  # the first one ends the job (a move that notifies)
                 if not sweeps:
                     run_to(ctx, job.id, (State.SUCCEEDED, {}))
@@ -353,7 +356,7 @@ def test_requeue_ends_by_its_deadline_while_a_webhook_drips(ctx, spec_file, monk
     import subprocess
     import sys
 
-    monkeypatch.setenv("TPUJOB_NOTIFY_TIMEOUT", "1")
+    monkeypatch.setenv("TPUJOB_NOTIFY_TIMEOUT", "2")
     drip = Drip()
     try:
         job = record(ctx, spec_file, [{"webhook": drip.url()}])
@@ -364,8 +367,12 @@ def test_requeue_ends_by_its_deadline_while_a_webhook_drips(ctx, spec_file, monk
             pytest.fail("requeue never ended")
         assert ending.returncode == 0, ending.stderr
         (row,) = outbox_rows(ctx, job.id)  # left for the next sweep, not claimed by a process now gone
-        assert (row.status, row.attempts, row.last_error, row.claimed_by) == (
-            "pending", 1, "no answer within 1 s", None)
+        assert (row.status, row.claimed_by) == ("pending", None)
+        # Tried and cut at its deadline; or, on a machine so loaded that the courier had not
+        # started it within one deadline of the sweep's end, never started (the process ends
+        # all the same: no send starts past that).
+        assert (row.attempts, row.last_error) in {(1, "no answer within 2 s"), (0, None)}
+        assert drip.connected.is_set() == (row.attempts == 1)
     finally:
         drip.close()
 

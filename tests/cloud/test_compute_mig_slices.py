@@ -156,7 +156,10 @@ def test_a_mig_whose_vms_run_is_ready_only_once_its_topology_is_active(compute, 
     server.emulator.set_faults(None, provisioning_delay=0.05)
     compute.request_node(request("tpujob-000012-1"))
     seen = until(compute, "tpujob-000012-1", SlicePhase.PROVISIONING)
-    while "RUNNING" not in seen.node_state or "4/4" not in seen.node_state:
+    # The MIG and its VMs are two reads: the VMs may already run while the MIG read just before
+    # them was not stable yet (no topology state to say). Every look until both agree is one
+    # that must not call the slice READY.
+    while "RUNNING" not in seen.node_state or "4/4" not in seen.node_state or not seen.detail:
         seen = compute.get_slice(PROJECT, ZONE, "tpujob-000012-1")
         assert seen.phase is SlicePhase.PROVISIONING, seen
     assert (seen.phase, seen.detail, seen.hosts) == (SlicePhase.PROVISIONING, "topology ACTIVATING", ())

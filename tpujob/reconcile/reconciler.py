@@ -100,6 +100,16 @@ class Reconciler:
     def config_errors(self) -> dict[int, LocationDenied]:
         return self.acting.config_errors
 
+    @property
+    def node_problems(self) -> dict[int, str]:
+        """Jobs whose hosts this node could not log in on in the last sweep, and why (left alone)."""
+        return self.acting.node_problems
+
+    def use_ssh_keys(self, keys: tuple[str, ...]) -> None:
+        """The `ssh-keys` lines new slices get from now on: a `watch` reads the lab's again
+        before each sweep, so a node that joined since is let in on the next slice."""
+        self.acting.ssh_keys = keys
+
     def sweep(self, job_ids: list[int] | None = None) -> SweepReport:
         started, calls0 = time.monotonic(), self.cloud.api_calls
         report = SweepReport()

@@ -126,7 +126,7 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | 
     with watchers.watching(interval) as heartbeat, courier(ctx) as notices:
         while (max_sweeps is None or count < max_sweeps) and not stop.is_set():
             if count:  # seen again, and the keys of nodes that joined since go on new slices
-                rec.acting.ssh_keys = lab_ssh_keys(ctx)
+                rec.use_ssh_keys(lab_ssh_keys(ctx))
             on_report(rec.sweep())
             notices.wake()
             heartbeat.touch()
@@ -175,11 +175,11 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
                 raise rec.auth_errors[job_id]
             # This node cannot log in on the hosts (the job is left as it is): said once a second
             # sweep agrees, as a key this node just added to the slice lets it in on the next one.
-            refused = refused + 1 if job_id in rec.acting.node_problems else 0
+            refused = refused + 1 if job_id in rec.node_problems else 0
             if refused >= 2:
                 from tpujob.errors import SshAuthRefused
 
-                raise SshAuthRefused(rec.acting.node_problems[job_id])
+                raise SshAuthRefused(rec.node_problems[job_id])
             job = ctx.store.get(job_id)
             state = State(job.state)
             if state == State.FAILED and job_id in rec.config_errors:  # a zone the project may not use
