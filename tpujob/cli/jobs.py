@@ -171,6 +171,10 @@ def register(app: typer.Typer) -> None:
             data["hosts_error"] = detail.hosts_error
         data["accounting"] = {**{c: getattr(detail.job, c) for c in _SHOWN_COUNTERS},
                               **dataclasses.asdict(detail.accounting)}
+        data["ledger"] = detail.ledger.to_json()
+        ledgers = dict(detail.attempt_ledgers)
+        for row in data["attempts"]:
+            row["ledger"] = ledgers[row["number"]].to_json() if row["number"] in ledgers else None
         if timeline:
             from tpujob.cli.timeline import timeline_dict
 
@@ -186,6 +190,7 @@ def register(app: typer.Typer) -> None:
         if far is not None and (far.step is not None or detail.job.state == "RUNNING"):
             typer.echo(f"{'progress:':<14}{progress.describe(far)}")
         _print_accounting(detail.job, detail.accounting)
+        _print_ledger(detail.ledger)
         if timeline:
             from tpujob.cli.timeline import print_timeline
 
@@ -306,6 +311,18 @@ def _print_accounting(job, acc) -> None:
     for lost in acc.lost_steps:
         typer.echo(f"  attempt {lost['attempt']} preempted at step {lost['last_step']}, next resumed from "
                    f"{lost['resumed_from_step']}: {lost['lost_steps']} steps lost")
+
+
+def _print_ledger(led) -> None:
+    """Where the wall time and dollars went: the ledger's buckets that hold any time, largest first."""
+    parts = []
+    for name, secs in sorted(led.buckets.items(), key=lambda kv: -kv[1]):
+        if secs > 0:
+            usd = led.dollars.get(name)
+            parts.append(f"{name} {duration_text(secs)}" + (f" ${usd:.2f}" if usd else ""))
+    typer.echo("  ledger: " + (", ".join(parts) or "nothing yet"))
+    if led.not_reported:
+        typer.echo(f"  not reported by the program: {', '.join(led.not_reported)}")
 
 
 def follow_job(ctx, job_id: int, *, wait: bool, timeout: float, quiet: bool):

@@ -26,6 +26,7 @@ from tpujob.names import (
 )
 from tpujob.service.accounting import account
 from tpujob.service.context import Context
+from tpujob.service.ledger import Ledger, attempt_ledgers, job_ledger, price_of
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
 from tpujob.spec.stored import api_of, spec_of
@@ -209,6 +210,8 @@ class JobDetail:
     events: list[Event]
     accounting: Accounting      # the night's story in numbers
     timeline: Timeline          # the same story as bars
+    ledger: Ledger              # where the wall time and dollars went, per bucket
+    attempt_ledgers: list[tuple[int, Ledger]]  # the same, per attempt (its number)
     hosts: list[HostProgram] | None = None  # one per host, while the program runs
     hosts_error: str = ""       # why the hosts could not be asked
     run_dir: RunDirStatus | None = None  # the current attempt's status.json, heartbeat
@@ -222,9 +225,11 @@ def show(ctx: Context, ref: str) -> JobDetail:
     job = ctx.store.find(ref)
     attempts, events = ctx.store.attempts(job.id), ctx.store.events(job.id)
     now = time.time()
-    detail = JobDetail(job, attempts, events, account(job, attempts, events, now),
-                       timeline(job, attempts, events, now))
     spec = spec_of(job)
+    price = price_of(spec.spec.tpu.provisioning)
+    detail = JobDetail(job, attempts, events, account(job, attempts, events, now),
+                       timeline(job, attempts, events, now), job_ledger(job, attempts, events, now, price),
+                       attempt_ledgers(job, attempts, events, now, price))
     if detail.attempts and spec.spec.run_dir:
         from tpujob.attempt import run_dirs
         from tpujob.cloud.gcs import Gcs

@@ -3,6 +3,7 @@ and what is recorded on it as it runs (its cause, growth, create operation, host
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 from sqlalchemy import and_, update
@@ -105,11 +106,14 @@ class Attempts(Transactions):
 
     def record_steps(self, job_id: int, number: int, *, last_step: int | None = None,
                      resumed_from_step: int | None = None, total_steps: int | None = None,
-                     at: float | None = None) -> None:
+                     at: float | None = None, reported: dict[str, int] | None = None) -> None:
         """What the runtime reported for an attempt: its latest step (a sample of the progress
-        series when `at` is given), the step it resumed from, the total it runs to."""
+        series when `at` is given), the step it resumed from, the total it runs to, and what it
+        measured for the ledger (`reported`: milliseconds by name, service/ledger.Reported)."""
         values: dict[str, Any] = {k: v for k, v in (("last_step", last_step), ("resumed_from_step", resumed_from_step),
                                     ("total_steps", total_steps)) if v is not None}
+        if reported:
+            values["reported"] = json.dumps(reported, sort_keys=True)
         if not values:
             return
         where = and_(col(Attempt.job_id) == job_id, col(Attempt.number) == number)

@@ -69,6 +69,9 @@ class Attempt(SQLModel, table=True):
     # (JSON {node: create operation}, plus "failed_at" once a try failed).
     nodes: str | None = None
     growing: str | None = None
+    # What the bundled runtime measured of it (JSON of milliseconds: compile_ms, restore_ms,
+    # checkpoint_ms, step_ms, save_ms; service/ledger.Reported reads it). None: nothing reported.
+    reported: str | None = None
 
 
 class Event(SQLModel, table=True):
