@@ -31,6 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tpujob.reconcile.placement import NO_SLICE
 from tpujob.service.timeline import state_spans
 from tpujob.store.states import AttemptEnd
 
@@ -38,9 +39,6 @@ BUCKETS = ("waiting", "provisioning", "setup", "compile", "restore", "training",
            "checkpoint", "hung", "running", "recovering", "stopped")
 REPORTED = ("compile", "restore", "checkpoint", "lost_work")  # only the runtime knows these
 _FREE = frozenset({"waiting", "stopped"})
-_NO_SLICE = frozenset({AttemptEnd.NO_CAPACITY.value, AttemptEnd.REFUSED.value, AttemptEnd.UNAVAILABLE.value,
-                       AttemptEnd.NO_QUOTA.value, AttemptEnd.NO_ZONE_QUOTA.value,
-                       AttemptEnd.LOCATION_DENIED.value})
 _STATE_BUCKET = {"PENDING": "waiting", "SETTING_UP": "setup", "RECOVERING": "recovering",
                  "SUCCEEDED": "stopped", "FAILED": "stopped", "CANCELLED": "stopped", "DELETED": "stopped"}
 
@@ -159,7 +157,7 @@ def job_ledger(job, attempts, events, now: float, price: Price, *, lo: float | N
             continue
         attempt = owner(a)
         if state == "PROVISIONING":
-            got_slice = attempt is not None and attempt.end_reason not in _NO_SLICE
+            got_slice = attempt is not None and attempt.end_reason not in NO_SLICE
             add("provisioning" if got_slice else "waiting", b - a, attempt, a)
         elif state == "RUNNING" and attempt is not None:
             _split_running(attempt, attempts, reports, a, b, add, unreported, ran)
