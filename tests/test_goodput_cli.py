@@ -112,3 +112,45 @@ def test_report_refuses_bad_options(cli, args, words):
 def test_report_with_no_jobs(cli):
     result = cli("report")
     assert result.code == 0 and "no jobs in the last 7d" in result.out
+
+
+AUTO = """\
+name: auto
+tpu:
+  accelerator: v5litepod-8
+  zone: us-east5-a
+  placement: {placement}
+  fallback:
+    - zone: us-east5-b
+    - zone: us-west4-a
+run:
+  command: python train.py
+"""
+
+
+@pytest.mark.parametrize("placement, history, first, order", [
+    # the flaky zone written first is tried last; the calm one first, the unseen one between
+    ("auto", True, "us-east5-b", ["us-east5-b", "us-west4-a", "us-east5-a"]),
+    ("auto", False, "us-east5-a", ["us-east5-a", "us-east5-b", "us-west4-a"]),  # cold start: as written
+    ("ordered", True, "us-east5-a", ["us-east5-a", "us-east5-b", "us-west4-a"]),
+])
+def test_placement_auto_orders_by_the_history(tmp_path, request, placement, history, first, order):
+    from tpujob.service import jobs
+    from tpujob.spec.stored import spec_of
+
+    if history:
+        request.getfixturevalue("lab")
+    path = tmp_path / "job.yaml"
+    path.write_text(AUTO.format(placement=placement))
+    ctx = Context.load()
+    job, _ = jobs.record(ctx, str(path))
+    assert job.zone == first
+    assert [z for _, z in spec_of(ctx.store.get(job.id)).placements()] == order
+    said = [e.message for e in ctx.store.events(job.id) if e.kind == "placement"]
+    if placement == "ordered":
+        assert said == []
+    elif history:
+        assert said[0].startswith("placement auto, best first by expected goodput per dollar: us-east5-b")
+        assert "us-east5-a (v5litepod-8): MTBI" in said[0] and "6 runs, 6 interruptions" in said[0]
+    else:
+        assert said == ["placement auto: no history yet, the spec's order"]

@@ -128,13 +128,35 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
                                    default_project=ctx.default_project)
     from tpujob.owners import current_user, this_node
 
+    why = ""
+    if resolved.spec.tpu.placement == "auto" and len(resolved.placements()) > 1:
+        resolved, why = _auto_placement(ctx, resolved)
+    accelerator, zone = resolved.placements()[0]
     job = ctx.store.add_job(
         name=resolved.spec.name, spec_yaml=text, spec_json=json.dumps(resolved.to_json_dict()),
-        accelerator=resolved.accelerator, zone=resolved.zone, project=resolved.project,
+        accelerator=accelerator, zone=zone, project=resolved.project,
         cloud=ctx.settings.cloud, keep_slice=keep_slice,
         owner=current_user(ctx.settings), from_node=this_node(),
     )
+    if why:
+        ctx.store.add_event(job.id, "placement", why)
     return job, resolved
+
+
+def _auto_placement(ctx: Context, resolved: ResolvedSpec) -> tuple[ResolvedSpec, str]:
+    """`placement: auto`: the placements by expected goodput per dollar from the store's
+    history, and the event that says the order and what it rests on."""
+    from tpujob.durations import duration_text
+    from tpujob.service.goodput import auto_placement
+
+    written = resolved.placements()
+    ranked = auto_placement(ctx, written, resolved.provisioning)
+    said = "; ".join(f"{written[c.index][1]} ({written[c.index][0]}): MTBI {duration_text(c.mtbi)} from "
+                     f"{c.evidence.runs} runs, {c.evidence.interruptions} interruptions" for c in ranked)
+    cold = not any(c.evidence.requests for c in ranked)
+    why = ("placement auto: no history yet, the spec's order" if cold
+           else f"placement auto, best first by expected goodput per dollar: {said}")
+    return resolved.model_copy(update={"placement_order": tuple(c.index for c in ranked)}), why
 
 
 class Created(NamedTuple):
