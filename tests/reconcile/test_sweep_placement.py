@@ -126,3 +126,33 @@ def test_a_node_update_refused_on_a_preempted_node_ends_the_attempt_as_a_preempt
     assert first not in nodes(server, Z1)  # deleted: a preempted node holds quota
     rec.sweep()
     assert store.get(job.id).state == "RUNNING"
+
+
+def _moved_then_preempted(server, store, placement: str):
+    """A job whose best placement (its first) stocked out, moved to the fallback, ran there and
+    was preempted there, the stockout over by then: where its next attempt goes."""
+    server.emulator.stockout(Z1, None, clear=False)
+    job = add_job(store, spec(Z1, f"[{{accelerator: {V5E}, zone: {Z2}}}]", tpu_extra=f", placement: {placement}"))
+    rec = Reconciler(store, cloud_for(server), Hosts(), "me")
+    for _ in range(5):
+        if store.get(job.id).state == "RUNNING":
+            break
+        rec.sweep()
+    assert (store.get(job.id).state, store.get(job.id).zone) == ("RUNNING", Z2)
+    server.emulator.stockout(Z1, None, clear=True)
+    server.emulator.preempt(store.current_attempt(job.id).slice_name)
+    for _ in range(5):
+        rec.sweep()
+        if store.get(job.id).preemptions and store.get(job.id).state == "RUNNING":
+            break
+    return [(a.zone, a.end_reason) for a in store.attempts(job.id)]
+
+
+def test_placement_auto_goes_back_to_its_best_placement_after_a_preemption(server, store):
+    assert _moved_then_preempted(server, store, "auto") == [
+        (Z1, "no_capacity"), (Z2, "preempted"), (Z1, None)]
+
+
+def test_placements_as_written_stay_where_the_preemption_was(server, store):
+    assert _moved_then_preempted(server, store, "ordered") == [
+        (Z1, "no_capacity"), (Z2, "preempted"), (Z2, None)]

@@ -59,3 +59,10 @@ def following(current: int, count: int, skip: frozenset[int]) -> int:
         if candidate not in skip:
             return candidate
     return (current + 1) % count
+
+
+def after_interruption(current: int, *, auto: bool) -> int:
+    """The placement of the attempt after one whose slice ran and was lost: the same one as
+    written (a preemption says nothing of capacity elsewhere); with `placement: auto`, the
+    best one again, as the slice that was lost freed the job from the miss that moved it on."""
+    return 0 if auto else current

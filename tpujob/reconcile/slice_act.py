@@ -30,7 +30,7 @@ from tpujob.reconcile.observe import refusal_of
 from tpujob.reconcile.outcome import Outcome, done, refused, retry_after
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
-from tpujob.store.states import State
+from tpujob.store.states import AttemptEnd, State
 
 if TYPE_CHECKING:
     from tpujob.reconcile.act import Actor, Turn
@@ -57,6 +57,8 @@ def start_attempt(actor: Actor, turn: Turn, action: StartAttempt) -> Outcome:
     if action.next_placement:
         placement = placing.following(job.placement, len(options),
                                       placing.blocked(options, actor.store.attempts(job.id)))
+    elif attempt is not None and attempt.end_reason == AttemptEnd.PREEMPTED:
+        placement = placing.after_interruption(job.placement, auto=spec.spec.tpu.placement == "auto")
     accelerator, zone = options[placement]
     if placement != job.placement:
         crash_point("placement")  # chosen, nothing written yet: the next sweep chooses again
