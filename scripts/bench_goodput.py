@@ -166,7 +166,7 @@ class Lab:
             restart_end = ready + RESTART
             tau = self.interval(z, ready, true_save)
             self.totals.intervals.append(tau)
-            progress, saved_time, ckpt_time = kept, 0.0, 0.0
+            progress, reached, ckpt_time = kept, kept, 0.0
             resumed = kept
             if restart_end >= end_at:
                 t = end_at
@@ -176,10 +176,11 @@ class Lab:
                 while progress < WORK:
                     seg = min(tau, WORK - progress)
                     if t + seg + true_save > end_at:
+                        reached = progress + min(seg, max(0.0, end_at - t))  # lost past the checkpoint
                         break
                     t += seg + true_save
                     progress += seg
-                    kept = progress
+                    kept = reached = progress
                     ckpt_time += true_save
                     if not measured:
                         self.saves.append(true_save * rng.uniform(0.9, 1.1))  # the runtime's measure
@@ -191,10 +192,10 @@ class Lab:
             self.samples.append(Sample(Key(ZONES[z], ACC, PROVISIONING), waited, True, t - ready, interrupted))
             attempt.ended_at = t
             attempt.end_reason = "preempted" if interrupted else ("succeeded" if kept >= WORK else "cancelled")
-            attempt.last_step = int(kept)  # a "step" is a training second
+            # a "step" is a training second: the ledger counts the steps redone after a resume
+            attempt.last_step = int(reached)
             attempt.resumed_from_step = int(resumed)
-            attempt.reported = ('{"restore_ms": %d, "checkpoint_ms": %d, "step_ms": 1000}'
-                                % (min(RESTART, max(0.0, t - ready)) * 1000, ckpt_time * 1000))
+            attempt.reported = f'{{"checkpoint_ms": {int(ckpt_time * 1000)}, "step_ms": 1000}}'
             self.totals.paid += t - ready
             if interrupted:
                 events.append(SimpleNamespace(at=t, to_state="RECOVERING"))
