@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tpujob.service.ledger import BUCKETS, Reported, add_up, attempt_ledgers, job_ledger
+from tpujob.runtime.contract import Reported
+from tpujob.service.ledger import BUCKETS, add_up, attempt_ledgers, job_ledger
 
 PRICE = 3.6  # USD per slice-hour: a second costs 0.001
 

@@ -17,9 +17,10 @@ docs/goodput.md gives the formulas and what each number rests on.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple
+
+from tpujob.runtime.spacing import DEFAULT_MTBI_S, MAX_INTERVAL_S, MIN_INTERVAL_S, young_seconds
 
 
 class Key(NamedTuple):
@@ -78,13 +79,12 @@ def evidence(samples: Iterable[Sample]) -> dict[Key, Evidence]:
     return out
 
 
-# Without any history, the mean time between interruptions assumed for a spot slice: Google
-# promises nothing ("Spot VMs ... can be preempted at any time", cloud.google.com/tpu/docs/spot);
-# a day is the ceiling of a preemptible slice's life there (cloud.google.com/tpu/docs/preemptible),
-# so a day is the prior a history has to argue down.
-PRIOR_MTBI = 24 * 3600.0
-MIN_INTERVAL = 60.0  # seconds: a save more often than this costs more than the work it keeps
-MAX_INTERVAL = 6 * 3600.0  # seconds: whatever the history says, never more than this at risk
+# Without any history, the mean time between interruptions assumed (the runtime's own default,
+# a day: the prior a history has to argue down), and the bounds of the interval: one formula,
+# the runtime's, shipped to the hosts and used here.
+PRIOR_MTBI = DEFAULT_MTBI_S
+MIN_INTERVAL = MIN_INTERVAL_S
+MAX_INTERVAL = MAX_INTERVAL_S
 
 
 def prior_mtbi(found: dict[Key, Evidence], accelerator: str, provisioning: str) -> float:
@@ -98,8 +98,8 @@ def prior_mtbi(found: dict[Key, Evidence], accelerator: str, provisioning: str) 
 
 def checkpoint_seconds(save_seconds: float, mtbi: float, *, lo: float = MIN_INTERVAL,
                        hi: float = MAX_INTERVAL) -> float:
-    """Young's interval sqrt(2*C*M), held in [lo, hi]."""
-    return min(hi, max(lo, math.sqrt(2 * max(0.0, save_seconds) * max(0.0, mtbi))))
+    """Young's interval sqrt(2*C*M), held in [lo, hi] (runtime/spacing.py's)."""
+    return young_seconds(save_seconds, mtbi, lo=lo, hi=hi)
 
 
 def checkpoint_steps(interval_seconds: float, step_seconds: float) -> int:

@@ -11,43 +11,19 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tpujob.errors import UsageError
-from tpujob.reconcile.placement import NO_SLICE
-from tpujob.reconcile.risk import Choice, Evidence, Key, Sample, evidence, ordered
+from tpujob.reconcile.history import history as store_history
+from tpujob.reconcile.risk import Choice, Evidence, Key, ordered
 from tpujob.service.context import Context
 from tpujob.service.ledger import BUCKETS, Ledger, add_up, attempt_ledgers, job_ledger, price_of
 from tpujob.spec.stored import spec_of
-from tpujob.store.states import AttemptEnd
 
 Group = Literal["user", "zone", "accelerator"]
 GROUPS: tuple[Group, ...] = ("user", "zone", "accelerator")
 
 
-def samples_of(attempts, events, provisioning: str, now: float) -> list[Sample]:
-    """A job's attempts as evidence: READY is the first SETTING_UP move after an attempt's start
-    (its slice came up); an attempt that never had one waited its whole life for capacity."""
-    readies = sorted(e.at for e in events if e.to_state == "SETTING_UP")
-    out = []
-    for a in attempts:
-        end = a.ended_at if a.ended_at is not None else now
-        ready = next((t for t in readies if a.started_at <= t <= end), None)
-        if a.end_reason in NO_SLICE or (ready is None and a.ended_at is not None):
-            out.append(Sample(Key(a.zone, a.accelerator, provisioning), end - a.started_at, False, 0.0, False))
-        elif ready is not None:
-            out.append(Sample(Key(a.zone, a.accelerator, provisioning), ready - a.started_at, True, end - ready,
-                              a.end_reason == AttemptEnd.PREEMPTED.value))
-    return out
-
-
 def history(ctx: Context, now: float | None = None) -> dict[Key, Evidence]:
     """Every job's attempts in the store as evidence, per (zone, accelerator, provisioning)."""
-    now = ctx.store.clock() if now is None else now
-    jobs = ctx.store.list_jobs(include_ended=True)
-    attempts = ctx.store.attempts_of([j.id for j in jobs])
-    samples: list[Sample] = []
-    for job in jobs:
-        if attempts.get(job.id):
-            samples += samples_of(attempts[job.id], ctx.store.events(job.id), spec_of(job).provisioning, now)
-    return evidence(samples)
+    return store_history(ctx.store, ctx.store.clock() if now is None else now)
 
 
 def zones(ctx: Context, accelerator: str, provisioning: str = "spot") -> list[tuple[str, Choice]]:
@@ -131,4 +107,4 @@ def report(ctx: Context, since_seconds: float, by: str, now: float | None = None
     return rows
 
 
-__all__ = ["BUCKETS", "GROUPS", "ReportRow", "auto_placement", "history", "report", "samples_of", "zones"]
+__all__ = ["BUCKETS", "GROUPS", "ReportRow", "auto_placement", "history", "report", "zones"]

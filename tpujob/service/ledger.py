@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tpujob.reconcile.placement import NO_SLICE
+from tpujob.runtime.contract import Reported
 from tpujob.service.timeline import state_spans
 from tpujob.store.states import AttemptEnd
 
@@ -41,37 +42,6 @@ REPORTED = ("compile", "restore", "checkpoint", "lost_work")  # only the runtime
 _FREE = frozenset({"waiting", "stopped"})
 _STATE_BUCKET = {"PENDING": "waiting", "SETTING_UP": "setup", "RECOVERING": "recovering",
                  "SUCCEEDED": "stopped", "FAILED": "stopped", "CANCELLED": "stopped", "DELETED": "stopped"}
-
-
-@dataclass(frozen=True)
-class Reported:
-    """What the bundled runtime measured of one attempt (its heartbeat: runtime/metrics.py),
-    seconds. `step` is its mean training step; `save` the last checkpoint save it timed (C)."""
-    compile: float = 0.0
-    restore: float = 0.0
-    checkpoint: float = 0.0
-    step: float | None = None
-    save: float | None = None
-
-    @classmethod
-    def parse(cls, raw: str | None) -> Reported | None:
-        """The attempt's `reported` column (JSON of milliseconds, as status.sh reads them), or
-        None where the program reported nothing (or nothing readable)."""
-        if not raw:
-            return None
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(data, dict):
-            return None
-
-        def ms(key: str) -> float | None:
-            value = data.get(key)
-            return value / 1000 if isinstance(value, (int, float)) and value >= 0 else None
-
-        return cls(compile=ms("compile_ms") or 0.0, restore=ms("restore_ms") or 0.0,
-                   checkpoint=ms("checkpoint_ms") or 0.0, step=ms("step_ms"), save=ms("save_ms"))
 
 
 @dataclass(frozen=True)
@@ -179,7 +149,7 @@ def _split_running(attempt, attempts, reports, a: float, b: float, add, unreport
     if b <= a:
         return
     report = reports.get(attempt.number)
-    if report is None:
+    if report is None or not report.measured:  # only the M tpujob handed it: nothing said
         unreported.update(REPORTED)
         add("running", b - a, attempt, a)
         return
