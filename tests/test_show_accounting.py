@@ -89,3 +89,21 @@ def test_show_splits_what_the_runtime_reported(cli, story):
     assert (buckets["compile"], buckets["training"], buckets["running"]) == pytest.approx((4.0, 6.0, 0.0))
     printed = cli("show", "night").out
     assert "ledger: setup 1m00s" in printed and "compile 4s" in printed
+
+
+@pytest.mark.parametrize("reported, line", [
+    ({"mtbi_ms": 86400000}, "checkpoint_every auto: not chosen yet (M 1d00h; C is measured at the first save)"),
+    ({"mtbi_ms": 7200000, "save_ms": 50000, "interval_ms": 848528},
+     "checkpoint_every auto: 14m09s = sqrt(2 x C 50.0s x M 2h00m), bounded"),
+])
+def test_show_says_the_auto_interval_and_why(cli, story, reported, line):
+    store = Context.load().store
+    store.record_steps(story.id, 2, reported=reported)
+    assert line in cli("show", "night").out
+    auto = json.loads(cli("show", "--json", "night").out)["checkpoint_auto"]
+    assert auto["mtbi_seconds"] == reported["mtbi_ms"] / 1000
+
+
+def test_show_says_nothing_of_auto_for_a_fixed_interval(cli, story):
+    assert "checkpoint_every auto" not in cli("show", "night").out
+    assert json.loads(cli("show", "--json", "night").out)["checkpoint_auto"] is None

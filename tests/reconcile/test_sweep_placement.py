@@ -156,3 +156,25 @@ def test_placement_auto_goes_back_to_its_best_placement_after_a_preemption(serve
 def test_placements_as_written_stay_where_the_preemption_was(server, store):
     assert _moved_then_preempted(server, store, "ordered") == [
         (Z1, "no_capacity"), (Z2, "preempted"), (Z2, None)]
+
+
+def test_checkpoint_every_auto_is_handed_the_store_s_mtbi_at_each_attempt(server, store):
+    from tpujob.attempt.host_attempts import mtbi_env
+    from tpujob.runtime.contract import ENV_MTBI_SECONDS, Reported
+    from tpujob.runtime.spacing import DEFAULT_MTBI_S
+
+    text = spec(Z1).replace("run: {command: train}", "run: {runtime: {checkpoint_every: auto}}")
+    job = add_job(store, text)
+    Reconciler(store, cloud_for(server), Hosts(), "me").sweep()
+    attempt = store.current_attempt(job.id)
+    # a store with no history: the prior, a day, and the event says so
+    assert Reported.parse(attempt.reported).mtbi == DEFAULT_MTBI_S
+    assert mtbi_env(attempt.reported) == {ENV_MTBI_SECONDS: str(int(DEFAULT_MTBI_S))}
+    assert any(e.startswith("checkpoint: checkpoint_every auto: M 1d") and "(0 runs, 0 interruptions, the prior)" in e
+               for e in events(store, job.id)), events(store, job.id)
+
+
+def test_a_fixed_checkpoint_interval_is_handed_nothing(server, store):
+    job = add_job(store, spec(Z1))
+    Reconciler(store, cloud_for(server), Hosts(), "me").sweep()
+    assert store.current_attempt(job.id).reported is None

@@ -172,6 +172,7 @@ def register(app: typer.Typer) -> None:
         data["accounting"] = {**{c: getattr(detail.job, c) for c in _SHOWN_COUNTERS},
                               **dataclasses.asdict(detail.accounting)}
         data["ledger"] = detail.ledger.to_json()
+        data["checkpoint_auto"] = _checkpoint_auto(current)
         ledgers = dict(detail.attempt_ledgers)
         for row in data["attempts"]:
             row["ledger"] = ledgers[row["number"]].to_json() if row["number"] in ledgers else None
@@ -191,6 +192,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{'progress:':<14}{progress.describe(far)}")
         _print_accounting(detail.job, detail.accounting)
         _print_ledger(detail.ledger)
+        if data["checkpoint_auto"]:
+            auto = data["checkpoint_auto"]
+            said = (f"{duration_text(auto['interval_seconds'])} = sqrt(2 x C {auto['save_seconds']:.1f}s x M "
+                    f"{duration_text(auto['mtbi_seconds'])}), bounded" if auto["interval_seconds"] is not None
+                    and auto["save_seconds"] is not None else
+                    f"not chosen yet (M {duration_text(auto['mtbi_seconds'])}; C is measured at the first save)")
+            typer.echo(f"  checkpoint_every auto: {said}")
         if timeline:
             from tpujob.cli.timeline import print_timeline
 
@@ -311,6 +319,17 @@ def _print_accounting(job, acc) -> None:
     for lost in acc.lost_steps:
         typer.echo(f"  attempt {lost['attempt']} preempted at step {lost['last_step']}, next resumed from "
                    f"{lost['resumed_from_step']}: {lost['lost_steps']} steps lost")
+
+
+def _checkpoint_auto(attempt) -> dict | None:
+    """`checkpoint_every: auto` of the current attempt: the M tpujob handed it, the C its
+    runtime measured and the interval it chose (runtime/spacing.py); None where not auto."""
+    from tpujob.runtime.contract import Reported
+
+    got = Reported.parse(attempt.reported) if attempt is not None else None
+    if got is None or got.mtbi is None:
+        return None
+    return {"interval_seconds": got.interval, "save_seconds": got.save, "mtbi_seconds": got.mtbi}
 
 
 def _print_ledger(led) -> None:

@@ -4,13 +4,18 @@ interruption. Every job in the store counts, whoever submitted it: on a shared s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Sequence
+
 from tpujob.reconcile.placement import NO_SLICE
 from tpujob.reconcile.risk import Evidence, Key, Sample, evidence
 from tpujob.spec.stored import spec_of
 from tpujob.store.states import AttemptEnd
 
+if TYPE_CHECKING:
+    from tpujob.store.repository import Store
 
-def samples_of(attempts, events, provisioning: str, now: float) -> list[Sample]:
+
+def samples_of(attempts: Sequence[Any], events: Sequence[Any], provisioning: str, now: float) -> list[Sample]:
     """A job's attempts as evidence: READY is the first SETTING_UP move after an attempt's start
     (its slice came up); an attempt that never had one waited its whole life for capacity."""
     readies = sorted(e.at for e in events if e.to_state == "SETTING_UP")
@@ -26,7 +31,7 @@ def samples_of(attempts, events, provisioning: str, now: float) -> list[Sample]:
     return out
 
 
-def history(store, now: float) -> dict[Key, Evidence]:
+def history(store: Store, now: float) -> dict[Key, Evidence]:
     """Every job's attempts in the store as evidence."""
     jobs = store.list_jobs(include_ended=True)
     attempts = store.attempts_of([j.id for j in jobs])
@@ -37,7 +42,7 @@ def history(store, now: float) -> dict[Key, Evidence]:
     return evidence(samples)
 
 
-def mtbi_for(store, zone: str, accelerator: str, provisioning: str, now: float) -> tuple[float, Evidence]:
+def mtbi_for(store: Store, zone: str, accelerator: str, provisioning: str, now: float) -> tuple[float, Evidence]:
     """The mean seconds between interruptions for a placement (risk.Evidence.mtbi, shrunk toward
     the lab's mean for the accelerator), and the evidence it rests on."""
     from tpujob.reconcile.risk import prior_mtbi

@@ -125,7 +125,8 @@ def goodput_per_dollar(save_seconds: float, mtbi: float, restart_seconds: float,
     return useful_fraction(save_seconds, mtbi, restart_seconds, interval) / price * 3600 if price > 0 else 0.0
 
 
-class Choice(NamedTuple):
+@dataclass(frozen=True)
+class Choice:
     index: int  # into the spec's placements
     score: float | None  # training seconds per dollar; None: no price
     mtbi: float
@@ -151,7 +152,7 @@ def ordered(placements: list[tuple[str, str]], provisioning: str, found: dict[Ke
         choices.append(Choice(i, score, m, e, useful))
     priced = all(c.score is not None for c in choices)
 
-    def rank(c: Choice) -> tuple:
+    def rank(c: Choice) -> tuple[bool, float, int]:
         starved = c.evidence.requests > 0 and c.evidence.capacity == 0
         return (starved, -(c.score or 0.0) if priced else -c.useful, c.index)
 

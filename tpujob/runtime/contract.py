@@ -145,8 +145,9 @@ class Reported:
 
         def ms(key: str) -> float | None:
             value = data.get(key)
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-            return value / 1000 if ok else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                return value / 1000
+            return None
 
         return cls(compile=ms("compile_ms") or 0.0, restore=ms("restore_ms") or 0.0,
                    checkpoint=ms("checkpoint_ms") or 0.0, step=ms("step_ms"), save=ms("save_ms"),

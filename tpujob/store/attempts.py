@@ -147,7 +147,7 @@ class Attempts(Transactions):
             return found
 
 
-def _json_object(raw: str | None) -> dict:
+def _json_object(raw: str | None) -> dict[str, Any]:
     try:
         data = json.loads(raw) if raw else {}
     except ValueError:
