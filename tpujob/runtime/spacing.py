@@ -12,8 +12,9 @@ import math
 MIN_INTERVAL_S = 60.0  # a save more often than this costs more than the work it keeps
 MAX_INTERVAL_S = 6 * 3600.0  # whatever the history says, never more than this at risk
 # Without a measured M (a program run by hand, a store with no history), the mean time between
-# interruptions assumed: a day, the ceiling of a preemptible slice's life
-# (cloud.google.com/tpu/docs/preemptible); Google promises spot nothing longer.
+# interruptions assumed: a day, the "24 hour run time limit of preemptible TPUs"
+# (cloud.google.com/tpu/docs/preemptible); "Spot VMs are preemptible at any time"
+# (cloud.google.com/tpu/docs/spot-compute), with no figure at all.
 DEFAULT_MTBI_S = 24 * 3600.0
 
 
