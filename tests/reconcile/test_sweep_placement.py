@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from test_sweep import PROJECT, V5E, Z1, Z2, Hosts, add_job, cloud_for, events, spec, store  # noqa: F401
 
+from tpujob.emulator.market import Market, ZoneMarket
 from tpujob.reconcile.reconciler import Reconciler
 
 
@@ -178,3 +179,37 @@ def test_a_fixed_checkpoint_interval_is_handed_nothing(server, store):
     job = add_job(store, spec(Z1))
     Reconciler(store, cloud_for(server), Hosts(), "me").sweep()
     assert store.current_attempt(job.id).reported is None
+
+
+def test_the_market_s_history_in_real_sweeps_puts_placement_auto_in_the_calm_zone(server, store):
+    """A seeded market preempts slices in us-east5-a every second or so and never in us-east5-b.
+    A job written a-then-b stays in a through its preemptions (as written); the history those
+    sweeps record ranks b first for the next job, which then runs there."""
+    import time
+
+    from tpujob.reconcile.history import history
+    from tpujob.reconcile.risk import ordered
+
+    flaky, calm = "us-east5-a", "us-east5-b"
+    server.emulator.set_market(Market(5, {flaky: ZoneMarket(1.0, 0.0), calm: ZoneMarket(1e9, 0.0)}, drift=0),
+                               tick=0.05)
+    first = add_job(store, spec(flaky, f"[{{zone: {calm}}}]", "max_preemptions: 50", accelerator=V5E,
+                                name="written"))
+    rec = Reconciler(store, cloud_for(server), Hosts(), "me")
+    deadline = time.monotonic() + 120
+    while store.get(first.id).preemptions < 3:  # the market's doing: nothing here preempts
+        assert time.monotonic() < deadline, [e for e in events(store, first.id)][-5:]
+        rec.sweep()
+    assert {a.zone for a in store.attempts(first.id)} == {flaky}
+    places = [(V5E, flaky), (V5E, calm)]
+    ranked = ordered(places, "spot", history(store, time.time()), lambda accelerator: 1.0)
+    assert [places[c.index][1] for c in ranked] == [calm, flaky]
+    second = add_job(store, spec(flaky, f"[{{zone: {calm}}}]", accelerator=V5E, name="auto",
+                                 tpu_extra=", placement: auto"),
+                     placement_order=[c.index for c in ranked])
+    for _ in range(5):
+        rec.sweep()
+        if store.get(second.id).state == "RUNNING":
+            break
+    assert (store.get(second.id).state, store.current_attempt(second.id).zone) == ("RUNNING", calm)
+    server.emulator.set_market(None)
