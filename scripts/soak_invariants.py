@@ -1,7 +1,8 @@
 """The soak's invariants (scripts/soak.py), checked once the night has settled: jobs in a legal
 end state or RUNNING, one live slice per attempt and none without one, no orphan `tpujob gc`
 would list, events in order and chained, runtime steps monotone within the lost-step bounds,
-and no runtime failure the night did not cause; every failed attempt says why (its cause)."""
+and no runtime failure the night did not cause; every failed attempt says why (its cause); every
+job's ledger adds up to its wall time within 1 %."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def check(night, *, zone: str, compute_zone: str, checkpoint_every: int,
             violations.append(f"job {job.id}: last move to {state}, job {job.state}")
         checks += 1
         violations += _unexplained(job.id, ctx.store.attempts(job.id))
+        checks += 1
+        violations += _ledger_off(job, ctx.store.attempts(job.id), events)
         if job.id in night.runtime_jobs:
             checks += 2
             attempts = ctx.store.attempts(job.id)
@@ -70,6 +73,20 @@ def check(night, *, zone: str, compute_zone: str, checkpoint_every: int,
     elif json.loads(gc.stdout):
         violations.append(f"tpujob gc lists orphans: {[r.get('name') for r in json.loads(gc.stdout)]}")
     return violations, checks
+
+
+def _ledger_off(job, attempts: list, events: list) -> list[str]:
+    """The job's ledger (service/ledger.py): its buckets add up to its wall time within 1 %."""
+    import time
+
+    from tpujob.service.ledger import job_ledger, price_of
+    from tpujob.spec.stored import spec_of
+
+    led = job_ledger(job, attempts, events, time.time(), price_of(spec_of(job).provisioning))
+    total = sum(led.buckets.values())
+    if abs(total - led.wall_seconds) > 0.01 * max(led.wall_seconds, 1e-9):
+        return [f"job {job.id}: ledger buckets add up to {total:.1f} s of {led.wall_seconds:.1f} s wall"]
+    return []
 
 
 # A failed attempt's cause that says no more than the exit code: no status.json message, no

@@ -13,6 +13,7 @@ job_dir={{job_dir}}
 attempt={{attempt}}
 run_dir={{run_dir}}
 tail_bytes={{tail_bytes}}
+ledger_keys={{ledger_keys}}
 # A process group is alive while a member is not a zombie: an init that does not reap
 # (containers, the emulator) leaves exited members behind, and `kill -0` counts those.
 group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
@@ -54,7 +55,7 @@ json_int() { [ -f "$1" ] && grep -o "\"$2\": *[0-9]\+" "$1" | grep -o '[0-9]\+$'
 # of the attempt before as this one's (and its resumed-from step too). Whose it is: its
 # "attempt" (TPUJOB_ATTEMPT, docs/runtime.md); a program that leaves that out is believed
 # only for a heartbeat written since this attempt's launch.
-step=null total=null resumed=null progress_age=null
+step=null total=null resumed=null progress_age=null reported=null
 said=$(json_int "$run_dir/heartbeat" attempt)
 if [ "$said" = "$attempt" ] || { [ "$said" = null ] && [ -f "$attempt_dir/program.pid" ] \
     && [ "$run_dir/heartbeat" -nt "$attempt_dir/program.pid" ]; }; then
@@ -65,6 +66,13 @@ if [ "$said" = "$attempt" ] || { [ "$said" = null ] && [ -f "$attempt_dir/progra
   # the training loop is blocked (a collective waiting for a frozen peer).
   progress=$(json_int "$run_dir/heartbeat" progress_time)
   [ "$progress" != null ] && progress_age=$(( now > progress ? now - progress : 0 ))
+  # What only the program knows of where its time went (the ledger's; whole milliseconds).
+  pairs=""
+  for key in $ledger_keys; do
+    value=$(json_int "$run_dir/heartbeat" "$key")
+    [ "$value" != null ] && pairs="$pairs${pairs:+, }\"$key\": $value"
+  done
+  [ -n "$pairs" ] && reported="{$pairs}"
 fi
-printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s, "step": %s, "total": %s, "resumed_from": %s, "log_age": %s, "progress_age": %s, "ended_at": %s, "log_tail": %s}\n' \
-  "$state" "$pid" "$code" "$log_bytes" "$step" "$total" "$resumed" "$log_age" "$progress_age" "$ended_at" "$tail_b64"
+printf '{"state": "%s", "pid": %s, "exit_code": %s, "log_bytes": %s, "step": %s, "total": %s, "resumed_from": %s, "log_age": %s, "progress_age": %s, "ended_at": %s, "log_tail": %s, "reported": %s}\n' \
+  "$state" "$pid" "$code" "$log_bytes" "$step" "$total" "$resumed" "$log_age" "$progress_age" "$ended_at" "$tail_b64" "$reported"

@@ -62,3 +62,48 @@ def test_show_prints_the_accounting(cli, story):
     assert "time in state: PENDING 10s, PROVISIONING 20s, SETTING_UP 1m00s, RUNNING 10s, RECOVERING 40s" in out
     assert "attempt 1 preempted at step 120, next resumed from 100: 20 steps lost" in out
     assert "seen:         never (no sweep yet)" in out
+
+
+def test_show_json_has_the_ledger(cli, story):
+    """The ledger's buckets add up to the wall time; the program reported nothing, so its
+    RUNNING time is one `running` bucket and the runtime's own buckets say not reported."""
+    result = cli("show", "--json", "night")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    led = data["ledger"]
+    assert led["wall_seconds"] == pytest.approx(140.0)
+    assert {k: v for k, v in led["buckets"].items() if v} == pytest.approx(
+        {"waiting": 10.0, "provisioning": 20.0, "setup": 60.0, "running": 10.0, "recovering": 40.0})
+    assert sum(led["buckets"].values()) == pytest.approx(led["wall_seconds"])
+    assert led["not_reported"] == ["checkpoint", "compile", "lost_work", "restore"]
+    assert led["dollars"]["waiting"] == 0 and led["dollars"]["running"] > 0
+    assert [a["ledger"]["wall_seconds"] for a in data["attempts"]] == pytest.approx([120.0, 10.0])
+
+
+def test_show_splits_what_the_runtime_reported(cli, story):
+    store = Context.load().store
+    store.record_steps(story.id, 1, reported={"compile_ms": 4000, "step_ms": 100})
+    result = cli("show", "--json", "night")
+    assert result.code == 0, result.err
+    buckets = json.loads(result.out)["ledger"]["buckets"]
+    assert (buckets["compile"], buckets["training"], buckets["running"]) == pytest.approx((4.0, 6.0, 0.0))
+    printed = cli("show", "night").out
+    assert "ledger: setup 1m00s" in printed and "compile 4s" in printed
+
+
+@pytest.mark.parametrize("reported, line", [
+    ({"mtbi_ms": 86400000}, "checkpoint_every auto: not chosen yet (M 1d00h; C is measured at the first save)"),
+    ({"mtbi_ms": 7200000, "save_ms": 50000, "interval_ms": 848528},
+     "checkpoint_every auto: 14m09s = sqrt(2 x C 50.0s x M 2h00m), bounded"),
+])
+def test_show_says_the_auto_interval_and_why(cli, story, reported, line):
+    store = Context.load().store
+    store.record_steps(story.id, 2, reported=reported)
+    assert line in cli("show", "night").out
+    auto = json.loads(cli("show", "--json", "night").out)["checkpoint_auto"]
+    assert auto["mtbi_seconds"] == reported["mtbi_ms"] / 1000
+
+
+def test_show_says_nothing_of_auto_for_a_fixed_interval(cli, story):
+    assert "checkpoint_every auto" not in cli("show", "night").out
+    assert json.loads(cli("show", "--json", "night").out)["checkpoint_auto"] is None

@@ -132,6 +132,20 @@ def test_the_job_page_draws_its_attempts_and_escapes_what_it_shows(ui, story):
     assert browser.get("/jobs/999")[0] == 404
 
 
+def test_the_job_page_stacks_the_ledger_per_job_and_per_attempt(ui, story):
+    ctx, job, _ = story
+    browser = _logged_in(ui)
+    status, _, page = browser.get(f"/jobs/{job.id}")
+    assert status == 200
+    bars = re.findall(r'<g class="ledger-bar" data-label="([^"]+)">', page)
+    assert bars == ["job", "attempt 1", "attempt 2"]
+    job_bar = page.split('data-label="job">')[1].split("</g>")[0]
+    segment = r'class="bucket" data-bucket="\w+" x="[\d.]+" y="\d+" width="([\d.]+)"'
+    widths = [float(w) for w in re.findall(segment, job_bar)]
+    assert sum(widths) == pytest.approx(900 - 120 - 12, abs=1.0)  # the buckets fill the bar: the wall time
+    assert 'data-bucket="running"' in job_bar
+
+
 def test_cancel_needs_the_csrf_field_and_the_cookie(ui, spec_file, story):
     ctx, _, _ = story
     from tpujob.service import jobs

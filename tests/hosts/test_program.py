@@ -33,12 +33,12 @@ def wait_state(group, att, state: str, seconds: float = 120) -> list:
 
 
 def test_render_quotes_and_checks_values():
-    text = render("status.sh", job_dir="a'b", attempt=3, run_dir="/r $(x)", tail_bytes=1)
+    text = render("status.sh", job_dir="a'b", attempt=3, run_dir="/r $(x)", tail_bytes=1, ledger_keys="a b")
     assert "job_dir='a'\"'\"'b'\nattempt=3\nrun_dir='/r $(x)'\n" in text
     with pytest.raises(ValueError, match="missing"):
         render("status.sh", job_dir="x")
     with pytest.raises(ValueError, match="unused"):
-        render("status.sh", job_dir="x", attempt=1, run_dir="r", tail_bytes=1, extra=2)
+        render("status.sh", job_dir="x", attempt=1, run_dir="r", tail_bytes=1, ledger_keys="", extra=2)
 
 
 def test_env_payload_refuses_bad_names():
@@ -61,7 +61,7 @@ def test_a_script_travels_on_stdin_whatever_its_size():
     shipped = as_command("echo '" + "x" * 200_000 + "'", "tpujob-test")
     assert len(shipped.command) < 120 and shipped.preamble.endswith(b"'\0")
     with pytest.raises(UsageError, match="NUL"):
-        render("status.sh", job_dir="a\0b", attempt=3, run_dir="/r", tail_bytes=1)
+        render("status.sh", job_dir="a\0b", attempt=3, run_dir="/r", tail_bytes=1, ledger_keys="")
 
 
 def test_program_runs_detached_with_the_contract_env_and_exits(slice_hosts, tmp_path):
@@ -229,8 +229,10 @@ def _status_line(tmp_path, attempt: int, heartbeat: dict | None) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     if heartbeat is not None:
         (run_dir / "heartbeat").write_text(json.dumps(heartbeat, sort_keys=True) + "\n")
+    from tpujob.runtime.contract import LEDGER_KEYS
+
     script = render("status.sh", job_dir=str(tmp_path / "job"), attempt=attempt, run_dir=str(run_dir),
-                    tail_bytes=1024)
+                    tail_bytes=1024, ledger_keys=" ".join(LEDGER_KEYS))
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -260,6 +262,29 @@ def test_status_counts_only_this_attempts_heartbeat(tmp_path):
     assert _status_line(tmp_path, 11, unsigned)["step"] == 120  # written now, after the launch
     os.utime(tmp_path / "run" / "heartbeat", (500, 500))
     assert _status_line(tmp_path, 11, None)["step"] is None  # from before it
+
+
+def test_status_passes_on_what_the_program_measured_for_the_ledger(tmp_path):
+    beat = {"attempt": 3, "step": 50, "phase": "training", "compile_ms": 4200, "checkpoint_ms": 900,
+            "save_ms": 300, "startup": {"compile_s": 4.2}, "mtbi_ms": 86400000}
+    assert _status_line(tmp_path, 3, beat)["reported"] == {"compile_ms": 4200, "checkpoint_ms": 900,
+                                                          "save_ms": 300, "mtbi_ms": 86400000}
+    assert _status_line(tmp_path, 4, beat)["reported"] is None  # another attempt's
+    assert _status_line(tmp_path, 3, {"attempt": 3, "step": 1})["reported"] is None  # a program that says none
+
+
+def test_status_reads_reported_into_the_host_status():
+    from tpujob.hosts.fanout import HostResult
+
+    line = ('{"state": "running", "pid": 7, "exit_code": null, "log_bytes": 3, '
+            '"reported": {"compile_ms": 10, "bogus": 1, "step_ms": "x"}}')
+
+    class Group:
+        def run(self, command, timeout=None):
+            return [HostResult(0, 0, line + "\n")]
+
+    (host,) = program.status(Group(), attempt())
+    assert host.reported == {"compile_ms": 10}
 
 
 def _holders(machines, index: int) -> list[int]:

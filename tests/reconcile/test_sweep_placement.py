@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from test_sweep import PROJECT, V5E, Z1, Z2, Hosts, add_job, cloud_for, events, spec, store  # noqa: F401
 
+from tpujob.emulator.market import Market, ZoneMarket
 from tpujob.reconcile.reconciler import Reconciler
 
 
@@ -126,3 +127,89 @@ def test_a_node_update_refused_on_a_preempted_node_ends_the_attempt_as_a_preempt
     assert first not in nodes(server, Z1)  # deleted: a preempted node holds quota
     rec.sweep()
     assert store.get(job.id).state == "RUNNING"
+
+
+def _moved_then_preempted(server, store, placement: str):
+    """A job whose best placement (its first) stocked out, moved to the fallback, ran there and
+    was preempted there, the stockout over by then: where its next attempt goes."""
+    server.emulator.stockout(Z1, None, clear=False)
+    job = add_job(store, spec(Z1, f"[{{accelerator: {V5E}, zone: {Z2}}}]", tpu_extra=f", placement: {placement}"))
+    rec = Reconciler(store, cloud_for(server), Hosts(), "me")
+    for _ in range(5):
+        if store.get(job.id).state == "RUNNING":
+            break
+        rec.sweep()
+    assert (store.get(job.id).state, store.get(job.id).zone) == ("RUNNING", Z2)
+    server.emulator.stockout(Z1, None, clear=True)
+    server.emulator.preempt(store.current_attempt(job.id).slice_name)
+    for _ in range(5):
+        rec.sweep()
+        if store.get(job.id).preemptions and store.get(job.id).state == "RUNNING":
+            break
+    return [(a.zone, a.end_reason) for a in store.attempts(job.id)]
+
+
+def test_placement_auto_goes_back_to_its_best_placement_after_a_preemption(server, store):
+    assert _moved_then_preempted(server, store, "auto") == [
+        (Z1, "no_capacity"), (Z2, "preempted"), (Z1, None)]
+
+
+def test_placements_as_written_stay_where_the_preemption_was(server, store):
+    assert _moved_then_preempted(server, store, "ordered") == [
+        (Z1, "no_capacity"), (Z2, "preempted"), (Z2, None)]
+
+
+def test_checkpoint_every_auto_is_handed_the_store_s_mtbi_at_each_attempt(server, store):
+    from tpujob.attempt.host_attempts import mtbi_env
+    from tpujob.runtime.contract import ENV_MTBI_SECONDS, Reported
+    from tpujob.runtime.spacing import DEFAULT_MTBI_S
+
+    text = spec(Z1).replace("run: {command: train}", "run: {runtime: {checkpoint_every: auto}}")
+    job = add_job(store, text)
+    Reconciler(store, cloud_for(server), Hosts(), "me").sweep()
+    attempt = store.current_attempt(job.id)
+    # a store with no history: the prior, a day, and the event says so
+    assert Reported.parse(attempt.reported).mtbi == DEFAULT_MTBI_S
+    assert mtbi_env(attempt.reported) == {ENV_MTBI_SECONDS: str(int(DEFAULT_MTBI_S))}
+    assert any(e.startswith("checkpoint: checkpoint_every auto: M 1d") and "(0 runs, 0 interruptions, the prior)" in e
+               for e in events(store, job.id)), events(store, job.id)
+
+
+def test_a_fixed_checkpoint_interval_is_handed_nothing(server, store):
+    job = add_job(store, spec(Z1))
+    Reconciler(store, cloud_for(server), Hosts(), "me").sweep()
+    assert store.current_attempt(job.id).reported is None
+
+
+def test_the_market_s_history_in_real_sweeps_puts_placement_auto_in_the_calm_zone(server, store):
+    """A seeded market preempts slices in us-east5-a every second or so and never in us-east5-b.
+    A job written a-then-b stays in a through its preemptions (as written); the history those
+    sweeps record ranks b first for the next job, which then runs there."""
+    import time
+
+    from tpujob.reconcile.history import history
+    from tpujob.reconcile.risk import ordered
+
+    flaky, calm = "us-east5-a", "us-east5-b"
+    server.emulator.set_market(Market(5, {flaky: ZoneMarket(1.0, 0.0), calm: ZoneMarket(1e9, 0.0)}, drift=0),
+                               tick=0.05)
+    first = add_job(store, spec(flaky, f"[{{zone: {calm}}}]", "max_preemptions: 50", accelerator=V5E,
+                                name="written"))
+    rec = Reconciler(store, cloud_for(server), Hosts(), "me")
+    deadline = time.monotonic() + 120
+    while store.get(first.id).preemptions < 3:  # the market's doing: nothing here preempts
+        assert time.monotonic() < deadline, [e for e in events(store, first.id)][-5:]
+        rec.sweep()
+    assert {a.zone for a in store.attempts(first.id)} == {flaky}
+    places = [(V5E, flaky), (V5E, calm)]
+    ranked = ordered(places, "spot", history(store, time.time()), lambda accelerator: 1.0)
+    assert [places[c.index][1] for c in ranked] == [calm, flaky]
+    second = add_job(store, spec(flaky, f"[{{zone: {calm}}}]", accelerator=V5E, name="auto",
+                                 tpu_extra=", placement: auto"),
+                     placement_order=[c.index for c in ranked])
+    for _ in range(5):
+        rec.sweep()
+        if store.get(second.id).state == "RUNNING":
+            break
+    assert (store.get(second.id).state, store.current_attempt(second.id).zone) == ("RUNNING", calm)
+    server.emulator.set_market(None)

@@ -197,3 +197,20 @@ def test_microbatches_accumulate_to_the_same_training_as_the_whole_batch(runtime
     refused = runtime(tmp_path / "refused", {"microbatches": 4})  # 4 rows cannot be 4 x 2 devices
     assert refused.wait() == contract.EXIT_CONFIG
     assert status(refused.run_dir).message == "batch_size: 4 is not a multiple of 4 microbatches x 2 devices"
+
+
+def test_checkpoint_every_auto_spaces_saves_by_young_s_interval(runtime, tmp_path):
+    """The program measures its save's stall (C), takes the M tpujob handed it, and reports both
+    with the interval it chose (sqrt(2*C*M), bounded) and where its time went, for the ledger."""
+    mtbi = 10**6
+    run = runtime(tmp_path / "run", {"checkpoint_every": "auto"},
+                  env_extra={contract.ENV_MTBI_SECONDS: str(mtbi)})
+    assert run.wait() == contract.EXIT_SUCCESS, run.stderr()
+    beat = heartbeat(run.run_dir)
+    assert beat["mtbi_ms"] == mtbi * 1000
+    save = beat["save_ms"] / 1000
+    expected = min(6 * 3600, max(60, math.sqrt(2 * save * mtbi)))
+    assert beat["interval_ms"] / 1000 == pytest.approx(expected, rel=0.2)
+    assert beat["compile_ms"] > 0 and beat["step_ms"] > 0 and beat["checkpoint_ms"] >= beat["save_ms"]
+    # 12 quick steps, far inside the first interval (60 s until C is measured): the last step's only
+    assert checkpoint_steps(run.run_dir) == [12]

@@ -47,10 +47,10 @@ def observation_of(s: HostStatus, hidden: tuple[str, ...] = ()) -> HostObservati
         if s.log_tail or s.ended_at is not None else {}
     if s.state == "running":
         return HostObservation(Program.RUNNING, step=s.step, total=s.total, resumed_from=s.resumed_from,
-                               log_age=s.log_age, progress_age=s.progress_age)
+                               log_age=s.log_age, progress_age=s.progress_age, reported=s.reported)
     if s.state == "exited":
         return HostObservation(Program.EXITED, s.exit_code, step=s.step, total=s.total,
-                               resumed_from=s.resumed_from, **tail)
+                               resumed_from=s.resumed_from, reported=s.reported, **tail)
     if s.state == "unreachable":
         return HostObservation(Program.UNREACHABLE)
     if s.state == "refused":

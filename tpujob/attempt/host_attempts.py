@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from tpujob.attempt import run_dirs, runtime_bundle
 from tpujob.hosts import program
 from tpujob.names import format_job_id, sync_dir
+from tpujob.runtime import contract
 from tpujob.spec import ResolvedSpec
 from tpujob.spec.stored import spec_of
 
@@ -34,8 +35,15 @@ def build(job: Job, attempt: Attempt, slice_: Slice, user: str, *,
         coordinator=f"{slice_.hosts[0].ip}:{COORDINATOR_PORT}", slices=attempt.slices,
         max_slices=spec.spec.tpu.max_slices,
         run_dir=run_dirs.host_run_dir_for(spec, job.id, user), workdir=workdir,
-        env=program_env(job.cloud, spec.spec.env), secrets=secrets or {},
+        env=program_env(job.cloud, spec.spec.env) | mtbi_env(attempt.reported), secrets=secrets or {},
     )
+
+
+def mtbi_env(reported: str | None) -> dict[str, str]:
+    """`checkpoint_every: auto`: the M recorded on the attempt at its start (reconcile/
+    slice_act), handed to the runtime; nothing where none was."""
+    got = contract.Reported.parse(reported)
+    return {} if got is None or got.mtbi is None else {contract.ENV_MTBI_SECONDS: str(int(got.mtbi))}
 
 
 def program_command(spec: ResolvedSpec, job_id: int) -> str:

@@ -90,6 +90,38 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"stockout {'cleared' if clear else 'set'}: {what}")
 
     @emulator.command()
+    def market(
+        zones: list[str] = typer.Argument(None, metavar="ZONE=MTBI_SECONDS:STOCKOUT...",
+                                          help="Each zone's mean seconds between interruptions and "
+                                               "share of time out of stock, e.g. us-east5-a=3600:0.2."),
+        seed: int = typer.Option(0, "--seed"),
+        speed: float = typer.Option(1.0, "--speed", help="Market seconds per wall second."),
+        stop: bool = typer.Option(False, "--stop", help="End the market."),
+    ):
+        """Run a seeded spot market: each zone preempts READY nodes and stocks out at its own
+        rates, drifting by time of day (docs/emulator.md)."""
+        from tpujob.emulator import process
+        from tpujob.errors import UsageError
+
+        if stop:
+            process.client().market(None)
+            typer.echo("market stopped")
+            return
+        parsed: dict[str, dict] = {}
+        for item in zones or []:
+            try:
+                zone, rest = item.split("=", 1)
+                mtbi, stockout = rest.split(":", 1)
+                parsed[zone] = {"mtbiSeconds": float(mtbi), "stockout": float(stockout)}
+            except ValueError:
+                raise UsageError(f"{item!r} is not ZONE=MTBI_SECONDS:STOCKOUT") from None
+        if not parsed:
+            raise UsageError("give each zone as ZONE=MTBI_SECONDS:STOCKOUT, or --stop")
+        said = process.client().market(parsed, seed=seed, speed=speed)["market"]
+        for zone, z in said["zones"].items():
+            typer.echo(f"{zone}: MTBI {z['mtbiSeconds']:g} s, out of stock {z['stockout']:.0%} of the time")
+
+    @emulator.command()
     def faults(
         api_error_rate: float | None = typer.Option(
             None, help="Fraction of TPU and Compute API calls answered 429 or 503 (0 to 1)."),

@@ -171,6 +171,11 @@ def register(app: typer.Typer) -> None:
             data["hosts_error"] = detail.hosts_error
         data["accounting"] = {**{c: getattr(detail.job, c) for c in _SHOWN_COUNTERS},
                               **dataclasses.asdict(detail.accounting)}
+        data["ledger"] = detail.ledger.to_json()
+        data["checkpoint_auto"] = _checkpoint_auto(current)
+        ledgers = dict(detail.attempt_ledgers)
+        for row in data["attempts"]:
+            row["ledger"] = ledgers[row["number"]].to_json() if row["number"] in ledgers else None
         if timeline:
             from tpujob.cli.timeline import timeline_dict
 
@@ -186,6 +191,14 @@ def register(app: typer.Typer) -> None:
         if far is not None and (far.step is not None or detail.job.state == "RUNNING"):
             typer.echo(f"{'progress:':<14}{progress.describe(far)}")
         _print_accounting(detail.job, detail.accounting)
+        _print_ledger(detail.ledger)
+        if data["checkpoint_auto"]:
+            auto = data["checkpoint_auto"]
+            said = (f"{duration_text(auto['interval_seconds'])} = sqrt(2 x C {auto['save_seconds']:.1f}s x M "
+                    f"{duration_text(auto['mtbi_seconds'])}), bounded" if auto["interval_seconds"] is not None
+                    and auto["save_seconds"] is not None else
+                    f"not chosen yet (M {duration_text(auto['mtbi_seconds'])}; C is measured at the first save)")
+            typer.echo(f"  checkpoint_every auto: {said}")
         if timeline:
             from tpujob.cli.timeline import print_timeline
 
@@ -306,6 +319,29 @@ def _print_accounting(job, acc) -> None:
     for lost in acc.lost_steps:
         typer.echo(f"  attempt {lost['attempt']} preempted at step {lost['last_step']}, next resumed from "
                    f"{lost['resumed_from_step']}: {lost['lost_steps']} steps lost")
+
+
+def _checkpoint_auto(attempt) -> dict | None:
+    """`checkpoint_every: auto` of the current attempt: the M tpujob handed it, the C its
+    runtime measured and the interval it chose (runtime/spacing.py); None where not auto."""
+    from tpujob.runtime.contract import Reported
+
+    got = Reported.parse(attempt.reported) if attempt is not None else None
+    if got is None or got.mtbi is None:
+        return None
+    return {"interval_seconds": got.interval, "save_seconds": got.save, "mtbi_seconds": got.mtbi}
+
+
+def _print_ledger(led) -> None:
+    """Where the wall time and dollars went: the ledger's buckets that hold any time, largest first."""
+    parts = []
+    for name, secs in sorted(led.buckets.items(), key=lambda kv: -kv[1]):
+        if secs > 0:
+            usd = led.dollars.get(name)
+            parts.append(f"{name} {duration_text(secs)}" + (f" ${usd:.2f}" if usd else ""))
+    typer.echo("  ledger: " + (", ".join(parts) or "nothing yet"))
+    if led.not_reported:
+        typer.echo(f"  not reported by the program: {', '.join(led.not_reported)}")
 
 
 def follow_job(ctx, job_id: int, *, wait: bool, timeout: float, quiet: bool):

@@ -38,6 +38,7 @@ def _register_all() -> None:
         doctor,
         emulator,
         gc,
+        goodput,
         jobs,
         keep_alive,
         lint,
@@ -48,7 +49,7 @@ def _register_all() -> None:
     )
 
     for module in (jobs, keep_alive, remote, disk, cron, lint, data, emulator, demo, starter, config,
-                   doctor, notify, gc, ui, cache):
+                   doctor, notify, gc, ui, cache, goodput):
         module.register(app)
 
 

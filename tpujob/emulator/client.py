@@ -45,6 +45,15 @@ class EmulatorClient:
         return self._request("POST", "stockout",
                              {"zone": zone, "acceleratorType": accelerator_type, "clear": clear})
 
+    def market(self, zones: dict[str, dict] | None, *, seed: int = 0, speed: float = 1.0,
+               window: float = 1800.0, drift: float = 0.4, tick: float = 1.0) -> dict:
+        """Run a seeded market (emulator/market.py): zones {ZONE: {mtbiSeconds, stockout}};
+        None stops it."""
+        if zones is None:
+            return self._request("DELETE", "market", None)
+        return self._request("POST", "market", {"zones": zones, "seed": seed, "speed": speed,
+                                                "window": window, "drift": drift, "tick": tick})
+
     def reserve(self, project: str, zone: str, name: str, machine_type: str, count: int = 1) -> dict:
         """A specific reservation of `count` VMs of `machine_type` (0: remove it), for the
         Compute Engine path's `provisioning: reservation` (emulator/tpu_vms.py)."""

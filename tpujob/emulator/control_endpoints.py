@@ -24,6 +24,7 @@ CONTROL_RULES = [
     Rule("/emulator/v1/faults", methods=["GET", "POST"], endpoint="faults"),
     Rule("/emulator/v1/fail-next", methods=["GET", "POST", "DELETE"], endpoint="fail_next"),
     Rule("/emulator/v1/stockout", methods=["POST"], endpoint="stockout"),
+    Rule("/emulator/v1/market", methods=["GET", "POST", "DELETE"], endpoint="market"),
     Rule("/emulator/v1/preempt", methods=["POST"], endpoint="preempt"),
     Rule("/emulator/v1/kill-host", methods=["POST"], endpoint="kill_host"),
     Rule("/emulator/v1/reservations", methods=["POST"], endpoint="reservations"),
@@ -76,6 +77,32 @@ class ControlEndpoints:
         self.emulator.stockout(body["zone"], body.get("acceleratorType") or
                                body.get("machineType") or None, bool(body.get("clear")))
         return self.emulator.faults()
+
+    def _market(self, request: Request) -> dict:
+        """A seeded market (market.py): POST {seed, zones: {ZONE: {mtbiSeconds, stockout}},
+        speed, window, drift, tick}; DELETE stops it; each answers the market now."""
+        from tpujob.emulator.market import Market, ZoneMarket
+
+        if request.method == "DELETE":
+            self.emulator.set_market(None)
+        elif request.method == "POST":
+            body = read_json(request)
+            zones = body.get("zones")
+            if not isinstance(zones, dict) or not zones:
+                raise ApiError(400, "zones must map each zone to {mtbiSeconds, stockout}")
+            try:
+                market = Market(int(body.get("seed", 0)),
+                                {z: ZoneMarket(float(v["mtbiSeconds"]), float(v.get("stockout", 0)))
+                                 for z, v in zones.items()},
+                                speed=float(body.get("speed", 1.0)), window=float(body.get("window", 1800.0)),
+                                drift=float(body.get("drift", 0.4)))
+                tick = float(body.get("tick", 1.0))
+            except (KeyError, TypeError, ValueError) as err:
+                raise ApiError(400, f"bad market: {err}") from None
+            if tick <= 0:
+                raise ApiError(400, "tick must be > 0")
+            self.emulator.set_market(market, tick)
+        return {"market": self.emulator.faults()["market"]}
 
     def _preempt(self, request: Request) -> dict:
         body = read_json(request)

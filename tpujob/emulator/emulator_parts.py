@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from tpujob.emulator.compute import ComputeEmulator
     from tpujob.emulator.failnext import FailNext
     from tpujob.emulator.instances import Instance
+    from tpujob.emulator.market import Market
     from tpujob.emulator.operations import Operations
     from tpujob.emulator.oslogin import OsLogin
     from tpujob.emulator.queued_resources import QueuedResource
@@ -36,6 +37,7 @@ class EmulatorParts:
         _nodes: dict[str, Node]
         _qrs: dict[str, QueuedResource]
         _stockouts: set[tuple[str, str | None]]
+        market: Market | None
         _lock: threading.RLock
         _changed: threading.Condition
         _closing: bool

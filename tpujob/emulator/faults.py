@@ -20,6 +20,7 @@ from tpujob.emulator.queued_resources import node_names_of
 
 if TYPE_CHECKING:
     from tpujob.emulator.instances import Instance
+    from tpujob.emulator.market import Market
     from tpujob.emulator.resources import Node
 
 
@@ -87,7 +88,8 @@ class Faults(EmulatorParts):
 
     def faults(self) -> dict:
         with self._lock:
-            return {"apiErrorRate": self.api_error_rate,
+            return {"market": None if self.market is None else self.market.describe(),
+                    "apiErrorRate": self.api_error_rate,
                     "provisioningDelay": self.provisioning_delay,
                     "hostkeysDelay": self.hostkeys_delay,
                     "stockouts": [{"zone": z, "acceleratorType": a}
@@ -194,4 +196,33 @@ class Faults(EmulatorParts):
         return time.monotonic() - node.booted_at >= self.hostkeys_delay
 
     def _stocked_out(self, zone: str, accelerator_type: str | None) -> bool:
-        return (zone, None) in self._stockouts or (zone, accelerator_type) in self._stockouts
+        market = self.market
+        return (zone, None) in self._stockouts or (zone, accelerator_type) in self._stockouts \
+            or (market is not None and market.stocked_out(zone, market.now()))
+
+    def set_market(self, market: Market | None, tick: float = 1.0) -> None:
+        """Run `market` (market.py) from now, replacing any before; None stops it. A worker
+        preempts READY nodes of its zones at their rates, every `tick` wall seconds."""
+        with self._lock:
+            self.market = market
+            self._changed.notify_all()
+        if market is not None:
+            self._spawn(self._run_market, market, tick)
+
+    def _run_market(self, market: Market, tick: float) -> None:
+        while self._sleep(tick, None):
+            with self._lock:
+                if self.market is not market:
+                    return  # replaced or stopped
+                t = market.now()
+                doomed = [n.name for n in self._nodes.values()
+                          if n.body.get("state") == "READY" and not n.preempting and not n.deleting
+                          and market.interrupts(n.zone, t, tick * market.speed)]
+            for name in doomed:
+                self._spawn(self._market_preempt, name)
+
+    def _market_preempt(self, name: str) -> None:
+        try:
+            self.preempt(name)
+        except ApiError:
+            pass  # no longer READY (deleted, or preempted meanwhile): nothing to interrupt

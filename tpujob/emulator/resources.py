@@ -21,6 +21,7 @@ from tpujob.emulator.faults import Faults
 from tpujob.emulator.labels import check_tpu_labels
 from tpujob.emulator.machines import MAX_IP_BLOCK
 from tpujob.emulator.maintenance import Maintenance
+from tpujob.emulator.market import Market
 from tpujob.emulator.node_lifecycle import NodeLifecycle
 from tpujob.emulator.node_updates import DATA_DISKS, apply_documented, mask_paths
 from tpujob.emulator.operations import Operations
@@ -124,6 +125,7 @@ class Emulator(QueuedResources, Faults, Maintenance, NodeLifecycle):
         self._qrs: dict[str, QueuedResource] = {}
         self.operations = Operations()
         self._stockouts: set[tuple[str, str | None]] = set()
+        self.market: Market | None = None  # a seeded market of capacity and interruptions (market.py)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._closing = False

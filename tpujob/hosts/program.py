@@ -77,6 +77,7 @@ class HostStatus:
     log_tail: str = ""               # ... and the end of its log (unbounded, unmasked: see failure.py)
     log_age: int | None = None       # seconds since program.log last grew (the host's clock)
     progress_age: int | None = None  # seconds since the heartbeat's step or phase last moved
+    reported: dict[str, int] | None = None  # the heartbeat's contract.LEDGER_KEYS (milliseconds)
 
 
 LogPaths = Callable[[Host], pathlib.Path] | None
@@ -200,7 +201,7 @@ def stacks(group: HostGroup, attempt: HostAttempt, *, wait_seconds: float = 3,
 def status(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> list[HostStatus]:
     """Each host's view of the program; unreachable hosts say so instead of raising."""
     script = render("status.sh", job_dir=attempt.host_dir, attempt=attempt.attempt, run_dir=attempt.run_dir,
-                    tail_bytes=TAIL_BYTES)
+                    tail_bytes=TAIL_BYTES, ledger_keys=" ".join(contract.LEDGER_KEYS))
     out = []
     for result in group.run(as_command(script, "tpujob-status"), timeout=timeout):
         if result.auth_refused:  # answered, but refused tpujob's key: not unreachable
@@ -222,8 +223,16 @@ def status(group: HostGroup, attempt: HostAttempt, *, timeout: float = 30) -> li
                               data["log_bytes"], step=data.get("step"), total=data.get("total"),
                               resumed_from=data.get("resumed_from"), ended_at=data.get("ended_at"),
                               log_tail=_decoded(data.get("log_tail")), log_age=data.get("log_age"),
-                              progress_age=data.get("progress_age")))
+                              progress_age=data.get("progress_age"), reported=_reported(data.get("reported"))))
     return out
+
+
+def _reported(raw) -> dict[str, int] | None:
+    """status.sh's `reported`: the ledger's keys with whole numbers, anything else dropped."""
+    if not isinstance(raw, dict):
+        return None
+    out = {k: v for k, v in raw.items() if k in contract.LEDGER_KEYS and isinstance(v, int)}
+    return out or None
 
 
 def _decoded(tail_b64) -> str:

@@ -93,6 +93,7 @@ class HostObservation:
     bad_host: str | None = None
     log_age: float | None = None  # seconds since the program's log last grew
     progress_age: float | None = None  # seconds since the heartbeat's step or phase moved
+    reported: dict[str, int] | None = None  # the heartbeat's ledger keys (runtime/contract.LEDGER_KEYS)
 
 
 @dataclass(frozen=True)

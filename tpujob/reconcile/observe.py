@@ -241,7 +241,10 @@ class Observer:
             steps.append(obs.run_dir.step)
         resumed = [h.resumed_from for h in obs.hosts if h.resumed_from is not None]
         totals = [h.total for h in obs.hosts if h.total is not None]
-        if attempt is not None and (steps or resumed):
+        # host 0 writes the heartbeat every host reads: the first host that read it says it
+        reported = next((h.reported for h in obs.hosts if h.reported), None)
+        if attempt is not None and (steps or resumed or reported):
             self.store.record_steps(job.id, attempt.number, last_step=max(steps) if steps else None,
                                     resumed_from_step=max(resumed) if resumed else None,
-                                    total_steps=max(totals) if totals else None, at=self.clock())
+                                    total_steps=max(totals) if totals else None, at=self.clock(),
+                                    reported=reported)

@@ -16,7 +16,7 @@ from typing import Iterable, Protocol
 from tpujob.store.states import AttemptEnd
 
 # Attempts that never got a slice: a run of them, newest first, is what the job is stuck on.
-_NO_SLICE = (AttemptEnd.UNAVAILABLE, AttemptEnd.NO_QUOTA, AttemptEnd.NO_CAPACITY, AttemptEnd.REFUSED,
+NO_SLICE = (AttemptEnd.UNAVAILABLE, AttemptEnd.NO_QUOTA, AttemptEnd.NO_CAPACITY, AttemptEnd.REFUSED,
              AttemptEnd.NO_ZONE_QUOTA, AttemptEnd.LOCATION_DENIED)
 
 
@@ -37,7 +37,7 @@ def blocked(options: list[tuple[str, str]], attempts: Iterable[AttemptLike]) -> 
     for attempt in reversed(list(attempts)):
         if attempt.end_reason is None:  # the current attempt, still open
             continue
-        if attempt.end_reason not in _NO_SLICE:
+        if attempt.end_reason not in NO_SLICE:
             break
         for i, (accelerator, zone) in enumerate(options):
             if (attempt.end_reason == AttemptEnd.UNAVAILABLE
@@ -59,3 +59,10 @@ def following(current: int, count: int, skip: frozenset[int]) -> int:
         if candidate not in skip:
             return candidate
     return (current + 1) % count
+
+
+def after_interruption(current: int, *, auto: bool) -> int:
+    """The placement of the attempt after one whose slice ran and was lost: the same one as
+    written (a preemption says nothing of capacity elsewhere); with `placement: auto`, the
+    best one again, as the slice that was lost freed the job from the miss that moved it on."""
+    return 0 if auto else current

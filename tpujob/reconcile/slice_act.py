@@ -30,7 +30,7 @@ from tpujob.reconcile.observe import refusal_of
 from tpujob.reconcile.outcome import Outcome, done, refused, retry_after
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
-from tpujob.store.states import State
+from tpujob.store.states import AttemptEnd, State
 
 if TYPE_CHECKING:
     from tpujob.reconcile.act import Actor, Turn
@@ -48,6 +48,7 @@ def start_attempt(actor: Actor, turn: Turn, action: StartAttempt) -> Outcome:
             accelerator=attempt.accelerator, queued=attempt.queued, reuse_slice=attempt.slice_name,
             slices=attempt.slices, nodes=list(own_nodes(attempt)) or None, owner=actor.actor)
         turn.state = State.SETTING_UP
+        _hand_mtbi(actor, turn.job, turn.attempt)
         return done()
     options = spec.placements()
     # Past the last fallback, back to the primary: capacity comes back where it was missing.
@@ -57,6 +58,8 @@ def start_attempt(actor: Actor, turn: Turn, action: StartAttempt) -> Outcome:
     if action.next_placement:
         placement = placing.following(job.placement, len(options),
                                       placing.blocked(options, actor.store.attempts(job.id)))
+    elif attempt is not None and attempt.end_reason == AttemptEnd.PREEMPTED:
+        placement = placing.after_interruption(job.placement, auto=spec.spec.tpu.placement == "auto")
     accelerator, zone = options[placement]
     if placement != job.placement:
         crash_point("placement")  # chosen, nothing written yet: the next sweep chooses again
@@ -65,8 +68,28 @@ def start_attempt(actor: Actor, turn: Turn, action: StartAttempt) -> Outcome:
         accelerator=accelerator, queued=spec.spec.tpu.queued, slices=spec.spec.tpu.max_slices, owner=actor.actor,
         placement=placement)
     turn.state, turn.slice = State.PROVISIONING, None
+    _hand_mtbi(actor, turn.job, turn.attempt)
     crash_point("provisioning")
     return create_slice(actor, turn, CreateSlice())
+
+
+def _hand_mtbi(actor: Actor, job: Job, attempt: Attempt | None) -> None:
+    """`checkpoint_every: auto`: the mean time between interruptions the store measured for the
+    attempt's placement, recorded on it (attempt.reported's mtbi_ms) for the launch to hand to
+    the runtime (contract.ENV_MTBI_SECONDS) and `show` to say, with the evidence in an event."""
+    spec = spec_of(job)
+    runtime = spec.spec.run.runtime or {}
+    if attempt is None or spec.spec.run.command or runtime.get("checkpoint_every") != "auto":
+        return
+    from tpujob.durations import duration_text
+    from tpujob.reconcile.history import mtbi_for
+
+    mtbi, seen = mtbi_for(actor.store, attempt.zone, attempt.accelerator, spec.provisioning, actor.clock())
+    actor.store.record_steps(job.id, attempt.number, reported={"mtbi_ms": int(mtbi * 1000)})
+    actor.store.add_event(job.id, "checkpoint",
+                          f"checkpoint_every auto: M {duration_text(mtbi)} between interruptions in "
+                          f"{attempt.zone} ({seen.runs} runs, {seen.interruptions} interruptions"
+                          f"{'' if seen.runs else ', the prior'}), C measured by the runtime")
 
 
 def create_slice(actor: Actor, turn: Turn, action: CreateSlice) -> Outcome:

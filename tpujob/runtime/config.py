@@ -90,7 +90,9 @@ class RuntimeConfig:
     seq_len: int = 128
     steps: int = 100
     seed: int = 0
-    checkpoint_every: int = 100
+    # Steps between checkpoints, or "auto": Young's interval for the save cost this program
+    # measures and the time between interruptions tpujob measured (runtime/spacing.py).
+    checkpoint_every: int | str = 100
     keep: int = 3
     async_checkpoint: bool = True
     checkpoint_dir: str | None = None  # default: $TPUJOB_RUN_DIR/checkpoints; may be gs://...
@@ -200,7 +202,7 @@ def _validate(cfg: RuntimeConfig) -> None:
     m, o, d = cfg.model, cfg.optimizer, cfg.data
     positive = {
         "batch_size": cfg.batch_size, "microbatches": cfg.microbatches, "seq_len": cfg.seq_len,
-        "checkpoint_every": cfg.checkpoint_every,
+        "checkpoint_every": cfg.checkpoint_every if isinstance(cfg.checkpoint_every, int) else 1,
         "keep": cfg.keep, "log_every": cfg.log_every, "heartbeat_every_s": cfg.heartbeat_every_s,
         "distributed_timeout_s": cfg.distributed_timeout_s,
         "sigterm_grace_s": cfg.sigterm_grace_s, "model.n_layer": m.n_layer,
@@ -211,6 +213,9 @@ def _validate(cfg: RuntimeConfig) -> None:
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"must be > 0, got {value}", key=key)
+    if isinstance(cfg.checkpoint_every, str) and cfg.checkpoint_every != "auto":
+        raise ConfigError(f"must be a number of steps or 'auto', got {cfg.checkpoint_every!r}",
+                          key="checkpoint_every")
     if cfg.preempted_poll_s < 0:
         raise ConfigError(f"must be >= 0, got {cfg.preempted_poll_s}", key="preempted_poll_s")
     if cfg.steps < 0 or o.warmup_steps < 0:

@@ -70,6 +70,10 @@ ENV_NUM_SLICES = "MEGASCALE_NUM_SLICES"
 # runtime splits each step into max/current times its microbatches, so each device's share of a
 # step (and its memory) stays what it is on all of them, and the global batch with it.
 ENV_MAX_SLICES = "TPUJOB_MAX_SLICES"
+# `checkpoint_every: auto`: the mean seconds between interruptions tpujob measured for the
+# attempt's zone, accelerator and provisioning (reconcile/risk.py), for Young's interval
+# (runtime/spacing.py). Unset: the runtime's default (a day).
+ENV_MTBI_SECONDS = "TPUJOB_MTBI_SECONDS"
 
 # Files under the run dir (written by host 0 only, except checkpoints which all hosts write).
 HEARTBEAT_FILE = "heartbeat"
@@ -82,10 +86,15 @@ CHECKPOINT_DIR = "checkpoints"
 STACKS_SIGNAL = signal.SIGUSR1
 
 # The heartbeat is one JSON object: job_id, attempt, host, total, time, step, phase,
-# resumed_from, startup, progress_time (runtime/metrics.Heartbeat writes it; templates/status.sh
-# reads attempt, step, total, resumed_from and progress_time, and the sweep reads them there).
+# resumed_from, startup, progress_time, and the ledger's LEDGER_KEYS (runtime/metrics.Heartbeat
+# writes it; templates/status.sh reads attempt, step, total, resumed_from, progress_time and
+# LEDGER_KEYS, and the sweep reads them there).
 # The heartbeat is rewritten at least this often while the program lives.
 HEARTBEAT_MAX_INTERVAL_S = 30
+# What only the program knows of where its time went (whole milliseconds, this attempt's):
+# compile, restore, the stalls of checkpoint saves, its mean step, its newest save's stall (C),
+# and under `checkpoint_every: auto` the interval it chose and the M it was given.
+LEDGER_KEYS = ("compile_ms", "restore_ms", "checkpoint_ms", "step_ms", "save_ms", "interval_ms", "mtbi_ms")
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,49 @@ class Status:
     resumed_from: int | None = None
     time: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What the program reported of one attempt for the ledger (the heartbeat's LEDGER_KEYS, as
+    the store keeps them in attempt.reported), in seconds; `mtbi` is what tpujob handed it.
+    `step` is its mean training step; `save` its newest save's stall (C); `interval` the
+    checkpoint interval it chose under `checkpoint_every: auto`."""
+    compile: float = 0.0
+    restore: float = 0.0
+    checkpoint: float = 0.0
+    step: float | None = None
+    save: float | None = None
+    interval: float | None = None
+    mtbi: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        """Whether the program said anything (not only the M tpujob handed it)."""
+        return any(v is not None for v in (self.step, self.save, self.interval)) or \
+            bool(self.compile or self.restore or self.checkpoint)
+
+    @classmethod
+    def parse(cls, raw: str | None) -> Reported | None:
+        """attempt.reported (JSON of whole milliseconds), or None where nothing (readable) is."""
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+
+        def ms(key: str) -> float | None:
+            value = data.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                return value / 1000
+            return None
+
+        return cls(compile=ms("compile_ms") or 0.0, restore=ms("restore_ms") or 0.0,
+                   checkpoint=ms("checkpoint_ms") or 0.0, step=ms("step_ms"), save=ms("save_ms"),
+                   interval=ms("interval_ms"), mtbi=ms("mtbi_ms"))
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from .data import Batches
 from .distributed import HostEnv, on_tpu_vm
 from .metrics import Heartbeat, MetricsLog
 from .preemption import Preemption
+from .spacing import Spacing
 
 log = logging.getLogger("tpujob.runtime")
 
@@ -50,6 +51,15 @@ class RunEnd:
     compiles: int = 0
     resumed_from: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _env_seconds(name: str) -> float | None:
+    """A number of seconds from the environment, None where unset or not a positive number."""
+    try:
+        value = float(os.environ.get(name, ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
 
 
 def mxu_warning(cfg: RuntimeConfig, gen: str | None) -> str | None:
@@ -124,6 +134,11 @@ class Trainer:
         self.resumed_from: int | None = None
         self.step = 0  # the newest step dispatched: what status.json reports if training breaks
         self.loop_seconds = 0.0
+        auto = cfg.checkpoint_every == "auto"
+        self.spacing = Spacing(None if auto else int(cfg.checkpoint_every),
+                               _env_seconds(contract.ENV_MTBI_SECONDS) if auto else None)
+        self.checkpoint_stall = 0.0  # seconds saves blocked training, this attempt
+        self.step_seconds: float | None = None  # the mean step, past the first (compile)
 
     # -- start -------------------------------------------------------------------------------
 
@@ -159,6 +174,9 @@ class Trainer:
     def _record(self, step: int, m: dict, compiles: int, window: tuple[float, int]) -> None:
         seconds, steps = window
         step_time = seconds / steps if steps else float("nan")
+        if steps:
+            self.step_seconds = step_time
+            self._report_ledger()
         tokens_per_s = self.cfg.batch_size * self.cfg.seq_len / step_time if steps else None
         mfu = peaks.mfu(self.flops_per_token, tokens_per_s or 0.0, self.generation, self.n_devices)
         self.metrics.write({
@@ -193,7 +211,7 @@ class Trainer:
         pending: tuple[int, dict, int] | None = None  # step, metrics on device, compiles
         stop_at: int | None = None
         window_start, window_steps, first = time.perf_counter(), 0, True
-        loop_start = time.perf_counter()
+        loop_start = saved_at = time.perf_counter()
         last_saved = self.resumed_from
 
         def consume() -> RunEnd | None:
@@ -241,7 +259,8 @@ class Trainer:
             if pending is not None and (bad := consume()) is not None:
                 return bad
             pending = (s, m_dev, self.compiler.compiles)
-            save = s % cfg.checkpoint_every == 0 or s == cfg.steps or stop_at is not None
+            since_save = time.perf_counter() - saved_at
+            save = self.spacing.due(s, since_save) or s == cfg.steps or stop_at is not None
             if save:
                 if (bad := consume()) is not None:
                     return bad
@@ -251,7 +270,12 @@ class Trainer:
                                          f"non-finite parameters at step {s}; not saved")
                 if stop_at is not None and not self._stop_save_fits(preemption):
                     return self._skip_stop_save(s, last_saved, preemption.source)
+                stall = time.perf_counter()
                 self.ckpt.save(s, state)
+                saved_at = time.perf_counter()
+                self.spacing.saved(saved_at - stall)
+                self.checkpoint_stall += saved_at - stall
+                self._report_ledger()
                 last_saved = s
             self.heartbeat.update(step=s, phase="training")
             if stop_at is not None:
@@ -277,10 +301,27 @@ class Trainer:
             "microbatches": self.cfg.microbatches,  # an elastic job on fewer slices: more
         }
         self.heartbeat.startup = startup
+        self._report_ledger()
         what = (f"restore {startup['restore_s']} s (step {self.resumed_from})" if self.resumed_from is not None
                 else f"init {startup['init_s']} s")
         log.info("step %d done %.1f s after start: %s, compile %.2f s (cache %s)", step,
                  startup["first_step_s"], what, startup["compile_s"], startup["compile_cache"])
+
+    def _report_ledger(self) -> None:
+        """What only this program knows of where its time went, for tpujob's ledger
+        (service/ledger.Reported): whole milliseconds, flat, as status.sh reads them."""
+        startup = self.heartbeat.startup or {}
+        restore = startup.get("restore_s") or 0.0
+
+        def ms(seconds: float | None) -> int | None:
+            return None if seconds is None else int(seconds * 1000)
+
+        self.heartbeat.ledger = {k: v for k, v in {
+            "compile_ms": ms(self.compiler.compile_seconds), "restore_ms": ms(restore),
+            "checkpoint_ms": ms(self.checkpoint_stall), "step_ms": ms(self.step_seconds),
+            "save_ms": ms(self.spacing.save_seconds),
+            "interval_ms": ms(self.spacing.interval) if self.spacing.every is None else None,
+            "mtbi_ms": ms(self.spacing.mtbi) if self.spacing.every is None else None}.items() if v is not None}
 
     def _stop_save_fits(self, preemption: Preemption) -> bool:
         """Save in place, unless an async save still in flight makes that impossible within the
@@ -316,6 +357,7 @@ class Trainer:
         return outcome
 
     def _outcome(self, state: str, step: int, code: int, message: str) -> RunEnd:
+        self._report_ledger()
         return RunEnd(state, step, message, code, self.compiler.compiles, self.resumed_from,
                        extra={"checkpoint_seconds": round(self.ckpt.seconds, 3),
                               "compile_seconds": round(self.compiler.compile_seconds, 3)})

@@ -44,6 +44,7 @@ class Heartbeat:
         self.progress_time = time.time()
         self.resumed_from: int | None = None  # the checkpoint step this run restored, if any
         self.startup: dict[str, Any] | None = None  # Trainer._report_startup's, once step 1 is done
+        self.ledger: dict[str, int] = {}  # contract.LEDGER_KEYS, flat: what status.sh reads
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -60,7 +61,7 @@ class Heartbeat:
 
     def beat(self) -> None:
         with self._lock:
-            data = {**self._info, "time": time.time(), "step": self.step, "phase": self.phase,
+            data = {**self.ledger, **self._info, "time": time.time(), "step": self.step, "phase": self.phase,
                     "resumed_from": self.resumed_from, "startup": self.startup,
                     # Only while training: a compile, a restore or a save may rightly take
                     # minutes without a step (the orchestrator judges those by the heartbeat's

@@ -3,7 +3,7 @@ gathered per page. Nothing here renders; the actions are service.jobs' own."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpujob.errors import TpujobError
 from tpujob.hosts.host_output import redact
@@ -11,6 +11,7 @@ from tpujob.progress import Progress, of_attempt
 from tpujob.service import curves as curves_mod
 from tpujob.service.accounting import Accounting, account, goodput, slice_cost
 from tpujob.service.context import Context
+from tpujob.service.ledger import Ledger, attempt_ledgers, job_ledger, price_of
 from tpujob.service.timeline import Timeline, timeline
 from tpujob.spec import shown_text
 from tpujob.spec.stored import spec_of
@@ -40,6 +41,7 @@ class JobPage:
     actions: tuple[str, ...]  # what the user may do now: cancel, resume, delete
     progress: Progress | None = None
     spec_yaml: str = ""  # as submitted, literal webhook URLs masked (spec.shown_text)
+    ledgers: list[tuple[str, Ledger]] = field(default_factory=list)  # the job's, then each attempt's
 
 
 def _provisioning(job) -> str:
@@ -81,10 +83,14 @@ def job_page(ctx: Context, ref: str) -> JobPage:
     now = ctx.store.clock()  # the records' clock: the store server's
     line = timeline(job, attempts, events, now)
     spec = spec_of(job)
+    price = price_of(spec.provisioning)
+    ledgers = [("job", job_ledger(job, attempts, events, now, price))] + [
+        (f"attempt {n}", led) for n, led in attempt_ledgers(job, attempts, events, now, price)]
     return JobPage(job=job, attempts=attempts, events=events, accounting=account(job, attempts, events, now),
                    timeline=line, cost_usd=slice_cost(attempts, _provisioning(job), now),
                    curves=curves_mod.read(ctx, spec, job.id, line.bars), actions=actions_for(job.state),
-                   spec_yaml=shown_text(job.spec_yaml, spec.spec), progress=_progress(attempts))
+                   spec_yaml=shown_text(job.spec_yaml, spec.spec), progress=_progress(attempts),
+                   ledgers=ledgers)
 
 
 def log_tail(ctx: Context, ref: str, lines: int = LOG_LINES) -> tuple[str, str]:

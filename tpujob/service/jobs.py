@@ -25,6 +25,7 @@ from tpujob.names import (
 )
 from tpujob.service.accounting import account
 from tpujob.service.context import Context
+from tpujob.service.ledger import Ledger, attempt_ledgers, job_ledger, price_of
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
 from tpujob.spec.stored import api_of, spec_of
@@ -130,13 +131,35 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
                                    default_project=ctx.default_project)
     from tpujob.owners import current_user, this_node
 
+    why = ""
+    if resolved.spec.tpu.placement == "auto" and len(resolved.placements()) > 1:
+        resolved, why = _auto_placement(ctx, resolved)
+    accelerator, zone = resolved.placements()[0]
     job = ctx.store.add_job(
         name=resolved.spec.name, spec_yaml=text, spec_json=json.dumps(resolved.to_json_dict()),
-        accelerator=resolved.accelerator, zone=resolved.zone, project=resolved.project,
+        accelerator=accelerator, zone=zone, project=resolved.project,
         cloud=ctx.settings.cloud, keep_slice=keep_slice,
         owner=current_user(ctx.settings), from_node=this_node(),
     )
+    if why:
+        ctx.store.add_event(job.id, "placement", why)
     return job, resolved
+
+
+def _auto_placement(ctx: Context, resolved: ResolvedSpec) -> tuple[ResolvedSpec, str]:
+    """`placement: auto`: the placements by expected goodput per dollar from the store's
+    history, and the event that says the order and what it rests on."""
+    from tpujob.durations import duration_text
+    from tpujob.service.goodput import auto_placement
+
+    written = resolved.placements()
+    ranked = auto_placement(ctx, written, resolved.provisioning)
+    said = "; ".join(f"{written[c.index][1]} ({written[c.index][0]}): MTBI {duration_text(c.mtbi)} from "
+                     f"{c.evidence.runs} runs, {c.evidence.interruptions} interruptions" for c in ranked)
+    cold = not any(c.evidence.requests for c in ranked)
+    why = ("placement auto: no history yet, the spec's order" if cold
+           else f"placement auto, best first by expected goodput per dollar: {said}")
+    return resolved.model_copy(update={"placement_order": tuple(c.index for c in ranked)}), why
 
 
 class Created(NamedTuple):
@@ -212,6 +235,8 @@ class JobDetail:
     events: list[Event]
     accounting: Accounting      # the night's story in numbers
     timeline: Timeline          # the same story as bars
+    ledger: Ledger              # where the wall time and dollars went, per bucket
+    attempt_ledgers: list[tuple[int, Ledger]]  # the same, per attempt (its number)
     hosts: list[HostProgram] | None = None  # one per host, while the program runs
     hosts_error: str = ""       # why the hosts could not be asked
     run_dir: RunDirStatus | None = None  # the current attempt's status.json, heartbeat
@@ -225,9 +250,11 @@ def show(ctx: Context, ref: str) -> JobDetail:
     job = ctx.store.find(ref)
     attempts, events = ctx.store.attempts(job.id), ctx.store.events(job.id)
     now = ctx.store.clock()  # the store's: the records' timestamps are on it
-    detail = JobDetail(job, attempts, events, account(job, attempts, events, now),
-                       timeline(job, attempts, events, now))
     spec = spec_of(job)
+    price = price_of(spec.spec.tpu.provisioning)
+    detail = JobDetail(job, attempts, events, account(job, attempts, events, now),
+                       timeline(job, attempts, events, now), job_ledger(job, attempts, events, now, price),
+                       attempt_ledgers(job, attempts, events, now, price))
     if detail.attempts and spec.spec.run_dir:
         from tpujob.attempt import run_dirs
         from tpujob.cloud.gcs import Gcs

@@ -111,6 +111,10 @@ class TpuSpec(_Model):
     # elastic job (docs/multislice.md).
     slices: int | SliceRange = 1
     fallback: list[Fallback] = Field(default_factory=list)
+    # The order the placements are tried in: as written (the primary, then each fallback), or
+    # `auto`: by expected goodput per dollar from the store's history, decided at create
+    # (reconcile/risk.py; ResolvedSpec.placement_order keeps the order chosen).
+    placement: Literal["ordered", "auto"] = "ordered"
     network: NetworkSpec = Field(default_factory=NetworkSpec)
 
     def placements(self, accelerator: str, zone: str) -> list[tuple[str, str]]:
@@ -354,6 +358,9 @@ class ResolvedSpec(BaseModel):
     reservation: str | None = None
     max_run_duration_seconds: int | None = None
     compute: ComputePlacement | None = None  # api compute only
+    # `placement: auto`: the spec's placements (indexes into TpuSpec.placements) in the order
+    # create chose from the store's history; None: as written.
+    placement_order: tuple[int, ...] | None = None
 
     @model_validator(mode="after")
     def _provisioning_from_the_spec(self):
@@ -362,8 +369,12 @@ class ResolvedSpec(BaseModel):
         return self
 
     def placements(self) -> list[tuple[str, str]]:
-        """The job's placements, the primary first (TpuSpec.placements)."""
-        return self.spec.tpu.placements(self.accelerator, self.zone)
+        """The job's placements, the primary first (TpuSpec.placements), in the order
+        `placement: auto` chose where it did."""
+        written = self.spec.tpu.placements(self.accelerator, self.zone)
+        if self.placement_order is None or sorted(self.placement_order) != list(range(len(written))):
+            return written
+        return [written[i] for i in self.placement_order]
 
     def to_json_dict(self) -> dict:
         """What the store keeps (a literal webhook URL included: the sweep sends to it)."""

@@ -3,6 +3,7 @@ and what is recorded on it as it runs (its cause, growth, create operation, host
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 from sqlalchemy import and_, update
@@ -112,18 +113,22 @@ class Attempts(Transactions):
 
     def record_steps(self, job_id: int, number: int, *, last_step: int | None = None,
                      resumed_from_step: int | None = None, total_steps: int | None = None,
-                     at: float | None = None) -> None:
+                     at: float | None = None, reported: dict[str, int] | None = None) -> None:
         """What the runtime reported for an attempt: its latest step (a sample of the progress
-        series when `at` is given), the step it resumed from, the total it runs to."""
+        series when `at` is given), the step it resumed from, the total it runs to, and what it
+        measured for the ledger (`reported`: milliseconds by name, service/ledger.Reported)."""
         values: dict[str, Any] = {k: v for k, v in (("last_step", last_step), ("resumed_from_step", resumed_from_step),
                                     ("total_steps", total_steps)) if v is not None}
-        if not values:
+        if not values and not reported:
             return
         where = and_(col(Attempt.job_id) == job_id, col(Attempt.number) == number)
         with self._tx() as session:
             if last_step is not None and at is not None:
                 (raw,) = session.exec(select(Attempt.progress).where(where)).all() or [None]
                 values["progress"] = progress.add_sample(raw, at, last_step)
+            if reported:  # over what was handed at launch (mtbi_ms): the program's word is newer
+                (had,) = session.exec(select(Attempt.reported).where(where)).all() or [None]
+                values["reported"] = json.dumps({**_json_object(had), **reported}, sort_keys=True)
             session.exec(update(Attempt).where(where).values(**values))
 
     def attempts(self, job_id: int) -> list[Attempt]:
@@ -147,3 +152,11 @@ class Attempts(Transactions):
             found: Attempt | None = session.exec(select(Attempt).where(col(Attempt.job_id) == job_id)
                                                  .order_by(col(Attempt.number).desc())).first()
             return found
+
+
+def _json_object(raw: str | None) -> dict[str, Any]:
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

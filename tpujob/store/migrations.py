@@ -246,6 +246,13 @@ def _v18_lab(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN host_user TEXT")
 
 
+def _v20_reported(conn: Connection) -> None:
+    # attempt.reported: what the bundled runtime measured of the attempt (JSON of milliseconds:
+    # compile, restore, checkpoint stalls, its step time, its last save), read from its heartbeat
+    # by status.sh; the ledger's buckets only it knows (tpujob/service/ledger.py). NULL: nothing.
+    conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN reported TEXT")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -266,6 +273,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (16, "setup_cache: each archive's sha256", _v16_setup_cache_digests),
     (17, "job.owner, job.from_node", _v17_owners),
     (18, "lab_node, attempt.host_user", _v18_lab),
+    (20, "attempt.reported", _v20_reported),
 ]
 
 _bookkeeping = MetaData()

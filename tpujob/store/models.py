@@ -70,6 +70,9 @@ class Attempt(SQLModel, table=True):
     nodes: str | None = None
     growing: str | None = None
     host_user: str | None = None  # who the program runs as on the hosts (None: before migration 18)
+    # What the bundled runtime measured of it (JSON of milliseconds: compile_ms, restore_ms,
+    # checkpoint_ms, step_ms, save_ms; service/ledger.Reported reads it). None: nothing reported.
+    reported: str | None = None
 
 
 class LabNode(SQLModel, table=True):

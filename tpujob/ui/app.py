@@ -194,6 +194,7 @@ def make_app(context_factory, token: str, port: int, host: str = "127.0.0.1") ->
                   for key, label in dashboard.curves_mod.SERIES]
         template = "job_body.html" if request.query_params.get("fragment") else "job.html"
         return page(template, d=detail, timeline=svg.timeline_svg(detail.timeline), charts=charts,
+                    ledger=svg.ledger_svg(detail.ledgers), ledger_legend=svg.ledger_legend,
                     against=against, done=request.query_params.get("done", ""))
 
     def log(request: Request):

@@ -77,6 +77,47 @@ def timeline_svg(line) -> Markup:
     return Markup("".join(parts))
 
 
+# One colour per ledger bucket (service/ledger.BUCKETS), in the order the bar stacks them.
+BUCKET_COLOURS = {
+    "waiting": "#c8c8c8", "provisioning": "#e8b33a", "setup": "#4a7fe0", "restore": "#74c0fc",
+    "compile": "#9775fa", "training": "#2f9e55", "running": "#8ce99a", "lost_work": "#c0392b",
+    "checkpoint": "#1098ad", "hung": "#862e9c", "recovering": "#e0662c", "stopped": "#8c8c8c",
+}
+
+
+def ledger_svg(ledgers) -> Markup:
+    """One stacked bar per ledger ([(label, Ledger)]: the job's, then each attempt's), its
+    buckets in proportion to its own wall time; each segment titled with seconds and dollars."""
+    height = PAD * 2 + ROW * max(1, len(ledgers))
+    span_w = WIDTH - LABEL - PAD
+    parts = [f'<svg class="ledger" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+             f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="where the wall time went">']
+    for row, (label, led) in enumerate(ledgers):
+        y, at = PAD + row * ROW, float(LABEL)
+        wall = max(1e-9, led.wall_seconds)
+        parts.append(f'<g class="ledger-bar" data-label="{escape(label)}">')
+        parts.append(f'<text x="4" y="{y + 15}" font-size="12">{escape(label)}</text>')
+        for name, colour in BUCKET_COLOURS.items():
+            secs = led.buckets.get(name, 0.0)
+            if secs <= 0:
+                continue
+            width = secs / wall * span_w
+            usd = led.dollars.get(name)
+            cost = "" if not usd else f", ${usd:.2f}"
+            parts.append(f'<rect class="bucket" data-bucket="{name}" x="{at:.1f}" y="{y + 3}" '
+                         f'width="{max(0.5, width):.1f}" height="{ROW - 6}" fill="{colour}"><title>'
+                         f'{escape(label)} {name}: {secs:.0f} s ({secs / wall:.0%}{cost})</title></rect>')
+            at += width
+        parts.append("</g>")
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def ledger_legend() -> Markup:
+    return Markup(" ".join(f'<span class="key"><i style="background:{c}"></i>{escape(b)}</span>'
+                           for b, c in BUCKET_COLOURS.items()))
+
+
 def legend() -> Markup:
     items = [f'<span class="key"><i style="background:{c}"></i>{escape(s)}</span>'
              for s, c in STATE_COLOURS.items() if s in ("PROVISIONING", "SETTING_UP", "RUNNING",
