@@ -152,7 +152,9 @@ def test_detached_program_survives_the_session_and_preempt_kills_it(make_machine
 def test_preempt_kills_after_the_grace_period(make_machines, client_key):
     m, eps = make_machines(1)
     run(connect(eps[0], client_key[0]),
-        "setsid bash -c 'trap \"\" TERM; while :; do sleep 0.05; done' >/dev/null 2>&1 </dev/null &")
+        "setsid bash -c 'trap \"\" TERM; touch /tmp/trapped; while :; do sleep 0.05; done' "
+        ">/dev/null 2>&1 </dev/null &")
+    wait_for_file(m.host_root(0) / "tmp" / "trapped")  # SIGTERM before the trap would end it at once
     start = time.monotonic()
     m.preempt(grace_seconds=0.5)
     # Killed after the grace, not before (a lower bound: load cannot make it fail); killed at
