@@ -102,3 +102,18 @@ def test_the_emulators_default_lists_pass_and_name_every_tpu_metric(cli, project
     for metric, limit in INVENTED_TPU_METRICS.items():
         assert f"{metric} 0/{limit:g} in us-east5" in check["detail"]
     assert check["detail"].endswith("; GPUS_ALL_REGIONS 0/16")
+
+
+def test_regions_get_through_googles_client_keeps_any_metric_name(project, local_cloud, shared_emulator):
+    """Quota.metric is a string field in google-cloud-compute: a name its Quota.Metric enum lacks
+    reaches the caller as sent; a name that is no region's is a 404."""
+    from tpujob.cloud.compute import GcpCompute, QuotaInfo
+    from tpujob.errors import NotFoundError
+
+    compute = GcpCompute.for_emulator(shared_emulator["compute_endpoint"])
+    local_cloud.quotas(project, "europe-west4", [{"metric": "NOT_IN_THE_ENUM_TPU", "limit": 3, "usage": 1}])
+    assert compute.quotas(project, "europe-west4") == [QuotaInfo("NOT_IN_THE_ENUM_TPU", 3.0, 1.0)]
+    local_cloud.quotas(project, "europe-west4", None)  # back to the defaults
+    assert "CPUS" in {q.metric for q in compute.quotas(project, "europe-west4")}
+    with pytest.raises(NotFoundError):
+        compute.quotas(project, "europe-west4-a")  # a zone, not a region
