@@ -61,13 +61,24 @@ def test_the_tpu_quotas_the_region_lists_are_reported_with_usage_and_limit(cli, 
     assert "CPUS" not in check["detail"]
 
 
+def test_one_tpu_metric_at_0_among_others_is_reported_not_warned(cli, project, spec_file, local_cloud):
+    # A real region lists a metric per family and model, most at 0 for a given project: which
+    # one a job draws on is not known by name, so only a region with every one at 0 warns.
+    record(spec_file)
+    local_cloud.quotas(project, "us-east5", [{"metric": "TPU_A", "limit": 0},
+                                             {"metric": "PREEMPTIBLE_TPU_B", "limit": 16, "usage": 4}])
+    _, check = quotas(cli)
+    assert check["status"] == "ok", check
+    assert "TPU_A 0/0 in us-east5; PREEMPTIBLE_TPU_B 4/16 in us-east5" in check["detail"]
+
+
 @pytest.mark.parametrize("region_quotas, project_quotas, warning", [
     ([{"metric": "PREEMPTIBLE_TPU_X", "limit": 0, "usage": 0}], [{"metric": "GPUS_ALL_REGIONS", "limit": 8}],
-     "PREEMPTIBLE_TPU_X has a limit of 0 in us-east5"),
+     "every TPU quota of project {project} in us-east5 has a limit of 0"),
     ([{"metric": "TPU_X", "limit": 16, "usage": 16}], [{"metric": "GPUS_ALL_REGIONS", "limit": 8}],
      "TPU_X is used up in us-east5 (16/16) while a job waits there"),
     ([{"metric": "TPU_X", "limit": 16, "usage": 0}], [{"metric": "GPUS_ALL_REGIONS", "limit": 0}],
-     "GPUS_ALL_REGIONS has a limit of 0 in all regions"),
+     "GPUS_ALL_REGIONS of project {project} has a limit of 0"),
     ([{"metric": "CPUS", "limit": 24, "usage": 0}], [{"metric": "GPUS_ALL_REGIONS", "limit": 8}],
      "no TPU quota is visible for project {project} in us-east5"),
 ])

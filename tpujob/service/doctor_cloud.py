@@ -197,8 +197,10 @@ def quotas_check(compute, project: str, zone: str, jobs: list) -> Check:
     GPUS_ALL_REGIONS (compute.projects.get). The metric names are read from what Google lists,
     never assumed: the client's Quota.Metric enum names no TPU metric. What unit a TPU metric
     counts (chips, cores, VMs) is not documented for this path, so no arithmetic on the jobs'
-    chips: a limit of 0, or a quota already at its limit while a job waits in that region, is a
-    warning; anything else is reported as usage/limit."""
+    chips; and which metric a job draws on is not known by name, so a TPU metric at 0 (a region
+    lists one per family and model, most of them 0 in a real project) warns only when every
+    TPU metric of the region is at 0. Warnings: no TPU metric listed, every one at 0, one used
+    up while a job waits in its region, GPUS_ALL_REGIONS at 0; anything else is usage/limit."""
     from tpujob.attempt.buckets import region_of
     from tpujob.catalogue import COMPUTE
     from tpujob.spec.stored import api_of
@@ -215,14 +217,19 @@ def quotas_check(compute, project: str, zone: str, jobs: list) -> Check:
             tpu = [q for q in compute.quotas(where, region) if "TPU" in q.metric.upper()]
             if not tpu:
                 warnings.append(f"no TPU quota is visible for project {where} in {region}")
+            elif all(q.limit == 0 for q in tpu):
+                warnings.append(f"every TPU quota of project {where} in {region} has a limit of 0")
             for q in tpu:
                 seen.append(f"{q.metric} {q.usage:g}/{q.limit:g} in {region}")
-                warnings += _quota_warning(q, region, (where, region) in waiting)
+                if (where, region) in waiting and 0 < q.limit <= q.usage:
+                    warnings.append(f"{q.metric} is used up in {region} ({q.usage:g}/{q.limit:g}) while a "
+                                    "job waits there")
         for where in sorted({p for p, _ in places}):
             for q in compute.quotas(where):
                 if q.metric == "GPUS_ALL_REGIONS":
                     seen.append(f"GPUS_ALL_REGIONS {q.usage:g}/{q.limit:g}")
-                    warnings += _quota_warning(q, "all regions", any(p == where for p, _ in waiting))
+                    if q.limit == 0:
+                        warnings.append(f"GPUS_ALL_REGIONS of project {where} has a limit of 0")
     except TpujobError as exc:
         return Check("compute quotas", WARNING, f"could not read the Compute quotas: {exc.message}")
     listed = "; ".join(seen) or "none listed"
@@ -230,14 +237,6 @@ def quotas_check(compute, project: str, zone: str, jobs: list) -> Check:
         return Check("compute quotas", WARNING, f"{'; '.join(warnings)} (usage/limit: {listed})",
                      f"request quota at {QUOTA_PAGE}")
     return Check("compute quotas", OK, f"usage/limit: {listed}")
-
-
-def _quota_warning(q, where: str, job_waits: bool) -> list[str]:
-    if q.limit <= 0:
-        return [f"{q.metric} has a limit of 0 in {where}"]
-    if job_waits and q.usage >= q.limit:
-        return [f"{q.metric} is used up in {where} ({q.usage:g}/{q.limit:g}) while a job waits there"]
-    return []
 
 
 def orphans_check(ctx: Context, cloud, compute) -> Check:
