@@ -197,10 +197,11 @@ def quotas_check(compute, project: str, zone: str, jobs: list) -> Check:
     GPUS_ALL_REGIONS (compute.projects.get). The metric names are read from what Google lists,
     never assumed: the client's Quota.Metric enum names no TPU metric. What unit a TPU metric
     counts (chips, cores, VMs) is not documented for this path, so no arithmetic on the jobs'
-    chips; and which metric a job draws on is not known by name, so a TPU metric at 0 (a region
-    lists one per family and model, most of them 0 in a real project) warns only when every
-    TPU metric of the region is at 0. Warnings: no TPU metric listed, every one at 0, one used
-    up while a job waits in its region, GPUS_ALL_REGIONS at 0; anything else is usage/limit."""
+    chips; and which metric a job draws on is not known by name, so a TPU metric at 0 warns
+    only when every TPU metric of the region is at 0 (Cloud TPU's quota page: "different quotas
+    for each version of TPU", each on-demand and preemptible, on-demand's default 0 for most).
+    Warnings: no TPU metric listed, every one at 0, one used up while a job waits in its
+    region, GPUS_ALL_REGIONS at 0; anything else is usage/limit."""
     from tpujob.attempt.buckets import region_of
     from tpujob.catalogue import COMPUTE
     from tpujob.spec.stored import api_of
