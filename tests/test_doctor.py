@@ -280,7 +280,7 @@ def test_every_cloud_check_passes_against_the_emulator(cli, no_cron, local_cloud
         gcs.create_bucket("doctor-runs")  # the emulator makes it in US: serves us-central2
     record(spec_file, extra="run_dir: gs://doctor-runs/runs")
     result, data, checks = doctor(cli)
-    assert [c["name"] for c in data["cloud"]] == ["credentials", "project", "tpu api", "compute api",
+    assert [c["name"] for c in data["cloud"]] == ["credentials", "project", "tpu api", "compute api", "compute quotas",
                                                  "accelerators", "orphans", "os login", "clock: cloud",
                                                  "buckets"]
     for check in data["cloud"]:

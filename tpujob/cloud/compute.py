@@ -45,6 +45,15 @@ class DiskInfo:
 
 
 @dataclass(frozen=True)
+class QuotaInfo:
+    """One Quota of a Region's or Project's list: `metric` is the string Google sent (a string
+    field in compute_v1.Quota, so a metric the client's Quota.Metric enum lacks arrives as is)."""
+    metric: str
+    limit: float
+    usage: float
+
+
+@dataclass(frozen=True)
 class SnapshotInfo:
     name: str
     source_disk: str  # short name
@@ -85,6 +94,7 @@ class GcpCompute:
         self._zone_ops = compute_v1.ZoneOperationsClient(**kwargs)
         self._global_ops = compute_v1.GlobalOperationsClient(**kwargs)
         self._credentials = credentials
+        self._options = options
         self._tpu_endpoint = tpu_endpoint
         self._tpu: Any = None
         self._retry = new_retry(retry_initial, retry_maximum, retry_deadline)
@@ -196,6 +206,20 @@ class GcpCompute:
                 for n in nodes for d in n.data_disks] + \
             [NodeDisk(i.name, disk_path(project, zone, _short(d.source)), d.mode == "READ_ONLY")
              for i in instances for d in i.disks if not d.boot and d.source]
+
+    # ---- quotas ------------------------------------------------------------------------------
+
+    def quotas(self, project: str, region: str | None = None) -> list[QuotaInfo]:
+        """compute.regions.get's `quotas` (None: compute.projects.get's, the global ones such as
+        GPUS_ALL_REGIONS). Its clients are built here only: no other call needs them."""
+        kwargs = dict(transport="rest", credentials=self._credentials, client_options=self._options)
+        if region is None:
+            found = self._call(f"reading the quotas of project {project}",
+                               compute_v1.ProjectsClient(**kwargs).get, project=project)
+        else:
+            found = self._call(f"reading the quotas of region {region}",
+                               compute_v1.RegionsClient(**kwargs).get, project=project, region=region)
+        return [QuotaInfo(q.metric, q.limit, q.usage) for q in found.quotas]
 
     def _tpu_client(self) -> Any:
         from google.cloud import tpu_v2

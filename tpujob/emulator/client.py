@@ -89,6 +89,11 @@ class EmulatorClient:
     def kill_host(self, node: str, index: int) -> None:
         self._request("POST", "kill-host", {"node": node, "index": index})
 
+    def quotas(self, project: str, region: str | None, quotas: list[dict] | None) -> dict:
+        """Replace `region`'s Compute Engine quota list (None: the project's global one) with
+        `quotas` ([{metric, limit, usage}]); None: back to the emulator's defaults."""
+        return self._request("POST", "quotas", {"project": project, "region": region, "quotas": quotas})
+
     def oslogin(self, project: str, enabled: bool | None = None, required: bool = False,
                 role: bool = True, admins: list[str] | None = None) -> dict:
         """OS Login for `project`: on (hosts take only keys imported through OS Login), with

@@ -13,6 +13,7 @@ an attached disk appears on every emulated host (/dev/disk/by-id/google-NAME): h
 from __future__ import annotations
 
 import pathlib
+import re
 import shutil
 import threading
 import uuid
@@ -31,6 +32,7 @@ from tpujob.emulator.host_disks import gcsfuse_shim, prepare_hosts
 from tpujob.emulator.instances import instance_filter
 from tpujob.emulator.labels import check_compute_labels
 from tpujob.emulator.payloads import ApiError, check_id, copy_json, now, read_json
+from tpujob.emulator.quotas import Quotas
 from tpujob.emulator.zone_operations import API_ROOT, ComputeOperations
 
 _BASE = "/compute/v1/projects/<project>"
@@ -52,6 +54,7 @@ ROUTES = Map([
     Rule(f"{_BASE}/global/operations/<name>/wait", methods=["POST"],
          endpoint="global_operation_wait"),
     Rule(_BASE, methods=["GET"], endpoint="get_project"),
+    Rule(f"{_BASE}/regions/<region>", methods=["GET"], endpoint="get_region"),  # its quotas (quotas.py)
     # TPU VMs (tpu_vms.py): compute.v1.json instances.insert/list/get/delete/getGuestAttributes/stop.
     Rule(f"{_BASE}/zones/<zone>/instances", methods=["POST"], endpoint="insert_instance"),
     Rule(f"{_BASE}/zones/<zone>/instances", methods=["GET"], endpoint="list_instances"),
@@ -64,6 +67,7 @@ ROUTES = Map([
     *tpu_mig_rules.rules(_BASE),  # multi-host slices: workload policies, templates, MIGs
 ], strict_slashes=False)
 
+_REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+")  # us-central1, europe-west4, ...
 DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd", "pd-extreme", "hyperdisk-ml",
               "hyperdisk-balanced")
 DEFAULT_SIZE_GB = 10
@@ -89,6 +93,7 @@ class ComputeEmulator:
         self._lock = threading.RLock()
         self.oslogin: OsLogin | None = None  # the project's enable-oslogin (set by the server)
         self.tpu_vms: TpuVms | None = None  # the instances endpoints (set by the server)
+        self.quotas = Quotas()  # regions.get's and projects.get's quota lists
 
     # ---- the project -------------------------------------------------------------------------
 
@@ -100,7 +105,17 @@ class ComputeEmulator:
         return {"kind": "compute#project", "name": project, "id": str(zlib.crc32(project.encode())),
                 "selfLink": f"{API_ROOT}/projects/{project}",
                 "commonInstanceMetadata": {"kind": "compute#metadata", "items": items,
-                                           "fingerprint": "dGVzdA=="}}
+                                           "fingerprint": "dGVzdA=="},
+                "quotas": self.quotas.of(project)}  # Project.quotas[]: the global ones (quotas.py)
+
+    def get_region(self, project: str, region: str) -> dict:
+        """compute.regions.get: a Region (compute.v1 Region schema: name, status, quotas[] of
+        Quota {metric, limit, usage}); a name that is no region's is Google's 404."""
+        if not _REGION.fullmatch(region):
+            raise ApiError(404, f"The resource 'projects/{project}/regions/{region}' was not found")
+        return {"kind": "compute#region", "id": str(zlib.crc32(region.encode())), "name": region,
+                "status": "UP", "selfLink": f"{API_ROOT}/projects/{project}/regions/{region}",
+                "quotas": self.quotas.of(project, region)}
 
     # ---- paths ------------------------------------------------------------------------------
 
@@ -362,7 +377,7 @@ def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: Mapping[
     if endpoint.startswith(("zone_operation", "global_operation")):
         return compute.operation(project, args.get("zone"), args["name"])
     method = getattr(compute, endpoint)
-    return method(project, *(args[k] for k in ("zone", "name") if k in args))
+    return method(project, *(args[k] for k in ("zone", "region", "name") if k in args))
 
 
 def _instances(vms: Any, request: Any, endpoint: str, args: Mapping[str, Any]) -> dict:

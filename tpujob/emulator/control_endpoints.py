@@ -1,6 +1,6 @@
 """The emulator's own endpoints, under `/emulator/v1/`: its status, the faults it injects
 (`faults`, `fail-next`, `stockout`, `preempt`, `kill-host`, `maintenance`, `dirty-host`,
-`freeze`), reservations, the image fresh hosts boot from, the hosts of a node, OS Login's
+`freeze`), reservations, Compute Engine's quota lists, the image fresh hosts boot from, the hosts of a node, OS Login's
 switches. `tpujob emulator ...` drives them (docs/emulator.md); server.py routes them here.
 """
 
@@ -34,6 +34,7 @@ CONTROL_RULES = [
     Rule("/emulator/v1/freeze", methods=["POST"], endpoint="freeze"),
     Rule("/emulator/v1/hosts", methods=["GET"], endpoint="hosts"),
     Rule("/emulator/v1/oslogin", methods=["GET", "POST"], endpoint="oslogin"),
+    Rule("/emulator/v1/quotas", methods=["POST"], endpoint="quotas"),
 ]
 
 
@@ -174,6 +175,17 @@ class ControlEndpoints:
                                              bool(body.get("required")), body.get("role", True) is not False,
                                              [str(a) for a in body.get("admins") or ()])
         return self.emulator.oslogin.state(_required(request.args, "project"))
+
+    def _quotas(self, request: Request) -> dict:
+        """Replace a region's quota list (or the project's, without `region`); `quotas` null:
+        back to the defaults (quotas.py)."""
+        body = read_json(request)
+        quotas = body.get("quotas")
+        if quotas is not None and not (isinstance(quotas, list) and all(
+                isinstance(q, dict) and q.get("metric") for q in quotas)):
+            raise ApiError(400, "quotas must be a list of {metric, limit, usage}")
+        return {"quotas": self._compute().quotas.set(_required(body, "project"), str(body.get("region") or ""),
+                                                     quotas)}
 
 
 def _number(body: dict, key: str) -> float | None:

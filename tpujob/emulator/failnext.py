@@ -43,6 +43,7 @@ COMPUTE_METHODS: dict[str, tuple[str, bool]] = {
     "global_operation": ("compute.globalOperations.get", False),
     "global_operation_wait": ("compute.globalOperations.wait", False),
     "get_project": ("compute.projects.get", False),
+    "get_region": ("compute.regions.get", False),
     "insert_instance": ("compute.instances.insert", True),
     "list_instances": ("compute.instances.list", False),
     "get_instance": ("compute.instances.get", False),

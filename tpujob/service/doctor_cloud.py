@@ -53,6 +53,8 @@ def checks(ctx: Context, jobs: list | None) -> list[Check]:
                     lambda: cloud.list_nodes(project, zone), zone)
     found += [tpu, api_check("Compute Engine API", "compute.googleapis.com", project,
                              lambda: compute.list_disks(project, zone), zone)]
+    if found[-1].status == OK:  # the Compute Engine API answers
+        found.append(quotas_check(compute, project, settings.zone, jobs))
     if tpu.status == OK:
         found.append(accelerators_check(cloud, jobs))
         found.append(orphans_check(ctx, cloud, compute))
@@ -181,6 +183,61 @@ def accelerators_check(cloud, jobs: list) -> Check:
                      "pick a zone that offers it (gcloud compute tpus accelerator-types list --zone ZONE) "
                      "and re-create the job there")
     return Check("accelerators", OK, ", ".join(f"{a} in {z}" for _, z, a in wanted))
+
+
+# Google's quota page, where a project sees and requests its quotas (Cloud TPU's quota page,
+# cloud.google.com/tpu/docs/quota, "Request additional quota").
+QUOTA_PAGE = "https://console.cloud.google.com/iam-admin/quotas"
+_WAITING = ("PENDING", "PROVISIONING")  # a job's states before it holds a slice: what a full quota stops
+
+
+def quotas_check(compute, project: str, zone: str, jobs: list) -> Check:
+    """The Compute quotas the Compute Engine path draws on: each TPU metric of each region its
+    active jobs (and the configured zone) use (compute.regions.get, once per region), and
+    GPUS_ALL_REGIONS (compute.projects.get). The metric names are read from what Google lists,
+    never assumed: the client's Quota.Metric enum names no TPU metric. What unit a TPU metric
+    counts (chips, cores, VMs) is not documented for this path, so no arithmetic on the jobs'
+    chips; and which metric a job draws on is not known by name, so a TPU metric at 0 warns
+    only when every TPU metric of the region is at 0 (Cloud TPU's quota page: "different quotas
+    for each version of TPU", each on-demand and preemptible, on-demand's default 0 for most).
+    Warnings: no TPU metric listed, every one at 0, one used up while a job waits in its
+    region, GPUS_ALL_REGIONS at 0; anything else is usage/limit."""
+    from tpujob.attempt.buckets import region_of
+    from tpujob.catalogue import COMPUTE
+    from tpujob.spec.stored import api_of
+
+    on_compute = [j for j in jobs if api_of(j) == COMPUTE]
+    if not on_compute:
+        return Check("compute quotas", OK, "no active Compute Engine job (api: compute): not read")
+    places = sorted({(j.project, region_of(j.zone)) for j in on_compute} |
+                    ({(project, region_of(zone))} if zone else set()))
+    waiting = {(j.project, region_of(j.zone)) for j in on_compute if j.state in _WAITING}
+    seen, warnings = [], []
+    try:
+        for where, region in places:
+            tpu = [q for q in compute.quotas(where, region) if "TPU" in q.metric.upper()]
+            if not tpu:
+                warnings.append(f"no TPU quota is visible for project {where} in {region}")
+            elif all(q.limit == 0 for q in tpu):
+                warnings.append(f"every TPU quota of project {where} in {region} has a limit of 0")
+            for q in tpu:
+                seen.append(f"{q.metric} {q.usage:g}/{q.limit:g} in {region}")
+                if (where, region) in waiting and 0 < q.limit <= q.usage:
+                    warnings.append(f"{q.metric} is used up in {region} ({q.usage:g}/{q.limit:g}) while a "
+                                    "job waits there")
+        for where in sorted({p for p, _ in places}):
+            for q in compute.quotas(where):
+                if q.metric == "GPUS_ALL_REGIONS":
+                    seen.append(f"GPUS_ALL_REGIONS {q.usage:g}/{q.limit:g}")
+                    if q.limit == 0:
+                        warnings.append(f"GPUS_ALL_REGIONS of project {where} has a limit of 0")
+    except TpujobError as exc:
+        return Check("compute quotas", WARNING, f"could not read the Compute quotas: {exc.message}")
+    listed = "; ".join(seen) or "none listed"
+    if warnings:
+        return Check("compute quotas", WARNING, f"{'; '.join(warnings)} (usage/limit: {listed})",
+                     f"request quota at {QUOTA_PAGE}")
+    return Check("compute quotas", OK, f"usage/limit: {listed}")
 
 
 def orphans_check(ctx: Context, cloud, compute) -> Check:
