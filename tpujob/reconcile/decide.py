@@ -16,6 +16,7 @@ from tpujob.reconcile import elastic
 from tpujob.reconcile.actions import (
     Action,
     ClearUnhealthy,
+    Count,
     CreateSlice,
     DeleteSlice,
     EndAttempt,
@@ -202,6 +203,11 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
         actions = [EndAttempt(AttemptEnd.SUCCEEDED),
                    Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
+    if job.evict is not None:
+        # The checkpoint signal and its grace (StopProgram), as on a maintenance notice; the slice
+        # is freed for the higher band and the job waits for quota again, no budget spent.
+        return [StopProgram(), EndAttempt(AttemptEnd.EVICTED), Count("evictions"), DeleteSlice(),
+                Move(State.QUEUED, f"evicted: {job.evict}")]
     if elastic.shrinks(job, obs, policy):
         return elastic.shrink(job, obs, policy)
     if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):

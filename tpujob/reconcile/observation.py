@@ -154,3 +154,6 @@ class JobView:
     hangs: int = 0
     slices: int = 1  # the current attempt's
     growth_failed_seconds: float | None = None  # since growing back last failed (elastic)
+    evictions: int = 0
+    # The lab's scheduler evicts this job for a higher band's (reconcile/admission.py): why.
+    evict: str | None = None

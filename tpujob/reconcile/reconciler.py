@@ -23,6 +23,7 @@ from tpujob.reconcile.observation import JobView
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices, listed_slice
 from tpujob.reconcile.outcome import Outcome
 from tpujob.reconcile.policy import Policy, policy_of
+from tpujob.reconcile.scheduling import admit_queued
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
@@ -74,6 +75,9 @@ class SweepReport:
     setups_followed: int = 0
     setups_ended: int = 0
     acted: set[int] = field(default_factory=set, repr=False)  # the jobs counted in jobs_acted
+    # The lab's scheduler (reconcile/admission.py): QUEUED jobs admitted, jobs evicted for them.
+    admitted: int = 0
+    evicted: int = 0
 
 
 class Reconciler:
@@ -90,6 +94,7 @@ class Reconciler:
         self.workers = workers
         self.observer = Observer(store, cloud, hosts, clock, run_dirs)
         self.acting = Actor(store, cloud, hosts, actor, ssh_keys=ssh_keys, clock=clock, metadata=metadata)
+        self._evicting: dict[int, str] = {}  # this sweep's evictions: job id -> why
 
     @property
     def auth_errors(self) -> dict[int, AuthError]:
@@ -127,7 +132,17 @@ class Reconciler:
             # job if the store still refuses it.
             report.errors.append(f"when the slices were seen is not recorded: {self.store.error_line(exc)}")
         report.jobs_seen = len(jobs) + len(skipped)
+        admitted = set(self._admit(report))
+        # A job still QUEUED has nothing to act on: no lease taken for it.
+        jobs = [j for j in jobs if j.state != State.QUEUED.value or j.id in admitted]
         self._act_all_reported(jobs, slices, snapshot_at, report)
+        if self._evicting and job_ids is None:
+            # The evicted jobs freed their chips in this sweep: the jobs waiting for them are
+            # admitted and started now, not a sweep later.
+            self._evicting = {}
+            wanted = set(self._admit(report))
+            self._act_all_reported([j for j in self.store.list_jobs(states=ACTIVE) if j.id in wanted],
+                                   {}, self.clock(), report)
         self._follow_creates([j.id for j in jobs], report)
         for job in left:
             error = self.free_left_slice(job, slices)
@@ -136,6 +151,19 @@ class Reconciler:
         report.api_calls = self.cloud.api_calls - calls0
         report.seconds = time.monotonic() - started
         return report
+
+    def _admit(self, report: SweepReport) -> list[int]:
+        """The lab's queue (reconcile/scheduling.py): the jobs admitted now, the evictions for
+        the jobs acted on next; a store that refuses is reported, the sweep goes on."""
+        try:
+            done = admit_queued(self.store)
+        except TpujobError as exc:
+            report.errors.append(f"admission: {exc}")
+            return []
+        report.admitted += len(done.admitted)
+        report.evicted += len(done.evict)
+        self._evicting = done.evict
+        return done.admitted
 
     def _act_all_reported(self, jobs: list[Job], slices: Slices, snapshot_at: float, report: SweepReport) -> None:
         """act_all, its outcomes added to the report (a job acted on twice in one sweep, its
@@ -330,6 +358,7 @@ class Reconciler:
             last_end=AttemptEnd(attempt.end_reason) if attempt is not None and attempt.end_reason else None,
             slices=attempt.slices if attempt is not None else 1,
             growth_failed_seconds=_growth_failed_seconds(attempt, now),
+            evictions=job.evictions, evict=self._evicting.get(job.id),
         )
 
 

@@ -121,17 +121,20 @@ def plan(resolved: ResolvedSpec, store: str | None = None, job_id: int | None = 
 
 
 def record(ctx: Context, path: str, *, keep_slice: bool = False):
-    """Record the job as PENDING: the next sweep (or `create`, following it) starts it.
+    """Record the job as PENDING, or QUEUED when one of the lab's quotas covers it (the sweep
+    admits it: docs/scheduler.md): the next sweep (or `create`, following it) starts it.
     Nothing is written when the spec is refused."""
     resolved, text = spec_mod.load(path, default_zone=ctx.settings.zone,
                                    default_project=ctx.default_project)
     from tpujob.owners import current_user, this_node
+    from tpujob.reconcile.scheduling import covered
 
     job = ctx.store.add_job(
         name=resolved.spec.name, spec_yaml=text, spec_json=json.dumps(resolved.to_json_dict()),
         accelerator=resolved.accelerator, zone=resolved.zone, project=resolved.project,
         cloud=ctx.settings.cloud, keep_slice=keep_slice,
         owner=current_user(ctx.settings), from_node=this_node(),
+        priority=resolved.spec.priority, queued=covered(ctx.store, resolved),
     )
     return job, resolved
 

@@ -271,6 +271,8 @@ class JobSpec(_Model):
     run_dir: str | None = None
     requeue: RequeuePolicy = Field(default_factory=RequeuePolicy)
     notify: list[NotifySpec] = Field(default_factory=list)
+    # The lab scheduler's band (docs/scheduler.md): a high job waiting for quota evicts low ones.
+    priority: Literal["high", "normal", "low"] = "normal"
 
     @property
     def setup_command(self) -> str:

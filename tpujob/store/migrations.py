@@ -226,6 +226,30 @@ def _v17_owners(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE job ADD COLUMN from_node TEXT")
 
 
+def _v19_scheduler(conn: Connection) -> None:
+    # A lab's scheduler (docs/scheduler.md): the caps a lab declares (`tpujob quota set`; ""
+    # stands for any region or provisioning), each user's fair-share weight, and on each job its
+    # band (the spec's `priority`) and why it waits in QUEUED, in words, for `list` and `show`.
+    md = MetaData()
+    Table(
+        "quota", md,
+        Column("family", String, primary_key=True),
+        Column("region", String, primary_key=True),
+        Column("provisioning", String, primary_key=True),
+        Column("chips", Integer, nullable=False),
+        Column("set_at", Float, nullable=False),
+    )
+    Table(
+        "share_weight", md,
+        Column("owner", String, primary_key=True),
+        Column("weight", Float, nullable=False),
+    )
+    md.create_all(conn)
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN priority TEXT NOT NULL DEFAULT 'normal'")
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN waiting_for TEXT")
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN evictions INTEGER NOT NULL DEFAULT 0")
+
+
 # (version, name, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial: job, attempt, event", _v1_initial),
@@ -245,6 +269,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (15, "attempt.nodes, attempt.growing", _v15_elastic_nodes),
     (16, "setup_cache: each archive's sha256", _v16_setup_cache_digests),
     (17, "job.owner, job.from_node", _v17_owners),
+    (19, "quota, share_weight, job.priority, job.waiting_for, job.evictions", _v19_scheduler),
 ]
 
 _bookkeeping = MetaData()
