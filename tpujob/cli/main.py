@@ -42,13 +42,14 @@ def _register_all() -> None:
         keep_alive,
         lint,
         notify,
+        quota,
         remote,
         starter,
         ui,
     )
 
     for module in (jobs, keep_alive, remote, disk, cron, lint, data, emulator, demo, starter, config,
-                   doctor, notify, gc, ui, cache):
+                   doctor, notify, gc, ui, cache, quota):
         module.register(app)
 
 

@@ -118,6 +118,9 @@ def admit_queued(store: Store, *, min_run_seconds: float = admission.MIN_RUN_SEC
             return admission.exceeded(demand, caps, holders) is None
 
         to = State.RECOVERING if job.attempt > 0 else State.PENDING
-        if store.admit(job.id, to, "admitted: within the lab's quota", fits) is not None:
+        # A job that ran before goes on at once (state_since backdated, as `resume` does): its
+        # wait in the queue was its backoff.
+        fields = {"state_since": 0.0} if to == State.RECOVERING else {}
+        if store.admit(job.id, to, "admitted: within the lab's quota", fits, **fields) is not None:
             done.admitted.append(job.id)
     return done

@@ -371,7 +371,21 @@ def resume(ctx: Context, ref: str):
         # Every counter back to 0, and state_since backdated: a resume is not a retry, it need
         # not wait out the backoff.
         fields: dict[str, Any] = {**dict.fromkeys(COUNTERS, 0), "state_since": 0.0}
+        if _queues_again(ctx, job):
+            fields.pop("state_since")  # its place in the queue: from now
+            return ctx.store.transition(job.id, State(job.state), State.QUEUED,
+                                        message + "; waiting for the lab's quota", owner=owner, **fields)
         return ctx.store.transition(job.id, State(job.state), State.RECOVERING, message, owner=owner, **fields)
+
+
+def _queues_again(ctx: Context, job) -> bool:
+    """A resumed job whose slice is gone (so its chips are not held) goes back to the lab's queue
+    when a quota covers it: resuming never goes past the quota (docs/scheduler.md)."""
+    from tpujob.reconcile.scheduling import covered
+
+    if job.id in {j.id for j in ctx.store.holding_jobs()}:
+        return False
+    return covered(ctx.store, spec_of(job))
 
 
 def logs_dir(ctx: Context, job_id: int) -> Path:

@@ -128,10 +128,17 @@ class Store(Attempts, Leases, SetupCaches, Quotas):
             return fresh_job(session, job_id)
 
     def holding_jobs(self) -> list[Job]:
-        """The jobs that hold chips now (HOLDING)."""
-        return self.list_jobs(states=HOLDING)
+        """The jobs that hold chips now: every active job but the QUEUED ones (HOLDING), and the
+        ended jobs that keep their slice at Google (cancelled ones, for `resume`, and
+        keep_slice ones): a slice holds the project's quota until it is deleted."""
+        kept = and_(col(Job.attempt) > 0, (col(Job.state) == State.CANCELLED.value) | and_(
+            col(Job.keep_slice), col(Job.state).in_([State.SUCCEEDED.value, State.FAILED.value])))
+        query = select(Job).where(col(Job.state).in_([s.value for s in HOLDING]) | kept).order_by(col(Job.id))
+        with self._read() as session:
+            return list(session.exec(query))
 
-    def admit(self, job_id: int, to: State, message: str, fits: Callable[[list[Job]], bool]) -> Job | None:
+    def admit(self, job_id: int, to: State, message: str, fits: Callable[[list[Job]], bool],
+              **fields: Any) -> Job | None:
         """Move a QUEUED job to `to` (PENDING, or RECOVERING for one that ran before) if `fits`
         still says so of the jobs holding chips as this transaction reads them; None if not (the
         job stays QUEUED). One transaction per decision: SQLite's write transaction (BEGIN
@@ -146,7 +153,7 @@ class Store(Attempts, Leases, SetupCaches, Quotas):
                 holding = self.holding_jobs()
                 if not fits(holding):
                     return None
-                return self.transition(job_id, State.QUEUED, to, message, waiting_for=None)
+                return self.transition(job_id, State.QUEUED, to, message, waiting_for=None, **fields)
         except (IllegalTransition, JobLocked):
             return None
 

@@ -83,8 +83,9 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     # A successful run is never re-run: the only way out is deleting its resources.
     State.SUCCEEDED: frozenset({State.DELETED}),
     # `resume` starts a new attempt of a failed or cancelled job.
-    State.FAILED: frozenset({State.RECOVERING, State.DELETED}),
-    State.CANCELLED: frozenset({State.RECOVERING, State.DELETED}),
+    # QUEUED: resumed, its slice gone, under a lab's quota (it waits for its chips again).
+    State.FAILED: frozenset({State.RECOVERING, State.QUEUED, State.DELETED}),
+    State.CANCELLED: frozenset({State.RECOVERING, State.QUEUED, State.DELETED}),
     State.DELETED: frozenset(),
 }
 
