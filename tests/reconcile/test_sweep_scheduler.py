@@ -84,3 +84,84 @@ def test_queued_jobs_are_admitted_within_the_quota_and_the_rest_wait(server, sto
     assert store.get(c.id).state == "RUNNING"
     assert store.get(c.id).waiting_for is None
     assert [e.message for e in store.events(c.id) if e.to_state == "PENDING"] == ["admitted: within the lab's quota"]
+
+
+def test_a_high_job_evicts_the_newest_low_job_past_its_minimum_run(server, store, clock):
+    store.set_quota("v4", 8)
+    a = queue_job(store, "a", priority="low", owner="alice")
+    hosts = StopHosts()
+    rec = Reconciler(store, cloud_for(server), hosts, "me", clock=clock)
+    rec.sweep()
+    clock.offset = 300.0
+    b = queue_job(store, "b", priority="low", owner="bob")
+    rec.sweep()
+    assert [store.get(j.id).state for j in (a, b)] == ["RUNNING", "RUNNING"]
+
+    clock.offset = 400.0
+    h = queue_job(store, "h", priority="high", owner="carol")
+    rec.sweep()  # both have run under the minimum run time (600 s): nobody is evicted yet
+    assert (store.get(h.id).state, hosts.stopped) == ("QUEUED", [])
+    assert store.get(h.id).waiting_for == ("quota: 8/8 v4 chips held by alice 4, bob 4; 1st in band high")
+
+    clock.offset = 1000.0  # a has run 1000 s, b 700 s: b, the newest, goes
+    report = rec.sweep()
+    assert report.evicted == 1
+    # b, the low job started last, got the checkpoint signal; its slice is freed, it waits again,
+    # and h runs in the same sweep.
+    assert hosts.stopped == [b.id]
+    evicted = store.get(b.id)
+    assert (evicted.state, evicted.evictions, evicted.preemptions, evicted.failures) == ("QUEUED", 1, 0, 0)
+    assert store.current_attempt(b.id).end_reason == "evicted"
+    assert [e.message for e in store.events(b.id) if e.to_state == "QUEUED"][-1] == (
+        f"evicted: its chips go to job {h.id} (high band)")
+    assert (store.get(h.id).state, store.get(a.id).state) == ("RUNNING", "RUNNING")
+    assert evicted.waiting_for is None or "bob" not in evicted.waiting_for
+    rec.sweep()
+    assert store.get(b.id).waiting_for == "quota: 8/8 v4 chips held by alice 4, carol 4; 1st in band low"
+
+    # Once h is done, b is admitted again and goes on in a new attempt.
+    store.transition(h.id, State.RUNNING, State.DELETED, "deleted by test")
+    rec.sweep()
+    again = store.get(b.id)
+    assert (again.state, again.attempt) == ("RUNNING", 2)
+
+
+def test_an_admission_rechecks_the_quota_in_its_transaction(store):
+    """A sweep carrying out a plan made before another sweep's admission: the store's re-check
+    sees the chips now held and leaves the job QUEUED."""
+    from tpujob.reconcile.scheduling import caps_of, fits_for
+
+    store.set_quota("v4", 4)
+    a, b = queue_job(store, "a", owner="alice"), queue_job(store, "b", owner="bob")
+    caps = caps_of(store.quotas())
+    stale = fits_for(store.get(b.id), caps, store.clock())  # planned while nothing was held
+    assert store.admit(a.id, State.PENDING, "admitted by the other sweep", fits_for(a, caps, store.clock()))
+    assert store.admit(b.id, State.PENDING, "admitted", stale) is None
+    assert store.get(b.id).state == "QUEUED"
+    # And the same job admitted twice: the second compare-and-set loses.
+    assert store.admit(a.id, State.PENDING, "again", lambda holding: True) is None
+
+
+def test_two_nodes_sweeping_one_store_never_admit_past_the_quota(server, tmp_path):
+    url = f"sqlite:///{tmp_path / 'lab.db'}"
+    store = open_store(url)
+    store.set_quota("v4", 20)  # five v4-8
+    store.set_weight("dave", 2.0)
+    jobs = [queue_job(store, f"j{i}", owner=("alice", "bob", "carol", "dave")[i % 4]) for i in range(16)]
+    start = tmp_path / "go"
+    nodes = [subprocess.Popen([sys.executable, str(HERE.parent / "lab_sweeper.py"), url, server.url, str(start),
+                               f"node{n}", "3"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for n in (1, 2)]
+    start.touch()
+    outputs = [node.communicate(timeout=240)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    states = [store.get(j.id).state for j in jobs]
+    assert states.count("RUNNING") == 5 and states.count("QUEUED") == 11, (states, outputs)
+    # One winner per move: each admitted job admitted once, one node each, none for the others.
+    for job in jobs:
+        admitted = [e for e in store.events(job.id) if e.to_state == "PENDING"]
+        assert len(admitted) == (store.get(job.id).state == "RUNNING")
+    assert len(server.emulator.list_nodes(f"projects/{PROJECT}/locations/us-central2-b")) == 5
+    # Both nodes admitted (the work was shared) or one took all: either way, within the quota.
+    assert sum(int(line.split("admitted ")[1].split(",")[0]) for out in outputs
+               for line in out.splitlines() if "admitted " in line) == 5

@@ -143,6 +143,7 @@ class Reconciler:
             wanted = set(self._admit(report))
             self._act_all_reported([j for j in self.store.list_jobs(states=ACTIVE) if j.id in wanted],
                                    {}, self.clock(), report)
+            self._follow_creates(sorted(wanted), report)
         self._follow_creates([j.id for j in jobs], report)
         for job in left:
             error = self.free_left_slice(job, slices)

@@ -5,7 +5,7 @@ reason written for `list`, `show` and `tpujob queue`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from tpujob.catalogue import accelerator as accelerator_of
 from tpujob.reconcile import admission
@@ -93,6 +93,18 @@ def queue_plan(store: Store, now: float, *, min_run_seconds: float = admission.M
     return queued, plan
 
 
+def fits_for(job: Job, caps: list[Cap], now: float) -> Callable[[list[Job]], bool]:
+    """Whether `job` still fits beside the jobs holding chips, as Store.admit reads them inside
+    its transaction."""
+    demand = demand_of(job)
+
+    def fits(holding: list[Job]) -> bool:
+        holders = [holder_of(j, now) for j in holding if j.id != job.id]
+        return admission.exceeded(demand, caps, holders) is None
+
+    return fits
+
+
 def admit_queued(store: Store, *, min_run_seconds: float = admission.MIN_RUN_SECONDS) -> Admissions:
     """Plan, then carry out each decision in its own transaction: an admission re-checks the caps
     against the holders as they are then (another sweep may have admitted meanwhile); a job that
@@ -111,12 +123,7 @@ def admit_queued(store: Store, *, min_run_seconds: float = admission.MIN_RUN_SEC
             if job.waiting_for != decision.reason:
                 store.set_waiting(job.id, decision.reason)
             continue
-        demand = demand_of(job)
-
-        def fits(holding: list[Job], job_id: int = job.id, demand: Demand = demand) -> bool:
-            holders = [holder_of(j, now) for j in holding if j.id != job_id]
-            return admission.exceeded(demand, caps, holders) is None
-
+        fits = fits_for(job, caps, now)
         to = State.RECOVERING if job.attempt > 0 else State.PENDING
         # A job that ran before goes on at once (state_since backdated, as `resume` does): its
         # wait in the queue was its backoff.
