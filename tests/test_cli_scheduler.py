@@ -90,3 +90,23 @@ def test_a_job_under_a_quota_is_queued_and_says_why_it_waits(cli, record_as):
         (1, f"{b.id:06d}", "normal", 8,
          "quota: 16/16 v4 chips in us-central2 held by alice 8, carol 8; 1st in band normal")]
     assert json.loads(cli("show", str(c.id), "--json").out)["priority"] == "high"
+
+
+def test_budget_set_and_list(cli):
+    assert cli("budget", "set", "alice", "100", "--per", "week").out == "budget of alice: $100.00 per week\n"
+    assert json.loads(cli("budget", "list", "--json").out) == [
+        {"user": "alice", "dollars": 100.0, "per": "week", "spent": 0.0}]
+    bad = cli("budget", "set", "alice", "100", "--per", "year")
+    assert (bad.code, bad.error_line) == (2, "error: --per 'year': one of day, week, month")
+    assert json.loads(cli("budget", "list", "--json").out)[0]["per"] == "week"  # unchanged
+
+
+def test_max_cost_without_a_published_price_is_refused(cli, spec_file):
+    # Google publishes no per-chip spot price for v5e (tpujob/catalogue.py).
+    text = "name: t\ntpu: {accelerator: v5litepod-8, zone: us-west4-a}\nrun: {command: train}\nmax_cost: 50\n"
+    result = cli("validate", spec_file(text))
+    assert (result.code, result.error_line) == (
+        2, "error: max_cost (line 4): no published price for v5litepod-8 at spot: a cost cap cannot be kept "
+           "(remove max_cost, or use spot or on-demand where Google lists a price)")
+    ok = cli("validate", spec_file(EXAMPLE.read_text() + "max_cost: 50\n"))
+    assert ok.code == 0, ok.err

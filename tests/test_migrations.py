@@ -54,7 +54,7 @@ def test_migrate_from_blank(store_url):
     assert applied_versions(engine) == []
     assert migrate(engine) == [v for v, _, _ in MIGRATIONS]
     assert _tables(engine) == {"job", "attempt", "event", "outbox", "store_info", "setup_cache", "quota",
-                               "share_weight", MIGRATION_TABLE}
+                               "share_weight", "budget", MIGRATION_TABLE}
     assert applied_versions(engine) == _versions_from(1)
     assert _migration_rows(engine) == [(v, n) for v, n, _ in MIGRATIONS]
 

@@ -95,7 +95,8 @@ def test_the_table_names_exactly_the_issue_states():
                                         "SUCCEEDED", "FAILED", "CANCELLED", "DELETED"]
     assert set(TRANSITIONS) == set(State)
     assert {r.value for r in EndReason} == {"user_error", "setup_failed", "no_capacity", "preemption_budget",
-                                            "nan_budget", "bad_host_budget", "internal", "ssh_refused", "hang_budget"}
+                                            "nan_budget", "bad_host_budget", "internal", "ssh_refused", "hang_budget",
+                                            "budget"}
     assert ENDED | ACTIVE == set(State) and not ENDED & ACTIVE
 
 

@@ -16,7 +16,7 @@ from test_sweep import PROJECT, Hosts, cloud_for, spec
 from tpujob import spec as spec_mod
 from tpujob.reconcile.reconciler import Reconciler
 from tpujob.store.repository import open_store
-from tpujob.store.states import State
+from tpujob.store.states import AttemptEnd, State
 
 HERE = Path(__file__).parent
 
@@ -41,8 +41,8 @@ def store(tmp_path, clock):
     return open_store(f"sqlite:///{tmp_path / 'tpujob.db'}", clock=clock)
 
 
-def queue_job(store, name, *, priority="normal", owner="alice"):
-    text = spec(name=name) + f"priority: {priority}\n"
+def queue_job(store, name, *, priority="normal", owner="alice", extra=""):
+    text = spec(name=name) + f"priority: {priority}\n" + extra
     parsed, lines = spec_mod.parse(text)
     resolved = spec_mod.resolve(parsed, lines, default_project=PROJECT)
     return store.add_job(name=name, spec_yaml=text, spec_json=json.dumps(resolved.to_json_dict()),
@@ -165,3 +165,43 @@ def test_two_nodes_sweeping_one_store_never_admit_past_the_quota(server, tmp_pat
     # Both nodes admitted (the work was shared) or one took all: either way, within the quota.
     assert sum(int(line.split("admitted ")[1].split(",")[0]) for out in outputs
                for line in out.splitlines() if "admitted " in line) == 5
+
+
+def test_a_cost_cap_stops_the_job_with_a_checkpoint_and_starts_no_other_attempt(server, store, clock):
+    store.set_quota("v4", 64)
+    # A v4-8 on spot: $3.86 an hour (tpujob/catalogue.py).
+    capped = queue_job(store, "capped", owner="alice", extra="max_cost: 2.5\n")
+    bobs, later = queue_job(store, "bobs", owner="bob"), queue_job(store, "later", owner="bob")
+    store.set_budget("bob", 5.0, "day")
+    hosts = StopHosts()
+    rec = Reconciler(store, cloud_for(server), hosts, "me", clock=clock)
+    rec.sweep()
+    # Deleted at once; its few seconds count for bob.
+    with store.atomic():
+        store.end_attempt(later.id, 1, AttemptEnd.DELETED)
+        store.transition(later.id, State.RUNNING, State.DELETED, "deleted by test")
+    later_node = store.current_attempt(later.id).slice_name
+    rec.sweep()
+    assert [store.get(j.id).state for j in (capped, bobs)] == ["RUNNING", "RUNNING"]
+    assert later_node not in str(server.emulator.list_nodes(f"projects/{PROJECT}/locations/us-central2-b"))
+
+    clock.offset = 40 * 60.0  # capped: $2.58; bob's one job running 40 min: $2.58 (later: a few seconds)
+    rec.sweep()
+    stopped = store.get(capped.id)
+    assert (stopped.state, stopped.end_reason) == ("FAILED", "budget")
+    assert store.current_attempt(capped.id).end_reason == "budget"
+    assert hosts.stopped == [capped.id]  # the checkpoint signal, then its grace
+    (failed,) = [e.message for e in store.events(capped.id) if e.to_state == "FAILED"]
+    assert failed.startswith("max_cost reached: $2.5") and failed.endswith(" of $2.50 (budget)")
+    assert store.get(bobs.id).state == "RUNNING"
+
+    clock.offset = 80 * 60.0  # bob: $5.15 today
+    queued = queue_job(store, "queued", owner="bob")
+    rec.sweep()
+    assert (store.get(bobs.id).state, store.get(bobs.id).end_reason) == ("FAILED", "budget")
+    waiting = store.get(queued.id)
+    assert waiting.state == "QUEUED" and waiting.waiting_for.startswith("budget of bob reached: $5.")
+    assert store.current_attempt(queued.id) is None
+    rec.sweep()  # never another attempt
+    assert (store.get(capped.id).attempt, store.get(bobs.id).attempt) == (1, 1)
+    assert len(server.emulator.list_nodes(f"projects/{PROJECT}/locations/us-central2-b")) == 0

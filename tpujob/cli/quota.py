@@ -85,3 +85,32 @@ def register(app: typer.Typer) -> None:
                                 [[r.position, format_job_id(r.job.id), r.job.name, r.job.owner or "-",
                                   r.job.priority, r.chips, f"{r.share:.1f}",
                                   r.reason or "admitted at the next sweep"] for r in rows]))
+
+    budget = typer.Typer(help="Each user's spending cap per day, week or month.", no_args_is_help=True)
+
+    @budget.command("set")
+    def budget_set(user: str = typer.Argument(..., help="The owner, as `list` shows it."),
+                   dollars: float = typer.Argument(..., help="Dollars per period, at the prices tpujob shows."),
+                   per: str = typer.Option(..., "--per", help="day, week or month (UTC).")) -> None:
+        """Cap a user's spending: reached, their jobs stop with a checkpoint (FAILED budget)."""
+        from tpujob.service import quotas
+        from tpujob.service.context import Context
+
+        quotas.set_budget(Context.load(), user, dollars, per)
+        typer.echo(f"budget of {user.strip()}: ${dollars:.2f} per {per}")
+
+    @budget.command("list")
+    def budget_list(json_out: bool = typer.Option(False, "--json")) -> None:
+        """The budgets and what each user spent this period."""
+        from tpujob.cli import render
+        from tpujob.service import quotas
+        from tpujob.service.context import Context
+
+        rows = quotas.list_budgets(Context.load())
+        if json_out:
+            render.print_json([{"user": u, "dollars": d, "per": p, "spent": round(s, 2)} for u, d, p, s in rows])
+            return
+        typer.echo(render.table(["USER", "BUDGET", "PER", "SPENT"],
+                                [[u, f"${d:.2f}", p, f"${s:.2f}"] for u, d, p, s in rows]))
+
+    app.add_typer(budget, name="budget")

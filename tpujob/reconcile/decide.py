@@ -58,7 +58,21 @@ STOPPING_LIMIT_SECONDS = 180.0
 
 def decide(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     handler = _BY_STATE.get(job.state)
+    if handler is not None and job.over_budget is not None:
+        return _budget_reached(job, obs)
     return [] if handler is None else handler(job, obs, policy)
+
+
+def _budget_reached(job: JobView, obs: Observation) -> list[Action]:
+    """A cost cap reached: the checkpoint signal and its grace (StopProgram), the slice freed
+    (unless kept), FAILED (budget): no other attempt starts (docs/scheduler.md, budgets)."""
+    attempt_open = job.state in (State.PROVISIONING, State.SETTING_UP, State.RUNNING)
+    actions: list[Action] = [StopProgram()] if job.state == State.RUNNING else []
+    if attempt_open:
+        actions.append(EndAttempt(AttemptEnd.BUDGET))
+    if (attempt_open or obs.holds_slice) and not job.keep_slice:
+        actions.append(DeleteSlice())
+    return actions + [Move(State.FAILED, job.over_budget or "budget reached", EndReason.BUDGET)]
 
 
 def _refused(obs: Observation) -> list[Action]:

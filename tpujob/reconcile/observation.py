@@ -157,3 +157,5 @@ class JobView:
     evictions: int = 0
     # The lab's scheduler evicts this job for a higher band's (reconcile/admission.py): why.
     evict: str | None = None
+    # A cost cap reached (reconcile/spending.py): why. The job stops with a checkpoint, for good.
+    over_budget: str | None = None

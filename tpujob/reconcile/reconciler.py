@@ -23,7 +23,7 @@ from tpujob.reconcile.observation import JobView
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices, listed_slice
 from tpujob.reconcile.outcome import Outcome
 from tpujob.reconcile.policy import Policy, policy_of
-from tpujob.reconcile.scheduling import admit_queued
+from tpujob.reconcile.scheduling import admit_queued, budget_stops
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
@@ -95,6 +95,7 @@ class Reconciler:
         self.observer = Observer(store, cloud, hosts, clock, run_dirs)
         self.acting = Actor(store, cloud, hosts, actor, ssh_keys=ssh_keys, clock=clock, metadata=metadata)
         self._evicting: dict[int, str] = {}  # this sweep's evictions: job id -> why
+        self._over_budget: dict[int, str] = {}  # jobs a cost cap stops this sweep -> why
 
     @property
     def auth_errors(self) -> dict[int, AuthError]:
@@ -132,7 +133,7 @@ class Reconciler:
             # job if the store still refuses it.
             report.errors.append(f"when the slices were seen is not recorded: {self.store.error_line(exc)}")
         report.jobs_seen = len(jobs) + len(skipped)
-        admitted = set(self._admit(report))
+        admitted = set(self._admit(report, jobs))
         # A job still QUEUED has nothing to act on: no lease taken for it.
         jobs = [j for j in jobs if j.state != State.QUEUED.value or j.id in admitted]
         self._act_all_reported(jobs, slices, snapshot_at, report)
@@ -140,7 +141,7 @@ class Reconciler:
             # The evicted jobs freed their chips in this sweep: the jobs waiting for them are
             # admitted and started now, not a sweep later.
             self._evicting = {}
-            wanted = set(self._admit(report))
+            wanted = set(self._admit(report, []))
             self._act_all_reported([j for j in self.store.list_jobs(states=ACTIVE) if j.id in wanted],
                                    {}, self.clock(), report)
             self._follow_creates(sorted(wanted), report)
@@ -153,11 +154,14 @@ class Reconciler:
         report.seconds = time.monotonic() - started
         return report
 
-    def _admit(self, report: SweepReport) -> list[int]:
+    def _admit(self, report: SweepReport, jobs: list[Job]) -> list[int]:
         """The lab's queue (reconcile/scheduling.py): the jobs admitted now, the evictions for
-        the jobs acted on next; a store that refuses is reported, the sweep goes on."""
+        the jobs acted on next, and (of `jobs`) those a cost cap stops; a store that refuses is
+        reported, the sweep goes on."""
         try:
-            done = admit_queued(self.store)
+            if jobs:
+                self._over_budget = budget_stops(self.store, jobs, self.store.clock())
+            done = admit_queued(self.store, stopped=self._over_budget)
         except TpujobError as exc:
             report.errors.append(f"admission: {exc}")
             return []
@@ -360,6 +364,7 @@ class Reconciler:
             slices=attempt.slices if attempt is not None else 1,
             growth_failed_seconds=_growth_failed_seconds(attempt, now),
             evictions=job.evictions, evict=self._evicting.get(job.id),
+            over_budget=self._over_budget.get(job.id),
         )
 
 

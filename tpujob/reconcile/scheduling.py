@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from tpujob.catalogue import accelerator as accelerator_of
-from tpujob.reconcile import admission
+from tpujob.reconcile import admission, spending
 from tpujob.reconcile.admission import Cap, Demand, Holder, Waiter
 from tpujob.reconcile.placement import region_of
 from tpujob.spec import ResolvedSpec
@@ -80,10 +80,39 @@ def usage_of(store: Store, now: float, half_life_hours: float = admission.HALF_L
     return usage
 
 
-def queue_plan(store: Store, now: float, *, min_run_seconds: float = admission.MIN_RUN_SECONDS
-               ) -> tuple[list[Job], admission.Plan]:
-    """The QUEUED jobs and the plan for them, as the store has them now."""
-    queued = store.list_jobs(states=[State.QUEUED])
+def budget_stops(store: Store, jobs: list[Job], now: float) -> dict[int, str]:
+    """Of these jobs, those a cost cap stops now (reconcile/spending.py) -> why."""
+    caps = {b.owner: spending.Cap(b.dollars, b.period) for b in store.budgets()}
+    capped = [j.id for j in jobs if spec_of(j).spec.max_cost is not None]
+    if not caps and not capped:
+        return {}
+    since = min((spending.period_start(c.period, now) for c in caps.values()), default=None)
+    spends = [spending.Spend(job_id, owner or "", _price(spec), started, ended)
+              for job_id, owner, spec, started, ended in store.spend_rows(capped, since)]
+    return spending.stops({j.id: (j.owner or "", spec_of(j).spec.max_cost) for j in jobs}, spends, caps, now)
+
+
+def spends_since(store: Store, since: float) -> list[spending.Spend]:
+    """Every attempt running at or after `since`, with its job's price (`tpujob budget list`)."""
+    return [spending.Spend(job_id, owner or "", _price(spec), started, ended)
+            for job_id, owner, spec, started, ended in store.spend_rows(None, since)]
+
+
+def _price(spec_json: str) -> float:
+    return spec_of(_SpecRow(spec_json)).cost_per_hour_usd or 0.0
+
+
+@dataclass(frozen=True)
+class _SpecRow:
+    spec_json: str
+
+
+def queue_plan(store: Store, now: float, *, min_run_seconds: float = admission.MIN_RUN_SECONDS,
+               stopped: dict[int, str] | None = None) -> tuple[list[Job], admission.Plan]:
+    """The QUEUED jobs and the plan for them, as the store has them now; a job a cost cap stops
+    (`stopped`) waits for the next period, planned for nothing."""
+    stopped = stopped or {}
+    queued = [j for j in store.list_jobs(states=[State.QUEUED]) if j.id not in stopped]
     if not queued:
         return [], admission.Plan()
     holding = store.holding_jobs()
@@ -105,15 +134,18 @@ def fits_for(job: Job, caps: list[Cap], now: float) -> Callable[[list[Job]], boo
     return fits
 
 
-def admit_queued(store: Store, *, min_run_seconds: float = admission.MIN_RUN_SECONDS) -> Admissions:
+def admit_queued(store: Store, *, min_run_seconds: float = admission.MIN_RUN_SECONDS,
+                 stopped: dict[int, str] | None = None) -> Admissions:
     """Plan, then carry out each decision in its own transaction: an admission re-checks the caps
     against the holders as they are then (another sweep may have admitted meanwhile); a job that
-    no longer fits stays QUEUED for the next sweep."""
+    no longer fits stays QUEUED for the next sweep. `stopped`: jobs a cost cap holds back."""
     now = store.clock()
-    queued, plan = queue_plan(store, now, min_run_seconds=min_run_seconds)
+    queued, plan = queue_plan(store, now, min_run_seconds=min_run_seconds, stopped=stopped)
     by_id = {j.id: j for j in queued}
     caps = caps_of(store.quotas()) if queued else []
     done = Admissions()
+    for job_id, why in (stopped or {}).items():
+        store.set_waiting(job_id, why)  # a QUEUED one's reason (a job in another state is left alone)
     for decision in plan.decisions:
         job = by_id[decision.job_id]
         if not decision.admit:

@@ -66,6 +66,33 @@ def weights(ctx: Context) -> dict[str, float]:
     return ctx.store.weights()
 
 
+def set_budget(ctx: Context, user: str, dollars: float, per: str) -> None:
+    """A user's spending cap per UTC day, week or month (reconcile/spending.py)."""
+    from tpujob.reconcile.spending import PERIODS
+
+    if per not in PERIODS:
+        raise UsageError(f"--per {per!r}: one of {', '.join(PERIODS)}")
+    if not dollars > 0:
+        raise UsageError(f"DOLLARS {dollars:g}: a budget is more than 0")
+    if not user.strip():
+        raise UsageError("USER is empty")
+    ctx.store.set_budget(user.strip(), dollars, per)
+
+
+def list_budgets(ctx: Context) -> list[tuple[str, float, str, float]]:
+    """(user, dollars, period, spent this period) of each budget."""
+    from tpujob.reconcile import spending
+    from tpujob.reconcile.scheduling import spends_since
+
+    now = ctx.store.clock()
+    rows = []
+    for b in ctx.store.budgets():
+        since = spending.period_start(b.period, now)
+        spent = spending.cost([s for s in spends_since(ctx.store, since) if s.owner == b.owner], now, since)
+        rows.append((b.owner, b.dollars, b.period, spent))
+    return rows
+
+
 @dataclass(frozen=True)
 class QueueRow:
     position: int

@@ -240,6 +240,12 @@ def _v19_scheduler(conn: Connection) -> None:
         Column("set_at", Float, nullable=False),
     )
     Table(
+        "budget", md,
+        Column("owner", String, primary_key=True),
+        Column("dollars", Float, nullable=False),
+        Column("period", String, nullable=False),  # day | week | month (UTC)
+    )
+    Table(
         "share_weight", md,
         Column("owner", String, primary_key=True),
         Column("weight", Float, nullable=False),
@@ -269,7 +275,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (15, "attempt.nodes, attempt.growing", _v15_elastic_nodes),
     (16, "setup_cache: each archive's sha256", _v16_setup_cache_digests),
     (17, "job.owner, job.from_node", _v17_owners),
-    (19, "quota, share_weight, job.priority, job.waiting_for, job.evictions", _v19_scheduler),
+    (19, "quota, share_weight, budget, job.priority, job.waiting_for, job.evictions", _v19_scheduler),
 ]
 
 _bookkeeping = MetaData()

@@ -122,6 +122,14 @@ class Quota(SQLModel, table=True):
     set_at: float
 
 
+class Budget(SQLModel, table=True):
+    """A user's spending cap per period (migration 19, `tpujob budget set`), in dollars at the
+    prices tpujob shows; the period is a UTC day, week (from Monday) or month."""
+    owner: str = Field(primary_key=True)
+    dollars: float
+    period: str
+
+
 class ShareWeight(SQLModel, table=True):
     """A user's fair-share weight (migration 19, `tpujob quota weight`); 1 when absent."""
     __tablename__ = "share_weight"

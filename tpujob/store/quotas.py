@@ -4,11 +4,13 @@ which owns admission itself (`Store.admit`: a compare-and-set move)."""
 
 from __future__ import annotations
 
-from sqlalchemy import and_, update
+from typing import Any
+
+from sqlalchemy import and_, or_, update
 from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 
-from tpujob.store.models import Attempt, Job, Quota, ShareWeight
+from tpujob.store.models import Attempt, Budget, Job, Quota, ShareWeight
 from tpujob.store.states import ACTIVE, State
 from tpujob.store.transactions import Transactions
 
@@ -50,6 +52,37 @@ class Quotas(Transactions):
                 session.add(ShareWeight(owner=owner, weight=weight))
             else:
                 row.weight = weight
+
+    def set_budget(self, owner: str, dollars: float, period: str) -> None:
+        with self._tx() as session:
+            row = session.get(Budget, owner)
+            if row is None:
+                session.add(Budget(owner=owner, dollars=dollars, period=period))
+            else:
+                row.dollars, row.period = dollars, period
+
+    def budgets(self) -> list[Budget]:
+        with self._read() as session:
+            return list(session.exec(select(Budget).order_by(col(Budget.owner))))
+
+    def spend_rows(self, job_ids: list[int] | None = None, owners_since: float | None = None
+                   ) -> list[tuple[int, str | None, str, float, float | None]]:
+        """(job id, owner, the job's spec_json, started_at, ended_at) of the attempts of these
+        jobs, and of every attempt running at or after `owners_since`: what spending is summed
+        from (reconcile/spending.py)."""
+        where: list[Any] = []
+        if job_ids:
+            where.append(col(Attempt.job_id).in_(job_ids))
+        if owners_since is not None:
+            where.append(col(Attempt.ended_at).is_(None) | (col(Attempt.ended_at) >= owners_since))
+        if not where:
+            return []
+        query = (sa_select(col(Job.id), col(Job.owner), col(Job.spec_json), col(Attempt.started_at),
+                           col(Attempt.ended_at))
+                 .join(Job, col(Job.id) == col(Attempt.job_id)).where(or_(*where)))
+        with self._read() as session:
+            return [(job_id, owner, spec, started, ended)
+                    for job_id, owner, spec, started, ended in session.execute(query)]
 
     def weights(self) -> dict[str, float]:
         with self._read() as session:

@@ -40,6 +40,7 @@ class EndReason(str, Enum):
     HANG_BUDGET = "hang_budget"  # requeue.max_hangs hung attempts
     INTERNAL = "internal"
     SSH_REFUSED = "ssh_refused"  # the hosts refused tpujob's SSH key (OS Login, a role)
+    BUDGET = "budget"  # its max_cost, or its owner's budget for the period, reached (docs/scheduler.md)
 
 
 class AttemptEnd(str, Enum):
@@ -66,6 +67,7 @@ class AttemptEnd(str, Enum):
     # Stopped (checkpoint signal, then its grace) and its slice freed for a higher band's job
     # waiting on the lab's quota (reconcile/admission.py): back to QUEUED, no budget spent.
     EVICTED = "evicted"
+    BUDGET = "budget"  # stopped (checkpoint signal, grace): a cost cap was reached
 
 
 _ACTIVE_EXITS = {State.FAILED, State.CANCELLED, State.DELETED}
