@@ -41,6 +41,13 @@ def store(tmp_path, clock):
     return open_store(f"sqlite:///{tmp_path / 'tpujob.db'}", clock=clock)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def lab_url(request, tmp_path) -> str:
+    """A lab's store: a SQLite file, and a fresh database on a real PostgreSQL server (there,
+    admissions serialise on the quota rows' lock instead of SQLite's write lock)."""
+    return f"sqlite:///{tmp_path / 'lab.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+
+
 def queue_job(store, name, *, priority="normal", owner="alice", extra=""):
     text = spec(name=name) + f"priority: {priority}\n" + extra
     parsed, lines = spec_mod.parse(text)
@@ -126,11 +133,12 @@ def test_a_high_job_evicts_the_newest_low_job_past_its_minimum_run(server, store
     assert (again.state, again.attempt) == ("RUNNING", 2)
 
 
-def test_an_admission_rechecks_the_quota_in_its_transaction(store):
+def test_an_admission_rechecks_the_quota_in_its_transaction(lab_url):
     """A sweep carrying out a plan made before another sweep's admission: the store's re-check
     sees the chips now held and leaves the job QUEUED."""
     from tpujob.reconcile.scheduling import caps_of, fits_for
 
+    store = open_store(lab_url)
     store.set_quota("v4", 4)
     a, b = queue_job(store, "a", owner="alice"), queue_job(store, "b", owner="bob")
     caps = caps_of(store.quotas())
@@ -142,8 +150,8 @@ def test_an_admission_rechecks_the_quota_in_its_transaction(store):
     assert store.admit(a.id, State.PENDING, "again", lambda holding: True) is None
 
 
-def test_two_nodes_sweeping_one_store_never_admit_past_the_quota(server, tmp_path):
-    url = f"sqlite:///{tmp_path / 'lab.db'}"
+def test_two_nodes_sweeping_one_store_never_admit_past_the_quota(server, tmp_path, lab_url):
+    url = lab_url
     store = open_store(url)
     store.set_quota("v4", 20)  # five v4-8
     store.set_weight("dave", 2.0)
