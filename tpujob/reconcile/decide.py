@@ -58,9 +58,12 @@ STOPPING_LIMIT_SECONDS = 180.0
 
 def decide(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     handler = _BY_STATE.get(job.state)
-    if handler is not None and job.over_budget is not None:
-        return _budget_reached(job, obs)
-    return [] if handler is None else handler(job, obs, policy)
+    if handler is None:
+        return []
+    actions = handler(job, obs, policy)
+    if job.over_budget is not None and not any(isinstance(a, Move) and a.to == State.SUCCEEDED for a in actions):
+        return _budget_reached(job, obs)  # a run that just succeeded is a success, whatever it cost
+    return actions
 
 
 def _budget_reached(job: JobView, obs: Observation) -> list[Action]:
