@@ -120,3 +120,13 @@ def test_exceeded_names_the_cap_a_recheck_would_refuse():
     caps = [Cap("v5e", "", "", 128), CAP64]
     assert exceeded(d(8), caps, FULL) == CAP64
     assert exceeded(d(8), caps, FULL[:1]) is None
+
+
+def test_a_waiting_job_is_told_when_the_holders_estimated_ends_free_its_chips():
+    ending = [Holder(1, "alice", "normal", d(32), running_seconds=60, seconds_left=600),
+              Holder(2, "bob", "normal", d(32), running_seconds=60, seconds_left=3600)]
+    decisions = plan([wait(10, "carol", 8), wait(11, "dave", 24), wait(12, "erin", 16)], ending, [CAP64]).decisions
+    # carol's 8 and dave's 24 fit in alice's 32 (600 s); erin's 16 more need bob's too.
+    assert [x.starts_in for x in decisions] == [600, 600, 3600]
+    unknown = [ending[0], Holder(2, "bob", "normal", d(32), running_seconds=60)]
+    assert plan([wait(10, "carol", 48)], unknown, [CAP64]).decisions[0].starts_in is None

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_sweep import PROJECT, Hosts, cloud_for, spec
@@ -213,3 +214,19 @@ def test_a_cost_cap_stops_the_job_with_a_checkpoint_and_starts_no_other_attempt(
     rec.sweep()  # never another attempt
     assert (store.get(capped.id).attempt, store.get(bobs.id).attempt) == (1, 1)
     assert len(server.emulator.list_nodes(f"projects/{PROJECT}/locations/us-central2-b")) == 0
+
+
+def test_the_queue_estimates_a_start_from_the_running_jobs_progress(server, store, clock):
+    from tpujob.service import quotas
+
+    store.set_quota("v4", 4)
+    running_job, waiting = queue_job(store, "a", owner="alice"), queue_job(store, "b", owner="bob")
+    Reconciler(store, cloud_for(server), Hosts(), "me", clock=clock).sweep()
+    assert (store.get(running_job.id).state, store.get(waiting.id).state) == ("RUNNING", "QUEUED")
+    now = store.clock()
+    # 100 steps in 100 s, 900 left of 1,000: about 900 s.
+    store.record_steps(running_job.id, 1, last_step=0, total_steps=1000, at=now - 100)
+    store.record_steps(running_job.id, 1, last_step=100, at=now)
+
+    (row,) = quotas.queue(SimpleNamespace(store=store))  # type: ignore[arg-type]  # the one part of a Context it reads
+    assert row.job.id == waiting.id and row.starts_in == pytest.approx(900, abs=5)

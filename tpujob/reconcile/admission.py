@@ -71,6 +71,7 @@ class Holder:
     band: str
     demand: Demand
     running_seconds: float | None = None  # None: not RUNNING (nothing to evict yet)
+    seconds_left: float | None = None  # its estimated end (progress, max_run); None: unknown
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ class Decision:
     admit: bool
     reason: str = ""  # why it waits, in words ("" when admitted)
     evict: tuple[int, ...] = ()  # jobs to evict first (admit is False until they are gone)
+    # In how many seconds it may start: when the ends the holders estimate free its chips and
+    # those of the jobs ahead of it under the cap; None: not known (an end nobody estimates).
+    starts_in: float | None = None
 
 
 @dataclass
@@ -188,6 +192,20 @@ def evictions(waiter: Waiter, cap: Cap, holders: list[Holder], *,
     return tuple(chosen) if need <= 0 else ()
 
 
+def start_estimate(chips: int, cap: Cap, holders: list[Holder]) -> float | None:
+    """Seconds until the holders under `cap` that estimate their end free `chips` beyond the cap's
+    room (0: room now); None when the ends known do not free enough."""
+    need = sum(held_by(cap, holders).values()) + chips - cap.chips
+    if need <= 0:
+        return 0.0
+    for h in sorted((h for h in holders if cap.covers(h.demand) and h.seconds_left is not None),
+                    key=lambda h: h.seconds_left or 0.0):
+        need -= h.demand.chips
+        if need <= 0:
+            return h.seconds_left
+    return None
+
+
 def plan(waiters: Iterable[Waiter], holders: Iterable[Holder], caps: Iterable[Cap], *,
          usage: dict[str, float] | None = None, weights: dict[str, float] | None = None,
          min_run_seconds: float = MIN_RUN_SECONDS) -> Plan:
@@ -196,6 +214,7 @@ def plan(waiters: Iterable[Waiter], holders: Iterable[Holder], caps: Iterable[Ca
     holders = list(holders)
     queue = order(waiters, usage or {}, weights or {}, holders)
     blocked: set[Cap] = set()  # caps a job earlier in the queue waits on: no backfill past it
+    ahead: dict[Cap, int] = {}  # chips of the jobs waiting ahead, per cap
     evicting: set[int] = set()
     places: dict[str, int] = {}
     result = Plan()
@@ -217,6 +236,9 @@ def plan(waiters: Iterable[Waiter], holders: Iterable[Holder], caps: Iterable[Ca
             if evict:
                 evicting.update(evict)
                 reason += f"; evicting {len(evict)} lower-band job(s)"
+        starts_in = None if evict else start_estimate(ahead.get(waits_on, 0) + w.demand.chips, waits_on, holders)
+        for cap in mine:
+            ahead[cap] = ahead.get(cap, 0) + w.demand.chips
         blocked.update(mine)
-        result.decisions.append(Decision(w.job_id, False, reason, evict))
+        result.decisions.append(Decision(w.job_id, False, reason, evict, starts_in))
     return result

@@ -56,11 +56,28 @@ def caps_of(quotas: Iterable[Quota]) -> list[Cap]:
     return [Cap(q.family, q.region, q.provisioning, q.chips) for q in quotas]
 
 
-def holder_of(job: Job, now: float) -> Holder:
+def holder_of(job: Job, now: float, seconds_left: float | None = None) -> Holder:
     running = State(job.state) == State.RUNNING
     since = job.state_since if job.state_since is not None else job.updated_at
     return Holder(job.id, job.owner or "", admission.band_of(job.priority), demand_of(job),
-                  running_seconds=now - since if running else None)
+                  running_seconds=now - since if running else None, seconds_left=seconds_left)
+
+
+def seconds_left(store: Store, job: Job, now: float) -> float | None:
+    """A holding job's estimated end: its progress's time left (tpujob/progress.py) or what is
+    left of its max_run_duration, whichever comes first; None: neither is known."""
+    from tpujob import progress
+
+    if State(job.state) != State.RUNNING:
+        return None
+    attempt = store.current_attempt(job.id)
+    if attempt is None:
+        return None
+    known = [p.seconds_left for p in [progress.of_attempt(attempt)] if p is not None and p.seconds_left is not None]
+    limit = spec_of(job).max_run_duration_seconds
+    if limit is not None:
+        known.append(max(0.0, limit - (now - attempt.started_at)))
+    return min(known) if known else None
 
 
 def waiter_of(job: Job) -> Waiter:
@@ -108,15 +125,17 @@ class _SpecRow:
 
 
 def queue_plan(store: Store, now: float, *, min_run_seconds: float = admission.MIN_RUN_SECONDS,
-               stopped: dict[int, str] | None = None) -> tuple[list[Job], admission.Plan]:
+               stopped: dict[int, str] | None = None, estimate: bool = False) -> tuple[list[Job], admission.Plan]:
     """The QUEUED jobs and the plan for them, as the store has them now; a job a cost cap stops
-    (`stopped`) waits for the next period, planned for nothing."""
+    (`stopped`) waits for the next period, planned for nothing. `estimate`: with each waiting
+    job's estimated start (one read per running job: `tpujob queue`, not the sweep)."""
     stopped = stopped or {}
     queued = [j for j in store.list_jobs(states=[State.QUEUED]) if j.id not in stopped]
     if not queued:
         return [], admission.Plan()
     holding = store.holding_jobs()
-    plan = admission.plan([waiter_of(j) for j in queued], [holder_of(j, now) for j in holding],
+    holders = [holder_of(j, now, seconds_left(store, j, now) if estimate else None) for j in holding]
+    plan = admission.plan([waiter_of(j) for j in queued], holders,
                           caps_of(store.quotas()), usage=usage_of(store, now), weights=store.weights(),
                           min_run_seconds=min_run_seconds)
     return queued, plan

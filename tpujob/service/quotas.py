@@ -100,6 +100,7 @@ class QueueRow:
     chips: int
     share: float  # the owner's weighted decayed chip-hours (admission's formula)
     reason: str  # "" : admitted at the next sweep
+    starts_in: float | None  # seconds, as the running jobs' progress and max_run estimate; None: unknown
 
 
 def queue(ctx: Context) -> list[QueueRow]:
@@ -107,7 +108,7 @@ def queue(ctx: Context) -> list[QueueRow]:
     from tpujob.reconcile.scheduling import demand_of, queue_plan, usage_of
 
     now = ctx.store.clock()
-    queued, plan = queue_plan(ctx.store, now)
+    queued, plan = queue_plan(ctx.store, now, estimate=True)
     by_id = {j.id: j for j in queued}
     usage, weight = usage_of(ctx.store, now), ctx.store.weights()
     rows = []
@@ -115,5 +116,5 @@ def queue(ctx: Context) -> list[QueueRow]:
         job = by_id[decision.job_id]
         owner = job.owner or ""
         rows.append(QueueRow(i, job, demand_of(job).chips, usage.get(owner, 0.0) / (weight.get(owner, 1.0) or 1.0),
-                             decision.reason))
+                             decision.reason, 0.0 if decision.admit else decision.starts_in))
     return rows
