@@ -179,7 +179,8 @@ def test_two_nodes_sweeping_one_store_never_admit_past_the_quota(server, tmp_pat
 def test_a_cost_cap_stops_the_job_with_a_checkpoint_and_starts_no_other_attempt(server, store, clock):
     store.set_quota("v4", 64)
     # A v4-8 on spot: $3.86 an hour (tpujob/catalogue.py).
-    capped = queue_job(store, "capped", owner="alice", extra="max_cost: 2.5\n")
+    capped = queue_job(store, "capped", owner="alice",
+                       extra="max_cost: 2.5\nnotify: [{webhook: 'http://127.0.0.1:9/hook'}]\n")
     bobs, later = queue_job(store, "bobs", owner="bob"), queue_job(store, "later", owner="bob")
     store.set_budget("bob", 5.0, "day")
     hosts = StopHosts()
@@ -202,6 +203,11 @@ def test_a_cost_cap_stops_the_job_with_a_checkpoint_and_starts_no_other_attempt(
     assert hosts.stopped == [capped.id]  # the checkpoint signal, then its grace
     (failed,) = [e.message for e in store.events(capped.id) if e.to_state == "FAILED"]
     assert failed.startswith("max_cost reached: $2.5") and failed.endswith(" of $2.50 (budget)")
+    # Notified with the move (its notify channel asks for failures by default).
+    from tpujob.store.outbox import Outboxes
+
+    (note,) = Outboxes(store.engine).rows(capped.id)
+    assert (note.kind, note.text) == ("failed", f"tpujob: job {capped.id:06d} 'capped' FAILED: {failed}")
     assert store.get(bobs.id).state == "RUNNING"
 
     clock.offset = 80 * 60.0  # bob: $5.15 today
