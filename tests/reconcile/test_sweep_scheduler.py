@@ -236,3 +236,25 @@ def test_the_queue_estimates_a_start_from_the_running_jobs_progress(server, stor
 
     (row,) = quotas.queue(SimpleNamespace(store=store))  # type: ignore[arg-type]  # the one part of a Context it reads
     assert row.job.id == waiting.id and row.starts_in == pytest.approx(900, abs=5)
+
+
+def test_a_store_refusing_admission_is_reported_and_the_other_jobs_go_on(server, store, monkeypatch):
+    from sqlalchemy.exc import OperationalError
+
+    import tpujob.reconcile.reconciler as reconciler_module
+
+    store.set_quota("v4", 8)
+    queued = queue_job(store, "queued")
+    text = spec(name="before")  # recorded before the lab had a quota: PENDING
+    parsed, lines = spec_mod.parse(text)
+    resolved = spec_mod.resolve(parsed, lines, default_project=PROJECT)
+    before = store.add_job(name="before", spec_yaml=text, spec_json=json.dumps(resolved.to_json_dict()),
+                           accelerator=resolved.accelerator, zone=resolved.zone, project=PROJECT, cloud="local")
+
+    def locked(*args, **kwargs):
+        raise OperationalError("BEGIN IMMEDIATE", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(reconciler_module, "admit_queued", locked)
+    report = Reconciler(store, cloud_for(server), Hosts(), "me").sweep()
+    assert report.errors == ["admission: OperationalError: (builtins.Exception) database is locked"]
+    assert (store.get(before.id).state, store.get(queued.id).state) == ("RUNNING", "QUEUED")

@@ -134,14 +134,15 @@ class Reconciler:
             report.errors.append(f"when the slices were seen is not recorded: {self.store.error_line(exc)}")
         report.jobs_seen = len(jobs) + len(skipped)
         admitted = set(self._admit(report, jobs))
+        report.evicted = len(self._evicting)
         # A job still QUEUED has nothing to act on: no lease taken for it.
         jobs = [j for j in jobs if j.state != State.QUEUED.value or j.id in admitted]
         self._act_all_reported(jobs, slices, snapshot_at, report)
         if self._evicting and job_ids is None:
             # The evicted jobs freed their chips in this sweep: the jobs waiting for them are
-            # admitted and started now, not a sweep later.
+            # admitted and started now, not a sweep later (evictions planned now wait for it).
+            wanted = set(self._admit(report, None))
             self._evicting = {}
-            wanted = set(self._admit(report, []))
             self._act_all_reported([j for j in self.store.list_jobs(states=ACTIVE) if j.id in wanted],
                                    {}, self.clock(), report)
             self._follow_creates(sorted(wanted), report)
@@ -154,19 +155,21 @@ class Reconciler:
         report.seconds = time.monotonic() - started
         return report
 
-    def _admit(self, report: SweepReport, jobs: list[Job]) -> list[int]:
+    def _admit(self, report: SweepReport, jobs: list[Job] | None) -> list[int]:
         """The lab's queue (reconcile/scheduling.py): the jobs admitted now, the evictions for
-        the jobs acted on next, and (of `jobs`) those a cost cap stops; a store that refuses is
-        reported, the sweep goes on."""
+        the jobs acted on next, and (of `jobs`; None: as this sweep found) those a cost cap
+        stops. A store that refuses is reported and admits nothing; the sweep goes on."""
         try:
-            if jobs:
+            if jobs is not None:
+                self._over_budget = {}
                 self._over_budget = budget_stops(self.store, jobs, self.store.clock())
             done = admit_queued(self.store, stopped=self._over_budget)
-        except TpujobError as exc:
-            report.errors.append(f"admission: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a store locked or refusing: the other jobs go on
+            self._evicting = {}
+            message = str(exc) if isinstance(exc, TpujobError) else self.store.error_line(exc)
+            report.errors.append(f"admission: {message}")
             return []
         report.admitted += len(done.admitted)
-        report.evicted += len(done.evict)
         self._evicting = done.evict
         return done.admitted
 
