@@ -110,3 +110,15 @@ def test_max_cost_without_a_published_price_is_refused(cli, spec_file):
            "(remove max_cost, or use spot or on-demand where Google lists a price)")
     ok = cli("validate", spec_file(EXAMPLE.read_text() + "max_cost: 50\n"))
     assert ok.code == 0, ok.err
+
+
+def test_create_under_a_full_quota_returns_queued_and_says_why(cli, spec_file, local_cloud, monkeypatch):
+    monkeypatch.setenv("TPUJOB_QUEUE_FOLLOW_SECONDS", "0.5")  # waiting for the quota: leave it to the sweeps
+    monkeypatch.setenv("TPUJOB_USER", "alice")
+    assert cli("quota", "set", "v4", "0").code == 0
+    path = spec_file("name: q\ntpu: {accelerator: v4-8, zone: us-central2-b}\nrun: {command: train}\n")
+    result = cli("create", path)
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[-2:] == ["job 000001 QUEUED", "waiting for: quota: 0/0 v4 chips; 1st in band normal"]
+    assert Context.load().store.current_attempt(1) is None  # nothing asked of Google

@@ -101,6 +101,8 @@ def register(app: typer.Typer) -> None:
             render.print_json(render.job_dict(job))
         else:
             typer.echo(f"job {jid} {job.state}" + (f" ({job.end_reason})" if job.end_reason else ""))
+            if job.state == "QUEUED" and job.waiting_for:
+                typer.echo(f"waiting for: {job.waiting_for}")
         _warn_if_nothing_sweeps(job)
         raise_unless_succeeded(job, wait)
 
