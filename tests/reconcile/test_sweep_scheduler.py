@@ -83,11 +83,14 @@ def test_queued_jobs_are_admitted_within_the_quota_and_the_rest_wait(server, sto
     assert store.get(c.id).state == "QUEUED"
 
     # Cancelled, a job keeps its slice (for `resume`) and so its chips at Google.
-    store.transition(a.id, State.RUNNING, State.CANCELLED, "cancelled by test")
+    with store.atomic():
+        store.end_attempt(a.id, 1, AttemptEnd.CANCELLED)
+        store.transition(a.id, State.RUNNING, State.CANCELLED, "cancelled by test")
     rec.sweep()
     assert store.get(c.id).state == "QUEUED"
     # Deleted, it frees them: they go to the job waiting.
     store.transition(a.id, State.CANCELLED, State.DELETED, "deleted by test")
+    assert a.id not in [j.id for j in store.holding_jobs()]
     rec.sweep()
     assert store.get(c.id).state == "RUNNING"
     assert store.get(c.id).waiting_for is None
@@ -258,3 +261,18 @@ def test_a_store_refusing_admission_is_reported_and_the_other_jobs_go_on(server,
     report = Reconciler(store, cloud_for(server), Hosts(), "me").sweep()
     assert report.errors == ["admission: OperationalError: (builtins.Exception) database is locked"]
     assert (store.get(before.id).state, store.get(queued.id).state) == ("RUNNING", "QUEUED")
+
+
+@pytest.mark.parametrize("ended, holds", [(AttemptEnd.CANCELLED, True), (AttemptEnd.EVICTED, False),
+                                          (AttemptEnd.PREEMPTED, False)])
+def test_a_cancelled_job_holds_chips_only_while_it_keeps_its_slice(store, ended, holds):
+    """`cancel` of a running job keeps its slice (for `resume`); of one whose attempt had already
+    ended (evicted, preempted), there is no slice left to hold the quota."""
+    job = queue_job(store, "c")
+    store.transition(job.id, State.QUEUED, State.PENDING, "admitted by test")
+    store.start_attempt(job.id, State.PENDING, State.PROVISIONING, "test", zone=job.zone,
+                        accelerator=job.accelerator, queued=False)
+    with store.atomic():
+        store.end_attempt(job.id, 1, ended)
+        store.transition(job.id, State.PROVISIONING, State.CANCELLED, "cancelled by test")
+    assert (job.id in [j.id for j in store.holding_jobs()]) == holds

@@ -23,7 +23,7 @@ from tpujob.store.leases import Leases
 from tpujob.store.models import Attempt, Event, Job, Quota
 from tpujob.store.quotas import HOLDING, Quotas
 from tpujob.store.setup_caches import SetupCaches
-from tpujob.store.states import ENDED, EndReason, State, is_legal
+from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
 from tpujob.store.transactions import fresh_job
 
 
@@ -129,9 +129,12 @@ class Store(Attempts, Leases, SetupCaches, Quotas):
 
     def holding_jobs(self) -> list[Job]:
         """The jobs that hold chips now: every active job but the QUEUED ones (HOLDING), and the
-        ended jobs that keep their slice at Google (cancelled ones, for `resume`, and
-        keep_slice ones): a slice holds the project's quota until it is deleted."""
-        kept = and_(col(Job.attempt) > 0, (col(Job.state) == State.CANCELLED.value) | and_(
+        ended jobs that keep their slice at Google (one cancelled while its attempt ran, for
+        `resume`, and keep_slice ones): a slice holds the project's quota until it is deleted."""
+        cancel_kept = (select(Attempt.id).where(col(Attempt.job_id) == col(Job.id),
+                                                col(Attempt.number) == col(Job.attempt),
+                                                col(Attempt.end_reason) == AttemptEnd.CANCELLED.value).exists())
+        kept = and_(col(Job.attempt) > 0, and_(col(Job.state) == State.CANCELLED.value, cancel_kept) | and_(
             col(Job.keep_slice), col(Job.state).in_([State.SUCCEEDED.value, State.FAILED.value])))
         query = select(Job).where(col(Job.state).in_([s.value for s in HOLDING]) | kept).order_by(col(Job.id))
         with self._read() as session:
