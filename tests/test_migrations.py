@@ -53,8 +53,8 @@ def test_migrate_from_blank(store_url):
     assert _tables(engine) == set()
     assert applied_versions(engine) == []
     assert migrate(engine) == [v for v, _, _ in MIGRATIONS]
-    assert _tables(engine) == {"job", "attempt", "event", "outbox", "store_info", "setup_cache", "lab_node",
-                               MIGRATION_TABLE}
+    assert _tables(engine) == {"job", "attempt", "event", "outbox", "store_info", "setup_cache", "lab_node", "quota",
+                               "share_weight", "budget", MIGRATION_TABLE}
     assert applied_versions(engine) == _versions_from(1)
     assert _migration_rows(engine) == [(v, n) for v, n, _ in MIGRATIONS]
 

@@ -91,11 +91,12 @@ def _snapshot(store: Store, job_id: int):
 
 
 def test_the_table_names_exactly_the_issue_states():
-    assert [s.value for s in State] == ["PENDING", "PROVISIONING", "SETTING_UP", "RUNNING", "RECOVERING",
+    assert [s.value for s in State] == ["QUEUED", "PENDING", "PROVISIONING", "SETTING_UP", "RUNNING", "RECOVERING",
                                         "SUCCEEDED", "FAILED", "CANCELLED", "DELETED"]
     assert set(TRANSITIONS) == set(State)
     assert {r.value for r in EndReason} == {"user_error", "setup_failed", "no_capacity", "preemption_budget",
-                                            "nan_budget", "bad_host_budget", "internal", "ssh_refused", "hang_budget"}
+                                            "nan_budget", "bad_host_budget", "internal", "ssh_refused", "hang_budget",
+                                            "budget"}
     assert ENDED | ACTIVE == set(State) and not ENDED & ACTIVE
 
 
@@ -435,7 +436,8 @@ def test_a_read_does_not_wait_for_another_process_writing(tmp_path):
 
 def test_the_counters_are_the_jobs_columns_and_the_budgets():
     """store/states.COUNTERS, the one list of a job's counters, names Job columns and JobView
-    fields; every budget counts one of them, and flaps is the one without a budget."""
+    fields; every budget counts one of them; flaps and evictions (the lab's scheduler's, never
+    a failure) are the ones without a budget."""
     import dataclasses
 
     from tpujob.reconcile.budgets import BUDGETS
@@ -445,7 +447,7 @@ def test_the_counters_are_the_jobs_columns_and_the_budgets():
 
     assert set(COUNTERS) <= set(Job.model_fields)
     assert set(COUNTERS) <= {f.name for f in dataclasses.fields(JobView)}
-    assert set(COUNTERS) - set(BUDGETS) == {"flaps"}
+    assert set(COUNTERS) - set(BUDGETS) == {"flaps", "evictions"}
 
 
 def test_an_error_line_names_the_error_and_hides_the_stores_password():

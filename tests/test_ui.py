@@ -308,3 +308,28 @@ def test_another_users_job_shows_its_owner_and_needs_the_force_box(ui, spec_file
     assert Context.load().store.get(job.id).state == "PENDING"
     status, _, _ = browser.post(f"/jobs/{job.id}/cancel", {"csrf": csrf, "force": "on"})
     assert status == 303 and Context.load().store.get(job.id).state == "CANCELLED"
+
+
+def test_a_queued_job_page_says_why_it_waits(ui, spec_file, story):
+    """The lab's scheduler (docs/scheduler.md): the reason the sweep recorded, in words."""
+    from tpujob.reconcile.scheduling import admit_queued, demand_of
+
+    store = Context.load().store
+    # What the story's jobs hold, and room for one v4-8 more.
+    store.set_quota("v4", 4 + sum(d.chips for d in map(demand_of, store.holding_jobs()) if d.family == "v4"))
+    text = "name: q{}\ntpu: {{accelerator: v4-8, zone: us-central2-b}}\nrun: {{command: train}}\npriority: {}\n"
+    first, _ = jobs_record(spec_file(text.format(1, "high")))
+    second, _ = jobs_record(spec_file(text.format(2, "low")))
+    admit_queued(store)
+    browser = _logged_in(ui)
+    page = browser.get(f"/jobs/{second.id}")[2]
+    assert store.get(first.id).state == "PENDING"
+    assert '<tr><th>waiting for</th><td class="waiting">quota: ' in page and '; 1st in band low</td></tr>' in page
+    assert '<td class="priority">low</td>' in page
+    assert "waiting for" not in browser.get(f"/jobs/{first.id}")[2]
+
+
+def jobs_record(path):
+    from tpujob.service import jobs
+
+    return jobs.record(Context.load(), str(path))

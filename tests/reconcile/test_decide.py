@@ -213,6 +213,26 @@ CASES = [
      [StopProgram(), EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "scheduled maintenance window opens in 120 s: checkpoint requested, slice "
                              "replaced; preemption 1 of 2 allowed, next attempt now")]),
+    # The lab's scheduler evicts it for a higher band (reconcile/admission.py): the checkpoint
+    # signal and its grace, the slice freed, QUEUED again; no preemption or failure counted.
+    ("evicted for a higher band", job(State.RUNNING, in_state_seconds=3600, evict="its chips go to job 7"),
+     obs(SliceCondition.READY, RUN, RUN),
+     [StopProgram(), EndAttempt("evicted"), Count("evictions"), DeleteSlice(),
+      Move(State.QUEUED, "evicted: its chips go to job 7")]),
+    ("a queued job is left to admission", job(State.QUEUED, attempt=0), obs(SliceCondition.ABSENT), []),
+    # A cost cap reached (reconcile/spending.py): the checkpoint signal, the slice freed, FAILED.
+    ("budget reached while running", job(State.RUNNING, over_budget="max_cost reached: $4.00 of $4.00"),
+     obs(SliceCondition.READY, RUN, RUN),
+     [StopProgram(), EndAttempt("budget"), DeleteSlice(),
+      Move(State.FAILED, "max_cost reached: $4.00 of $4.00", EndReason.BUDGET)]),
+    ("budget reached, slice kept", job(State.RUNNING, over_budget="over", keep_slice=True),
+     obs(SliceCondition.READY, RUN, RUN), [StopProgram(), EndAttempt("budget"), Move(State.FAILED, "over",
+                                                                                    EndReason.BUDGET)]),
+    ("budget reached between attempts", job(State.RECOVERING, over_budget="over"), obs(SliceCondition.ABSENT),
+     [Move(State.FAILED, "over", EndReason.BUDGET)]),
+    ("a run that succeeded as its budget ran out succeeded", job(State.RUNNING, over_budget="over"),
+     obs(SliceCondition.READY, OK, OK),
+     [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host"), DeleteSlice()]),
     ("maintenance window past the next sweep waits", job(State.RUNNING, in_state_seconds=3600),
      replace(obs(SliceCondition.READY, RUN, RUN), health="HEALTHY",
              maintenance_in_seconds=P.maintenance_lead_seconds + 1, maintenance_type="SCHEDULED"), []),
@@ -323,7 +343,11 @@ def test_every_move_is_legal_and_every_swept_transition_is_reached():
     # Legal, but no sweep makes them: an attempt is always opened (PROVISIONING) before its create
     # can be refused, so a refusal fails the job from PROVISIONING (the "create refused" rows).
     act_moves = {(State.PENDING, State.FAILED), (State.RECOVERING, State.FAILED)}
-    missing = {(s, d) for s, dsts in TRANSITIONS.items() for d in dsts} - user_moves - act_moves - reached
+    # Admission's compare-and-set moves (Store.admit, tests/reconcile/test_admission.py); a
+    # QUEUED job fails only by a user's hand (none yet: legal, as from PENDING).
+    admitted = {(State.QUEUED, State.PENDING), (State.QUEUED, State.RECOVERING), (State.QUEUED, State.FAILED)}
+    missing = ({(s, d) for s, dsts in TRANSITIONS.items() for d in dsts}
+               - user_moves - act_moves - admitted - reached)
     assert missing == set()
 
 

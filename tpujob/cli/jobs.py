@@ -101,6 +101,8 @@ def register(app: typer.Typer) -> None:
             render.print_json(render.job_dict(job))
         else:
             typer.echo(f"job {jid} {job.state}" + (f" ({job.end_reason})" if job.end_reason else ""))
+            if job.state == "QUEUED" and job.waiting_for:
+                typer.echo(f"waiting for: {job.waiting_for}")
         _warn_if_nothing_sweeps(job)
         raise_unless_succeeded(job, wait)
 
@@ -135,6 +137,10 @@ def register(app: typer.Typer) -> None:
                  step_text(j.last_step, j.total_steps), j.preemptions,
                  f"{goodput(j, now):.0%}", j.host0_ip or "-", render.age(j.created_at, now),
                  render.age(j.observed_at, now) if j.observed_at else "-"] for j in rows]
+        if any(j.waiting_for for j in rows):  # a lab's queue (docs/scheduler.md): why each job waits
+            headers.append("WAITING-FOR")
+            for row, j in zip(body, rows):
+                row.append(render.waiting_cell(j.waiting_for))
         typer.echo(render.table(headers, body))
 
     @app.command()
@@ -188,6 +194,11 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{key + ':':<14}{'-' if data[key] is None else data[key]}")
         if detail.job.bad_hosts:
             typer.echo(f"{'bad_hosts:':<14}{detail.job.bad_hosts}")
+        if detail.job.priority != "normal" or detail.job.evictions:
+            typer.echo(f"{'priority:':<14}{detail.job.priority}"
+                       + (f" (evicted {detail.job.evictions} time(s))" if detail.job.evictions else ""))
+        if detail.job.waiting_for and detail.job.state == "QUEUED":
+            typer.echo(f"{'waiting for:':<14}{detail.job.waiting_for}")
         if far is not None and (far.step is not None or detail.job.state == "RUNNING"):
             typer.echo(f"{'progress:':<14}{progress.describe(far)}")
         _print_accounting(detail.job, detail.accounting)

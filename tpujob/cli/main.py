@@ -43,13 +43,14 @@ def _register_all() -> None:
         keep_alive,
         lint,
         notify,
+        quota,
         remote,
         starter,
         ui,
     )
 
     for module in (jobs, keep_alive, remote, disk, cron, lint, data, emulator, demo, starter, config,
-                   doctor, notify, gc, ui, cache, goodput):
+                   doctor, notify, gc, ui, cache, goodput, quota):
         module.register(app)
 
 

@@ -42,7 +42,7 @@ def age(ts: float | None, now: float | None = None) -> str:
 JOB_KEYS = ("id", "name", "state", "end_reason", "owner", "from_node", "accelerator", "zone", "project",
             "cloud", "attempt",
             "preemptions", "failures", "nan_restarts", "host0_ip", "created_at", "updated_at",
-            "ended_at", "observed_at", "goodput", "step", "total_steps")
+            "ended_at", "observed_at", "goodput", "step", "total_steps", "priority", "waiting_for")
 
 
 def job_dict(job, current=None) -> dict:
@@ -57,7 +57,7 @@ def job_dict(job, current=None) -> dict:
         job.cloud, job.attempt, job.preemptions, job.failures, job.nan_restarts, job.host0_ip,
         iso(job.created_at), iso(job.updated_at), iso(job.ended_at), iso(job.observed_at),
         round(goodput(job, time.time()), 4), getattr(step_of, "last_step", None),
-        getattr(step_of, "total_steps", None))))
+        getattr(step_of, "total_steps", None), job.priority, job.waiting_for)))
 
 
 # `list --json`'s text of one job: job_dict as print_json indents it, key for key (a test keeps
@@ -93,7 +93,17 @@ def print_jobs_json(jobs: list) -> None:
         _json_str(j.accelerator), _json_str(j.zone), _json_str(j.project), _json_str(j.cloud),
         j.attempt, j.preemptions, j.failures, j.nan_restarts, _json_or_null(j.host0_ip),
         _json_time(j.created_at), _json_time(j.updated_at), _json_time(j.ended_at), _json_time(j.observed_at),
-        repr(round(goodput(j, now), 4)), _json_int(j.last_step), _json_int(j.total_steps)) for j in jobs) + "\n]")
+        repr(round(goodput(j, now), 4)), _json_int(j.last_step), _json_int(j.total_steps),
+        _json_str(j.priority), _json_or_null(j.waiting_for)) for j in jobs) + "\n]")
+
+
+def waiting_cell(reason: str | None) -> str:
+    """`list`'s WAITING-FOR: the reason without who holds the chips ("quota: 64/64 v5e chips in
+    us-west4, 3rd in band normal"); `show` and `tpujob queue` print it whole."""
+    if not reason:
+        return "-"
+    head, _, rest = reason.partition("; ")
+    return ", ".join([head.split(" held by ")[0], *rest.split("; ")[:1]]) if rest else head.split(" held by ")[0]
 
 
 def attempt_dict(a) -> dict:

@@ -16,6 +16,7 @@ from tpujob.reconcile import elastic
 from tpujob.reconcile.actions import (
     Action,
     ClearUnhealthy,
+    Count,
     CreateSlice,
     DeleteSlice,
     EndAttempt,
@@ -58,7 +59,24 @@ STOPPING_LIMIT_SECONDS = 180.0
 
 def decide(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     handler = _BY_STATE.get(job.state)
-    return [] if handler is None else handler(job, obs, policy)
+    if handler is None:
+        return []
+    actions = handler(job, obs, policy)
+    if job.over_budget is not None and not any(isinstance(a, Move) and a.to == State.SUCCEEDED for a in actions):
+        return _budget_reached(job, obs)  # a run that just succeeded is a success, whatever it cost
+    return actions
+
+
+def _budget_reached(job: JobView, obs: Observation) -> list[Action]:
+    """A cost cap reached: the checkpoint signal and its grace (StopProgram), the slice freed
+    (unless kept), FAILED (budget): no other attempt starts (docs/scheduler.md, budgets)."""
+    attempt_open = job.state in (State.PROVISIONING, State.SETTING_UP, State.RUNNING)
+    actions: list[Action] = [StopProgram()] if job.state == State.RUNNING else []
+    if attempt_open:
+        actions.append(EndAttempt(AttemptEnd.BUDGET))
+    if (attempt_open or obs.holds_slice) and not job.keep_slice:
+        actions.append(DeleteSlice())
+    return actions + [Move(State.FAILED, job.over_budget or "budget reached", EndReason.BUDGET)]
 
 
 def _refused(obs: Observation) -> list[Action]:
@@ -202,6 +220,11 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
         actions = [EndAttempt(AttemptEnd.SUCCEEDED),
                    Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
         return actions if job.keep_slice else actions + [DeleteSlice()]
+    if job.evict is not None:
+        # The checkpoint signal and its grace (StopProgram), as on a maintenance notice; the slice
+        # is freed for the higher band and the job waits for quota again, no budget spent.
+        return [StopProgram(), EndAttempt(AttemptEnd.EVICTED), Count("evictions"), DeleteSlice(),
+                Move(State.QUEUED, f"evicted: {job.evict}")]
     if elastic.shrinks(job, obs, policy):
         return elastic.shrink(job, obs, policy)
     if obs.slice == SliceCondition.ABSENT and job.run_limit_reached:

@@ -162,3 +162,8 @@ class JobView:
     # VM when it reaches it ("Compute Engine deletes the Flex-start VMs at the end of their run
     # duration", about-resize-requests-mig; tpujob's are DELETE): a slice gone then ran its run.
     run_limit_reached: bool = False
+    evictions: int = 0
+    # The lab's scheduler evicts this job for a higher band's (reconcile/admission.py): why.
+    evict: str | None = None
+    # A cost cap reached (reconcile/spending.py): why. The job stops with a checkpoint, for good.
+    over_budget: str | None = None

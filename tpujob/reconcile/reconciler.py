@@ -23,6 +23,7 @@ from tpujob.reconcile.observation import JobView
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices, listed_slice
 from tpujob.reconcile.outcome import Outcome
 from tpujob.reconcile.policy import Policy, policy_of
+from tpujob.reconcile.scheduling import admit_queued, budget_stops
 from tpujob.spec.stored import api_of, spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
@@ -74,6 +75,9 @@ class SweepReport:
     setups_followed: int = 0
     setups_ended: int = 0
     acted: set[int] = field(default_factory=set, repr=False)  # the jobs counted in jobs_acted
+    # The lab's scheduler (reconcile/admission.py): QUEUED jobs admitted, jobs evicted for them.
+    admitted: int = 0
+    evicted: int = 0
 
 
 class Reconciler:
@@ -91,6 +95,8 @@ class Reconciler:
         self.observer = Observer(store, cloud, hosts, clock, run_dirs)
         self.acting = Actor(store, cloud, hosts, actor, ssh_keys=ssh_keys, clock=clock, metadata=metadata,
                             node=node)
+        self._evicting: dict[int, str] = {}  # this sweep's evictions: job id -> why
+        self._over_budget: dict[int, str] = {}  # jobs a cost cap stops this sweep -> why
 
     @property
     def auth_errors(self) -> dict[int, AuthError]:
@@ -139,7 +145,19 @@ class Reconciler:
             # job if the store still refuses it.
             report.errors.append(f"when the slices were seen is not recorded: {self.store.error_line(exc)}")
         report.jobs_seen = len(jobs) + len(skipped)
+        admitted = set(self._admit(report, jobs))
+        report.evicted = len(self._evicting)
+        # A job still QUEUED has nothing to act on: no lease taken for it.
+        jobs = [j for j in jobs if j.state != State.QUEUED.value or j.id in admitted]
         self._act_all_reported(jobs, slices, snapshot_at, report)
+        if self._evicting and job_ids is None:
+            # The evicted jobs freed their chips in this sweep: the jobs waiting for them are
+            # admitted and started now, not a sweep later (evictions planned now wait for it).
+            wanted = set(self._admit(report, None))
+            self._evicting = {}
+            self._act_all_reported([j for j in self.store.list_jobs(states=ACTIVE) if j.id in wanted],
+                                   {}, self.clock(), report)
+            self._follow_creates(sorted(wanted), report)
         self._follow_creates([j.id for j in jobs], report)
         for job_id, why in sorted(self.acting.node_problems.items()):
             report.errors.append(f"job {format_job_id(job_id)}: {why}")
@@ -150,6 +168,24 @@ class Reconciler:
         report.api_calls = self.cloud.api_calls - calls0
         report.seconds = time.monotonic() - started
         return report
+
+    def _admit(self, report: SweepReport, jobs: list[Job] | None) -> list[int]:
+        """The lab's queue (reconcile/scheduling.py): the jobs admitted now, the evictions for
+        the jobs acted on next, and (of `jobs`; None: as this sweep found) those a cost cap
+        stops. A store that refuses is reported and admits nothing; the sweep goes on."""
+        try:
+            if jobs is not None:
+                self._over_budget = {}
+                self._over_budget = budget_stops(self.store, jobs, self.store.clock())
+            done = admit_queued(self.store, stopped=self._over_budget)
+        except Exception as exc:  # noqa: BLE001 - a store locked or refusing: the other jobs go on
+            self._evicting = {}
+            message = str(exc) if isinstance(exc, TpujobError) else self.store.error_line(exc)
+            report.errors.append(f"admission: {message}")
+            return []
+        report.admitted += len(done.admitted)
+        self._evicting = done.evict
+        return done.admitted
 
     def _act_all_reported(self, jobs: list[Job], slices: Slices, snapshot_at: float, report: SweepReport) -> None:
         """act_all, its outcomes added to the report (a job acted on twice in one sweep, its
@@ -347,6 +383,8 @@ class Reconciler:
             run_limit_reached=bool(attempt is not None and spec.provisioning == "flex-start"
                                    and spec.max_run_duration_seconds
                                    and now - attempt.started_at >= spec.max_run_duration_seconds),
+            evictions=job.evictions, evict=self._evicting.get(job.id),
+            over_budget=self._over_budget.get(job.id),
         )
 
 

@@ -125,11 +125,13 @@ def plan(resolved: ResolvedSpec, store: str | None = None, job_id: int | None = 
 
 
 def record(ctx: Context, path: str, *, keep_slice: bool = False):
-    """Record the job as PENDING: the next sweep (or `create`, following it) starts it.
+    """Record the job as PENDING, or QUEUED when one of the lab's quotas covers it (the sweep
+    admits it: docs/scheduler.md): the next sweep (or `create`, following it) starts it.
     Nothing is written when the spec is refused."""
     resolved, text = spec_mod.load(path, default_zone=ctx.settings.zone,
                                    default_project=ctx.default_project)
     from tpujob.owners import current_user, this_node
+    from tpujob.reconcile.scheduling import covered
 
     why = ""
     if resolved.spec.tpu.placement == "auto" and len(resolved.placements()) > 1:
@@ -140,6 +142,7 @@ def record(ctx: Context, path: str, *, keep_slice: bool = False):
         accelerator=accelerator, zone=zone, project=resolved.project,
         cloud=ctx.settings.cloud, keep_slice=keep_slice,
         owner=current_user(ctx.settings), from_node=this_node(),
+        priority=resolved.spec.priority, queued=covered(ctx.store, resolved),
     )
     if why:
         ctx.store.add_event(job.id, "placement", why)
@@ -398,7 +401,21 @@ def resume(ctx: Context, ref: str):
         # Every counter back to 0, and state_since backdated: a resume is not a retry, it need
         # not wait out the backoff.
         fields: dict[str, Any] = {**dict.fromkeys(COUNTERS, 0), "state_since": 0.0}
+        if _queues_again(ctx, job):
+            fields.pop("state_since")  # its place in the queue: from now
+            return ctx.store.transition(job.id, State(job.state), State.QUEUED,
+                                        message + "; waiting for the lab's quota", owner=owner, **fields)
         return ctx.store.transition(job.id, State(job.state), State.RECOVERING, message, owner=owner, **fields)
+
+
+def _queues_again(ctx: Context, job) -> bool:
+    """A resumed job whose slice is gone (so its chips are not held) goes back to the lab's queue
+    when a quota covers it: resuming never goes past the quota (docs/scheduler.md)."""
+    from tpujob.reconcile.scheduling import covered
+
+    if job.id in {j.id for j in ctx.store.holding_jobs()}:
+        return False
+    return covered(ctx.store, spec_of(job))
 
 
 def logs_dir(ctx: Context, job_id: int) -> Path:

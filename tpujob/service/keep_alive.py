@@ -188,7 +188,13 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
                 return job
             if time.monotonic() > deadline:
                 return job
-            if not until_ended and state == State.PROVISIONING:
+            if not until_ended and state == State.QUEUED:
+                # Waiting for the lab's quota (docs/scheduler.md): as for capacity, the sweeps
+                # take it from here once a while has shown it is not admitted at once.
+                waiting_since = waiting_since if waiting_since is not None else time.monotonic()
+                if time.monotonic() - waiting_since > queue_follow:
+                    return job
+            elif not until_ended and state == State.PROVISIONING:
                 waiting_since = _waiting_since(rec, job, waiting_since)
                 if waiting_since is not None and time.monotonic() - waiting_since > queue_follow:
                     return job  # waiting for capacity (hours, maybe): the sweeps take it from here

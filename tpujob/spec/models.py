@@ -280,6 +280,11 @@ class JobSpec(_Model):
     run_dir: str | None = None
     requeue: RequeuePolicy = Field(default_factory=RequeuePolicy)
     notify: list[NotifySpec] = Field(default_factory=list)
+    # The lab scheduler's band (docs/scheduler.md): a high job waiting for quota evicts low ones.
+    priority: Literal["high", "normal", "low"] = "normal"
+    # Dollars this job may spend, at its price per hour (docs/scheduler.md, budgets): reached, it
+    # is stopped with a checkpoint and ends FAILED (budget), never to start another attempt.
+    max_cost: float | None = Field(default=None, gt=0)
 
     @property
     def setup_command(self) -> str:

@@ -370,6 +370,11 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
             _check_shared_run_dir(spec, alt, lines)
     _check_network(spec.tpu.network, [z for _, z in spec.tpu.placements(acc.name, zone)], lines)
     _check_notify(spec.notify, lines)
+    cost = _times(_hourly_cost(acc, spec.tpu.provisioning), spec.tpu.max_slices)
+    if spec.max_cost is not None and cost is None:
+        raise field_error(f"no published price for {acc.name} at {spec.tpu.provisioning}: a cost cap cannot be "
+                          "kept (remove max_cost, or use spot or on-demand where Google lists a price)",
+                          ("max_cost",), lines)
 
     return ResolvedSpec(
         spec=spec, accelerator=acc.name, generation=acc.generation.alias, hosts=acc.hosts,
@@ -377,7 +382,7 @@ def resolve(spec: JobSpec, lines: dict[tuple, int] | None = None, *, default_zon
         zone=zone, project=project,
         runtime_version=(compute.image_family if compute is not None
                          else spec.tpu.runtime_version or acc.generation.runtime_version),
-        disk_types=disk_types, cost_per_hour_usd=_times(_hourly_cost(acc, spec.tpu.provisioning), spec.tpu.max_slices),
+        disk_types=disk_types, cost_per_hour_usd=cost,
         on_demand_cost_per_hour_usd=_times(acc.hourly_cost(spot=False), spec.tpu.max_slices),
         sync_path=sync_path, api=api, provisioning=spec.tpu.provisioning, reservation=spec.tpu.reservation,
         max_run_duration_seconds=spec.tpu.max_run_duration, compute=compute,

@@ -246,6 +246,36 @@ def _v18_lab(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE attempt ADD COLUMN host_user TEXT")
 
 
+def _v19_scheduler(conn: Connection) -> None:
+    # A lab's scheduler (docs/scheduler.md): the caps a lab declares (`tpujob quota set`; ""
+    # stands for any region or provisioning), each user's fair-share weight, and on each job its
+    # band (the spec's `priority`) and why it waits in QUEUED, in words, for `list` and `show`.
+    md = MetaData()
+    Table(
+        "quota", md,
+        Column("family", String, primary_key=True),
+        Column("region", String, primary_key=True),
+        Column("provisioning", String, primary_key=True),
+        Column("chips", Integer, nullable=False),
+        Column("set_at", Float, nullable=False),
+    )
+    Table(
+        "budget", md,
+        Column("owner", String, primary_key=True),
+        Column("dollars", Float, nullable=False),
+        Column("period", String, nullable=False),  # day | week | month (UTC)
+    )
+    Table(
+        "share_weight", md,
+        Column("owner", String, primary_key=True),
+        Column("weight", Float, nullable=False),
+    )
+    md.create_all(conn)
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN priority TEXT NOT NULL DEFAULT 'normal'")
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN waiting_for TEXT")
+    conn.exec_driver_sql("ALTER TABLE job ADD COLUMN evictions INTEGER NOT NULL DEFAULT 0")
+
+
 def _v20_reported(conn: Connection) -> None:
     # attempt.reported: what the bundled runtime measured of the attempt (JSON of milliseconds:
     # compile, restore, checkpoint stalls, its step time, its last save), read from its heartbeat
@@ -273,6 +303,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (16, "setup_cache: each archive's sha256", _v16_setup_cache_digests),
     (17, "job.owner, job.from_node", _v17_owners),
     (18, "lab_node, attempt.host_user", _v18_lab),
+    (19, "quota, share_weight, budget, job.priority, job.waiting_for, job.evictions", _v19_scheduler),
     (20, "attempt.reported", _v20_reported),
 ]
 

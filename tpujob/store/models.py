@@ -42,6 +42,9 @@ class Job(SQLModel, table=True):
     hangs: int = 0  # attempts ended hung (requeue.max_hangs)
     owner: str | None = None  # who submitted it (tpujob/owners.py); None: before owners were kept
     from_node: str | None = None  # the node it was submitted from (its hostname)
+    priority: str = "normal"  # the spec's band: high | normal | low (docs/scheduler.md)
+    waiting_for: str | None = None  # QUEUED: why, in words (reconcile/admission.py)
+    evictions: int = 0  # attempts ended evicted for a higher band (never a preemption or failure)
 
 
 class Attempt(SQLModel, table=True):
@@ -121,3 +124,28 @@ class SetupCache(SQLModel, table=True):
     cache_key: str = Field(primary_key=True)
     sha256: str
     recorded_at: float
+
+
+class Quota(SQLModel, table=True):
+    """A lab's cap on chips held at once (migration 19, `tpujob quota set`): per TPU family,
+    and optionally per region and provisioning ("" stands for any)."""
+    family: str = Field(primary_key=True)
+    region: str = Field(primary_key=True)
+    provisioning: str = Field(primary_key=True)
+    chips: int
+    set_at: float
+
+
+class Budget(SQLModel, table=True):
+    """A user's spending cap per period (migration 19, `tpujob budget set`), in dollars at the
+    prices tpujob shows; the period is a UTC day, week (from Monday) or month."""
+    owner: str = Field(primary_key=True)
+    dollars: float
+    period: str
+
+
+class ShareWeight(SQLModel, table=True):
+    """A user's fair-share weight (migration 19, `tpujob quota weight`); 1 when absent."""
+    __tablename__ = "share_weight"
+    owner: str = Field(primary_key=True)
+    weight: float

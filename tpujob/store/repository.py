@@ -21,28 +21,31 @@ from tpujob.store import outbox
 from tpujob.store.attempts import Attempts
 from tpujob.store.lab import LabNodes
 from tpujob.store.leases import Leases
-from tpujob.store.models import Attempt, Event, Job
+from tpujob.store.models import Attempt, Event, Job, Quota
+from tpujob.store.quotas import HOLDING, Quotas
 from tpujob.store.setup_caches import SetupCaches
-from tpujob.store.states import ENDED, EndReason, State, is_legal
+from tpujob.store.states import ENDED, AttemptEnd, EndReason, State, is_legal
 from tpujob.store.transactions import fresh_job
 
 
-class Store(Attempts, Leases, SetupCaches, LabNodes):
+class Store(Attempts, Leases, SetupCaches, LabNodes, Quotas):
     """The job store: jobs, their compare-and-set moves and events, and (inherited) the
-    transactions, leases, attempts, the setup cache's digests and the lab's nodes."""
+    transactions, leases, attempts, the setup cache's digests, the lab's nodes and its quotas."""
 
     def add_job(self, *, name: str, spec_yaml: str, spec_json: str, accelerator: str, zone: str,
                 project: str, cloud: str, keep_slice: bool = False, owner: str | None = None,
-                from_node: str | None = None) -> Job:
+                from_node: str | None = None, priority: str = "normal", queued: bool = False) -> Job:
+        """A new job: PENDING, or QUEUED (`queued`) when a lab's quota covers it."""
         now = self.clock()
+        state = State.QUEUED if queued else State.PENDING
         with self._tx() as session:
-            job = Job(name=name, state=State.PENDING.value, spec_yaml=spec_yaml, spec_json=spec_json,
+            job = Job(name=name, state=state.value, priority=priority, spec_yaml=spec_yaml, spec_json=spec_json,
                       accelerator=accelerator, zone=zone, project=project, cloud=cloud,
                       keep_slice=keep_slice, created_at=now, updated_at=now, state_since=now,
                       owner=owner, from_node=from_node)
             session.add(job)
             session.flush()
-            session.add(Event(job_id=job.id, at=now, kind="created", to_state=State.PENDING.value,
+            session.add(Event(job_id=job.id, at=now, kind="created", to_state=state.value,
                               message=f"job {name!r} recorded ({accelerator} in {zone}, cloud {cloud})"
                               + (f" by {owner} on {from_node}" if owner else "")))
             session.flush()
@@ -124,6 +127,39 @@ class Store(Attempts, Leases, SetupCaches, LabNodes):
             session.flush()
             outbox.enqueue(session, job_id, event.id, dst, fields, text, now)
             return fresh_job(session, job_id)
+
+    def holding_jobs(self) -> list[Job]:
+        """The jobs that hold chips now: every active job but the QUEUED ones (HOLDING), and the
+        ended jobs that keep their slice at Google (one cancelled while its attempt ran, for
+        `resume`, and keep_slice ones): a slice holds the project's quota until it is deleted."""
+        cancel_kept = (select(Attempt.id).where(col(Attempt.job_id) == col(Job.id),
+                                                col(Attempt.number) == col(Job.attempt),
+                                                col(Attempt.end_reason) == AttemptEnd.CANCELLED.value).exists())
+        kept = and_(col(Job.attempt) > 0, and_(col(Job.state) == State.CANCELLED.value, cancel_kept) | and_(
+            col(Job.keep_slice), col(Job.state).in_([State.SUCCEEDED.value, State.FAILED.value])))
+        query = select(Job).where(col(Job.state).in_([s.value for s in HOLDING]) | kept).order_by(col(Job.id))
+        with self._read() as session:
+            return list(session.exec(query))
+
+    def admit(self, job_id: int, to: State, message: str, fits: Callable[[list[Job]], bool],
+              **fields: Any) -> Job | None:
+        """Move a QUEUED job to `to` (PENDING, or RECOVERING for one that ran before) if `fits`
+        still says so of the jobs holding chips as this transaction reads them; None if not (the
+        job stays QUEUED). One transaction per decision: SQLite's write transaction (BEGIN
+        IMMEDIATE) and, on PostgreSQL, a lock on every quota row serialise the admissions of all
+        sweeps, so two never both count the same free chips. Another sweep's admission of this
+        very job loses the compare-and-set: None."""
+        try:
+            with self.atomic():
+                with self._tx() as session:
+                    if session.get_bind().dialect.name == "postgresql":
+                        session.exec(select(Quota).with_for_update()).all()
+                holding = self.holding_jobs()
+                if not fits(holding):
+                    return None
+                return self.transition(job_id, State.QUEUED, to, message, waiting_for=None, **fields)
+        except (IllegalTransition, JobLocked):
+            return None
 
     def update(self, job_id: int, **fields: Any) -> None:
         """Plain field updates (counters, host ip, observed_at) that are not state changes."""

@@ -7,14 +7,19 @@ from typing import Literal, get_args
 
 # A job's counters: the Job columns (and reconcile's JobView fields) that an attempt's end adds
 # one to. Each is bounded by a budget (reconcile/budgets.py) but `flaps`, preemptions in a row of
-# short runs that only lengthen the backoff; `resume` sets them all back to 0. A Count or
+# short runs that only lengthen the backoff, and `evictions`, attempts the lab's scheduler ended
+# for a higher band (never a failure); `resume` sets them all back to 0. A Count or
 # ResetCount names one of these, so a misspelt counter is mypy's error, not a sweep's AttributeError.
-Counter = Literal["preemptions", "failures", "nan_restarts", "capacity_misses", "flaps", "bad_hosts", "hangs"]
+Counter = Literal["preemptions", "failures", "nan_restarts", "capacity_misses", "flaps", "bad_hosts", "hangs",
+                  "evictions"]
 COUNTERS: tuple[Counter, ...] = get_args(Counter)
 
 
 class State(str, Enum):
-    PENDING = "PENDING"  # recorded, nothing spent yet
+    # Waiting for the lab's quota (docs/scheduler.md): never sent to Google; the sweep admits it
+    # (to PENDING, or to RECOVERING when it already ran) in one transaction per decision.
+    QUEUED = "QUEUED"
+    PENDING = "PENDING"  # recorded (or admitted), nothing spent yet
     PROVISIONING = "PROVISIONING"  # slice (or queued resource) requested, not READY yet
     SETTING_UP = "SETTING_UP"  # slice READY: disks, buckets, sync, setup on every host
     RUNNING = "RUNNING"  # the program runs on every host
@@ -35,6 +40,7 @@ class EndReason(str, Enum):
     HANG_BUDGET = "hang_budget"  # requeue.max_hangs hung attempts
     INTERNAL = "internal"
     SSH_REFUSED = "ssh_refused"  # the hosts refused tpujob's SSH key (OS Login, a role)
+    BUDGET = "budget"  # its max_cost, or its owner's budget for the period, reached (docs/scheduler.md)
 
 
 class AttemptEnd(str, Enum):
@@ -58,23 +64,30 @@ class AttemptEnd(str, Enum):
     # The program's log showed a known bad-host signature (a TPU held by another process): the
     # slice is replaced, never set up again (tpujob/hosts/bad_host.py).
     BAD_HOST = "bad_host"
+    # Stopped (checkpoint signal, then its grace) and its slice freed for a higher band's job
+    # waiting on the lab's quota (reconcile/admission.py): back to QUEUED, no budget spent.
+    EVICTED = "evicted"
+    BUDGET = "budget"  # stopped (checkpoint signal, grace): a cost cap was reached
 
 
 _ACTIVE_EXITS = {State.FAILED, State.CANCELLED, State.DELETED}
 
 # Every legal move. A move not listed here raises IllegalTransition (exit 4).
 TRANSITIONS: dict[State, frozenset[State]] = {
+    # Admitted: a first attempt (PENDING) or the next one of a job that ran before (RECOVERING).
+    State.QUEUED: frozenset({State.PENDING, State.RECOVERING, *_ACTIVE_EXITS}),
     State.PENDING: frozenset({State.PROVISIONING, *_ACTIVE_EXITS}),
     State.PROVISIONING: frozenset({State.SETTING_UP, State.RECOVERING, *_ACTIVE_EXITS}),
     State.SETTING_UP: frozenset({State.RUNNING, State.RECOVERING, *_ACTIVE_EXITS}),
-    State.RUNNING: frozenset({State.SUCCEEDED, State.RECOVERING, *_ACTIVE_EXITS}),
+    State.RUNNING: frozenset({State.SUCCEEDED, State.RECOVERING, State.QUEUED, *_ACTIVE_EXITS}),  # QUEUED: evicted
     # A new attempt: a new slice (PROVISIONING) or, when the old slice is healthy, set it up again.
     State.RECOVERING: frozenset({State.PROVISIONING, State.SETTING_UP, *_ACTIVE_EXITS}),
     # A successful run is never re-run: the only way out is deleting its resources.
     State.SUCCEEDED: frozenset({State.DELETED}),
     # `resume` starts a new attempt of a failed or cancelled job.
-    State.FAILED: frozenset({State.RECOVERING, State.DELETED}),
-    State.CANCELLED: frozenset({State.RECOVERING, State.DELETED}),
+    # QUEUED: resumed, its slice gone, under a lab's quota (it waits for its chips again).
+    State.FAILED: frozenset({State.RECOVERING, State.QUEUED, State.DELETED}),
+    State.CANCELLED: frozenset({State.RECOVERING, State.QUEUED, State.DELETED}),
     State.DELETED: frozenset(),
 }
 

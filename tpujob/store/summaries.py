@@ -38,6 +38,8 @@ class JobSummary(NamedTuple):
     running_seconds: float
     owner: str | None = None  # None: a job recorded before owners were (migration 17)
     from_node: str | None = None
+    priority: str = "normal"  # the lab scheduler's band (migration 19)
+    waiting_for: str | None = None  # QUEUED: why, in words
     last_step: int | None = None    # the current attempt's (attempt.last_step, total_steps)
     total_steps: int | None = None
     slices: int | None = None  # the current attempt's (multislice); None before the first
