@@ -30,6 +30,20 @@ if TYPE_CHECKING:
 WINDOW_SECONDS = 3600  # how long the announced window lasts (Google gives no fixed length)
 
 
+def _upcoming(in_seconds: float) -> dict:
+    """An UpcomingMaintenance PENDING in `in_seconds` (SCHEDULED; at once, UNSCHEDULED): the TPU
+    API's Node.upcomingMaintenance and Compute Engine's resourceStatus.upcomingMaintenance have
+    the same fields."""
+    return {
+        "type": "SCHEDULED" if in_seconds > 0 else "UNSCHEDULED",
+        "canReschedule": False,
+        "windowStartTime": _rfc3339(in_seconds),
+        "windowEndTime": _rfc3339(in_seconds + WINDOW_SECONDS),
+        "latestWindowStartTime": _rfc3339(in_seconds),
+        "maintenanceStatus": "PENDING",
+    }
+
+
 def _rfc3339(seconds_from_now: float) -> str:
     at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds_from_now)
     return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -49,14 +63,7 @@ class Maintenance(EmulatorParts):
             if node.body["state"] != "READY":
                 raise ApiError(400, f"node {node.node_id} is {node.body['state']}, not READY",
                                status="FAILED_PRECONDITION")
-            node.body["upcomingMaintenance"] = {
-                "type": "SCHEDULED" if in_seconds > 0 else "UNSCHEDULED",
-                "canReschedule": False,
-                "windowStartTime": _rfc3339(in_seconds),
-                "windowEndTime": _rfc3339(in_seconds + WINDOW_SECONDS),
-                "latestWindowStartTime": _rfc3339(in_seconds),
-                "maintenanceStatus": "PENDING",
-            }
+            node.body["upcomingMaintenance"] = _upcoming(in_seconds)
             answer = copy_json(node.body)
         self._spawn(self._start_maintenance, node, in_seconds)
         return answer
@@ -74,14 +81,7 @@ class Maintenance(EmulatorParts):
             if inst.body["status"] != "RUNNING":
                 raise ApiError(400, f"instance {inst.name} is {inst.body['status']}, not RUNNING",
                                status="FAILED_PRECONDITION")
-            inst.body.setdefault("resourceStatus", {})["upcomingMaintenance"] = {
-                "type": "SCHEDULED" if in_seconds > 0 else "UNSCHEDULED",
-                "canReschedule": False,
-                "windowStartTime": _rfc3339(in_seconds),
-                "windowEndTime": _rfc3339(in_seconds + WINDOW_SECONDS),
-                "latestWindowStartTime": _rfc3339(in_seconds),
-                "maintenanceStatus": "PENDING",
-            }
+            inst.body.setdefault("resourceStatus", {})["upcomingMaintenance"] = _upcoming(in_seconds)
             answer = copy_json(inst.body)
         self._spawn(self._start_vm_maintenance, inst, in_seconds)
         return answer

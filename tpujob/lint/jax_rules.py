@@ -246,16 +246,6 @@ def _static_params(func: ast.FunctionDef, options: ast.Call | bool,
             static.update(name for name, spec in zip(positional, keyword.value.elts)
                           if isinstance(spec, ast.Constant) and spec.value is None)
     return static
-    for keyword in options.keywords:
-        values = keyword.value.elts if isinstance(keyword.value, (ast.Tuple, ast.List)) \
-            else [keyword.value]
-        consts = [v.value for v in values if isinstance(v, ast.Constant)]
-        if keyword.arg == "static_argnums":
-            static.update(positional[i] for i in consts
-                          if isinstance(i, int) and -len(positional) <= i < len(positional))
-        elif keyword.arg == "static_argnames":
-            static.update(c for c in consts if isinstance(c, str))
-    return static
 
 
 def _dynamic_use(node: ast.AST, traced: set[str], resolve) -> str | None:
