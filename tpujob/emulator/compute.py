@@ -64,6 +64,9 @@ ROUTES = Map([
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/getGuestAttributes", methods=["GET"],
          endpoint="instance_guest_attributes"),
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/stop", methods=["POST"], endpoint="stop_instance"),
+    # instances.setMetadata (compute.v1.json): the body is a Metadata {fingerprint, items}.
+    Rule(f"{_BASE}/zones/<zone>/instances/<name>/setMetadata", methods=["POST"],
+         endpoint="set_metadata_instance"),
     *tpu_mig_rules.rules(_BASE),  # multi-host slices: workload policies, templates, MIGs
 ], strict_slashes=False)
 
@@ -391,6 +394,8 @@ def _instances(vms: Any, request: Any, endpoint: str, args: Mapping[str, Any]) -
         return vms.list(project, zone, request.args.get("filter", ""))
     if endpoint == "instance_guest_attributes":
         return vms.guest_attributes(project, zone, name, request.args.get("queryPath", ""))
+    if endpoint == "set_metadata_instance":
+        return vms.set_metadata(project, zone, name, read_json(request))
     return getattr(vms, endpoint.split("_")[0])(project, zone, name)
 
 
