@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from tpujob.emulator import vm_disks
 from tpujob.emulator.instances import (
     Instance,
-    new_fingerprint,
-    stale_fingerprint,
     boot_disk_gb,
     guest_attributes_enabled,
     instance_body,
     instance_filter,
+    new_fingerprint,
     prepare_vm_hosts,
+    stale_fingerprint,
 )
 from tpujob.emulator.labels import check_compute_labels
 from tpujob.emulator.oslogin import host_login
