@@ -228,12 +228,14 @@ class ComputeTpuCloud(MigSlices):
         conditionNotMet"); a VM changed in between is read again and written once more.
 
         On a MIG's VMs this changes the instances, not the template: the template already
-        carries every line the lab had when the slice was made, and a VM the group recreates
-        (repair) is made "with the same instance configuration that was originally used to
-        create the VM" (cloud.google.com/compute/docs/instance-groups/update-on-repair), so
-        it lacks the added line and this node adds it again on its next sweep. That the group
-        leaves per-instance metadata alone on a VM it does not recreate is unverified: no
-        Google page says either way. Returns the VMs changed."""
+        carries every line the lab had when the slice was made. Google does not promise that
+        the line stays: a VM changed through the instances API rather than the group's, "at
+        any time in the future, the MIG might automatically attempt to recreate or revert
+        that VM according to the MIG's configuration" (cloud.google.com/compute/docs/
+        instance-groups/working-with-managed-instances), and a repair recreates a VM "using
+        the same instance configuration that was originally used to create the VM"
+        (.../instance-groups/update-on-repair). Whether a stable TPU VM is ever reverted is
+        unverified; a VM that lost the line lacks it until this node adds it again. Returns the VMs changed."""
         changed = []
         for name in nodes:
             for vm in self._slice_vms(project, zone, name):
