@@ -87,6 +87,30 @@ def test_a_joining_nodes_key_logs_in_on_every_vm_and_the_creators_still_does(hos
         assert {i["key"]: i["value"] for i in template["metadata"]["items"]}["ssh-keys"] == first
 
 
+@pytest.mark.slow
+def test_one_mig_vms_new_key_lets_in_on_its_own_host_only(hosted, tmp_path):
+    # setMetadata changes one instance: the guest agent of that VM alone reads it
+    # (GoogleCloudPlatform/guest-agent), so the MIG's other hosts still refuse the key.
+    from tpujob.hosts.keys import ssh_keys_metadata
+
+    server, compute = hosted
+    creator, joiner = tmp_path / "creator", tmp_path / "joiner"
+    name = "tpujob-000002-1"
+    compute.request_node(request(name, ssh_keys_metadata(creator, "tpujob"), "v6e-16",
+                                 provisioning="reservation", reservation="res1"))
+    hosts = until(compute, name, SlicePhase.READY, 60).hosts
+    by_ip = {vm["networkInterfaces"][0]["networkIP"]: vm["name"]
+             for vm in server.emulator.compute.tpu_vms.list(PROJECT, ZONE)["items"]}
+    one = hosts[1]
+    assert compute._add_vm_keys(PROJECT, ZONE, by_ip[one.ip], [ssh_keys_metadata(joiner, "tpujob")], 30)
+    port = server.info["ssh_port"]
+    assert login(one, port, joiner) == "in\n"
+    for host in hosts:
+        if host is not one:
+            with pytest.raises(paramiko.AuthenticationException):
+                login(host, port, joiner)
+
+
 def write_between_read_and_write(server, compute, monkeypatch, times: int) -> list[str]:
     """Another writer changes the VM's metadata right before each of tpujob's first `times`
     setMetadata calls, so the fingerprint tpujob read is stale; the fingerprints sent."""
