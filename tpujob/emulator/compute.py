@@ -64,7 +64,8 @@ ROUTES = Map([
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/getGuestAttributes", methods=["GET"],
          endpoint="instance_guest_attributes"),
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/stop", methods=["POST"], endpoint="stop_instance"),
-    # instances.setMetadata (compute.v1.json): the body is a Metadata {fingerprint, items}.
+    # instances.setMetadata: POST .../instances/{instance}/setMetadata, the body a Metadata
+    # {kind, fingerprint, items} (cloud.google.com/compute/docs/reference/rest/v1/instances/setMetadata).
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/setMetadata", methods=["POST"],
          endpoint="set_metadata_instance"),
     *tpu_mig_rules.rules(_BASE),  # multi-host slices: workload policies, templates, MIGs

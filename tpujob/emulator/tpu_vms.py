@@ -151,11 +151,11 @@ class TpuVms:
                 raise stale_fingerprint()
             inst.body["metadata"] = {"kind": "compute#metadata", "fingerprint": new_fingerprint(),
                                      "items": copy_json(body.get("items", []))}
+            keys = authorized_keys({i.get("key"): i.get("value", "") for i in inst.body["metadata"]["items"]})
             machines = inst.machines
             op = self.ops.new(project, zone, "setMetadata", inst.body["selfLink"])
         if machines is not None and hasattr(machines, "authorize"):
-            machines.authorize(authorized_keys({i.get("key"): i.get("value", "")
-                                                for i in inst.body["metadata"]["items"]}))
+            machines.authorize(keys)
         return op
 
     def guest_attributes(self, project: str, zone: str, name: str, query_path: str) -> dict:
