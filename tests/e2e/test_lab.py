@@ -182,3 +182,27 @@ def test_a_watch_puts_the_keys_of_nodes_that_joined_meanwhile_on_new_slices(proj
                      max_sweeps=2)
     keys = made[0].acting.ssh_keys
     assert len(keys) == 2 and keys[-1] == f"{ctx.settings.ssh_user}:{joined}", keys
+
+
+def test_a_node_that_joins_adds_its_key_to_a_compute_engine_jobs_vm(postgres_url, project, local_cloud,  # noqa: F811
+                                                                    tmp_path):
+    # On the Compute Engine path (`tpu.api: compute`) B's key reaches A's VM through
+    # instances.setMetadata (ComputeTpuCloud.add_ssh_keys): B's sweep leaves the job RUNNING on its
+    # first attempt, says so in its events, and B reads the program's output.
+    a, b = (Node(tmp_path / name, postgres_url, 0.0, f"{user}@example.com")
+            for name, user in (("a", "alice"), ("b", "bob")))
+    spec = tmp_path / "ce.yaml"
+    spec.write_text(spec_text("ce", command="echo hello from A; sleep 900", accelerator="v6e-8", zone="us-east4-a",
+                              backoff_seconds=0, min_run_seconds=0, unhealthy_grace_seconds=1)
+                    .replace("  queued: false\n", "  queued: false\n  api: compute\n"))
+    job = str(json.loads(a.run("create", str(spec), "--json").stdout)["id"])
+    try:
+        swept = b.run("requeue")
+        assert "cannot log in" not in swept.stderr and "not in the slice" not in swept.stderr, swept.stderr
+        shown = Shown.read(a.url, job)
+        said = _said(shown)
+        assert (shown["state"], shown["attempt"], shown["failures"]) == ("RUNNING", 1, 0), said
+        assert "added this node's SSH key (tpujob)" in said
+        assert "hello from A" in b.run("logs", job).stdout
+    finally:
+        b.run("delete", "--force", job, ok=False)

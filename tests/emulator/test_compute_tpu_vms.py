@@ -362,3 +362,26 @@ def test_a_vms_data_disk_must_exist_and_is_held_until_the_vm_is_gone(server, api
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert disk_users(server.url, "data") == []
+
+
+def test_set_metadata_takes_the_current_fingerprint_only_and_changes_it(server, api, http):
+    # Metadata.fingerprint (google-cloud-compute): it "changes after every request to modify or
+    # update metadata"; a stale one fails "with error 412 conditionNotMet", and nothing changes.
+    instances, ops = api
+    assert not insert(instances, ops, vm("vm1")).error.errors
+    path = f"/compute/v1/projects/{PROJECT}/zones/{ZONE}/instances/vm1"
+    first = instances.get(project=PROJECT, zone=ZONE, instance="vm1").metadata.fingerprint
+    code, op = http("POST", f"{path}/setMetadata", {
+        "fingerprint": first, "items": [{"key": "ssh-keys", "value": "u:ssh-ed25519 BBBB v"}]})
+    assert code == 200 and op["kind"] == "compute#operation"
+    got = instances.get(project=PROJECT, zone=ZONE, instance="vm1").metadata
+    assert [(i.key, i.value) for i in got.items] == [("ssh-keys", "u:ssh-ed25519 BBBB v")]
+    assert got.fingerprint and got.fingerprint != first
+    code, body = http("POST", f"{path}/setMetadata", {"fingerprint": first, "items": []})
+    assert code == 412
+    assert body["error"]["errors"][0]["reason"] == "conditionNotMet"
+    assert body["error"]["message"] == "Supplied fingerprint does not match current metadata fingerprint."
+    with pytest.raises(exceptions.PreconditionFailed):
+        instances.set_metadata(project=PROJECT, zone=ZONE, instance="vm1",
+                               metadata_resource=compute_v1.Metadata(fingerprint=first))
+    assert instances.get(project=PROJECT, zone=ZONE, instance="vm1").metadata.fingerprint == got.fingerprint

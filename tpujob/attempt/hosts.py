@@ -149,8 +149,9 @@ class SshHostOps:
     def _ensure_key(self, job: Job, attempt: Attempt, slice_: Slice, user: str) -> None:
         """Metadata keys: a slice made before this node joined the lab (or by a node that had
         not seen its key yet) lacks this node's line in `ssh-keys`; added to its nodes once
-        (GcpCloud.add_ssh_keys), the guest agent then lets this node in. SshAuthRefused when
-        it cannot be added: the job is left alone (decide's NodeRefused)."""
+        (Cloud.add_ssh_keys: UpdateNode, or setMetadata on each Compute Engine VM), the guest
+        agent then lets this node in. SshAuthRefused when it cannot be added: the job is left
+        alone (decide's NodeRefused)."""
         from tpujob.hosts.keys import public_key_line
 
         line = f"{user}:{public_key_line(self.ctx.settings.home)}"

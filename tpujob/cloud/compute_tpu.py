@@ -218,11 +218,69 @@ class ComputeTpuCloud(MigSlices):
 
     def add_ssh_keys(self, project: str, zone: str, nodes: Sequence[str], lines: Sequence[str],
                      timeout: float = 300.0) -> list[str]:
-        """Not done on Compute Engine yet (instances.setMetadata, with the metadata's
-        fingerprint, on every VM of the slice and its template): a node whose key a slice
-        lacks cannot manage it, and says so; the job is left alone."""
-        raise CloudError(f"adding this node's SSH key to the Compute Engine VMs of {', '.join(nodes)} is not "
-                         "supported yet: manage the job from a node whose key it was created with")
+        """Add `lines` ("USER:ssh-ed25519 AAAA... comment") to the instance-level `ssh-keys`
+        metadata of every VM of each slice in `nodes` (a lone VM NAME, else the VMs of the MIG
+        NAME), as Google's "Add SSH keys to VMs" page does for one VM
+        (cloud.google.com/compute/docs/connect/add-ssh-keys): instances.setMetadata replaces
+        the whole item list, so every other item goes back as read, with the fingerprint read
+        with it (Metadata.fingerprint, google-cloud-compute: "You must always provide an
+        up-to-date fingerprint hash ... otherwise the request will fail with error 412
+        conditionNotMet"); a VM changed in between is read again and written once more.
+
+        On a MIG's VMs this changes the instances, not the template: the template already
+        carries every line the lab had when the slice was made. Google does not promise that
+        the line stays: a VM changed through the instances API rather than the group's, "at
+        any time in the future, the MIG might automatically attempt to recreate or revert
+        that VM according to the MIG's configuration" (cloud.google.com/compute/docs/
+        instance-groups/working-with-managed-instances), and a repair recreates a VM "using
+        the same instance configuration that was originally used to create the VM"
+        (.../instance-groups/update-on-repair). Whether a stable TPU VM is ever reverted is
+        unverified; a VM that lost the line lacks it until this node adds it again. Returns the VMs changed."""
+        changed = []
+        for name in nodes:
+            for vm in self._slice_vms(project, zone, name):
+                if self._add_vm_keys(project, zone, vm, lines, timeout):
+                    changed.append(vm)
+        return changed
+
+    def _slice_vms(self, project: str, zone: str, name: str) -> list[str]:
+        """The instance NAME; else the VMs of the MIG NAME (NotFoundError: neither)."""
+        try:
+            self._call(f"getting instance {name}", self._instances.get, project=project, zone=zone, instance=name)
+        except NotFoundError:
+            return [m.name for m in self._managed(project, zone, name)]
+        return [name]
+
+    def _add_vm_keys(self, project: str, zone: str, vm: str, lines: Sequence[str], timeout: float) -> bool:
+        """One VM's read-modify-write of `ssh-keys`; whether it was written."""
+        from google.api_core import exceptions as gexc
+
+        what = f"adding SSH keys to instance {vm}"
+        for _ in range(2):  # a stale fingerprint (another writer in between): read again, once
+            instance = self._call(f"getting instance {vm}", self._instances.get,
+                                  project=project, zone=zone, instance=vm)
+            items = {item.key: item.value for item in instance.metadata.items}
+            have = [line for line in items.get("ssh-keys", "").splitlines() if line.strip()]
+            missing = [line for line in lines if line not in have]
+            if not missing:
+                return False
+            items["ssh-keys"] = "\n".join([*have, *missing])
+            body = compute_v1.Metadata(fingerprint=instance.metadata.fingerprint,
+                                       items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
+
+            def write(body: compute_v1.Metadata = body) -> Any:
+                try:
+                    return self._instances.set_metadata(project=project, zone=zone, instance=vm,
+                                                        metadata_resource=body)
+                except gexc.PreconditionFailed:
+                    return None  # 412 conditionNotMet: the fingerprint is stale
+
+            op = self._call(what, write)
+            if op is not None:
+                self._wait(f"projects/{project}/zones/{zone}/operations/{op.name}", what, timeout=timeout)
+                return True
+        raise CloudError(f"{what}: its metadata changed twice while it was being written (412 conditionNotMet); "
+                         "the next sweep tries again")
 
     # ---- wait -------------------------------------------------------------------------------
 

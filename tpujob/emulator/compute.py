@@ -64,6 +64,10 @@ ROUTES = Map([
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/getGuestAttributes", methods=["GET"],
          endpoint="instance_guest_attributes"),
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/stop", methods=["POST"], endpoint="stop_instance"),
+    # instances.setMetadata: POST .../instances/{instance}/setMetadata, the body a Metadata
+    # {kind, fingerprint, items} (cloud.google.com/compute/docs/reference/rest/v1/instances/setMetadata).
+    Rule(f"{_BASE}/zones/<zone>/instances/<name>/setMetadata", methods=["POST"],
+         endpoint="set_metadata_instance"),
     *tpu_mig_rules.rules(_BASE),  # multi-host slices: workload policies, templates, MIGs
 ], strict_slashes=False)
 
@@ -391,6 +395,8 @@ def _instances(vms: Any, request: Any, endpoint: str, args: Mapping[str, Any]) -
         return vms.list(project, zone, request.args.get("filter", ""))
     if endpoint == "instance_guest_attributes":
         return vms.guest_attributes(project, zone, name, request.args.get("queryPath", ""))
+    if endpoint == "set_metadata_instance":
+        return vms.set_metadata(project, zone, name, read_json(request))
     return getattr(vms, endpoint.split("_")[0])(project, zone, name)
 
 

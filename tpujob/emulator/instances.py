@@ -4,6 +4,8 @@ Instance record, its JSON, the instances.list filter, and what its image gives i
 
 from __future__ import annotations
 
+import base64
+import os
 import random
 import re
 from dataclasses import dataclass, field
@@ -65,7 +67,7 @@ def instance_body(inst: Instance, body: dict, sched: dict, nics: list[dict]) -> 
     for entry in vm_disks.entries(inst.project, inst.zone, body.get("disks", [])):
         # An attached disk's source reads back as a full URL, however it was named.
         kept["disks"][entry["index"]]["source"] = f"{API_ROOT}/{entry['sourceDisk']}"
-    metadata = {"kind": "compute#metadata", "fingerprint": "dGVzdA==",
+    metadata = {"kind": "compute#metadata", "fingerprint": new_fingerprint(),
                 "items": copy_json((body.get("metadata") or {}).get("items", []))}
     status = "PENDING" if sched["provisioningModel"] == "FLEX_START" else "PROVISIONING"
     return {"kind": "compute#instance", "id": str(random.randrange(1, 2**62)),
@@ -74,6 +76,24 @@ def instance_body(inst: Instance, body: dict, sched: dict, nics: list[dict]) -> 
             "creationTimestamp": now(), "scheduling": sched, "metadata": metadata,
             "networkInterfaces": [nic], "selfLink": f"{zone_url}/instances/{inst.name}",
             **kept}
+
+
+def new_fingerprint() -> str:
+    """A metadata fingerprint: 8 bytes, URL-safe base64, as Google's read ("-goaeN2SGek=":
+    cloudfoundry/bosh-google-cpi-release#159); it "changes after every request to modify or
+    update metadata" (Metadata.fingerprint, google-cloud-compute), so a fresh one each write."""
+    return base64.urlsafe_b64encode(os.urandom(8)).decode()
+
+
+def stale_fingerprint() -> ApiError:
+    """instances.setMetadata with a fingerprint that is not the VM's: "the request will fail with
+    error 412 conditionNotMet" (Metadata.fingerprint, google-cloud-compute), worded as Google's
+    answer quoted in cloudfoundry/bosh-google-cpi-release#159, in Compute's error shape
+    (errors[] with domain and reason, as the Compute answer quoted in google/cloud-forensics-utils#530)."""
+    message = "Supplied fingerprint does not match current metadata fingerprint."
+    return ApiError(412, message, status="FAILED_PRECONDITION", payload={"error": {
+        "code": 412, "message": message,
+        "errors": [{"message": message, "domain": "global", "reason": "conditionNotMet"}]}})
 
 
 # Guest attributes are off unless the VM's metadata (or its project's) sets

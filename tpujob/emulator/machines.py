@@ -219,7 +219,10 @@ class SliceMachines:
         self.root = pathlib.Path(root)
         self.node_id = node_id
         self.ssh_port = ssh_port
-        self._keys = parse_authorized_keys(authorized_keys)
+        keys = parse_authorized_keys(authorized_keys)
+        # Each host's own set: a node's UpdateNode changes all of them, a MIG VM's
+        # instances.setMetadata only its own host's (tpu_mig_rules.MemberMachines).
+        self._keys = [set(keys) for _ in range(num_hosts)]
         self._login = login  # (user, key type, base64) -> True/False under OS Login, None: metadata keys
         # What the hosts' image sets for every session, as its /etc/environment would
         # (`python -m tpujob.emulator --image-env`); the metadata server's address comes on top.
@@ -234,15 +237,17 @@ class SliceMachines:
         self._stopping = threading.Event()
 
 
-    def authorize(self, authorized_keys: list[str]) -> None:
-        """The node's `ssh-keys` metadata changed (UpdateNode): its hosts take the new lines
+    def authorize(self, authorized_keys: list[str], index: int | None = None) -> None:
+        """The node's `ssh-keys` metadata changed (UpdateNode; a VM's instances.setMetadata:
+        host `index` only): its hosts take the new lines
         from now on, as Google's guest agent "maintains the authorized SSH keys file for each"
         user from "adding and remove SSH Keys stored in metadata" (GoogleCloudPlatform/
         guest-agent, README). The set every host's SSH server reads is changed in place, added
         to before it is cut, so no login in between finds it empty."""
         keys = parse_authorized_keys(authorized_keys)
-        self._keys.update(keys)
-        self._keys.intersection_update(keys)
+        for held in self._keys if index is None else [self._keys[index]]:
+            held.update(keys)
+            held.intersection_update(keys)
     def host_root(self, index: int) -> pathlib.Path:
         """Where host `index`'s own /mnt, /home, /root and /tmp live, seen from outside."""
         return self._hosts[index].root
@@ -271,7 +276,7 @@ class SliceMachines:
             key = new_host_key()
             host.metadata = MetadataServer(host.ip).start()
             host.server = HostSshServer(
-                ip=host.ip, port=self.ssh_port, host_key=key, authorized=self._keys,
+                ip=host.ip, port=self.ssh_port, host_key=key, authorized=self._keys[host.index],
                 holder_pid=host.holder.pid, label=f"{self.node_id}/{host.index}",
                 external_ip=host.external_ip, login=self._login,
                 env={"PYTHONPATH": IMAGE_SITE, **self._image_env, "GCE_METADATA_HOST": host.metadata.address})

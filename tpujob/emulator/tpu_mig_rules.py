@@ -101,6 +101,9 @@ class MemberMachines:
     def kill_host(self, index: int = 0) -> None:
         self._slice.kill_host(self._index)
 
+    def authorize(self, authorized_keys: list[str]) -> None:
+        self._slice.authorize(authorized_keys, self._index)
+
     def preempt(self, grace_seconds: float) -> None:
         self._slice.kill_host(self._index)  # UNSOURCED["topology_after_loss"]
 
