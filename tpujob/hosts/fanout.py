@@ -170,8 +170,10 @@ class HostGroup:
                 if state.cancel.is_set():
                     raise _Cancelled()
                 result = fn(host, state.cancel)
-            except LocalIOError:  # this machine's fault, not the host's: the step stops with it
-                state.cancel.set()
+            except LocalIOError:
+                # This machine's fault, not the host's: raised once every host's step has ended
+                # (the pool waits for them), none of them cut short by it; a host whose log could
+                # not be opened was never asked anything.
                 raise
             except _Cancelled:
                 result = HostResult(host.index, error="cancelled: another host failed")
