@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import random
 
 import pytest
@@ -24,11 +25,19 @@ def slice_hosts(tmp_path, tpujob_key):
     opened = []
 
     def make(num_hosts: int, **group_options) -> tuple[SliceMachines, HostGroup]:
-        block = random.randint(1000, 59000)   # distinct addresses for parallel workers
-        machines = SliceMachines(tmp_path / f"node-{block}", f"node-{block}", num_hosts,
-                                 [tpujob_key[1]], block, PORT)
-        opened.append(machines)
-        endpoints = machines.start()
+        for tries_left in reversed(range(5)):
+            # A random block: distinct addresses for parallel workers, drawn again when another
+            # test's hosts hold this one's address and port (seen once in a full run).
+            block = random.randint(1000, 59000)
+            machines = SliceMachines(tmp_path / f"node-{block}", f"node-{block}", num_hosts,
+                                     [tpujob_key[1]], block, PORT)
+            opened.append(machines)
+            try:
+                endpoints = machines.start()
+                break
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or not tries_left:
+                    raise
         hosts = [Host(e.index, e.ip, e.ssh_port, (e.host_key,)) for e in endpoints]
         group = HostGroup(hosts, "tpujob", tpujob_key[0], **group_options)
         opened.append(group)
