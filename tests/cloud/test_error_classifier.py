@@ -268,7 +268,7 @@ def test_a_compute_engine_reservation_without_room_or_missing_is_reservation_una
 
 
 def test_a_compute_engine_tpu_quota_of_zero_is_quota_exceeded_for_the_region():
-    # xbill9/gemma4-dev HARDWARE.md (shared/facts/compute-engine-tpu.md): a v6e insert without
+    # xbill9/gemma4-dev HARDWARE.md (a user's report): a v6e insert without
     # quota, "Quota 'TPUS_PER_TPU_FAMILY' exceeded. Limit: 0.0"; Compute's operation error code is
     # QUOTA_EXCEEDED (compute.v1 discovery, Errors), with the region Compute names after the limit.
     message = "Quota 'TPUS_PER_TPU_FAMILY' exceeded.  Limit: 0.0 in region us-east5."
