@@ -51,7 +51,7 @@ def node_name(ctx: Context) -> str:
 
 def lab_ssh_keys(ctx: Context) -> tuple[str, ...]:
     """The `ssh-keys` lines a new slice gets: this node's key registered in the store first
-    (store/lab.py), then every key of the lab, each for this node's ssh_user (the user the
+    (Store.register_node, store/repository.py), then every key of the lab, each for this node's ssh_user (the user the
     attempt's program will run as: any node then logs in as it, attempt/hosts.py)."""
     from tpujob.hosts.keys import public_key_line
 
