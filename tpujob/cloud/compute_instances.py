@@ -1,6 +1,6 @@
 """How tpujob reads a Compute Engine TPU VM (an Instance): its status as a slice phase, its
-addresses, its metadata. One home for what both slice shapes read: a lone VM
-(tpujob.cloud.compute_tpu) and the VMs of a multi-host slice's MIG (tpujob.cloud.compute_migs).
+addresses, its metadata. One home for what both slice shapes read (tpujob.cloud.compute_tpu): a
+lone VM and the VMs of a multi-host slice's MIG.
 """
 
 from __future__ import annotations
