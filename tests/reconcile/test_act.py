@@ -75,7 +75,7 @@ def test_a_failed_setup_is_an_outcome_not_a_move(server, store):
 
 
 def test_a_stockout_is_refused_and_the_attempt_stays_open_for_decide(server, store):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     class StockedOut(GcpCloud):
         def request_node(self, request):

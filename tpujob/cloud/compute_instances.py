@@ -8,7 +8,7 @@ from __future__ import annotations
 from google.cloud import compute_v1
 
 from tpujob.cloud.base import Host, MaintenanceWindow, Slice, SlicePhase
-from tpujob.cloud.compute import rfc3339
+from tpujob.cloud.disks import rfc3339
 
 # compute.v1 discovery, Instance.status, to the phases the reconcile decides on. PENDING is
 # flex-start "waiting for available capacity from Dynamic Workload Scheduler": queued.

@@ -24,7 +24,6 @@ from google.cloud import compute_v1
 from tpujob import catalogue
 from tpujob.cloud.api_calls import emulator_settings, invoke, new_retry
 from tpujob.cloud.base import Host, Slice, SlicePhase, SliceRequest, TpuResource
-from tpujob.cloud.compute import COMPUTE, operation_failure, rfc3339, typed_error
 from tpujob.cloud.compute_instances import (
     INSTANCE_PHASES,
     PREEMPTED_OPERATION,
@@ -37,6 +36,7 @@ from tpujob.cloud.compute_instances import (
     read_slice,
     shorten,
 )
+from tpujob.cloud.disks import COMPUTE, operation_failure, rfc3339, typed_error
 from tpujob.compute_shapes import BOOT_DISK_GB, compute_shape, multi_host_refusal
 from tpujob.errors import CloudError, ConfigError, ConflictError, NotFoundError, UsageError
 from tpujob.names import JOB_LABEL, SLICE_NAME
