@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from tpujob.cloud.base import Cloud, Slice, SliceRequest
 from tpujob.errors import AuthError, LocationDenied
 from tpujob.faults import crash_point
-from tpujob.names import own_nodes, slice_labels
+from tpujob.names import slice_labels
 from tpujob.reconcile import elastic_act, host_act, slice_act
 from tpujob.reconcile.actions import (
     Action,
@@ -39,7 +39,7 @@ from tpujob.reconcile.actions import (
 from tpujob.reconcile.observe import HostOps
 from tpujob.reconcile.outcome import Outcome, done, retry_after
 from tpujob.reconcile.policy import capacity_wait, runtime_version, slice_network
-from tpujob.spec.stored import api_of, spec_of
+from tpujob.spec.stored import spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import Counter, State
 
@@ -174,11 +174,6 @@ class Actor:
             api=spec.api, reservation=spec.reservation, max_run_duration_seconds=spec.max_run_duration_seconds,
             valid_until_seconds=capacity_wait(spec), boot_disk_gb=spec.compute.boot_disk_gb if spec.compute else None,
             **slice_network(spec), **fields)
-
-    def slice_of(self, job: Job, attempt: Attempt) -> Slice:
-        """The attempt's slice as the cloud has it now."""
-        return self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
-                                                         slices=attempt.slices, nodes=own_nodes(attempt))
 
     # Each handler takes the action of its own type (hence Any: a dict cannot say which).
     _handlers: dict[type[Action], Callable[[Actor, Turn, Any], Outcome]] = {

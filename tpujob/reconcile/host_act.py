@@ -12,6 +12,7 @@ from tpujob.errors import HostsUnreachable, SetupFailed, SshAuthRefused, TpujobE
 from tpujob.faults import crash_point
 from tpujob.reconcile import elastic_act
 from tpujob.reconcile.actions import Launch, SetUp, StopProgram
+from tpujob.reconcile.attempt_slices import attempt_slice
 from tpujob.reconcile.observation import Observation, Setup, SliceCondition, condition_of
 from tpujob.reconcile.outcome import Outcome, done, retry_after, setup_failed, ssh_refused
 from tpujob.spec.stored import spec_of
@@ -29,7 +30,7 @@ HUNG_STOP_GRACE_SECONDS = 5
 
 def set_up(actor: Actor, turn: Turn, action: SetUp) -> Outcome:
     job, attempt = turn.job, turn.current()
-    slice_ = turn.slice or actor.slice_of(job, attempt)
+    slice_ = turn.slice or attempt_slice(actor.cloud, job, attempt)
     if slice_.hosts:
         # The address tpujob (and so the user) reaches host 0 on, as `list` shows it.
         external = spec_of(job).spec.tpu.network.external_ips
@@ -61,7 +62,7 @@ def set_up(actor: Actor, turn: Turn, action: SetUp) -> Outcome:
 
 def launch(actor: Actor, turn: Turn, action: Launch) -> Outcome:
     job, attempt = turn.job, turn.current()
-    slice_ = turn.slice or actor.slice_of(job, attempt)
+    slice_ = turn.slice or attempt_slice(actor.cloud, job, attempt)
     actor.store.add_event(job.id, "setup", f"setup done on {len(slice_.hosts)} hosts"
                           + (f"; setup cache: {action.cache}" if action.cache else ""))
     try:
@@ -99,7 +100,7 @@ def _lost_under_setup(actor: Actor, job: Job, attempt: Attempt) -> Slice | None:
     """The slice, read again after a setup step failed, when it is gone or dead (preempted
     meanwhile); None when it still looks usable or cannot be read."""
     try:
-        again = actor.slice_of(job, attempt)
+        again = attempt_slice(actor.cloud, job, attempt)
     except TpujobError:
         return None
     lost = (SliceCondition.LOST, SliceCondition.ABSENT, SliceCondition.STOPPING)

@@ -21,10 +21,11 @@ from tpujob.errors import (
     UsageError,
 )
 from tpujob.faults import crash_point
-from tpujob.names import nodes_to_delete, own_nodes
+from tpujob.names import own_nodes
 from tpujob.reconcile import elastic_act
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.actions import CreateSlice, DeleteSlice, StartAttempt
+from tpujob.reconcile.attempt_slices import attempt_slice, delete_attempt_slice
 from tpujob.reconcile.observation import Observation, SliceCondition, condition_of
 from tpujob.reconcile.observe import refusal_of
 from tpujob.reconcile.outcome import Outcome, done, refused, retry_after
@@ -167,7 +168,7 @@ def _earlier_create(actor: Actor, job: Job, attempt: Attempt) -> Outcome | None:
         # for now: asked for again (a node that exists after all is adopted on the 409).
         actor.store.add_event(job.id, "cloud", f"create of {attempt.slice_name} failed, will retry: {exc}")
     else:
-        node = actor.slice_of(job, attempt)
+        node = attempt_slice(actor.cloud, job, attempt)
         if node.phase != SlicePhase.GONE:
             return done(Observation(slice=condition_of(node.phase)), node)
         raise SlicePreempted(f"node {attempt.slice_name} was created, then went away")
@@ -180,9 +181,6 @@ def delete_slice(actor: Actor, turn: Turn, action: DeleteSlice) -> Outcome:
         elastic_act.delete_lost(actor, turn, action)
         return done()
     if turn.attempt is not None:
-        actor.cloud.for_api(api_of(turn.job)).delete_slice(
-            turn.job.project, turn.attempt.zone, turn.attempt.slice_name, slices=turn.attempt.slices,
-            nodes=nodes_to_delete(turn.attempt))
+        delete_attempt_slice(actor.cloud, actor.store, turn.job, turn.attempt)
         crash_point("slice-deleted")
-        actor.store.add_event(turn.job.id, "slice", f"deleted slice {turn.attempt.slice_name}")
     return done()

@@ -206,14 +206,12 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
 def _waiting_since(rec, job, since: float | None) -> float | None:
     """When the job's slice was first seen waiting for capacity (QUEUED), or None if it is not."""
     from tpujob.cloud.base import SlicePhase
-    from tpujob.names import own_nodes
-    from tpujob.spec.stored import api_of
+    from tpujob.reconcile.attempt_slices import attempt_slice
 
     attempt = rec.store.current_attempt(job.id)
     if attempt is None:
         return None
-    seen = rec.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
-                                                    slices=attempt.slices, nodes=own_nodes(attempt))
+    seen = attempt_slice(rec.cloud, job, attempt)
     if seen.phase != SlicePhase.QUEUED:
         return None
     return since if since is not None else time.monotonic()
