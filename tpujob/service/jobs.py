@@ -281,7 +281,7 @@ def _stop_program(ctx: Context, job, cloud) -> None:
     """Stop the current attempt's program where its slice is READY, then unmount the job's
     disks and buckets there. CloudError (nothing recorded) when a host of a READY slice failed
     to stop it; a slice that is gone, or went away meanwhile, has no program left to stop.
-    The steps are SshHostOps' (stop_program, unmount), as the sweep's are (host_act); only the
+    The steps are SshHostOps' (stop_program, unmount), as the sweep's are (reconcile/act.py); only the
     policy differs, on purpose: here a failed stop refuses the cancel, there it is an event."""
     from tpujob.attempt.hosts import SshHostOps
     from tpujob.cloud.base import SlicePhase
