@@ -453,7 +453,7 @@ def _lost_under_setup(actor: Actor, job: Job, attempt: Attempt) -> Slice | None:
         again = attempt_slice(actor.cloud, job, attempt)
     except TpujobError:
         return None
-    lost = (SliceCondition.LOST, SliceCondition.ABSENT, SliceCondition.STOPPING)
+    lost = (SliceCondition.LOST, SliceCondition.GONE, SliceCondition.STOPPING)
     return again if condition_of(again.phase) in lost else None
 
 

@@ -164,7 +164,7 @@ class Observer:
         return found
 
     def observe(self, job: Job, attempt: Attempt | None, slice_: Slice | None) -> Observation:
-        phase = condition_of(slice_.phase) if slice_ is not None else SliceCondition.ABSENT
+        phase = condition_of(slice_.phase) if slice_ is not None else SliceCondition.GONE
         hosts: tuple[HostObservation, ...] = ()
         # (slice_of finds no slice without an attempt: a slice READY or LOST has both.)
         if slice_ is not None and attempt is not None and phase == SliceCondition.READY \
