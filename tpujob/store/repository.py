@@ -73,7 +73,6 @@ class Store:
 
     # --- jobs: added, read, moved (compare-and-set, an event in the same transaction), admitted, removed.
 
-
     def add_job(self, *, name: str, spec_yaml: str, spec_json: str, accelerator: str, zone: str,
                 project: str, cloud: str, keep_slice: bool = False, owner: str | None = None,
                 from_node: str | None = None, priority: str = "normal", queued: bool = False) -> Job:
@@ -235,7 +234,6 @@ class Store:
     # renewed by compare-and-set on the job's row and expires on its own, so a dead actor frees the
     # job within the lease's time to live.
 
-
     @contextlib.contextmanager
     def lease(self, job_id: int, owner: str, ttl_seconds: float, *,
               keep_alive: bool = False) -> Iterator[Job]:
@@ -295,7 +293,6 @@ class Store:
 
     # --- attempts: opened together with the job's move (one transaction), ended, and what is recorded
     # on them as they run (cause, growth, create operation, host keys, steps).
-
 
     def start_attempt(self, job_id: int, src: State, dst: State, message: str, *, zone: str,
                       accelerator: str, queued: bool, reuse_slice: str | None = None, slices: int = 1,
@@ -434,7 +431,6 @@ class Store:
     # cache key, recorded from host 0's report when it stored it, read before a later setup so that
     # its hosts unpack only that archive (attempt.setup_cache, templates/setup.sh).
 
-
     def setup_cache_digest(self, bucket: str, cache_key: str) -> str | None:
         """The sha256 recorded for the archive of `cache_key` in `bucket`; None: none is."""
         with self._sessions.read() as session:
@@ -457,7 +453,6 @@ class Store:
     # every registered key, so any node of the lab can log in on any job's hosts, including a node
     # that joins while jobs run (it adds its key to their live slices itself: attempt/hosts.py).
     # Only public keys are here: each private key stays in its node's home.
-
 
     def register_node(self, public_key: str, name: str, account: str | None = None) -> None:
         """This node's key, seen now: added once, its name, account and last_seen kept current."""
