@@ -157,7 +157,7 @@ class ComputeTpuCloud:
         return cls(endpoint=endpoint, **emulator_settings(**kwargs))
 
     def for_api(self, api: catalogue.Api) -> ComputeTpuCloud:
-        if api != catalogue.COMPUTE:  # not compute.googleapis.com (cloud/compute.COMPUTE)
+        if api != catalogue.COMPUTE:  # not compute.googleapis.com (cloud/disks.COMPUTE)
             raise ConfigError(f"a job on the {api!r} API needs tpujob.cloud.apis.TpuApis, not Compute Engine alone")
         return self
 
