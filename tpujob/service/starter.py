@@ -18,7 +18,7 @@ DEFAULT_ACCELERATOR = "v4-8"
 FALLBACK_NAME = "my-job"
 
 # A zone that offers each generation, for the starter to name (the user changes it to where
-# their quota is). Google's "TPU regions and zones" page, as checked in shared/FACTS.md:
+# their quota is). Google's "TPU regions and zones" page (https://cloud.google.com/tpu/docs/regions-zones):
 # v2/v3 us-central1-a/b/c; v4 only us-central2-b; v5e us-central1-a (and others); v5p
 # us-central1-a, us-east5-a; v6e us-central1-b, us-east1-d, us-east5-a/b, europe-west4-a.
 EXAMPLE_ZONES = {"v2": "us-central1-b", "v3": "us-central1-b", "v4": "us-central2-b",
