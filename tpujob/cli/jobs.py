@@ -41,12 +41,21 @@ def _warn_if_nothing_sweeps(job) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def validate(spec: str = typer.Argument(..., help="Job spec (YAML)."),
+    def validate(spec: str | None = typer.Argument(None, help="Job spec (YAML)."),
                  strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a placement whose "
                                              "zone does not offer its accelerator in Google's zone table "
                                              "instead of warning."),
-                 json_out: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON.")):
+                 json_out: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON."),
+                 fields: bool = typer.Option(False, "--fields", help="List every field a spec may have: "
+                                             "what it takes, its default and what it means (no SPEC).")):
         """Check a job spec and print what it resolves to (hosts, chips, disks, cost)."""
+        if fields:
+            if spec is not None:
+                raise UsageError("--fields lists the spec's fields; give it without a SPEC")
+            _print_fields(json_out)
+            return
+        if spec is None:
+            raise UsageError("give a job spec to check (or --fields to list what a spec may say)")
         from tpujob.attempt.logins import opt_out_warnings
         from tpujob.service import jobs
 
@@ -430,6 +439,23 @@ def _nodes_cell(a: dict) -> str:
     if a["nodes"] == node_names(a["slice_name"], a["slices"]):
         return nodes_text(a["slice_name"], a["slices"])
     return ",".join(a["nodes"])
+
+
+def _print_fields(json_out: bool) -> None:
+    """`validate --fields`: the spec's fields as the models describe them (spec/reference.py)."""
+    import textwrap
+
+    from tpujob.spec import reference
+
+    docs = reference.fields()
+    if json_out:
+        render.print_json([f.as_dict() for f in docs])
+        return
+    for f in docs:
+        default = {"unset": "", "required": " (required)"}.get(f.default, f" (default {f.default})")
+        typer.echo(f"{f.path}: {f.kind}{default}")
+        typer.echo(textwrap.fill(f.meaning, width=100, initial_indent="    ", subsequent_indent="    ",
+                                 break_on_hyphens=False))
 
 
 def _print_resolved(r) -> None:

@@ -7,7 +7,7 @@ creation, how a MIG reads as a slice, their deletion and their listing for `tpuj
 `MigSlices` is a part of tpujob.cloud.compute_tpu.ComputeTpuCloud, not a client on its own: it
 uses that class's clients (`_policies`, `_templates`, `_migs`, `_instances` through
 `_tpu_instances`), its request plumbing (`_call`, `_wait`), the one-VM body (`_instance`) and
-a VM's host keys (`_vm_host_keys`). Facts and sources: shared/facts/compute-engine-tpu.md.
+a VM's host keys (`_vm_host_keys`). Facts and sources: docs/compute-engine.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Cloud protocol over Compute Engine (google-cloud-compute, REST): a TPU VM is an instance
 with a TPU machine type. Google's path for TPU7x and later, and for flex-start and reservations
-(docs/compute-engine.md; shared/facts/compute-engine-tpu.md has every fact with its source).
+(docs/compute-engine.md has every fact with its source).
 
 A single-host slice is one instance named NAME: its body, insert, reading and delete are here,
 with what both slice shapes share (clients, operations, retries). A slice of several hosts (a
