@@ -25,7 +25,7 @@ for all three zones (one accelerator, one provisioning), so goodput per dollar i
 paid time that trained, per dollar. Paid: a slice from READY to its end (a request waiting for
 capacity is not billed).
 
-    scripts/bench_goodput.py [--seeds 1 2 3] [--days 7] [--detail]
+    scripts/bench_goodput.py [--seeds 1 2 3] [--days 7] [--static-minutes 30] [--detail]
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ ACC, PROVISIONING = "v5litepod-8", "spot"
 PRICE = 9.6  # USD per slice-hour, the same in every zone
 SLOTS = 4  # jobs the lab runs at once
 WORK = 12 * 3600.0  # training seconds each job needs
-# The static arm's `checkpoint_every`: a user with no measure of C or M picks a round half hour
-# (the steps that take it); docs/goodput.md says why that is what a user writes.
+# The static arm's `checkpoint_every` (the steps that take it), unless --static-minutes: a user
+# with no measure of C or M writes a round half hour, inside Google's advice to save "approximately
+# every hour" (cloud.google.com/tpu/docs/prepare-for-maintenance); docs/goodput.md says why.
 STATIC_INTERVAL = 30 * 60.0
 RESTART = 10 * 60.0  # paid per attempt before training: setup, compile and restore
 STOCKOUT_WAIT = 10 * 60.0  # a request that meets a stockout fails after this (not paid)
@@ -148,8 +149,8 @@ def _as_of(attempt: SimpleNamespace, now: float) -> SimpleNamespace:
 class Lab:
     """One policy's week: every job's attempts and events (the store), the slots' jobs."""
 
-    def __init__(self, policy: str, market: Market, seed: int, week: float):
-        self.policy, self.market, self.week_end = policy, market, week
+    def __init__(self, policy: str, market: Market, seed: int, week: float, static: float = STATIC_INTERVAL):
+        self.policy, self.market, self.week_end, self.static = policy, market, week, static
         # Common random numbers: every policy meets the same draws, a stream per kind of draw
         # and zone (the n-th request to a zone meets the same stockout coin and wait in every
         # policy's week, the n-th job the same save cost), so the ratios compare the policies,
@@ -193,7 +194,7 @@ class Lab:
         """How the attempt's program spaces its saves: a fixed interval (seconds), or the
         bundled runtime's `checkpoint_every: auto`."""
         if self.policy == "static":
-            return STATIC_INTERVAL
+            return self.static
         if self.policy == "oracle":
             return checkpoint_seconds(true_save, self.market.mtbi_at(z, t))
         # slice_act._hand_mtbi: M for this placement from the store at the attempt's start
@@ -332,6 +333,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--days", type=float, default=7.0, help="the simulated span (default a week)")
+    parser.add_argument("--static-minutes", type=float, default=STATIC_INTERVAL / 60,
+                        help="the static arm's fixed checkpoint interval (default 30)")
     parser.add_argument("--detail", action="store_true",
                         help="per zone: attempts, where the paid hours went, the interval")
     args = parser.parse_args()
@@ -343,7 +346,7 @@ def main() -> int:
         print(f"seed {seed}: {traits}")
         got = {}
         for policy in POLICIES:
-            got[policy] = Lab(policy, market, seed, args.days * DAY).run()
+            got[policy] = Lab(policy, market, seed, args.days * DAY, args.static_minutes * 60).run()
             g = got[policy]
             taus = [tau for z in g.zones for tau in z.intervals]
             mean_tau = sum(taus) / len(taus) / 60 if taus else 0.0
