@@ -157,9 +157,7 @@ class Lab:
         # not one week's luck against another's.
         self.streams: dict[str, random.Random] = {}
         self.seed = seed
-        self.jobs: list[tuple[list, list]] = []  # (attempts, events) of every job so far
         self.settled: list = []  # the samples of jobs that ended: they no longer change
-        self.settled_upto = 0.0
         self.open: list[list] = []  # [ends, attempts, events] of the others (ends: the week's until known)
         self.totals = Totals()
 
@@ -209,7 +207,6 @@ class Lab:
         true_save = draw("save").uniform(30, 120)  # the model's checkpoint cost, seconds
         attempts: list = []
         events: list = [SimpleNamespace(at=start, to_state="PENDING")]
-        self.jobs.append((attempts, events))
         entry = [week, attempts, events]
         self.open.append(entry)
         order = self.order(start)
