@@ -106,18 +106,20 @@ def debug() -> bool:
     return bool(os.environ.get("TPUJOB_DEBUG"))
 
 
-def tuning(name: str, default: float, low: float, high: float, *, whole: bool = False) -> float:
-    """TPUJOB_<name>, a number from `low` to `high` (`low` itself excluded when 0), else
-    `default` when unset."""
+def tuning(name: str, default: float, low: float, high: float, *, whole: bool = False,
+           above: bool = False) -> float:
+    """TPUJOB_<name>, a number from `low` to `high` (`above`: more than `low`), else `default`
+    when unset."""
     text = os.environ.get(f"TPUJOB_{name}", "").strip()
     if not text:
         return default
-    what = f"a whole number from {low:g} to {high:g}" if whole else f"seconds from {low:g} to {high:g}"
+    unit = "a whole number" if whole else "seconds"
+    what = f"{unit} more than {low:g}, up to {high:g}" if above else f"{unit} from {low:g} to {high:g}"
     try:
         value = float(int(text) if whole else float(text))
     except ValueError:
         raise ConfigError(f"TPUJOB_{name} must be {what}, got {text!r}") from None
-    if not (low < value if low == 0 else low <= value) or value > high:
+    if not (low < value if above else low <= value) or value > high:
         raise ConfigError(f"TPUJOB_{name} must be {what}, got {text!r}")
     return value
 

@@ -137,7 +137,7 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | 
 
 def queue_follow_seconds() -> float:
     """TPUJOB_QUEUE_FOLLOW_SECONDS: how long `create` and `resume` follow a slice waiting for
-    capacity."""
+    capacity, or a job QUEUED for the lab's quota; 0: return once it is seen waiting."""
     return tuning("QUEUE_FOLLOW_SECONDS", QUEUE_FOLLOW_SECONDS, 0, 24 * 3600)
 
 

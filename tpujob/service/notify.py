@@ -60,7 +60,7 @@ class Delivery:
 
 def send_timeout() -> float:
     """TPUJOB_NOTIFY_TIMEOUT: seconds a message may take in all."""
-    return tuning("NOTIFY_TIMEOUT", SEND_TIMEOUT, 0, 120)
+    return tuning("NOTIFY_TIMEOUT", SEND_TIMEOUT, 0, 120, above=True)  # 0 s would send nothing
 
 
 def target_of(channel: NotifySpec) -> str:
