@@ -130,6 +130,7 @@ def test_show_estimates_a_queued_jobs_start_from_the_running_jobs_progress(cli, 
     assert "\nstarts:       in about 15m\n" in cli("show", str(waiting.id)).out
     (row,) = json.loads(cli("queue", "--json").out)
     assert (row["starts"], row["starts_in_seconds"]) == ("in about 15m", as_json["starts_in_seconds"])
+    assert cli("queue").out.splitlines()[1].split()[7:10] == ["in", "about", "15m"]  # STARTS
 
 
 def test_budget_set_and_list(cli):
