@@ -108,8 +108,8 @@ def debug() -> bool:
 
 @dataclass(frozen=True)
 class Knob:
-    """A tuning knob: TPUJOB_<name>, a number from `low` to `high` (`low` itself excluded when
-    it is 0), `default` when unset."""
+    """A tuning knob: TPUJOB_<name>, a number from `low` to `high` (`above`: more than `low`),
+    `default` when unset."""
     name: str
     default: float
     low: float
@@ -117,6 +117,7 @@ class Knob:
     meaning: str
     whole: bool = False  # a count, not seconds
     cron: bool = False  # a sweep reads it: `tpujob cron install` carries it into the cron line
+    above: bool = False  # `low` itself refused
 
     @property
     def variable(self) -> str:
@@ -124,8 +125,10 @@ class Knob:
 
     @property
     def takes(self) -> str:
-        return (f"a whole number from {self.low:g} to {self.high:g}" if self.whole
-                else f"seconds from {self.low:g} to {self.high:g}")
+        unit = "a whole number" if self.whole else "seconds"
+        if self.above:
+            return f"{unit} more than {self.low:g}, up to {self.high:g}"
+        return f"{unit} from {self.low:g} to {self.high:g}"
 
 
 # Every tuning knob, the one table: read by `knob`, listed in docs/settings.md
@@ -139,9 +142,10 @@ KNOBS = {k.name: k for k in (
          cron=True),
     Knob("QUEUE_FOLLOW_SECONDS", 30.0, 0, 24 * 3600, "How long `create` and `resume` follow a slice "
          "that waits for capacity (a queued resource, a flex-start VM), or a job QUEUED for the lab's "
-         "quota, before handing the job to the sweeps: such a wait lasts minutes to hours on Google."),
+         "quota, before handing the job to the sweeps: such a wait lasts minutes to hours on Google. 0: hand it "
+         "over once it is seen waiting (a script submitting many jobs)."),
     Knob("NOTIFY_TIMEOUT", 5.0, 0, 120, "Seconds one notification (webhook or email) may take in all.",
-         cron=True),
+         cron=True, above=True),  # 0 s would send nothing
     Knob("CLOCK_SKEW_SECONDS", 0.0, -86400, 86400, "Tests only: this node's clock off by this much, as "
          "a lab node's wrong clock would be (tpujob/clocks.py)."),
 )}
@@ -160,7 +164,7 @@ def knob(name: str) -> float:
         value = float(int(text) if k.whole else float(text))
     except ValueError:
         raise ConfigError(f"{k.variable} must be {k.takes}, got {text!r}") from None
-    if not (k.low < value if k.low == 0 else k.low <= value) or value > k.high:
+    if not (k.low < value if k.above else k.low <= value) or value > k.high:
         raise ConfigError(f"{k.variable} must be {k.takes}, got {text!r}")
     return value
 

@@ -188,6 +188,12 @@ def register(app: typer.Typer) -> None:
                               **dataclasses.asdict(detail.accounting)}
         data["ledger"] = detail.ledger.to_json()
         data["checkpoint_auto"] = _checkpoint_auto(current)
+        place = detail.queue  # a QUEUED job's, as `tpujob queue` has it now
+        if place is not None:
+            data["waiting_for"] = place.waiting_for
+        data["queue_position"] = None if place is None else place.position
+        data["starts_in_seconds"] = None if place is None or place.starts_in is None else round(place.starts_in)
+        data["starts"] = None if place is None else place.starts
         ledgers = dict(detail.attempt_ledgers)
         for row in data["attempts"]:
             row["ledger"] = ledgers[row["number"]].to_json() if row["number"] in ledgers else None
@@ -206,8 +212,12 @@ def register(app: typer.Typer) -> None:
         if detail.job.priority != "normal" or detail.job.evictions:
             typer.echo(f"{'priority:':<14}{detail.job.priority}"
                        + (f" (evicted {detail.job.evictions} time(s))" if detail.job.evictions else ""))
-        if detail.job.waiting_for and detail.job.state == "QUEUED":
-            typer.echo(f"{'waiting for:':<14}{detail.job.waiting_for}")
+        if data["waiting_for"] and detail.job.state == "QUEUED":
+            typer.echo(f"{'waiting for:':<14}{data['waiting_for']}")
+        if place is not None:
+            typer.echo(f"{'queue:':<14}" + ("held back by a cost cap" if place.position is None
+                                            else f"position {place.position} in the lab's queue (tpujob queue)"))
+            typer.echo(f"{'starts:':<14}{place.starts}")
         if far is not None and (far.step is not None or detail.job.state == "RUNNING"):
             typer.echo(f"{'progress:':<14}{progress.describe(far)}")
         _print_accounting(detail.job, detail.accounting)
