@@ -6,10 +6,8 @@ quota; a high-band one is submitted; the two nodes' concurrent sweeps evict one 
 admitted again and resumes from the checkpoint it wrote on the stop's SIGTERM. Throughout, the
 emulator never holds more nodes than the quota allows.
 
-The high job ends by its owner's `delete`, which deletes the slice before the job's move: a job
-that succeeds moves to SUCCEEDED before its slice's delete (decide's success path; docs/
-scheduler.md, "What is not built yet"), so a sweep on another node may admit into its chips while
-Google still holds its slice, and the count of nodes here would catch that moment by chance."""
+The high job ends by its owner's `delete`, which deletes its slice before the job's move (as a
+success and an eviction do: decide frees a slice before the move that frees its chips)."""
 
 from __future__ import annotations
 
