@@ -115,7 +115,7 @@ def test_a_vm_in_its_shutdown_makes_the_slice_stopping_then_preempted_once_stopp
     """Through a preemption notice a VM reads STOPPING (the emulator's PREEMPTING_STATUS) and its
     program may be writing its SIGTERM checkpoint: STOPPING, which no sweep deletes; TERMINATED
     after it is PREEMPTED."""
-    from tpujob.emulator.tpu_vms import PREEMPTING_STATUS
+    from tpujob.emulator.apis.compute.tpu_vms import PREEMPTING_STATUS
 
     compute.request_node(request("tpujob-000011-1"))
     until(compute, "tpujob-000011-1", SlicePhase.READY)
@@ -150,7 +150,7 @@ def test_a_stocked_out_zone_fails_the_slice_with_a_typed_stockout(compute, serve
 def test_a_mig_whose_vms_run_is_ready_only_once_its_topology_is_active(compute, server, monkeypatch):
     # appliedAcceleratorTopologies[].state ACTIVATING: "being activated" (google-cloud-compute):
     # every VM runs and the MIG is stable, but it is no ICI slice yet.
-    from tpujob.emulator.tpu_mig_rules import UNSOURCED
+    from tpujob.emulator.apis.compute.tpu_mig_rules import UNSOURCED
 
     monkeypatch.setitem(UNSOURCED, "topology_activation", 1000.0)
     server.emulator.set_faults(None, provisioning_delay=0.05)

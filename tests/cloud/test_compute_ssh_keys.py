@@ -11,13 +11,13 @@ from test_compute_mig_slices import until
 from tpujob.cloud.base import SlicePhase, SliceRequest
 from tpujob.errors import CloudError
 
-PROJECT, ZONE = "tpujob-test", "us-east5-a"  # us-east5-a offers v6e (emulator/tpu_vm_rules.py)
+PROJECT, ZONE = "tpujob-test", "us-east5-a"  # us-east5-a offers v6e (emulator/apis/compute/tpu_vm_rules.py)
 
 
 @pytest.fixture
 def hosted(tmp_path):
     from tpujob.cloud.compute_tpu import ComputeTpuCloud
-    from tpujob.emulator.machines import SliceMachines
+    from tpujob.emulator.machines.slice import SliceMachines
     from tpujob.emulator.server import EmulatorServer
 
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,

@@ -10,7 +10,7 @@ from test_compute_mig_slices import until
 from tpujob.cloud.base import SlicePhase, SliceRequest
 from tpujob.errors import ReservationUnavailable, StockoutError, UsageError
 
-PROJECT, ZONE = "tpujob-test", "us-east5-a"  # us-east5-a offers v6e and v5p (emulator/tpu_vm_rules.py)
+PROJECT, ZONE = "tpujob-test", "us-east5-a"  # us-east5-a offers v6e and v5p (emulator/apis/compute/tpu_vm_rules.py)
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def request(name: str, accelerator: str = "v6e-8", **fields) -> SliceRequest:
 
 
 def instance(server, name: str) -> dict:
-    from tpujob.emulator.payloads import ApiError
+    from tpujob.emulator.apis.errors import ApiError
 
     try:
         return server.emulator.tpu_vms.get(PROJECT, ZONE, name)
@@ -100,7 +100,7 @@ def test_a_vm_stopped_without_a_preemption_is_lost_not_preempted(compute, server
 def test_a_vm_in_its_shutdown_reads_stopping_and_keeps_no_hosts(compute, server):
     """The notice's grace (the emulator's PREEMPTING_STATUS): STOPPING, not yet PREEMPTED, so
     that no sweep deletes it while its program writes its SIGTERM checkpoint."""
-    from tpujob.emulator.tpu_vms import PREEMPTING_STATUS
+    from tpujob.emulator.apis.compute.tpu_vms import PREEMPTING_STATUS
 
     compute.create_node(request("vm4", provisioning="spot"))
     vm = server.emulator.compute.tpu_vms.find(f"projects/{PROJECT}/zones/{ZONE}/instances/vm4")
@@ -228,7 +228,7 @@ class KeyedMachines:
         self.kwargs = kwargs
 
     def start(self):
-        from tpujob.emulator.payloads import VirtualHost, host_ip
+        from tpujob.emulator.addresses import VirtualHost, host_ip
 
         return [VirtualHost(i, host_ip(self.kwargs["ip_block"], i), self.kwargs["ssh_port"],
                             host_key=f"ssh-ed25519 KEY{i}") for i in range(self.kwargs["num_hosts"])]

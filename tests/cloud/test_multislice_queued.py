@@ -8,7 +8,7 @@ import pytest
 from cloud_helpers import PROJECT, ZONE, wait_for_slice
 
 from tpujob.cloud.base import SlicePhase, SliceRequest
-from tpujob.emulator.payloads import ApiError
+from tpujob.emulator.apis.errors import ApiError
 
 LOC = f"projects/{PROJECT}/locations/{ZONE}"
 

@@ -278,7 +278,7 @@ def test_fail_next_answers_the_insert_and_its_operation(server, api, http):
 
 @pytest.mark.slow
 def test_a_real_host_answers_and_publishes_its_key(tmp_path):
-    from tpujob.emulator.machines import SliceMachines
+    from tpujob.emulator.machines.slice import SliceMachines
 
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
                         machines_factory=SliceMachines, preempt_grace=0.5) as srv:

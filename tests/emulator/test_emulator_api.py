@@ -53,7 +53,7 @@ def test_a_data_disk_that_does_not_exist_refuses_the_create_and_creates_nothing(
     assert http("GET", f"{LOC}/nodes")[1] == {"nodes": []}
     assert http("GET", f"{LOC}/queuedResources")[1] == {"queuedResources": []}
     wait_done(http, http("POST", f"{LOC}/nodes?nodeId=n3", NODE)[1])
-    # dataDisks is patched on v2alpha1 only (gcloud's alpha attach-disk; emulator/node_updates.py)
+    # dataDisks is patched on v2alpha1 only (gcloud's alpha attach-disk; emulator/apis/tpu/node_updates.py)
     code, answer = http("PATCH", f"/v2alpha1/{LOC[4:]}/nodes/n3?updateMask=dataDisks", {**NODE, **body})
     assert code == 404 and answer["error"]["message"] == f"The resource '{missing}' was not found"
     assert "dataDisks" not in http("GET", f"{LOC}/nodes/n3")[1]

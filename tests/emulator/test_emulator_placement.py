@@ -135,7 +135,7 @@ def test_accelerator_types_list_exactly_what_create_accepts(server):
 def test_v2_updates_only_the_documented_fields_and_v2alpha1_attaches_disks(server):
     """tpu.v2.json nodes.patch: "Supported fields: [description, tags, labels, metadata,
     network_config.enable_external_ips]"; gcloud's alpha attach-disk patches data_disks on
-    v2alpha1 (emulator/node_updates.py)."""
+    v2alpha1 (emulator/apis/tpu/node_updates.py)."""
     from tpujob.cloud.compute import GcpCompute
 
     cloud = cloud_for(server)

@@ -18,7 +18,7 @@ ZONE = "us-central2-b"
 @pytest.fixture
 def hosted(tmp_path):
     from tpujob.cloud.gcp import GcpCloud
-    from tpujob.emulator.machines import SliceMachines
+    from tpujob.emulator.machines.slice import SliceMachines
 
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
                         machines_factory=SliceMachines, preempt_grace=0.5) as srv:
@@ -189,7 +189,7 @@ def test_a_node_whose_host_addresses_another_process_holds_comes_up_on_other_one
     only the internal block was drawn again)."""
     import socket
 
-    from tpujob.emulator.payloads import external_ip, host_ip
+    from tpujob.emulator.addresses import external_ip, host_ip
 
     server, cloud = hosted
     em = server.emulator
@@ -252,7 +252,7 @@ def test_a_node_deleted_while_its_hosts_start_leaves_no_host_behind(tmp_path):
     import threading
 
     from tpujob.cloud.gcp import GcpCloud
-    from tpujob.emulator.machines import SliceMachines
+    from tpujob.emulator.machines.slice import SliceMachines
 
     entered, release, drawn = threading.Event(), threading.Event(), []
 

@@ -9,7 +9,7 @@ import urllib.request
 
 from storage_helpers import PROJECT, ZONE
 
-from tpujob.emulator.payloads import ApiError
+from tpujob.emulator.apis.errors import ApiError
 
 
 def _get(url: str) -> tuple[int, dict]:

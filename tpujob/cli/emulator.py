@@ -169,7 +169,7 @@ def register(app: typer.Typer) -> None:
     ):
         """The next calls of METHOD answer Google's error body (replaying a real answer), or with
         --in-operation succeed and end their long-running operation with it."""
-        from tpujob.emulator import failnext
+        from tpujob.emulator.apis import fail_next as failnext
 
         if list_:
             for method_id, has_operation in sorted(failnext.METHODS.items()):

@@ -3,8 +3,8 @@ endpoints, Cloud Storage.
 
 TPU API paths are Google's (`/v2/projects/P/locations/Z/nodes...`, see
 google/cloud/tpu_v2/services/tpu/transports/rest_base.py), and the v2alpha1 nodes subset that
-gcloud's alpha attach-disk uses (emulator/node_updates.py). The fault and status endpoints live
-under `/emulator/v1/` (control_endpoints.py). Cloud Storage is gcp-storage-emulator's server on
+gcloud's alpha attach-disk uses (emulator/apis/tpu/node_updates.py). The fault and status endpoints live
+under `/emulator/v1/` (control.py). Cloud Storage is gcp-storage-emulator's server on
 its own port.
 """
 
@@ -24,14 +24,16 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from tpujob.emulator.control_endpoints import CONTROL_RULES, ControlEndpoints
-from tpujob.emulator.failnext import COMPUTE_METHODS, TPU_METHODS
-from tpujob.emulator.payloads import ApiError, accelerator_types, read_json
-from tpujob.emulator.resources import SPOT_NOTICE_SECONDS, Emulator, MachinesFactory
+from tpujob.emulator.apis.bodies import read_json
+from tpujob.emulator.apis.errors import ApiError
+from tpujob.emulator.apis.fail_next import COMPUTE_METHODS, TPU_METHODS
+from tpujob.emulator.apis.tpu.nodes import SPOT_NOTICE_SECONDS, Emulator, MachinesFactory
+from tpujob.emulator.apis.tpu.rules import accelerator_types
+from tpujob.emulator.control import CONTROL_RULES, ControlEndpoints
 
 if TYPE_CHECKING:
-    from tpujob.emulator.compute import ComputeEmulator
-    from tpujob.emulator.tpu_vms import TpuVms
+    from tpujob.emulator.apis.compute.api import ComputeEmulator
+    from tpujob.emulator.apis.compute.tpu_vms import TpuVms
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,7 @@ class TpuApp(ControlEndpoints):
         request = Request(environ)
         try:
             if request.path.startswith("/compute/v1/"):
-                from tpujob.emulator import compute
+                from tpujob.emulator.apis.compute import api as compute
 
                 endpoint, args = compute.ROUTES.bind_to_environ(environ).match()
                 self._inject_fault()
@@ -82,7 +84,7 @@ class TpuApp(ControlEndpoints):
                     body = compute.handle(self._compute(), request, endpoint, args)
                 return _json(200, body)(environ, start_response)
             if request.path.startswith("/v1/users/"):  # the OS Login API (oslogin.py)
-                from tpujob.emulator import oslogin
+                from tpujob.emulator.apis import oslogin
 
                 endpoint, args = oslogin.ROUTES.bind_to_environ(environ).match()
                 self._inject_fault()
@@ -138,7 +140,7 @@ class TpuApp(ControlEndpoints):
             raise ApiError(fault.status, fault.message, fault.grpc_status,
                            payload=fault.compute_body() if on_compute else fault.tpu_body())
         if on_compute:
-            from tpujob.emulator import compute
+            from tpujob.emulator.apis.compute import api as compute
 
             kind = "delete" if request.method == "DELETE" else "insert"
             target = compute.API_ROOT + request.path.removeprefix("/compute/v1")
@@ -221,15 +223,15 @@ class EmulatorServer:
         self.emulator = Emulator(self.state_dir, provisioning_delay=provisioning_delay,
                                  ssh_port=ssh_port or ssh_port_for(host),
                                  machines_factory=machines_factory, preempt_grace=preempt_grace)
-        from tpujob.emulator.compute import ComputeEmulator
+        from tpujob.emulator.apis.compute.api import ComputeEmulator
 
         self.emulator.compute = compute = ComputeEmulator(self.state_dir / "compute")
         compute.oslogin = self.emulator.oslogin  # projects.get: enable-oslogin
-        from tpujob.emulator.tpu_vms import TpuVms
+        from tpujob.emulator.apis.compute.tpu_vms import TpuVms
 
         self.emulator.tpu_vms = vms = TpuVms(self.emulator, compute)
         compute.tpu_vms = vms
-        from tpujob.emulator.tpu_migs import TpuMigs
+        from tpujob.emulator.apis.compute.tpu_migs import TpuMigs
 
         vms.migs = TpuMigs(vms)
         self._app = TpuApp(self.emulator, {})
@@ -246,7 +248,7 @@ class EmulatorServer:
                                           data_dir=str(self.state_dir / "storage"))
             storage_url = f"http://{host}:{storage_port}"
         compute.storage_endpoint = storage_url
-        from tpujob.emulator.oslogin import ACCOUNT
+        from tpujob.emulator.apis.oslogin import ACCOUNT
 
         self.info: dict[str, Any] = {"tpu_endpoint": url, "compute_endpoint": url, "storage_endpoint": storage_url,
                      "oslogin_endpoint": url, "account": ACCOUNT,
