@@ -122,7 +122,7 @@ def test_the_topology_is_activating_a_while_after_every_vm_runs(server, monkeypa
     from tpujob.emulator.apis.compute.tpu_mig_rules import UNSOURCED
 
     monkeypatch.setitem(UNSOURCED, "topology_activation", 1000.0)  # held ACTIVATING for this test
-    server.emulator.set_faults(None, provisioning_delay=0.05)
+    server.emulator.world.set_faults(None, provisioning_delay=0.05)
     migs = make_slice(server.url)
     deadline = time.monotonic() + 10
     while not (got := migs.get(project=P, zone=ZONE, instance_group_manager="mig1")).status.is_stable:
@@ -209,9 +209,9 @@ def test_stopping_one_vm_kills_its_host_only(tmp_path):
         names = [m.name for m in migs.list_managed_instances(project=P, zone=ZONE,
                                                              instance_group_manager="mig1")]
         refs = [f"projects/{P}/zones/{ZONE}/instances/{n}" for n in names]
-        assert all(len(srv.emulator.hosts(r)) == 1 for r in refs)
-        srv.emulator.compute.tpu_vms.stop(P, ZONE, names[0])
-        assert srv.emulator.hosts(refs[0]) == [] and len(srv.emulator.hosts(refs[1])) == 1
+        assert all(len(srv.emulator.host_faults.hosts(r)) == 1 for r in refs)
+        srv.emulator.vms.stop(P, ZONE, names[0])
+        assert srv.emulator.host_faults.hosts(refs[0]) == [] and len(srv.emulator.host_faults.hosts(refs[1])) == 1
         got = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
         assert got.status.applied_accelerator_topologies[0].state == "INCOMPLETE"
 

@@ -78,7 +78,7 @@ def test_error_bodies_and_codes(http, server):
     code, body = http("POST", f"{LOC}/nodes?nodeId=n2", {"runtimeVersion": "x",
                                                          "acceleratorType": "v4-7"})
     assert code == 400 and "v4-7" in body["error"]["message"]
-    server.emulator.set_faults(api_error_rate=1.0, provisioning_delay=None)
+    server.emulator.world.set_faults(api_error_rate=1.0, provisioning_delay=None)
     statuses = {http("GET", f"{LOC}/nodes")[1]["error"]["status"] for _ in range(40)}
     assert statuses == {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}
     code, faults = http("GET", "/emulator/v1/faults")  # the switches themselves never fail
@@ -86,7 +86,7 @@ def test_error_bodies_and_codes(http, server):
 
 
 def test_stocked_out_create_fails_its_operation_with_code_8(http, server):
-    server.emulator.stockout("us-central2-b", None, clear=False)
+    server.emulator.world.stockout("us-central2-b", None, clear=False)
     done = wait_done(http, http("POST", f"{LOC}/nodes?nodeId=n1", NODE)[1])
     assert done["error"]["code"] == 8
     assert 'no more capacity in the zone "us-central2-b"' in done["error"]["message"]

@@ -15,7 +15,8 @@ import paramiko
 import pytest
 
 import tpujob
-from tpujob.emulator.machines.slice import SliceMachines, host_ip, kept_paths
+from tpujob.emulator.addresses import host_ip
+from tpujob.emulator.machines.slice import SliceMachines, kept_paths
 from tpujob.hosts.keys import load_key, public_key_line
 
 PORT = 2222

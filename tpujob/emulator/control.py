@@ -1,12 +1,12 @@
 """The emulator's own endpoints, under `/emulator/v1/`: its status, the faults it injects
 (`faults`, `fail-next`, `stockout`, `preempt`, `kill-host`, `maintenance`, `dirty-host`,
-`freeze`), reservations, Compute Engine's quota lists, the image fresh hosts boot from, the hosts of a node, OS Login's
-switches. `tpujob emulator ...` drives them (docs/emulator.md); server.py routes them here.
+`freeze`), reservations, Compute Engine's quota lists, the image fresh hosts boot from, the
+hosts of a node, OS Login's switches. `tpujob emulator ...` drives them (docs/emulator.md); server.py routes them here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
@@ -14,11 +14,7 @@ from werkzeug.wrappers import Request
 from tpujob.emulator.apis.bodies import read_json
 from tpujob.emulator.apis.errors import ApiError
 from tpujob.emulator.apis.fail_next import FaultError, parse
-
-if TYPE_CHECKING:
-    from tpujob.emulator.apis.compute.api import ComputeEmulator
-    from tpujob.emulator.apis.compute.tpu_vms import TpuVms
-    from tpujob.emulator.apis.tpu.nodes import Emulator
+from tpujob.emulator.cloud import Cloud
 
 CONTROL_RULES = [
     Rule("/emulator/v1/status", methods=["GET"], endpoint="status"),
@@ -39,36 +35,36 @@ CONTROL_RULES = [
 ]
 
 
-class ControlEndpoints:
-    """The /emulator/v1/ half of the server's TpuApp: each method answers one endpoint."""
+class Control:
+    """The /emulator/v1/ endpoints over the emulated cloud: each `_ENDPOINT` method answers one."""
 
-    if TYPE_CHECKING:  # what TpuApp, the class it is mixed into, provides
-        emulator: Emulator
-        info: dict[str, Any]
+    def __init__(self, cloud: Cloud, info: dict[str, Any]):
+        self.cloud = cloud
+        self.info = info  # what /emulator/v1/status answers: endpoints, project, ssh port
 
-        def _compute(self) -> ComputeEmulator: ...
-        def _vms(self) -> TpuVms: ...
+    def handle(self, request: Request, endpoint: str) -> dict:
+        return getattr(self, "_" + endpoint)(request)
 
     def _status(self, request: Request) -> dict:
-        return {**self.info, "faults": self.emulator.faults()}
+        return {**self.info, "faults": self.cloud.world.faults()}
 
     def _faults(self, request: Request) -> dict:
         if request.method == "POST":
             body = read_json(request)
-            self.emulator.set_faults(_number(body, "apiErrorRate"),
+            self.cloud.world.set_faults(_number(body, "apiErrorRate"),
                                      _number(body, "provisioningDelay"),
                                      _number(body, "hostkeysDelay"))
-        return self.emulator.faults()
+        return self.cloud.world.faults()
 
     def _fail_next(self, request: Request) -> dict:
         if request.method == "POST":
             try:
-                self.emulator.injected.add(parse(read_json(request)))
+                self.cloud.fail_next.add(parse(read_json(request)))
             except FaultError as err:
                 raise ApiError(400, str(err)) from None
         elif request.method == "DELETE":
-            self.emulator.injected.clear()
-        return {"pending": self.emulator.injected.pending()}
+            self.cloud.fail_next.clear()
+        return {"pending": self.cloud.fail_next.pending()}
 
     def _stockout(self, request: Request) -> dict:
         body = read_json(request)
@@ -76,9 +72,9 @@ class ControlEndpoints:
             raise ApiError(400, "zone is required")
         # A TPU API accelerator type or a Compute machine type (tpu_vm_rules.MACHINE_TYPES):
         # their names never meet, so one set of stockouts holds both.
-        self.emulator.stockout(body["zone"], body.get("acceleratorType") or
+        self.cloud.world.stockout(body["zone"], body.get("acceleratorType") or
                                body.get("machineType") or None, bool(body.get("clear")))
-        return self.emulator.faults()
+        return self.cloud.world.faults()
 
     def _market(self, request: Request) -> dict:
         """A seeded market (market.py): POST {seed, zones: {ZONE: {mtbiSeconds, stockout}},
@@ -86,7 +82,7 @@ class ControlEndpoints:
         from tpujob.emulator.market import Market, ZoneMarket
 
         if request.method == "DELETE":
-            self.emulator.set_market(None)
+            self.cloud.tpu.set_market(None)
         elif request.method == "POST":
             body = read_json(request)
             zones = body.get("zones")
@@ -103,15 +99,15 @@ class ControlEndpoints:
                 raise ApiError(400, f"bad market: {err}") from None
             if tick <= 0:
                 raise ApiError(400, "tick must be > 0")
-            self.emulator.set_market(market, tick)
-        return {"market": self.emulator.faults()["market"]}
+            self.cloud.tpu.set_market(market, tick)
+        return {"market": self.cloud.world.faults()["market"]}
 
     def _preempt(self, request: Request) -> dict:
         body = read_json(request)
         grace = body.get("graceSeconds")
         if grace is not None and (not isinstance(grace, (int, float)) or grace < 0):
             raise ApiError(400, "graceSeconds must be a number >= 0")
-        return self.emulator.preempt(_required(body, "node"), grace)
+        return self.cloud.host_faults.preempt(_required(body, "node"), grace)
 
     def _reservations(self, request: Request) -> dict:
         """A specific reservation of `count` VMs of `machineType` in `zone` (count 0 removes
@@ -120,7 +116,7 @@ class ControlEndpoints:
         count = body.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise ApiError(400, "count must be an integer >= 0")
-        return self._vms().reserve(_required(body, "project"), _required(body, "zone"),
+        return self.cloud.vms.reserve(_required(body, "project"), _required(body, "zone"),
                                              _required(body, "name"), body.get("machineType", ""),
                                              count)
 
@@ -129,7 +125,7 @@ class ControlEndpoints:
         index = body.get("index")
         if not isinstance(index, int):
             raise ApiError(400, "index must be an integer")
-        self.emulator.kill_host(_required(body, "node"), index)
+        self.cloud.host_faults.kill_host(_required(body, "node"), index)
         return {}
 
     def _image(self, request: Request) -> dict:
@@ -141,41 +137,41 @@ class ControlEndpoints:
             if seconds is not None:
                 if seconds < 0:
                     raise ApiError(400, "aptLockSeconds must not be negative")
-                self.emulator.apt_lock_seconds = seconds
+                self.cloud.world.apt_lock_seconds = seconds
             if body.get("gcsfuse") is not None:
-                self._compute().image_gcsfuse = bool(body["gcsfuse"])
-        return {"aptLockSeconds": self.emulator.apt_lock_seconds,
-                "gcsfuse": self._compute().image_gcsfuse}
+                self.cloud.compute.image_gcsfuse = bool(body["gcsfuse"])
+        return {"aptLockSeconds": self.cloud.world.apt_lock_seconds,
+                "gcsfuse": self.cloud.compute.image_gcsfuse}
 
     def _maintenance(self, request: Request) -> dict:
         body = read_json(request)
         after = _number(body, "inSeconds") or 0.0
-        return self.emulator.announce_maintenance(_required(body, "node"), after)
+        return self.cloud.host_faults.announce_maintenance(_required(body, "node"), after)
 
     def _dirty_host(self, request: Request) -> dict:
         body = read_json(request)
         index = body.get("index")
         if not isinstance(index, int):
             raise ApiError(400, "index must be an integer")
-        return self.emulator.dirty_host(_required(body, "node"), index, bool(body.get("sticky")))
+        return self.cloud.host_faults.dirty_host(_required(body, "node"), index, bool(body.get("sticky")))
 
     def _freeze(self, request: Request) -> dict:
         body = read_json(request)
         index = body.get("index")
         if not isinstance(index, int):
             raise ApiError(400, "index must be an integer")
-        return {"processes": self.emulator.freeze(_required(body, "node"), index, bool(body.get("thaw")))}
+        return {"processes": self.cloud.host_faults.freeze(_required(body, "node"), index, bool(body.get("thaw")))}
 
     def _hosts(self, request: Request) -> dict:
-        return {"hosts": self.emulator.hosts(_required(request.args, "node"))}
+        return {"hosts": self.cloud.host_faults.hosts(_required(request.args, "node"))}
 
     def _oslogin(self, request: Request) -> dict:
         if request.method == "POST":
             body = read_json(request)
-            return self.emulator.oslogin.set(_required(body, "project"), bool(body.get("enabled")),
+            return self.cloud.oslogin.set(_required(body, "project"), bool(body.get("enabled")),
                                              bool(body.get("required")), body.get("role", True) is not False,
                                              [str(a) for a in body.get("admins") or ()])
-        return self.emulator.oslogin.state(_required(request.args, "project"))
+        return self.cloud.oslogin.state(_required(request.args, "project"))
 
     def _quotas(self, request: Request) -> dict:
         """Replace a region's quota list (or the project's, without `region`); `quotas` null:
@@ -185,7 +181,7 @@ class ControlEndpoints:
         if quotas is not None and not (isinstance(quotas, list) and all(
                 isinstance(q, dict) and q.get("metric") for q in quotas)):
             raise ApiError(400, "quotas must be a list of {metric, limit, usage}")
-        return {"quotas": self._compute().quotas.set(_required(body, "project"), str(body.get("region") or ""),
+        return {"quotas": self.cloud.compute.quotas.set(_required(body, "project"), str(body.get("region") or ""),
                                                      quotas)}
 
 

@@ -211,6 +211,17 @@ class FailNext:
         with self._lock:
             self._pending[fault.method] = fault  # a new fault replaces the one still pending
 
+    def queue(self, method: str, status: int, message: str, grpc_status: str | None = None,
+              reason: str | None = None, in_operation: bool = False, times: int = 1,
+              domain: str | None = None, metadata: dict | None = None,
+              quota_violations: list | None = None) -> None:
+        """The next `times` calls of `method` (a discovery id) answer this error, or (in_operation)
+        succeed and end their operation with it (FaultError: not a fault `parse` takes)."""
+        self.add(parse({"method": method, "status": status, "message": message,
+                        "grpc_status": grpc_status, "reason": reason, "in_operation": in_operation,
+                        "times": times, "domain": domain, "metadata": metadata,
+                        "quota_violations": quota_violations}))
+
     def take(self, method: str) -> Fault | None:
         with self._lock:
             fault = self._pending.get(method)

@@ -10,8 +10,8 @@ google/cloud/oslogin_v1/services/os_login_service/transports/rest_base.py):
 - `DELETE /v1/users/{user}/sshPublicKeys/{fingerprint}`, answers Empty `{}`.
 
 PosixAccount.username is never the email: a user's is the email with `@` and `.` as `_`, a
-service account's `sa_<numeric id>` (shared/facts/operations.md, "OS Login": Google's
-add-ssh-keys page; HashiCorp Packer's googlecompute docs). The emulator's own account is a
+service account's `sa_<numeric id>` (Google's cloud.google.com/compute/docs/connect/add-ssh-keys
+page; HashiCorp Packer's googlecompute docs). The emulator's own account is a
 service account, so a client that built the username from the email would be refused.
 
 `tpujob emulator oslogin on` turns OS Login on for every project: the project's metadata reads

@@ -4,7 +4,7 @@ On a VM, http://metadata.google.internal/computeMetadata/v1/ answers only reques
 `Metadata-Flavor: Google` (cloud.google.com/compute/docs/metadata/querying-metadata; without it:
 403, cloud.google.com/compute/docs/troubleshooting/troubleshoot-metadata-server), and
 `instance/preempted` reads `TRUE` once a Spot/preemptible VM is being preempted, `FALSE` before
-(levanter's tpus.py polls it; shared/facts/operations.md). Here it listens on the host's own
+(stanford-crfm/levanter src/levanter/infra/tpus.py polls it). Here it listens on the host's own
 loopback address, on a port of its own, and every SSH session on the host gets
 `GCE_METADATA_HOST=IP:PORT` in its environment: the variable Google's auth libraries read to
 find the server, and the one the bundled runtime reads too. Any other key: 404, as for a key the

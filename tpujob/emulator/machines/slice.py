@@ -25,6 +25,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from tpujob.emulator.addresses import MAX_IP_BLOCK, host_ip
+from tpujob.emulator.machines.metadata import MetadataServer
 from tpujob.emulator.machines.processes import (
     has_contract_env,
     kill_all,
@@ -33,9 +35,8 @@ from tpujob.emulator.machines.processes import (
     signal_all,
     signal_each,
 )
-from tpujob.emulator.machines.ssh import EMULATED_DEVICE, HostSshServer, new_host_key, parse_authorized_keys
-from tpujob.emulator.machines.metadata import MetadataServer
 from tpujob.emulator.machines.reaper import start_time
+from tpujob.emulator.machines.ssh import EMULATED_DEVICE, HostSshServer, new_host_key, parse_authorized_keys
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,6 @@ STICKY_RESPAWN_SECONDS = 0.05
 
 # Outside every host's own directories: where kept paths wait while those are mounted over.
 _STAGE = "/run/tpujob-emulator-stage"
-
-# 127.<16 + block // 250>: the second octet stays <= 255 up to this block.
-MAX_IP_BLOCK = 250 * (255 - 16) + 249
 
 # The holder (holder.py) runs as a script: standard library only, before tpujob is importable.
 _HOLDER = str(pathlib.Path(__file__).with_name("holder.py"))
@@ -130,10 +128,6 @@ class HostEndpoint:
     ip: str            # unique loopback address, e.g. 127.17.3.1
     ssh_port: int      # the port its SSH server listens on
     host_key: str      # OpenSSH public host key line, "ssh-ed25519 AAAA..."
-
-
-def host_ip(ip_block: int, index: int) -> str:
-    return f"127.{16 + ip_block // 250}.{ip_block % 250}.{index + 1}"
 
 
 class _Host:
@@ -353,7 +347,8 @@ class SliceMachines:
 
         The notice is Compute Engine's ACPI G2 soft off, and the grace the time until G3
         mechanical off (compute v1 discovery, Scheduling.skipGuestOsShutdown: 30 s for Spot,
-        120 s for Standard; shared/facts/operations.md). A guest whose shutdown is over before
+        120 s for Standard; the TPU page's "30-second warning",
+        cloud.google.com/compute/docs/tpus/tpu-machines). A guest whose shutdown is over before
         then is off then: here, once nothing but the mounts is left (a shutdown unmounts last),
         the rest is killed at once instead of at the end of the grace."""
         for host in self._hosts:  # Compute Engine: instance/preempted reads TRUE from the notice on

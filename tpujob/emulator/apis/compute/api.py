@@ -1,7 +1,7 @@
-"""The emulated Compute Engine v1 subset: disks, snapshots, zone and global operations.
+"""The emulated Compute Engine v1 subset apart from instances and MIGs: disks, snapshots, zone
+and global operations, projects.get and regions.get (routes.py routes the paths here).
 
-Paths are Google's (`/compute/v1/projects/P/zones/Z/disks...`, see
-google/cloud/compute_v1/services/disks/transports/rest_base.py). Each disk is a directory under
+Each disk is a directory under
 `STATE/compute/disks/PROJECT/ZONE/NAME`; a snapshot is a copy of one under
 `STATE/compute/snapshots/PROJECT/NAME`; a clone copies a snapshot or a disk. Operations finish
 before the call returns (copies are local), so `wait` answers at once.
@@ -18,60 +18,17 @@ import shutil
 import threading
 import uuid
 import zlib
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any
 
-from werkzeug.routing import Map, Rule
-
-if TYPE_CHECKING:
-    from tpujob.emulator.apis.compute.tpu_vms import TpuVms
-    from tpujob.emulator.apis.oslogin import OsLogin
-
-from tpujob.emulator.apis.bodies import check_id, copy_json, now, read_json
-from tpujob.emulator.apis.compute import tpu_mig_rules
+from tpujob.emulator.apis.bodies import check_id, copy_json, now
 from tpujob.emulator.apis.compute.disk_rules import access_mode_at_insert, check_attach
-from tpujob.emulator.apis.compute.instances import instance_filter
 from tpujob.emulator.apis.compute.operations import API_ROOT, ComputeOperations
 from tpujob.emulator.apis.compute.quotas import Quotas
 from tpujob.emulator.apis.errors import ApiError
 from tpujob.emulator.apis.labels import check_compute_labels
+from tpujob.emulator.apis.oslogin import OsLogin
 from tpujob.emulator.machines import apt
 from tpujob.emulator.machines.disks import gcsfuse_shim, prepare_hosts
-
-_BASE = "/compute/v1/projects/<project>"
-ROUTES = Map([
-    Rule(f"{_BASE}/zones/<zone>/disks", methods=["POST"], endpoint="insert_disk"),
-    Rule(f"{_BASE}/zones/<zone>/disks", methods=["GET"], endpoint="list_disks"),
-    Rule(f"{_BASE}/zones/<zone>/disks/<name>", methods=["GET"], endpoint="get_disk"),
-    Rule(f"{_BASE}/zones/<zone>/disks/<name>", methods=["DELETE"], endpoint="delete_disk"),
-    Rule(f"{_BASE}/global/snapshots", methods=["POST"], endpoint="insert_snapshot"),
-    Rule(f"{_BASE}/global/snapshots", methods=["GET"], endpoint="list_snapshots"),
-    Rule(f"{_BASE}/global/snapshots/<name>", methods=["GET"], endpoint="get_snapshot"),
-    Rule(f"{_BASE}/global/snapshots/<name>", methods=["DELETE"], endpoint="delete_snapshot"),
-    # zoneOperations.list: what a VM's preemption leaves (tpu_vms.TpuVms.preempt).
-    Rule(f"{_BASE}/zones/<zone>/operations", methods=["GET"], endpoint="list_zone_operations"),
-    Rule(f"{_BASE}/zones/<zone>/operations/<name>", methods=["GET"], endpoint="zone_operation"),
-    Rule(f"{_BASE}/zones/<zone>/operations/<name>/wait", methods=["POST"],
-         endpoint="zone_operation_wait"),
-    Rule(f"{_BASE}/global/operations/<name>", methods=["GET"], endpoint="global_operation"),
-    Rule(f"{_BASE}/global/operations/<name>/wait", methods=["POST"],
-         endpoint="global_operation_wait"),
-    Rule(_BASE, methods=["GET"], endpoint="get_project"),
-    Rule(f"{_BASE}/regions/<region>", methods=["GET"], endpoint="get_region"),  # its quotas (quotas.py)
-    # TPU VMs (tpu_vms.py): compute.v1.json instances.insert/list/get/delete/getGuestAttributes/stop.
-    Rule(f"{_BASE}/zones/<zone>/instances", methods=["POST"], endpoint="insert_instance"),
-    Rule(f"{_BASE}/zones/<zone>/instances", methods=["GET"], endpoint="list_instances"),
-    Rule(f"{_BASE}/zones/<zone>/instances/<name>", methods=["GET"], endpoint="get_instance"),
-    Rule(f"{_BASE}/zones/<zone>/instances/<name>", methods=["DELETE"],
-         endpoint="delete_instance"),
-    Rule(f"{_BASE}/zones/<zone>/instances/<name>/getGuestAttributes", methods=["GET"],
-         endpoint="instance_guest_attributes"),
-    Rule(f"{_BASE}/zones/<zone>/instances/<name>/stop", methods=["POST"], endpoint="stop_instance"),
-    # instances.setMetadata: POST .../instances/{instance}/setMetadata, the body a Metadata
-    # {kind, fingerprint, items} (cloud.google.com/compute/docs/reference/rest/v1/instances/setMetadata).
-    Rule(f"{_BASE}/zones/<zone>/instances/<name>/setMetadata", methods=["POST"],
-         endpoint="set_metadata_instance"),
-    *tpu_mig_rules.rules(_BASE),  # multi-host slices: workload policies, templates, MIGs
-], strict_slashes=False)
 
 _REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+")  # us-central1, europe-west4, ...
 DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd", "pd-extreme", "hyperdisk-ml",
@@ -87,18 +44,17 @@ def short(ref: str) -> str:
 class ComputeEmulator:
     """Disks and snapshots; methods raise ApiError, return the API's JSON."""
 
-    def __init__(self, root: pathlib.Path, storage_endpoint: str | None = None):
+    def __init__(self, root: pathlib.Path, oslogin: OsLogin, storage_endpoint: str | None = None):
         self.root = pathlib.Path(root)
         self.storage_endpoint = storage_endpoint  # for the hosts' gcsfuse
         # Unknown whether Google's TPU VM images ship gcsfuse (every peer installs it:
-        # shared/facts/operations.md); `tpujob emulator image --without-gcsfuse` boots hosts without.
+        # e.g. google/maxtext setup.sh); `tpujob emulator image --without-gcsfuse` boots hosts without.
         self.image_gcsfuse = True
         self._disks: dict[tuple[str, str, str], dict] = {}
         self._snapshots: dict[tuple[str, str], dict] = {}
         self.operations = ComputeOperations()
         self._lock = threading.RLock()
-        self.oslogin: OsLogin | None = None  # the project's enable-oslogin (set by the server)
-        self.tpu_vms: TpuVms | None = None  # the instances endpoints (set by the server)
+        self.oslogin = oslogin  # the project's enable-oslogin
         self.quotas = Quotas()  # regions.get's and projects.get's quota lists
 
     # ---- the project -------------------------------------------------------------------------
@@ -107,7 +63,7 @@ class ComputeEmulator:
         """compute.projects.get: the Project fields tpujob reads (compute.v1.json revision
         20261106, Project and Metadata): commonInstanceMetadata holds `enable-oslogin` while
         `tpujob emulator oslogin on` is set, as a project with OS Login enabled shows it."""
-        items: list[dict[str, Any]] = self.oslogin.project_metadata(project) if self.oslogin is not None else []
+        items: list[dict[str, Any]] = self.oslogin.project_metadata(project)
         return {"kind": "compute#project", "name": project, "id": str(zlib.crc32(project.encode())),
                 "selfLink": f"{API_ROOT}/projects/{project}",
                 "commonInstanceMetadata": {"kind": "compute#metadata", "items": items,
@@ -360,50 +316,3 @@ def _disk_ref(project: str, ref: str) -> tuple[str, str, str]:
 
 def _size(path: pathlib.Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-
-
-def handle(compute: ComputeEmulator, request: Any, endpoint: str, args: Mapping[str, Any]) -> dict:
-    """Serve one matched request (the TPU app routes /compute/v1/ here)."""
-    project = args["project"]
-    if endpoint in tpu_mig_rules.ENDPOINTS:
-        assert compute.tpu_vms is not None and compute.tpu_vms.migs is not None  # set before serving
-        return tpu_mig_rules.handle(compute.tpu_vms.migs, request, endpoint, args)
-    if "instance" in endpoint:  # tpu_vms.py serves every instances method
-        return _instances(compute.tpu_vms, request, endpoint, args)
-    if endpoint == "insert_disk":
-        return compute.insert_disk(project, args["zone"], _with_query_source(request))
-    if endpoint == "insert_snapshot":
-        return compute.insert_snapshot(project, read_json(request))
-    if endpoint == "list_zone_operations":
-        match = instance_filter(request.args.get("filter", ""), fields=("operationType", "targetLink"))
-        return {"kind": "compute#operationList",
-                "items": [op for op in compute.operations.list(project, args["zone"]) if match(op)]}
-    if endpoint in ("zone_operation_wait", "global_operation_wait"):
-        return compute.operations.wait(project, args.get("zone"), args["name"])
-    if endpoint.startswith(("zone_operation", "global_operation")):
-        return compute.operation(project, args.get("zone"), args["name"])
-    method = getattr(compute, endpoint)
-    return method(project, *(args[k] for k in ("zone", "region", "name") if k in args))
-
-
-def _instances(vms: Any, request: Any, endpoint: str, args: Mapping[str, Any]) -> dict:
-    project, zone, name = args["project"], args["zone"], args.get("name", "")
-    if endpoint == "insert_instance":
-        if request.args.get("sourceInstanceTemplate") or request.args.get("sourceMachineImage"):
-            raise ApiError(400, "emulator limit: insert from a template or machine image is not "
-                                "emulated; give the instance's fields")
-        return vms.insert(project, zone, read_json(request))
-    if endpoint == "list_instances":
-        return vms.list(project, zone, request.args.get("filter", ""))
-    if endpoint == "instance_guest_attributes":
-        return vms.guest_attributes(project, zone, name, request.args.get("queryPath", ""))
-    if endpoint == "set_metadata_instance":
-        return vms.set_metadata(project, zone, name, read_json(request))
-    return getattr(vms, endpoint.split("_")[0])(project, zone, name)
-
-
-def _with_query_source(request: Any) -> dict:
-    body = read_json(request)
-    if request.args.get("sourceImage"):
-        raise ApiError(400, "images are not emulated: create from a snapshot or a disk")
-    return body

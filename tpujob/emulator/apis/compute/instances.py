@@ -9,7 +9,7 @@ import os
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from tpujob.emulator.addresses import external_ip, host_ip
 from tpujob.emulator.apis.bodies import copy_json, now
@@ -36,6 +36,7 @@ class Instance:
     gone: bool = False
     preempting: bool = False
     host_index: int = 0  # its host in the slice of its MIG (tpu_migs.py); 0 when alone
+    on_lost: Callable[[Instance], None] | None = None  # its MIG's, told when its host dies
 
     @property
     def node_id(self) -> str:  # the Emulator's host faults name their target by this
@@ -165,12 +166,13 @@ def instance_filter(expression: str, fields: tuple[str, ...] = ("name", "status"
     return match
 
 
-def prepare_vm_hosts(em: Any, machines: Any, name: str, num_hosts: int, data_disks: list[dict]) -> None:
-    """What a TPU VM's image gives its hosts, as a TPU API node's (apis/tpu/nodes.py): the data
-    disks it attaches, apt's tools, gcsfuse where Cloud Storage runs (compute.prepare), and
-    apt's lock held a while after the first boot (apt.py: unattended-upgrades)."""
-    if em.compute is not None and hasattr(machines, "host_pids"):
-        em.compute.prepare([machines.host_pids(i) for i in range(num_hosts)],
-                           em.compute.attachments(name, data_disks, num_hosts))
+def prepare_vm_hosts(compute: Any, apt_lock_seconds: float, machines: Any, name: str, num_hosts: int,
+                     data_disks: list[dict]) -> None:
+    """What a TPU VM's image gives its hosts, as a TPU API node's (apis/tpu/api.py): the data
+    disks it attaches, apt's tools, gcsfuse where Cloud Storage runs (api.ComputeEmulator.prepare),
+    and apt's lock held a while after the first boot (machines/apt.py: unattended-upgrades)."""
+    if hasattr(machines, "host_pids"):
+        compute.prepare([machines.host_pids(i) for i in range(num_hosts)],
+                        compute.attachments(name, data_disks, num_hosts))
     if hasattr(machines, "hold_apt_lock"):
-        machines.hold_apt_lock(em.apt_lock_seconds)
+        machines.hold_apt_lock(apt_lock_seconds)

@@ -1,21 +1,13 @@
 """What the emulator's TPU MIGs answer with, and where: Google's wordings for what it refuses
 (MIG_WORDINGS, each with its source), the choices no source settles (UNSOURCED, in one place to
-correct), a MIG VM's view of its slice's hosts, the MIG status fields, and the compute.v1.json
-routes (tpu_migs.TpuMigs does the work)."""
+correct), a MIG VM's view of its slice's hosts, and the MIG status fields (tpu_migs.TpuMigs does
+the work; routes.py routes to it)."""
 
 from __future__ import annotations
 
 import random
 import string
-from typing import TYPE_CHECKING, Any, Mapping
-
-from werkzeug.routing import Rule
-
-from tpujob.emulator.apis.bodies import read_json
-from tpujob.emulator.apis.errors import ApiError
-
-if TYPE_CHECKING:
-    from tpujob.emulator.apis.compute.tpu_migs import TpuMigs
+from typing import Any
 
 MIG_WORDINGS = {
     # memory-layers TPU runbook (user report): a bare policy name.
@@ -152,54 +144,3 @@ def mig_status(stable: bool, topology: str | None, state: str) -> dict:
 def topology_of(status: dict) -> str | None:
     applied = status.get("appliedAcceleratorTopologies") or [{}]
     return applied[0].get("acceleratorTopology")
-
-
-
-# compute.v1.json paths: resourcePolicies (regional) and instanceTemplates (global), lists
-# included; instanceGroupManagers (resize included) and instanceGroupManagerResizeRequests.insert
-# (zonal).
-def rules(base: str) -> list[Rule]:
-    pol, tpl = f"{base}/regions/<region>/resourcePolicies", f"{base}/global/instanceTemplates"
-    mig = f"{base}/zones/<zone>/instanceGroupManagers"
-    return [Rule(pol, methods=["POST"], endpoint="insert_policy"),
-            Rule(pol, methods=["GET"], endpoint="list_policies"),
-            Rule(f"{pol}/<name>", methods=["GET"], endpoint="get_policy"),
-            Rule(f"{pol}/<name>", methods=["DELETE"], endpoint="delete_policy"),
-            Rule(tpl, methods=["POST"], endpoint="insert_template"),
-            Rule(tpl, methods=["GET"], endpoint="list_templates"),
-            Rule(f"{tpl}/<name>", methods=["GET"], endpoint="get_template"),
-            Rule(f"{tpl}/<name>", methods=["DELETE"], endpoint="delete_template"),
-            Rule(mig, methods=["POST"], endpoint="insert_mig"),
-            Rule(mig, methods=["GET"], endpoint="list_migs"),
-            Rule(f"{mig}/<name>", methods=["GET"], endpoint="get_mig"),
-            Rule(f"{mig}/<name>", methods=["DELETE"], endpoint="delete_mig"),
-            Rule(f"{mig}/<name>/listManagedInstances", methods=["POST"], endpoint="list_managed"),
-            Rule(f"{mig}/<name>/listErrors", methods=["GET"], endpoint="list_errors"),
-            Rule(f"{mig}/<name>/resize", methods=["POST"], endpoint="resize_mig"),
-            Rule(f"{mig}/<name>/resizeRequests", methods=["POST"],
-                 endpoint="refuse_resize_request"),
-            Rule(f"{base}/regions/<region>/operations/<name>", methods=["GET"],
-                 endpoint="region_operation"),
-            Rule(f"{base}/regions/<region>/operations/<name>/wait", methods=["POST"],
-                 endpoint="region_operation_wait")]
-
-
-ENDPOINTS = frozenset(r.endpoint for r in rules(""))
-
-
-def handle(migs: TpuMigs, request: Any, endpoint: str, args: Mapping[str, Any]) -> dict:
-    project = args["project"]
-    if endpoint.startswith("region_operation"):
-        wait = endpoint.endswith("_wait")
-        ops = migs.ops
-        return (ops.wait if wait else ops.get)(project, args["region"], args["name"])
-    scope = [args[k] for k in ("region", "zone") if k in args]
-    if endpoint == "resize_mig":
-        try:
-            size = int(request.args.get("size", ""))
-        except ValueError:
-            raise ApiError(400, "Required parameter 'size' is missing or not an integer") from None
-        return migs.resize_mig(project, args["zone"], args["name"], size)
-    if endpoint.startswith("insert_"):
-        return getattr(migs, endpoint)(project, *scope, read_json(request))
-    return getattr(migs, endpoint)(project, *scope, *([args["name"]] if "name" in args else []))

@@ -4,7 +4,8 @@ VMs form one ICI slice (one machines.SliceMachines of N hosts, each VM one of th
 
 Paths and fields: compute.v1.json revision 20261106 (ResourcePolicy.workloadPolicy,
 InstanceTemplate.properties, InstanceGroupManager, ManagedInstance, listErrors). Facts and
-their sources: shared/facts/compute-engine-tpu.md. What no source says is in
+their sources: cloud.google.com/tpu/docs/tpus-and-migs, Compute Engine's about-bulk-mode page,
+and the user reports named where each rule is. What no source says is in
 tpu_mig_rules.UNSOURCED; Google's wordings in tpu_mig_rules.MIG_WORDINGS.
 """
 
@@ -33,23 +34,25 @@ from tpujob.emulator.apis.compute.tpu_mig_rules import (
     tpu_env,
 )
 from tpujob.emulator.apis.compute.tpu_vm_rules import WORDINGS, machine_type, scheduling
-from tpujob.emulator.apis.compute.tpu_vms import FLEX_START_WAITS_OUT_STOCKOUTS
+from tpujob.emulator.apis.compute.tpu_vms import FLEX_START_WAITS_OUT_STOCKOUTS, TpuVms
 from tpujob.emulator.apis.errors import ApiError
 from tpujob.emulator.apis.oslogin import host_login
-from tpujob.emulator.apis.tpu.nodes import stop_machines
+from tpujob.emulator.world import Machines, World, stop_machines
 
 if TYPE_CHECKING:
-    from tpujob.emulator.apis.compute.tpu_vms import TpuVms
-    from tpujob.emulator.apis.tpu.nodes import Machines
+    from tpujob.emulator.apis.compute.api import ComputeEmulator
+    from tpujob.emulator.apis.oslogin import OsLogin
 
 
 class TpuMigs:
     """Workload policies, instance templates and TPU MIGs; the VMs live in TpuVms."""
 
-    def __init__(self, vms: TpuVms):
-        self.vms = vms
-        self.em = vms.emulator
-        self.ops = vms.ops
+    def __init__(self, world: World, vms: TpuVms, compute: ComputeEmulator, oslogin: OsLogin):
+        self.world = world
+        self.vms = vms  # where the MIGs' VMs live
+        self.compute = compute  # the data disks their template names
+        self.oslogin = oslogin
+        self.ops = compute.operations
         self._policies: dict[str, dict] = {}
         self._templates: dict[str, dict] = {}
         self._migs: dict[str, dict] = {}
@@ -148,7 +151,7 @@ class TpuMigs:
                "tpujobHosts": hosts if topology else None}
         self._put(self._migs, ref, mig)
         if size:
-            self.em._spawn(self._provision, project, zone, ref, props, kind)
+            self.world.spawn(self._provision, project, zone, ref, props, kind)
         return self.ops.new(project, zone, "insert", mig["selfLink"])
 
     def get_mig(self, project: str, zone: str, name: str) -> dict:
@@ -193,10 +196,12 @@ class TpuMigs:
         with self._lock:
             machines = self._slices.pop(ref, None)
         for member in mig["tpujobMembers"]:
-            inst = self.vms._instances.get(f"projects/{project}/zones/{zone}/instances/{member}")
-            if inst is not None:
-                inst.machines = None
-                self.vms._drop(inst)
+            try:
+                inst = self.vms.find(f"projects/{project}/zones/{zone}/instances/{member}")
+            except ApiError:
+                continue
+            inst.machines = None
+            self.vms.drop(inst)
         if machines:
             machines.stop()
         return self.ops.new(project, zone, "delete", mig["selfLink"])
@@ -232,7 +237,7 @@ class TpuMigs:
             base = mig["baseInstanceName"]
             mig.update(targetSize=size, tpujobMembers=members(base, size),
                        status=mig_status(False, topology_of(mig["status"]), "ACTIVATING"))
-            self.em._spawn(self._provision, project, zone, ref, props, kind)
+            self.world.spawn(self._provision, project, zone, ref, props, kind)
             return self.ops.new(project, zone, "resize", mig["selfLink"])
 
     def refuse_resize_request(self, *args) -> dict:
@@ -258,25 +263,25 @@ class TpuMigs:
         currentAction CREATING "retries until success", compute.v1.json), each try's stockout
         in listErrors. A FLEX_START template's VMs are made at once, PENDING, and wait out the
         stockout without an error, as a lone flex-start VM does (UNSOURCED["flex_start_members"])."""
-        em = self.em
+        em = self.world
         flex = FLEX_START_WAITS_OUT_STOCKOUTS and scheduling(props)["provisioningModel"] == "FLEX_START"
         insts = self._make_members(project, zone, ref, props, kind) if flex else []
         if flex and not insts:
             return  # deleted meanwhile
         delay = em.provisioning_delay
         while True:
-            if not em._sleep(delay, None):
+            if not em.sleep(delay, None):
                 return
             delay = max(em.provisioning_delay, 0.1)  # retries: never a busy loop
             with self._lock:
                 mig = self._migs.get(ref)
                 if mig is None:
                     return
-                if not em._stocked_out(zone, kind.name):
+                if not em.stocked_out(zone, kind.name):
                     # Its template's data disks, on every VM or none; a refusal is that try's
                     # error, retried as a stockout is (UNSOURCED["disk_refusal"]).
                     try:
-                        disks = vm_disks.attach(em, mig["tpujobMembers"], project, zone,
+                        disks = vm_disks.attach(self.compute, mig["tpujobMembers"], project, zone,
                                                 props.get("disks", []))
                         break
                     except ApiError as exc:
@@ -298,7 +303,7 @@ class TpuMigs:
         if not insts:
             return
         block = insts[0].ip_block
-        with em._lock:
+        with em.lock:
             for inst in insts:
                 inst.body["status"] = "STAGING"
         # The template's metadata reaches every VM (each VM's body carries it, as one
@@ -307,22 +312,22 @@ class TpuMigs:
         metadata = lambda: {i.get("key"): i.get("value", "")  # noqa: E731
                             for i in (props.get("metadata") or {}).get("items", [])}
         machines, hosts = None, []
-        if em._factory:
-            machines = em._factory(root=em.root / "migs" / ref.replace("/", "_"),
+        if em.machines_factory:
+            machines = em.machines_factory(root=em.root / "migs" / ref.replace("/", "_"),
                                    node_id=mig["name"], num_hosts=len(members),
                                    authorized_keys=authorized_keys(metadata()), ip_block=block,
                                    ssh_port=em.ssh_port,
-                                   login=host_login(em.oslogin, project, metadata))
+                                   login=host_login(self.oslogin, project, metadata))
             hosts = machines.start()
-            prepare_vm_hosts(em, machines, mig["name"], len(members), disks)
+            prepare_vm_hosts(self.compute, em.apt_lock_seconds, machines, mig["name"], len(members), disks)
         else:  # hosts switched off: addresses only, as a lone VM's VirtualHost
             hosts = [VirtualHost(i, host_ip(block, i), em.ssh_port) for i in range(len(members))]
-        with self._lock, em._lock:
+        with self._lock, em.lock:
             if ref not in self._migs:  # deleted meanwhile
                 if machines:
                     machines.stop()
                 for inst in insts:
-                    self.vms._drop(inst)
+                    self.vms.drop(inst)
                 return
             self._slices[ref] = machines
             booted = time.monotonic()
@@ -335,31 +340,32 @@ class TpuMigs:
             # InstanceGroupManagerStatusAcceleratorTopology) a while before it is ACTIVE
             # (UNSOURCED["topology_activation"]).
             mig["status"] = mig_status(True, topology_of(mig["status"]), "ACTIVATING")
-            em._changed.notify_all()
-        em._spawn(self._activate, ref)
+            em.changed.notify_all()
+        em.spawn(self._activate, ref)
 
     def _activate(self, ref: str) -> None:
-        em = self.em
-        em._sleep(em.provisioning_delay * UNSOURCED["topology_activation"], None)
-        with self._lock, em._lock:
+        em = self.world
+        em.sleep(em.provisioning_delay * UNSOURCED["topology_activation"], None)
+        with self._lock, em.lock:
             mig = self._migs.get(ref)
             if mig is not None and topology_of(mig["status"]) and \
                     mig["status"]["appliedAcceleratorTopologies"][0]["state"] == "ACTIVATING":
                 mig["status"] = mig_status(True, topology_of(mig["status"]), "ACTIVE")
-            em._changed.notify_all()
+            em.changed.notify_all()
 
     def _make_members(self, project: str, zone: str, ref: str, props: dict, kind) -> list[Instance]:
         """The MIG's VMs, as its template describes them (a FLEX_START one reads PENDING, any
         other PROVISIONING), in one address block; [] when the MIG is gone."""
-        em = self.em
-        with self._lock, em._lock:
+        em = self.world
+        with self._lock, em.lock:
             mig = self._migs.get(ref)
             if mig is None:
                 return []
-            block = em._free_ip_block()
+            block = em.addresses.take_internal(holders=len(mig["tpujobMembers"]))  # one block, every VM
             insts = []
             for i, member in enumerate(mig["tpujobMembers"]):
-                inst = Instance(project, zone, member, {}, kind, block, None, host_index=i)
+                inst = Instance(project, zone, member, {}, kind, block, None, host_index=i,
+                                on_lost=self.on_member_lost)
                 nics = props.get("networkInterfaces") or [{}]
                 # Each VM's worker id in its `tpu-env` metadata (tpu_mig_rules.tpu_env).
                 metadata = dict(props.get("metadata") or {})
@@ -367,9 +373,9 @@ class TpuMigs:
                     i, f"{kind.generation}-{kind.chips * len(mig['tpujobMembers'])}", topology_of(mig["status"]))}]
                 inst.body = instance_body(inst, {**props, "name": member, "metadata": metadata}, scheduling(props),
                                           [{**nics[0], "accessConfigs": []}])
-                self.vms._instances[inst.ref] = inst
+                self.vms.add(inst)
                 insts.append(inst)
-            em._changed.notify_all()
+            em.changed.notify_all()
             return insts
 
     # ---- helpers ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What Compute Engine refuses about a TPU VM's instances.insert body, with Google's wordings.
 
 Machine types (one table), the zones offering them, and the scheduling and reservation rules;
-tpu_vms.py applies them. Sources: shared/facts/compute-engine-tpu.md and those named below.
+tpu_vms.py applies them. Sources: Google's cloud.google.com/compute/docs/tpus/tpu-machines and
+cloud.google.com/tpu/docs/tpus-and-migs, the compute.v1 discovery document, and those named below.
 Every wording no public source quotes is in WORDINGS marked "no source", to be corrected there.
 """
 

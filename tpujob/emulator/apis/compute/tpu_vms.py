@@ -2,8 +2,8 @@
 getGuestAttributes, their life cycle, preemption and reservations.
 
 Each instance's host is real, as a TPU node's are (machines.SliceMachines with one host, started
-through the Emulator's factory; without one, a VirtualHost). State changes happen under the
-Emulator's lock and wake its condition, so its `_sleep` serves instances as it serves nodes; the
+through the world's machines factory; without one, a VirtualHost). State changes happen under
+the world's lock and wake its condition, so its `sleep` serves instances as it serves nodes; the
 operations are Compute's (operations.py). What Google refuses: tpu_vm_rules.py; the
 Instance record, its JSON and the list filter: instances.py.
 
@@ -20,7 +20,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from tpujob.emulator.addresses import VirtualHost, external_ip, host_ip
+from tpujob.emulator.addresses import AddressLimit, VirtualHost, external_ip, host_ip
 from tpujob.emulator.apis.bodies import authorized_keys, check_id, copy_json
 from tpujob.emulator.apis.compute import vm_disks
 from tpujob.emulator.apis.compute.instances import (
@@ -44,13 +44,12 @@ from tpujob.emulator.apis.compute.tpu_vm_rules import (
 )
 from tpujob.emulator.apis.errors import ApiError
 from tpujob.emulator.apis.labels import check_compute_labels
-from tpujob.emulator.apis.oslogin import host_login
-from tpujob.emulator.apis.tpu.nodes import stop_machines
+from tpujob.emulator.apis.oslogin import OsLogin, host_login
+from tpujob.emulator.apis.tpu.maintenance import upcoming
+from tpujob.emulator.world import World, stop_machines
 
 if TYPE_CHECKING:
     from tpujob.emulator.apis.compute.api import ComputeEmulator
-    from tpujob.emulator.apis.compute.tpu_migs import TpuMigs
-    from tpujob.emulator.apis.tpu.nodes import Emulator
 
 log = logging.getLogger(__name__)
 # Whether a flex-start BULK MIG's VMs wait in PENDING through a stockout (tpu_migs.py): the
@@ -67,12 +66,13 @@ PREEMPTING_STATUS = "STOPPING"
 class TpuVms:
     """The instances of every project and zone, and the reservations they may consume."""
 
-    def __init__(self, emulator: Emulator, compute: ComputeEmulator):
-        self.emulator = emulator
+    def __init__(self, world: World, compute: ComputeEmulator, oslogin: OsLogin):
+        self.world = world
+        self.compute = compute  # the data disks VMs attach
+        self.oslogin = oslogin
         self.ops = compute.operations
         self._instances: dict[str, Instance] = {}
         self._reservations: dict[tuple[str, str, str], dict] = {}
-        self.migs: TpuMigs | None = None  # the MIGs some instances belong to
 
     # ---- the API ----------------------------------------------------------------------------
 
@@ -85,47 +85,52 @@ class TpuVms:
         sched = scheduling(body)
         wait = flex_wait(body) if sched["provisioningModel"] == "FLEX_START" else None
         reservation = reservation_name(body)
-        em = self.emulator
-        with em._lock:
+        em = self.world
+        with em.lock:
             ref = f"projects/{project}/zones/{zone}/instances/{name}"
             if ref in self._instances:
                 raise ApiError(409, f"The resource '{ref}' already exists")
             nics = body.get("networkInterfaces") or [{}]
             wants_nat = bool(nics[0].get("accessConfigs"))
             # Its data disks, checked and held before anything is made (vm_disks.py).
-            vm_disks.attach(em, [name], project, zone, body.get("disks", []))
-            inst = Instance(project, zone, name, {}, kind, em._free_ip_block(),
-                            em._external_block() if wants_nat else None)
+            vm_disks.attach(self.compute, [name], project, zone, body.get("disks", []))
+            ip_block = em.addresses.take_internal()
+            try:
+                external_block = em.addresses.take_external() if wants_nat else None
+            except AddressLimit as err:  # a limit of the emulator's address plan
+                em.addresses.release(ip_block)
+                raise ApiError(400, str(err), status="FAILED_PRECONDITION") from None
+            inst = Instance(project, zone, name, {}, kind, ip_block, external_block)
             inst.body = instance_body(inst, body, sched, nics)
             self._instances[ref] = inst
             op = self.ops.new(project, zone, "insert", inst.body["selfLink"], done=False)
-            em._spawn(self._provision, inst, op, reservation, wait)
+            em.spawn(self._provision, inst, op, reservation, wait)
             return op
 
     def get(self, project: str, zone: str, name: str) -> dict:
-        with self.emulator._lock:
+        with self.world.lock:
             return copy_json(self._instance(project, zone, name).body)
 
     def list(self, project: str, zone: str, filter_: str = "") -> dict:
         match = instance_filter(filter_)
-        with self.emulator._lock:
+        with self.world.lock:
             items = [copy_json(i.body) for i in self._instances.values()
                      if (i.project, i.zone) == (project, zone) and match(i.body)]
         return {"kind": "compute#instanceList", "items": sorted(items, key=lambda b: b["name"]),
                 "selfLink": f"{API_ROOT}/projects/{project}/zones/{zone}/instances"}
 
     def delete(self, project: str, zone: str, name: str) -> dict:
-        em = self.emulator
-        with em._lock:
+        em = self.world
+        with em.lock:
             inst = self._instance(project, zone, name)
             op = self.ops.new(project, zone, "delete", inst.body["selfLink"], done=False)
             if not inst.deleting:
                 inst.deleting = True
                 inst.body["status"] = "STOPPING"
-                em._changed.notify_all()
-                em._spawn(self._remove, inst, op)
+                em.changed.notify_all()
+                em.spawn(self._remove, inst, op)
             else:
-                em._spawn(self._finish_when_gone, inst, op)
+                em.spawn(self._finish_when_gone, inst, op)
             return op
 
     def set_metadata(self, project: str, zone: str, name: str, body: dict) -> dict:
@@ -137,8 +142,8 @@ class TpuVms:
         conditionNotMet." A new `ssh-keys` reaches the VM's host as a node's UpdateNode does
         (machines.SliceMachines.authorize: Google's guest agent reads the metadata); a MIG VM's
         reaches its own host only. The template is left alone."""
-        em = self.emulator
-        with em._lock:
+        em = self.world
+        with em.lock:
             inst = self._instance(project, zone, name)
             metadata = inst.body["metadata"]
             if body.get("fingerprint") != metadata["fingerprint"]:
@@ -155,13 +160,13 @@ class TpuVms:
     def guest_attributes(self, project: str, zone: str, name: str, query_path: str) -> dict:
         """GuestAttributes (compute.v1.json): {kind, queryPath, queryValue: {items:
         [{namespace, key, value}]}, selfLink}. The host key appears once the guest agent has
-        written it (the Emulator's hostkeys delay, as for nodes), and only on a VM whose
+        written it (the world's hostkeys delay, as for nodes), and only on a VM whose
         metadata enables guest attributes (instances.guest_attributes_enabled). Unknown: whether Google
         answers 404 rather than no items before then; no items here, as for TPU nodes."""
         namespace, _, key = query_path.strip("/").partition("/")
-        with self.emulator._lock:
+        with self.world.lock:
             inst = self._instance(project, zone, name)
-            published = self.emulator._hostkeys_published(inst) and guest_attributes_enabled(inst.body)
+            published = self.world.hostkeys_published(inst.booted_at) and guest_attributes_enabled(inst.body)
             items = []
             for host in inst.hosts[:1]:
                 if host.host_key and published and namespace in ("", "hostkeys"):
@@ -177,7 +182,7 @@ class TpuVms:
     def reserve(self, project: str, zone: str, name: str, machine: str, count: int) -> dict:
         """A specific reservation of `count` VMs of machine type `machine` (its `inUseCount` is
         what instances consume); count 0 removes it."""
-        with self.emulator._lock:
+        with self.world.lock:
             key = (project, zone, name)
             if count <= 0:
                 self._reservations.pop(key, None)
@@ -188,19 +193,28 @@ class TpuVms:
             return copy_json(self._reservations[key])
 
     def find(self, ref: str) -> Instance:
-        with self.emulator._lock:
+        with self.world.lock:
             inst = self._instances.get(ref.split("/compute/v1/")[-1])
             if inst is None:
                 raise ApiError(404, f"no instance named {ref}")
             return inst
+
+    def named(self, name: str) -> Instance | None:
+        """The VM called `name` in any project and zone (the slice name `tpujob show` prints);
+        None when there is none, 409 when several are."""
+        with self.world.lock:
+            found = [i for i in self._instances.values() if i.name == name]
+        if len(found) > 1:
+            raise ApiError(409, f"several VMs are named {name}; give the full name", status="ABORTED")
+        return found[0] if found else None
 
     def preempt(self, ref: str, grace: float) -> dict:
         """A Spot VM's preemption: its hosts get SIGTERM, SIGKILL after `grace` (Google's notice
         is 30 s: cloud.google.com/compute/docs/tpus/tpu-machines), then the VM is TERMINATED
         (instanceTerminationAction STOP, the default) or deleted (DELETE), as Scheduling in
         compute.v1.json describes. Returns the VM as it then reads ({} once deleted)."""
-        em = self.emulator
-        with em._lock:
+        em = self.world
+        with em.lock:
             inst = self.find(ref)
             if not inst.body["scheduling"].get("preemptible") or inst.body["status"] != "RUNNING" \
                     or inst.preempting:
@@ -211,20 +225,20 @@ class TpuVms:
             machines = inst.machines
         if machines:
             machines.preempt(grace)
-        with em._lock:
+        with em.lock:
             inst.preempting = False
             if inst.deleting or inst.gone:
                 return copy_json(inst.body)
             self._record_preemption(inst)
             inst.hosts = []
-            if self.migs is not None:
-                self.migs.on_member_lost(inst)
+            if inst.on_lost is not None:
+                inst.on_lost(inst)
             if inst.body["scheduling"].get("instanceTerminationAction") == "DELETE":
                 inst.deleting = True
-                em._spawn(self._remove, inst, None)
+                em.spawn(self._remove, inst, None)
                 return {}
             inst.body["status"] = "TERMINATED"
-            em._changed.notify_all()
+            em.changed.notify_all()
             return copy_json(inst.body)
 
     def _record_preemption(self, inst: Instance) -> None:
@@ -240,44 +254,62 @@ class TpuVms:
         """instances.stop (compute.v1.json): STOPPING, its hosts shut down, then TERMINATED: a
         stop that is no preemption (someone stopped it, or a host error Google did not repair).
         No `compute.instances.preempted` operation is left."""
-        em = self.emulator
-        with em._lock:
+        em = self.world
+        with em.lock:
             inst = self._instance(project, zone, name)
             op = self.ops.new(project, zone, "stop", inst.body["selfLink"], done=False)
             inst.body["status"] = "STOPPING"
             machines, inst.machines, inst.hosts = inst.machines, None, []
-            em._changed.notify_all()
+            em.changed.notify_all()
         if machines:
             machines.stop()
-        with em._lock:
+        with em.lock:
             if not (inst.deleting or inst.gone):
                 inst.body["status"] = "TERMINATED"
-                if self.migs is not None:
-                    self.migs.on_member_lost(inst)
-            em._changed.notify_all()
+                if inst.on_lost is not None:
+                    inst.on_lost(inst)
+            em.changed.notify_all()
         self.ops.finish(op)
         return self.ops.get(project, zone, op["name"])
 
-    def blocks(self) -> tuple[set[int], set[int]]:
-        """The host and external address blocks instances hold (the Emulator's allocator)."""
-        insts = list(self._instances.values())
-        return ({i.ip_block for i in insts},
-                {i.external_block for i in insts if i.external_block is not None})
+    def announce_maintenance(self, ref: str, in_seconds: float) -> dict:
+        """A Compute Engine TPU VM's maintenance: the same UpcomingMaintenance as a node's
+        (maintenance.py), in the Instance's `resourceStatus.upcomingMaintenance`
+        (google-cloud-compute ResourceStatus, UpcomingMaintenance: type, canReschedule, window
+        times, maintenanceStatus). A TPU VM takes onHostMaintenance TERMINATE only, so when the
+        window opens it is stopped (TERMINATED, no preemption recorded), as `stop` does."""
+        with self.world.lock:
+            inst = self.find(ref)
+            if inst.body["status"] != "RUNNING":
+                raise ApiError(400, f"instance {inst.name} is {inst.body['status']}, not RUNNING",
+                               status="FAILED_PRECONDITION")
+            inst.body.setdefault("resourceStatus", {})["upcomingMaintenance"] = upcoming(in_seconds)
+            answer = copy_json(inst.body)
+        self.world.spawn(self._start_maintenance, inst, in_seconds)
+        return answer
+
+    def _start_maintenance(self, inst: Instance, in_seconds: float) -> None:
+        if not self.world.sleep(in_seconds, inst):
+            return
+        with self.world.lock:
+            if inst.gone or inst.deleting or inst.body["status"] != "RUNNING":
+                return
+            inst.body["resourceStatus"]["upcomingMaintenance"]["maintenanceStatus"] = "ONGOING"
+        self.stop(inst.project, inst.zone, inst.name)
+
 
     def close(self) -> None:
-        if self.migs is not None:
-            self.migs.close()
         stop_machines([inst.machines for inst in list(self._instances.values()) if inst.machines])
 
     # ---- life cycle (worker threads) --------------------------------------------------------
 
     def _provision(self, inst: Instance, op: dict, reservation: str | None, wait: float | None = None) -> None:
-        em = self.emulator
-        with em._lock:
+        em = self.world
+        with em.lock:
             failure = self._consume(inst, reservation) if reservation else None
         if failure:
             return self._fail(inst, op, failure, reservation=reservation)
-        if not em._sleep(em.provisioning_delay, inst):
+        if not em.sleep(em.provisioning_delay, inst):
             return self.ops.finish(op)  # deleted while waiting: the delete takes it from here
         # Flex-start PENDING is "waiting for available capacity from Dynamic Workload Scheduler"
         # (compute.v1 discovery, Instance.status), for as long as the insert's
@@ -286,39 +318,39 @@ class TpuVms:
         # Without the window it fails at once, as another VM's insert does.
         deadline = time.monotonic() + wait if wait is not None else None
         while deadline is not None and inst.body["status"] == "PENDING" and time.monotonic() < deadline:
-            with em._lock:
-                waiting = em._stocked_out(inst.zone, inst.kind.name)
+            with em.lock:
+                waiting = em.stocked_out(inst.zone, inst.kind.name)
             if not waiting:
                 break
-            if not em._sleep(min(0.2, max(deadline - time.monotonic(), 0.01)), inst):
+            if not em.sleep(min(0.2, max(deadline - time.monotonic(), 0.01)), inst):
                 return self.ops.finish(op)
-        with em._lock:
-            if em._stocked_out(inst.zone, inst.kind.name):
+        with em.lock:
+            if em.stocked_out(inst.zone, inst.kind.name):
                 return self._fail(inst, op, "stockout")
             inst.body["status"] = "STAGING"
         try:
             hosts, machines = self._start_hosts(inst)
         except Exception as err:  # a broken VM: the operation says why
             log.exception("starting the host of %s failed", inst.ref)
-            self._drop(inst)
+            self.drop(inst)
             # INTERNAL_ERROR after STAGING, 503 as users saw a provisioning insert end
             # (dstackai/dstack#488, ray-project/ray#6790: user reports, read as no capacity).
             return self.ops.finish(op, operation_error("INTERNAL_ERROR", str(err), 503))
-        with em._lock:
+        with em.lock:
             # Its delete, or the emulator's close, found no machines to stop: stopped here
-            # (as node_lifecycle's _bring_up does for a node's hosts).
-            orphaned = inst.deleting or em._closing
+            # (as TpuApi._bring_up, apis/tpu/api.py, does for a node's hosts).
+            orphaned = inst.deleting or em.closing
             if not orphaned:
                 inst.hosts, inst.machines, inst.booted_at = hosts, machines, time.monotonic()
         if orphaned:
             if machines:
                 machines.stop()
             return self.ops.finish(op)
-        if em._sleep(em.provisioning_delay, inst):
-            with em._lock:
+        if em.sleep(em.provisioning_delay, inst):
+            with em.lock:
                 if not inst.deleting:
                     inst.body["status"] = "RUNNING"
-                    em._changed.notify_all()
+                    em.changed.notify_all()
         self.ops.finish(op)
         self._limit_run(inst)
 
@@ -332,9 +364,9 @@ class TpuVms:
         limit = (inst.body["scheduling"].get("maxRunDuration") or {}).get("seconds")
         if not limit or inst.body["status"] != "RUNNING":
             return
-        if not self.emulator._sleep(float(limit), inst):
+        if not self.world.sleep(float(limit), inst):
             return  # deleted (or the emulator closed) first
-        with self.emulator._lock:
+        with self.world.lock:
             if inst.deleting or inst.gone or inst.body["status"] != "RUNNING":
                 return
         if inst.body["scheduling"].get("instanceTerminationAction") == "DELETE":
@@ -343,21 +375,21 @@ class TpuVms:
             self.stop(inst.project, inst.zone, inst.name)
 
     def _start_hosts(self, inst: Instance) -> tuple[builtins.list[Any], Any]:
-        em = self.emulator
+        em = self.world
         metadata = lambda: {i.get("key"): i.get("value", "")  # noqa: E731
                             for i in inst.body.get("metadata", {}).get("items", [])}
         externals = [external_ip(inst.external_block, 0)] if inst.external_block is not None \
             else None
-        if not em._factory:
+        if not em.machines_factory:
             return [VirtualHost(0, host_ip(inst.ip_block, 0), em.ssh_port)], None
-        machines = em._factory(
+        machines = em.machines_factory(
             root=em.root / "instances" / inst.project / inst.zone / inst.name, node_id=inst.name,
             num_hosts=1, authorized_keys=authorized_keys(metadata()), ip_block=inst.ip_block,
             ssh_port=em.ssh_port, external_ips=externals,
-            login=host_login(em.oslogin, inst.project, metadata))
+            login=host_login(self.oslogin, inst.project, metadata))
         try:
             hosts = machines.start()
-            prepare_vm_hosts(em, machines, inst.name, 1,
+            prepare_vm_hosts(self.compute, em.apt_lock_seconds, machines, inst.name, 1,
                              vm_disks.entries(inst.project, inst.zone, inst.body.get("disks", [])))
         except Exception:
             machines.stop()
@@ -365,40 +397,46 @@ class TpuVms:
         return hosts, machines
 
     def _remove(self, inst: Instance, op: dict | None) -> None:
-        em = self.emulator
-        em._sleep(em.provisioning_delay, None)
-        with em._lock:
+        em = self.world
+        em.sleep(em.provisioning_delay, None)
+        with em.lock:
             machines, inst.machines = inst.machines, None
         if machines:
             machines.stop()
-        self._drop(inst)
+        self.drop(inst)
         if op:
             self.ops.finish(op)
 
     def _finish_when_gone(self, inst: Instance, op: dict) -> None:
-        em = self.emulator
-        with em._lock:
-            while not inst.gone and not em._closing:
-                em._changed.wait(0.2)
+        em = self.world
+        with em.lock:
+            while not inst.gone and not em.closing:
+                em.changed.wait(0.2)
         self.ops.finish(op)
 
     def _fail(self, inst: Instance, op: dict, why: str, reservation: str | None = None) -> None:
-        self._drop(inst)
+        self.drop(inst)
         code, status = OPERATION_ERRORS[why]
         message = WORDINGS[why].format(name=reservation, project=inst.project, zone=inst.zone)
         self.ops.finish(op, operation_error(code, message, status))
 
-    def _drop(self, inst: Instance) -> None:
-        with self.emulator._lock:
-            self._instances.pop(inst.ref, None)
-            if self.emulator.compute is not None:
-                self.emulator.compute.release(inst.name)  # its data disks are free again
+    def add(self, inst: Instance) -> None:
+        """Keep `inst`, made by a MIG (tpu_migs.py) with its address block taken."""
+        with self.world.lock:
+            self._instances[inst.ref] = inst
+
+    def drop(self, inst: Instance) -> None:
+        """Forget `inst`: its address block, data disks and reservation are free again."""
+        with self.world.lock:
+            if self._instances.pop(inst.ref, None) is inst:
+                self.world.addresses.release(inst.ip_block, inst.external_block)
+            self.compute.release(inst.name)  # its data disks are free again
             if inst.reservation in self._reservations:
                 spec = self._reservations[inst.reservation]["specificReservation"]
                 spec["inUseCount"] = str(int(spec["inUseCount"]) - 1)
             inst.reservation = None
             inst.gone, inst.hosts = True, []
-            self.emulator._changed.notify_all()
+            self.world.changed.notify_all()
 
     # ---- helpers ----------------------------------------------------------------------------
 

@@ -29,16 +29,16 @@ def entries(project: str, zone: str, disks: list[dict]) -> list[dict]:
     return found
 
 
-def attach(em: Any, vm_names: list[str], project: str, zone: str, disks: list[dict]) -> list[dict]:
+def attach(compute: Any, vm_names: list[str], project: str, zone: str, disks: list[dict]) -> list[dict]:
     """Attach the disks `disks` names to every VM of `vm_names`, or to none: ApiError with
     Compute's words when one is missing or held read-write elsewhere (or would be written by
     two of them). Returns the entries (for compute.prepare)."""
     wanted = entries(project, zone, disks)
-    if em.compute is None or not wanted:
+    if not wanted:
         return wanted
     for entry in wanted:
         try:
-            em.compute.attachments(vm_names[0], [entry], 1)
+            compute.attachments(vm_names[0], [entry], 1)
         except ApiError as exc:
             if exc.code != 404:
                 raise
@@ -49,11 +49,11 @@ def attach(em: Any, vm_names: list[str], project: str, zone: str, disks: list[di
     attached: list[str] = []
     try:
         for name in vm_names:  # one at a time: the second writer is refused as another VM's would be
-            em.compute.attachments(name, wanted, 1)
-            em.compute.mark_attached(name, wanted)
+            compute.attachments(name, wanted, 1)
+            compute.mark_attached(name, wanted)
             attached.append(name)
     except ApiError:
         for name in attached:
-            em.compute.release(name)
+            compute.release(name)
         raise
     return wanted

@@ -9,7 +9,7 @@ Sources:
   surface/compute/tpus/tpu_vm/attach_disk.py, ALPHA track only) appends to the node's
   `data_disks` and patches it with `updateMask=data_disks` on v2alpha1: the one documented way
   to attach a disk to an existing node, so v2alpha1 takes `data_disks` too. Whether v2 does is
-  unknown (shared/facts/operations.md): the emulator follows the discovery document and refuses.
+  unknown (no page or payload says): the emulator follows the discovery document and refuses.
 - No TPU payload for a mask path outside the list was found; the refusal is worded after Google's
   own for another API's UpdateCluster, 400 INVALID_ARGUMENT "FieldMask path 'config' must be one
   of the following: [config.worker_config.num_instances, ..., labels]." (Dataproc, quoted in

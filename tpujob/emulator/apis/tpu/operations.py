@@ -3,7 +3,8 @@
 An operation starts `{"name", "done": false, "metadata": OperationMetadata}` and ends with
 either `response` (typed by `@type`: `...tpu.v2.Node`, `...tpu.v2.QueuedResource`, or
 `google.protobuf.Empty` for deletes) or `error` `{code, message}` (google.rpc.Status); the
-client library's poller reads exactly these (shared/FACTS.md). Callers hold the emulator's lock.
+client library's poller reads exactly these (google-cloud-tpu's REST transport: `operation.result()`
+polls `GET .../operations/OP` on the client's own endpoint). Callers hold the world's lock.
 """
 
 from __future__ import annotations

@@ -40,8 +40,10 @@ def check_placement(zone: str, node_body: dict) -> None:
     call itself answers 400 INVALID_ARGUMENT, for nodes and queued resources alike (gcloud
     prints "ERROR: (gcloud.alpha.compute.tpus.queued-resources.create) INVALID_ARGUMENT: ..."
     with no operation issued, in the zone-probe logs and the sayouzone notes that quote these
-    wordings; shared/FACTS.md). An accelerator type that does not exist reads the same, and so
-    does one the TPU API does not serve at all (TPU7x: Compute Engine only)."""
+    wordings; skypilot-org/skypilot#3840 quotes "Cloud TPU received a bad request. the accelerator
+    v4-128 was not found in zone us-central2-b [EID: ...]"). An accelerator type that does not
+    exist reads the same, and so does one the TPU API does not serve at all (TPU7x: Compute
+    Engine only)."""
     name = node_body.get("acceleratorType") or ""
     if offers(zone, name) and tpu_api_offers(name):
         return
