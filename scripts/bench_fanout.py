@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from tpujob.emulator.machines import SliceMachines
+from tpujob.emulator.machines.slice import SliceMachines
 from tpujob.hosts.fanout import Host, HostGroup, ensure_ok
 from tpujob.hosts.keys import load_key, public_key_line
 

@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tpujob.emulator.gcs_json import BucketApi
+from tpujob.emulator.machines.gcs_json import BucketApi
 
 CONFIG = "model: tiny\nsteps: {steps}\ncheckpoint_every: 20\nlog_every: 1\nheartbeat_every_s: 1\n" \
          "batch_size: 8\nseq_len: 64\n"
@@ -66,7 +66,8 @@ def main() -> int:
             headers={"Content-Type": "application/json"}), timeout=10).read()
         api.upload("runs/1/heartbeat", b"{}")
         env = dict(os.environ, STORAGE_EMULATOR_HOST=endpoint)
-        daemon = subprocess.Popen([sys.executable, "-m", "tpujob.emulator.gcsfuse", "--foreground", "--implicit-dirs",
+        daemon = subprocess.Popen([sys.executable, "-m", "tpujob.emulator.machines.gcsfuse", "--foreground",
+                                   "--implicit-dirs",
                                    "--metadata-cache-ttl-secs", "0", "--rename-dir-limit", "100000", "bench",
                                    str(mount)], env=env)
         while not os.path.ismount(mount):

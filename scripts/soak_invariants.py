@@ -48,7 +48,9 @@ def check(night, *, zone: str, compute_zone: str, checkpoint_every: int,
         checks += 1
         violations += _unexplained(job.id, ctx.store.attempts(job.id))
         checks += 1
-        violations += _ledger_off(job, ctx.store.attempts(job.id), events)
+        gap, off = _ledger_off(job, ctx.store.attempts(job.id), events)
+        night.ledger_gaps.append(gap)
+        violations += off
         if job.id in night.runtime_jobs:
             checks += 2
             attempts = ctx.store.attempts(job.id)
@@ -75,8 +77,9 @@ def check(night, *, zone: str, compute_zone: str, checkpoint_every: int,
     return violations, checks
 
 
-def _ledger_off(job, attempts: list, events: list) -> list[str]:
-    """The job's ledger (service/ledger.py): its buckets add up to its wall time within 1 %."""
+def _ledger_off(job, attempts: list, events: list) -> tuple[float, list[str]]:
+    """The job's ledger (service/ledger.py): how far its buckets are from its wall time (a share
+    of it), and a violation where that is over 1 %."""
     import time
 
     from tpujob.service.ledger import job_ledger, price_of
@@ -84,9 +87,10 @@ def _ledger_off(job, attempts: list, events: list) -> list[str]:
 
     led = job_ledger(job, attempts, events, time.time(), price_of(spec_of(job).provisioning))
     total = sum(led.buckets.values())
-    if abs(total - led.wall_seconds) > 0.01 * max(led.wall_seconds, 1e-9):
-        return [f"job {job.id}: ledger buckets add up to {total:.1f} s of {led.wall_seconds:.1f} s wall"]
-    return []
+    gap = abs(total - led.wall_seconds) / max(led.wall_seconds, 1e-9)
+    if gap > 0.01:
+        return gap, [f"job {job.id}: ledger buckets add up to {total:.1f} s of {led.wall_seconds:.1f} s wall"]
+    return gap, []
 
 
 # A failed attempt's cause that says no more than the exit code: no status.json message, no

@@ -2,7 +2,7 @@
 # attempt before): end the programs earlier attempts of the job left, and every process holding
 # an accelerator device, wait for them to let go, and remove libtpu's lock. A TPU still held
 # makes the next program fail ("The TPU is already in use by process with pid N", "Couldn't
-# open iommu group": /work/shared/facts/operations.md, "Busy TPU on a reused host").
+# open iommu group": jax-ml/jax#22070, marin-community/marin#2618; tpujob/hosts/bad_host.py).
 # Prints one JSON line: the pids ended, and those still holding a device afterwards.
 # Each placeholder in double braces below becomes one shell-quoted word; nothing else is
 # substituted.

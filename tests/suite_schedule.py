@@ -32,6 +32,7 @@ CPU_BOUND = (
     "tests/e2e/test_notify_sweeps.py::",  # 20 / 20: four requeue processes
     "tests/e2e/test_hangs.py::test_a_frozen_host",  # 30 / 52 for the file; this one trains until a freeze
     "tests/e2e/test_lab.py::",  # 49 / 61 at load 3.5 (2026-12-05): three nodes' tpujob processes, two key modes
+    "tests/e2e/test_lab_scheduler.py::",  # 31 / 36 at load 5 (2026-12-05): two nodes' requeue processes at once
 )
 
 

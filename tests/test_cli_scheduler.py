@@ -85,11 +85,52 @@ def test_a_job_under_a_quota_is_queued_and_says_why_it_waits(cli, record_as):
     assert row.endswith("quota: 16/16 v4 chips in us-central2, 1st in band normal")
     shown = cli("show", str(b.id)).out
     assert "waiting for:  quota: 16/16 v4 chips in us-central2 held by alice 8, carol 8; 1st in band normal" in shown
+    # Where it is in the queue, and why its start cannot be estimated: no holder has started yet.
+    assert "\nqueue:        position 1 in the lab's queue (tpujob queue)\n" in shown
+    unknown = (f"unknown: alice's job {a.id:06d} has not started running (PENDING); "
+               f"carol's job {c.id:06d} has not started running (PENDING)")
+    assert f"\nstarts:       {unknown}\n" in shown
+    as_json = json.loads(cli("show", str(b.id), "--json").out)
+    assert {k: as_json[k] for k in ("waiting_for", "queue_position", "starts_in_seconds", "starts")} == {
+        "waiting_for": "quota: 16/16 v4 chips in us-central2 held by alice 8, carol 8; 1st in band normal",
+        "queue_position": 1, "starts_in_seconds": None, "starts": unknown}
+    admitted = json.loads(cli("show", str(a.id), "--json").out)  # not QUEUED: no place in the queue
+    assert (admitted["queue_position"], admitted["starts"]) == (None, None)
+    assert "\nstarts:" not in cli("show", str(a.id)).out
     queue = json.loads(cli("queue", "--json").out)
     assert [(q["position"], q["id"], q["priority"], q["chips"], q["waiting_for"]) for q in queue] == [
         (1, f"{b.id:06d}", "normal", 8,
          "quota: 16/16 v4 chips in us-central2 held by alice 8, carol 8; 1st in band normal")]
     assert json.loads(cli("show", str(c.id), "--json").out)["priority"] == "high"
+
+
+def test_show_estimates_a_queued_jobs_start_from_the_running_jobs_progress(cli, record_as):
+    """`show`, text and --json, gives the queue's estimate (service/quotas.queue, the one
+    `tpujob queue` prints): when the running job's progress frees the chips."""
+    from tpujob.reconcile.scheduling import admit_queued
+    from tpujob.store.states import State
+
+    cli("quota", "set", "v4", "8")
+    running, waiting = record_as("alice"), record_as("bob")
+    store = Context.load().store
+    assert admit_queued(store).admitted == [running.id]
+    store.start_attempt(running.id, State.PENDING, State.PROVISIONING, "go", zone="us-central2-b",
+                        accelerator="v4-16", queued=False)
+    store.transition(running.id, State.PROVISIONING, State.SETTING_UP, "ready")
+    store.transition(running.id, State.SETTING_UP, State.RUNNING, "launched")
+    now = store.clock()
+    # 100 steps in 100 s, 900 left of 1,000: about 15 minutes.
+    store.record_steps(running.id, 1, last_step=0, total_steps=1000, at=now - 100)
+    store.record_steps(running.id, 1, last_step=100, at=now)
+
+    as_json = json.loads(cli("show", str(waiting.id), "--json").out)
+    assert as_json["queue_position"] == 1 and as_json["starts"] == "in about 15m"
+    assert as_json["starts_in_seconds"] == pytest.approx(900, abs=5)
+    assert as_json["waiting_for"] == "quota: 8/8 v4 chips held by alice 8; 1st in band normal"
+    assert "\nstarts:       in about 15m\n" in cli("show", str(waiting.id)).out
+    (row,) = json.loads(cli("queue", "--json").out)
+    assert (row["starts"], row["starts_in_seconds"]) == ("in about 15m", as_json["starts_in_seconds"])
+    assert cli("queue").out.splitlines()[1].split()[7:10] == ["in", "about", "15m"]  # STARTS
 
 
 def test_budget_set_and_list(cli):
@@ -122,3 +163,15 @@ def test_create_under_a_full_quota_returns_queued_and_says_why(cli, spec_file, l
     lines = result.out.splitlines()
     assert lines[-2:] == ["job 000001 QUEUED", "waiting for: quota: 0/0 v4 chips; 1st in band normal"]
     assert Context.load().store.current_attempt(1) is None  # nothing asked of Google
+
+
+def test_create_with_queue_follow_0_returns_as_soon_as_the_job_waits(cli, spec_file, local_cloud, monkeypatch):
+    # docs/reconcile.md: 0 to 86400, 0 returning at once (a script submitting many jobs).
+    monkeypatch.setenv("TPUJOB_QUEUE_FOLLOW_SECONDS", "0")
+    monkeypatch.setenv("TPUJOB_USER", "alice")
+    assert cli("quota", "set", "v4", "0").code == 0
+    path = spec_file("name: q\ntpu: {accelerator: v4-8, zone: us-central2-b}\nrun: {command: train}\n")
+    result = cli("create", path)
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[-2] == "job 000001 QUEUED"
+    assert Context.load().store.get(1).state == "QUEUED"

@@ -105,7 +105,7 @@ def test_the_configured_zone_region_is_read_too(cli, project, spec_file, local_c
 
 
 def test_the_emulators_default_lists_pass_and_name_every_tpu_metric(cli, project, spec_file):
-    from tpujob.emulator.quotas import INVENTED_TPU_METRICS
+    from tpujob.emulator.apis.compute.quotas import INVENTED_TPU_METRICS
 
     record(spec_file)
     _, check = quotas(cli)

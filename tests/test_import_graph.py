@@ -20,10 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tpujob"
-# Parts of tpujob/ not read yet; deleting a line here brings its package under both checks.
-NOT_READ = (
-    "tpujob/emulator/",
-)
+# Parts of tpujob/ not read; a line here ("tpujob/emulator/") leaves a package out of both checks.
+NOT_READ: tuple[str, ...] = ()
 # What this test found outside the modules its author could change, to be fixed by their
 # owners and then deleted from here: (module, private name).
 KNOWN_CIRCLES = [
@@ -35,6 +33,11 @@ KNOWN_CIRCLES = [
 KNOWN_PRIVATE_USES = {
     ("tpujob.cli.keep_alive", "_ctx"),  # from tpujob.cli.jobs
     ("tpujob.cli.notify", "_ctx"),  # from tpujob.cli.jobs
+}
+# Private names of other libraries' objects that a name alone cannot tell from tpujob's own:
+# (module, name).
+OTHER_LIBRARIES = {
+    ("tpujob.cloud.gcs", "_http"),  # google.cloud.storage.Client._http: its authorized session
 }
 # Private by convention only: the public API of NamedTuple (`_fields`, `_make`, ...) and of ast
 # nodes.
@@ -173,7 +176,7 @@ def private_uses(found: dict[str, Module]) -> set[tuple[str, str, str]]:
                 if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                     continue
                 owners = everyone.get(node.attr, set()) - {module.name}
-                if owners and node.attr not in module.defines:
+                if owners and node.attr not in module.defines and (module.name, node.attr) not in OTHER_LIBRARIES:
                     uses.add((module.name, node.attr, f"line {node.lineno}, defined in {', '.join(sorted(owners))}"))
     return uses
 
@@ -181,7 +184,7 @@ def private_uses(found: dict[str, Module]) -> set[tuple[str, str, str]]:
 def test_the_graph_reads_every_module_and_sees_their_imports():
     found = modules()
     assert "tpujob.store.repository" in found and "tpujob.cli.main" in found
-    assert not any(name.startswith("tpujob.emulator") for name in found)
+    assert "tpujob.emulator.server" in found
     assert "tpujob.store.transactions" in found["tpujob.store.repository"].imports
     # `from tpujob.reconcile import placement as placing` is the module, not the package.
     assert "tpujob.reconcile.placement" in found["tpujob.reconcile.act"].imports

@@ -525,3 +525,15 @@ def test_smtp_settings_are_kept_and_shown(cli):
     shown = json.loads(cli("config", "show", "--json").out)
     assert (shown["smtp_host"], shown["smtp_port"], shown["smtp_starttls"]) == ("smtp.example.org", "465", "true")
     assert "smtp_password" not in shown
+
+
+@pytest.mark.parametrize("value", ["0", "121"])
+def test_a_notify_timeout_of_0_or_past_120_is_refused(monkeypatch, value):
+    # 0 s would send nothing (docs/notify.md: one deadline for the whole message).
+    from tpujob.errors import ConfigError
+    from tpujob.settings import knob
+
+    monkeypatch.setenv("TPUJOB_NOTIFY_TIMEOUT", value)
+    said = rf"^TPUJOB_NOTIFY_TIMEOUT must be seconds more than 0, up to 120, got '{value}'$"
+    with pytest.raises(ConfigError, match=said):
+        knob("NOTIFY_TIMEOUT")

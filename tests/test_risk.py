@@ -100,3 +100,20 @@ def test_no_price_no_score_but_still_ranked_by_risk():
     ranked = ordered(PLACES[:2], "spot", evidence(samples), lambda accelerator: None)
     assert [c.index for c in ranked] == [1, 0]
     assert all(c.score is None for c in ranked) and ranked[0].useful > ranked[1].useful
+
+
+@pytest.mark.parametrize("hours, interruptions", [(24, 24), (48, 12), (200, 50)])
+def test_the_auto_interval_is_within_20_percent_of_young_s_for_what_the_store_measured(hours, interruptions):
+    """Issue 49's bar: once a placement has a history, the interval from the M handed to the
+    runtime (shrunk toward the lab's mean by one pseudo-interruption) is within 20 % of
+    sqrt(2*C*M) for the M the store measured (seconds ran / interruptions) and the runtime's C.
+    With n interruptions and the lab's mean r times this zone's M, the M handed is (n + r)/(n + 1)
+    of it: within 20 % of the interval (M within 1.44x) takes n >= (r - 1.44)/0.44 (and n >= 3
+    where r < 1); here A's M is 5.5x below the lab's (B is calm), so 10 interruptions or more."""
+    from tpujob.reconcile.risk import prior_mtbi
+
+    save = 45.0
+    found = evidence(_runs(A, hours, interruptions) + _runs(B, 100, 2))
+    handed = found[A].mtbi(prior_mtbi(found, A.accelerator, A.provisioning))
+    measured = hours * 3600 / interruptions
+    assert checkpoint_seconds(save, handed) == pytest.approx(math.sqrt(2 * save * measured), rel=0.2)

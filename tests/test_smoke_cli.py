@@ -63,3 +63,10 @@ def test_the_demo_command_names_an_existing_cli_command(commands, cli):
     result = cli(*words[1:], "--help")
     assert result.code == 0, result.err
     assert "Usage:" in result.out and words[1] in result.out
+
+
+def test_every_file_the_readme_links_to_exists():
+    readme = (ROOT / "README.md").read_text()
+    linked = set(re.findall(r"\]\(([^)#:]+)\)", readme)) | set(re.findall(r"\b(docs/[\w.-]+\.md)\b", readme))
+    assert "docs/spec.md" in linked and "docs/benchmarks.md" in linked
+    assert sorted(p for p in linked if not (ROOT / p).exists()) == []

@@ -14,6 +14,7 @@ from urllib.parse import urlencode, urlsplit
 
 import pytest
 from job_story import story  # noqa: F401 - fixture
+from markupsafe import escape
 
 from tpujob.service.context import Context
 
@@ -326,6 +327,13 @@ def test_a_queued_job_page_says_why_it_waits(ui, spec_file, story):
     assert store.get(first.id).state == "PENDING"
     assert '<tr><th>waiting for</th><td class="waiting">quota: ' in page and '; 1st in band low</td></tr>' in page
     assert '<td class="priority">low</td>' in page
+    # Its place and estimated start, as `tpujob queue` has them: never a guess where the
+    # holders' ends are not known, but whose.
+    assert "<tr><th>queue</th><td class=\"queue\">position 1 in the lab's queue</td></tr>" in page
+    owner = store.get(first.id).owner
+    unknown = (f"unknown: {owner}'s job {story[1].id:06d} reports no ETA and has no max_run_duration; "
+               f"{owner}'s job {first.id:06d} has not started running (PENDING)")
+    assert f'<tr><th>starts</th><td class="starts">{escape(unknown)}</td></tr>' in page
     assert "waiting for" not in browser.get(f"/jobs/{first.id}")[2]
 
 

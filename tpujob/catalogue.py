@@ -35,7 +35,7 @@ Sources (checked 2026-11):
   chips (2x2x2, two VMs), tpu7x-128 is 64 chips (4x4x4, 16 VMs): Google's own xpk
   (AI-Hypercomputer/xpk src/xpk/core/system_characteristics.py: device_type
   f"tpu7x-{chips * 2}", chips_per_vm 4) and the TPU_ACCELERATOR_TYPE `tpu7x-16` a two-VM slice
-  reports (shared/facts/compute-engine-tpu.md). No TPU7x price was found on
+  reports (its `tpu-env` metadata, as quoted in third-party TPU7x guides). No TPU7x price was found on
   https://cloud.google.com/tpu/pricing (searched 2026-11): on-demand and spot stay None.
 - Flex-start (Dynamic Workload Scheduler) is billed at DWS prices, "discounts (up to 53%)" on
   TPUs against on-demand (https://cloud.google.com/kubernetes-engine/docs/concepts/dws,
@@ -112,7 +112,7 @@ NEVER_READ_ONLY = {"hyperdisk-balanced": "hyperdisk-balanced disk type cannot be
 _V5P_SIZES = (8, 16, 32, 64) + tuple(range(128, 12288 + 1, 128))
 
 # 3-D topologies (chips along x, y, z) of slices made of 4-chip VMs. Google publishes no list
-# for Compute Engine (shared/facts/compute-engine-tpu.md, "Unknown: Google's topology list");
+# for Compute Engine (cloud.google.com/compute/docs/tpus/tpu-machines names a few, not a list);
 # the strongest source is Google's own xpk (AI-Hypercomputer/xpk,
 # src/xpk/core/system_characteristics.py, supported_topologies of ct5p-hightpu-4t and
 # tpu7x-standard-4t), which agrees with the v5p ones Google's tpu-machines page names

@@ -1,17 +1,14 @@
-"""This node's own clock: the wall clock, or in tests the wall clock off by
-TPUJOB_CLOCK_SKEW_SECONDS (-86400..86400), as a lab node's wrong clock would be (the lab tests
-give each node its own). tpujob judges no age on it alone: the store's clock corrects it by the
+"""This node's own clock: the wall clock, or in tests the wall clock off by the knob
+TPUJOB_CLOCK_SKEW_SECONDS (tpujob/settings.py), as a lab node's wrong clock would be (the lab
+tests give each node its own). tpujob judges no age on it alone: the store's clock corrects it by the
 store server's offset (store/clock.py), a run dir's heartbeat by the storage service's
 (cloud/gcs.py `Gcs.now`)."""
 
 from __future__ import annotations
 
-import os
 import time
 
-from tpujob.errors import ConfigError
-
-MAX_SKEW = 86400.0
+from tpujob.settings import knob
 
 
 def node_time() -> float:
@@ -20,16 +17,8 @@ def node_time() -> float:
 
 
 def skew_seconds() -> float:
-    text = os.environ.get("TPUJOB_CLOCK_SKEW_SECONDS", "").strip()
-    if not text:
-        return 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"TPUJOB_CLOCK_SKEW_SECONDS must be seconds, got {text!r}") from None
-    if abs(value) > MAX_SKEW:
-        raise ConfigError(f"TPUJOB_CLOCK_SKEW_SECONDS must be from -{MAX_SKEW:g} to {MAX_SKEW:g}, got {text!r}")
-    return value
+    """TPUJOB_CLOCK_SKEW_SECONDS, a knob of tpujob/settings.py (tests only)."""
+    return knob("CLOCK_SKEW_SECONDS")
 
 
 def date_header_offset(date: str | None, before: float, after: float) -> float | None:

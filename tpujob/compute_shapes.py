@@ -1,7 +1,8 @@
 """TPUs through Compute Engine: what an accelerator type of the catalogue becomes as Compute
 Engine VMs. One VM (an instance) for a single-host slice, or a BULK managed instance group of
 `hosts` VMs under a workload policy with the slice's acceleratorTopology for a multi-host one
-(shared/facts/compute-engine-tpu.md).
+(cloud.google.com/tpu/docs/tpus-and-migs; compute.v1 discovery document,
+ResourcePolicyWorkloadPolicy).
 
 Sources (checked 2026-11):
 - Generations: "Compute Engine supports the following TPU versions: TPU7x, TPU v6e, TPU v5p"
@@ -10,8 +11,8 @@ Sources (checked 2026-11):
   slices are built from it), ct6e-standard-8t (8 chips on one VM); ct5p-hightpu-4t (4 chips;
   v5p 2x2x1 = 1 VM, 2x2x2 = 2, 2x4x4 = 8, 4x4x4 = 16); tpu7x-standard-4t (4 chips; all
   TPU7x slices). VMs = chips / chips per VM.
-- Topologies: v6e is 2-D, v5p and TPU7x 3-D. Google publishes no Compute Engine list
-  ("Unknown" in the facts): v6e's follow the TPU API's v6e table
+- Topologies: v6e is 2-D, v5p and TPU7x 3-D. Google publishes no Compute Engine list: v6e's
+  follow the TPU API's v6e table
   (https://cloud.google.com/tpu/docs/v6e: v6e-1 1x1, v6e-4 2x2, v6e-8 2x4, v6e-16 4x4,
   v6e-32 4x8, v6e-64 8x8, v6e-128 8x16, v6e-256 16x16), which SkyPilot's MIG code and xpk
   accept on the same machine types; v5p and TPU7x take the xpk lists in tpujob.catalogue

@@ -1,10 +1,10 @@
 """What this machine needs before tpujob starts something that would fail later, and the
 command that installs what is missing.
 
-The emulated TPU hosts (tpujob/emulator/machines.py) are mount namespaces: each host's holder
+The emulated TPU hosts (tpujob/emulator/machines/slice.py) are mount namespaces: each host's holder
 runs `unshare --mount` and `mount --bind`/`mount -t tmpfs`, commands enter it with `nsenter -m`,
 the host scripts test mounts with `mountpoint`; all of that takes root (unprivileged user
-namespaces are not what machines.py uses). Their `gcsfuse` (tpujob/emulator/gcsfuse.py) is
+namespaces are not what they use). Their `gcsfuse` (tpujob/emulator/machines/gcsfuse.py) is
 fusepy over libfuse 2, which fusepy finds as `FUSE_LIBRARY_PATH` or `find_library('fuse')`,
 and mounts through /dev/fuse. `tpujob cron install` needs the `crontab` program.
 

@@ -106,20 +106,76 @@ def debug() -> bool:
     return bool(os.environ.get("TPUJOB_DEBUG"))
 
 
-def tuning(name: str, default: float, low: float, high: float, *, whole: bool = False) -> float:
-    """TPUJOB_<name>, a number from `low` to `high` (`low` itself excluded when 0), else
+@dataclass(frozen=True)
+class Knob:
+    """A tuning knob: TPUJOB_<name>, a number from `low` to `high` (`above`: more than `low`),
     `default` when unset."""
-    text = os.environ.get(f"TPUJOB_{name}", "").strip()
+    name: str
+    default: float
+    low: float
+    high: float
+    meaning: str
+    whole: bool = False  # a count, not seconds
+    cron: bool = False  # a sweep reads it: `tpujob cron install` carries it into the cron line
+    above: bool = False  # `low` itself refused
+
+    @property
+    def variable(self) -> str:
+        return f"TPUJOB_{self.name}"
+
+    @property
+    def takes(self) -> str:
+        unit = "a whole number" if self.whole else "seconds"
+        if self.above:
+            return f"{unit} more than {self.low:g}, up to {self.high:g}"
+        return f"{unit} from {self.low:g} to {self.high:g}"
+
+
+# Every tuning knob, the one table: read by `knob`, listed in docs/settings.md
+# (scripts/docs_tables; tests/test_tuning.py keeps the two in step).
+KNOBS = {k.name: k for k in (
+    Knob("SWEEP_WORKERS", 16, 1, 256, "Jobs a sweep acts on at once. Each worker mostly waits on the "
+         "cloud and on SSH, and holds SSH connections to a slice's hosts and a store connection.",
+         whole=True, cron=True),
+    Knob("LEASE_SECONDS", 90.0, 1, 7 * 24 * 3600, "How long a job's lease outlives a sweep that died "
+         "holding it. While the sweep lives a thread renews it, through a setup of any length.",
+         cron=True),
+    Knob("QUEUE_FOLLOW_SECONDS", 30.0, 0, 24 * 3600, "How long `create` and `resume` follow a slice "
+         "that waits for capacity (a queued resource, a flex-start VM), or a job QUEUED for the lab's "
+         "quota, before handing the job to the sweeps: such a wait lasts minutes to hours on Google. 0: hand it "
+         "over once it is seen waiting (a script submitting many jobs)."),
+    Knob("NOTIFY_TIMEOUT", 5.0, 0, 120, "Seconds one notification (webhook or email) may take in all.",
+         cron=True, above=True),  # 0 s would send nothing
+    Knob("CLOCK_SKEW_SECONDS", 0.0, -86400, 86400, "Tests only: this node's clock off by this much, as "
+         "a lab node's wrong clock would be (tpujob/clocks.py)."),
+)}
+KNOBS_BEGIN = "<!-- generated from tpujob/settings.py KNOBS by scripts/docs_tables; edit KNOBS, not this table -->"
+KNOBS_END = "<!-- end of knobs -->"
+
+
+def knob(name: str) -> float:
+    """The knob TPUJOB_<name>'s value: its default when unset; a ConfigError (exit 6) naming
+    what it takes when it is not a number in its bounds."""
+    k = KNOBS[name]
+    text = os.environ.get(k.variable, "").strip()
     if not text:
-        return default
-    what = f"a whole number from {low:g} to {high:g}" if whole else f"seconds from {low:g} to {high:g}"
+        return k.default
     try:
-        value = float(int(text) if whole else float(text))
+        value = float(int(text) if k.whole else float(text))
     except ValueError:
-        raise ConfigError(f"TPUJOB_{name} must be {what}, got {text!r}") from None
-    if not (low < value if low == 0 else low <= value) or value > high:
-        raise ConfigError(f"TPUJOB_{name} must be {what}, got {text!r}")
+        raise ConfigError(f"{k.variable} must be {k.takes}, got {text!r}") from None
+    if not (k.low < value if k.above else k.low <= value) or value > k.high:
+        raise ConfigError(f"{k.variable} must be {k.takes}, got {text!r}")
     return value
+
+
+def knobs_markdown() -> str:
+    """docs/settings.md's table of the knobs."""
+    rows = ["| variable | default | takes | a sweep's (cron carries it) | meaning |",
+            "| --- | --- | --- | --- | --- |"]
+    for k in KNOBS.values():
+        rows.append(f"| `{k.variable}` | {k.default:g} | {k.takes} | {'yes' if k.cron else 'no'} | {k.meaning} |")
+    return "\n".join([KNOBS_BEGIN, "", *rows, "", KNOBS_END])
 
 
 def config_path() -> Path:

@@ -33,7 +33,7 @@ def request(name: str, accelerator: str = "v6e-16", **fields) -> SliceRequest:
 
 
 def migs(server):
-    return server.emulator.compute.tpu_vms.migs
+    return server.emulator.migs
 
 
 def until(compute, name: str, phase: SlicePhase, seconds: float = 10):
@@ -47,7 +47,7 @@ def until(compute, name: str, phase: SlicePhase, seconds: float = 10):
 
 
 def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute, server):
-    server.emulator.set_faults(None, provisioning_delay=0.3)
+    server.emulator.world.set_faults(None, provisioning_delay=0.3)
     operation = compute.request_node(request("tpujob-000001-1"))
     assert operation.startswith(f"projects/{PROJECT}/zones/{ZONE}/operations/")
     policy = migs(server).get_policy(PROJECT, REGION, "tpujob-000001-1")
@@ -81,7 +81,7 @@ def test_a_v6e_16_is_a_workload_policy_a_template_and_a_bulk_mig_of_four(compute
     assert compute.operation_done(operation, "creating", create=True)
     ready = until(compute, "tpujob-000001-1", SlicePhase.READY)
     names = sorted(m["name"] for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000001-1")["managedInstances"])
-    vms = [server.emulator.compute.tpu_vms.get(PROJECT, ZONE, n) for n in names]
+    vms = [server.emulator.vms.get(PROJECT, ZONE, n) for n in names]
     assert [h.index for h in ready.hosts] == [0, 1, 2, 3]
     # Hosts by TPU worker id (each VM's tpu-env WORKER_ID), worker 0 the coordinator, not by name.
     worker = {vm["name"]: int(next(i["value"] for i in vm["metadata"]["items"] if i["key"] == "tpu-env")
@@ -99,14 +99,14 @@ def test_a_stopped_vm_makes_the_slice_lost_and_delete_takes_all_three(compute, s
     until(compute, "tpujob-000002-1", SlicePhase.READY)
     [first, *_] = sorted(m["name"]
                          for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000002-1")["managedInstances"])
-    server.emulator.compute.tpu_vms.stop(PROJECT, ZONE, first)
+    server.emulator.vms.stop(PROJECT, ZONE, first)
     seen = compute.get_slice(PROJECT, ZONE, "tpujob-000002-1")
     assert seen.phase is SlicePhase.FAILED and first in seen.detail and "not preempted" in seen.detail
     assert compute.list_slices(PROJECT, ZONE)["tpujob-000002-1"].phase is SlicePhase.FAILED
     compute.delete_slice(PROJECT, ZONE, "tpujob-000002-1")
     for table in ("_policies", "_templates", "_migs"):
         assert getattr(migs(server), table) == {}
-    assert server.emulator.compute.tpu_vms.list(PROJECT, ZONE)["items"] == []
+    assert server.emulator.vms.list(PROJECT, ZONE)["items"] == []
     assert compute.get_slice(PROJECT, ZONE, "tpujob-000002-1").phase is SlicePhase.GONE
     compute.delete_slice(PROJECT, ZONE, "tpujob-000002-1")  # twice: nothing left, no error
 
@@ -115,25 +115,25 @@ def test_a_vm_in_its_shutdown_makes_the_slice_stopping_then_preempted_once_stopp
     """Through a preemption notice a VM reads STOPPING (the emulator's PREEMPTING_STATUS) and its
     program may be writing its SIGTERM checkpoint: STOPPING, which no sweep deletes; TERMINATED
     after it is PREEMPTED."""
-    from tpujob.emulator.tpu_vms import PREEMPTING_STATUS
+    from tpujob.emulator.apis.compute.tpu_vms import PREEMPTING_STATUS
 
     compute.request_node(request("tpujob-000011-1"))
     until(compute, "tpujob-000011-1", SlicePhase.READY)
     [*_, last] = sorted(m["name"]
                         for m in migs(server).list_managed(PROJECT, ZONE, "tpujob-000011-1")["managedInstances"])
-    vm = server.emulator.compute.tpu_vms.find(f"projects/{PROJECT}/zones/{ZONE}/instances/{last}")
+    vm = server.emulator.vms.find(f"projects/{PROJECT}/zones/{ZONE}/instances/{last}")
     vm.body["status"] = PREEMPTING_STATUS
     seen = compute.get_slice(PROJECT, ZONE, "tpujob-000011-1")
     assert (seen.phase, seen.detail) == (SlicePhase.STOPPING, f"{last}: STOPPING")
     vm.body["status"] = "TERMINATED"  # stopped with no preemption recorded: lost, not preempted
     assert compute.list_slices(PROJECT, ZONE)["tpujob-000011-1"].phase is SlicePhase.FAILED
-    server.emulator.compute.tpu_vms._record_preemption(vm)  # compute.instances.preempted on it
+    server.emulator.vms._record_preemption(vm)  # compute.instances.preempted on it
     assert compute.list_slices(PROJECT, ZONE)["tpujob-000011-1"].phase is SlicePhase.PREEMPTED
     compute.delete_slice(PROJECT, ZONE, "tpujob-000011-1")
 
 
 def test_a_stocked_out_zone_fails_the_slice_with_a_typed_stockout(compute, server):
-    server.emulator.stockout(ZONE, "ct6e-standard-4t", False)
+    server.emulator.world.stockout(ZONE, "ct6e-standard-4t", False)
     try:
         compute.request_node(request("tpujob-000003-1"))
         failed = until(compute, "tpujob-000003-1", SlicePhase.FAILED)
@@ -143,17 +143,17 @@ def test_a_stocked_out_zone_fails_the_slice_with_a_typed_stockout(compute, serve
         listed = compute.list_slices(PROJECT, ZONE)["tpujob-000003-1"]
         assert listed.phase is SlicePhase.FAILED and isinstance(listed.failure, StockoutError)
     finally:
-        server.emulator.stockout(ZONE, "ct6e-standard-4t", clear=True)
+        server.emulator.world.stockout(ZONE, "ct6e-standard-4t", clear=True)
         compute.delete_slice(PROJECT, ZONE, "tpujob-000003-1")
 
 
 def test_a_mig_whose_vms_run_is_ready_only_once_its_topology_is_active(compute, server, monkeypatch):
     # appliedAcceleratorTopologies[].state ACTIVATING: "being activated" (google-cloud-compute):
     # every VM runs and the MIG is stable, but it is no ICI slice yet.
-    from tpujob.emulator.tpu_mig_rules import UNSOURCED
+    from tpujob.emulator.apis.compute.tpu_mig_rules import UNSOURCED
 
     monkeypatch.setitem(UNSOURCED, "topology_activation", 1000.0)
-    server.emulator.set_faults(None, provisioning_delay=0.05)
+    server.emulator.world.set_faults(None, provisioning_delay=0.05)
     compute.request_node(request("tpujob-000012-1"))
     seen = until(compute, "tpujob-000012-1", SlicePhase.PROVISIONING)
     # The MIG and its VMs are two reads: the VMs may already run while the MIG read just before
@@ -276,7 +276,7 @@ def recorded(server, monkeypatch) -> list:
 
 def test_a_flex_start_slice_is_a_mig_made_at_size_0_then_resized_to_its_hosts(compute, server, monkeypatch):
     calls = recorded(server, monkeypatch)
-    server.emulator.set_faults(None, provisioning_delay=0.6)
+    server.emulator.world.set_faults(None, provisioning_delay=0.6)
     operation = compute.request_node(flex("tpujob-000007-1"))
     assert [c[0] for c in calls] == ["insert_policy", "insert_template", "insert_mig", "resize_mig"]
     template = calls[1][1]["properties"]["scheduling"]
@@ -299,7 +299,7 @@ def test_a_flex_start_slice_is_a_mig_made_at_size_0_then_resized_to_its_hosts(co
 
 
 def test_a_stockout_keeps_a_flex_start_slice_queued_until_capacity_returns(compute, server):
-    server.emulator.stockout(ZONE, "ct6e-standard-4t", False)
+    server.emulator.world.stockout(ZONE, "ct6e-standard-4t", False)
     try:
         compute.request_node(flex("tpujob-000008-1"))
         time.sleep(0.5)  # several of the emulator's tries
@@ -307,7 +307,7 @@ def test_a_stockout_keeps_a_flex_start_slice_queued_until_capacity_returns(compu
                      compute.list_slices(PROJECT, ZONE)["tpujob-000008-1"]):
             assert seen.phase is SlicePhase.QUEUED and seen.failure is None, seen
     finally:
-        server.emulator.stockout(ZONE, "ct6e-standard-4t", clear=True)
+        server.emulator.world.stockout(ZONE, "ct6e-standard-4t", clear=True)
     assert len(until(compute, "tpujob-000008-1", SlicePhase.READY).hosts) == 4
     compute.delete_slice(PROJECT, ZONE, "tpujob-000008-1")
 

@@ -11,13 +11,13 @@ from test_compute_mig_slices import until
 from tpujob.cloud.base import SlicePhase, SliceRequest
 from tpujob.errors import CloudError
 
-PROJECT, ZONE = "tpujob-test", "us-east5-a"  # us-east5-a offers v6e (emulator/tpu_vm_rules.py)
+PROJECT, ZONE = "tpujob-test", "us-east5-a"  # us-east5-a offers v6e (emulator/apis/compute/tpu_vm_rules.py)
 
 
 @pytest.fixture
 def hosted(tmp_path):
     from tpujob.cloud.compute_tpu import ComputeTpuCloud
-    from tpujob.emulator.machines import SliceMachines
+    from tpujob.emulator.machines.slice import SliceMachines
     from tpujob.emulator.server import EmulatorServer
 
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
@@ -48,7 +48,7 @@ def login(host, port: int, home) -> str:
 
 
 def items(server, vm: str) -> dict[str, str]:
-    body = server.emulator.compute.tpu_vms.get(PROJECT, ZONE, vm)
+    body = server.emulator.vms.get(PROJECT, ZONE, vm)
     return {i["key"]: i.get("value", "") for i in body["metadata"]["items"]}
 
 
@@ -66,7 +66,7 @@ def test_a_joining_nodes_key_logs_in_on_every_vm_and_the_creators_still_does(hos
     first = ssh_keys_metadata(creator, "tpujob")
     compute.request_node(request(name, first, accelerator, **fields))
     hosts = until(compute, name, SlicePhase.READY, 60).hosts
-    vms = [name] if len(hosts) == 1 else sorted(m["name"] for m in server.emulator.compute.tpu_vms.list(
+    vms = [name] if len(hosts) == 1 else sorted(m["name"] for m in server.emulator.vms.list(
         PROJECT, ZONE)["items"] if m["name"] != name)
     port = server.info["ssh_port"]
     for host in hosts:
@@ -83,7 +83,7 @@ def test_a_joining_nodes_key_logs_in_on_every_vm_and_the_creators_still_does(hos
         assert login(host, port, joiner) == "in\n"
         assert login(host, port, creator) == "in\n"
     if len(vms) > 1:  # the template is left alone: it is what a recreated VM gets
-        template = server.emulator.compute.tpu_vms.migs.get_template(PROJECT, name)["properties"]
+        template = server.emulator.migs.get_template(PROJECT, name)["properties"]
         assert {i["key"]: i["value"] for i in template["metadata"]["items"]}["ssh-keys"] == first
 
 
@@ -100,7 +100,7 @@ def test_one_mig_vms_new_key_lets_in_on_its_own_host_only(hosted, tmp_path):
                                  provisioning="reservation", reservation="res1"))
     hosts = until(compute, name, SlicePhase.READY, 60).hosts
     by_ip = {vm["networkInterfaces"][0]["networkIP"]: vm["name"]
-             for vm in server.emulator.compute.tpu_vms.list(PROJECT, ZONE)["items"]}
+             for vm in server.emulator.vms.list(PROJECT, ZONE)["items"]}
     one = hosts[1]
     assert compute._add_vm_keys(PROJECT, ZONE, by_ip[one.ip], [ssh_keys_metadata(joiner, "tpujob")], 30)
     port = server.info["ssh_port"]
@@ -120,7 +120,7 @@ def write_between_read_and_write(server, compute, monkeypatch, times: int) -> li
     def racing(**kwargs):
         sent.append(kwargs["metadata_resource"].fingerprint)
         if len(sent) <= times:
-            vms = server.emulator.compute.tpu_vms
+            vms = server.emulator.vms
             now = vms.get(PROJECT, ZONE, kwargs["instance"])["metadata"]
             vms.set_metadata(PROJECT, ZONE, kwargs["instance"], {
                 "fingerprint": now["fingerprint"],

@@ -10,7 +10,7 @@ from test_compute_mig_slices import until
 from tpujob.cloud.base import SlicePhase, SliceRequest
 from tpujob.errors import ReservationUnavailable, StockoutError, UsageError
 
-PROJECT, ZONE = "tpujob-test", "us-east5-a"  # us-east5-a offers v6e and v5p (emulator/tpu_vm_rules.py)
+PROJECT, ZONE = "tpujob-test", "us-east5-a"  # us-east5-a offers v6e and v5p (emulator/apis/compute/tpu_vm_rules.py)
 
 
 @pytest.fixture
@@ -28,10 +28,10 @@ def request(name: str, accelerator: str = "v6e-8", **fields) -> SliceRequest:
 
 
 def instance(server, name: str) -> dict:
-    from tpujob.emulator.payloads import ApiError
+    from tpujob.emulator.apis.errors import ApiError
 
     try:
-        return server.emulator.tpu_vms.get(PROJECT, ZONE, name)
+        return server.emulator.vms.get(PROJECT, ZONE, name)
     except ApiError:
         return {}
 
@@ -67,7 +67,7 @@ def test_a_vms_upcoming_maintenance_is_read_as_the_slices_window(compute, server
     import time
 
     compute.create_node(request("vm10", provisioning="spot"))
-    server.emulator.announce_maintenance(f"projects/{PROJECT}/zones/{ZONE}/instances/vm10", 600)
+    server.emulator.host_faults.announce_maintenance(f"projects/{PROJECT}/zones/{ZONE}/instances/vm10", 600)
     seen = compute.get_slice(PROJECT, ZONE, "vm10")
     assert seen.phase is SlicePhase.READY and seen.maintenance is not None
     assert (seen.maintenance.type, seen.maintenance.status) == ("SCHEDULED", "PENDING")
@@ -77,7 +77,7 @@ def test_a_vms_upcoming_maintenance_is_read_as_the_slices_window(compute, server
 
 def test_a_preempted_spot_vm_reads_preempted_then_gone_once_deleted(compute, server):
     compute.create_node(request("vm2", provisioning="spot"))
-    server.emulator.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/vm2", 0)
+    server.emulator.host_faults.preempt(f"projects/{PROJECT}/zones/{ZONE}/instances/vm2", 0)
     seen = compute.get_slice(PROJECT, ZONE, "vm2")
     assert (seen.phase, seen.node_state) == (SlicePhase.PREEMPTED, "TERMINATED")
     compute.delete_slice(PROJECT, ZONE, "vm2")
@@ -90,7 +90,7 @@ def test_a_vm_stopped_without_a_preemption_is_lost_not_preempted(compute, server
     # Only a VM with a compute.instances.preempted operation was preempted (Google's
     # preemptible-VM page; peers filter on it): a stopped one is FAILED, saying why.
     compute.create_node(request("vm8", provisioning=provisioning))
-    server.emulator.compute.tpu_vms.stop(PROJECT, ZONE, "vm8")
+    server.emulator.vms.stop(PROJECT, ZONE, "vm8")
     seen = compute.get_slice(PROJECT, ZONE, "vm8")
     assert (seen.phase, seen.node_state) == (SlicePhase.FAILED, "TERMINATED")
     assert "not preempted" in seen.detail
@@ -100,10 +100,10 @@ def test_a_vm_stopped_without_a_preemption_is_lost_not_preempted(compute, server
 def test_a_vm_in_its_shutdown_reads_stopping_and_keeps_no_hosts(compute, server):
     """The notice's grace (the emulator's PREEMPTING_STATUS): STOPPING, not yet PREEMPTED, so
     that no sweep deletes it while its program writes its SIGTERM checkpoint."""
-    from tpujob.emulator.tpu_vms import PREEMPTING_STATUS
+    from tpujob.emulator.apis.compute.tpu_vms import PREEMPTING_STATUS
 
     compute.create_node(request("vm4", provisioning="spot"))
-    vm = server.emulator.compute.tpu_vms.find(f"projects/{PROJECT}/zones/{ZONE}/instances/vm4")
+    vm = server.emulator.vms.find(f"projects/{PROJECT}/zones/{ZONE}/instances/vm4")
     vm.body["status"] = PREEMPTING_STATUS
     seen = compute.list_slices(PROJECT, ZONE)["vm4"]
     assert (seen.phase, seen.node_state, seen.hosts) == (SlicePhase.STOPPING, "STOPPING", ())
@@ -111,12 +111,12 @@ def test_a_vm_in_its_shutdown_reads_stopping_and_keeps_no_hosts(compute, server)
 
 
 def test_a_stockout_is_a_stockout_error_with_googles_words(compute, server):
-    server.emulator.stockout(ZONE, "ct6e-standard-8t", False)
+    server.emulator.world.stockout(ZONE, "ct6e-standard-8t", False)
     try:
         with pytest.raises(StockoutError, match="does not have enough resources available"):
             compute.create_node(request("vm3"))
     finally:
-        server.emulator.stockout(ZONE, "ct6e-standard-8t", clear=True)
+        server.emulator.world.stockout(ZONE, "ct6e-standard-8t", clear=True)
     assert compute.get_slice(PROJECT, ZONE, "vm3").phase is SlicePhase.GONE
 
 
@@ -126,7 +126,7 @@ def test_a_reservation_that_does_not_exist_ends_the_create_with_its_message(comp
 
 
 def test_a_reservation_that_exists_is_consumed_by_name(compute, server):
-    server.emulator.tpu_vms.reserve(PROJECT, ZONE, "res1", "ct6e-standard-8t", 1)
+    server.emulator.vms.reserve(PROJECT, ZONE, "res1", "ct6e-standard-8t", 1)
     made = compute.create_node(request("vm5", provisioning="reservation", reservation="res1"))
     assert made.phase is SlicePhase.READY
     body = instance(server, "vm5")
@@ -136,7 +136,7 @@ def test_a_reservation_that_exists_is_consumed_by_name(compute, server):
 
 
 def test_flex_start_waits_queued_then_runs(compute, server):
-    server.emulator.set_faults(None, provisioning_delay=0.3)
+    server.emulator.world.set_faults(None, provisioning_delay=0.3)
     operation = compute.request_node(request("vm6", provisioning="flex-start", max_run_duration_seconds=3600))
     assert compute.get_slice(PROJECT, ZONE, "vm6").phase is SlicePhase.QUEUED
     assert instance(server, "vm6")["scheduling"]["maxRunDuration"] == {"seconds": "3600"}
@@ -152,12 +152,12 @@ def test_flex_start_waits_queued_then_runs(compute, server):
 def test_a_flex_start_vm_asks_to_wait_so_a_stockout_keeps_it_queued(compute, server):
     # Without params.requestValidForDuration Google fails the insert in a stockout (InstanceParams;
     # about-flex-start-vms): tpujob asks for the spec's queue timeout, held to 90 s .. 2 h.
-    server.emulator.stockout(ZONE, "ct6e-standard-8t", False)
+    server.emulator.world.stockout(ZONE, "ct6e-standard-8t", False)
     operation = compute.request_node(request("vm7", provisioning="flex-start", max_run_duration_seconds=3600,
                                              valid_until_seconds=6 * 3600))
     assert not compute.operation_done(operation, "creating vm7", create=True)
     assert compute.get_slice(PROJECT, ZONE, "vm7").phase is SlicePhase.QUEUED
-    server.emulator.stockout(ZONE, "ct6e-standard-8t", True)
+    server.emulator.world.stockout(ZONE, "ct6e-standard-8t", True)
     until(compute, "vm7", SlicePhase.READY)
     assert compute.operation_done(operation, "creating vm7", create=True)
 
@@ -228,7 +228,7 @@ class KeyedMachines:
         self.kwargs = kwargs
 
     def start(self):
-        from tpujob.emulator.payloads import VirtualHost, host_ip
+        from tpujob.emulator.addresses import VirtualHost, host_ip
 
         return [VirtualHost(i, host_ip(self.kwargs["ip_block"], i), self.kwargs["ssh_port"],
                             host_key=f"ssh-ed25519 KEY{i}") for i in range(self.kwargs["num_hosts"])]

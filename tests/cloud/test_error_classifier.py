@@ -151,7 +151,7 @@ def replayed(name: str):
     from google.rpc import error_details_pb2, status_pb2
 
     from tpujob.cloud.api_calls import status_error
-    from tpujob.emulator.failnext import GRPC_CODES
+    from tpujob.emulator.apis.fail_next import GRPC_CODES
 
     answer = json.loads((FIXTURES / f"{name}.json").read_text())
     info = None

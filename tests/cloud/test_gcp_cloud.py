@@ -26,7 +26,7 @@ def test_direct_node_is_ready_with_one_endpoint_per_host(cloud, server):
     assert len(s.hosts) == 2  # v4-16: 8 chips, 4 per host
     assert len({h.ip for h in s.hosts}) == 2 and all(h.ip.startswith("127.") for h in s.hosts)
     assert s.labels == {"tpujob-job": "j1"} and s.accelerator_type == "v4-16"
-    body = server.emulator.get_node(f"projects/{PROJECT}/locations/{ZONE}/nodes/s1")
+    body = server.emulator.tpu.get_node(f"projects/{PROJECT}/locations/{ZONE}/nodes/s1")
     assert body["schedulingConfig"] == {"spot": True}
     assert body["metadata"]["ssh-keys"] == "tpujob:ssh-ed25519 AAAAC3Nza tpujob"
     assert body["networkEndpoints"][0]["port"] == 8470
@@ -36,8 +36,8 @@ def test_provisioning_kinds_reach_the_api(cloud, server):
     cloud.create_node(request("od", "v4-8", provisioning="on-demand"))
     cloud.create_node(request("pre", "v4-8", provisioning="preemptible"))
     loc = f"projects/{PROJECT}/locations/{ZONE}"
-    assert "schedulingConfig" not in server.emulator.get_node(f"{loc}/nodes/od")
-    assert server.emulator.get_node(f"{loc}/nodes/pre")["schedulingConfig"] == {"preemptible": True}
+    assert "schedulingConfig" not in server.emulator.tpu.get_node(f"{loc}/nodes/od")
+    assert server.emulator.tpu.get_node(f"{loc}/nodes/pre")["schedulingConfig"] == {"preemptible": True}
     with pytest.raises(UsageError, match="cannot be queued"):
         cloud.create_queued_resource(request("q", provisioning="preemptible", queued=True))
 
@@ -48,7 +48,7 @@ def test_host_count_follows_the_catalogue(cloud):
 
 
 def test_queued_resource_goes_accepted_waiting_provisioning_active(cloud, server):
-    server.emulator.set_faults(None, provisioning_delay=0.15)
+    server.emulator.world.set_faults(None, provisioning_delay=0.15)
     created = cloud.create_queued_resource(request("q1", queued=True, valid_until_seconds=600))
     assert created.queued_resource_state in ("ACCEPTED", "WAITING_FOR_RESOURCES")
     assert created.phase is SlicePhase.QUEUED
@@ -62,7 +62,7 @@ def test_queued_resource_goes_accepted_waiting_provisioning_active(cloud, server
     assert states == sorted(states, key=order.index)  # never backwards
     assert {"WAITING_FOR_RESOURCES", "PROVISIONING"} <= set(states)
     assert ("PROVISIONING", "CREATING") in seen
-    qr = server.emulator.get_queued_resource(f"projects/{PROJECT}/locations/{ZONE}/queuedResources/q1")
+    qr = server.emulator.tpu.get_queued_resource(f"projects/{PROJECT}/locations/{ZONE}/queuedResources/q1")
     assert qr["spot"] == {} and qr["queueingPolicy"] == {"validUntilDuration": "600s"}
 
 
@@ -118,7 +118,7 @@ def test_invalid_requests_are_cloud_errors_on_one_line(cloud):
 
 def test_calls_succeed_through_a_high_api_error_rate(cloud, server):
     random.seed(7)
-    server.emulator.set_faults(api_error_rate=0.4, provisioning_delay=None)
+    server.emulator.world.set_faults(api_error_rate=0.4, provisioning_delay=None)
     cloud.create_node(request("flaky", "v4-8"))
     cloud.create_queued_resource(request("qflaky", "v4-8", queued=True))
     assert wait_for_slice(cloud, "qflaky", timeout=10).phase is SlicePhase.READY
@@ -127,7 +127,7 @@ def test_calls_succeed_through_a_high_api_error_rate(cloud, server):
     cloud.delete_slice(PROJECT, ZONE, "flaky")
     cloud.delete_slice(PROJECT, ZONE, "qflaky")
     calls = cloud.api_calls
-    server.emulator.set_faults(api_error_rate=0.0, provisioning_delay=None)
+    server.emulator.world.set_faults(api_error_rate=0.0, provisioning_delay=None)
     assert cloud.list_slices(PROJECT, ZONE) == {}
     assert cloud.api_calls == calls + 2
     assert calls > 30  # the retries are counted too
@@ -138,26 +138,26 @@ def test_retries_give_up_with_a_cloud_error(server):
 
     cloud = GcpCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.02,
                                   retry_deadline=0.3)
-    server.emulator.set_faults(api_error_rate=1.0, provisioning_delay=None)
+    server.emulator.world.set_faults(api_error_rate=1.0, provisioning_delay=None)
     with pytest.raises(CloudError, match="gave up after retries: (TooManyRequests|ServiceUnavailable)"):
         cloud.list_slices(PROJECT, ZONE)
     assert cloud.api_calls > 3
 
 
 def test_stockout_fails_direct_creates_with_stockout_error(cloud, server):
-    server.emulator.stockout(ZONE, "v4-16", clear=False)
+    server.emulator.world.stockout(ZONE, "v4-16", clear=False)
     with pytest.raises(StockoutError, match="no more capacity in the zone"):
         cloud.create_node(request("so", "v4-16"))
     assert cloud.get_slice(PROJECT, ZONE, "so").phase is SlicePhase.GONE
     assert cloud.create_node(request("other", "v4-8")).phase is SlicePhase.READY  # other type
     # Another zone (v4 is offered only in us-central2-b: a v5e there).
     assert cloud.create_node(replace(request("elsewhere", "v5litepod-16"), zone="us-central1-a")).hosts
-    server.emulator.stockout(ZONE, "v4-16", clear=True)
+    server.emulator.world.stockout(ZONE, "v4-16", clear=True)
     assert cloud.create_node(request("so", "v4-16")).phase is SlicePhase.READY
 
 
 def test_stockout_keeps_queued_resources_waiting_until_it_ends(cloud, server):
-    server.emulator.stockout(ZONE, None, clear=False)
+    server.emulator.world.stockout(ZONE, None, clear=False)
     cloud.create_queued_resource(request("qs", "v4-8", queued=True))
     deadline = time.monotonic() + 120  # bounds a hang only
     while cloud.get_slice(PROJECT, ZONE, "qs").queued_resource_state != "WAITING_FOR_RESOURCES":
@@ -167,12 +167,12 @@ def test_stockout_keeps_queued_resources_waiting_until_it_ends(cloud, server):
     s = cloud.get_slice(PROJECT, ZONE, "qs")
     assert (s.phase, s.queued_resource_state, s.node_state) == (
         SlicePhase.QUEUED, "WAITING_FOR_RESOURCES", None)
-    server.emulator.stockout(ZONE, None, clear=True)
+    server.emulator.world.stockout(ZONE, None, clear=True)
     assert wait_for_slice(cloud, "qs", timeout=10).phase is SlicePhase.READY
 
 
 def test_queued_resource_past_its_valid_until_fails(cloud, server):
-    server.emulator.stockout(ZONE, None, clear=False)
+    server.emulator.world.stockout(ZONE, None, clear=False)
     cloud.create_queued_resource(request("late", "v4-8", queued=True, valid_until_seconds=1))
     s = wait_for_slice(cloud, "late", timeout=10)
     assert (s.phase, s.queued_resource_state) == (SlicePhase.FAILED, "FAILED")
@@ -186,8 +186,8 @@ def test_preempted_node_and_suspended_queued_resource_are_preempted(cloud, serve
     cloud.create_node(request("d", "v4-8"))
     cloud.create_queued_resource(request("q", "v4-8", queued=True))
     wait_for_slice(cloud, "q", timeout=10)
-    server.emulator.preempt("d")
-    server.emulator.preempt("q")
+    server.emulator.host_faults.preempt("d")
+    server.emulator.host_faults.preempt("q")
     slices = cloud.list_slices(PROJECT, ZONE)
     assert (slices["d"].phase, slices["d"].node_state) == (SlicePhase.PREEMPTED, "PREEMPTED")
     # A queued resource's preempted node is deleted by the service: SUSPENDING, then SUSPENDED.

@@ -113,13 +113,13 @@ def test_nodes_carry_their_create_time(cloud, server):
     assert before - 1 <= created.node_create_time <= time.time() + 1
     listed = cloud.list_slices(PROJECT, ZONE)["timed"]
     assert listed.node_create_time == created.node_create_time
-    body = server.emulator.get_node(f"projects/{PROJECT}/locations/{ZONE}/nodes/timed")
+    body = server.emulator.tpu.get_node(f"projects/{PROJECT}/locations/{ZONE}/nodes/timed")
     stamp = datetime.datetime.strptime(body["createTime"], "%Y-%m-%dT%H:%M:%S.%fZ")
     assert abs(stamp.replace(tzinfo=datetime.timezone.utc).timestamp() - created.node_create_time) < 1e-3
 
 
 def test_a_queued_resource_has_no_create_time_until_its_node_exists(cloud, server):
-    server.emulator.stockout(ZONE, None, clear=False)
+    server.emulator.world.stockout(ZONE, None, clear=False)
     try:
         cloud.create_queued_resource(request("qtimed", queued=True))
         waiting = cloud.get_slice(PROJECT, ZONE, "qtimed")
@@ -127,7 +127,7 @@ def test_a_queued_resource_has_no_create_time_until_its_node_exists(cloud, serve
         time.sleep(0.5)
         capacity_back = time.time()
     finally:
-        server.emulator.stockout(ZONE, None, clear=True)
+        server.emulator.world.stockout(ZONE, None, clear=True)
     ready = wait_for_slice(cloud, "qtimed", timeout=10)
     # The node is created when capacity comes, after the wait in the queue: its age is the
     # provisioning alone.

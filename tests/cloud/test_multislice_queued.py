@@ -8,7 +8,7 @@ import pytest
 from cloud_helpers import PROJECT, ZONE, wait_for_slice
 
 from tpujob.cloud.base import SlicePhase, SliceRequest
-from tpujob.emulator.payloads import ApiError
+from tpujob.emulator.apis.errors import ApiError
 
 LOC = f"projects/{PROJECT}/locations/{ZONE}"
 
@@ -19,10 +19,10 @@ def request(name: str, accelerator: str = "v4-16", slices: int = 2) -> SliceRequ
 
 
 def test_one_queued_resource_asks_for_every_slice_and_they_read_as_one(cloud, server):
-    server.emulator.set_faults(None, provisioning_delay=0.15)
+    server.emulator.world.set_faults(None, provisioning_delay=0.15)
     queued = cloud.create_queued_resource(request("mq"))
     assert queued.phase is SlicePhase.QUEUED
-    spec = server.emulator.get_queued_resource(f"{LOC}/queuedResources/mq")["tpu"]["nodeSpec"]
+    spec = server.emulator.tpu.get_queued_resource(f"{LOC}/queuedResources/mq")["tpu"]["nodeSpec"]
     assert [(s.get("nodeId"), s["multisliceParams"]) for s in spec] == [
         (None, {"nodeCount": 2, "nodeIdPrefix": "mq"})]
 
@@ -33,7 +33,7 @@ def test_one_queued_resource_asks_for_every_slice_and_they_read_as_one(cloud, se
     assert ready.queued_resource_state == "ACTIVE"
     assert [h.index for h in ready.hosts] == [0, 1, 2, 3]
     for k in (0, 1):
-        node = server.emulator.get_node(f"{LOC}/nodes/mq-{k}")
+        node = server.emulator.tpu.get_node(f"{LOC}/nodes/mq-{k}")
         assert (node["multisliceNode"], node["queuedResource"]) == (True, f"{LOC}/queuedResources/mq")
     assert sorted(cloud.host_keys(PROJECT, ZONE, "mq", slices=2)) == [0, 1, 2, 3]
 
@@ -41,7 +41,7 @@ def test_one_queued_resource_asks_for_every_slice_and_they_read_as_one(cloud, se
 def test_one_slice_preempted_suspends_the_request_and_takes_every_slice(cloud, server):
     cloud.create_queued_resource(request("mp"))
     wait_for_slice(cloud, "mp", timeout=20, slices=2)
-    server.emulator.preempt("mp-1", grace_seconds=0)
+    server.emulator.host_faults.preempt("mp-1", grace_seconds=0)
     lost = cloud.get_slice(PROJECT, ZONE, "mp", slices=2)
     assert lost.phase is SlicePhase.PREEMPTED
     assert lost.queued_resource_state in ("SUSPENDING", "SUSPENDED")
@@ -53,8 +53,8 @@ def test_one_slice_preempted_suspends_the_request_and_takes_every_slice(cloud, s
 def test_a_multislice_request_past_its_valid_until_reads_failed_with_its_cause(cloud, server):
     from tpujob.errors import StockoutError
 
-    server.emulator.set_faults(None, provisioning_delay=0.05)
-    server.emulator.stockout(ZONE, "v4-16", clear=False)
+    server.emulator.world.set_faults(None, provisioning_delay=0.05)
+    server.emulator.world.stockout(ZONE, "v4-16", clear=False)
     cloud.create_queued_resource(SliceRequest(
         project=PROJECT, zone=ZONE, name="mf", accelerator_type="v4-16", runtime_version="r",
         queued=True, slices=2, valid_until_seconds=1))
@@ -80,5 +80,5 @@ def test_the_emulator_refuses_what_a_multislice_request_may_not_say(server, spec
     body = _body(spec, accelerator)
     body["tpu"]["nodeSpec"][0]["parent"] = zone_loc
     with pytest.raises(ApiError) as info:
-        server.emulator.create_queued_resource(zone_loc, "bad", body)
+        server.emulator.tpu.create_queued_resource(zone_loc, "bad", body)
     assert info.value.code == 400 and words in info.value.message

@@ -7,6 +7,9 @@ Every test runs in a project of its own (TPUJOB_PROJECT), so the slice names its
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -16,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from tpujob.names import node_names
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ZONE = "us-central2-b"
 # v4 is offered only in us-central2-b (Google's zone table, which the emulator enforces): the
@@ -274,3 +279,27 @@ def local_bucket(shared_emulator, project: str, prefix: str):
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     create_local_bucket(client, name)
     return client.bucket(name)
+
+
+class Node:
+    """One login node of a lab (test_lab.py, test_lab_scheduler.py): its home, the lab's store URL,
+    its own clock, its person (`user`); its commands real `tpujob` processes."""
+
+    def __init__(self, home: Path, url: str, skew: float, user: str):
+        self.home, self.url, self.skew, self.user = home, url, skew, user
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "TPUJOB_HOME": str(self.home), "TPUJOB_DB_URL": self.url,
+                "TPUJOB_CLOCK_SKEW_SECONDS": str(self.skew), "TPUJOB_USER": self.user,
+                "TPUJOB_EMULATOR_ACCOUNT": self.user}
+
+    def start(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", *args], env=self.env(), cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "tpujob.cli.main", *args], env=self.env(), cwd=ROOT,
+                              capture_output=True, text=True, timeout=240)
+        if ok:
+            assert done.returncode == 0, f"tpujob {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+        return done

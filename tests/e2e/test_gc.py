@@ -287,7 +287,7 @@ def test_a_lost_jobs_mig_slice_goes_with_its_template_and_policy(ctx, local_clou
     from tpujob.cloud.base import SliceRequest
     from tpujob.names import slice_name
 
-    zone = "us-east5-a"  # offers v6e (emulator/tpu_vm_rules.py)
+    zone = "us-east5-a"  # offers v6e (emulator/apis/compute/tpu_vm_rules.py)
     monkeypatch.setenv("TPUJOB_ZONE", zone)
     compute = make_cloud(ctx.settings).for_api("compute")
 

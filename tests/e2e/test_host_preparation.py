@@ -1,5 +1,5 @@
 """Host preparation on a fresh TPU VM, end to end against the emulator: its unattended-upgrades
-holds the dpkg frontend lock for a while after boot (emulator/apt.py). Installing gcsfuse for a
+holds the dpkg frontend lock for a while after boot (emulator/machines/apt.py). Installing gcsfuse for a
 bucket mount waits for it; an apt-get that does not wait fails as apt does; gcsfuse already on
 the image is not installed again."""
 

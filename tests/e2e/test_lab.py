@@ -9,41 +9,13 @@ preempted with a long backoff, shows that a node's clock does not shorten anothe
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from reconcile_helpers import ZONE, node_ref, project, spec_text  # noqa: F401 - fixtures
+from reconcile_helpers import ZONE, Node, node_ref, project, spec_text  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
-ROOT = Path(__file__).resolve().parents[2]
 SKEW = 600.0  # ten minutes: A runs behind, B ahead, C on time
-
-
-class Node:
-    """One login node: its home, the lab's store URL, its own clock, its person (`user`)."""
-
-    def __init__(self, home: Path, url: str, skew: float, user: str):
-        self.home, self.url, self.skew, self.user = home, url, skew, user
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "TPUJOB_HOME": str(self.home), "TPUJOB_DB_URL": self.url,
-                "TPUJOB_CLOCK_SKEW_SECONDS": str(self.skew), "TPUJOB_USER": self.user,
-                "TPUJOB_EMULATOR_ACCOUNT": self.user}
-
-    def start(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", *args], env=self.env(), cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([sys.executable, "-m", "tpujob.cli.main", *args], env=self.env(), cwd=ROOT,
-                              capture_output=True, text=True, timeout=240)
-        if ok:
-            assert done.returncode == 0, f"tpujob {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
-        return done
 
 
 class Shown(dict):

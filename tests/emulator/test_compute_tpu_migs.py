@@ -119,10 +119,10 @@ def test_a_stocked_out_zone_keeps_the_mig_creating_with_its_error(server, http):
 
 
 def test_the_topology_is_activating_a_while_after_every_vm_runs(server, monkeypatch):
-    from tpujob.emulator.tpu_mig_rules import UNSOURCED
+    from tpujob.emulator.apis.compute.tpu_mig_rules import UNSOURCED
 
     monkeypatch.setitem(UNSOURCED, "topology_activation", 1000.0)  # held ACTIVATING for this test
-    server.emulator.set_faults(None, provisioning_delay=0.05)
+    server.emulator.world.set_faults(None, provisioning_delay=0.05)
     migs = make_slice(server.url)
     deadline = time.monotonic() + 10
     while not (got := migs.get(project=P, zone=ZONE, instance_group_manager="mig1")).status.is_stable:
@@ -200,7 +200,7 @@ def test_a_flex_start_mig_waits_pending_through_a_stockout_then_comes_up(server,
 @pytest.mark.slow
 def test_stopping_one_vm_kills_its_host_only(tmp_path):
     # A BULK MIG's VMs are reservation-bound or flex-start, not preemptible: one is lost by a stop.
-    from tpujob.emulator.machines import SliceMachines
+    from tpujob.emulator.machines.slice import SliceMachines
 
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
                         machines_factory=SliceMachines, preempt_grace=0.2) as srv:
@@ -209,9 +209,9 @@ def test_stopping_one_vm_kills_its_host_only(tmp_path):
         names = [m.name for m in migs.list_managed_instances(project=P, zone=ZONE,
                                                              instance_group_manager="mig1")]
         refs = [f"projects/{P}/zones/{ZONE}/instances/{n}" for n in names]
-        assert all(len(srv.emulator.hosts(r)) == 1 for r in refs)
-        srv.emulator.compute.tpu_vms.stop(P, ZONE, names[0])
-        assert srv.emulator.hosts(refs[0]) == [] and len(srv.emulator.hosts(refs[1])) == 1
+        assert all(len(srv.emulator.host_faults.hosts(r)) == 1 for r in refs)
+        srv.emulator.vms.stop(P, ZONE, names[0])
+        assert srv.emulator.host_faults.hosts(refs[0]) == [] and len(srv.emulator.host_faults.hosts(refs[1])) == 1
         got = migs.get(project=P, zone=ZONE, instance_group_manager="mig1")
         assert got.status.applied_accelerator_topologies[0].state == "INCOMPLETE"
 
@@ -226,7 +226,7 @@ class RecordingMachines:
         self.kwargs = kwargs
 
     def start(self):
-        from tpujob.emulator.payloads import VirtualHost, host_ip
+        from tpujob.emulator.addresses import VirtualHost, host_ip
 
         return [VirtualHost(i, host_ip(self.kwargs["ip_block"], i), self.kwargs["ssh_port"],
                             host_key=f"ssh-ed25519 KEY{i}") for i in range(self.kwargs["num_hosts"])]

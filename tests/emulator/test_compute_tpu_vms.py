@@ -250,6 +250,19 @@ def test_preempting_a_spot_vm_terminates_it_and_its_host(server, api, http):
     assert [(o.target_link.rsplit("/", 1)[1], o.status_message) for o in found] == [("spot", "Instance was preempted.")]
 
 
+def test_host_faults_take_a_vm_by_the_slice_name_tpujob_show_prints(server, api, http):
+    """`tpujob show` names a Compute Engine slice by its VM's name: preempt, and every host fault,
+    take that name as they take a TPU node's id, not only the instance's resource name."""
+    instances, ops = api
+    insert(instances, ops, vm("spot", model="SPOT"))
+    code, body = http("GET", "/emulator/v1/hosts?node=spot")
+    assert code == 200 and [h["index"] for h in body["hosts"]] == [0]
+    code, body = http("POST", "/emulator/v1/preempt", {"node": "spot", "graceSeconds": 0})
+    assert code == 200 and body["status"] == "TERMINATED"
+    assert instances.get(project=PROJECT, zone=ZONE, instance="spot").status == "TERMINATED"
+    assert http("POST", "/emulator/v1/preempt", {"node": "nothing"})[0] == 404
+
+
 def test_a_spot_vm_with_delete_action_disappears_when_preempted(server, api, http):
     instances, ops = api
     insert(instances, ops, vm("spot", model="SPOT", instance_termination_action="DELETE"))
@@ -278,21 +291,21 @@ def test_fail_next_answers_the_insert_and_its_operation(server, api, http):
 
 @pytest.mark.slow
 def test_a_real_host_answers_and_publishes_its_key(tmp_path):
-    from tpujob.emulator.machines import SliceMachines
+    from tpujob.emulator.machines.slice import SliceMachines
 
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
                         machines_factory=SliceMachines, preempt_grace=0.5) as srv:
         instances, ops = clients(srv.url)
         assert not insert(instances, ops, vm("real", model="SPOT")).error.errors
         ref = f"projects/{PROJECT}/zones/{ZONE}/instances/real"
-        (host,) = srv.emulator.hosts(ref)
+        (host,) = srv.emulator.host_faults.hosts(ref)
         assert host["root"] and host["hostKey"]
         attrs = instances.get_guest_attributes(request=compute_v1.GetGuestAttributesInstanceRequest(
             project=PROJECT, zone=ZONE, instance="real", query_path="hostkeys/"))
         (item,) = attrs.query_value.items
         assert f"{item.key} {item.value}" == host["hostKey"]
-        srv.emulator.preempt(ref, 0.1)
-        assert srv.emulator.hosts(ref) == []
+        srv.emulator.host_faults.preempt(ref, 0.1)
+        assert srv.emulator.host_faults.hosts(ref) == []
         op = instances.delete(project=PROJECT, zone=ZONE, instance="real")
         ops.wait(project=PROJECT, zone=ZONE, operation=op.name)
         assert not (tmp_path / "emu" / "instances" / PROJECT / ZONE / "real").exists()

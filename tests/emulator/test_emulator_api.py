@@ -53,7 +53,7 @@ def test_a_data_disk_that_does_not_exist_refuses_the_create_and_creates_nothing(
     assert http("GET", f"{LOC}/nodes")[1] == {"nodes": []}
     assert http("GET", f"{LOC}/queuedResources")[1] == {"queuedResources": []}
     wait_done(http, http("POST", f"{LOC}/nodes?nodeId=n3", NODE)[1])
-    # dataDisks is patched on v2alpha1 only (gcloud's alpha attach-disk; emulator/node_updates.py)
+    # dataDisks is patched on v2alpha1 only (gcloud's alpha attach-disk; emulator/apis/tpu/node_updates.py)
     code, answer = http("PATCH", f"/v2alpha1/{LOC[4:]}/nodes/n3?updateMask=dataDisks", {**NODE, **body})
     assert code == 404 and answer["error"]["message"] == f"The resource '{missing}' was not found"
     assert "dataDisks" not in http("GET", f"{LOC}/nodes/n3")[1]
@@ -78,7 +78,7 @@ def test_error_bodies_and_codes(http, server):
     code, body = http("POST", f"{LOC}/nodes?nodeId=n2", {"runtimeVersion": "x",
                                                          "acceleratorType": "v4-7"})
     assert code == 400 and "v4-7" in body["error"]["message"]
-    server.emulator.set_faults(api_error_rate=1.0, provisioning_delay=None)
+    server.emulator.world.set_faults(api_error_rate=1.0, provisioning_delay=None)
     statuses = {http("GET", f"{LOC}/nodes")[1]["error"]["status"] for _ in range(40)}
     assert statuses == {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}
     code, faults = http("GET", "/emulator/v1/faults")  # the switches themselves never fail
@@ -86,7 +86,7 @@ def test_error_bodies_and_codes(http, server):
 
 
 def test_stocked_out_create_fails_its_operation_with_code_8(http, server):
-    server.emulator.stockout("us-central2-b", None, clear=False)
+    server.emulator.world.stockout("us-central2-b", None, clear=False)
     done = wait_done(http, http("POST", f"{LOC}/nodes?nodeId=n1", NODE)[1])
     assert done["error"]["code"] == 8
     assert 'no more capacity in the zone "us-central2-b"' in done["error"]["message"]

@@ -52,8 +52,9 @@ def test_background_emulator_serves_tpu_storage_and_faults(cli, tpujob_home, mon
 
         assert cli("emulator", "preempt", "n1", "--grace", "1").out.strip() == "node n1 preempted"
         assert cloud.get_slice(info["project"], ZONE, "n1").phase is SlicePhase.PREEMPTED
-        assert cli("emulator", "kill-host", "n1", "0").code == 0
-        bad = cli("emulator", "kill-host", "n1", "5")
+        # Every host fault names its host one way: `--host K` (dirty-host and freeze as well).
+        assert cli("emulator", "kill-host", "n1", "--host", "0").code == 0
+        bad = cli("emulator", "kill-host", "n1", "--host", "5")
         assert bad.code == 2 and "has no host 5" in bad.error_line
 
         assert cli("emulator", "stockout", ZONE, "v4-8").code == 0

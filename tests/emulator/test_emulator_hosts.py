@@ -96,7 +96,7 @@ def test_hosts_start_with_the_nodes_keys_and_publish_host_keys(hosted, tmp_path)
                                        f"127.16.{m.args['ip_block']}.2"]
     assert cloud.host_keys("p", ZONE, "n1") == {0: ["ssh-ed25519 AAAAkey0"],
                                                 1: ["ssh-ed25519 AAAAkey1"]}
-    hosts = server.emulator.hosts("n1")
+    hosts = server.emulator.host_faults.hosts("n1")
     assert [h["root"] for h in hosts] == [str(m.args["root"] / "host-0"),
                                           str(m.args["root"] / "host-1")]
 
@@ -112,10 +112,10 @@ def test_preempt_kill_host_and_delete_reach_the_machines(hosted):
     server, cloud = hosted
     cloud.create_node(request("n1"))
     (m,) = RecordingMachines.made
-    server.emulator.kill_host("n1", 1)
+    server.emulator.host_faults.kill_host("n1", 1)
     assert ("kill_host", 1) in m.calls
     assert cloud.get_slice("p", ZONE, "n1").phase is SlicePhase.READY
-    server.emulator.preempt("n1")
+    server.emulator.host_faults.preempt("n1")
     eventually(lambda: ("preempt", 0.5) in m.calls)
     assert cloud.get_slice("p", ZONE, "n1").phase is SlicePhase.PREEMPTED
     cloud.delete_slice("p", ZONE, "n1")

@@ -18,7 +18,7 @@ import paramiko
 import pytest
 
 from tpujob.emulator import process
-from tpujob.emulator.reaper import start_time
+from tpujob.emulator.machines.reaper import start_time
 
 ZONE = "us-central2-b"
 # Detached from the SSH session, and deaf to SIGTERM (an ignored signal stays ignored across

@@ -37,7 +37,7 @@ def test_announced_maintenance_is_read_from_the_one_list_call(server):
     assert cloud.list_slices(PROJECT, ZONE)["n1"].maintenance is None
     assert cloud.list_slices(PROJECT, ZONE)["n1"].health == "HEALTHY"
 
-    server.emulator.announce_maintenance("n1", 120)
+    server.emulator.host_faults.announce_maintenance("n1", 120)
     (raw,) = _raw_nodes(server)
     assert set(raw["upcomingMaintenance"]) == UPCOMING
     assert (raw["upcomingMaintenance"]["type"], raw["upcomingMaintenance"]["maintenanceStatus"]) == (
@@ -55,7 +55,7 @@ def test_maintenance_at_once_makes_the_node_unhealthy(server):
     cloud = _cloud(server)
     cloud.create_node(SliceRequest(project=PROJECT, zone=ZONE, name="n2", accelerator_type="v4-8",
                                    runtime_version="tpu-ubuntu2204-base"))
-    server.emulator.announce_maintenance("n2")
+    server.emulator.host_faults.announce_maintenance("n2")
     deadline = time.monotonic() + 10
     while cloud.list_slices(PROJECT, ZONE)["n2"].health != "UNHEALTHY_MAINTENANCE":
         assert time.monotonic() < deadline

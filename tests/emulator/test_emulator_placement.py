@@ -40,7 +40,7 @@ def test_a_node_of_an_accelerator_its_zone_does_not_offer_is_refused_in_google_s
     with pytest.raises(PlacementUnavailable) as caught:
         cloud_for(server).create_node(request("europe-west4-b", "v6e-1"))
     assert UNOFFERED.match(str(caught.value)), str(caught.value)
-    assert server.emulator.list_nodes(f"projects/{PROJECT}/locations/europe-west4-b") == []
+    assert server.emulator.tpu.list_nodes(f"projects/{PROJECT}/locations/europe-west4-b") == []
 
 
 def test_a_zone_with_no_tpus_is_refused_in_google_s_words(server):
@@ -55,7 +55,7 @@ def test_a_queued_resource_is_refused_at_create_not_queued_to_fail_later(server)
     with pytest.raises(PlacementUnavailable) as caught:
         cloud_for(server).create_queued_resource(request("us-central2-b", "v6e-1", queued=True))
     assert 'could not be found in the zonal accelerator configurations for "us-central2-b"' in str(caught.value)
-    assert server.emulator.list_queued_resources(f"projects/{PROJECT}/locations/us-central2-b") == []
+    assert server.emulator.tpu.list_queued_resources(f"projects/{PROJECT}/locations/us-central2-b") == []
     with pytest.raises(PlacementUnavailable, match='The requested zone "europe-west4-c" is not supported'):
         cloud_for(server).create_queued_resource(request("europe-west4-c", "v6e-1", queued=True))
 
@@ -83,12 +83,12 @@ def test_updating_a_preempted_node_is_refused_failed_precondition(server):
                                    runtime_version="tpu-ubuntu2204-base"))
     compute = GcpCompute.for_emulator(server.url, server.url)
     compute.create_disk(PROJECT, "us-central2-b", "data", disk_type="pd-balanced", size_gb=10)
-    server.emulator.preempt("n1")
+    server.emulator.host_faults.preempt("n1")
     code, body = _patch(server, "n1", {"dataDisks": [
         {"sourceDisk": f"projects/{PROJECT}/zones/us-central2-b/disks/data", "mode": "READ_ONLY"}]})
     assert (code, body["error"]["status"]) == (400, "FAILED_PRECONDITION")
     assert "PREEMPTED" in body["error"]["message"]
-    assert "dataDisks" not in server.emulator.get_node(f"projects/{PROJECT}/locations/us-central2-b/nodes/n1")
+    assert "dataDisks" not in server.emulator.tpu.get_node(f"projects/{PROJECT}/locations/us-central2-b/nodes/n1")
 
 
 def test_a_preempted_queued_resource_reads_suspending_then_suspended_without_its_node(tmp_path):
@@ -102,19 +102,19 @@ def test_a_preempted_queued_resource_reads_suspending_then_suspended_without_its
         while cloud.get_slice(PROJECT, "us-central2-b", "q1").queued_resource_state != "ACTIVE":
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        server.emulator.preempt("q1")
+        server.emulator.host_faults.preempt("q1")
         seen = cloud.get_slice(PROJECT, "us-central2-b", "q1")
         assert (seen.queued_resource_state, seen.node_state, seen.phase.value) == (
             "SUSPENDING", "DELETING", "PREEMPTED")
         qr_name = f"projects/{PROJECT}/locations/us-central2-b/queuedResources/q1"
-        assert server.emulator.get_queued_resource(qr_name)["state"]["stateInitiator"] == "SERVICE"
+        assert server.emulator.tpu.get_queued_resource(qr_name)["state"]["stateInitiator"] == "SERVICE"
         while cloud.get_slice(PROJECT, "us-central2-b", "q1").queued_resource_state != "SUSPENDED":
             assert time.monotonic() < deadline
             time.sleep(0.02)
         gone = cloud.get_slice(PROJECT, "us-central2-b", "q1")
         assert (gone.node_state, gone.hosts, gone.phase.value) == (None, (), "PREEMPTED")
-        assert server.emulator.list_nodes(f"projects/{PROJECT}/locations/us-central2-b") == []
-        assert server.emulator.get_queued_resource(qr_name)["state"] == {
+        assert server.emulator.tpu.list_nodes(f"projects/{PROJECT}/locations/us-central2-b") == []
+        assert server.emulator.tpu.get_queued_resource(qr_name)["state"] == {
             "state": "SUSPENDED", "stateInitiator": "SERVICE"}
         cloud.delete_slice(PROJECT, "us-central2-b", "q1")  # it holds quota until deleted
         assert cloud.get_slice(PROJECT, "us-central2-b", "q1").phase.value == "GONE"
@@ -126,7 +126,7 @@ def test_accelerator_types_list_exactly_what_create_accepts(server):
     listed = cloud_for(server).accelerator_types(PROJECT, "us-central1-f")
     assert "v3-8" in listed and "v2-8" in listed and "v6e-1" not in listed
     cloud_for(server).create_node(request("us-central1-f", "v3-8", name="v3"))
-    assert [n["acceleratorType"] for n in server.emulator.list_nodes(
+    assert [n["acceleratorType"] for n in server.emulator.tpu.list_nodes(
         f"projects/{PROJECT}/locations/us-central1-f")] == ["v3-8"]
     with pytest.raises(PlacementUnavailable):
         cloud_for(server).create_node(request("us-central1-f", "v6e-1"))
@@ -135,7 +135,7 @@ def test_accelerator_types_list_exactly_what_create_accepts(server):
 def test_v2_updates_only_the_documented_fields_and_v2alpha1_attaches_disks(server):
     """tpu.v2.json nodes.patch: "Supported fields: [description, tags, labels, metadata,
     network_config.enable_external_ips]"; gcloud's alpha attach-disk patches data_disks on
-    v2alpha1 (emulator/node_updates.py)."""
+    v2alpha1 (emulator/apis/tpu/node_updates.py)."""
     from tpujob.cloud.disks import GcpCompute
 
     cloud = cloud_for(server)
@@ -150,9 +150,9 @@ def test_v2_updates_only_the_documented_fields_and_v2alpha1_attaches_disks(serve
     assert body["error"]["message"] == ("FieldMask path 'data_disks' must be one of the following: [description, "
                                         "tags, labels, metadata, network_config.enable_external_ips].")
     node = f"projects/{PROJECT}/locations/us-central2-b/nodes/n1"
-    assert "dataDisks" not in server.emulator.get_node(node)
+    assert "dataDisks" not in server.emulator.tpu.get_node(node)
     code, body = _patch(server, "n1", {"labels": {"team": "a"}}, version="v2", mask="labels")
-    assert code == 200 and server.emulator.get_node(node)["labels"] == {"team": "a"}
+    assert code == 200 and server.emulator.tpu.get_node(node)["labels"] == {"team": "a"}
     code, body = _patch(server, "n1", disk)
     assert code == 200 and body["done"] and body["response"]["@type"].endswith("tpu.v2alpha1.Node")
-    assert [d["sourceDisk"].rsplit("/", 1)[-1] for d in server.emulator.get_node(node)["dataDisks"]] == ["data"]
+    assert [d["sourceDisk"].rsplit("/", 1)[-1] for d in server.emulator.tpu.get_node(node)["dataDisks"]] == ["data"]

@@ -18,7 +18,7 @@ ZONE = "us-central2-b"
 @pytest.fixture
 def hosted(tmp_path):
     from tpujob.cloud.tpu_api import GcpCloud
-    from tpujob.emulator.machines import SliceMachines
+    from tpujob.emulator.machines.slice import SliceMachines
 
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
                         machines_factory=SliceMachines, preempt_grace=0.5) as srv:
@@ -54,10 +54,10 @@ def test_every_host_answers_ssh_with_its_published_key_and_keeps_its_own_files(h
         _, out, _ = client.exec_command(f"echo host{host.index} > /mnt/mark", timeout=10)
         assert out.channel.recv_exit_status() == 0
         client.close()
-    roots = [pathlib.Path(h["root"]) for h in server.emulator.hosts("n1")]
+    roots = [pathlib.Path(h["root"]) for h in server.emulator.host_faults.hosts("n1")]
     assert [(r / "mnt" / "mark").read_text() for r in roots] == ["host0\n", "host1\n"]
 
-    server.emulator.preempt("n1")
+    server.emulator.host_faults.preempt("n1")
     assert cloud.get_slice("p", ZONE, "n1").phase is SlicePhase.PREEMPTED
     deadline = time.monotonic() + 10
     while True:  # SSH stops answering once the grace period is over
@@ -123,14 +123,14 @@ def test_each_host_has_a_metadata_server_that_reads_preempted_from_the_notice(ho
     assert _run(client, READ_PREEMPTED).splitlines() == ["without the header: 403", "preempted: FALSE"]
     _run(client, WATCH_PREEMPTED)
     client.close()
-    root = pathlib.Path(server.emulator.hosts("md1")[0]["root"])
+    root = pathlib.Path(server.emulator.host_faults.hosts("md1")[0]["root"])
     deadline = time.monotonic() + 30
     while not (root / "mnt" / "watching").exists():  # its first read done: it polls
         assert time.monotonic() < deadline, (root / "mnt" / "watch.log").read_text()
         time.sleep(0.1)
     # The watcher exits on TRUE, which ends the host's shutdown; a grace past the test's own
     # timeout means it read TRUE from the notice on, not that it was killed at the grace's end.
-    server.emulator.preempt("md1", grace_seconds=3600)
+    server.emulator.host_faults.preempt("md1", grace_seconds=3600)
     seen = (root / "mnt" / "seen").read_text() if (root / "mnt" / "seen").exists() else \
         (root / "mnt" / "watch.log").read_text()
     assert seen.startswith("TRUE at ")
@@ -151,13 +151,13 @@ def test_freeze_stops_the_program_only_and_thaw_continues_it(hosted, tmp_path):
     while b"TPUJOB_ATTEMPT=1" not in pathlib.Path(f"/proc/{program}/environ").read_bytes():  # exec'd
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert server.emulator.freeze("fz1", 0) == 1
+    assert server.emulator.host_faults.freeze("fz1", 0) == 1
     deadline = time.monotonic() + 10  # a signal is delivered when the process is next scheduled
     while _states([program]) != ["T"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert [s == "T" for s in _states([program, daemon])] == [True, False]  # stopped; not stopped
     assert _run(client, "echo still answering") == "still answering\n"  # SSH and new commands run
-    assert server.emulator.freeze("fz1", 0, thaw=True) == 1
+    assert server.emulator.host_faults.freeze("fz1", 0, thaw=True) == 1
     assert _states([program]) != ["T"]
     client.close()
     cloud.delete_slice("p", ZONE, "fz1")
@@ -189,14 +189,14 @@ def test_a_node_whose_host_addresses_another_process_holds_comes_up_on_other_one
     only the internal block was drawn again)."""
     import socket
 
-    from tpujob.emulator.payloads import external_ip, host_ip
+    from tpujob.emulator.addresses import external_ip, host_ip
 
     server, cloud = hosted
-    em = server.emulator
-    draw, address, taken = {"internal": ("_free_ip_block", host_ip, 4321),
-                            "external": ("_external_block", external_ip, 77)}[which]
-    drawn, real = iter([taken]), getattr(em, draw)
-    setattr(em, draw, lambda: next(drawn, None) or real())
+    plan = server.world.addresses
+    draw, address, taken = {"internal": ("take_internal", host_ip, 4321),
+                            "external": ("take_external", external_ip, 77)}[which]
+    drawn, real = iter([taken]), getattr(plan, draw)
+    setattr(plan, draw, lambda *a, **k: next(drawn, None) or real(*a, **k))
     with socket.socket() as squatter:
         squatter.bind((address(taken, 0), server.info["ssh_port"]))
         squatter.listen()
@@ -252,7 +252,7 @@ def test_a_node_deleted_while_its_hosts_start_leaves_no_host_behind(tmp_path):
     import threading
 
     from tpujob.cloud.tpu_api import GcpCloud
-    from tpujob.emulator.machines import SliceMachines
+    from tpujob.emulator.machines.slice import SliceMachines
 
     entered, release, drawn = threading.Event(), threading.Event(), []
 
@@ -302,7 +302,7 @@ def test_nodes_of_one_name_in_two_projects_keep_their_own_hosts(hosted):
     for project in ("p1", "p2"):
         cloud.create_node(SliceRequest(project=project, zone=ZONE, name="same", accelerator_type="v4-8",
                                        runtime_version="tpu-ubuntu2204-base"))
-        nodes[project] = server.emulator._nodes[f"projects/{project}/locations/{ZONE}/nodes/same"]
+        nodes[project] = server.emulator.tpu.find_node(f"projects/{project}/locations/{ZONE}/nodes/same")
     kept = nodes["p2"].machines.host_root(0) / "mnt" / "kept"
     assert kept.parent != nodes["p1"].machines.host_root(0) / "mnt"
     kept.write_text("p2's")

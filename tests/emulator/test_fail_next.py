@@ -39,7 +39,7 @@ def compute(server):
 
 
 def test_the_next_calls_answer_googles_error_body_then_the_method_works_again(server, http):
-    server.emulator.fail_next(CREATE, 403, "Permission 'tpu.nodes.create' denied on 'projects/p'",
+    server.emulator.fail_next.queue(CREATE, 403, "Permission 'tpu.nodes.create' denied on 'projects/p'",
                               reason="IAM_PERMISSION_DENIED", times=2)
     body = {"acceleratorType": "v4-8", "runtimeVersion": "tpu-ubuntu2204-base"}
     for _ in range(2):
@@ -55,7 +55,7 @@ def test_the_next_calls_answer_googles_error_body_then_the_method_works_again(se
 
 
 def test_the_cloud_layer_reads_a_403_over_rest_as_permission_denied(server, cloud):
-    server.emulator.fail_next(CREATE, 403, "Permission 'tpu.nodes.create' denied on "
+    server.emulator.fail_next.queue(CREATE, 403, "Permission 'tpu.nodes.create' denied on "
                                            f"'projects/{PROJECT}/locations/{ZONE}/nodes/n1'")
     with pytest.raises(PermissionDenied, match="tpu.nodes.create.*roles/tpu.admin") as info:
         cloud.create_node(request("n1"))
@@ -64,7 +64,7 @@ def test_the_cloud_layer_reads_a_403_over_rest_as_permission_denied(server, clou
 
 
 def test_a_stockout_in_the_operation_leaves_no_node(server, cloud):
-    server.emulator.fail_next(CREATE, 429, 'There is no more capacity in the zone "us-central2-b"; you can '
+    server.emulator.fail_next.queue(CREATE, 429, 'There is no more capacity in the zone "us-central2-b"; you can '
                                            "try in another zone", in_operation=True)
     with pytest.raises(StockoutError, match="no more capacity"):
         cloud.create_node(request("n2"))
@@ -72,7 +72,7 @@ def test_a_stockout_in_the_operation_leaves_no_node(server, cloud):
 
 
 def test_a_service_disabled_list_names_the_api_to_enable(server, cloud):
-    server.emulator.fail_next("tpu.projects.locations.queuedResources.list", 403,
+    server.emulator.fail_next.queue("tpu.projects.locations.queuedResources.list", 403,
                               "Cloud TPU API has not been used in project 1 before or it is disabled.",
                               reason="SERVICE_DISABLED")
     with pytest.raises(ServiceDisabled, match="gcloud services enable tpu.googleapis.com"):
@@ -80,18 +80,18 @@ def test_a_service_disabled_list_names_the_api_to_enable(server, cloud):
 
 
 def test_compute_answers_in_its_own_shape(server, http, compute):
-    server.emulator.fail_next("compute.disks.insert", 403, "Required 'compute.disks.create' permission "
+    server.emulator.fail_next.queue("compute.disks.insert", 403, "Required 'compute.disks.create' permission "
                                                            f"for 'projects/{PROJECT}/zones/{ZONE}/disks/d1'")
     code, answer = http("POST", f"/compute/v1/projects/{PROJECT}/zones/{ZONE}/disks", {"name": "d1"})
     assert code == 403 and answer["error"]["errors"] == [
         {"message": answer["error"]["message"], "domain": "global", "reason": "forbidden"}]
-    server.emulator.fail_next("compute.disks.insert", 403, "Required 'compute.disks.create' permission")
+    server.emulator.fail_next.queue("compute.disks.insert", 403, "Required 'compute.disks.create' permission")
     with pytest.raises(PermissionDenied, match="roles/compute.storageAdmin"):
         compute.create_disk(PROJECT, ZONE, "d1", disk_type="pd-balanced")
 
 
 def test_a_compute_operation_can_end_with_a_quota_error(server, compute):
-    server.emulator.fail_next("compute.disks.insert", 403, "Quota 'SSD_TOTAL_GB' exceeded. Limit: 500.0 "
+    server.emulator.fail_next.queue("compute.disks.insert", 403, "Quota 'SSD_TOTAL_GB' exceeded. Limit: 500.0 "
                               "in region us-central2.", reason="QUOTA_EXCEEDED", in_operation=True)
     with pytest.raises(QuotaExceeded) as info:
         compute.create_disk(PROJECT, ZONE, "d2", disk_type="pd-balanced")
@@ -100,7 +100,7 @@ def test_a_compute_operation_can_end_with_a_quota_error(server, compute):
 
 
 def test_a_transient_answer_is_retried_through(server, cloud):
-    server.emulator.fail_next("tpu.projects.locations.nodes.list", 503, "The service is unavailable", times=2)
+    server.emulator.fail_next.queue("tpu.projects.locations.nodes.list", 503, "The service is unavailable", times=2)
     assert cloud.list_nodes(PROJECT, ZONE) == []
 
 

@@ -33,12 +33,12 @@ def cloud(server):
 
 
 def test_error_info_metadata_is_sent_as_google_sends_it(server, http, cloud):
-    server.emulator.fail_next(CREATE, 403, DENIED, reason="LOCATION_POLICY_VIOLATED", metadata=DENIED_INFO)
+    server.emulator.fail_next.queue(CREATE, 403, DENIED, reason="LOCATION_POLICY_VIOLATED", metadata=DENIED_INFO)
     code, answer = http("POST", f"{NODES}?nodeId=n1", {"acceleratorType": "v4-8", "runtimeVersion": "x"})
     assert code == 403 and answer["error"]["details"] == [
         {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "LOCATION_POLICY_VIOLATED",
          "domain": "googleapis.com", "metadata": DENIED_INFO}]
-    server.emulator.fail_next(CREATE, 403, DENIED, reason="LOCATION_POLICY_VIOLATED", metadata=DENIED_INFO)
+    server.emulator.fail_next.queue(CREATE, 403, DENIED, reason="LOCATION_POLICY_VIOLATED", metadata=DENIED_INFO)
     with pytest.raises(LocationDenied, match="may not use zone us-central2-b") as info:
         cloud.create_node(request("n1"))
     assert info.value.zone == "us-central2-b" and info.value.exit_code == 6
@@ -48,7 +48,7 @@ def test_quota_failure_details_in_an_operation_reach_the_classifier(server, clou
     violation = {"subject": "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI",
                  "description": "Quota 'TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI' exhausted. "
                                 "Limit 0 in zone us-central2-b"}
-    server.emulator.fail_next(CREATE, 429, "Quota exceeded for TPU", in_operation=True,
+    server.emulator.fail_next.queue(CREATE, 429, "Quota exceeded for TPU", in_operation=True,
                               quota_violations=[violation])
     with pytest.raises(QuotaExceeded) as info:
         cloud.create_node(request("n2"))
@@ -56,7 +56,7 @@ def test_quota_failure_details_in_an_operation_reach_the_classifier(server, clou
 
 
 def test_a_queued_resource_is_accepted_then_ends_failed_with_the_chosen_error(server, cloud):
-    server.emulator.fail_next(CREATE_QR, 429, 'There is no more capacity in the zone "us-central2-b"; you '
+    server.emulator.fail_next.queue(CREATE_QR, 429, 'There is no more capacity in the zone "us-central2-b"; you '
                               "can try in another zone where Cloud TPU Nodes are offered", in_operation=True)
     cloud.create_queued_resource(request("q1", queued=True))  # its operation ends once queued: no error
     deadline = time.monotonic() + 10
@@ -65,7 +65,7 @@ def test_a_queued_resource_is_accepted_then_ends_failed_with_the_chosen_error(se
         time.sleep(0.01)
     assert (s.phase, s.queued_resource_state) == (SlicePhase.FAILED, "FAILED")
     assert isinstance(s.failure, StockoutError) and "stateInitiator SERVICE" in str(s.failure)
-    raw = server.emulator.get_queued_resource(f"projects/{PROJECT}/locations/{ZONE}/queuedResources/q1")
+    raw = server.emulator.tpu.get_queued_resource(f"projects/{PROJECT}/locations/{ZONE}/queuedResources/q1")
     assert raw["state"]["failedData"] == {"error": {"code": 8, "message": s.detail}}
     assert raw["state"]["stateInitiator"] == "SERVICE"
     cloud.delete_slice(PROJECT, ZONE, "q1")  # a FAILED queued resource is deleted without force

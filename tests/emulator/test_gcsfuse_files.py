@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tpujob.emulator.gcsfuse import BucketFs
+from tpujob.emulator.machines.gcsfuse import BucketFs
 
 
 class _Bucket:

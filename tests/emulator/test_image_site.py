@@ -1,4 +1,4 @@
-"""The emulated image's Python (tpujob/emulator/image_site): JAX's compile cache keyed by the
+"""The emulated image's Python (tpujob/emulator/machines/image_site): JAX's compile cache keyed by the
 slice, so that every host of a slice reads what another wrote, as on a TPU VM, and one compile
 per program where the hosts share a cache directory."""
 
@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from tpujob.emulator.machines import IMAGE_SITE
+from tpujob.emulator.machines.slice import IMAGE_SITE
 
 # One program on a two-process CPU "slice", as the runtime's hosts run it, its compile made slow
 # (2 s) so that both processes reach it while it compiles: says whether this process compiled

@@ -15,7 +15,8 @@ import paramiko
 import pytest
 
 import tpujob
-from tpujob.emulator.machines import SliceMachines, host_ip, kept_paths
+from tpujob.emulator.addresses import host_ip
+from tpujob.emulator.machines.slice import SliceMachines, kept_paths
 from tpujob.hosts.keys import load_key, public_key_line
 
 PORT = 2222
@@ -169,7 +170,7 @@ def test_a_host_left_with_only_its_mounts_is_off_before_the_grace_ends(make_mach
     # then, not at the end of Google's 30 s (G2 soft off to G3 mechanical off).
     m, eps = make_machines(1)
     run(connect(eps[0], client_key[0]),
-        "setsid bash -c 'trap \"\" TERM; touch /tmp/trapped; exec -a \"python3 -m tpujob.emulator.gcsfuse\" "
+        "setsid bash -c 'trap \"\" TERM; touch /tmp/trapped; exec -a \"python3 -m tpujob.emulator.machines.gcsfuse\" "
         "sleep 3600' >/dev/null 2>&1 </dev/null &")
     wait_for_file(m.host_root(0) / "tmp" / "trapped")
     # A grace far past the test's own timeout: a preempt that waited for it would fail the test;

@@ -11,7 +11,7 @@ import pytest
 from tpujob.cloud.base import SliceRequest
 from tpujob.cloud.oslogin import GcpOsLogin
 from tpujob.cloud.tpu_api import GcpCloud
-from tpujob.emulator.oslogin import ACCOUNT, posix_username
+from tpujob.emulator.apis.oslogin import ACCOUNT, posix_username
 from tpujob.emulator.server import EmulatorServer
 from tpujob.errors import CloudRefused, NotFoundError
 
@@ -80,8 +80,8 @@ def test_a_nodes_own_enable_oslogin_overrides_the_projects(server):
 
 
 def test_delete_key_then_404(server):
-    from tpujob.emulator.oslogin import fingerprint
-    from tpujob.emulator.payloads import ApiError
+    from tpujob.emulator.apis.errors import ApiError
+    from tpujob.emulator.apis.oslogin import fingerprint
 
     oslogin = server.emulator.oslogin
     oslogin.import_key("del@example.com", {"key": KEY}, "p")
@@ -110,7 +110,7 @@ def test_require_refuses_a_node_opting_out_with_the_org_policy_wording(server):
 
 
 def test_a_key_that_is_not_ssh_text_is_refused_with_googles_400(server):
-    from tpujob.emulator.payloads import ApiError
+    from tpujob.emulator.apis.errors import ApiError
 
     with pytest.raises(ApiError) as caught:
         server.emulator.oslogin.import_key(ACCOUNT, {"key": "ssh-ed25519 not-base64!"}, "p")

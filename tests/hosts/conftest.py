@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tpujob.emulator.machines import SliceMachines
+from tpujob.emulator.machines.slice import SliceMachines
 from tpujob.hosts.fanout import Host, HostGroup
 from tpujob.hosts.keys import load_key, public_key_line
 

@@ -32,7 +32,7 @@ def _listen(on_connection) -> tuple[socket.socket, int]:
 
 
 def test_a_refused_key_is_its_own_result_without_retries(slice_hosts):
-    from tpujob.emulator.host_ssh import new_host_key
+    from tpujob.emulator.machines.ssh import new_host_key
 
     machines, group = slice_hosts(1)
     stranger = HostGroup(group.hosts, "tpujob", new_host_key(), retries=3)  # a key not in ssh-keys
@@ -57,7 +57,7 @@ def test_a_host_that_goes_away_during_authentication_is_unreachable_not_a_refusa
     # was killed in the middle of the handshake.
     import paramiko
 
-    from tpujob.emulator.host_ssh import new_host_key
+    from tpujob.emulator.machines.ssh import new_host_key
 
     key = new_host_key()
     transports = []

@@ -7,7 +7,7 @@ from tpujob.hosts.bad_host import SIGNATURES, bad_host_line
 from tpujob.hosts.program import HostStatus
 from tpujob.reconcile.observation import Program
 
-# The wordings as their sources quote them (/work/shared/facts/operations.md).
+# The wordings as their sources quote them (each signature's issue in tpujob/hosts/bad_host.py).
 QUOTED = [
     "INFO:2024-06-25 00:34:55,142:jax._src.xla_bridge:889: Unable to initialize backend 'tpu': ABORTED: The TPU "
     "is already in use by process with pid 176028. Not attempting to load libtpu.so in this process.",

@@ -96,7 +96,7 @@ def test_a_create_that_ended_in_a_stockout_is_told_by_its_operation(server, stor
     the create's operation instead of asking again, and its error is the refusal decide sees."""
     from tpujob.reconcile.actions import CreateSlice
 
-    server.emulator.stockout("us-central2-b", None, clear=False)
+    server.emulator.world.stockout("us-central2-b", None, clear=False)
     job = add_job(store, spec())
     actor = Actor(store, cloud_for(server), Hosts(), "me", ssh_keys=(), clock=lambda: 1000.0)
     actor.act(leased(store, job), None, None, [StartAttempt()])

@@ -89,7 +89,11 @@ CASES = [
 
 @pytest.mark.parametrize("name,waiters,holders,caps,expected", CASES, ids=[c[0] for c in CASES])
 def test_plan(name, waiters, holders, caps, expected):
-    assert plan(waiters, holders, caps).decisions == expected
+    # The estimates (starts_in, unknown) have their own test below.
+    def decided(decisions):
+        return [(x.job_id, x.admit, x.reason, x.evict) for x in decisions]
+
+    assert decided(plan(waiters, holders, caps).decisions) == decided(expected)
 
 
 def test_fair_share_picks_the_lowest_weighted_decayed_usage_within_a_band():
@@ -129,4 +133,20 @@ def test_a_waiting_job_is_told_when_the_holders_estimated_ends_free_its_chips():
     # carol's 8 and dave's 24 fit in alice's 32 (600 s); erin's 16 more need bob's too.
     assert [x.starts_in for x in decisions] == [600, 600, 3600]
     unknown = [ending[0], Holder(2, "bob", "normal", d(32), running_seconds=60)]
-    assert plan([wait(10, "carol", 48)], unknown, [CAP64]).decisions[0].starts_in is None
+    (decision,) = plan([wait(10, "carol", 48)], unknown, [CAP64]).decisions
+    # Never a guess: the estimate names whose end is not known.
+    assert (decision.starts_in, decision.unknown) == (None, "unknown: bob's job 000002 reports no ETA")
+    starting = Holder(3, "dave", "normal", d(32), no_end="has not started running (PROVISIONING)")
+    (decision,) = plan([wait(10, "carol", 48)], unknown[1:] + [starting], [CAP64]).decisions
+    assert decision.unknown == ("unknown: bob's job 000002 reports no ETA; "
+                                "dave's job 000003 has not started running (PROVISIONING)")
+    # A cap too small for the job and those ahead: no end frees enough.
+    (first, second) = plan([wait(10, "carol", 48), wait(11, "erin", 32)], ending, [CAP64]).decisions
+    assert (first.starts_in, second.starts_in) == (3600, None)
+    assert second.unknown == ("unknown: a quota of 64 v5e chips in us-west4 is too small for this job "
+                              "and those ahead of it")
+    # Evictions under way: admitted once they have stopped, in a time set by their grace.
+    (evicting,) = plan([wait(10, "carol", 32, band="high")], [held(1, "alice", 64, band="low", running=3600)],
+                       [CAP64]).decisions
+    assert (evicting.evict, evicting.starts_in, evicting.unknown) == (
+        (1,), None, "unknown: admitted once 1 lower-band job(s) have checkpointed and stopped (their grace)")

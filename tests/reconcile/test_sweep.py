@@ -113,7 +113,7 @@ def test_one_zone_that_cannot_be_listed_skips_only_its_jobs(server, store):
         rec.sweep()
     assert [store.get(j.id).state for j in (a, b)] == ["RUNNING", "RUNNING"]
     for job in (a, b):
-        server.emulator.preempt(store.current_attempt(job.id).slice_name)
+        server.emulator.host_faults.preempt(store.current_attempt(job.id).slice_name)
 
     ZoneDown.down = {Z1}
     report = rec.sweep()
@@ -167,12 +167,12 @@ def test_a_misspelled_snapshot_ends_the_job_with_its_name(server, store):
     after = store.get(job.id)
     assert (after.state, after.end_reason) == ("FAILED", "user_error")
     assert any("refused" in e and "no-such-snap" in e for e in events(store, job.id))
-    assert server.emulator.list_nodes(f"projects/{PROJECT}/locations/{Z1}") == []
+    assert server.emulator.tpu.list_nodes(f"projects/{PROJECT}/locations/{Z1}") == []
 
 
 def test_stockouts_everywhere_cycle_the_placements_then_fail_no_capacity(server, store):
-    server.emulator.stockout(Z1, None, clear=False)
-    server.emulator.stockout(Z2, None, clear=False)
+    server.emulator.world.stockout(Z1, None, clear=False)
+    server.emulator.world.stockout(Z2, None, clear=False)
     job = add_job(store, spec(Z1, f"[{{accelerator: {V5E}, zone: {Z2}}}]", "max_capacity_retries: 3"))
     rec = Reconciler(store, cloud_for(server), Hosts(), "me")
     # A sweep follows the creates it asked for to their end: the primary misses, and the
@@ -192,13 +192,13 @@ def test_stockouts_everywhere_cycle_the_placements_then_fail_no_capacity(server,
 
 
 def test_capacity_found_again_resets_the_misses(server, store):
-    server.emulator.stockout(Z1, None, clear=False)
+    server.emulator.world.stockout(Z1, None, clear=False)
     job = add_job(store, spec(Z1, requeue="max_capacity_retries: 5"))
     rec = Reconciler(store, cloud_for(server), Hosts(), "me")
     rec.sweep()
     rec.sweep()
     assert (store.get(job.id).state, store.get(job.id).capacity_misses) == ("PROVISIONING", 3)
-    server.emulator.stockout(Z1, None, clear=True)
+    server.emulator.world.stockout(Z1, None, clear=True)
     for _ in range(3):
         rec.sweep()
     after = store.get(job.id)
@@ -207,26 +207,26 @@ def test_capacity_found_again_resets_the_misses(server, store):
 
 
 def test_a_fallback_to_another_generation_boots_that_generation_s_runtime(server, store):
-    server.emulator.stockout(Z1, None, clear=False)
+    server.emulator.world.stockout(Z1, None, clear=False)
     job = add_job(store, spec(Z1, f"[{{accelerator: v5litepod-4, zone: {Z2}}}]"))
     rec = Reconciler(store, cloud_for(server), Hosts(), "me")
     rec.sweep()
     rec.sweep()
     attempt = store.current_attempt(job.id)
     assert (attempt.accelerator, store.get(job.id).state) == ("v5litepod-4", "RUNNING")
-    node = server.emulator.get_node(f"projects/{PROJECT}/locations/{Z2}/nodes/{attempt.slice_name}")
+    node = server.emulator.tpu.get_node(f"projects/{PROJECT}/locations/{Z2}/nodes/{attempt.slice_name}")
     assert node["runtimeVersion"] == "v2-alpha-tpuv5-lite"  # not the primary's tpu-ubuntu2204-base
 
 
 def test_an_explicit_runtime_version_is_kept_on_every_fallback(server, store):
-    server.emulator.stockout(Z1, None, clear=False)
+    server.emulator.world.stockout(Z1, None, clear=False)
     job = add_job(store, spec(Z1, f"[{{accelerator: v5litepod-4, zone: {Z2}}}]",
                               tpu_extra=", runtime_version: my-image"))
     rec = Reconciler(store, cloud_for(server), Hosts(), "me")
     rec.sweep()
     rec.sweep()
     attempt = store.current_attempt(job.id)
-    node = server.emulator.get_node(f"projects/{PROJECT}/locations/{Z2}/nodes/{attempt.slice_name}")
+    node = server.emulator.tpu.get_node(f"projects/{PROJECT}/locations/{Z2}/nodes/{attempt.slice_name}")
     assert node["runtimeVersion"] == "my-image"
 
 
@@ -245,7 +245,7 @@ def test_resume_after_no_capacity_starts_the_capacity_budget_again(server):
     from tpujob.service.context import Context
 
     ctx = Context.load()
-    server.emulator.stockout(Z1, None, clear=False)
+    server.emulator.world.stockout(Z1, None, clear=False)
     job = add_job(ctx.store, spec(Z1, requeue="max_capacity_retries: 2"))
     rec = Reconciler(ctx.store, cloud_for(server), Hosts(), "me")
     rec.sweep()
@@ -255,7 +255,7 @@ def test_resume_after_no_capacity_starts_the_capacity_budget_again(server):
     assert (resumed.state, resumed.capacity_misses) == ("RECOVERING", 0)
     rec.sweep()  # still stocked out: one miss, within the fresh budget of two (the next asked for)
     assert (ctx.store.get(job.id).state, ctx.store.get(job.id).capacity_misses) == ("PROVISIONING", 1)
-    server.emulator.stockout(Z1, None, clear=True)
+    server.emulator.world.stockout(Z1, None, clear=True)
     rec.sweep()
     rec.sweep()
     assert ctx.store.get(job.id).state == "RUNNING"

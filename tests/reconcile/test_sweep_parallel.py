@@ -81,7 +81,7 @@ def test_one_jobs_act_raising_is_reported_and_the_others_go_on(server, store):
 
 def preempt_all(server, store, jobs) -> None:
     for job in jobs:
-        server.emulator.preempt(store.current_attempt(job.id).slice_name)
+        server.emulator.host_faults.preempt(store.current_attempt(job.id).slice_name)
 
 
 def test_a_store_locked_past_its_busy_timeout_at_the_first_write_does_not_end_the_sweep(server, store,
@@ -118,7 +118,7 @@ def test_a_preempted_job_runs_again_after_one_sweep(server, store):
         stored = store.get(job.id)
         assert (stored.state, stored.attempt, stored.preemptions, stored.flaps) == ("RUNNING", 2, 1, 0)
         assert any(e.endswith("preemption 1 of 5 allowed, next attempt now") for e in events(store, job.id))
-    nodes = server.emulator.list_nodes(f"projects/{PROJECT}/locations/{Z1}")
+    nodes = server.emulator.tpu.list_nodes(f"projects/{PROJECT}/locations/{Z1}")
     assert sorted((n["name"].rsplit("/", 1)[-1], n["state"]) for n in nodes) == \
         [(slice_name(j.id, 2, store.store_tag), "READY") for j in jobs]
 

@@ -15,7 +15,7 @@ def attempts(store, job):
 
 
 def nodes(server, zone):
-    return [n["name"].rsplit("/", 1)[1] for n in server.emulator.list_nodes(f"projects/{PROJECT}/locations/{zone}")]
+    return [n["name"].rsplit("/", 1)[1] for n in server.emulator.tpu.list_nodes(f"projects/{PROJECT}/locations/{zone}")]
 
 
 def test_a_zone_that_does_not_offer_the_accelerator_moves_to_the_fallback(server, store):
@@ -68,7 +68,7 @@ QUOTA = "Quota limit 'TPUV5sLitepodPreemptiblePerProjectPerRegionForTPUAPI' has 
 def no_quota_in(server, region: str):
     """The emulator answers the next node create with Google's regional-quota 429 (marin PR #1612
     quotes it), through fail-next: the real client and classifier read it."""
-    server.emulator.fail_next("tpu.projects.locations.nodes.create", 429, QUOTA.format(region),
+    server.emulator.fail_next.queue("tpu.projects.locations.nodes.create", 429, QUOTA.format(region),
                               grpc_status="RESOURCE_EXHAUSTED", times=1)
     return cloud_for(server)
 
@@ -107,7 +107,7 @@ def test_a_node_update_refused_on_a_preempted_node_ends_the_attempt_as_a_preempt
 
         def start_setup(self, job, attempt, slice_):
             if attempt.number == 1:
-                server.emulator.preempt(attempt.slice_name)
+                server.emulator.host_faults.preempt(attempt.slice_name)
                 name = f"projects/{PROJECT}/locations/{attempt.zone}/nodes/{attempt.slice_name}"
                 cloud._call(f"labelling node {attempt.slice_name}", cloud._client.update_node,
                             node=tpu_v2.Node(name=name, labels={"step": "setup"}),
@@ -132,7 +132,7 @@ def test_a_node_update_refused_on_a_preempted_node_ends_the_attempt_as_a_preempt
 def _moved_then_preempted(server, store, placement: str):
     """A job whose best placement (its first) stocked out, moved to the fallback, ran there and
     was preempted there, the stockout over by then: where its next attempt goes."""
-    server.emulator.stockout(Z1, None, clear=False)
+    server.emulator.world.stockout(Z1, None, clear=False)
     job = add_job(store, spec(Z1, f"[{{accelerator: {V5E}, zone: {Z2}}}]", tpu_extra=f", placement: {placement}"))
     rec = Reconciler(store, cloud_for(server), Hosts(), "me")
     for _ in range(5):
@@ -140,8 +140,8 @@ def _moved_then_preempted(server, store, placement: str):
             break
         rec.sweep()
     assert (store.get(job.id).state, store.get(job.id).zone) == ("RUNNING", Z2)
-    server.emulator.stockout(Z1, None, clear=True)
-    server.emulator.preempt(store.current_attempt(job.id).slice_name)
+    server.emulator.world.stockout(Z1, None, clear=True)
+    server.emulator.host_faults.preempt(store.current_attempt(job.id).slice_name)
     for _ in range(5):
         rec.sweep()
         if store.get(job.id).preemptions and store.get(job.id).state == "RUNNING":
@@ -191,7 +191,7 @@ def test_the_market_s_history_in_real_sweeps_puts_placement_auto_in_the_calm_zon
     from tpujob.reconcile.risk import ordered
 
     flaky, calm = "us-east5-a", "us-east5-b"
-    server.emulator.set_market(Market(5, {flaky: ZoneMarket(1.0, 0.0), calm: ZoneMarket(1e9, 0.0)}, drift=0),
+    server.emulator.tpu.set_market(Market(5, {flaky: ZoneMarket(1.0, 0.0), calm: ZoneMarket(1e9, 0.0)}, drift=0),
                                tick=0.05)
     first = add_job(store, spec(flaky, f"[{{zone: {calm}}}]", "max_preemptions: 50", accelerator=V5E,
                                 name="written"))
@@ -212,4 +212,4 @@ def test_the_market_s_history_in_real_sweeps_puts_placement_auto_in_the_calm_zon
         if store.get(second.id).state == "RUNNING":
             break
     assert (store.get(second.id).state, store.current_attempt(second.id).zone) == ("RUNNING", calm)
-    server.emulator.set_market(None)
+    server.emulator.tpu.set_market(None)

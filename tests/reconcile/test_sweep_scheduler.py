@@ -76,7 +76,7 @@ def test_queued_jobs_are_admitted_within_the_quota_and_the_rest_wait(server, sto
     assert [store.get(j.id).state for j in (a, b, c)] == ["RUNNING", "RUNNING", "QUEUED"]
     # Never sent to Google: no attempt, no node of its own.
     assert store.current_attempt(c.id) is None
-    assert len(server.emulator.list_nodes(f"projects/{PROJECT}/locations/us-central2-b")) == 2
+    assert len(server.emulator.tpu.list_nodes(f"projects/{PROJECT}/locations/us-central2-b")) == 2
     assert store.get(c.id).waiting_for == ("quota: 8/8 v4 chips in us-central2 held by alice 4, bob 4; "
                                            "1st in band normal")
     rec.sweep()
@@ -173,7 +173,7 @@ def test_two_nodes_sweeping_one_store_never_admit_past_the_quota(server, tmp_pat
     for job in jobs:
         admitted = [e for e in store.events(job.id) if e.to_state == "PENDING"]
         assert len(admitted) == (store.get(job.id).state == "RUNNING")
-    assert len(server.emulator.list_nodes(f"projects/{PROJECT}/locations/us-central2-b")) == 5
+    assert len(server.emulator.tpu.list_nodes(f"projects/{PROJECT}/locations/us-central2-b")) == 5
     # Both nodes admitted (the work was shared) or one took all: either way, within the quota.
     assert sum(int(line.split("admitted ")[1].split(",")[0]) for out in outputs
                for line in out.splitlines() if "admitted " in line) == 5
@@ -196,7 +196,7 @@ def test_a_cost_cap_stops_the_job_with_a_checkpoint_and_starts_no_other_attempt(
     later_node = store.current_attempt(later.id).slice_name
     rec.sweep()
     assert [store.get(j.id).state for j in (capped, bobs)] == ["RUNNING", "RUNNING"]
-    assert later_node not in str(server.emulator.list_nodes(f"projects/{PROJECT}/locations/us-central2-b"))
+    assert later_node not in str(server.emulator.tpu.list_nodes(f"projects/{PROJECT}/locations/us-central2-b"))
 
     clock.offset = 40 * 60.0  # capped: $2.58; bob's one job running 40 min: $2.58 (later: a few seconds)
     rec.sweep()
@@ -222,7 +222,7 @@ def test_a_cost_cap_stops_the_job_with_a_checkpoint_and_starts_no_other_attempt(
     assert store.current_attempt(queued.id) is None
     rec.sweep()  # never another attempt
     assert (store.get(capped.id).attempt, store.get(bobs.id).attempt) == (1, 1)
-    assert len(server.emulator.list_nodes(f"projects/{PROJECT}/locations/us-central2-b")) == 0
+    assert len(server.emulator.tpu.list_nodes(f"projects/{PROJECT}/locations/us-central2-b")) == 0
 
 
 def test_the_queue_estimates_a_start_from_the_running_jobs_progress(server, store, clock):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from tpujob.emulator.machines import IMAGE_SITE
+from tpujob.emulator.machines.slice import IMAGE_SITE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def launch(cache: Path, run_dir: Path, overrides: dict | None = None, devices: i
         "JAX_COMPILATION_CACHE_DIR": str(cache),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         # The emulated hosts' Python: every host of a slice reads the compile cache host 0
-        # wrote, as on a TPU VM (tpujob/emulator/image_site/sitecustomize.py).
+        # wrote, as on a TPU VM (tpujob/emulator/machines/image_site/sitecustomize.py).
         "PYTHONPATH": IMAGE_SITE,
     })
     env.update(env_extra or {})

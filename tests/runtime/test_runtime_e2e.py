@@ -209,7 +209,8 @@ def test_checkpoint_every_auto_spaces_saves_by_young_s_interval(runtime, tmp_pat
     beat = heartbeat(run.run_dir)
     assert beat["mtbi_ms"] == mtbi * 1000
     save = beat["save_ms"] / 1000
-    expected = min(6 * 3600, max(60, math.sqrt(2 * save * mtbi)))
+    expected = math.sqrt(2 * save * mtbi)
+    assert 60 < expected < 6 * 3600  # inside the bounds: the formula is what is checked, not a bound
     assert beat["interval_ms"] / 1000 == pytest.approx(expected, rel=0.2)
     assert beat["compile_ms"] > 0 and beat["step_ms"] > 0 and beat["checkpoint_ms"] >= beat["save_ms"]
     # 12 quick steps, far inside the first interval (60 s until C is measured): the last step's only

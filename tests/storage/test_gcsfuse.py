@@ -1,4 +1,4 @@
-"""The emulated hosts' gcsfuse (tpujob.emulator.gcsfuse): its command line, and a real FUSE
+"""The emulated hosts' gcsfuse (tpujob.emulator.machines.gcsfuse): its command line, and a real FUSE
 mount over the emulator's Cloud Storage, consistent with what the API returns."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tpujob.emulator import gcsfuse
+from tpujob.emulator.machines import gcsfuse
 from tpujob.emulator.server import EmulatorServer
 
 
@@ -40,7 +40,7 @@ def test_the_command_line_mount_bucket_sh_renders_is_accepted():
 
 
 def test_bucket_fs_reads_and_writes_objects(client, gcs_server):
-    from tpujob.emulator.gcs_json import BucketApi
+    from tpujob.emulator.machines.gcs_json import BucketApi
 
     bucket = client.create_bucket("fs-unit")
     fs = gcsfuse.BucketFs(BucketApi(gcs_server.info["storage_endpoint"], "fs-unit"), "data", ttl=0,
@@ -66,7 +66,7 @@ def test_a_real_mount_is_the_bucket(gcs_server, client, tmp_path):
     logs = tmp_path / "tmp"  # not this machine's /tmp: the daemon's log is left there
     logs.mkdir()
     env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.info["storage_endpoint"], "TMPDIR": str(logs)}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "tpujob.emulator.gcsfuse", *a],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tpujob.emulator.machines.gcsfuse", *a],  # noqa: E731
                                     env=env, capture_output=True, text=True, timeout=60)
     refused = run("--cache-dir", str(cache), "fs-mount", str(mount))
     assert refused.returncode != 0 and "no such directory" in refused.stderr
@@ -148,7 +148,7 @@ def refusing_storage():
 
 
 def test_a_forbidden_bucket_reads_as_googles_refusal(refusing_storage):
-    from tpujob.emulator.gcs_json import BucketApi
+    from tpujob.emulator.machines.gcs_json import BucketApi
 
     with pytest.raises(SystemExit) as exited:
         gcsfuse.open_bucket(BucketApi(refusing_storage, "locked"))
@@ -158,7 +158,7 @@ def test_a_forbidden_bucket_reads_as_googles_refusal(refusing_storage):
 
 
 def test_an_unreachable_storage_endpoint_fails_the_mount_at_once_saying_so():
-    from tpujob.emulator.gcs_json import BucketApi
+    from tpujob.emulator.machines.gcs_json import BucketApi
 
     with pytest.raises(SystemExit) as exited:
         gcsfuse.open_bucket(BucketApi("http://127.0.0.1:9", "some-bucket"))   # nothing listens on port 9
@@ -169,7 +169,7 @@ def test_an_unreachable_storage_endpoint_fails_the_mount_at_once_saying_so():
 def test_a_missing_bucket_is_reported_as_gcsfuse_reports_it(gcs_server, tmp_path):
     before = set(os.listdir("/tmp"))
     env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.info["storage_endpoint"]}
-    done = subprocess.run([sys.executable, "-m", "tpujob.emulator.gcsfuse", "no-such-bucket", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "tpujob.emulator.machines.gcsfuse", "no-such-bucket", str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == NO_BUCKET
@@ -178,7 +178,7 @@ def test_a_missing_bucket_is_reported_as_gcsfuse_reports_it(gcs_server, tmp_path
 
 @needs_libfuse
 def test_mount_bucket_sh_repeats_what_gcsfuse_said_and_names_the_cause(gcs_server, tmp_path):
-    from tpujob.emulator.compute import gcsfuse_shim
+    from tpujob.emulator.apis.compute.api import gcsfuse_shim
     from tpujob.hosts.scripts import render
 
     tools = tmp_path / "bin"
@@ -201,7 +201,7 @@ def test_a_libfuse_that_does_not_load_is_named_with_its_package(gcs_server, tmp_
     missing = tmp_path / "libfuse.so.2"   # fusepy's own variable, naming a library that is not there
     env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.info["storage_endpoint"],
            "FUSE_LIBRARY_PATH": str(missing)}
-    done = subprocess.run([sys.executable, "-m", "tpujob.emulator.gcsfuse", "any-bucket", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "tpujob.emulator.machines.gcsfuse", "any-bucket", str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
@@ -213,7 +213,7 @@ def test_a_libfuse_that_does_not_load_is_named_with_its_package(gcs_server, tmp_
 def test_the_json_api_client_round_trips_any_bytes_and_lists_every_object(client, gcs_server):
     import time
 
-    from tpujob.emulator.gcs_json import BucketApi, rfc3339_seconds
+    from tpujob.emulator.machines.gcs_json import BucketApi, rfc3339_seconds
 
     client.create_bucket("fs-bytes")
     api = BucketApi(gcs_server.info["storage_endpoint"], "fs-bytes")
@@ -235,7 +235,7 @@ def test_the_json_api_client_round_trips_any_bytes_and_lists_every_object(client
 def test_a_failed_storage_request_is_eio_to_the_caller_not_the_end_of_the_mount(refusing_storage):
     import errno
 
-    from tpujob.emulator.gcs_json import BucketApi
+    from tpujob.emulator.machines.gcs_json import BucketApi
 
     fs = gcsfuse.BucketFs(BucketApi(refusing_storage, "locked"), "", ttl=0, implicit_dirs=True)
     with pytest.raises(OSError) as refused:

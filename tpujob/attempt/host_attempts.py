@@ -53,6 +53,6 @@ def program_command(spec: ResolvedSpec, job_id: int) -> str:
 
 def program_env(cloud: str, env: dict[str, str]) -> dict[str, str]:
     """The spec's env, plus JAX_PLATFORMS=tpu on real TPUs (the spec's own value wins): with it
-    unset, JAX finding the TPU busy warns and trains on the CPU; with it, it raises (jax
-    xla_bridge.py; /work/shared/facts/operations.md). Not on the emulator's hosts: they have no TPU."""
+    unset, JAX finding the TPU busy warns and trains on the CPU; with it, it raises (jax 0.10.2
+    jax/_src/xla_bridge.py). Not on the emulator's hosts: they have no TPU."""
     return ({"JAX_PLATFORMS": "tpu"} if cloud == "gcp" else {}) | dict(env)

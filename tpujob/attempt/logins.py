@@ -2,12 +2,13 @@
 in the node's `ssh-keys` metadata. And, when the hosts refuse the key, why and what fixes it.
 
 OS Login is on for a node when its own `enable-oslogin` metadata says so, else when its
-project's does (cloud/oslogin.py; shared/facts/operations.md, "OS Login"). With it on, metadata
-keys are ignored: tpujob's key is imported into the OS Login profile of the account tpujob acts
-as, with an expiry (renewed by any process that logs in once half of it has passed), and the
-login is the profile's POSIX username. `ssh_os_login: false` creates nodes with
-`enable-oslogin: FALSE` instead (node metadata overrides the project's), which an organisation
-policy (constraints/compute.requireOsLogin) may refuse.
+project's does (cloud/oslogin.py; google-cloud-sdk command_lib/util/ssh/ssh.py). With it on,
+metadata keys are ignored (cloud.google.com/compute/docs/instances/ssh): tpujob's key is
+imported into the OS Login profile of the account tpujob acts as, with an expiry (renewed by any
+process that logs in once half of it has passed), and the login is the profile's POSIX username.
+`ssh_os_login: false` creates nodes with `enable-oslogin: FALSE` instead (node metadata
+overrides the project's), which an organisation policy (constraints/compute.requireOsLogin) may
+refuse.
 
 The project's setting is shared between processes for PROJECT_TTL_SECONDS (a file a project
 under $TPUJOB_HOME/cache/oslogin/): reading it takes google-cloud-compute, whose import alone

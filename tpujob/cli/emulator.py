@@ -6,6 +6,10 @@ import typer
 
 from tpujob.cli.render import print_json
 
+# What names a slice in the fault commands: as `tpujob show` prints it, or its full resource name.
+SLICE_HELP = ("The slice: its name as `tpujob show` prints it (a TPU node's id, a Compute Engine VM's "
+              "name) or its full resource name (projects/P/locations/Z/nodes/N, projects/P/zones/Z/instances/N).")
+
 
 def register(app: typer.Typer) -> None:
     emulator = typer.Typer(help="The local TPU cloud: start, stop, status, and faults on demand.",
@@ -41,13 +45,14 @@ def register(app: typer.Typer) -> None:
         _show(process.status(), json_)
 
     @emulator.command()
-    def preempt(node: str = typer.Argument(..., help="Node id (or full resource name)."),
+    def preempt(node: str = typer.Argument(..., help=SLICE_HELP),
                 grace: float | None = typer.Option(
                     None, "--grace", min=0,
                     help="Seconds from SIGTERM to SIGKILL (default 30: Google's Spot notice).")):
-        """Preempt a node: SSH stops, its programs get SIGTERM then SIGKILL after the grace, then the
-        node reads PREEMPTED, or, made by a queued resource, is deleted while the queued resource
-        reads SUSPENDING, then SUSPENDED (as on Google: READY until its hosts are down)."""
+        """Preempt a slice: SSH stops, its programs get SIGTERM then SIGKILL after the grace, then a
+        TPU node reads PREEMPTED, or, made by a queued resource, is deleted while the queued resource
+        reads SUSPENDING, then SUSPENDED (as on Google: READY until its hosts are down); a Compute
+        Engine Spot VM reads TERMINATED (deleted with instanceTerminationAction DELETE)."""
         from tpujob.emulator import process
 
         process.client().preempt(node, grace_seconds=grace)
@@ -66,7 +71,7 @@ def register(app: typer.Typer) -> None:
                    f"{'installed' if answer['gcsfuse'] else 'not installed'}")
 
     @emulator.command()
-    def maintenance(node: str = typer.Argument(..., help="Node id (or full resource name)."),
+    def maintenance(node: str = typer.Argument(..., help=SLICE_HELP),
                     in_: float = typer.Option(0.0, "--in", min=0,
                                               help="Seconds until the window opens (0: at once).")):
         """Announce maintenance on a node: it reads upcomingMaintenance (PENDING) until the window
@@ -169,7 +174,7 @@ def register(app: typer.Typer) -> None:
     ):
         """The next calls of METHOD answer Google's error body (replaying a real answer), or with
         --in-operation succeed and end their long-running operation with it."""
-        from tpujob.emulator import failnext
+        from tpujob.emulator.apis import fail_next as failnext
 
         if list_:
             for method_id, has_operation in sorted(failnext.METHODS.items()):
@@ -208,12 +213,13 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"bucket gs://{bucket} {'created' if made else 'exists already'}")
 
     @emulator.command("kill-host")
-    def kill_host(node: str = typer.Argument(...), index: int = typer.Argument(...)):
-        """Kill one host of a node at once (its processes and SSH server)."""
+    def kill_host(node: str = typer.Argument(..., help=SLICE_HELP),
+                  host: int = typer.Option(0, "--host", min=0, help="The host's index.")):
+        """Kill one host of a slice at once (its processes and SSH server)."""
         from tpujob.emulator import process
 
-        process.client().kill_host(node, index)
-        typer.echo(f"host {index} of {node} killed")
+        process.client().kill_host(node, host)
+        typer.echo(f"host {host} of {node} killed")
 
 
     @emulator.command("oslogin")
@@ -252,7 +258,7 @@ def register(app: typer.Typer) -> None:
                    + ("; the account lacks roles/compute.osLogin" if not state["role"] else "")
                    + (f"; roles/compute.osAdminLogin: {', '.join(state['admins'])}" if state.get("admins") else ""))
     @emulator.command("dirty-host")
-    def dirty_host(node: str = typer.Argument(..., help="Node id (or full resource name)."),
+    def dirty_host(node: str = typer.Argument(..., help=SLICE_HELP),
                    host: int = typer.Option(0, "--host", min=0, help="The host's index."),
                    sticky: bool = typer.Option(False, "--sticky",
                                                help="It comes back after being ended: the host is bad.")):
@@ -264,8 +270,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"host {host} of {node}: pid {pid} holds its accelerator"
                    + (" (sticky: it comes back)" if sticky else ""))
     @emulator.command()
-    def freeze(node: str = typer.Argument(..., help="Node id (or full resource name)."),
-               host: int = typer.Option(0, "--host", help="Host index."),
+    def freeze(node: str = typer.Argument(..., help=SLICE_HELP),
+               host: int = typer.Option(0, "--host", min=0, help="The host's index."),
                thaw: bool = typer.Option(False, "--thaw", help="Continue it instead.")):
         """Freeze the job's program on one host (SIGSTOP): it neither beats nor dies, and its peers
         block in their next collective, as behind a host that hangs. --thaw continues it."""

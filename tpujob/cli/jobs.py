@@ -41,12 +41,21 @@ def _warn_if_nothing_sweeps(job) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def validate(spec: str = typer.Argument(..., help="Job spec (YAML)."),
+    def validate(spec: str | None = typer.Argument(None, help="Job spec (YAML)."),
                  strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a placement whose "
                                              "zone does not offer its accelerator in Google's zone table "
                                              "instead of warning."),
-                 json_out: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON.")):
+                 json_out: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON."),
+                 fields: bool = typer.Option(False, "--fields", help="List every field a spec may have: "
+                                             "what it takes, its default and what it means (no SPEC).")):
         """Check a job spec and print what it resolves to (hosts, chips, disks, cost)."""
+        if fields:
+            if spec is not None:
+                raise UsageError("--fields lists the spec's fields; give it without a SPEC")
+            _print_fields(json_out)
+            return
+        if spec is None:
+            raise UsageError("give a job spec to check (or --fields to list what a spec may say)")
         from tpujob.attempt.logins import opt_out_warnings
         from tpujob.service import jobs
 
@@ -179,6 +188,12 @@ def register(app: typer.Typer) -> None:
                               **dataclasses.asdict(detail.accounting)}
         data["ledger"] = detail.ledger.to_json()
         data["checkpoint_auto"] = _checkpoint_auto(current)
+        place = detail.queue  # a QUEUED job's, as `tpujob queue` has it now
+        if place is not None:
+            data["waiting_for"] = place.waiting_for
+        data["queue_position"] = None if place is None else place.position
+        data["starts_in_seconds"] = None if place is None or place.starts_in is None else round(place.starts_in)
+        data["starts"] = None if place is None else place.starts
         ledgers = dict(detail.attempt_ledgers)
         for row in data["attempts"]:
             row["ledger"] = ledgers[row["number"]].to_json() if row["number"] in ledgers else None
@@ -197,8 +212,12 @@ def register(app: typer.Typer) -> None:
         if detail.job.priority != "normal" or detail.job.evictions:
             typer.echo(f"{'priority:':<14}{detail.job.priority}"
                        + (f" (evicted {detail.job.evictions} time(s))" if detail.job.evictions else ""))
-        if detail.job.waiting_for and detail.job.state == "QUEUED":
-            typer.echo(f"{'waiting for:':<14}{detail.job.waiting_for}")
+        if data["waiting_for"] and detail.job.state == "QUEUED":
+            typer.echo(f"{'waiting for:':<14}{data['waiting_for']}")
+        if place is not None:
+            typer.echo(f"{'queue:':<14}" + ("held back by a cost cap" if place.position is None
+                                            else f"position {place.position} in the lab's queue (tpujob queue)"))
+            typer.echo(f"{'starts:':<14}{place.starts}")
         if far is not None and (far.step is not None or detail.job.state == "RUNNING"):
             typer.echo(f"{'progress:':<14}{progress.describe(far)}")
         _print_accounting(detail.job, detail.accounting)
@@ -430,6 +449,23 @@ def _nodes_cell(a: dict) -> str:
     if a["nodes"] == node_names(a["slice_name"], a["slices"]):
         return nodes_text(a["slice_name"], a["slices"])
     return ",".join(a["nodes"])
+
+
+def _print_fields(json_out: bool) -> None:
+    """`validate --fields`: the spec's fields as the models describe them (spec/reference.py)."""
+    import textwrap
+
+    from tpujob.spec import reference
+
+    docs = reference.fields()
+    if json_out:
+        render.print_json([f.as_dict() for f in docs])
+        return
+    for f in docs:
+        default = {"unset": "", "required": " (required)"}.get(f.default, f" (default {f.default})")
+        typer.echo(f"{f.path}: {f.kind}{default}")
+        typer.echo(textwrap.fill(f.meaning, width=100, initial_indent="    ", subsequent_indent="    ",
+                                 break_on_hyphens=False))
 
 
 def _print_resolved(r) -> None:

@@ -80,16 +80,15 @@ def register(app: typer.Typer) -> None:
             render.print_json([{"position": r.position, "id": format_job_id(r.job.id), "name": r.job.name,
                                 "owner": r.job.owner, "priority": r.job.priority, "chips": r.chips,
                                 "share": round(r.share, 3), "waiting_for": r.reason or None,
-                                "starts_in_seconds": None if r.starts_in is None else round(r.starts_in)}
+                                "starts_in_seconds": None if r.starts_in is None else round(r.starts_in),
+                                "starts": r.starts}
                                for r in rows])
             return
-        from tpujob.durations import duration_text
-
         typer.echo(render.table(["#", "ID", "NAME", "OWNER", "BAND", "CHIPS", "SHARE", "STARTS", "WAITING-FOR"],
-                                [[r.position, format_job_id(r.job.id), r.job.name, r.job.owner or "-",
+                                [["-" if r.position is None else r.position, format_job_id(r.job.id), r.job.name,
+                                  r.job.owner or "-",
                                   r.job.priority, r.chips, f"{r.share:.1f}",
-                                  "?" if r.starts_in is None else "next sweep" if r.starts_in <= 0
-                                  else f"in {duration_text(r.starts_in, parts=1)}",
+                                  "?" if r.starts_in is None else r.starts,  # --json's `starts` says why
                                   r.reason or "admitted at the next sweep"] for r in rows]))
 
     budget = typer.Typer(help="Each user's spending cap per day, week or month.", no_args_is_help=True)

@@ -18,7 +18,7 @@ from tpujob.cloud.disks import rfc3339
 # preempted VM's program writes its SIGTERM checkpoint (the ACPI soft off, then the 30 s or 120 s
 # notice; compute.v1 discovery, Scheduling.skipGuestOsShutdown): deleting the VM then would
 # cut that save short, so they are STOPPING, left alone, as a TPU node, which reads READY
-# through its notice (shared/facts/operations.md). SUSPENDED is not asked for by
+# through its notice (cloud.google.com/tpu/docs/preemptible: READY, then PREEMPTED). SUSPENDED is not asked for by
 # tpujob: a VM found so is as good as lost. REPAIRING: Google restarts a failed on-demand,
 # flex-start or reserved TPU VM on healthy hardware (cloud.google.com/tpu/docs/failure-recovery).
 INSTANCE_PHASES: dict[str, SlicePhase] = {

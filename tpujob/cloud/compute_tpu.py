@@ -1,6 +1,6 @@
 """The Cloud protocol over Compute Engine (google-cloud-compute, REST): a TPU VM is an instance
 with a TPU machine type. Google's path for TPU7x and later, and for flex-start and reservations
-(docs/compute-engine.md).
+(docs/compute-engine.md has every fact with its source).
 
 A single-host slice is one instance named NAME. A slice of several hosts is three resources, all
 named NAME: a regional workload policy (its accelerator topology), a global instance template
@@ -10,7 +10,6 @@ their bodies, creation, reading as a slice, deletion and listing for `tpujob gc`
 share (clients, operations, retries). An instance's fields as tpujob reads them:
 tpujob.cloud.compute_instances. Import lazily: compute_v1 costs seconds to import.
 """
-
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ _QUOTA = re.compile(r"quota limit '([^']*)' has been exceeded|quota '([^']*)' (?
                     re.IGNORECASE)
 _QUOTA_WHERE = re.compile(r"limit:?\s*[\d.]+\s+in\s+(region|zone)\s+([a-z0-9-]+)", re.IGNORECASE)
 # The quota's own name says its scope when the wording names no place (TPU quota ids read
-# TPUV...PerProjectPer{Zone,Region}ForTPUAPI: shared/facts/operations.md, SkyPilot's handler).
+# TPUV...PerProjectPer{Zone,Region}ForTPUAPI: skypilot sky/backends/cloud_vm_ray_backend.py).
 _QUOTA_SCOPE = re.compile(r"PerProjectPer(Zone|Region)", re.IGNORECASE)
 # LOCATION_POLICY_VIOLATED's wording, as gcloud printed it for a TPU create in us-central2-b
 # (sayouzone/gemma3-sft tpu/README.md): the ErrorInfo reason decides where present.
@@ -252,16 +252,17 @@ RULES: tuple[Rule, ...] = (
          "never retried in place",
          lambda a: a.create_operation and (isinstance(a.err, _INTERNAL) or a.reason == "INTERNAL_ERROR"),
          lambda a: InternalCreateError(f"{a.message} (treated as a capacity miss)"),
-         "issue 10 / FACTS.md: reported for spot v5e stockouts (anecdotal; no public payload); a Compute "
+         "issue 10 (item 6): reported for spot v5e stockouts (anecdotal; no public payload); a Compute "
          "insert's 503 when provisioning read as no capacity: dstackai/dstack#488, ray-project/ray#6790 "
          "(user reports)"),
     Rule("accelerator or provisioning model not offered in the zone, zone without TPUs "
          "(INVALID_ARGUMENT): PlacementUnavailable",
          lambda a: isinstance(a.err, gexc.BadRequest) and bool(_PLACEMENT.search(a.text)),
          lambda a: PlacementUnavailable(a.message),
-         "skypilot#3840 (\"the accelerator v4-128 was not found in zone\"); FACTS.md (gcloud "
-         "queued-resources output: \"could not be found in the zonal accelerator "
-         "configurations\", \"The requested zone ... is not supported\")"),
+         "skypilot#3840 (\"the accelerator v4-128 was not found in zone\"); sayouzone/gemma3-sft "
+         "tpu/README.md (gcloud tpu-vm create: \"could not be found in the zonal accelerator "
+         "configurations\"); \"The requested zone ... is not supported\": gcloud queued-resources "
+         "output in a public zone probe (user report)"),
     Rule("operation code 3 \"update is not supported while in state PREEMPTED\": the slice was "
          "preempted under the call, SlicePreempted (a preemption, not a refusal)",
          lambda a: bool(_PREEMPTED.search(a.text)), lambda a: SlicePreempted(a.message),

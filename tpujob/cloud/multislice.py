@@ -2,7 +2,7 @@
 
 A multislice attempt's nodes are `NAME-0` .. `NAME-(N-1)`, as Google names the nodes of a
 multislice queued resource (`multisliceParams.nodeIdPrefix`, then `-0`, `-1`, ...: Cloud TPU
-v2 discovery document, MultisliceParams; shared/facts/operations.md). The orchestrator sees
+v2 discovery document, MultisliceParams). The orchestrator sees
 them as one Slice: the hosts of every node in order (slice k's worker w is host k*H + w, the
 process id JAX gives it: jax/_src/clusters/cloud_tpu_cluster.py), and one phase. One node lost
 is the whole attempt lost: Google's own multislice restarts every slice when one is

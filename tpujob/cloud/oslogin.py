@@ -50,8 +50,8 @@ class Profile:
 def posix_username(profile: Any) -> str:
     """The profile's username: the primary POSIX account's, else the first's (as gcloud picks
     when no user is asked for); "" when
-    the profile has none (OS Login makes one on the first import). shared/facts/operations.md,
-    "OS Login" (google-cloud-sdk command_lib/util/ssh/ssh.py)."""
+    the profile has none (OS Login makes one on the first import). OS Login v1 discovery
+    document, LoginProfile.posixAccounts; google-cloud-sdk command_lib/util/ssh/ssh.py."""
     accounts = list(profile.posix_accounts)
     chosen = next((a for a in accounts if a.primary), accounts[0] if accounts else None)
     return chosen.username if chosen is not None else ""

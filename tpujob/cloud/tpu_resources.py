@@ -22,7 +22,7 @@ class RawNodes:
     """Each node's `upcomingMaintenance` from the JSON Google answered, by node name.
 
     google-cloud-tpu 1.28's v2 `Node` has no such field and its REST transport drops the fields
-    it does not know (shared/facts/operations.md; tpu.v2.json has it since 2026-10); v2alpha1's
+    it does not know (tpu_v2/services/tpu/transports/rest.py; tpu.v2.json has it since 2026-10); v2alpha1's
     `Node` has it but that client has no REST transport. So the answer to the very list (or get)
     the client made is read as the transport's session received it: a `requests` response hook,
     on this thread only, while `keeping()` is open. No request of its own."""

@@ -26,7 +26,7 @@ log = logging.getLogger("tpujob.emulator")
 def _machines_factory(enabled: bool, image_env: dict[str, str]):
     if not enabled:
         return None
-    from tpujob.emulator.machines import SliceMachines  # paramiko: only when hosts are wanted
+    from tpujob.emulator.machines.slice import SliceMachines  # paramiko: only when hosts are wanted
 
     return functools.partial(SliceMachines, image_env=image_env)
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     info = server.start()
     if not args.no_hosts:
-        from tpujob.emulator.machines import REAPER
+        from tpujob.emulator.machines.slice import REAPER
 
         # `tpujob emulator stop` waits for it too: the hosts are gone once both are.
         info["reaper_pid"] = REAPER.pid()

@@ -33,12 +33,12 @@ class EmulatorClient:
         return self._request("POST", "preempt", body, timeout=self.timeout + (grace_seconds or 30.0) + 30)
 
     def image(self, apt_lock_seconds: float | None = None, gcsfuse: bool | None = None) -> dict:
-        """What hosts booted from now on have (emulator/apt.py); None leaves a setting as it is."""
+        """What hosts booted from now on have (emulator/machines/apt.py); None leaves a setting as it is."""
         return self._request("POST", "image", {"aptLockSeconds": apt_lock_seconds, "gcsfuse": gcsfuse})
 
     def maintenance(self, node: str, in_seconds: float = 0.0) -> dict:
         """Announce maintenance on a node, its window opening `in_seconds` from now (0: at once,
-        unscheduled); the node as it then reads (emulator/maintenance.py)."""
+        unscheduled); the node as it then reads (emulator/apis/tpu/maintenance.py)."""
         return self._request("POST", "maintenance", {"node": node, "inSeconds": in_seconds})
 
     def stockout(self, zone: str, accelerator_type: str | None = None, clear: bool = False) -> dict:
@@ -56,7 +56,7 @@ class EmulatorClient:
 
     def reserve(self, project: str, zone: str, name: str, machine_type: str, count: int = 1) -> dict:
         """A specific reservation of `count` VMs of `machine_type` (0: remove it), for the
-        Compute Engine path's `provisioning: reservation` (emulator/tpu_vms.py)."""
+        Compute Engine path's `provisioning: reservation` (emulator/apis/compute/tpu_vms.py)."""
         return self._request("POST", "reservations", {"project": project, "zone": zone, "name": name,
                                                       "machineType": machine_type, "count": count})
 

@@ -1,6 +1,6 @@
 """A seeded spot market for the emulator: each zone with its own capacity and interruption rate,
 changing over time, so that tpujob's placement and checkpoint spacing (docs/goodput.md) have
-something true to find. `tpujob emulator market` sets it; faults.py consults it.
+something true to find. `tpujob emulator market` sets it; the world consults it.
 
 Google publishes no rates: "Spot VMs are preemptible at any time"
 (cloud.google.com/tpu/docs/spot-compute). So the market is a model, not a recording:

@@ -118,7 +118,7 @@ def _spawn(directory: pathlib.Path, provisioning_delay: float | None, hosts: boo
 def stop(grace: float = 10.0) -> bool:
     """Stop the background emulator (SIGTERM, SIGKILL after `grace` s); False if none ran.
     Returns once its hosts are gone too: those its close did not end before a SIGKILL are
-    ended by its reaper (machines.py), which this waits for."""
+    ended by its reaper (machines/slice.py), which this waits for."""
     path = state_dir() / ENDPOINTS_FILE
     try:
         info = json.loads(path.read_text())
@@ -144,7 +144,7 @@ def _is_reaper(pid: int) -> bool:
     """Whether `pid` still runs the emulator's reaper (and not a process given its pid since)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().split(b"\0")[-2].endswith(b"/tpujob/emulator/reaper.py")
+            return f.read().split(b"\0")[-2].endswith(b"/tpujob/emulator/machines/reaper.py")
     except (OSError, IndexError):
         return False
 
@@ -152,7 +152,7 @@ def _is_reaper(pid: int) -> bool:
 def _await_exit(pid: int, patience: float) -> None:
     """Wait until `pid`, not a child of ours, has exited (a zombie counts as gone: whether the
     process that adopted it reaps it is not ours to know)."""
-    from tpujob.emulator.reaper import start_time
+    from tpujob.emulator.machines.reaper import start_time
 
     deadline = time.monotonic() + patience
     while start_time(pid) is not None and time.monotonic() < deadline:

@@ -3,8 +3,8 @@ endpoints, Cloud Storage.
 
 TPU API paths are Google's (`/v2/projects/P/locations/Z/nodes...`, see
 google/cloud/tpu_v2/services/tpu/transports/rest_base.py), and the v2alpha1 nodes subset that
-gcloud's alpha attach-disk uses (emulator/node_updates.py). The fault and status endpoints live
-under `/emulator/v1/` (control_endpoints.py). Cloud Storage is gcp-storage-emulator's server on
+gcloud's alpha attach-disk uses (emulator/apis/tpu/node_updates.py). The fault and status endpoints live
+under `/emulator/v1/` (control.py). Cloud Storage is gcp-storage-emulator's server on
 its own port.
 """
 
@@ -17,21 +17,20 @@ import pathlib
 import random
 import socket
 import threading
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from tpujob.emulator.control_endpoints import CONTROL_RULES, ControlEndpoints
-from tpujob.emulator.failnext import COMPUTE_METHODS, TPU_METHODS
-from tpujob.emulator.payloads import ApiError, accelerator_types, read_json
-from tpujob.emulator.resources import SPOT_NOTICE_SECONDS, Emulator, MachinesFactory
-
-if TYPE_CHECKING:
-    from tpujob.emulator.compute import ComputeEmulator
-    from tpujob.emulator.tpu_vms import TpuVms
+from tpujob.emulator.apis.bodies import read_json
+from tpujob.emulator.apis.errors import ApiError
+from tpujob.emulator.apis.fail_next import COMPUTE_METHODS, TPU_METHODS
+from tpujob.emulator.apis.tpu.rules import accelerator_types
+from tpujob.emulator.cloud import Cloud
+from tpujob.emulator.control import CONTROL_RULES, Control
+from tpujob.emulator.world import SPOT_NOTICE_SECONDS, MachinesFactory, World
 
 log = logging.getLogger(__name__)
 
@@ -62,39 +61,46 @@ _ROUTES = Map([
 ], strict_slashes=False)
 
 
-class TpuApp(ControlEndpoints):
-    """The WSGI application over one Emulator (its /emulator/v1/ endpoints: ControlEndpoints)."""
+_CONTROL_ENDPOINTS = frozenset(rule.endpoint for rule in CONTROL_RULES)
 
-    def __init__(self, emulator: Emulator, info: dict[str, Any]):
-        self.emulator = emulator
-        self.info = info  # what /emulator/v1/status answers: endpoints, project, ssh port
+
+class TpuApp:
+    """The WSGI application over one emulated cloud (its /emulator/v1/ endpoints: control.py)."""
+
+    def __init__(self, cloud: Cloud, info: dict[str, Any]):
+        self.cloud = cloud
+        self.tpu = cloud.tpu
+        self.control = Control(cloud, info)
 
     def __call__(self, environ, start_response):
         request = Request(environ)
         try:
             if request.path.startswith("/compute/v1/"):
-                from tpujob.emulator import compute
+                from tpujob.emulator.apis.compute import routes
 
-                endpoint, args = compute.ROUTES.bind_to_environ(environ).match()
+                endpoint, args = routes.ROUTES.bind_to_environ(environ).match()
                 self._inject_fault()
                 body = self._replay(COMPUTE_METHODS, endpoint, request, args)
                 if body is None:
-                    body = compute.handle(self._compute(), request, endpoint, args)
+                    cloud = self.cloud
+                    body = routes.handle(cloud.compute, cloud.vms, cloud.migs, request, endpoint, args)
                 return _json(200, body)(environ, start_response)
             if request.path.startswith("/v1/users/"):  # the OS Login API (oslogin.py)
-                from tpujob.emulator import oslogin
+                from tpujob.emulator.apis import oslogin
 
                 endpoint, args = oslogin.ROUTES.bind_to_environ(environ).match()
                 self._inject_fault()
-                body = oslogin.handle(self.emulator.oslogin, request, endpoint, args,
-                                      self.info.get("project", DEFAULT_PROJECT))
+                body = oslogin.handle(self.cloud.oslogin, request, endpoint, args,
+                                      self.control.info.get("project", DEFAULT_PROJECT))
                 return _json(200, body)(environ, start_response)
             endpoint, args = _ROUTES.bind_to_environ(environ).match()
             body = None
             if request.path.startswith(("/v2/", "/v2alpha1/")):
                 self._inject_fault()
                 body = self._replay(TPU_METHODS, endpoint, request, args)
-            if body is None:
+            if body is None and endpoint in _CONTROL_ENDPOINTS:
+                body = self.control.handle(request, endpoint)
+            elif body is None:
                 body = getattr(self, "_" + endpoint)(request, **args)
             if request.path.startswith("/v2alpha1/"):
                 body = _typed_as(body, "v2alpha1")
@@ -110,19 +116,9 @@ class TpuApp(ControlEndpoints):
         """`faults --api-error-rate`: a matched TPU or Compute API call fails with 429/503 before
         it does anything (as Google's front end would), so a retry is always safe. Never the
         /emulator/v1/ switches, which must keep answering to turn the faults off again."""
-        injected = self.emulator.inject_api_error()
+        injected = self.cloud.world.inject_api_error()
         if injected:
             raise injected
-
-    def _compute(self) -> ComputeEmulator:
-        compute = self.emulator.compute
-        assert compute is not None  # EmulatorServer makes it before it serves
-        return compute
-
-    def _vms(self) -> TpuVms:
-        vms = self.emulator.tpu_vms
-        assert vms is not None  # EmulatorServer makes them before it serves
-        return vms
 
     def _replay(self, methods: dict, endpoint: str, request: Request, args: Mapping[str, Any]) -> dict | None:
         """`fail-next`: a fault pending for this call's method is raised as Google's error body,
@@ -130,7 +126,7 @@ class TpuApp(ControlEndpoints):
         error; None when no fault is pending. Before the call does anything, as Google's front
         end refuses."""
         method = methods.get(endpoint)
-        fault = self.emulator.injected.take(method[0]) if method else None
+        fault = self.cloud.fail_next.take(method[0]) if method else None
         if fault is None:
             return None
         on_compute = methods is COMPUTE_METHODS
@@ -138,11 +134,11 @@ class TpuApp(ControlEndpoints):
             raise ApiError(fault.status, fault.message, fault.grpc_status,
                            payload=fault.compute_body() if on_compute else fault.tpu_body())
         if on_compute:
-            from tpujob.emulator import compute
+            from tpujob.emulator.apis.compute.operations import API_ROOT
 
             kind = "delete" if request.method == "DELETE" else "insert"
-            target = compute.API_ROOT + request.path.removeprefix("/compute/v1")
-            return self._compute().failed_operation(args["project"], args.get("zone"), kind,
+            target = API_ROOT + request.path.removeprefix("/compute/v1")
+            return self.cloud.compute.failed_operation(args["project"], args.get("zone"), kind,
                                             target, fault.compute_operation_error())
         if endpoint == "create_qr":
             # Google ends a queued resource's create operation once the request is queued; what
@@ -153,31 +149,31 @@ class TpuApp(ControlEndpoints):
         collection = "queuedResources" if endpoint.endswith("_qr") else "nodes"
         rid = args.get("rid") or request.args.get("nodeId") or request.args.get("queuedResourceId", "")
         verb = {"POST": "create", "DELETE": "delete", "PATCH": "update"}[request.method]
-        return self.emulator.fail_operation(parent, verb, f"{parent}/{collection}/{rid}", fault.rpc_status())
+        return self.tpu.fail_operation(parent, verb, f"{parent}/{collection}/{rid}", fault.rpc_status())
 
     # ---- TPU API ----------------------------------------------------------------------------
 
     def _create_node(self, request: Request, project: str, zone: str) -> dict:
         node_id = request.args.get("nodeId", "")
-        return self.emulator.create_node(_parent(project, zone), node_id, _node_body(request))
+        return self.tpu.create_node(_parent(project, zone), node_id, _node_body(request))
 
     def _list_nodes(self, request: Request, project: str, zone: str) -> dict:
-        return {"nodes": self.emulator.list_nodes(_parent(project, zone))}
+        return {"nodes": self.tpu.list_nodes(_parent(project, zone))}
 
     def _get_node(self, request: Request, project: str, zone: str, rid: str) -> dict:
-        return self.emulator.get_node(f"{_parent(project, zone)}/nodes/{rid}")
+        return self.tpu.get_node(f"{_parent(project, zone)}/nodes/{rid}")
 
     def _delete_node(self, request: Request, project: str, zone: str, rid: str) -> dict:
-        return self.emulator.delete_node(f"{_parent(project, zone)}/nodes/{rid}")
+        return self.tpu.delete_node(f"{_parent(project, zone)}/nodes/{rid}")
 
     def _update_node(self, request: Request, project: str, zone: str, rid: str) -> dict:
-        return self.emulator.update_node(f"{_parent(project, zone)}/nodes/{rid}",
+        return self.tpu.update_node(f"{_parent(project, zone)}/nodes/{rid}",
                                          request.args.get("updateMask", ""), _node_body(request),
                                          api_version=request.path.split("/")[1])
 
     def _guest_attributes(self, request: Request, project: str, zone: str, rid: str) -> dict:
         body = read_json(request)
-        return self.emulator.guest_attributes(f"{_parent(project, zone)}/nodes/{rid}",
+        return self.tpu.guest_attributes(f"{_parent(project, zone)}/nodes/{rid}",
                                               body.get("queryPath", ""), body.get("workerIds", []))
 
     def _create_qr(self, request: Request, project: str, zone: str, failure: dict | None = None) -> dict:
@@ -185,21 +181,21 @@ class TpuApp(ControlEndpoints):
 
         qr_id = request.args.get("queuedResourceId", "")
         body = _normalise(tpu_v2.QueuedResource, read_json(request))
-        return self.emulator.create_queued_resource(_parent(project, zone), qr_id, body, failure=failure)
+        return self.tpu.create_queued_resource(_parent(project, zone), qr_id, body, failure=failure)
 
     def _list_qrs(self, request: Request, project: str, zone: str) -> dict:
-        return {"queuedResources": self.emulator.list_queued_resources(_parent(project, zone))}
+        return {"queuedResources": self.tpu.list_queued_resources(_parent(project, zone))}
 
     def _get_qr(self, request: Request, project: str, zone: str, rid: str) -> dict:
-        return self.emulator.get_queued_resource(f"{_parent(project, zone)}/queuedResources/{rid}")
+        return self.tpu.get_queued_resource(f"{_parent(project, zone)}/queuedResources/{rid}")
 
     def _delete_qr(self, request: Request, project: str, zone: str, rid: str) -> dict:
         force = request.args.get("force", "false").lower() in ("true", "1")
-        return self.emulator.delete_queued_resource(
+        return self.tpu.delete_queued_resource(
             f"{_parent(project, zone)}/queuedResources/{rid}", force=force)
 
     def _get_operation(self, request: Request, project: str, zone: str, rid: str) -> dict:
-        return self.emulator.get_operation(f"{_parent(project, zone)}/operations/{rid}")
+        return self.tpu.get_operation(f"{_parent(project, zone)}/operations/{rid}")
 
     def _list_accelerator_types(self, request: Request, project: str, zone: str) -> dict:
         return {"acceleratorTypes": accelerator_types(_parent(project, zone))}
@@ -218,23 +214,9 @@ class EmulatorServer:
                  storage: bool = True, preempt_grace: float = SPOT_NOTICE_SECONDS):
         self.state_dir = pathlib.Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.emulator = Emulator(self.state_dir, provisioning_delay=provisioning_delay,
-                                 ssh_port=ssh_port or ssh_port_for(host),
-                                 machines_factory=machines_factory, preempt_grace=preempt_grace)
-        from tpujob.emulator.compute import ComputeEmulator
-
-        self.emulator.compute = compute = ComputeEmulator(self.state_dir / "compute")
-        compute.oslogin = self.emulator.oslogin  # projects.get: enable-oslogin
-        from tpujob.emulator.tpu_vms import TpuVms
-
-        self.emulator.tpu_vms = vms = TpuVms(self.emulator, compute)
-        compute.tpu_vms = vms
-        from tpujob.emulator.tpu_migs import TpuMigs
-
-        vms.migs = TpuMigs(vms)
-        self._app = TpuApp(self.emulator, {})
-        self._http = make_server(host, port, self._app, threaded=True)
-        url = f"http://{host}:{self._http.server_port}"
+        self.world = World(self.state_dir, provisioning_delay=provisioning_delay,
+                           ssh_port=ssh_port or ssh_port_for(host),
+                           machines_factory=machines_factory, preempt_grace=preempt_grace)
         self._storage = None
         storage_url = None
         if storage:
@@ -245,13 +227,16 @@ class EmulatorServer:
             self._storage = create_server(host, storage_port, in_memory=False,
                                           data_dir=str(self.state_dir / "storage"))
             storage_url = f"http://{host}:{storage_port}"
-        compute.storage_endpoint = storage_url
-        from tpujob.emulator.oslogin import ACCOUNT
+        self.emulator = Cloud.build(self.world, self.state_dir, storage_url)
+        # What /emulator/v1/status answers: filled in once the HTTP server has its port.
+        self.info: dict[str, Any] = {}
+        self._http = make_server(host, port, TpuApp(self.emulator, self.info), threaded=True)
+        url = f"http://{host}:{self._http.server_port}"
+        from tpujob.emulator.apis.oslogin import ACCOUNT
 
-        self.info: dict[str, Any] = {"tpu_endpoint": url, "compute_endpoint": url, "storage_endpoint": storage_url,
-                     "oslogin_endpoint": url, "account": ACCOUNT,
-                     "project": project, "ssh_port": self.emulator.ssh_port, "pid": os.getpid()}
-        self._app.info = self.info
+        self.info.update({"tpu_endpoint": url, "compute_endpoint": url, "storage_endpoint": storage_url,
+                          "oslogin_endpoint": url, "account": ACCOUNT, "project": project,
+                          "ssh_port": self.world.ssh_port, "pid": os.getpid()})
         self._thread: threading.Thread | None = None
 
     @property

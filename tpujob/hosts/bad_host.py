@@ -3,8 +3,8 @@ is at fault (its TPU held by another process). An attempt whose log shows one en
 its slice is replaced, never set up again (reconcile/decide.py), counted in requeue.max_bad_hosts
 (reconcile/budgets.py).
 
-Each signature carries its source (docs: /work/shared/facts/operations.md, "Busy TPU on a reused
-host"). A new one goes here, with its source, and nowhere else.
+Each signature carries its source: the issue that quotes the wording. A new one goes here, with
+its source, and nowhere else.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class HostAttempt:
     def _megascale(self, host: Host, num_hosts: int) -> dict[str, str]:
         """Multislice: what libtpu and JAX read to join the slices over DCN, as a launcher sets
         them for slices made apart (stanford-crfm/levanter ray_tpu.py: the coordinator is slice
-        0's worker 0 on MEGASCALE_PORT; shared/facts/operations.md)."""
+        0's worker 0 on MEGASCALE_PORT)."""
         if self.slices == 1:
             return {}
         per_slice = num_hosts // self.slices

@@ -72,6 +72,8 @@ class Holder:
     demand: Demand
     running_seconds: float | None = None  # None: not RUNNING (nothing to evict yet)
     seconds_left: float | None = None  # its estimated end (progress, max_run); None: unknown
+    # Why its end is not known, in words after "alice's job 000003 " (an estimate names it).
+    no_end: str = "reports no ETA"
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,9 @@ class Decision:
     reason: str = ""  # why it waits, in words ("" when admitted)
     evict: tuple[int, ...] = ()  # jobs to evict first (admit is False until they are gone)
     # In how many seconds it may start: when the ends the holders estimate free its chips and
-    # those of the jobs ahead of it under the cap; None: not known (an end nobody estimates).
+    # those of the jobs ahead of it under the cap; None: not known, and `unknown` says why.
     starts_in: float | None = None
+    unknown: str = ""  # why there is no estimate ("unknown: alice's job 000003 reports no ETA")
 
 
 @dataclass
@@ -192,18 +195,22 @@ def evictions(waiter: Waiter, cap: Cap, holders: list[Holder], *,
     return tuple(chosen) if need <= 0 else ()
 
 
-def start_estimate(chips: int, cap: Cap, holders: list[Holder]) -> float | None:
+def start_estimate(chips: int, cap: Cap, holders: list[Holder]) -> tuple[float | None, str]:
     """Seconds until the holders under `cap` that estimate their end free `chips` beyond the cap's
-    room (0: room now); None when the ends known do not free enough."""
+    room (0: room now), and ""; or None and why not, naming the holders whose end is not known
+    (never a guess: the estimate is the known ends' or none)."""
     need = sum(held_by(cap, holders).values()) + chips - cap.chips
     if need <= 0:
-        return 0.0
-    for h in sorted((h for h in holders if cap.covers(h.demand) and h.seconds_left is not None),
-                    key=lambda h: h.seconds_left or 0.0):
+        return 0.0, ""
+    under = [h for h in holders if cap.covers(h.demand)]
+    for h in sorted((h for h in under if h.seconds_left is not None), key=lambda h: h.seconds_left or 0.0):
         need -= h.demand.chips
         if need <= 0:
-            return h.seconds_left
-    return None
+            return h.seconds_left, ""
+    silent = [f"{h.owner or 'nobody'}'s job {h.job_id:06d} {h.no_end}" for h in under if h.seconds_left is None]
+    if not silent:  # the cap is smaller than the job and those ahead: no end frees enough
+        return None, f"unknown: a quota of {cap.chips} {cap.label} is too small for this job and those ahead of it"
+    return None, "unknown: " + "; ".join(silent)
 
 
 def plan(waiters: Iterable[Waiter], holders: Iterable[Holder], caps: Iterable[Cap], *,
@@ -236,9 +243,13 @@ def plan(waiters: Iterable[Waiter], holders: Iterable[Holder], caps: Iterable[Ca
             if evict:
                 evicting.update(evict)
                 reason += f"; evicting {len(evict)} lower-band job(s)"
-        starts_in = None if evict else start_estimate(ahead.get(waits_on, 0) + w.demand.chips, waits_on, holders)
+        if evict:
+            starts_in, unknown = None, (f"unknown: admitted once {len(evict)} lower-band job(s) have checkpointed "
+                                        "and stopped (their grace)")
+        else:
+            starts_in, unknown = start_estimate(ahead.get(waits_on, 0) + w.demand.chips, waits_on, holders)
         for cap in mine:
             ahead[cap] = ahead.get(cap, 0) + w.demand.chips
         blocked.update(mine)
-        result.decisions.append(Decision(w.job_id, False, reason, evict, starts_in))
+        result.decisions.append(Decision(w.job_id, False, reason, evict, starts_in, unknown))
     return result

@@ -212,14 +212,24 @@ def _ssh_refused(job: JobView, why: str) -> list[Action]:
     return [NodeRefused(why)]
 
 
+def _succeeded(job: JobView, why: str) -> list[Action]:
+    """The run succeeded. Its slice goes before the move: a lab's admission counts a SUCCEEDED
+    job's chips as free, and another node's sweep may admit a job into them at once, while
+    Google would still be deleting this slice (over the project's real quota). A sweep that
+    stops between the delete and the move left the attempt ended SUCCEEDED: the next one
+    finishes from there (`_running`), never re-running a run that succeeded."""
+    ended = [] if job.last_end == AttemptEnd.SUCCEEDED else [EndAttempt(AttemptEnd.SUCCEEDED)]
+    return [*ended, *([] if job.keep_slice else [DeleteSlice()]), Move(State.SUCCEEDED, why)]
+
+
 def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
+    if job.last_end == AttemptEnd.SUCCEEDED:
+        return _succeeded(job, "the run succeeded (a sweep ended its attempt, then stopped before the move)")
     run = obs.run_dir or RunDirStatus()
     if run.state == contract.STATE_SUCCEEDED and not any(h.program == Program.RUNNING for h in obs.hosts):
         # The program said so in the run dir: done, whatever became of the hosts since (a
         # successful run is never re-run, even when a host is unreachable or the slice is gone).
-        actions = [EndAttempt(AttemptEnd.SUCCEEDED),
-                   Move(State.SUCCEEDED, f"status.json: succeeded at step {run.step}")]
-        return actions if job.keep_slice else actions + [DeleteSlice()]
+        return _succeeded(job, f"status.json: succeeded at step {run.step}")
     if job.evict is not None:
         # The checkpoint signal and its grace (StopProgram), as on a maintenance notice; the slice
         # is freed for the higher band and the job waits for quota again, no budget spent.
@@ -289,8 +299,7 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
         return spend_failure(job, policy, AttemptEnd.FAILED, f"program exited {code}{exit_meaning(code)}{said}",
                              EndReason.USER_ERROR)
     if hosts and len(codes) == len(hosts):
-        actions = [EndAttempt(AttemptEnd.SUCCEEDED), Move(State.SUCCEEDED, "program exited 0 on every host")]
-        return actions if job.keep_slice else actions + [DeleteSlice()]
+        return _succeeded(job, "program exited 0 on every host")
     maintenance = maintenance_reason(obs, policy.maintenance_lead_seconds)
     if maintenance:
         # A checkpoint request (SIGTERM, then the grace), as on a preemption notice; the slice is

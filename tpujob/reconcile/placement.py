@@ -3,9 +3,9 @@
 A placement Google refused for good is skipped until a slice comes up again: one whose zone does
 not offer the accelerator ("unavailable"), and every placement in the region of one refused for
 a spent regional quota ("no_quota": TPU quotas are per region for most families, e.g.
-TPUV6EPreemptiblePerProjectPerRegionForTPUAPI; shared/FACTS.md), and every placement in the zone
+TPUV6EPreemptiblePerProjectPerRegionForTPUAPI: marin PR #1612), and every placement in the zone
 of one refused for a spent zonal quota ("no_zone_quota": ...PerProjectPerZoneForTPUAPI, "in zone
-Z"; shared/facts/operations.md) or for a zone the project may not use ("location_denied":
+Z": skypilot sky/backends/cloud_vm_ray_backend.py) or for a zone the project may not use ("location_denied":
 LOCATION_POLICY_VIOLATED).
 """
 

@@ -25,6 +25,7 @@ from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices, listed_
 from tpujob.reconcile.outcome import Outcome
 from tpujob.reconcile.policy import Policy, policy_of
 from tpujob.reconcile.scheduling import admit_queued, budget_stops
+from tpujob.settings import KNOBS
 from tpujob.spec.stored import spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
@@ -41,11 +42,10 @@ CREATE_FOLLOW_SECONDS = 600.0
 MIN_FOLLOW_POLL = 0.25
 FOLLOW_RECHECK_SECONDS = 60.0
 
-# Jobs acted on at once (TPUJOB_SWEEP_WORKERS): each mostly waits on the cloud and on SSH.
-SWEEP_WORKERS = 16
-# How long a job's lease outlives a sweep that died holding it (TPUJOB_LEASE_SECONDS). While
-# the sweep lives, a thread renews it (Store.lease's keep_alive), through a setup of any length.
-LEASE_SECONDS = 90.0
+# The knobs' defaults (TPUJOB_SWEEP_WORKERS, TPUJOB_LEASE_SECONDS: tpujob/settings.py KNOBS).
+# While the sweep lives, a thread renews a lease (Store.lease's keep_alive).
+SWEEP_WORKERS = int(KNOBS["SWEEP_WORKERS"].default)
+LEASE_SECONDS = KNOBS["LEASE_SECONDS"].default
 # Rounds for one job in one sweep: slice lost -> RECOVERING -> a new slice (a queued resource's
 # create returns it; a node's is followed, see _follow_creates) -> set up and launch. Bounded: a
 # round that changes nothing ends it.

@@ -14,7 +14,7 @@ from tpujob.reconcile.placement import region_of
 from tpujob.spec import ResolvedSpec
 from tpujob.spec.stored import spec_of
 from tpujob.store.models import Job, Quota
-from tpujob.store.states import State
+from tpujob.store.states import ENDED, State
 
 if TYPE_CHECKING:
     from tpujob.store.repository import Store
@@ -56,28 +56,32 @@ def caps_of(quotas: Iterable[Quota]) -> list[Cap]:
     return [Cap(q.family, q.region, q.provisioning, q.chips) for q in quotas]
 
 
-def holder_of(job: Job, now: float, seconds_left: float | None = None) -> Holder:
+def holder_of(job: Job, now: float, end: tuple[float | None, str] = (None, "")) -> Holder:
+    """An admitted job as admission reads it; `end`: its estimated end (`end_of`), else unknown."""
     running = State(job.state) == State.RUNNING
     since = job.state_since if job.state_since is not None else job.updated_at
     return Holder(job.id, job.owner or "", admission.band_of(job.priority), demand_of(job),
-                  running_seconds=now - since if running else None, seconds_left=seconds_left)
+                  running_seconds=now - since if running else None, seconds_left=end[0],
+                  no_end=end[1] or "reports no ETA")
 
 
-def seconds_left(store: Store, job: Job, now: float) -> float | None:
-    """A holding job's estimated end: its progress's time left (tpujob/progress.py) or what is
-    left of its max_run_duration, whichever comes first; None: neither is known."""
+def end_of(store: Store, job: Job, now: float) -> tuple[float | None, str]:
+    """A holding job's estimated end in seconds: its progress's time left (tpujob/progress.py)
+    or what is left of its max_run_duration, whichever comes first; else None and why, in words
+    (after "alice's job 000003 ")."""
     from tpujob import progress
 
-    if State(job.state) != State.RUNNING:
-        return None
-    attempt = store.current_attempt(job.id)
+    state = State(job.state)
+    if state in ENDED:  # CANCELLED or ended with --keep-slice: it holds its slice until `delete`
+        return None, f"is {state.value} and keeps its slice until deleted"
+    attempt = store.current_attempt(job.id) if state == State.RUNNING else None
     if attempt is None:
-        return None
+        return None, f"has not started running ({state.value})"
     known = [p.seconds_left for p in [progress.of_attempt(attempt)] if p is not None and p.seconds_left is not None]
     limit = spec_of(job).max_run_duration_seconds
     if limit is not None:
         known.append(max(0.0, limit - (now - attempt.started_at)))
-    return min(known) if known else None
+    return (min(known), "") if known else (None, "reports no ETA and has no max_run_duration")
 
 
 def waiter_of(job: Job) -> Waiter:
@@ -134,7 +138,7 @@ def queue_plan(store: Store, now: float, *, min_run_seconds: float = admission.M
     if not queued:
         return [], admission.Plan()
     holding = store.holding_jobs()
-    holders = [holder_of(j, now, seconds_left(store, j, now) if estimate else None) for j in holding]
+    holders = [holder_of(j, now, end_of(store, j, now)) if estimate else holder_of(j, now) for j in holding]
     plan = admission.plan([waiter_of(j) for j in queued], holders,
                           caps_of(store.quotas()), usage=usage_of(store, now), weights=store.weights(),
                           min_run_seconds=min_run_seconds)

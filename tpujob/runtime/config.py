@@ -103,9 +103,9 @@ class RuntimeConfig:
     distributed_timeout_s: int = 300
     # After a first SIGTERM (or the metadata server's instance/preempted turning TRUE) the loop
     # checkpoints at the next step boundary; a process still alive this long after it is
-    # blocked and ends. Spot VMs get 30 s from the shutdown signal to power off (Compute
-    # Engine's Scheduling doc; the TPU page's "30-second warning": shared/facts/operations.md),
-    # so the default leaves 5 s of it for the exit and the status file.
+    # blocked and ends. Spot VMs get 30 s from the shutdown signal to power off (compute.v1
+    # discovery document, Scheduling; cloud.google.com/compute/docs/tpus/tpu-machines: "with a
+    # 30-second warning"), so the default leaves 5 s of it for the exit and the status file.
     sigterm_grace_s: float = 25.0
     # How often the metadata server's instance/preempted is read (0: never). Only where one
     # exists: on a TPU VM, or where GCE_METADATA_HOST names it (the emulator's hosts).

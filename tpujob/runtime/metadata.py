@@ -1,5 +1,6 @@
 """The metadata server's preemption notice: `instance/preempted` reads TRUE once a Spot VM is
-being preempted (levanter polls it to tell a preemption from a crash; shared/facts/operations.md).
+being preempted (stanford-crfm/levanter src/levanter/infra/tpus.py polls it to tell a preemption from
+a crash).
 Read every `preempted_poll_s` by a thread, and a TRUE is handled as a first SIGTERM: checkpoint at
 the next step boundary within the grace. systemd's SIGTERM may come late or, on a hung host, not
 reach a blocked program's loop; the flag does.

@@ -26,7 +26,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-ENV = "TPUJOB_EMULATED_TPU"  # tpujob/emulator/host_ssh.py EMULATED_DEVICE_ENV
+ENV = "TPUJOB_EMULATED_TPU"  # tpujob/emulator/machines/ssh.py EMULATED_DEVICE_ENV
 LOCKFILE = "/tmp/libtpu_lockfile"
 _held: list[int] = []  # the lock's and the device's descriptors: held for the process's life
 

@@ -30,13 +30,13 @@ FLOCK = "/usr/bin/flock"
 SETTLE_MAX_SECONDS = 15 * 60
 # What the sweep reads from the environment and cron's lacks, written into the line when set in
 # the installing shell: every setting (tpujob.settings: TPUJOB_CLOUD, TPUJOB_SSH_USER, ...), the
-# emulator's directory, the lease length, the sweep's workers and the notification timeout.
+# emulator's directory, and the tuning knobs a sweep reads (tpujob.settings.KNOBS, `cron`).
 # Secrets are not: cron reads them from $TPUJOB_HOME/secrets.env (tpujob.attempt.secrets),
 # never from its command line. OpenSSL's SSL_CERT_FILE/SSL_CERT_DIR: a lab's own CA, trusted by
 # the sweep's STARTTLS to its SMTP server (service/notify.py) as by the installing shell's.
 CARRIED = ("TPUJOB_DB_URL", "TPUJOB_CLOUD",
            *(f"TPUJOB_{key.upper()}" for key in settings_mod.KEYS if key not in ("db_url", "cloud")),
-           "TPUJOB_EMULATOR_DIR", "TPUJOB_LEASE_SECONDS", "TPUJOB_SWEEP_WORKERS", "TPUJOB_NOTIFY_TIMEOUT",
+           "TPUJOB_EMULATOR_DIR", *(k.variable for k in settings_mod.KNOBS.values() if k.cron),
            "SSL_CERT_FILE", "SSL_CERT_DIR")
 ENV_FILE = "cron.env"  # under $TPUJOB_HOME: what the line must carry but not show
 

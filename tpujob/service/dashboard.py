@@ -12,6 +12,7 @@ from tpujob.service import curves as curves_mod
 from tpujob.service.accounting import Accounting, account, goodput, slice_cost
 from tpujob.service.context import Context
 from tpujob.service.ledger import Ledger, attempt_ledgers, job_ledger, price_of
+from tpujob.service.quotas import QueueRow, place_of
 from tpujob.service.timeline import Timeline, timeline
 from tpujob.spec import shown_text
 from tpujob.spec.stored import spec_of
@@ -42,6 +43,7 @@ class JobPage:
     progress: Progress | None = None
     spec_yaml: str = ""  # as submitted, literal webhook URLs masked (spec.shown_text)
     ledgers: list[tuple[str, Ledger]] = field(default_factory=list)  # the job's, then each attempt's
+    queue: QueueRow | None = None  # a QUEUED job's reason, place and estimated start (`tpujob queue`'s)
 
 
 def _provisioning(job) -> str:
@@ -90,7 +92,7 @@ def job_page(ctx: Context, ref: str) -> JobPage:
                    timeline=line, cost_usd=slice_cost(attempts, _provisioning(job), now),
                    curves=curves_mod.read(ctx, spec, job.id, line.bars), actions=actions_for(job.state),
                    spec_yaml=shown_text(job.spec_yaml, spec.spec), progress=_progress(attempts),
-                   ledgers=ledgers)
+                   ledgers=ledgers, queue=place_of(ctx, job))
 
 
 def log_tail(ctx: Context, ref: str, lines: int = LOG_LINES) -> tuple[str, str]:

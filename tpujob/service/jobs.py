@@ -25,6 +25,7 @@ from tpujob.reconcile.attempt_slices import attempt_slice, delete_attempt_slice
 from tpujob.service.accounting import account
 from tpujob.service.context import Context
 from tpujob.service.ledger import Ledger, attempt_ledgers, job_ledger, price_of
+from tpujob.service.quotas import QueueRow, place_of
 from tpujob.service.timeline import timeline
 from tpujob.spec import ResolvedSpec
 from tpujob.spec.stored import api_of, spec_of
@@ -243,6 +244,7 @@ class JobDetail:
     hosts_error: str = ""       # why the hosts could not be asked
     run_dir: RunDirStatus | None = None  # the current attempt's status.json, heartbeat
     run_dir_error: str = ""     # why the run dir could not be read
+    queue: QueueRow | None = None  # a QUEUED job's reason, place and estimated start (`tpujob queue`'s)
 
 
 def show(ctx: Context, ref: str) -> JobDetail:
@@ -257,6 +259,7 @@ def show(ctx: Context, ref: str) -> JobDetail:
     detail = JobDetail(job, attempts, events, account(job, attempts, events, now),
                        timeline(job, attempts, events, now), job_ledger(job, attempts, events, now, price),
                        attempt_ledgers(job, attempts, events, now, price))
+    detail.queue = place_of(ctx, job)
     if detail.attempts and spec.spec.run_dir:
         from tpujob.attempt import run_dirs
         from tpujob.cloud.gcs import Gcs

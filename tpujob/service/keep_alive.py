@@ -9,30 +9,23 @@ from typing import TYPE_CHECKING, Callable
 
 from tpujob.clients import make_cloud
 from tpujob.service.context import Context
-from tpujob.settings import tuning
+from tpujob.settings import knob
 from tpujob.store.states import ENDED, State
 
 if TYPE_CHECKING:
     from tpujob.store.models import Event
 
-# How long `create` follows a slice that waits for capacity (a queued resource, a flex-start VM)
-# before it hands the job to the sweeps: such a wait lasts minutes to hours on Google.
-# TPUJOB_QUEUE_FOLLOW_SECONDS sets it (a script that creates many queued jobs need not wait).
-QUEUE_FOLLOW_SECONDS = 30.0
-
 
 def reconciler(ctx: Context, *, progress: Callable | None = None):
-    """The Reconciler every sweep runs. TPUJOB_LEASE_SECONDS (default 90) is how long a job's
-    lease outlives a sweep that died holding it (the crash tests shorten it); while the sweep
-    lives it is renewed, however long a host step (setup) takes. TPUJOB_SWEEP_WORKERS (default
-    16): jobs acted on at once. `progress(step, Progress)` hears each host step as hosts
-    finish it."""
+    """The Reconciler every sweep runs, with the knobs TPUJOB_LEASE_SECONDS (the crash tests
+    shorten it) and TPUJOB_SWEEP_WORKERS (tpujob/settings.py KNOBS). `progress(step, Progress)`
+    hears each host step as hosts finish it."""
     from tpujob.attempt.hosts import SshHostOps
     from tpujob.attempt.run_dirs import GcsRunDirs
     from tpujob.reconcile.reconciler import Reconciler
 
-    workers = sweep_workers()  # a bad value is refused before the cloud (or the emulator) starts
-    lease = lease_seconds()  # so is this one
+    workers = int(knob("SWEEP_WORKERS"))  # a bad value is refused before the cloud (or the emulator) starts
+    lease = knob("LEASE_SECONDS")  # so is this one
     cloud = make_cloud(ctx.settings)
     hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
@@ -60,24 +53,6 @@ def lab_ssh_keys(ctx: Context) -> tuple[str, ...]:
     user = ctx.settings.ssh_user
     keys = [own] + [n.public_key for n in ctx.store.lab_nodes() if n.public_key != own]
     return tuple(f"{user}:{key}" for key in keys)
-
-
-def sweep_workers() -> int:
-    """TPUJOB_SWEEP_WORKERS: how many jobs a sweep acts on at once (default 16)."""
-    from tpujob.reconcile.reconciler import SWEEP_WORKERS
-
-    return int(tuning("SWEEP_WORKERS", SWEEP_WORKERS, 1, MAX_SWEEP_WORKERS, whole=True))
-
-
-def lease_seconds() -> float:
-    """TPUJOB_LEASE_SECONDS: how long a job's lease outlives a sweep that died (default 90)."""
-    from tpujob.reconcile.reconciler import LEASE_SECONDS
-
-    return tuning("LEASE_SECONDS", LEASE_SECONDS, 1, 7 * 24 * 3600)
-
-
-# Each worker holds SSH connections to a slice's hosts and a store connection.
-MAX_SWEEP_WORKERS = 256
 
 
 def requeue(ctx: Context, job_refs: list[str] | None = None, *, settle: float = 0.0):
@@ -135,18 +110,11 @@ def watch(ctx: Context, interval: float, on_report: Callable, max_sweeps: int | 
                 stop.wait(interval)
 
 
-def queue_follow_seconds() -> float:
-    """TPUJOB_QUEUE_FOLLOW_SECONDS: how long `create` and `resume` follow a slice waiting for
-    capacity."""
-    return tuning("QUEUE_FOLLOW_SECONDS", QUEUE_FOLLOW_SECONDS, 0, 24 * 3600)
-
-
 def check_follow_settings() -> None:
     """Refuse a bad TPUJOB_* value that following a job reads, before a job is recorded (a
     `create` that refuses after recording would leave a job no command asked to follow)."""
-    sweep_workers()
-    lease_seconds()
-    queue_follow_seconds()
+    for name in ("SWEEP_WORKERS", "LEASE_SECONDS", "QUEUE_FOLLOW_SECONDS"):
+        knob(name)
 
 
 def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
@@ -157,7 +125,7 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
     from tpujob.service.notify import courier
 
     rec = reconciler(ctx, progress=on_progress)
-    queue_follow = queue_follow_seconds()
+    queue_follow = knob("QUEUE_FOLLOW_SECONDS")
     poll = poll if poll is not None else (0.2 if ctx.settings.cloud == "local" else 5.0)
     seen = 0
     deadline = time.monotonic() + timeout

@@ -25,12 +25,10 @@ from typing import Callable, Iterator, TypeVar
 
 from tpujob.errors import ConfigError, NotFoundError, UsageError
 from tpujob.service.context import Context
-from tpujob.settings import tuning
+from tpujob.settings import knob
 from tpujob.spec import NotifySpec
 from tpujob.spec.stored import spec_of
 
-# Seconds one message may take in all; TPUJOB_NOTIFY_TIMEOUT overrides it.
-SEND_TIMEOUT = 5.0
 WORKERS = 8
 # Rows sent per round: a backlog drains over several rounds instead of holding one up.
 BATCH = 64
@@ -56,11 +54,6 @@ class Delivery:
     @property
     def sent(self) -> bool:
         return not self.error
-
-
-def send_timeout() -> float:
-    """TPUJOB_NOTIFY_TIMEOUT: seconds a message may take in all."""
-    return tuning("NOTIFY_TIMEOUT", SEND_TIMEOUT, 0, 120)
 
 
 def target_of(channel: NotifySpec) -> str:
@@ -308,7 +301,7 @@ def deliver_due(ctx: Context, *, limit: int = BATCH,
     started stays due. Raises nothing for a message, whatever goes wrong with it."""
     from tpujob.store.outbox import Outboxes
 
-    timeout = send_timeout()
+    timeout = knob("NOTIFY_TIMEOUT")
     boxes = Outboxes(ctx.store.engine, clock=ctx.store.clock)
     rows = boxes.due(limit)
     if not rows:
@@ -382,7 +375,7 @@ class Courier:
                 return
 
     def close(self) -> None:
-        timeout = send_timeout()
+        timeout = knob("NOTIFY_TIMEOUT")
         self._start_by = time.monotonic() + timeout
         self._closing.set()
         self._due.set()
@@ -413,7 +406,7 @@ def send_test(ctx: Context, ref: str) -> tuple[object, list[Delivery]]:
     channels = spec_of(job).spec.notify
     if not channels:
         raise UsageError(f"job {format_job_id(job.id)} has no notify channels in its spec")
-    timeout = send_timeout()
+    timeout = knob("NOTIFY_TIMEOUT")
     text = f"tpujob: job {format_job_id(job.id)} {job.name!r} TEST: a test message from `tpujob notify test`"
 
     def one(pair: tuple[int, NotifySpec]) -> Delivery:

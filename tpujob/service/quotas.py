@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from tpujob.catalogue import generation
+from tpujob.durations import duration_text
 from tpujob.errors import NotFoundError, UsageError
 from tpujob.service.context import Context
 from tpujob.store.models import Job, Quota
@@ -95,26 +96,58 @@ def list_budgets(ctx: Context) -> list[tuple[str, float, str, float]]:
 
 @dataclass(frozen=True)
 class QueueRow:
-    position: int
+    position: int | None  # in the order the next sweep admits; None: a cost cap holds it back
     job: Job
     chips: int
     share: float  # the owner's weighted decayed chip-hours (admission's formula)
     reason: str  # "" : admitted at the next sweep
     starts_in: float | None  # seconds, as the running jobs' progress and max_run estimate; None: unknown
+    unknown: str = ""  # why starts_in is None, in words ("unknown: alice's job 000003 reports no ETA")
+
+    @property
+    def waiting_for(self) -> str:
+        return self.reason or "nothing: within the quota, admitted at the next sweep"
+
+    @property
+    def starts(self) -> str:
+        """The estimate as `queue`, `show` and the dashboard print it."""
+        if self.starts_in is None:
+            return self.unknown or "unknown"
+        return "next sweep" if self.starts_in <= 0 else f"in about {duration_text(self.starts_in, finest='m')}"
 
 
 def queue(ctx: Context) -> list[QueueRow]:
-    """The QUEUED jobs in the order the next sweep would admit them, each with why it waits."""
-    from tpujob.reconcile.scheduling import demand_of, queue_plan, usage_of
+    """The QUEUED jobs in the order the next sweep would admit them, each with why it waits and
+    when it may start (admission.start_estimate, from the running jobs' progress and max_run);
+    then those a cost cap holds back (reconcile/spending.py), as the sweep holds them back."""
+    from tpujob.reconcile.scheduling import budget_stops, demand_of, queue_plan, usage_of
+    from tpujob.store.states import State
 
     now = ctx.store.clock()
-    queued, plan = queue_plan(ctx.store, now, estimate=True)
+    stopped = budget_stops(ctx.store, ctx.store.list_jobs(states=[State.QUEUED]), now)
+    queued, plan = queue_plan(ctx.store, now, estimate=True, stopped=stopped)
     by_id = {j.id: j for j in queued}
     usage, weight = usage_of(ctx.store, now), ctx.store.weights()
+
+    def share(job: Job) -> float:
+        owner = job.owner or ""
+        return usage.get(owner, 0.0) / (weight.get(owner, 1.0) or 1.0)
+
     rows = []
     for i, decision in enumerate(plan.decisions, 1):
         job = by_id[decision.job_id]
-        owner = job.owner or ""
-        rows.append(QueueRow(i, job, demand_of(job).chips, usage.get(owner, 0.0) / (weight.get(owner, 1.0) or 1.0),
-                             decision.reason, 0.0 if decision.admit else decision.starts_in))
+        rows.append(QueueRow(i, job, demand_of(job).chips, share(job), decision.reason,
+                             0.0 if decision.admit else decision.starts_in, decision.unknown))
+    for job_id, why in sorted(stopped.items()):
+        job = ctx.store.get(job_id)
+        rows.append(QueueRow(None, job, demand_of(job).chips, share(job), why, None,
+                             "unknown: not admitted while its cost cap is reached"))
     return rows
+
+
+def place_of(ctx: Context, job: Job) -> QueueRow | None:
+    """A QUEUED job's row of the queue (`show`, the dashboard): the same reason, position and
+    estimate `tpujob queue` prints; None for a job in any other state."""
+    if job.state != "QUEUED":
+        return None
+    return next((r for r in queue(ctx) if r.job.id == job.id), None)

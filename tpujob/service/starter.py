@@ -18,13 +18,15 @@ DEFAULT_ACCELERATOR = "v4-8"
 FALLBACK_NAME = "my-job"
 
 # A zone that offers each generation, for the starter to name (the user changes it to where
-# their quota is). Google's "TPU regions and zones" page, as checked in shared/FACTS.md:
+# their quota is). Google's "TPU regions and zones" page (https://cloud.google.com/tpu/docs/regions-zones):
 # v2/v3 us-central1-a/b/c; v4 only us-central2-b; v5e us-central1-a (and others); v5p
 # us-central1-a, us-east5-a; v6e us-central1-b, us-east1-d, us-east5-a/b, europe-west4-a.
 EXAMPLE_ZONES = {"v2": "us-central1-b", "v3": "us-central1-b", "v4": "us-central2-b",
                  "v5litepod": "us-central1-a", "v5p": "us-east5-a", "v6e": "us-east1-d", "tpu7x": "us-central1-c"}
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+# A comment line that is a field's description: `  # {{?tpu.queued}}`.
+_DESCRIPTION = re.compile(r"^([ ]*# )\{\{\?([\w.\[\]]+)\}\}$", re.MULTILINE)
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._|/-]*$")  # a YAML plain scalar, no quoting needed
 
 
@@ -82,8 +84,27 @@ def render(acc: Accelerator, name: str, zone: str) -> str:
     missing, unused = wanted - values.keys(), values.keys() - wanted
     if missing or unused:  # the template and the policy drifted apart: a bug, not user input
         raise ValueError(f"template {TEMPLATE}: missing {sorted(missing)}, unused {sorted(unused)}")
-    text = _PLACEHOLDER.sub(lambda m: _scalar(values[m.group(1)]), text)
-    return text if gen.tpu_api else _compute_only(text, gen.alias, acc.hosts)
+    if not gen.tpu_api:
+        text = _compute_only(text, gen.alias, acc.hosts)
+    return _PLACEHOLDER.sub(lambda m: _scalar(values[m.group(1)]), _described(text))
+
+
+def _described(text: str) -> str:
+    """Each `# {{?FIELD}}` line as the field's description (spec/reference.py), wrapped as
+    comments at the line's indent: what a key means is written once, on its model."""
+    import textwrap
+
+    from tpujob.spec.reference import fields
+
+    meanings = {f.path: f.meaning for f in fields()}
+
+    def comment(m: re.Match) -> str:
+        if m.group(2) not in meanings:  # the template names a field the models lack: a bug
+            raise ValueError(f"template {TEMPLATE}: no spec field {m.group(2)}")
+        return textwrap.fill(meanings[m.group(2)], width=100, initial_indent=m.group(1),
+                             subsequent_indent=m.group(1), break_on_hyphens=False)
+
+    return _DESCRIPTION.sub(comment, text)
 
 
 def _compute_only(text: str, alias: str, hosts: int) -> str:
@@ -98,7 +119,7 @@ def _compute_only(text: str, alias: str, hosts: int) -> str:
         if key == "runtime_version":
             out.append(f"  api: compute                  # {alias}: Compute Engine only (the Cloud TPU API "
                        "does not serve it)\n")
-        elif key == "queued" or "runtime_version is" in line:
+        elif key == "queued" or "runtime_version is" in line or "{{?tpu.queued}}" in line:
             continue
         elif key == "provisioning" and hosts > 1:
             out.append("  provisioning: flex-start      # several VMs: flex-start | reservation (+ reservation) "

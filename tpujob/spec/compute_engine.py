@@ -35,9 +35,11 @@ def _days(seconds: int) -> str:
 
 def choose_api(spec: JobSpec, acc: Accelerator, lines) -> tuple[Api, ComputePlacement | None]:
     """The API the slice is made through, its Compute Engine form, and the rules that follow
-    from it: auto is compute for a generation the TPU API does not serve (TPU7x: "The Cloud TPU
-    API is not supported on TPU7x and later", shared/facts/compute-engine-tpu.md), tpu-vm
-    otherwise; compute only for v5p, v6e, TPU7x (tpujob.compute_shapes.COMPUTE_FORMS)."""
+    from it: auto is compute for a generation the TPU API does not serve (TPU7x: "This page
+    applies to the Cloud TPU API. For Ironwood (TPU7x), you must use Google Kubernetes Engine",
+    cloud.google.com/tpu/docs/queued-resources; Compute Engine serves it:
+    cloud.google.com/compute/docs/tpus/tpu-machines), tpu-vm otherwise; compute only for v5p,
+    v6e, TPU7x (tpujob.compute_shapes.COMPUTE_FORMS)."""
     tpu = spec.tpu
     api: Api = tpu.api if tpu.api != "auto" else (TPU_VM if acc.generation.tpu_api else COMPUTE)
     if api == TPU_VM:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from tpujob.errors import SpecError
 from tpujob.spec.models import JobSpec, mask_webhook
+from tpujob.spec.reference import meaning
 
 
 def _line_index(node, path=(), out=None) -> dict[tuple, int]:
@@ -85,6 +86,9 @@ def _first_error(exc: ValidationError, lines: dict[tuple, int]) -> SpecError:
         message = msg[0].lower() + msg[1:]
         if "input" in err and not isinstance(err["input"], (dict, list)):
             message += f" (got {err['input']!r})"
+    if kind != "extra_forbidden" and (about := meaning(loc)):
+        # What the field is for, from its model (spec/reference.py): the fix is then in sight.
+        message += f" ({about[0].lower()}{about[1:].rstrip('.')})"
     line = lines.get(loc) or lines.get(loc[:-1])
     return SpecError(message, field=dotted(loc), line=line)
 

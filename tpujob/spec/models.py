@@ -59,24 +59,30 @@ class _Model(BaseModel):
 
 
 class Fallback(_Model):
-    accelerator: str | None = None
-    zone: str | None = None
+    accelerator: str | None = Field(default=None, description=(
+        "The accelerator type of this placement; unset: the primary's."))
+    zone: str | None = Field(default=None, description="The zone of this placement; unset: the primary's.")
 
 
 class NetworkSpec(_Model):
     """The node's networkConfig and tags (tpu.v2 Node.networkConfig, Node.tags)."""
     # gcloud sends enableExternalIps = not --internal-ips: external addresses unless asked not to.
-    external_ips: bool = True
-    network: str | None = None  # a name or a resource path; None: Google's "default"
-    subnetwork: str | None = None
-    tags: list[str] = Field(default_factory=list)  # firewall targets
+    external_ips: bool = Field(default=True, description=(
+        "Give every host an external IP; false: internal addresses only, and tpujob must run "
+        "inside the VPC (the subnetwork needs Private Google Access or Cloud NAT for GCS and PyPI)."))
+    network: str | None = Field(default=None, description=(
+        "The VPC network: a name or projects/P/global/networks/NAME; unset: Google's `default`."))
+    subnetwork: str | None = Field(default=None, description=(
+        "The subnetwork: a name or projects/P/regions/REGION/subnetworks/NAME, in the zone's region."))
+    tags: list[str] = Field(default_factory=list, description=(
+        "Network tags on the hosts: the targets of your firewall rules."))
 
 
 class SliceRange(_Model):
     """An elastic multislice job: it runs on up to `max` slices, and on as few as `min` while
     the others are lost (docs/multislice.md)."""
-    min: int = Field(ge=1)
-    max: int = Field(ge=2)
+    min: int = Field(ge=1, description="The fewest slices the job trains on while others are lost.")
+    max: int = Field(ge=2, description="The slices an attempt asks for, and grows back to.")
 
     @model_validator(mode="after")
     def _min_up_to_max(self):
@@ -86,36 +92,64 @@ class SliceRange(_Model):
 
 
 class TpuSpec(_Model):
-    accelerator: str
-    zone: str | None = None
-    project: str | None = None
-    runtime_version: str | None = None
+    accelerator: str = Field(description=(
+        "The accelerator type: v2-N, v3-N, v4-N, v5p-N, tpu7x-N (N TensorCores), v5litepod-N, "
+        "v6e-N (N chips)."))
+    zone: str | None = Field(default=None, description=(
+        "The zone the slice is made in; unset: `tpujob config set zone`."))
+    project: str | None = Field(default=None, description=(
+        "The Google Cloud project; unset: `tpujob config set project`, else (gcp) the project of "
+        "Application Default Credentials."))
+    runtime_version: str | None = Field(default=None, description=(
+        "The TPU VM image; unset: the generation's default (v4: tpu-ubuntu2204-base, v5e: "
+        "v2-alpha-tpuv5-lite, ...). Not with api compute, whose VMs boot an image family."))
     # Which Google API makes the slice: the Cloud TPU API (nodes, queued resources), Compute
     # Engine (instances; a multi-host slice is a BULK MIG with a workload policy), or auto:
     # compute for generations the TPU API does not serve (TPU7x), tpu-vm otherwise.
-    api: Literal["auto", Api] = "auto"
+    api: Literal["auto", Api] = Field(default="auto", description=(
+        "Which Google API makes the slice: tpu-vm (the Cloud TPU API), compute (Compute Engine "
+        "VMs: v5p, v6e, tpu7x; docs/compute-engine.md), or auto: compute for TPU7x, tpu-vm "
+        "otherwise."))
     # flex-start and reservation: Compute Engine only (api: compute).
-    provisioning: Literal["spot", "on-demand", "preemptible", "flex-start", "reservation"] = "spot"
-    reservation: str | None = None  # the reservation a `reservation` job consumes
+    provisioning: Literal["spot", "on-demand", "preemptible", "flex-start", "reservation"] = Field(
+        default="spot", description=(
+            "How the capacity is obtained: spot, on-demand, preemptible (legacy, cannot be queued; "
+            "not on compute), flex-start or reservation (both api compute only). Compute Engine "
+            "with several VMs takes flex-start or reservation only (Google's bulk mode)."))
+    reservation: str | None = Field(default=None, description=(
+        "The reservation a `provisioning: reservation` job consumes (required there, refused "
+        "elsewhere): NAME or projects/P/reservations/NAME, optionally /reservationBlocks/BLOCK."))
     # Compute Engine's scheduling.maxRunDuration, whole seconds (a duration like 24h is read as
     # seconds): required for flex-start (at most 7 days).
-    max_run_duration: int | None = None
+    max_run_duration: int | None = Field(default=None, description=(
+        "api compute only: how long the VMs may run, in seconds or like 90m, 24h, 1d12h; "
+        "required for flex-start (at most 7d). Compute Engine ends the VMs when it runs out."))
     # Compute Engine only: the boot disk's size in GB (initializeParams.diskSizeGb). Unset, the
     # VMs boot with BOOT_DISK_GB; Google's own default is the image's size, small for JAX and a
     # user's packages (tpujob.compute_shapes.BOOT_DISK_GB).
-    boot_disk_gb: int | None = Field(default=None, ge=10, le=65536)
+    boot_disk_gb: int | None = Field(default=None, ge=10, le=65536, description=(
+        f"api compute only: the VMs' boot disk in GB; unset: {BOOT_DISK_GB}."))
     # Through a queued resource (TPU API). True by default on the TPU API path; the Compute
     # Engine path has no queued resources, so resolve() makes an unset one false there.
-    queued: bool = True
+    queued: bool = Field(default=True, description=(
+        "Create the slice through a queued resource (keeps a place in Google's queue), else "
+        "directly. api compute: false (queued resources are the TPU API's)."))
     # Multislice: this many slices of `accelerator`, one job over DCN, or {min, max} for an
     # elastic job (docs/multislice.md).
-    slices: int | SliceRange = 1
-    fallback: list[Fallback] = Field(default_factory=list)
+    slices: int | SliceRange = Field(default=1, description=(
+        "Multislice: N slices over DCN as one job, or {min: M, max: N} for an elastic job that "
+        "trains on the slices left and grows back (docs/multislice.md); api compute: 1 only."))
+    fallback: list[Fallback] = Field(default_factory=list, description=(
+        "Placements tried in turn (then the primary again) when capacity is missing; a zone that "
+        "does not offer the accelerator is passed over."))
     # The order the placements are tried in: as written (the primary, then each fallback), or
     # `auto`: by expected goodput per dollar from the store's history, decided at create
     # (reconcile/risk.py; ResolvedSpec.placement_order keeps the order chosen).
-    placement: Literal["ordered", "auto"] = "ordered"
-    network: NetworkSpec = Field(default_factory=NetworkSpec)
+    placement: Literal["ordered", "auto"] = Field(default="ordered", description=(
+        "The order the placements are tried in: ordered (as written), or auto: by expected goodput "
+        "per dollar from the store's history, chosen at create (docs/goodput.md)."))
+    network: NetworkSpec = Field(default_factory=NetworkSpec, description=(
+        "The hosts' network: external IPs, VPC network, subnetwork, tags."))
 
     def placements(self, accelerator: str, zone: str) -> list[tuple[str, str]]:
         """[(accelerator, zone)] of the primary placement (given as resolved: the zone may come
@@ -164,27 +198,40 @@ class TpuSpec(_Model):
 
 
 class DiskSpec(_Model):
-    name: str  # a clone's cloud name is NAME-STORETAG-JOBID (one clone per job; names.clone_name)
-    source_disk: str | None = None  # snapshot this master now, then clone
-    snapshot: str | None = None  # clone from this snapshot
-    mode: Literal["read-only", "read-write"] = "read-only"
-    mount: str
-    type: str | None = None
-    size_gb: int | None = Field(default=None, gt=0, le=65536)
-    keep: bool = False
+    # A clone's cloud name is NAME-STORETAG-JOBID (one clone per job; names.clone_name).
+    name: str = Field(description=(
+        "The disk's name: with snapshot or source_disk, the job's own clone is made as "
+        "NAME-TAG-JOBID and reused by every attempt; alone, that disk in the zone (a read-write one "
+        "is made, empty, when missing)."))
+    source_disk: str | None = Field(default=None, description=(
+        "A master disk to snapshot now and clone for this job."))
+    snapshot: str | None = Field(default=None, description="A snapshot to clone for this job.")
+    mode: Literal["read-only", "read-write"] = Field(default="read-only", description=(
+        "read-only or read-write (read-write only on a single-host slice)."))
+    mount: str = Field(description="Where the disk is mounted on every host (an absolute path).")
+    type: str | None = Field(default=None, description=(
+        "The disk type; unset: the generation's default (pd-balanced; v6e and tpu7x hyperdisk-ml)."))
+    size_gb: int | None = Field(default=None, gt=0, le=65536, description=(
+        "The disk's size in GB; unset: the snapshot's (a new disk: Google's default)."))
+    keep: bool = Field(default=False, description="Keep the clone when the job is deleted.")
 
 
 class BucketSpec(_Model):
-    bucket: str
-    mount: str
-    read_only: bool = False
+    bucket: str = Field(description="The Cloud Storage bucket mounted with gcsfuse on every host.")
+    mount: str = Field(description="Where the bucket is mounted on every host (an absolute path).")
+    read_only: bool = Field(default=False, description="Mount it read-only.")
     # gcsfuse's default; 0 for checkpoint directories that must be strongly consistent.
-    metadata_ttl_secs: int = Field(default=60, ge=-1)
-    only_dir: str | None = None
+    metadata_ttl_secs: int = Field(default=60, ge=-1, description=(
+        "gcsfuse's metadata cache in seconds: 0 strongly consistent (checkpoints), -1 forever."))
+    only_dir: str | None = Field(default=None, description=(
+        "Mount only this directory of the bucket (relative, no `..`)."))
     # gcsfuse's file cache (v2 flags --cache-dir, --file-cache-max-size-mb): repeated reads of
     # the same data (epochs) come from local disk. Off unless cache_dir is given; -1 = no limit.
-    cache_dir: str | None = None
-    file_cache_max_size_mb: int | None = Field(default=None, ge=-1)
+    cache_dir: str | None = Field(default=None, description=(
+        "gcsfuse's file cache on the host's disk (an absolute path), so re-read data (epochs) "
+        "comes from local disk; off without it."))
+    file_cache_max_size_mb: int | None = Field(default=None, ge=-1, description=(
+        "The file cache's size in MB (needs cache_dir); -1 or unset: as much as the disk holds."))
 
     @field_validator("cache_dir")
     @classmethod
@@ -206,49 +253,72 @@ class SetupSpec(_Model):
     successful setup on host 0 and unpacked instead of running it by every later host and attempt
     whose key (the setup, the key files' contents, the runtime version, the generation) is the
     same (tpujob.attempt.setup_cache)."""
-    run: str
-    cache: list[str] = Field(default_factory=list)
-    key_files: list[str] = Field(default_factory=list)  # relative to the sync directory
+    run: str = Field(description="The setup's shell, run on every host whose cache misses.")
+    cache: list[str] = Field(default_factory=list, description=(
+        "Paths on the hosts (relative: from the home) packed after a successful setup and "
+        "unpacked instead of running it; kept in run_dir's bucket (docs/hosts.md)."))
+    key_files: list[str] = Field(default_factory=list, description=(
+        "Files in the sync directory whose contents are part of the cache's key (an edit makes a "
+        "new key, as do run, the runtime version and the generation)."))
 
 
 class RunSpec(_Model):
-    command: str | None = None
-    runtime: dict[str, Any] | None = None
-    workdir: str | None = None
-    # A program that writes no heartbeat is hung once no host's log has grown for this long
-    # (off by default: many programs are silent for long stretches).
-    hang_seconds: float | None = Field(default=None, gt=0, le=7 * 86400)
+    command: str | None = Field(default=None, description=(
+        "Your program, started on every host (shell); give command or runtime, not both."))
+    runtime: dict[str, Any] | None = Field(default=None, description=(
+        "The bundled JAX training runtime's config instead of a command (docs/runtime.md)."))
+    workdir: str | None = Field(default=None, description=(
+        "Where the program starts on the hosts (~/ and relative: the SSH user's home); unset: "
+        "the synced directory, else the home."))
+    # Off by default: many programs are silent for long stretches.
+    hang_seconds: float | None = Field(default=None, gt=0, le=7 * 86400, description=(
+        "A program that writes no heartbeat is hung once no host's log has grown for this long; "
+        "unset: never."))
 
 
 _WEEK = 7 * 86400
 
 
 class RequeuePolicy(_Model):
-    max_preemptions: int = Field(default=20, ge=0)
-    max_failures: int = Field(default=0, ge=0)
-    max_nan: int = Field(default=3, ge=0)
-    max_hangs: int = Field(default=3, ge=0)  # attempts ended hung before FAILED hang_budget
-    # Capacity misses (stockout, queue timeout, stuck provisioning) in a row before FAILED
-    # no_capacity; with the backoff capped at 30 min, 48 misses are about a day of trying.
-    max_capacity_retries: int = Field(default=48, ge=0)
-    backoff_seconds: float = Field(default=30.0, ge=0, le=86400)
-    # A preemption restarts at once, unless the attempt ran less than this: then it is a flap
-    # and the next attempt waits backoff_seconds, doubled per flap in a row.
-    min_run_seconds: float = Field(default=600.0, ge=0, le=_WEEK)
-    queue_timeout_seconds: float = Field(default=6 * 3600.0, gt=0, le=_WEEK)
-    provision_timeout_seconds: float = Field(default=30 * 60.0, gt=0, le=_WEEK)
-    setup_timeout_seconds: float = Field(default=15 * 60.0, gt=0, le=_WEEK)
-    unhealthy_grace_seconds: float = Field(default=120.0, ge=0, le=_WEEK)
-    # A heartbeat in the run dir older than this is a hung program (a stuck collective, a dead
-    # coordinator), not a slow step: the runtime rewrites it at least every 30 s.
-    heartbeat_timeout_seconds: float = Field(default=300.0, gt=0, le=_WEEK)
-    # A maintenance window opening within this many seconds is acted on now (checkpoint, new
-    # slice): the sweep's interval (cron's default is 5 min), so the next sweep is not too late.
-    maintenance_lead_seconds: float = Field(default=300.0, ge=0, le=_WEEK)
-    # Slices replaced because a host was bad (its TPU held by another process, a known bad-host
-    # line in the program's log): not the program's fault, so not its failures; but a zone that
-    # keeps handing out bad hosts should stop the job, not loop through slices forever.
-    max_bad_hosts: int = Field(default=3, ge=0)
+    max_preemptions: int = Field(default=20, ge=0, description=(
+        "New slices after preemptions before FAILED preemption_budget."))
+    max_failures: int = Field(default=0, ge=0, description=(
+        "Re-runs after a non-zero exit before FAILED user_error."))
+    max_nan: int = Field(default=3, ge=0, description=(
+        "New slices after a NaN exit (exit 76) before FAILED nan_budget."))
+    max_hangs: int = Field(default=3, ge=0, description=(
+        "New slices after a hang (stacks kept) before FAILED hang_budget."))
+    # With the backoff capped at 30 min, 48 misses are about a day of trying.
+    max_capacity_retries: int = Field(default=48, ge=0, description=(
+        "Capacity misses in a row (stockout, queue or provision timeout) before FAILED no_capacity."))
+    backoff_seconds: float = Field(default=30.0, ge=0, le=86400, description=(
+        "The wait before the next attempt after a capacity miss, a failure or a flap, doubled per "
+        "one in a row (at most 30 min, plus jitter); never after a plain preemption."))
+    # A preemption restarts at once, unless the attempt ran less than this.
+    min_run_seconds: float = Field(default=600.0, ge=0, le=_WEEK, description=(
+        "A preemption after a shorter run is a flap: the next attempt waits backoff_seconds."))
+    queue_timeout_seconds: float = Field(default=6 * 3600.0, gt=0, le=_WEEK, description=(
+        "A queued resource waiting longer moves on to the next placement."))
+    provision_timeout_seconds: float = Field(default=30 * 60.0, gt=0, le=_WEEK, description=(
+        "A slice CREATING longer counts as a capacity miss."))
+    setup_timeout_seconds: float = Field(default=15 * 60.0, gt=0, le=_WEEK, description=(
+        "Host setup's limit (scaled by host count) before the attempt fails setup_failed."))
+    unhealthy_grace_seconds: float = Field(default=120.0, ge=0, le=_WEEK, description=(
+        "An unreachable host (in setup or running) or a missing program is re-checked this long "
+        "before the slice is called lost."))
+    # A stuck collective or a dead coordinator, not a slow step: the runtime rewrites it at
+    # least every 30 s.
+    heartbeat_timeout_seconds: float = Field(default=300.0, gt=0, le=_WEEK, description=(
+        "A run-dir heartbeat (or its training step) older than this is a hung program; keep it "
+        "above the program's heartbeat interval."))
+    # The sweep's interval (cron's default is 5 min), so the next sweep is not too late.
+    maintenance_lead_seconds: float = Field(default=300.0, ge=0, le=_WEEK, description=(
+        "Google's maintenance starting sooner than this is acted on now: checkpoint, new slice "
+        "(counted as a preemption)."))
+    # Not the program's fault, so not its failures; but a zone that keeps handing out bad hosts
+    # should stop the job, not loop through slices forever.
+    max_bad_hosts: int = Field(default=3, ge=0, description=(
+        "New slices after a bad host (its TPU held by another process) before FAILED bad_host_budget."))
 
 
 # What a notification channel may be told about (docs/notify.md): each maps to a state move.
@@ -262,29 +332,48 @@ EMAIL_ADDRESS = re.compile(r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;.]+\Z")
 
 
 class NotifySpec(_Model):
-    webhook: str | None = None
-    email: str | None = None
-    on: list[NotifyOn] = Field(default_factory=lambda: _DEFAULT_ON.copy())
+    webhook: str | None = Field(default=None, description=(
+        "A Slack-compatible webhook: ${NAME} (a secret's value, never stored) or an http(s) URL "
+        "(masked when shown). Give webhook or email."))
+    email: str | None = Field(default=None, description=(
+        "An address, told through the SMTP server in `tpujob config` (smtp_*)."))
+    on: list[NotifyOn] = Field(default_factory=lambda: _DEFAULT_ON.copy(), description=(
+        "What this channel is told about, of succeeded, failed, preempted, nan, cancelled."))
 
 
 class JobSpec(_Model):
-    name: str
-    tpu: TpuSpec
-    disks: list[DiskSpec] = Field(default_factory=list)
-    buckets: list[BucketSpec] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    secrets: list[str] = Field(default_factory=list)
-    setup: str | SetupSpec | None = None
-    sync: str | None = None
-    run: RunSpec
-    run_dir: str | None = None
-    requeue: RequeuePolicy = Field(default_factory=RequeuePolicy)
-    notify: list[NotifySpec] = Field(default_factory=list)
-    # The lab scheduler's band (docs/scheduler.md): a high job waiting for quota evicts low ones.
-    priority: Literal["high", "normal", "low"] = "normal"
-    # Dollars this job may spend, at its price per hour (docs/scheduler.md, budgets): reached, it
-    # is stopped with a checkpoint and ends FAILED (budget), never to start another attempt.
-    max_cost: float | None = Field(default=None, gt=0)
+    name: str = Field(description="The job's name: lowercase letters, digits, hyphens; at most 40 characters.")
+    tpu: TpuSpec = Field(description="The slice: accelerator, zone, how it is obtained, fallbacks.")
+    disks: list[DiskSpec] = Field(default_factory=list, description=(
+        "Persistent disks on every host (clone and scale: docs/storage.md)."))
+    buckets: list[BucketSpec] = Field(default_factory=list, description=(
+        "Cloud Storage buckets mounted with gcsfuse on every host."))
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables set on every host.")
+    secrets: list[str] = Field(default_factory=list, description=(
+        "Names of secrets forwarded to every host, from your environment, else "
+        "$TPUJOB_HOME/secrets.env; never stored."))
+    setup: str | SetupSpec | None = Field(default=None, description=(
+        "Shell run once per attempt on every host before the program, or {run, cache, key_files} "
+        "to set up once and unpack it on every later host and attempt (docs/hosts.md)."))
+    sync: str | None = Field(default=None, description=(
+        "A local directory uploaded to every host before setup (.gitignore honoured)."))
+    run: RunSpec = Field(description="What runs on every host: command or runtime.")
+    run_dir: str | None = Field(default=None, description=(
+        "gs://BUCKET/PREFIX: the job's run dir is PREFIX/JOBID there (heartbeat, status.json, "
+        "checkpoints)."))
+    requeue: RequeuePolicy = Field(default_factory=RequeuePolicy, description=(
+        "What happens after a preemption, a failure, a NaN loss or a capacity miss: the budgets "
+        "and timeouts."))
+    notify: list[NotifySpec] = Field(default_factory=list, description=(
+        "Channels told after the job's moves, by the sweep, each message once (docs/notify.md)."))
+    # A high job waiting for quota evicts low ones.
+    priority: Literal["high", "normal", "low"] = Field(default="normal", description=(
+        "The job's band in a lab's scheduler under `tpujob quota`: high, normal or low "
+        "(docs/scheduler.md)."))
+    # Reached, it is stopped with a checkpoint and never starts another attempt.
+    max_cost: float | None = Field(default=None, gt=0, description=(
+        "Dollars the job may spend at its price per hour: reached, it stops with a checkpoint "
+        "and ends FAILED budget."))
 
     @property
     def setup_command(self) -> str:

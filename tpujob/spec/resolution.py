@@ -226,7 +226,7 @@ def _check_host_limits(spec: JobSpec, lines) -> None:
 
 def _check_slices(spec: JobSpec, acc: Accelerator, where: tuple, lines) -> None:
     """Multislice: TPU v4 or later, every slice the same type in one zone (Google's multislice
-    introduction: cloud.google.com/tpu/docs/multislice-introduction; shared/facts/operations.md).
+    introduction: cloud.google.com/tpu/docs/multislice-introduction).
     Checked for the primary accelerator and for each fallback's (`where`: the field)."""
     if spec.tpu.max_slices == 1:
         return
