@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_goodput.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_goodput.py"
 
 
 def test_the_bench_prints_its_ratios_and_the_ledgers_add_up():

@@ -102,7 +102,7 @@ def test_sync_is_resolved_against_the_spec_directory(tmp_path):
 def test_the_example_spec_is_valid():
     from pathlib import Path
 
-    resolved, _ = spec_mod.load(Path(__file__).resolve().parents[1] / "jobs.example.yaml", default_project="p")
+    resolved, _ = spec_mod.load(Path(__file__).resolve().parents[2] / "jobs.example.yaml", default_project="p")
     assert (resolved.hosts, resolved.chips) == (2, 8)
 
 

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 from tpujob.errors import IllegalTransition, JobLocked
 from tpujob.store.states import TRANSITIONS, State
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NODES = 4
 JOBS = 12
 # Every move a sweep makes over a job's life, racing: each must be won by exactly one node.
