@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from reconcile_helpers import ZONE, node_ref, project, spec_text  # noqa: F401 - fixtures
+from reconcile_helpers import ZONE, node_ref, spec_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
