@@ -66,7 +66,7 @@ def test_read_write_disk_on_a_single_host():
 @pytest.mark.parametrize("acc, zone, disk_type, source", [
     ("v5litepod-16", "us-west4-a", "hyperdisk-ml", "snapshot: snap"),
     ("v5p-16", "us-east5-a", "hyperdisk-ml", "snapshot: snap"),
-    # hyperdisk-balanced is never read-only (test_spec.py): a master on one host.
+    # hyperdisk-balanced is never read-only (tests/spec/test_spec.py): a master on one host.
     ("v6e-8", "us-east5-b", "hyperdisk-balanced", "mode: read-write"),
 ])
 def test_the_generations_other_disk_types_are_taken(acc, zone, disk_type, source):
