@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -273,3 +274,66 @@ def postgres_cluster():
 def postgres_url(postgres_cluster) -> str:
     """The SQLAlchemy URL of a fresh, empty database on the session's PostgreSQL server."""
     return postgres_cluster.new_database()
+
+
+# ---- the cloud layer against the in-process emulator (`server`): tests/cloud, tests/attempt --
+
+@pytest.fixture(scope="session")
+def _compute_module():
+    from tpujob.cloud import disks  # 2.6 s of imports: once per session
+
+    return disks
+
+
+@pytest.fixture
+def compute(server, _compute_module):
+    return _compute_module.GcpCompute.for_emulator(server.url)
+
+
+@pytest.fixture
+def cloud(server):
+    from tpujob.cloud.tpu_api import GcpCloud
+
+    return GcpCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05,
+                                 poll_interval=0.01)
+
+
+# ---- a job's night pinned by hand (a preemption, then a second attempt running), shared by
+# the timeline, dashboard and quick-start tests --------------------------------------------
+
+STORY_SPEC = """\
+name: night
+tpu: {accelerator: v4-8, zone: us-central2-b, provisioning: on-demand}
+run: {command: train}
+"""
+
+
+@pytest.fixture
+def story(spec_file):
+    """Created at T+1000 (T: now - 1200 s, so `show`'s now is about T+1200); attempt 1
+    provisions at 1010, sets up at 1020, runs 1080-1090 and is preempted; attempt 2 starts at
+    1130 and runs from 1150."""
+    from tpujob.service import jobs
+    from tpujob.service.context import Context
+    from tpujob.store.states import State
+
+    T = time.time() - 1200.0
+    now = [T + 1000.0]
+    ctx = Context.load()
+    ctx.store.clock = lambda: now[0]
+    job, _ = jobs.record(ctx, str(spec_file(STORY_SPEC)))
+    store = ctx.store
+    for at, step in ((1010.0, lambda: store.start_attempt(job.id, State.PENDING, State.PROVISIONING, "go",
+                                                         zone="us-central2-b", accelerator="v4-8", queued=False)),
+                     (1020.0, lambda: store.transition(job.id, State.PROVISIONING, State.SETTING_UP, "ready")),
+                     (1080.0, lambda: store.transition(job.id, State.SETTING_UP, State.RUNNING, "launched")),
+                     (1090.0, lambda: store.transition(job.id, State.RUNNING, State.RECOVERING, "preempted",
+                                                       preemptions=1)),
+                     (1090.0, lambda: store.end_attempt(job.id, 1, "preempted")),
+                     (1130.0, lambda: store.start_attempt(job.id, State.RECOVERING, State.PROVISIONING, "again",
+                                                         zone="us-central2-b", accelerator="v4-8", queued=False)),
+                     (1140.0, lambda: store.transition(job.id, State.PROVISIONING, State.SETTING_UP, "ready")),
+                     (1150.0, lambda: store.transition(job.id, State.SETTING_UP, State.RUNNING, "launched"))):
+        now[0] = T + at
+        step()
+    return ctx, store.get(job.id), T

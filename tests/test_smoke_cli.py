@@ -46,7 +46,7 @@ def test_ci_runs_exactly_the_readme_test_command(commands):
 def test_both_commands_start_with_the_setup_script(commands):
     demo, tests = commands
     # scripts/setup installs the runtime extra; --test adds pytest, ruff and mypy
-    # (tests/test_setup_script.py), which check the code before the tests run.
+    # (tests/scripts/test_setup_script.py), which check the code before the tests run.
     assert demo.split(" && ")[0] == "scripts/setup"
     assert tests.split(" && ") == ["scripts/setup --test", ".venv/bin/ruff check .", ".venv/bin/mypy",
                                    ".venv/bin/pytest -q -n auto --dist loadgroup"]

@@ -33,7 +33,7 @@ def test_every_cpu_bound_entry_names_tests_that_exist():
 
 SOAK, ELASTIC, CONCURRENCY = ("tests/e2e/test_soak.py::test_a", "tests/e2e/test_elastic.py::test_b",
                               "tests/e2e/test_concurrency.py::test_c")
-LIGHT = [f"tests/test_cli.py::test_{n}" for n in range(6)]
+LIGHT = [f"tests/cli/test_cli.py::test_{n}" for n in range(6)]
 
 
 def test_a_free_worker_takes_the_first_test_unless_the_cores_each_run_a_cpu_bound_one():

@@ -16,8 +16,6 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import pytest
-
 from tpujob.names import node_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,30 +58,6 @@ def spec_text(name="rq", *, command="sleep 600", accelerator="v4-8", zone=ZONE, 
                        fallback=json.dumps([{"zone": z} for z in fallback]), command=json.dumps(command),
                        requeue=json.dumps({k: v for k, v in requeue.items() if v is not None}))
     return text + (f"setup: {json.dumps(setup)}\n" if setup is not None else "")
-
-
-@pytest.fixture
-def project(monkeypatch, local_cloud):
-    name = f"rq-{uuid.uuid4().hex[:10]}"
-    monkeypatch.setenv("TPUJOB_PROJECT", name)
-    return name
-
-
-@pytest.fixture
-def ctx(project):
-    """A Context on this test's store; every job it recorded is deleted (with its slices) after."""
-    from tpujob.service import jobs
-    from tpujob.service.context import Context
-
-    context = Context.load()
-    yield context
-    local_cloud_faults_off(context)
-    for job in context.store.list_jobs(include_ended=True):
-        if job.state != "DELETED":
-            try:
-                jobs.delete(context, str(job.id))
-            except Exception:  # noqa: BLE001 - cleaning up after a failed test must go on
-                pass
 
 
 def local_cloud_faults_off(ctx) -> None:
@@ -303,3 +277,24 @@ class Node:
         if ok:
             assert done.returncode == 0, f"tpujob {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
         return done
+
+
+# Real answers Google gave (each with its source), replayed by `tpujob emulator fail-next`.
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gcp_errors"
+
+
+def payload(name: str) -> dict:
+    found = json.loads((FIXTURES / f"{name}.json").read_text())
+    assert found["source"]  # every replayed answer says where Google was seen giving it
+    return found
+
+
+def requeue_and_show(cli, job_id: int) -> dict:
+    assert cli("requeue", str(job_id)).code == 0
+    shown = cli("show", str(job_id), "--json")
+    assert shown.code == 0, shown.err
+    return json.loads(shown.out)
+
+
+def messages(shown: dict) -> str:
+    return "\n".join(e["message"] for e in shown["events"])

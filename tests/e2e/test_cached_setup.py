@@ -8,7 +8,7 @@ import json
 import uuid
 
 import pytest
-from reconcile_helpers import ZONE, ctx, host_root, node_ref, project, reconciler, sweep_until  # noqa: F401
+from reconcile_helpers import ZONE, host_root, node_ref, reconciler, sweep_until
 
 pytestmark = pytest.mark.slow
 

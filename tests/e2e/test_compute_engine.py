@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reconcile_helpers import DEMO_OPTIMIZER, AtStep, local_bucket, project  # noqa: F401 - fixture
+from reconcile_helpers import DEMO_OPTIMIZER, AtStep, local_bucket
 
 pytestmark = pytest.mark.slow
 

@@ -12,14 +12,12 @@ import random
 import threading
 
 import pytest
-from reconcile_helpers import (  # noqa: F401 - fixtures
+from reconcile_helpers import (
     ZONE,
     assert_consistent,
     assert_no_orphans,
-    ctx,
     finish,
     node_ref,
-    project,
     reconciler,
     record_many,
     requeue_processes,

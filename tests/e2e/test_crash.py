@@ -8,17 +8,15 @@ import contextlib
 import time
 
 import pytest
-from reconcile_helpers import (  # noqa: F401 - fixtures
+from reconcile_helpers import (
     FALLBACK_ZONE,
     V5E,
     ZONE,
     assert_consistent,
     assert_no_orphans,
-    ctx,
     finish,
     host_root,
     node_ref,
-    project,
     reconciler,
     record,
     requeue_processes,

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reconcile_helpers import DEMO_OPTIMIZER, project  # noqa: F401 - fixture
+from reconcile_helpers import DEMO_OPTIMIZER
 
 # Each test in a project of its own on the shared emulator: its job ids, and so its slice names,
 # start at 000001 like every other test's, and a slice a failed test left behind must not be

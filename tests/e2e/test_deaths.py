@@ -13,18 +13,7 @@ import time
 import uuid
 
 import pytest
-from reconcile_helpers import (  # noqa: F401 - fixtures
-    DEMO_OPTIMIZER,
-    ZONE,
-    ctx,
-    host_root,
-    node_ref,
-    project,
-    reconciler,
-    record,
-    resources,
-    sweep_until,
-)
+from reconcile_helpers import DEMO_OPTIMIZER, ZONE, host_root, node_ref, reconciler, record, resources, sweep_until
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from reconcile_helpers import FALLBACK_ZONE, V5E, ZONE, project  # noqa: F401 - fixtures
+from reconcile_helpers import FALLBACK_ZONE, V5E, ZONE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -4,16 +4,7 @@ state it deserves."""
 from __future__ import annotations
 
 import pytest
-from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE,
-    assert_consistent,
-    assert_no_orphans,
-    ctx,
-    node_ref,
-    project,
-    reconciler,
-    record,
-)
+from reconcile_helpers import ZONE, assert_consistent, assert_no_orphans, node_ref, reconciler, record
 
 from tpujob.errors import TpujobError
 

@@ -10,17 +10,7 @@ import os
 import time
 
 import pytest
-from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE,
-    api_list,
-    ctx,
-    finish,
-    project,
-    record,
-    requeue_processes,
-    running,
-    sweep_until,
-)
+from reconcile_helpers import ZONE, api_list, finish, record, requeue_processes, running, sweep_until
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,7 @@ import re
 import time
 
 import pytest
-from reconcile_helpers import V5E, ctx, project, record, resources, spec_text  # noqa: F401 - fixtures
-from test_gcp_error_replay import messages, payload, replay, requeue_and_show  # noqa: F401 - fixtures
+from reconcile_helpers import V5E, messages, payload, record, requeue_and_show, resources, spec_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

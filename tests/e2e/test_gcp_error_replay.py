@@ -5,62 +5,10 @@ exits with when the fix is the user's (a role, an API, a login)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from reconcile_helpers import ctx, project, record, spec_text  # noqa: F401 - fixtures
+from reconcile_helpers import messages, record, requeue_and_show, spec_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gcp_errors"
-
-
-def payload(name: str) -> dict:
-    found = json.loads((FIXTURES / f"{name}.json").read_text())
-    assert found["source"]  # every replayed answer says where Google was seen giving it
-    return found
-
-
-@pytest.fixture
-def replay(cli, local_cloud):
-    """`tpujob emulator fail-next` with a fixture's answer; faults left pending are dropped after."""
-
-    def arm(name: str, times: int = 1, method: str | None = None, in_operation: bool | None = None) -> dict:
-        """`method`/`in_operation`: replay the answer on another call (a queued resource's create,
-        whose --in-operation ends the queued resource FAILED with it in failedData)."""
-        answer = payload(name)
-        args = ["emulator", "fail-next", method or answer["method"], "--status", answer["status"],
-                "--message", answer["message"], "--grpc-status", answer["grpc_status"],
-                "--times", times]
-        if answer["reason"]:
-            args += ["--reason", answer["reason"]]
-        if answer.get("domain"):
-            args += ["--domain", answer["domain"]]
-        for key, value in answer.get("metadata", {}).items():
-            args += ["--metadata", f"{key}={value}"]
-        for violation in answer.get("quota_violations", []):
-            args += ["--quota-violation", f"{violation['subject']}={violation['description']}"]
-        if answer["in_operation"] if in_operation is None else in_operation:
-            args.append("--in-operation")
-        result = cli(*args)
-        assert result.code == 0, result.err
-        return answer
-
-    yield arm
-    local_cloud.clear_fail_next()
-
-
-def requeue_and_show(cli, job_id: int) -> dict:
-    assert cli("requeue", str(job_id)).code == 0
-    shown = cli("show", str(job_id), "--json")
-    assert shown.code == 0, shown.err
-    return json.loads(shown.out)
-
-
-def messages(shown: dict) -> str:
-    return "\n".join(e["message"] for e in shown["events"])
-
 
 @pytest.mark.parametrize("name, end_reason, said", [
     # A spent resource quota ends the job: no retry brings quota back.

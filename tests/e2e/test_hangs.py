@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from reconcile_helpers import DEMO_OPTIMIZER, ZONE, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import DEMO_OPTIMIZER, ZONE, node_ref
 
 pytestmark = pytest.mark.slow
 

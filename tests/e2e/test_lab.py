@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from reconcile_helpers import ZONE, Node, node_ref, project, spec_text  # noqa: F401 - fixtures
+from reconcile_helpers import ZONE, Node, node_ref, spec_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 

@@ -16,7 +16,7 @@ import threading
 import uuid
 
 import pytest
-from reconcile_helpers import ZONE, Node, api_list, project  # noqa: F401 - fixtures
+from reconcile_helpers import ZONE, Node, api_list
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # 35-85 s here
 

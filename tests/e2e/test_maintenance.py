@@ -8,18 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE,
-    assert_no_orphans,
-    ctx,
-    host_root,
-    node_ref,
-    project,
-    record,
-    running,
-    sweep_until,
-    wait_for_file,
-)
+from reconcile_helpers import ZONE, assert_no_orphans, host_root, node_ref, record, running, sweep_until, wait_for_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -10,7 +10,7 @@ import json
 import time
 
 import pytest
-from reconcile_helpers import ZONE, AtStep, bucket_heartbeat, local_bucket, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import ZONE, AtStep, bucket_heartbeat, local_bucket, node_ref
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three jobs side by side: ~3 min here
 

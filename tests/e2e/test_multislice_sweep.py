@@ -6,7 +6,7 @@ ends the attempt whole, says which slice was lost, and the next attempt makes ev
 from __future__ import annotations
 
 import pytest
-from reconcile_helpers import ZONE, assert_no_orphans, ctx, node_ref, project, record, resources, sweep_until  # noqa: F401 - fixtures
+from reconcile_helpers import ZONE, assert_no_orphans, node_ref, record, resources, sweep_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

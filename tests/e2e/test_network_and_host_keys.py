@@ -8,7 +8,7 @@ import json
 import uuid
 
 import pytest
-from reconcile_helpers import ZONE, api_list, ctx, node_ref, project, reconciler, running, sweep_until  # noqa: F401
+from reconcile_helpers import ZONE, api_list, node_ref, reconciler, running, sweep_until
 
 pytestmark = pytest.mark.slow
 

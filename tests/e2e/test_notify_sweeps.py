@@ -10,18 +10,7 @@ import uuid
 
 import pytest
 from notify_servers import Mailbox, Webhook
-from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE,
-    ctx,
-    finish,
-    node_ref,
-    project,
-    reconciler,
-    requeue_processes,
-    running,
-    spec_text,
-    sweep_until,
-)
+from reconcile_helpers import ZONE, finish, node_ref, reconciler, requeue_processes, running, spec_text, sweep_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

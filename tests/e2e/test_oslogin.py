@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from reconcile_helpers import ZONE, ctx, host_root, project, record, resources, sweep_until  # noqa: F401
+from reconcile_helpers import ZONE, host_root, record, resources, sweep_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -4,15 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE,
-    assert_no_orphans,
-    node_ref,
-    project,
-    record,
-    running,
-    sweep_until,
-)
+from reconcile_helpers import ZONE, assert_no_orphans, node_ref, record, running, sweep_until
 from sqlalchemy import create_engine, text
 
 pytestmark = pytest.mark.slow

@@ -6,15 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from reconcile_helpers import (  # noqa: F401 - fixtures
+from reconcile_helpers import (
     FALLBACK_ZONE,
     V5E,
     ZONE,
     assert_no_orphans,
-    ctx,
     host_root,
     node_ref,
-    project,
     reconciler,
     record,
     resources,

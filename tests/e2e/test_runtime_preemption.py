@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from reconcile_helpers import DEMO_OPTIMIZER, ZONE, local_bucket, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import DEMO_OPTIMIZER, ZONE, local_bucket, node_ref
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # about 1.5 min here
 

@@ -6,17 +6,7 @@ processes."""
 from __future__ import annotations
 
 import pytest
-from reconcile_helpers import (  # noqa: F401 - fixtures
-    ZONE,
-    assert_no_orphans,
-    ctx,
-    host_root,
-    project,
-    reconciler,
-    running,
-    spec_text,
-    wait_for_file,
-)
+from reconcile_helpers import ZONE, assert_no_orphans, host_root, reconciler, running, spec_text, wait_for_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

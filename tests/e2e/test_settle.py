@@ -8,7 +8,6 @@ import json
 import time
 
 import pytest
-from reconcile_helpers import ctx, project  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reconcile_helpers import node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import node_ref
 
 from tpujob.names import clone_name, snapshot_name, store_tag
 

@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from reconcile_helpers import ZONE, ctx, host_root, node_ref, project, reconciler, running, sweep_until  # noqa: F401
+from reconcile_helpers import ZONE, host_root, node_ref, reconciler, running, sweep_until
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ import uuid
 from urllib.parse import urlsplit
 
 import pytest
-from reconcile_helpers import DEMO_OPTIMIZER, ZONE, node_ref, project  # noqa: F401 - fixture
+from reconcile_helpers import DEMO_OPTIMIZER, ZONE, node_ref
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # about 2 min here
 

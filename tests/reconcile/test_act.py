@@ -3,7 +3,7 @@ moves a job by itself (what it learns goes back to decide, which makes the move)
 
 from __future__ import annotations
 
-from test_sweep import Hosts, add_job, cloud_for, spec, store  # noqa: F401 - fixtures
+from test_sweep import Hosts, add_job, cloud_for, spec
 
 from tpujob.errors import SetupFailed, StockoutError
 from tpujob.names import slice_name

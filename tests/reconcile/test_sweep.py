@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-import pytest
-
 from tpujob import spec as spec_mod
 from tpujob.cloud.base import Slice, SlicePhase
 from tpujob.errors import CloudError
@@ -20,13 +18,6 @@ PROJECT = "tpujob-sweep"
 # v4 is offered only in us-central2-b (Google's zone table): the second zone runs a v5e.
 Z1, Z2 = "us-central2-b", "us-central1-a"
 V5E = "v5litepod-4"
-
-
-@pytest.fixture
-def store(tmp_path):
-    from tpujob.store.repository import open_store
-
-    return open_store(f"sqlite:///{tmp_path / 'tpujob.db'}")
 
 
 @dataclass

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from test_sweep import PROJECT, Z1, Hosts, add_job, cloud_for, events, store  # noqa: F401
+from test_sweep import PROJECT, Z1, Hosts, add_job, cloud_for, events
 
 from tpujob.names import slice_name
 from tpujob.reconcile.reconciler import Reconciler

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from disk_helpers import PROJECT, ZONE
 from spec_texts import resolved_spec
-from storage_helpers import PROJECT, ZONE
 
 from tpujob.attempt import slice_disks as disks
 from tpujob.cloud.base import DataDisk, SliceRequest

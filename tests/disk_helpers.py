@@ -1,4 +1,4 @@
-"""Names shared by the storage tests."""
+"""Names shared by the tests of disks against the emulator (tests/cloud, tests/attempt, tests/service)."""
 
 PROJECT = "tpujob-local"
 ZONE = "us-central2-b"

@@ -18,7 +18,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The real tools the script and the stand-ins use; everything else on PATH is a stand-in.
 REAL = ("bash", "dirname", "grep", "rm", "sha256sum", "cut", "mkdir", "chmod", "cat")
 

@@ -1,5 +1,5 @@
 """The job spec's refusals: each is exit 2, one `error:` line naming the field and YAML line,
-and nothing written (what valid specs resolve to: test_spec_resolve.py)."""
+and nothing written (what valid specs resolve to: tests/spec/test_resolution.py)."""
 
 from __future__ import annotations
 

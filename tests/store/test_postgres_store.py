@@ -1,7 +1,7 @@
 """The store on a real PostgreSQL server, as a lab shares one queue across login nodes: four
 processes, each with its own TPUJOB_HOME and the same TPUJOB_DB_URL, race every move, lease and
 attempt of the same jobs; the CLI reads and writes it; grouped transactions hold there too.
-(Migrations on PostgreSQL: tests/test_migrations.py; every store operation: tests/test_store.py.)"""
+(Migrations on PostgreSQL: tests/store/test_migrations.py; every store operation: tests/store/test_store.py.)"""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 from tpujob.errors import IllegalTransition, JobLocked
 from tpujob.store.states import TRANSITIONS, State
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NODES = 4
 JOBS = 12
 # Every move a sweep makes over a job's life, racing: each must be won by exactly one node.

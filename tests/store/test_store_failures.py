@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from spec_texts import dedent_spec
-from test_ui import TOKEN, Browser, _logged_in
+from ui_browser import TOKEN, Browser, logged_in
 
 from tpujob.store import migrations
 from tpujob.store.migrations import MIGRATIONS
@@ -258,7 +258,7 @@ def test_the_job_page_says_the_credentials_expired_and_still_shows_the_job(job, 
         first = proc.stdout.readline()
         assert first.startswith("tpujob ui: serving"), first + proc.stderr.read()
         url = proc.stdout.readline().strip()
-        browser = _logged_in((url, Browser(urlsplit(url).port)))
+        browser = logged_in((url, Browser(urlsplit(url).port)))
         status, _, page = browser.get("/jobs/1")
         assert status == 200, page
         assert expired_adc.asked >= 1

@@ -14,7 +14,7 @@ from spec_texts import dedent_spec
 
 from tpujob.spec import JobSpec, reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _model_fields(model: type[BaseModel], seen: set) -> list[tuple[str, object]]:

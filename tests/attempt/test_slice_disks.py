@@ -5,8 +5,8 @@ zone (never an empty disk there), deleted with the job and only with it."""
 from __future__ import annotations
 
 import pytest
+from disk_helpers import PROJECT, ZONE
 from spec_texts import resolved_spec
-from storage_helpers import PROJECT, ZONE
 
 from tpujob.attempt import mounts
 from tpujob.attempt import slice_disks as disks

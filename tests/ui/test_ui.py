@@ -4,51 +4,18 @@ actions behind the CSRF field. The browser-driven run on the emulator is tests/e
 
 from __future__ import annotations
 
-import http.client
 import os
 import re
 import socket
 import subprocess
 import sys
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
-from job_story import story  # noqa: F401 - fixture
 from markupsafe import escape
+from ui_browser import TOKEN, Browser, logged_in
 
 from tpujob.service.context import Context
-
-TOKEN = "test-token-0123456789abcdef"
-
-
-class Browser:
-    """Just enough of one: requests to the dashboard, keeping the cookie it sets, and the path
-    the pages live under (`root`, learnt from the login's redirect) put before every path."""
-
-    def __init__(self, port: int):
-        self.port, self.cookie, self.root = port, None, ""
-
-    def request(self, method: str, path: str, body: dict | None = None, *, cookie: bool = True,
-                headers: dict | None = None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        path = self.root + path if path.startswith("/") else path
-        headers = {**({"Cookie": self.cookie} if cookie and self.cookie else {}), **(headers or {})}
-        data = None
-        if body is not None:
-            data = urlencode(body)
-            headers["Content-Type"] = "application/x-www-form-urlencoded"
-        conn.request(method, path, body=data, headers=headers)
-        response = conn.getresponse()
-        text = response.read().decode()
-        if response.getheader("Set-Cookie"):
-            self.cookie = response.getheader("Set-Cookie").split(";", 1)[0]
-        return response.status, response, text
-
-    def get(self, path: str, **kw):
-        return self.request("GET", path, **kw)
-
-    def post(self, path: str, body: dict, **kw):
-        return self.request("POST", path, body, **kw)
 
 
 @pytest.fixture
@@ -65,15 +32,6 @@ def ui(tpujob_home):
     finally:
         proc.terminate()
         proc.wait(10)
-
-
-def _logged_in(ui) -> Browser:
-    url, browser = ui
-    parts = urlsplit(url)
-    status, response, _ = browser.get(f"{parts.path}?{parts.query}")
-    assert status == 303
-    browser.root = response.getheader("Location").rstrip("/")
-    return browser
 
 
 def test_every_page_needs_the_printed_token(ui):
@@ -106,7 +64,7 @@ def test_every_page_needs_the_printed_token(ui):
 
 
 def test_the_jobs_page_lists_and_filters_jobs(ui, story):
-    browser = _logged_in(ui)
+    browser = logged_in(ui)
     status, _, page = browser.get("/")
     assert status == 200
     assert 'data-state="RUNNING"' in page and ">night<" in page
@@ -121,7 +79,7 @@ def test_the_jobs_page_lists_and_filters_jobs(ui, story):
 def test_the_job_page_draws_its_attempts_and_escapes_what_it_shows(ui, story):
     ctx, job, _ = story
     ctx.store.add_event(job.id, "note", "<script>alert(1)</script> said the host")
-    browser = _logged_in(ui)
+    browser = logged_in(ui)
     status, _, page = browser.get(f"/jobs/{job.id}")
     assert status == 200
     assert page.count('<g class="bar"') == 2
@@ -135,7 +93,7 @@ def test_the_job_page_draws_its_attempts_and_escapes_what_it_shows(ui, story):
 
 def test_the_job_page_stacks_the_ledger_per_job_and_per_attempt(ui, story):
     ctx, job, _ = story
-    browser = _logged_in(ui)
+    browser = logged_in(ui)
     status, _, page = browser.get(f"/jobs/{job.id}")
     assert status == 200
     bars = re.findall(r'<g class="ledger-bar" data-label="([^"]+)">', page)
@@ -153,7 +111,7 @@ def test_cancel_needs_the_csrf_field_and_the_cookie(ui, spec_file, story):
 
     job, _ = jobs.record(ctx, str(spec_file("name: fresh\ntpu: {accelerator: v4-8, zone: us-central2-b}\n"
                                              "run: {command: train}\n")))
-    browser = _logged_in(ui)
+    browser = logged_in(ui)
     status, _, confirm = browser.get(f"/jobs/{job.id}/cancel")
     assert status == 200 and "Cancel job" in confirm
     csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', confirm).group(1)
@@ -170,7 +128,7 @@ def test_cancel_needs_the_csrf_field_and_the_cookie(ui, spec_file, story):
 
 def test_a_refused_action_says_why(ui, story):
     ctx, job, _ = story
-    browser = _logged_in(ui)
+    browser = logged_in(ui)
     csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', browser.get(f"/jobs/{job.id}/resume")[2]).group(1)
     status, _, page = browser.post(f"/jobs/{job.id}/resume", {"csrf": csrf})
     assert status == 409
@@ -198,7 +156,7 @@ def test_a_taken_port_is_one_line(cli):
 def test_the_job_page_gives_each_ended_attempts_cause_escaped(ui, story):
     ctx, job, _ = story
     ctx.store.record_cause(job.id, 1, "program exited 134 (SIGABRT: Aborted) on host 0: <b>Fatal</b> Python error")
-    status, _, page = _logged_in(ui).get(f"/jobs/{job.id}")
+    status, _, page = logged_in(ui).get(f"/jobs/{job.id}")
     assert status == 200 and "<th>CAUSE</th>" in page
     assert ('<td class="cause">program exited 134 (SIGABRT: Aborted) on host 0: &lt;b&gt;Fatal&lt;/b&gt; Python '
             "error</td>") in page
@@ -214,7 +172,7 @@ def test_the_spec_section_masks_a_webhook_urls_secret(ui, spec_file):
         "tpu: {accelerator: v4-8, zone: us-central2-b}\nrun: {command: train}\n"
         "notify:\n  - webhook: https://hooks.slack.com/services/T0/B0/s3cr3tPath\n"
         "  - {webhook: 'https://example.org/hook?token=0th3rS3cret', on: [failed]}\n")))
-    status, _, page = _logged_in(ui).get(f"/jobs/{job.id}")
+    status, _, page = logged_in(ui).get(f"/jobs/{job.id}")
     assert status == 200
     assert "s3cr3tPath" not in page and "0th3rS3cret" not in page
     spec = page.split('<pre class="spec">')[1].split("</pre>")[0]
@@ -227,7 +185,7 @@ def test_a_token_cookie_or_csrf_field_that_is_not_ascii_is_refused_not_a_500(ui,
     url, browser = ui
     status, _, text = browser.get("/?token=%C3%A9t%C3%A9")
     assert status == 403 and "wrong token" in text
-    browser = _logged_in(ui)
+    browser = logged_in(ui)
     assert browser.post(f"/jobs/{job.id}/cancel", {"csrf": "\u00e9t\u00e9"})[0] == 403
     name = browser.cookie.split("=")[0]
     # http.client sends a header as Latin-1, as a browser may send a cookie another app set.
@@ -273,7 +231,7 @@ def test_a_host_header_naming_another_site_is_refused(ui, story):
         status, _, text = browser.get(f"{parts.path}?{parts.query}", headers={"Host": host})
         assert status == 403 and "answers only to the address it serves on" in text, host
         assert "evil" not in text
-    browser = _logged_in(ui)
+    browser = logged_in(ui)
     for host in (f"127.0.0.1:{browser.port}", f"localhost:{browser.port}", "127.0.0.1:9000", "[::1]:9000"):
         assert browser.get("/", headers={"Host": host})[0] == 200, host
 
@@ -297,7 +255,7 @@ def test_another_users_job_shows_its_owner_and_needs_the_force_box(ui, spec_file
     monkeypatch.setenv("TPUJOB_USER", "alice@lab.example")  # this process records; the dashboard is not alice
     job, _ = jobs.record(Context.load(), str(spec_file("name: hers\ntpu: {accelerator: v4-8, zone: us-central2-b}\n"
                                                        "run: {command: train}\n")))
-    browser = _logged_in(ui)
+    browser = logged_in(ui)
     assert '<td class="owner">alice@lab.example</td>' in browser.get("/")[2]
     page = browser.get(f"/jobs/{job.id}")[2]
     assert f'<td class="owner">alice@lab.example (from {socket.gethostname()})</td>' in page
@@ -322,7 +280,7 @@ def test_a_queued_job_page_says_why_it_waits(ui, spec_file, story):
     first, _ = jobs_record(spec_file(text.format(1, "high")))
     second, _ = jobs_record(spec_file(text.format(2, "low")))
     admit_queued(store)
-    browser = _logged_in(ui)
+    browser = logged_in(ui)
     page = browser.get(f"/jobs/{second.id}")[2]
     assert store.get(first.id).state == "PENDING"
     assert '<tr><th>waiting for</th><td class="waiting">quota: ' in page and '; 1st in band low</td></tr>' in page

@@ -10,7 +10,7 @@ import pytest
 
 from tpujob.service.context import Context
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "jobs.example.yaml"  # a v4-16 (8 chips), spot, in us-central2-b
 
 pytestmark = pytest.mark.usefixtures("no_emulator_left")

@@ -7,7 +7,6 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from job_story import story  # noqa: F401 - fixture
 
 from tpujob.service import curves
 from tpujob.service.timeline import timeline

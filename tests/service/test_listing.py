@@ -17,7 +17,7 @@ from tpujob.cli import render
 from tpujob.service.context import Context
 from tpujob.store.states import State
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _add(store, name: str):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_goodput.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_goodput.py"
 POLICY = re.compile(r"  (static|auto|oracle) +([\d.]+) training h/\$  (\d+) jobs  trained (\d+)h  paid (\d+)h  "
                     r"interval (\d+)m  ledger off wall by at most ([\d.]+)%")
 ZONE = re.compile(r"    (static|auto|oracle) +\S+: (\d+) attempts \((\d+) stockouts, (\d+) interruptions\)  "

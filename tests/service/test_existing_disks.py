@@ -5,7 +5,7 @@ Against the shared background emulator, through the CLI."""
 from __future__ import annotations
 
 import pytest
-from storage_helpers import PROJECT, ZONE
+from disk_helpers import PROJECT, ZONE
 
 SPEC = f"""\
 name: reader

@@ -4,7 +4,7 @@ snapshot and from a disk, attach at node creation and later, delete."""
 from __future__ import annotations
 
 import pytest
-from storage_helpers import PROJECT, ZONE, disk_dir
+from disk_helpers import PROJECT, ZONE, disk_dir
 
 from tpujob.cloud.base import DataDisk, SliceRequest
 from tpujob.errors import CloudError, ConflictError, NotFoundError

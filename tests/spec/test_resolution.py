@@ -66,7 +66,7 @@ def test_read_write_disk_on_a_single_host():
 @pytest.mark.parametrize("acc, zone, disk_type, source", [
     ("v5litepod-16", "us-west4-a", "hyperdisk-ml", "snapshot: snap"),
     ("v5p-16", "us-east5-a", "hyperdisk-ml", "snapshot: snap"),
-    # hyperdisk-balanced is never read-only (test_spec.py): a master on one host.
+    # hyperdisk-balanced is never read-only (tests/spec/test_spec.py): a master on one host.
     ("v6e-8", "us-east5-b", "hyperdisk-balanced", "mode: read-write"),
 ])
 def test_the_generations_other_disk_types_are_taken(acc, zone, disk_type, source):
@@ -102,7 +102,7 @@ def test_sync_is_resolved_against_the_spec_directory(tmp_path):
 def test_the_example_spec_is_valid():
     from pathlib import Path
 
-    resolved, _ = spec_mod.load(Path(__file__).resolve().parents[1] / "jobs.example.yaml", default_project="p")
+    resolved, _ = spec_mod.load(Path(__file__).resolve().parents[2] / "jobs.example.yaml", default_project="p")
     assert (resolved.hosts, resolved.chips) == (2, 8)
 
 

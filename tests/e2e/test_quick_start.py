@@ -7,8 +7,6 @@ import json
 import subprocess
 import sys
 
-from job_story import story  # noqa: F401 - fixture
-
 
 def test_show_of_a_running_local_job_starts_no_emulator(cli, story, no_emulator_left):
     from tpujob.emulator import process

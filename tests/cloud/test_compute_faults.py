@@ -7,7 +7,7 @@ import json
 import urllib.error
 import urllib.request
 
-from storage_helpers import PROJECT, ZONE
+from disk_helpers import PROJECT, ZONE
 
 from tpujob.emulator.apis.errors import ApiError
 

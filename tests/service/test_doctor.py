@@ -338,7 +338,7 @@ def test_a_disabled_api_says_how_to_enable_it(cli, no_cron, local_cloud, api, me
     """The emulator answers doctor's one cheap call of the API with Google's SERVICE_DISABLED 403
     (tests/fixtures/gcp_errors/api_disabled.json; for Compute its service name and title), so the
     real client, the cloud layer's typing and doctor's reading of it all run."""
-    answer = json.loads((Path(__file__).parent / "fixtures" / "gcp_errors" / "api_disabled.json").read_text())
+    answer = json.loads((Path(__file__).parents[1] / "fixtures" / "gcp_errors" / "api_disabled.json").read_text())
     message = answer["message"].replace("Cloud TPU API", title).replace("tpu.googleapis.com", service)
     local_cloud.fail_next(method, answer["status"], message, grpc_status=answer["grpc_status"],
                           reason=answer["reason"])
