@@ -10,7 +10,7 @@ only what the store would hold by then (each attempt's rows as of that time: a s
 running counts its exposure so far, as `history` reads an open attempt):
 - reconcile/history.py (`samples_of`: the attempts and events read as evidence) and
   reconcile/risk.py (`ordered`, as service/goodput.py's `auto_placement` calls it at create;
-  `prior_mtbi` and `Evidence.mtbi`, as slice_act's `_hand_mtbi` reads M at each attempt);
+  `prior_mtbi` and `Evidence.mtbi`, as reconcile/act.py's `_hand_mtbi` reads M at each attempt);
 - reconcile/placement.py (`following` after a capacity miss, `after_interruption` after a
   preemption);
 - runtime/spacing.py (`Spacing`, as the bundled runtime spaces its saves: 60 s until its first
@@ -195,7 +195,7 @@ class Lab:
             return self.static
         if self.policy == "oracle":
             return checkpoint_seconds(true_save, self.market.mtbi_at(z, t))
-        # slice_act._hand_mtbi: M for this placement from the store at the attempt's start
+        # reconcile/act.py _hand_mtbi: M for this placement from the store at the attempt's start
         found = self.history(t)
         m = found.get(Key(ZONES[z], ACC, PROVISIONING), Evidence()).mtbi(prior_mtbi(found, ACC, PROVISIONING))
         return Spacing(None, m)

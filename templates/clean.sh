@@ -13,20 +13,15 @@ grace_tenths={{grace_tenths}}
 case $job_dir in /*) ;; *) job_dir=$HOME/$job_dir ;; esac
 sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo -n"
 
-# A process group is alive while a member is not a zombie: an init that does not reap
-# (containers, the emulator) leaves exited members behind, and `kill -0` counts those.
-group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
 ended=()
 
-# Earlier attempts' programs: SIGTERM to the group, the grace, then SIGKILL (stuck processes of a
-# failed run ignore SIGTERM). This attempt's own is left alone: launching it twice is a no-op.
+# Earlier attempts' programs, stopped as stop.sh stops one (stop_group.sh, put before this
+# script). This attempt's own is left alone: launching it twice is a no-op.
 for pidfile in "$job_dir"/attempt-*/program.pid; do
   [ -f "$pidfile" ] && [ "$pidfile" != "$job_dir/attempt-$attempt/program.pid" ] || continue
   pid=$(cat "$pidfile")
   [[ $pid =~ ^[0-9]+$ ]] && group_alive "$pid" || continue
-  kill -TERM -- "-$pid" 2>/dev/null
-  for _ in $(seq "$grace_tenths"); do group_alive "$pid" || break; sleep 0.1; done
-  group_alive "$pid" && kill -KILL -- "-$pid" 2>/dev/null
+  stop_group "$pid" "$grace_tenths" > /dev/null
   ended+=("$pid")
 done
 

@@ -280,9 +280,9 @@ def postgres_url(postgres_cluster) -> str:
 
 @pytest.fixture(scope="session")
 def _compute_module():
-    from tpujob.cloud import compute  # 2.6 s of imports: once per session
+    from tpujob.cloud import disks  # 2.6 s of imports: once per session
 
-    return compute
+    return disks
 
 
 @pytest.fixture
@@ -292,7 +292,7 @@ def compute(server, _compute_module):
 
 @pytest.fixture
 def cloud(server):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     return GcpCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05,
                                  poll_interval=0.01)

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from tpujob.cloud.gcp import GcpCloud
+from tpujob.cloud.tpu_api import GcpCloud
 from tpujob.reconcile import admission
 from tpujob.reconcile.observation import HostObservation, Program, Setup, SetupSeen
 from tpujob.reconcile.reconciler import Reconciler

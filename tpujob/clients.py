@@ -14,7 +14,7 @@ def make_cloud(settings: Settings, start_emulator: bool = True):
     """The Cloud for the configured target: Google (ADC), or the local emulator, started first
     unless `start_emulator` is off (a look, e.g. `show`, starts nothing)."""
     from tpujob.cloud.apis import TpuApis
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     labels = store_labels(settings)
 
@@ -76,7 +76,7 @@ def _google_credentials():
 
 def make_compute(settings: Settings):
     """Disks and snapshots (google-cloud-compute) on Google, or on the local emulator."""
-    from tpujob.cloud.compute import GcpCompute
+    from tpujob.cloud.disks import GcpCompute
 
     if settings.cloud == "gcp":
         return GcpCompute(credentials=_google_credentials(), labels=store_labels(settings))

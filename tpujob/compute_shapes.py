@@ -132,7 +132,7 @@ def compute_shape(accelerator_type: str | Accelerator) -> ComputeShape:
 # provisioning model" (cloud.google.com/compute/docs/instance-groups/bulk-create-instances-in-mig).
 # So a multi-host slice here is flex-start or reservation; spot and on-demand are refused at
 # validate, with the alternatives. The one place this choice lives: spec/compute_engine.py refuses it at validate,
-# cloud/compute_migs.py before any request.
+# cloud/compute_tpu.py before any request.
 MULTI_HOST_PROVISIONING = ("flex-start", "reservation")
 
 

@@ -6,8 +6,8 @@ reaches that point, as a machine that loses power there would. The crash tests
 converges: nothing created twice, nothing orphaned. Unset, as it always is outside those, a
 crash point costs one environment lookup.
 
-The points, in the order a job meets them (tpujob/reconcile/act.py and the slice_act.py and
-host_act.py handlers it calls):
+The points, in the order a job meets them (the handlers of
+tpujob/reconcile/act.py):
 - `placement`: a fallback placement chosen, its attempt not yet opened;
 - `provisioning`: the attempt opened, the slice not yet requested;
 - `slice-requested`: the create sent, its event not yet written;

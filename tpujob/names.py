@@ -31,7 +31,7 @@ RUN_DIR_MOUNT = "/mnt/tpujob-run"
 STORE_TAG_LENGTH = 6
 # A slice's name: tpujob-TAG-JOBID-ATTEMPT (slice_name; tpujob-JOBID-ATTEMPT before names carried
 # the tag: `store` is then None); a workload policy, which carries no labels (compute.v1
-# ResourcePolicy), is told as tpujob's, and whose, by it alone (cloud/compute_migs.py, gc).
+# ResourcePolicy), is told as tpujob's, and whose, by it alone (cloud/compute_tpu.py, gc).
 SLICE_NAME = re.compile(r"^tpujob-(?:(?P<store>[0-9a-f]{6})-)?(?P<job>\d{6,})-(?P<attempt>\d+)$")
 
 

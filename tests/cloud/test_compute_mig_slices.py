@@ -188,7 +188,7 @@ def test_an_operation_error_without_an_http_status_is_typed_by_its_code():
     # the code alone types it, as a MIG's errors are.
     from google.cloud import compute_v1
 
-    from tpujob.cloud.compute import operation_failure
+    from tpujob.cloud.disks import operation_failure
 
     op = compute_v1.Operation(status=compute_v1.Operation.Status.DONE, error=compute_v1.Error(errors=[
         compute_v1.Errors(code="ZONE_RESOURCE_POOL_EXHAUSTED", message="The zone does not have enough resources")]))

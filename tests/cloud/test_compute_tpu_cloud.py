@@ -210,7 +210,7 @@ def test_multislice_and_queued_resources_are_refused_before_any_call(compute):
 def test_the_router_sends_each_api_its_own_calls(server):
     from tpujob.cloud.apis import TpuApis
     from tpujob.cloud.compute_tpu import ComputeTpuCloud
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     tpu = GcpCloud.for_emulator(server.url)
     made = []

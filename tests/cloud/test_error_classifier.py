@@ -144,7 +144,7 @@ FIXTURES = __import__("pathlib").Path(__file__).resolve().parent.parent / "fixtu
 def replayed(name: str):
     """A fixture as the client raises it: over REST api_core's exception with `details` (ErrorInfo
     reason/domain/metadata, QuotaFailure); in an operation, the google.rpc.Status through
-    status_error (what gcp.py does for an operation's `error` and a queued resource's failedData)."""
+    status_error (what tpu_api.py does for an operation's `error` and a queued resource's failedData)."""
     import json
 
     from google.protobuf import any_pb2
@@ -244,7 +244,7 @@ COMPUTE_STOCKOUT = ("The zone 'projects/p/zones/us-east5-a' does not have enough
 
 
 def compute_operation(status: int, code: str, message: str):
-    """What tpujob.cloud.compute.operation_failure builds from a DONE Compute operation's
+    """What tpujob.cloud.disks.operation_failure builds from a DONE Compute operation's
     errors[0] and httpErrorStatusCode."""
     return gexc.from_http_status(status, message, errors=[{"reason": code, "message": message}])
 

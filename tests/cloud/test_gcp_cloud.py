@@ -134,7 +134,7 @@ def test_calls_succeed_through_a_high_api_error_rate(cloud, server):
 
 
 def test_retries_give_up_with_a_cloud_error(server):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     cloud = GcpCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.02,
                                   retry_deadline=0.3)

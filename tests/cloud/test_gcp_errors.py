@@ -73,7 +73,7 @@ def _closed_port() -> int:
 
 
 def test_connection_errors_are_retried_then_a_cloud_error():
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     cloud = GcpCloud.for_emulator(f"http://127.0.0.1:{_closed_port()}", retry_initial=0.01,
                                   retry_maximum=0.02, retry_deadline=0.3)
@@ -88,7 +88,7 @@ def test_credentials_that_cannot_refresh_are_a_config_error():
     from google.auth import credentials as gcreds
     from google.auth.exceptions import RefreshError
 
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     class Expired(gcreds.Credentials):
         def refresh(self, request):

@@ -41,7 +41,7 @@ def _show(cli, name: str) -> dict:
 
 def test_an_elastic_job_trains_on_the_slice_left_and_grows_back_when_capacity_returns(
         cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     bucket = local_bucket(shared_emulator, project, "el")
     bucket_name = bucket.name

@@ -62,7 +62,7 @@ def _names(rows) -> set[tuple[str, str]]:
 
 
 def _cloud_names(client, project) -> set[tuple[str, str]]:
-    from tpujob.cloud.compute import GcpCompute
+    from tpujob.cloud.disks import GcpCompute
 
     found = {("node", n["name"].rsplit("/", 1)[-1]) for n in api_list(client, project, ZONE, "nodes")}
     found |= {("queued-resource", q["name"].rsplit("/", 1)[-1])
@@ -199,7 +199,7 @@ def test_two_stores_job_1_get_a_slice_each_and_gc_keeps_to_its_own(ctx, local_cl
 
 
 def test_a_running_jobs_resources_are_never_listed(ctx, local_cloud, project, tmp_path, cli):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     job = sweep_until(ctx, record(ctx, tmp_path).id, running)
     slice_name = ctx.store.current_attempt(job.id).slice_name

@@ -134,7 +134,7 @@ def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupt
     assert second["resumed_from_step"] == status["step"] >= preempted_at, [e["message"] for e in ms["events"]]
     # The preempted slice's node and the first attempt's other one are gone, and so, the job
     # done, are the second attempt's.
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     listed = GcpCloud.for_emulator(shared_emulator["tpu_endpoint"]).list_slices(project, ZONE)
     assert not (set(first["nodes"]) | set(second["nodes"])) & set(listed), sorted(listed)

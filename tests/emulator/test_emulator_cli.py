@@ -28,7 +28,7 @@ def test_background_emulator_serves_tpu_storage_and_faults(cli, tpujob_home, mon
     from google.cloud import storage
 
     from tpujob.cloud.base import SlicePhase, SliceRequest
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
     from tpujob.emulator.client import EmulatorClient
 
     assert cli("emulator", "start", "--provisioning-delay", "0").code == 0

@@ -65,7 +65,7 @@ def hosted(tmp_path):
     RecordingMachines.made = []
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
                         machines_factory=RecordingMachines, preempt_grace=0.5) as srv:
-        from tpujob.cloud.gcp import GcpCloud
+        from tpujob.cloud.tpu_api import GcpCloud
 
         yield srv, GcpCloud.for_emulator(srv.url, poll_interval=0.01)
 
@@ -139,7 +139,7 @@ def test_shutdown_stops_every_nodes_machines(tmp_path):
     RecordingMachines.made = []
     with EmulatorServer(tmp_path, provisioning_delay=0.0, storage=False,
                         machines_factory=RecordingMachines) as srv:
-        from tpujob.cloud.gcp import GcpCloud
+        from tpujob.cloud.tpu_api import GcpCloud
 
         GcpCloud.for_emulator(srv.url).create_node(request("n1", "v4-8"))
     assert RecordingMachines.made[0].calls[-1] == ("stop",)
@@ -148,7 +148,7 @@ def test_shutdown_stops_every_nodes_machines(tmp_path):
 def test_hosts_that_fail_to_start_fail_the_create(tmp_path):
     with EmulatorServer(tmp_path, provisioning_delay=0.0, storage=False,
                         machines_factory=BrokenMachines) as srv:
-        from tpujob.cloud.gcp import GcpCloud
+        from tpujob.cloud.tpu_api import GcpCloud
 
         cloud = GcpCloud.for_emulator(srv.url)
         with pytest.raises(CloudError, match="no namespaces here"):

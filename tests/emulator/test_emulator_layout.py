@@ -1,6 +1,6 @@
-"""The emulator's import graph, read from its source with `ast`: no module imports itself back
-through others (type-checking imports count: a circle there is one a reader still walks), and
-the machines wing imports nothing from the APIs it serves."""
+"""The emulator's import graph, read from its source with `ast`: the machines wing imports
+nothing from the APIs it serves, lazy imports included. That no module imports itself back is
+tests/test_import_graph.py's, for the whole package."""
 
 from __future__ import annotations
 
@@ -37,42 +37,6 @@ def _imports() -> dict[str, set[str]]:
                 targets = [a.name for a in node.names]
             graph[name] |= {t for t in targets if t in modules and t != name}
     return graph
-
-
-def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan's)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return found
-
-
-def test_no_module_of_the_emulator_imports_itself_back():
-    assert _circles(_imports()) == []
 
 
 def test_the_machines_import_nothing_from_the_apis():

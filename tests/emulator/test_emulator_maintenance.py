@@ -20,7 +20,7 @@ UPCOMING = {"type", "canReschedule", "windowStartTime", "windowEndTime", "latest
 
 
 def _cloud(server):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     return GcpCloud.for_emulator(server.url)
 

@@ -19,7 +19,7 @@ PROJECT = "p"
 
 
 def cloud_for(server):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     return GcpCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05, poll_interval=0.01)
 
@@ -76,7 +76,7 @@ def _patch(server, name: str, body: dict, version: str = "v2alpha1", mask: str =
 
 
 def test_updating_a_preempted_node_is_refused_failed_precondition(server):
-    from tpujob.cloud.compute import GcpCompute
+    from tpujob.cloud.disks import GcpCompute
 
     cloud = cloud_for(server)
     cloud.create_node(SliceRequest(project=PROJECT, zone="us-central2-b", name="n1", accelerator_type="v4-8",
@@ -136,7 +136,7 @@ def test_v2_updates_only_the_documented_fields_and_v2alpha1_attaches_disks(serve
     """tpu.v2.json nodes.patch: "Supported fields: [description, tags, labels, metadata,
     network_config.enable_external_ips]"; gcloud's alpha attach-disk patches data_disks on
     v2alpha1 (emulator/apis/tpu/node_updates.py)."""
-    from tpujob.cloud.compute import GcpCompute
+    from tpujob.cloud.disks import GcpCompute
 
     cloud = cloud_for(server)
     cloud.create_node(SliceRequest(project=PROJECT, zone="us-central2-b", name="n1", accelerator_type="v4-8",

@@ -17,7 +17,7 @@ ZONE = "us-central2-b"
 
 @pytest.fixture
 def hosted(tmp_path):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
     from tpujob.emulator.machines.slice import SliceMachines
 
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
@@ -251,7 +251,7 @@ def test_a_node_deleted_while_its_hosts_start_leaves_no_host_behind(tmp_path):
     import socket
     import threading
 
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
     from tpujob.emulator.machines.slice import SliceMachines
 
     entered, release, drawn = threading.Event(), threading.Event(), []

@@ -26,14 +26,14 @@ def request(name: str) -> SliceRequest:
 
 @pytest.fixture
 def cloud(server):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     return GcpCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05, poll_interval=0.01)
 
 
 @pytest.fixture
 def compute(server):
-    from tpujob.cloud.compute import GcpCompute
+    from tpujob.cloud.disks import GcpCompute
 
     return GcpCompute.for_emulator(server.url)
 

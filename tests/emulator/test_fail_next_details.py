@@ -27,7 +27,7 @@ def request(name: str, queued: bool = False) -> SliceRequest:
 
 @pytest.fixture
 def cloud(server):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     return GcpCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05, poll_interval=0.01)
 

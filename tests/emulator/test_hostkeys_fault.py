@@ -18,7 +18,7 @@ def hosted(tmp_path):
     RecordingMachines.made = []
     with EmulatorServer(tmp_path / "emu", provisioning_delay=0.0, storage=False,
                         machines_factory=RecordingMachines) as srv:
-        from tpujob.cloud.gcp import GcpCloud
+        from tpujob.cloud.tpu_api import GcpCloud
         from tpujob.emulator.client import EmulatorClient
 
         yield EmulatorClient(srv.url), GcpCloud.for_emulator(srv.url, poll_interval=0.01)

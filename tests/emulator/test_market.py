@@ -52,7 +52,7 @@ def _request(name: str, zone: str) -> SliceRequest:
 
 
 def test_the_market_stocks_out_and_preempts_through_the_emulator_s_own_faults(server):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     cloud = GcpCloud.for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05, poll_interval=0.01)
     client = EmulatorClient(server.url)

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tpujob.cloud.base import SliceRequest
-from tpujob.cloud.gcp import GcpCloud
 from tpujob.cloud.oslogin import GcpOsLogin
+from tpujob.cloud.tpu_api import GcpCloud
 from tpujob.emulator.apis.oslogin import ACCOUNT, posix_username
 from tpujob.emulator.server import EmulatorServer
 from tpujob.errors import CloudRefused, NotFoundError

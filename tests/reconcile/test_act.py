@@ -75,7 +75,7 @@ def test_a_failed_setup_is_an_outcome_not_a_move(server, store):
 
 
 def test_a_stockout_is_refused_and_the_attempt_stays_open_for_decide(server, store):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     class StockedOut(GcpCloud):
         def request_node(self, request):
@@ -193,8 +193,8 @@ def test_a_hung_programs_stop_has_a_short_grace_and_a_notice_stop_the_whole_one(
     # A hung program never reaches the step boundary where it would save: its stop's grace only
     # keeps the new slice waiting. A checkpoint request (maintenance, a lost slice) keeps it.
     from tpujob.hosts.program import STOP_GRACE_SECONDS
+    from tpujob.reconcile.act import HUNG_STOP_GRACE_SECONDS
     from tpujob.reconcile.actions import StopProgram
-    from tpujob.reconcile.host_act import HUNG_STOP_GRACE_SECONDS
 
     job, hosts = add_job(store, spec()), StopsKept()
     actor = Actor(store, cloud_for(server), hosts, "me", ssh_keys=(), clock=lambda: 1000.0)

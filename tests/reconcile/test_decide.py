@@ -43,12 +43,12 @@ def obs(phase, *hosts):
 
 CASES = [
     # id, job, observation, expected actions
-    ("pending starts", job(State.PENDING, attempt=0), obs(SliceCondition.ABSENT), [StartAttempt()]),
-    ("provisioning waits", job(State.PROVISIONING), obs(SliceCondition.WAITING), []),
+    ("pending starts", job(State.PENDING, attempt=0), obs(SliceCondition.GONE), [StartAttempt()]),
+    ("provisioning waits", job(State.PROVISIONING), obs(SliceCondition.QUEUED), []),
     ("provisioning creating", job(State.PROVISIONING), obs(SliceCondition.PROVISIONING), []),
     ("ready -> setting up", job(State.PROVISIONING), obs(SliceCondition.READY),
      [Move(State.SETTING_UP, "slice READY"), SetUp()]),
-    ("absent slice re-created", job(State.PROVISIONING), obs(SliceCondition.ABSENT), [CreateSlice()]),
+    ("absent slice re-created", job(State.PROVISIONING), obs(SliceCondition.GONE), [CreateSlice()]),
     # A slice lost before its program ran is a flap: the next attempt waits the backoff.
     ("lost while provisioning", job(State.PROVISIONING), obs(SliceCondition.LOST),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"), Count("flaps"),
@@ -71,9 +71,9 @@ CASES = [
      [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
       Move(State.FAILED, "zone stocked out; 3 capacity retries spent", EndReason.NO_CAPACITY)]),
     ("queue timeout without fallback keeps its place", job(State.PROVISIONING, in_state_seconds=1e6),
-     obs(SliceCondition.WAITING), []),
+     obs(SliceCondition.QUEUED), []),
     ("queue timeout with a fallback moves on", job(State.PROVISIONING, in_state_seconds=7 * 3600, placements=3),
-     obs(SliceCondition.WAITING),
+     obs(SliceCondition.QUEUED),
      [EndAttempt("no_capacity"), DeleteSlice(), Count("capacity_misses"),
       Move(State.RECOVERING, "queued for 7.0 h without capacity; capacity miss 1 of 3 allowed, "
                              "the next placement in 12 s")]),
@@ -154,7 +154,7 @@ CASES = [
      [EndAttempt("succeeded"), Move(State.SUCCEEDED, "program exited 0 on every host")]),
     # A sweep ended the attempt and stopped before the move (after or before the delete): the
     # next finishes it, whatever the slice reads now; never a preemption, never a re-run.
-    ("succeeded, the move left undone", job(State.RUNNING, last_end="succeeded"), obs(SliceCondition.ABSENT),
+    ("succeeded, the move left undone", job(State.RUNNING, last_end="succeeded"), obs(SliceCondition.GONE),
      [DeleteSlice(),
       Move(State.SUCCEEDED, "the run succeeded (a sweep ended its attempt, then stopped before the move)")]),
     ("failure retried", job(State.RUNNING), obs(SliceCondition.READY, BAD, RUN),
@@ -187,12 +187,12 @@ CASES = [
       Move(State.RECOVERING, "slice preempted; preemption 1 of 2 allowed, next attempt now")]),
     # A flex-start slice gone past its max_run_duration: Google deleted it then; no preemption spent.
     ("flex-start gone at its max_run_duration", job(State.RUNNING, in_state_seconds=3600, run_limit_reached=True),
-     obs(SliceCondition.ABSENT),
+     obs(SliceCondition.GONE),
      [EndAttempt("preempted"), DeleteSlice(),
       Move(State.RECOVERING, "slice gone at its max_run_duration (flex-start VMs are deleted then): not a "
                              "preemption, next attempt now")]),
     ("a slice gone before its max_run_duration is spent as before", job(State.RUNNING, in_state_seconds=3600),
-     obs(SliceCondition.ABSENT),
+     obs(SliceCondition.GONE),
      [EndAttempt("preempted"), DeleteSlice(), Count("preemptions"),
       Move(State.RECOVERING, "slice gone; preemption 1 of 2 allowed, next attempt now")]),
     # A Compute Engine VM stopped with no preemption recorded: lost, and not called preempted.
@@ -224,7 +224,7 @@ CASES = [
      obs(SliceCondition.READY, RUN, RUN),
      [StopProgram(), EndAttempt("evicted"), Count("evictions"), DeleteSlice(),
       Move(State.QUEUED, "evicted: its chips go to job 7")]),
-    ("a queued job is left to admission", job(State.QUEUED, attempt=0), obs(SliceCondition.ABSENT), []),
+    ("a queued job is left to admission", job(State.QUEUED, attempt=0), obs(SliceCondition.GONE), []),
     # A cost cap reached (reconcile/spending.py): the checkpoint signal, the slice freed, FAILED.
     ("budget reached while running", job(State.RUNNING, over_budget="max_cost reached: $4.00 of $4.00"),
      obs(SliceCondition.READY, RUN, RUN),
@@ -233,7 +233,7 @@ CASES = [
     ("budget reached, slice kept", job(State.RUNNING, over_budget="over", keep_slice=True),
      obs(SliceCondition.READY, RUN, RUN), [StopProgram(), EndAttempt("budget"), Move(State.FAILED, "over",
                                                                                     EndReason.BUDGET)]),
-    ("budget reached between attempts", job(State.RECOVERING, over_budget="over"), obs(SliceCondition.ABSENT),
+    ("budget reached between attempts", job(State.RECOVERING, over_budget="over"), obs(SliceCondition.GONE),
      [Move(State.FAILED, "over", EndReason.BUDGET)]),
     ("a run that succeeded as its budget ran out succeeded", job(State.RUNNING, over_budget="over"),
      obs(SliceCondition.READY, OK, OK),
@@ -260,36 +260,36 @@ CASES = [
                              "next attempt now")]),
     ("recovered from blip", job(State.RUNNING, unhealthy_seconds=30), obs(SliceCondition.READY, RUN, RUN),
      [ClearUnhealthy()]),
-    ("recovering backs off", job(State.RECOVERING, in_state_seconds=1), obs(SliceCondition.ABSENT), []),
-    ("recovering starts a new attempt", job(State.RECOVERING, in_state_seconds=60), obs(SliceCondition.ABSENT),
+    ("recovering backs off", job(State.RECOVERING, in_state_seconds=1), obs(SliceCondition.GONE), []),
+    ("recovering starts a new attempt", job(State.RECOVERING, in_state_seconds=60), obs(SliceCondition.GONE),
      [StartAttempt()]),
     ("recovering deletes a leftover slice first", job(State.RECOVERING, in_state_seconds=60), obs(SliceCondition.LOST),
      [DeleteSlice(), StartAttempt()]),
     ("recovering after a capacity miss tries the next placement",
-     job(State.RECOVERING, in_state_seconds=13, capacity_misses=1, placements=2), obs(SliceCondition.ABSENT),
+     job(State.RECOVERING, in_state_seconds=13, capacity_misses=1, placements=2), obs(SliceCondition.GONE),
      [StartAttempt(next_placement=True)]),
     ("recovering after a capacity miss, one placement", job(State.RECOVERING, in_state_seconds=13, capacity_misses=1),
-     obs(SliceCondition.ABSENT), [StartAttempt()]),
+     obs(SliceCondition.GONE), [StartAttempt()]),
     ("recovering backs off longer after misses in a row",
-     job(State.RECOVERING, in_state_seconds=40, capacity_misses=3, placements=2), obs(SliceCondition.ABSENT), []),
+     job(State.RECOVERING, in_state_seconds=40, capacity_misses=3, placements=2), obs(SliceCondition.GONE), []),
     ("recovering after misses in a row, wait over",
-     job(State.RECOVERING, in_state_seconds=48, capacity_misses=3, placements=2), obs(SliceCondition.ABSENT),
+     job(State.RECOVERING, in_state_seconds=48, capacity_misses=3, placements=2), obs(SliceCondition.GONE),
      [StartAttempt(next_placement=True)]),
     # After a preemption: no backoff, unless the attempt flapped (doubling per flap in a row).
     ("recovering after a preemption starts at once",
-     job(State.RECOVERING, in_state_seconds=0, last_end="preempted"), obs(SliceCondition.ABSENT), [StartAttempt()]),
+     job(State.RECOVERING, in_state_seconds=0, last_end="preempted"), obs(SliceCondition.GONE), [StartAttempt()]),
     ("recovering after a preemption, even after capacity misses before it",
-     job(State.RECOVERING, in_state_seconds=0, last_end="preempted", capacity_misses=2), obs(SliceCondition.ABSENT),
+     job(State.RECOVERING, in_state_seconds=0, last_end="preempted", capacity_misses=2), obs(SliceCondition.GONE),
      [StartAttempt()]),
     ("recovering after a flap waits the backoff",
-     job(State.RECOVERING, in_state_seconds=11, last_end="preempted", flaps=1), obs(SliceCondition.ABSENT), []),
+     job(State.RECOVERING, in_state_seconds=11, last_end="preempted", flaps=1), obs(SliceCondition.GONE), []),
     ("recovering after a flap, wait over",
-     job(State.RECOVERING, in_state_seconds=13, last_end="preempted", flaps=1), obs(SliceCondition.ABSENT),
+     job(State.RECOVERING, in_state_seconds=13, last_end="preempted", flaps=1), obs(SliceCondition.GONE),
      [StartAttempt()]),
     ("recovering after three flaps in a row waits four times as long",
-     job(State.RECOVERING, in_state_seconds=40, last_end="preempted", flaps=3), obs(SliceCondition.ABSENT), []),
+     job(State.RECOVERING, in_state_seconds=40, last_end="preempted", flaps=3), obs(SliceCondition.GONE), []),
     ("recovering after a failure still backs off",
-     job(State.RECOVERING, in_state_seconds=1, last_end="failed"), obs(SliceCondition.ABSENT), []),
+     job(State.RECOVERING, in_state_seconds=1, last_end="failed"), obs(SliceCondition.GONE), []),
     ("recovering reuses a healthy slice after a failure", job(State.RECOVERING, in_state_seconds=60, reuse_slice=True),
      obs(SliceCondition.READY), [StartAttempt(reuse_slice=True), SetUp()]),
     # act reports the launch; the move to RUNNING is decide's, like every move.
@@ -448,7 +448,7 @@ def test_a_preemption_after_a_long_run_restarts_at_once_and_ends_a_run_of_flaps(
     # In RECOVERING after it (the counters as the Move wrote them): no wait at all.
     after = job(State.RECOVERING, in_state_seconds=0, flaps=0, last_end="preempted")
     assert FLAPPY.backoff(after) == 0
-    assert decide(after, obs(SliceCondition.ABSENT), FLAPPY) == [StartAttempt()]
+    assert decide(after, obs(SliceCondition.GONE), FLAPPY) == [StartAttempt()]
 
 
 def test_a_preemption_after_a_short_run_is_a_flap_and_waits():
@@ -459,8 +459,8 @@ def test_a_preemption_after_a_short_run_is_a_flap_and_waits():
     assert "ran 599 s, under min_run_seconds (600): flap 1, next attempt in 3" in move.message
     after = job(State.RECOVERING, in_state_seconds=0, flaps=1, last_end="preempted")
     assert 30 <= FLAPPY.backoff(after) < 36
-    assert decide(after, obs(SliceCondition.ABSENT), FLAPPY) == []
-    assert decide(replace(after, in_state_seconds=36), obs(SliceCondition.ABSENT), FLAPPY) == [StartAttempt()]
+    assert decide(after, obs(SliceCondition.GONE), FLAPPY) == []
+    assert decide(replace(after, in_state_seconds=36), obs(SliceCondition.GONE), FLAPPY) == [StartAttempt()]
 
 
 def test_flap_backoff_doubles_per_flap_in_a_row_up_to_the_cap():

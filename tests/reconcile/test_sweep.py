@@ -57,7 +57,7 @@ class Hosts:
 
 
 def cloud_for(server, cls=None):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     return (cls or GcpCloud).for_emulator(server.url, retry_initial=0.01, retry_maximum=0.05,
                                           poll_interval=0.01)
@@ -87,7 +87,7 @@ def events(store, job_id):
 
 
 def test_one_zone_that_cannot_be_listed_skips_only_its_jobs(server, store):
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.tpu_api import GcpCloud
 
     class ZoneDown(GcpCloud):
         down: set = set()
@@ -147,7 +147,7 @@ def test_a_create_the_cloud_refuses_ends_the_job_instead_of_looping(server, stor
 
 def test_a_misspelled_snapshot_ends_the_job_with_its_name(server, store):
     from tpujob.attempt import slice_disks as disks
-    from tpujob.cloud.compute import GcpCompute
+    from tpujob.cloud.disks import GcpCompute
 
     compute = GcpCompute.for_emulator(server.url, server.url)
     hosts = Hosts(disks=lambda job, attempt: disks.data_disks(

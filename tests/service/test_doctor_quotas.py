@@ -118,7 +118,7 @@ def test_the_emulators_default_lists_pass_and_name_every_tpu_metric(cli, project
 def test_regions_get_through_googles_client_keeps_any_metric_name(project, local_cloud, shared_emulator):
     """Quota.metric is a string field in google-cloud-compute: a name its Quota.Metric enum lacks
     reaches the caller as sent; a name that is no region's is a 404."""
-    from tpujob.cloud.compute import GcpCompute, QuotaInfo
+    from tpujob.cloud.disks import GcpCompute, QuotaInfo
     from tpujob.errors import NotFoundError
 
     compute = GcpCompute.for_emulator(shared_emulator["compute_endpoint"])

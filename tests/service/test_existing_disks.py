@@ -18,8 +18,8 @@ run: {{command: "true"}}
 
 @pytest.fixture
 def clients(shared_emulator, local_cloud):
-    from tpujob.cloud.compute import GcpCompute
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.disks import GcpCompute
+    from tpujob.cloud.tpu_api import GcpCloud
 
     return (GcpCloud.for_emulator(shared_emulator["tpu_endpoint"]),
             GcpCompute.for_emulator(shared_emulator["compute_endpoint"], shared_emulator["tpu_endpoint"]))

@@ -250,7 +250,7 @@ def test_flex_start_run_limit(written, seconds):
 
 
 def test_a_multi_host_flex_start_slice_resolves_on_compute():
-    # A BULK MIG made at size 0, then resized to its hosts (tpujob.cloud.compute_migs).
+    # A BULK MIG made at size 0, then resized to its hosts (tpujob.cloud.compute_tpu).
     r = _resolve(_tpu("v6e-16", "us-east5-b", "api: compute\nprovisioning: flex-start\nmax_run_duration: 2h"))
     assert (r.api, r.provisioning, r.max_run_duration_seconds) == ("compute", "flex-start", 7200)
     assert (r.compute.machine_type, r.compute.topology, r.compute.hosts) == ("ct6e-standard-4t", "4x4", 4)

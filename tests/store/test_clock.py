@@ -136,7 +136,7 @@ def test_lease_is_released_when_the_block_raises(store):
 
 
 def test_a_lab_node_registers_once_and_is_seen_again(store, clock):
-    # Each node registers its public key on every sweep and create (store/lab.py): one row a
+    # Each node registers its public key on every sweep and create (Store.register_node): one row a
     # key, its first registration kept, its last sighting and name brought up to date.
     store.register_node("ssh-ed25519 AAAA-b tpujob", "b:/home/b/.tpujob")
     clock.now = 1100.0

@@ -40,8 +40,8 @@ def build(job: Job, attempt: Attempt, slice_: Slice, user: str, *,
 
 
 def mtbi_env(reported: str | None) -> dict[str, str]:
-    """`checkpoint_every: auto`: the M recorded on the attempt at its start (reconcile/
-    slice_act), handed to the runtime; nothing where none was."""
+    """`checkpoint_every: auto`: the M recorded on the attempt at its start
+    (reconcile/act.py), handed to the runtime; nothing where none was."""
     got = contract.Reported.parse(reported)
     return {} if got is None or got.mtbi is None else {contract.ENV_MTBI_SECONDS: str(int(got.mtbi))}
 

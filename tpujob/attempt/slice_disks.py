@@ -32,7 +32,7 @@ from tpujob.spec.stored import spec_of
 
 if TYPE_CHECKING:
     from tpujob.cloud.base import Slice
-    from tpujob.cloud.compute import GcpCompute
+    from tpujob.cloud.disks import GcpCompute
     from tpujob.settings import Settings
     from tpujob.store.models import Attempt, Job
 

@@ -1,5 +1,5 @@
 """Both of Google's ways to a TPU behind one slice port: the Cloud TPU API (nodes and queued
-resources, tpujob.cloud.gcp) and Compute Engine (instances, tpujob.cloud.compute_tpu; the only
+resources, tpujob.cloud.tpu_api) and Compute Engine (instances, tpujob.cloud.compute_tpu; the only
 way to TPU7x). A job's spec says which (`tpu.api`, spec.stored.api_of); what names a slice goes
 to that API through `for_api`; the rest (gc's listings, accelerator types) is the TPU API's
 unless asked for by API. The Compute Engine client is built on first use: a store of TPU-API

@@ -1,8 +1,11 @@
 """The cloud as the orchestrator sees it: slices, their phases, and the Cloud protocol.
 
 Nothing here imports a client library, so the reconcile and the CLI can use these types
-without paying for google-cloud imports. A slice is one TPU node, created either directly or
-through a queued resource of the same name.
+without paying for google-cloud imports. A slice is what an attempt runs on, by one name: on
+the Cloud TPU API a TPU node (created directly, or through a queued resource of the same name),
+or a multislice job's N nodes NAME-0..N-1 made by one queued resource (cloud/multislice.py); on
+Compute Engine one TPU VM, or a multi-host slice's BULK managed instance group with its
+instance template and workload policy (cloud/compute_tpu.py).
 """
 
 from __future__ import annotations
@@ -186,7 +189,7 @@ class TpuResource:
 
 
 class Cloud(Protocol):
-    """Slices on a TPU cloud. Implemented by tpujob.cloud.gcp.GcpCloud (the Cloud TPU API) and
+    """Slices on a TPU cloud. Implemented by tpujob.cloud.tpu_api.GcpCloud (the Cloud TPU API) and
     tpujob.cloud.compute_tpu.ComputeTpuCloud (Compute Engine), both behind
     tpujob.cloud.apis.TpuApis (Google or the emulator).
 

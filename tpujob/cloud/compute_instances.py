@@ -1,6 +1,6 @@
 """How tpujob reads a Compute Engine TPU VM (an Instance): its status as a slice phase, its
-addresses, its metadata. One home for what both slice shapes read: a lone VM
-(tpujob.cloud.compute_tpu) and the VMs of a multi-host slice's MIG (tpujob.cloud.compute_migs).
+addresses, its metadata. One home for what both slice shapes read (tpujob.cloud.compute_tpu): a
+lone VM and the VMs of a multi-host slice's MIG.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from google.cloud import compute_v1
 
 from tpujob.cloud.base import Host, MaintenanceWindow, Slice, SlicePhase
-from tpujob.cloud.compute import rfc3339
+from tpujob.cloud.disks import rfc3339
 
 # compute.v1 discovery, Instance.status, to the phases the reconcile decides on. PENDING is
 # flex-start "waiting for available capacity from Dynamic Workload Scheduler": queued.

@@ -2,7 +2,7 @@
 the maintenance window), a TpuResource for gc, a FAILED queued resource's error, typed.
 
 What google-cloud-tpu's v2 objects do not carry is read from the very JSON Google answered
-(RawNodes). No request of its own: tpujob.cloud.gcp makes the calls and hands the answers here.
+(RawNodes). No request of its own: tpujob.cloud.tpu_api makes the calls and hands the answers here.
 """
 
 from __future__ import annotations

@@ -182,9 +182,10 @@ def launch(group: HostGroup, attempt: HostAttempt, command: str, *, log_paths: L
 
 def stop(group: HostGroup, attempt: HostAttempt, *, grace_seconds: float = STOP_GRACE_SECONDS,
          log_paths: LogPaths = None) -> list[HostResult]:
-    """SIGTERM the program on every host, SIGKILL what is left after the grace period."""
-    script = render("stop.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
-                    grace_tenths=max(0, math.ceil(grace_seconds * 10)))
+    """SIGTERM the program on every host, SIGKILL what is left after the grace period
+    (templates/stop_group.sh: how clean stops an earlier attempt's program too)."""
+    script = render("stop_group.sh") + render("stop.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
+                                              grace_tenths=max(0, math.ceil(grace_seconds * 10)))
     return group.run(as_command(script, "tpujob-stop"), log_paths=log_paths,
                      timeout=grace_seconds + 30)
 
@@ -247,8 +248,8 @@ def clean(group: HostGroup, attempt: HostAttempt, *, grace_seconds: float = 10,
     """Make every host fit for a launch: the programs of earlier attempts of this job and every
     process holding an accelerator device (/dev/accel*, /dev/vfio/*) ended, waited for, and
     libtpu's lock removed (templates/clean.sh). Each host answers one JSON line: the pids ended."""
-    script = render("clean.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
-                    grace_tenths=max(0, math.ceil(grace_seconds * 10)))
+    script = render("stop_group.sh") + render("clean.sh", job_dir=attempt.host_dir, attempt=attempt.attempt,
+                                              grace_tenths=max(0, math.ceil(grace_seconds * 10)))
     return group.run(as_command(script, "tpujob-clean"), log_paths=log_paths, timeout=timeout)
 
 

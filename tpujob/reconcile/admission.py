@@ -1,7 +1,7 @@
 """The lab's scheduler, decided: which QUEUED jobs the quota admits, in what order, which
 lower-band jobs a higher band evicts, and why each of the others waits. Pure: no I/O, no clock,
 no store (like decide.py); the sweep (reconciler.py) reads the rows, calls `plan`, and carries
-each decision out in its own transaction (store/quotas.py re-checks the caps under a lock).
+each decision out in its own transaction (Store.admit re-checks the caps under a lock).
 
 The formulas (docs/scheduler.md says them again):
 - A cap covers a job when the family matches and the cap's region and provisioning are "" (any)

@@ -148,7 +148,7 @@ def _provisioning(job: JobView, obs: Observation, policy: Policy) -> list[Action
         return spend_capacity_miss(job, policy, f"queued resource failed: {obs.refusal}" if obs.holds_slice
                                    else "zone stocked out")
     # PROVISIONING state counts from the request: for a queued resource, that is the queue wait.
-    if phase == SliceCondition.WAITING and job.in_state_seconds > policy.queue_timeout_seconds:
+    if phase == SliceCondition.QUEUED and job.in_state_seconds > policy.queue_timeout_seconds:
         if job.placements > 1:
             queued = f"queued for {job.in_state_seconds / 3600:.1f} h without capacity"
             return spend_capacity_miss(job, policy, queued)
@@ -159,7 +159,7 @@ def _provisioning(job: JobView, obs: Observation, policy: Policy) -> list[Action
             and obs.provisioning_seconds > policy.provision_timeout_seconds):
         stuck = f"slice stuck provisioning for {obs.provisioning_seconds / 60:.0f} min"
         return spend_capacity_miss(job, policy, stuck)
-    if phase == SliceCondition.ABSENT:
+    if phase == SliceCondition.GONE:
         # A crash between opening the attempt and creating its slice, or a create that failed
         # transiently: issue it again (idempotent: the name is the attempt's).
         return [CreateSlice()]
@@ -169,7 +169,7 @@ def _provisioning(job: JobView, obs: Observation, policy: Policy) -> list[Action
 def _setting_up(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if obs.launched is not None:
         return [Move(State.RUNNING, f"program launched on {obs.launched} hosts")]
-    if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT, SliceCondition.STOPPING):
+    if obs.slice in (SliceCondition.LOST, SliceCondition.GONE, SliceCondition.STOPPING):
         return spend_preemption(job, policy, "slice lost during setup")
     if obs.slice != SliceCondition.READY:
         return []
@@ -237,16 +237,16 @@ def _running(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
                 Move(State.QUEUED, f"evicted: {job.evict}")]
     if elastic.shrinks(job, obs, policy):
         return elastic.shrink(job, obs, policy)
-    if obs.slice == SliceCondition.ABSENT and job.run_limit_reached:
+    if obs.slice == SliceCondition.GONE and job.run_limit_reached:
         # Its flex-start VMs were deleted at max_run_duration, as Google does: the run ended, no
         # preemption spent; a new slice at once, the program resuming from its checkpoint.
         return [EndAttempt(AttemptEnd.PREEMPTED), DeleteSlice(),
                 Move(State.RECOVERING, "slice gone at its max_run_duration (flex-start VMs are deleted then): "
                                        "not a preemption, next attempt now")]
-    if obs.slice in (SliceCondition.LOST, SliceCondition.ABSENT):
+    if obs.slice in (SliceCondition.LOST, SliceCondition.GONE):
         # Spent as a preemption either way (a new slice, within max_preemptions); the words say
         # which it was: a slice the cloud failed or stopped is not called preempted.
-        why = "slice gone" if obs.slice == SliceCondition.ABSENT else \
+        why = "slice gone" if obs.slice == SliceCondition.GONE else \
             f"slice lost, not preempted ({obs.lost_why})" if obs.lost_why else "slice preempted"
         return spend_preemption(job, policy, why)
     if obs.slice == SliceCondition.STOPPING:
@@ -391,7 +391,7 @@ def _recovering(job: JobView, obs: Observation, policy: Policy) -> list[Action]:
     if job.reuse_slice and obs.slice == SliceCondition.READY:
         return [StartAttempt(reuse_slice=True), SetUp()]
     actions: list[Action] = []
-    if obs.slice not in (SliceCondition.ABSENT,):
+    if obs.slice not in (SliceCondition.GONE,):
         actions.append(DeleteSlice())
     # After a capacity miss the next placement gets its turn; after a preemption the job stays
     # where it last had capacity.

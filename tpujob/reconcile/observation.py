@@ -19,9 +19,10 @@ class SliceCondition(str, Enum):
     SlicePhase (cloud/base.py) says what the API says (QUEUED, PREEMPTED, FAILED, DELETING apart:
     cloud/multislice.py and the elastic growth tell them apart); a SliceCondition folds those
     into what decide does about them (condition_of, the one table) and adds the create's
-    refusals, which no listing shows (observe.refusal_of)."""
-    ABSENT = "ABSENT"  # no node and no queued resource by the attempt's name
-    WAITING = "WAITING"  # queued resource accepted, waiting for capacity
+    refusals, which no listing shows (observe.refusal_of). A state both layers have has one name
+    in both (QUEUED, PROVISIONING, READY, STOPPING, GONE)."""
+    GONE = "GONE"  # no node and no queued resource by the attempt's name
+    QUEUED = "QUEUED"  # queued resource accepted, waiting for capacity
     PROVISIONING = "PROVISIONING"  # capacity found, node being created
     READY = "READY"
     LOST = "LOST"  # preempted, terminated, queued resource FAILED or SUSPENDED
@@ -36,7 +37,7 @@ def condition_of(phase: SlicePhase) -> SliceCondition:
     """The one table from the cloud's phase to decide's condition (mypy checks it is whole).
     DELETING is a slice on its way out: lost, as a preempted or failed one is."""
     if phase is SlicePhase.QUEUED:
-        return SliceCondition.WAITING
+        return SliceCondition.QUEUED
     if phase is SlicePhase.PROVISIONING:
         return SliceCondition.PROVISIONING
     if phase is SlicePhase.READY:
@@ -46,7 +47,7 @@ def condition_of(phase: SlicePhase) -> SliceCondition:
     if phase is SlicePhase.STOPPING:
         return SliceCondition.STOPPING
     if phase is SlicePhase.GONE:
-        return SliceCondition.ABSENT
+        return SliceCondition.GONE
     assert_never(phase)
 
 

@@ -18,6 +18,7 @@ from tpujob.errors import (
     TpujobError,
 )
 from tpujob.names import growing_state, own_nodes
+from tpujob.reconcile.attempt_slices import attempt_slice
 from tpujob.reconcile.observation import HostObservation, Observation, SetupSeen, SliceCondition, condition_of
 from tpujob.runtime.contract import RunDirStatus
 from tpujob.spec.stored import api_of
@@ -159,12 +160,11 @@ class Observer:
         found = listed_slice(slices, attempt)
         # The listing predates a change another actor made (a new attempt, a create): look again.
         if found is None and (job.state_since or 0) >= snapshot_at - 1:
-            found = self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
-                                                              slices=attempt.slices, nodes=own_nodes(attempt))
+            found = attempt_slice(self.cloud, job, attempt)
         return found
 
     def observe(self, job: Job, attempt: Attempt | None, slice_: Slice | None) -> Observation:
-        phase = condition_of(slice_.phase) if slice_ is not None else SliceCondition.ABSENT
+        phase = condition_of(slice_.phase) if slice_ is not None else SliceCondition.GONE
         hosts: tuple[HostObservation, ...] = ()
         # (slice_of finds no slice without an attempt: a slice READY or LOST has both.)
         if slice_ is not None and attempt is not None and phase == SliceCondition.READY \
@@ -216,8 +216,7 @@ class Observer:
         nodes = growing_state(attempt).get("nodes", {})
         if not nodes:
             return None, ""  # none asked for since the last failure
-        grown = self.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
-                                                          slices=len(nodes), nodes=list(nodes))
+        grown = attempt_slice(self.cloud, job, attempt, nodes=list(nodes))
         if grown.phase == SlicePhase.READY:
             return "ready", ""
         if condition_of(grown.phase) == SliceCondition.LOST:

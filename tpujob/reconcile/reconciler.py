@@ -18,6 +18,7 @@ from tpujob.errors import AuthError, JobLocked, LocationDenied, TpujobError
 from tpujob.names import format_job_id, growing_state, nodes_to_delete
 from tpujob.reconcile import placement as placing
 from tpujob.reconcile.act import Actor
+from tpujob.reconcile.attempt_slices import attempt_slice, delete_attempt_slice
 from tpujob.reconcile.decide import decide
 from tpujob.reconcile.observation import JobView
 from tpujob.reconcile.observe import HostOps, Observer, RunDirs, Slices, listed_slice
@@ -25,7 +26,7 @@ from tpujob.reconcile.outcome import Outcome
 from tpujob.reconcile.policy import Policy, policy_of
 from tpujob.reconcile.scheduling import admit_queued, budget_stops
 from tpujob.settings import KNOBS
-from tpujob.spec.stored import api_of, spec_of
+from tpujob.spec.stored import spec_of
 from tpujob.store.models import Attempt, Job
 from tpujob.store.states import ACTIVE, AttemptEnd, State
 
@@ -286,14 +287,10 @@ class Reconciler:
                 if not _frees_its_slice(self.store.get(job.id)):  # resumed (or kept) meanwhile
                     return None
                 # The sweep that ended it may have deleted it since this one's listing.
-                if self.cloud.for_api(api_of(job)).get_slice(
-                        job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
-                        nodes=nodes_to_delete(attempt)).phase == SlicePhase.GONE:
+                if attempt_slice(self.cloud, job, attempt, nodes=nodes_to_delete(attempt)).phase == SlicePhase.GONE:
                     return None
-                self.cloud.for_api(api_of(job)).delete_slice(job.project, attempt.zone, attempt.slice_name,
-                                                             slices=attempt.slices, nodes=nodes_to_delete(attempt))
-                self.store.add_event(job.id, "slice", f"deleted slice {attempt.slice_name}, left behind when the "
-                                     "job ended (the sweep that ended it stopped before deleting it)")
+                delete_attempt_slice(self.cloud, self.store, job, attempt, "left behind when the job ended "
+                                     "(the sweep that ended it stopped before deleting it)")
         except JobLocked:
             return None
         except TpujobError as exc:

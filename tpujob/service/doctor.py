@@ -193,7 +193,7 @@ def store_clock_check(ctx: Context) -> Check:
 
 
 def lab_check(ctx: Context) -> Check:
-    """The nodes sharing this store (store/lab.py): their keys go on every new slice."""
+    """The nodes sharing this store (Store.register_node, store/repository.py): their keys go on every new slice."""
     from tpujob.durations import duration_text
 
     nodes = ctx.store.lab_nodes()

@@ -113,8 +113,8 @@ def _clients(settings, info: dict | None, credentials: Any) -> tuple[Any, Any]:
     """Both TPU APIs behind one TpuApis (the orphans check counts Compute Engine's slices as
     `tpujob gc` does; its client is built only when asked), and the disks' client."""
     from tpujob.cloud.apis import TpuApis
-    from tpujob.cloud.compute import GcpCompute
-    from tpujob.cloud.gcp import GcpCloud
+    from tpujob.cloud.disks import GcpCompute
+    from tpujob.cloud.tpu_api import GcpCloud
 
     def tpus_on_compute():
         from tpujob.cloud.compute_tpu import ComputeTpuCloud

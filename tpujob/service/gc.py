@@ -4,7 +4,7 @@ What counts: queued resources, nodes, disks and snapshots labelled `tpujob-job` 
 without that label is never touched), and on the Compute Engine path (tpu.api: compute) lone TPU
 VMs ("instance"), multi-host slices ("mig": its MIG, instance template and workload policy,
 deleted together) and a slice's template or policy left without its MIG (tpujob.cloud.
-compute_migs, MigSlices._mig_resources, says how each is told: a template by its
+compute_tpu, ComputeTpuCloud._mig_resources, says how each is told: a template by its
 properties.labels, a policy, which has no labels, by its name). Only this store's resources are
 ever listed: those labelled with its id (`tpujob-store`), and a workload policy whose name
 carries its tag (tpujob/names.py). Each is an orphan when its job ended or is gone from the

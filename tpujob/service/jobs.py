@@ -18,11 +18,10 @@ from tpujob.names import (
     growing_nodes,
     local_log_dir,
     nodes_text,
-    nodes_to_delete,
-    own_nodes,
     slice_name,
     snapshot_name,
 )
+from tpujob.reconcile.attempt_slices import attempt_slice, delete_attempt_slice
 from tpujob.service.accounting import account
 from tpujob.service.context import Context
 from tpujob.service.ledger import Ledger, attempt_ledgers, job_ledger, price_of
@@ -285,7 +284,7 @@ def _stop_program(ctx: Context, job, cloud) -> None:
     """Stop the current attempt's program where its slice is READY, then unmount the job's
     disks and buckets there. CloudError (nothing recorded) when a host of a READY slice failed
     to stop it; a slice that is gone, or went away meanwhile, has no program left to stop.
-    The steps are SshHostOps' (stop_program, unmount), as the sweep's are (host_act); only the
+    The steps are SshHostOps' (stop_program, unmount), as the sweep's are (reconcile/act.py); only the
     policy differs, on purpose: here a failed stop refuses the cancel, there it is an event."""
     from tpujob.attempt.hosts import SshHostOps
     from tpujob.cloud.base import SlicePhase
@@ -293,16 +292,14 @@ def _stop_program(ctx: Context, job, cloud) -> None:
     attempt = ctx.store.current_attempt(job.id)
     if attempt is None or attempt.ended_at is not None:
         return
-    slice_ = cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
-                           nodes=own_nodes(attempt))
+    slice_ = attempt_slice(cloud, job, attempt)
     if slice_.phase != SlicePhase.READY:
         return
     ops = SshHostOps(ctx, cloud)
     try:
         ops.stop_program(job, attempt, slice_)
     except CloudError:
-        if cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name, slices=attempt.slices,
-                           nodes=own_nodes(attempt)).phase == SlicePhase.READY:
+        if attempt_slice(cloud, job, attempt).phase == SlicePhase.READY:
             raise
         return  # preempted or deleted while we stopped it: its hosts took the program with them
     try:
@@ -363,10 +360,7 @@ def delete(ctx: Context, ref: str, *, force: bool = False):
                 listed = set(cloud.for_api(api_of(job)).list_slices(job.project, zone))
                 for a in sorted((a for a in attempts if a.zone == zone), key=lambda a: a.slice_name):
                     if listed & {a.slice_name, *attempt_nodes(a), *growing_nodes(a)}:
-                        cloud.for_api(api_of(job)).delete_slice(job.project, zone, a.slice_name, slices=a.slices,
-                                           nodes=nodes_to_delete(a))
-                        ctx.store.add_event(job.id, "slice", f"deleted slice {a.slice_name}"
-                                            + (f" ({a.slices} slices)" if a.slices > 1 else ""))
+                        delete_attempt_slice(cloud, ctx.store, job, a)
             _delete_clones(ctx, job, attempts)
         with ctx.store.atomic():  # the attempt ends with the move, or neither happens
             if attempts:

@@ -44,7 +44,7 @@ def node_name(ctx: Context) -> str:
 
 def lab_ssh_keys(ctx: Context) -> tuple[str, ...]:
     """The `ssh-keys` lines a new slice gets: this node's key registered in the store first
-    (store/lab.py), then every key of the lab, each for this node's ssh_user (the user the
+    (Store.register_node, store/repository.py), then every key of the lab, each for this node's ssh_user (the user the
     attempt's program will run as: any node then logs in as it, attempt/hosts.py)."""
     from tpujob.hosts.keys import public_key_line
 
@@ -174,14 +174,12 @@ def follow(ctx: Context, job_id: int, *, until_ended: bool, timeout: float,
 def _waiting_since(rec, job, since: float | None) -> float | None:
     """When the job's slice was first seen waiting for capacity (QUEUED), or None if it is not."""
     from tpujob.cloud.base import SlicePhase
-    from tpujob.names import own_nodes
-    from tpujob.spec.stored import api_of
+    from tpujob.reconcile.attempt_slices import attempt_slice
 
     attempt = rec.store.current_attempt(job.id)
     if attempt is None:
         return None
-    seen = rec.cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
-                                                    slices=attempt.slices, nodes=own_nodes(attempt))
+    seen = attempt_slice(rec.cloud, job, attempt)
     if seen.phase != SlicePhase.QUEUED:
         return None
     return since if since is not None else time.monotonic()

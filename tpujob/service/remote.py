@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable
 
 from tpujob.clients import make_cloud
 from tpujob.errors import CloudError, ConflictError, NotFoundError, UsageError
-from tpujob.names import format_job_id, local_log_dir, own_nodes
+from tpujob.names import format_job_id, local_log_dir
 from tpujob.service.context import Context
 
 if TYPE_CHECKING:
@@ -61,11 +61,10 @@ def _attempt(ctx: Context, job, number: int | None):
 
 
 def _slice(cloud, job, attempt):
-    from tpujob.spec.stored import api_of
+    from tpujob.reconcile.attempt_slices import attempt_slice
 
     try:
-        return cloud.for_api(api_of(job)).get_slice(job.project, attempt.zone, attempt.slice_name,
-                                                    slices=attempt.slices, nodes=own_nodes(attempt))
+        return attempt_slice(cloud, job, attempt)
     except NotFoundError:
         return None
 

@@ -61,7 +61,7 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        # A read (Store._read, through the READ engine option) begins deferred: under WAL it
+        # A read (Transactions.read, through the READ engine option) begins deferred: under WAL it
         # reads a snapshot and neither waits for a writer nor makes one wait, so `show` or the
         # dashboard does not queue behind a sweep's workers, nor they behind it.
         conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ) else "BEGIN IMMEDIATE")

@@ -79,7 +79,7 @@ class Attempt(SQLModel, table=True):
 
 
 class LabNode(SQLModel, table=True):
-    """A node of the lab (store/lab.py): a $TPUJOB_HOME sharing this store, by its public key."""
+    """A node of the lab (Store.register_node): a $TPUJOB_HOME sharing this store, by its public key."""
     __tablename__ = "lab_node"
     public_key: str = Field(primary_key=True)
     name: str

@@ -1,15 +1,12 @@
 """The store's transactions, under every Store operation: `atomic()` blocks, a session per call
 (the block's, or one committed alone), read-only sessions, and the lost compare-and-set that
-dooms a block. Store (repository.py) builds on Transactions; its lease and attempt operations
-(leases.py, attempts.py) are mixins of it."""
+dooms a block. The Store (repository.py) holds one Transactions over its engine."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import time
-from functools import cached_property
-from typing import Callable, Iterator
+from typing import Iterator
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -17,34 +14,17 @@ from sqlmodel import Session
 
 from tpujob.errors import NotFoundError
 from tpujob.names import format_job_id
-from tpujob.store.db import READ, redacted
+from tpujob.store.db import READ
 from tpujob.store.models import Job
 
 
 class Transactions:
-    """The engine, the clock and the sessions every store operation runs in."""
+    """The sessions every store operation runs in, and this thread's atomic block."""
 
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time):
+    def __init__(self, engine: Engine):
         self.engine = engine
-        self.clock = clock
         self._local = threading.local()  # this thread's atomic block, if any
         self._reader = engine.execution_options(**{READ: True})
-
-    @cached_property
-    def store_tag(self) -> str:
-        """This store's tag in every cloud resource name (tpujob/names.py, store_tag): its id's
-        first hex digits, read once (the id never changes)."""
-        from tpujob.names import store_tag
-        from tpujob.store.identity import store_id
-
-        return store_tag(store_id(self.engine))
-
-    def error_line(self, exc: Exception) -> str:
-        """`Type: first line` of an error the store raised, for a report or a log: the driver's
-        message may quote the store's URL and its password, which this hides."""
-        text = str(exc).strip()
-        url = self.engine.url.render_as_string(hide_password=False)
-        return f"{type(exc).__name__}: {redacted(url, text.splitlines()[0] if text else '')}"
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
@@ -76,7 +56,7 @@ class Transactions:
             block.session.close()
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[Session]:
+    def write(self) -> Iterator[Session]:
         """The session of the current atomic block, or a session of its own committed at the end
         of the `with` (rolled back if an exception leaves it)."""
         block = getattr(self._local, "block", None)
@@ -97,18 +77,18 @@ class Transactions:
             session.commit()
 
     @contextlib.contextmanager
-    def _read(self) -> Iterator[Session]:
+    def read(self) -> Iterator[Session]:
         """A session for reading only: the current atomic block's, or a deferred transaction of
         its own (db.READ) that reads a snapshot without SQLite's write lock, rolled back at the
         end of the `with`."""
         if getattr(self._local, "block", None) is not None:
-            with self._tx() as session:
+            with self.write() as session:
                 yield session
             return
         with Session(self._reader, expire_on_commit=False) as session:
             yield session
 
-    def _lost(self, error: Exception) -> Exception:
+    def lost(self, error: Exception) -> Exception:
         """A lost compare-and-set: the error to raise, dooming the atomic block it happened in."""
         block = getattr(self._local, "block", None)
         if block is not None:

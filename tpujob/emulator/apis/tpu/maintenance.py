@@ -13,7 +13,7 @@ When the window starts the hosts go down as in a preemption (SIGTERM, SIGKILL af
 Google's autocheckpoint page says maintenance "Historically" began "immediately", and what the
 guest sees is not said there (nor anywhere found), so the emulator takes the harsher reading.
 google-cloud-tpu 1.28's v2 `Node` has no `upcomingMaintenance`: tpujob reads it from the raw
-answer (tpujob/cloud/gcp.py). A mixin of tpujob.emulator.apis.tpu.nodes.Emulator.
+answer (tpujob/cloud/tpu_api.py). A mixin of tpujob.emulator.apis.tpu.nodes.Emulator.
 """
 
 from __future__ import annotations

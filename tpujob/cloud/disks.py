@@ -1,4 +1,6 @@
-"""Disks and snapshots over google-cloud-compute (REST), and the disks attached to TPU nodes.
+"""Disks and snapshots over google-cloud-compute (REST), the disks attached to TPU nodes, and
+the project's Compute quotas (`doctor`); with the Compute operations' plumbing that
+compute_tpu.py shares (`operation_failure`, `typed_error`, `rfc3339`).
 
 compute_v1's own `operation.result()` polls through an operations client it builds with
 Google's default endpoint, whatever `client_options` say (against the emulator it tried the
