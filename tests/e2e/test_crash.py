@@ -137,25 +137,50 @@ def assert_launched_once(local_cloud, project: str, zone: str, slice_name: str, 
     assert ran.read_text() == f"{attempt}\n", "the program was launched twice"
 
 
-def test_a_sweep_killed_after_a_jobs_last_move_leaves_its_slice_to_the_next(ctx, local_cloud, project, tmp_path):
-    """Killed right after moving a job to SUCCEEDED, before deleting its slice: ended jobs are
-    not swept, so the slice was left to nobody (seen in the soak). The next sweep lists the
-    zones of recently ended jobs too and deletes it; the job stays SUCCEEDED, run once."""
+def test_a_sweep_killed_between_a_success_and_its_move_is_finished_by_the_next(ctx, local_cloud, project, tmp_path):
+    """Killed after ending a succeeded attempt and deleting its slice, before the move to
+    SUCCEEDED (the slice goes first, so a lab's admission never counts chips Google still holds):
+    the job is still RUNNING with no slice. The next sweep reads the attempt's end, not the absent
+    slice: SUCCEEDED, run once, no preemption spent, nothing left at the cloud."""
     job = record(ctx, tmp_path, command='echo "$TPUJOB_ATTEMPT" >> /mnt/ran; sleep 1')
     rec = reconciler(ctx)
     sweep_until(ctx, job.id, running, rec=rec)
     slice_name = ctx.store.current_attempt(job.id).slice_name
     assert wait_for_file(host_root(local_cloud, project, ZONE, slice_name, 0) / "mnt/ran") == "1\n"
-    time.sleep(2)  # the program has exited: the next sweep's first move is to SUCCEEDED
+    time.sleep(2)  # the program has exited: the next sweep ends the attempt succeeded
+    [(code, out, err)] = finish(requeue_processes(1, env_extra={"TPUJOB_CRASH_AT": "slice-deleted",
+                                                                "TPUJOB_LEASE_SECONDS": str(LEASE)}))
+    assert code == -9, (out, err)
+    assert ctx.store.get(job.id).state == "RUNNING"
+    assert ctx.store.current_attempt(job.id).end_reason == "succeeded"
+    time.sleep(LEASE + 0.2)
+    rec.sweep()
+    done = ctx.store.get(job.id)
+    assert (done.state, done.attempt, done.preemptions, done.failures) == ("SUCCEEDED", 1, 0, 0)
+    assert resources(local_cloud, project) == []
+    assert_no_orphans(ctx, local_cloud, project)
+
+
+def test_a_sweep_killed_after_a_failed_jobs_move_leaves_its_slice_to_the_next(ctx, local_cloud, project, tmp_path):
+    """Killed right after moving a job to FAILED (its program's error, no retry left), before
+    deleting its slice, which a failure keeps until then: ended jobs are not swept, so the slice
+    was left to nobody (seen in the soak). The next sweep lists the zones of recently ended jobs
+    too and deletes it; the job stays FAILED, run once."""
+    job = record(ctx, tmp_path, command='echo "$TPUJOB_ATTEMPT" >> /mnt/ran; sleep 1; exit 3')
+    rec = reconciler(ctx)
+    sweep_until(ctx, job.id, running, rec=rec)
+    slice_name = ctx.store.current_attempt(job.id).slice_name
+    assert wait_for_file(host_root(local_cloud, project, ZONE, slice_name, 0) / "mnt/ran") == "1\n"
+    time.sleep(2)  # the program has exited: the next sweep's first move is to FAILED
     [(code, out, err)] = finish(requeue_processes(1, env_extra={"TPUJOB_CRASH_AT": "moved",
                                                                 "TPUJOB_LEASE_SECONDS": str(LEASE)}))
     assert code == -9, (out, err)
-    assert ctx.store.get(job.id).state == "SUCCEEDED"
+    assert ctx.store.get(job.id).state == "FAILED"
     assert ("nodes", ZONE, slice_name) in resources(local_cloud, project)
     time.sleep(LEASE + 0.2)
     rec.sweep()
     assert resources(local_cloud, project) == []
-    assert ctx.store.get(job.id).state == "SUCCEEDED"
+    assert (ctx.store.get(job.id).state, ctx.store.get(job.id).attempt) == ("FAILED", 1)
     assert [e.message for e in ctx.store.events(job.id) if e.kind == "slice"][-1] == (
         f"deleted slice {slice_name}, left behind when the job ended (the sweep that ended it stopped "
         "before deleting it)")
