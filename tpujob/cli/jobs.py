@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tpujob.cli import render
+from tpujob.cli import context, render
 from tpujob.durations import duration_text
 from tpujob.errors import UsageError
 from tpujob.names import format_job_id, node_names, nodes_text
@@ -22,11 +22,6 @@ if TYPE_CHECKING:
 # The counters `show --json` prints under "accounting" (store/states.py has them all).
 _SHOWN_COUNTERS: tuple[Counter, ...] = ("preemptions", "failures", "nan_restarts", "bad_hosts", "hangs")
 
-
-def _ctx():
-    from tpujob.service.context import Context
-
-    return Context.load()
 
 
 def _warn_if_nothing_sweeps(job) -> None:
@@ -59,7 +54,7 @@ def register(app: typer.Typer) -> None:
         from tpujob.attempt.logins import opt_out_warnings
         from tpujob.service import jobs
 
-        ctx = _ctx()
+        ctx = context()
         resolved = jobs.validate(ctx, spec)
         _print_warnings(jobs.placement_warnings(resolved, strict=strict) + opt_out_warnings(ctx.settings))
         if json_out:
@@ -82,7 +77,7 @@ def register(app: typer.Typer) -> None:
         from tpujob.attempt.logins import opt_out_warnings
         from tpujob.service import jobs
 
-        ctx = _ctx()
+        ctx = context()
         _print_warnings(opt_out_warnings(ctx.settings))
         if dry_run:
             resolved = jobs.validate(ctx, spec)
@@ -125,7 +120,7 @@ def register(app: typer.Typer) -> None:
         from tpujob.progress import step_text
         from tpujob.service import listing
 
-        ctx = _ctx()
+        ctx = context()
         if mine and user:
             raise UsageError("--mine and --user are one filter each: give one")
         if mine:
@@ -162,7 +157,7 @@ def register(app: typer.Typer) -> None:
         from tpujob.attempt import setup_cache
         from tpujob.service import jobs
 
-        detail = jobs.show(_ctx(), job)
+        detail = jobs.show(context(), job)
         current = detail.attempts[-1] if detail.attempts else None
         data = render.job_dict(detail.job, current)
         far = progress.of_attempt(current)
@@ -305,7 +300,7 @@ def register(app: typer.Typer) -> None:
 
 def _each(refs: list[str], act, say) -> None:
     """`act(ctx, ref)` for each job named, one line each as it is done (an error stops there)."""
-    ctx = _ctx()
+    ctx = context()
     for ref in refs:
         typer.echo(say(act(ctx, ref)))
 

@@ -6,8 +6,8 @@ import time
 
 import typer
 
-from tpujob.cli import render
-from tpujob.cli.jobs import _ctx, follow_job, raise_unless_succeeded
+from tpujob.cli import context, render
+from tpujob.cli.jobs import follow_job, raise_unless_succeeded
 from tpujob.names import format_job_id
 
 
@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         """One sweep: observe every active job's slice, re-create what was preempted, record it all."""
         from tpujob.service import keep_alive
 
-        report = keep_alive.requeue(_ctx(), None if all_ else jobs_, settle=settle)
+        report = keep_alive.requeue(context(), None if all_ else jobs_, settle=settle)
         if json_out:
             render.print_json(report.__dict__)
         else:
@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         # A sweep cut short holds its jobs' leases until they expire (up to a host step's timeout):
         # stopping between sweeps lets the next sweeper, anywhere, act on them at once.
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        keep_alive.watch(_ctx(), interval, _print_report, max_sweeps=count, stop=stop)
+        keep_alive.watch(context(), interval, _print_report, max_sweeps=count, stop=stop)
 
     @app.command()
     def resume(job: str = typer.Argument(..., help="Job id or name."),
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         """Start a new attempt of a FAILED or CANCELLED job (new slice if needed)."""
         from tpujob.service import jobs
 
-        ctx = _ctx()
+        ctx = context()
         resumed = jobs.resume(ctx, job)
         final = follow_job(ctx, resumed.id, wait=wait, timeout=timeout, quiet=False)
         typer.echo(f"job {format_job_id(final.id)} {final.state}"

@@ -17,11 +17,11 @@ def register(app: typer.Typer) -> None:
              json_out: bool = typer.Option(False, "--json")):
         """Send a test message to each of the job's channels now; exit 0 when every one took it,
         5 when any failed."""
-        from tpujob.cli.jobs import _ctx
+        from tpujob.cli import context
         from tpujob.errors import EXIT_CLOUD
         from tpujob.service import notify as notify_service
 
-        _, outcomes = notify_service.send_test(_ctx(), job)
+        _, outcomes = notify_service.send_test(context(), job)
         if json_out:
             render.print_json([{"channel": f"notify[{o.channel}]", "target": o.target,
                                 "sent": o.sent, "error": o.error or None} for o in outcomes])

@@ -6,11 +6,7 @@ import sys
 
 import typer
 
-
-def _ctx():
-    from tpujob.service.context import Context
-
-    return Context.load()
+from tpujob.cli import context
 
 
 def _out(data: bytes) -> None:
@@ -36,7 +32,7 @@ def register(app: typer.Typer) -> None:
         from tpujob.service import remote
 
         try:
-            remote.logs(_ctx(), job, host=host, attempt=attempt, follow=follow, out=_out,
+            remote.logs(context(), job, host=host, attempt=attempt, follow=follow, out=_out,
                         notice=lambda line: typer.echo(f"note: {line}", err=True))
         except KeyboardInterrupt:   # the usual way to stop following
             raise typer.Exit(130) from None
@@ -54,7 +50,7 @@ def register(app: typer.Typer) -> None:
         hosts (0 when all succeeded), 255 when a host could not be reached."""
         from tpujob.service import remote
 
-        outcomes = remote.exec_command(_ctx(), job, command, host=host, out=_out, err=_err)
+        outcomes = remote.exec_command(context(), job, command, host=host, out=_out, err=_err)
         failed = [o for o in outcomes if o.exit_code != 0]
         for o in failed:
             what = f"exit code {o.exit_code}" if o.exit_code is not None else o.error
@@ -71,6 +67,6 @@ def register(app: typer.Typer) -> None:
         from tpujob.service import remote
 
         sys.stdout.flush()
-        code = remote.shell(_ctx(), job, host=host, stdin=sys.stdin.buffer,
+        code = remote.shell(context(), job, host=host, stdin=sys.stdin.buffer,
                             stdout=sys.stdout.buffer, stderr=sys.stderr.buffer)
         raise typer.Exit(code)

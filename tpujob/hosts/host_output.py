@@ -11,10 +11,16 @@ nothing), bounded, and redacted: a job's secret values and anything shaped like
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable, Protocol
 
-if TYPE_CHECKING:
-    from tpujob.hosts.fanout import HostResult
+
+class HostAnswer(Protocol):
+    """What a host's step left (fanout.HostResult is one): what it printed, and how it ended."""
+
+    output: str  # stdout and stderr as they came
+    stderr: str  # stderr alone
+
+    def describe(self) -> str: ...
 
 MAX_LINES = 5        # the last non-empty lines kept
 MAX_LINE_CHARS = 300  # a longer line keeps its end, where tools put the reason
@@ -67,13 +73,13 @@ def last_lines(text: str, secret_values: Iterable[str] = (), *, lines: int = MAX
     return JOIN.join(kept)
 
 
-def said(result: HostResult, secret_values: Iterable[str] = (), *, chars: int = MAX_CHARS) -> str:
+def said(result: HostAnswer, secret_values: Iterable[str] = (), *, chars: int = MAX_CHARS) -> str:
     """What the host said last: its stderr, or its stdout when stderr was silent."""
     return (last_lines(result.stderr, secret_values, chars=chars)
             or last_lines(result.output, secret_values, chars=chars))
 
 
-def cause(result: HostResult, secret_values: Iterable[str] = (), *, chars: int = MAX_CHARS) -> str:
+def cause(result: HostAnswer, secret_values: Iterable[str] = (), *, chars: int = MAX_CHARS) -> str:
     """`exit code 3: boom | ...`: how the host's step ended, then what it said last."""
     how = redact(result.describe(), secret_values)
     last = said(result, secret_values, chars=chars)

@@ -19,7 +19,6 @@ https://docs.jax.dev/en/latest/async_dispatch.html
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
 from tpujob.lint.module import Module, source_of
 from tpujob.lint.names import call_name, walk_local
@@ -34,9 +33,6 @@ from tpujob.lint.syncs import (
     test_parts,
 )
 
-if TYPE_CHECKING:
-    from tpujob.lint.jax_rules import Jits
-
 NOT_TRAINING = ("eval", "test", "pred", "valid", "sample", "decode", "generate", "infer",
                 "init")
 # Builtins that read a device value on the host (any/all call bool() on each element).
@@ -46,8 +42,10 @@ SYNC_METHODS = {"item", "tolist", "block_until_ready", "__array__"}
 STATIC_ATTRS = {"shape", "ndim", "dtype", "size", "sharding", "aval", "weak_type"}
 
 
-def check_step_loops(mod: Module, jits: Jits) -> None:
-    loops = _Loops(mod, jits)
+def check_step_loops(mod: Module, compiled: set[str]) -> None:
+    """TPU006 in the module's training loops; `compiled`: the names bound to compiled callables
+    (jax_rules.Jits.callables)."""
+    loops = _Loops(mod, compiled)
     scan = SyncScan(mod, is_step=loops.runs_step, sync=loops.sync, device=loops.device,
                     skip_loop=loops.is_step_loop, truth=loops.truth)
     for loop in mod.of_type(*LOOPS):
@@ -56,9 +54,9 @@ def check_step_loops(mod: Module, jits: Jits) -> None:
 
 
 class _Loops:
-    def __init__(self, mod: Module, jits: Jits):
+    def __init__(self, mod: Module, compiled: set[str]):
         self.mod = mod
-        self.compiled = jits.callables
+        self.compiled = compiled
         self.functions: dict[str, list[ast.AST]] = {}
         for node in mod.of_type(ast.FunctionDef, ast.AsyncFunctionDef):
             self.functions.setdefault(node.name, []).append(node)

@@ -70,7 +70,7 @@ def check(mod: Module) -> None:
         for func, static in jits.functions:
             _check_traced(mod, func, static)
         if mod.enabled("TPU006"):
-            check_step_loops(mod, jits)
+            check_step_loops(mod, jits.callables)
     if mod.enabled("TPU012") and (jax or names.imports("haiku") or names.imports("equinox")
                                    or mod.xla):
         _layer_widths(mod)

@@ -1,7 +1,7 @@
 """What each spec field means, read from the models' own descriptions (`Field(description=...)`
 in models.py), the one place it is written: `tpujob validate --fields` lists it, a refused
 field's error ends with it, `tpujob init`'s starter carries it as comments, and docs/spec.md's
-table is generated from it (tests/test_spec_reference.py keeps the file in step)."""
+table is generated from it (tests/spec/test_reference.py keeps the file in step)."""
 
 from __future__ import annotations
 

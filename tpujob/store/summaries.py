@@ -15,7 +15,7 @@ from tpujob.store.states import ENDED
 class JobSummary(NamedTuple):
     """A job row's listed columns, named and typed as on models.Job (accounting.goodput reads it
     too). Listed again, not derived: this module must not import the ORM; a test
-    (tests/test_list_reads.py) keeps them the model's."""
+    (tests/service/test_listing.py) keeps them the model's."""
 
     id: int
     name: str
