@@ -32,6 +32,24 @@ def pytest_xdist_make_scheduler(config, log):
     return suite_schedule.scheduler(config, log)
 
 
+def pytest_runtest_logstart(nodeid, location) -> None:
+    _timeline("start", nodeid)
+
+
+def pytest_runtest_logfinish(nodeid, location) -> None:
+    _timeline("end", nodeid)
+
+
+def _timeline(what: str, nodeid: str) -> None:
+    """`TPUJOB_TEST_TIMELINE=DIR`: each worker appends when each test starts and ends to
+    DIR/WORKER.txt, to see where a run's cores sat idle and what ran last (docs/benchmarks.md)."""
+    folder = os.environ.get("TPUJOB_TEST_TIMELINE")
+    if folder:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(Path(folder) / f"{worker}.txt", "a") as log:
+            log.write(f"{time.time():.2f} {what} {nodeid}\n")
+
+
 def pytest_collection_modifyitems(config, items: list[pytest.Item]) -> None:
     """Longest first: xdist hands tests out in this order (the CPU-bound ones capped,
     tests/suite_schedule.py), so the long end-to-end tests do not end the run alone while the

@@ -9,6 +9,10 @@ each at half speed; then the waiting ones ran together and left the cores a thir
 compile cache, 2026-11-28: 97-100% busy to 330-360 s, 45-77% from there to 510-540 s; 556-631 s
 in nine fresh clones). With at most one such test a core, the other workers take the waiting
 tests and the short ones beside them: seven cold runs with the cap took 518-581 s, busy to the end.
+Since, the lab's and the scheduler's end-to-end tests (several tpujob processes that mostly wait
+on each other's sweeps) joined the capped ones, and two at a time left the cores a third idle
+(2026-12-05, 2,207 tests: 646 s, 808 CPU-s); a third at once took 624 s (799 CPU-s). The cap is
+one more than the cores; `TPUJOB_TEST_CPU_BOUND_CAP` sets it for a measurement.
 """
 
 from __future__ import annotations
@@ -80,13 +84,13 @@ def next_scope(queue: Mapping[str, Mapping[str, bool]], assigned: Mapping[object
 
 
 def scheduler(config, log, most: int | None = None):
-    """xdist's loadgroup scheduling with at most `most` (the cores) CPU-bound units at once;
+    """xdist's loadgroup scheduling with at most `most` (the cores and one) CPU-bound units at once;
     None (xdist's own) for other modes."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
 
-    cap = most or cores()
+    cap = most or int(os.environ.get("TPUJOB_TEST_CPU_BOUND_CAP", cores() + 1))
 
     class CpuBoundCapped(LoadGroupScheduling):
         def _assign_work_unit(self, node) -> None:
