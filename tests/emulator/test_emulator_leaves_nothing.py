@@ -56,7 +56,7 @@ def wait_for(check, what: str, patience: float = 120.0):
         answer = check()
         if answer:
             return answer
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, what() if callable(what) else what
         time.sleep(0.1)
 
 
@@ -87,11 +87,20 @@ def start_nodes(info: dict, count: int, keys_home) -> list[str]:
     for name in names:
         api(info["tpu_endpoint"], "POST", f"{parent}/nodes?nodeId={name}", body)
 
+    def listed() -> list[dict]:
+        return api(info["tpu_endpoint"], "GET", f"{parent}/nodes").get("nodes", [])
+
     def all_ready():
-        nodes = api(info["tpu_endpoint"], "GET", f"{parent}/nodes").get("nodes", [])
+        nodes = listed()
         return len(nodes) == count and all(n["state"] == "READY" for n in nodes)
 
-    wait_for(all_ready, f"{count} nodes READY", patience=240)
+    def why() -> str:  # the nodes not READY, and what they say
+        nodes = listed()
+        return f"{len(nodes)} of {count} nodes listed; not READY: " + "; ".join(
+            f"{n['name'].rsplit('/', 1)[-1]} {n['state']} {n.get('healthDescription', '')}"
+            for n in nodes if n["state"] != "READY")[:2000]
+
+    wait_for(all_ready, why, patience=240)
     return names
 
 

@@ -24,6 +24,7 @@ import time
 from typing import IO
 
 from tpujob.emulator.client import EmulatorClient
+from tpujob.emulator.machines.reaper import start_time
 from tpujob.errors import CloudError, NotFoundError
 from tpujob.settings import home, private_dir
 
@@ -47,7 +48,7 @@ def status() -> dict | None:
         info = json.loads((directory / ENDPOINTS_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if not _alive(info.get("pid", 0)) or not _served(directory):
+    if not _alive(info.get("pid", 0), info.get("started")) or not _served(directory):
         return None
     return {**info, "log_file": str(directory / LOG_FILE)}
 
@@ -110,7 +111,7 @@ def _spawn(directory: pathlib.Path, provisioning_delay: float | None, hosts: boo
             raise CloudError(f"the emulator exited at start (code {child.returncode}); "
                              f"see {directory / LOG_FILE}: {_last_line(directory / LOG_FILE)}")
         time.sleep(0.05)
-    _terminate(child.pid, grace=2)
+    _terminate(child.pid, grace=2)  # our child: its pid is ours until reaped
     raise CloudError(f"the emulator did not start serving within {timeout:g} s; "
                      f"see {directory / LOG_FILE}")
 
@@ -125,9 +126,10 @@ def stop(grace: float = 10.0) -> bool:
         pid = info["pid"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    was_running = _alive(pid)
+    started = info.get("started")
+    was_running = _alive(pid, started)
     if was_running:
-        _terminate(pid, grace)
+        _terminate(pid, grace, started)
     reaper = info.get("reaper_pid")
     if isinstance(reaper, int) and _is_reaper(reaper):
         _await_exit(reaper, REAPER_PATIENCE)
@@ -152,8 +154,6 @@ def _is_reaper(pid: int) -> bool:
 def _await_exit(pid: int, patience: float) -> None:
     """Wait until `pid`, not a child of ours, has exited (a zombie counts as gone: whether the
     process that adopted it reaps it is not ours to know)."""
-    from tpujob.emulator.machines.reaper import start_time
-
     deadline = time.monotonic() + patience
     while start_time(pid) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -187,7 +187,13 @@ def _served(directory: pathlib.Path) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: str | None = None) -> bool:
+    """Whether `pid` still runs, and is the process that started at `started` (field 22 of
+    /proc/PID/stat, as the emulator recorded it) when given. A pid is reused once its process is
+    reaped (pid_max is 32768 by default, and a suite forks thousands a minute), and the emulator
+    is not always our child to reap: without the start time, a stop whose emulator had exited
+    signalled whatever process had its pid since (seen: another emulator's host, SIGKILLed
+    while it started)."""
     if pid <= 0:
         return False
     try:
@@ -202,24 +208,30 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return started is None or start_time(pid) == started
 
 
-def _terminate(pid: int, grace: float) -> None:
+def _terminate(pid: int, grace: float, started: str | None = None) -> None:
+    """SIGTERM, then SIGKILL after `grace` s; each signal only while `pid` is still the process
+    that started at `started`."""
+    if not _alive(pid, started):
+        return
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not _alive(pid, started):
             return
         time.sleep(0.05)
+    if not _alive(pid, started):
+        return
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    while _alive(pid):
+    while _alive(pid, started):
         time.sleep(0.05)
 
 

@@ -30,6 +30,7 @@ from tpujob.emulator.apis.fail_next import COMPUTE_METHODS, TPU_METHODS
 from tpujob.emulator.apis.tpu.rules import accelerator_types
 from tpujob.emulator.cloud import Cloud
 from tpujob.emulator.control import CONTROL_RULES, Control
+from tpujob.emulator.machines.reaper import start_time
 from tpujob.emulator.world import SPOT_NOTICE_SECONDS, MachinesFactory, World
 
 log = logging.getLogger(__name__)
@@ -236,7 +237,10 @@ class EmulatorServer:
 
         self.info.update({"tpu_endpoint": url, "compute_endpoint": url, "storage_endpoint": storage_url,
                           "oslogin_endpoint": url, "account": ACCOUNT, "project": project,
-                          "ssh_port": self.world.ssh_port, "pid": os.getpid()})
+                          "ssh_port": self.world.ssh_port, "pid": os.getpid(),
+                          # Which process `pid` is: pids are reused (32768 of them by default on
+                          # Linux), and `tpujob emulator stop` signals this one only.
+                          "started": start_time(os.getpid())})
         self._thread: threading.Thread | None = None
 
     @property
