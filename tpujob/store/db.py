@@ -10,6 +10,7 @@ import os
 import shlex
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,32 @@ def _disk_full(exc: Exception) -> bool:
             or getattr(orig, "sqlstate", None) == "53100")
 
 
+# How long opening a SQLite store tries again while another process holds it at its first
+# moments (a new file turned to WAL, its tables made): the busy timeout's 30 s, once more.
+OPEN_PATIENCE_SECONDS = 30.0
+
+
+def _migrate_sqlite_busy_again(engine: Engine, backup: Any, sqlite_file_store: bool) -> None:
+    """migrate(), again while SQLite answers SQLITE_BUSY ("database is locked"). The busy
+    timeout covers a lock held by another connection, but not every case: a connection that
+    would deadlock (two processes turning a new file to WAL, or upgrading a read to a write)
+    gets SQLITE_BUSY at once, and "the only way to resolve it is for one connection to abandon
+    its transaction" (sqlite.org/rescode.html#busy, lang_transaction.html). Seen with three
+    processes opening a blank store at once on a loaded machine: one got "database is locked"."""
+    from sqlalchemy.exc import OperationalError
+
+    deadline = time.monotonic() + OPEN_PATIENCE_SECONDS
+    while True:
+        try:
+            migrate(engine, backup=backup)
+            return
+        except OperationalError as exc:
+            if not (sqlite_file_store and "database is locked" in str(exc)) or time.monotonic() > deadline:
+                raise
+            engine.dispose()  # the connections that lost: begin again on new ones
+            time.sleep(0.05)
+
+
 def _open(url: str) -> Engine:
     from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -218,7 +245,7 @@ def _open(url: str) -> Engine:
 
     try:
         # The first connection: a server that is down or refuses us shows here.
-        migrate(engine, backup=keep if file is not None else None)
+        _migrate_sqlite_busy_again(engine, keep if file is not None else None, file is not None)
     except TpujobError:
         engine.dispose()
         raise
