@@ -129,7 +129,10 @@ def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local
 
     data = _requeue_until(cli, name, lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=400)
     assert data["state"] == "SUCCEEDED", [e["message"] for e in data["events"]]
-    assert [(a["number"], a["end_reason"]) for a in data["attempts"]] == [(1, "preempted"), (2, "succeeded")]
+    # An attempt's end that is neither says why in the job's events (seen once under load: attempt
+    # 2 ended no_capacity, and the third succeeded).
+    assert [(a["number"], a["end_reason"]) for a in data["attempts"]] == [(1, "preempted"), (2, "succeeded")], \
+        [e["message"] for e in data["events"]]
     assert data["attempts"][1]["slice_name"] != first
     assert data["attempts"][1]["resumed_from_step"] >= (1 if every == 1000 else every)
     if api != "tpu-vm":  # every VM deleted: the preempted slice's and the one that finished
