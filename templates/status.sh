@@ -48,28 +48,35 @@ if { [ $state = exited ] && [ "$code" != 0 ]; } || [ $state = lost ]; then
     tail_b64=\"$(tail -c "$tail_bytes" "$attempt_dir/program.log" | base64 -w 0)\"
   fi
 fi
-# A number after "KEY": in a one-line JSON file, or null.
-json_int() { [ -f "$1" ] && grep -o "\"$2\": *[0-9]\+" "$1" | grep -o '[0-9]\+$' | head -n 1 | grep . || echo null; }
+# The heartbeat is read once, and bounded: on gcsfuse every open and read of it goes to the
+# bucket, and this script asks it for a dozen numbers.
+heartbeat=""
+[ -f "$run_dir/heartbeat" ] && heartbeat=$(head -c 65536 "$run_dir/heartbeat")
+# The number after "KEY": in the heartbeat (one line of JSON), or null.
+json_int() {
+  local pattern="\"$1\": *([0-9]+)"
+  if [[ $heartbeat =~ $pattern ]]; then echo "${BASH_REMATCH[1]}"; else echo null; fi
+}
 # The run dir outlives attempts (on GCS, or on a reused slice): a heartbeat another attempt
 # wrote says nothing of this one's progress, and read as this one's it would count the steps
 # of the attempt before as this one's (and its resumed-from step too). Whose it is: its
 # "attempt" (TPUJOB_ATTEMPT, docs/runtime.md); a program that leaves that out is believed
 # only for a heartbeat written since this attempt's launch.
 step=null total=null resumed=null progress_age=null reported=null
-said=$(json_int "$run_dir/heartbeat" attempt)
+said=$(json_int attempt)
 if [ "$said" = "$attempt" ] || { [ "$said" = null ] && [ -f "$attempt_dir/program.pid" ] \
     && [ "$run_dir/heartbeat" -nt "$attempt_dir/program.pid" ]; }; then
-  step=$(json_int "$run_dir/heartbeat" step)
-  total=$(json_int "$run_dir/heartbeat" total)
-  resumed=$(json_int "$run_dir/heartbeat" resumed_from)
+  step=$(json_int step)
+  total=$(json_int total)
+  resumed=$(json_int resumed_from)
   # Since the heartbeat's step or phase last moved: its writer beats on from a thread while
   # the training loop is blocked (a collective waiting for a frozen peer).
-  progress=$(json_int "$run_dir/heartbeat" progress_time)
+  progress=$(json_int progress_time)
   [ "$progress" != null ] && progress_age=$(( now > progress ? now - progress : 0 ))
   # What only the program knows of where its time went (the ledger's; whole milliseconds).
   pairs=""
   for key in $ledger_keys; do
-    value=$(json_int "$run_dir/heartbeat" "$key")
+    value=$(json_int "$key")
     [ "$value" != null ] && pairs="$pairs${pairs:+, }\"$key\": $value"
   done
   [ -n "$pairs" ] && reported="{$pairs}"
