@@ -135,6 +135,27 @@ def server(tmp_path):
         yield srv
 
 
+@pytest.fixture
+def http(server):
+    """Call the in-process emulator with plain JSON, as a client other than Google's would:
+    `http(method, path, body=None)` -> (status code, body), an error status included."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    def call(method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(server.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    return call
+
+
 @pytest.fixture(scope="session")
 def shared_jax_cache() -> Path:
     """JAX's persistent compilation cache for every runtime the tests start, on emulated hosts
