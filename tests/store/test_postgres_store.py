@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from races import contest
 from spec_texts import STORED
 from sqlalchemy import create_engine, text
 
@@ -38,33 +39,18 @@ def _login_node(home: str, url: str, name: str, job_ids: list[int], barrier, res
         for src, dst in zip(CHAIN, CHAIN[1:]):
             barrier.wait()
             job = store.get(job_id)
-            try:
-                # A counter moves with the state, from what this node read: a lost update would
-                # show as a preemption counted twice.
-                extra = {"preemptions": job.preemptions + 1} if dst == State.RECOVERING else {}
-                store.transition(job_id, src, dst, f"{name}: {dst.value}", **extra)
+            # A counter moves with the state, from what this node read: a lost update would
+            # show as a preemption counted twice.
+            extra = {"preemptions": job.preemptions + 1} if dst == State.RECOVERING else {}
+            if contest(errors, IllegalTransition, store.transition, job_id, src, dst, f"{name}: {dst.value}", **extra):
                 won.append((job_id, dst.value))
-            except IllegalTransition:
-                pass
-            except Exception as exc:  # serialization failures, deadlocks: the test reports them
-                errors.append(f"{type(exc).__name__}: {exc}")
         barrier.wait()
-        try:
-            store.start_attempt(job_id, State.RECOVERING, State.PROVISIONING, f"{name}: next attempt",
-                                zone="us-central2-b", accelerator="v4-8", queued=False)
+        if contest(errors, IllegalTransition, store.start_attempt, job_id, State.RECOVERING, State.PROVISIONING,
+                   f"{name}: next attempt", zone="us-central2-b", accelerator="v4-8", queued=False):
             attempts.append(job_id)
-        except IllegalTransition:
-            pass
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
         barrier.wait()
-        try:
-            store.acquire_lease(job_id, name, ttl_seconds=60)
+        if contest(errors, JobLocked, store.acquire_lease, job_id, name, ttl_seconds=60):
             leases.append(job_id)
-        except JobLocked:
-            pass
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
     results.put((name, won, attempts, leases, errors))
 
 

@@ -9,6 +9,7 @@ import time
 from collections import deque
 
 import pytest
+from races import contest
 from spec_texts import STORED
 
 from tpujob.errors import EXIT_CONFLICT, EXIT_NOT_FOUND, IllegalTransition, JobLocked, NotFoundError
@@ -261,21 +262,12 @@ def _racer(url: str, name: str, job_ids: list[int], barrier, results) -> None:
     for job_id in job_ids:
         for src, dst in zip(CHAIN, CHAIN[1:]):
             barrier.wait()
-            try:
-                store.transition(job_id, src, dst, f"{name}: {src.value} -> {dst.value}")
+            if contest(errors, IllegalTransition, store.transition, job_id, src, dst,
+                       f"{name}: {src.value} -> {dst.value}"):
                 won.append((job_id, dst.value))
-            except IllegalTransition:
-                pass
-            except Exception as exc:  # "database is locked" and friends: the test reports them
-                errors.append(f"{type(exc).__name__}: {exc}")
         barrier.wait()
-        try:
-            store.acquire_lease(job_id, name, ttl_seconds=60)
+        if contest(errors, JobLocked, store.acquire_lease, job_id, name, ttl_seconds=60):
             lease_won.append(job_id)
-        except JobLocked:
-            pass
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
     results.put((name, won, lease_won, errors))
 
 
