@@ -6,14 +6,13 @@ attempt of the same jobs; the CLI reads and writes it; grouped transactions hold
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from races import contest
+from races import contest, run_racers
 from spec_texts import STORED
 from sqlalchemy import create_engine, text
 
@@ -60,17 +59,8 @@ def test_four_login_nodes_sharing_one_postgresql_store_win_each_move_once(postgr
     store = open_store(postgres_url)
     job_ids = [store.add_job(name=f"job-{i}", spec_yaml="name: j\n", spec_json=STORED, accelerator="v4-8",
                              zone="us-central2-b", project="p", cloud="local").id for i in range(JOBS)]
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(NODES, timeout=120)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_login_node, args=(str(tmp_path / f"node{n}"), postgres_url, f"node{n}",
-                                                   job_ids, barrier, results)) for n in range(NODES)]
-    for p in procs:
-        p.start()
-    reports = [results.get(timeout=240) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    reports = run_racers(_login_node, [(str(tmp_path / f"node{n}"), postgres_url, f"node{n}", job_ids)
+                                       for n in range(NODES)], barrier_timeout=120, report_timeout=240)
     assert [e for *_, errors in reports for e in errors] == []
     wins = sorted(w for _, won, *_ in reports for w in won)
     assert wins == sorted((j, dst.value) for j in job_ids for dst in CHAIN[1:])

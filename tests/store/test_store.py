@@ -3,13 +3,12 @@ leases and their expiry, attempts and events."""
 
 from __future__ import annotations
 
-import multiprocessing
 import re
 import time
 from collections import deque
 
 import pytest
-from races import contest
+from races import contest, run_racers
 from spec_texts import STORED
 
 from tpujob.errors import EXIT_CONFLICT, EXIT_NOT_FOUND, IllegalTransition, JobLocked, NotFoundError
@@ -276,16 +275,8 @@ def test_concurrent_writers_one_winner_per_race(backend, tmp_path, request):
     url = _blank_url(backend, tmp_path, request)
     store = open_store(url)
     job_ids = [_add(store, f"job-{i}").id for i in range(15)]
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(2, timeout=60)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_racer, args=(url, name, job_ids, barrier, results)) for name in ("w1", "w2")]
-    for p in procs:
-        p.start()
-    reports = [results.get(timeout=90) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    reports = run_racers(_racer, [(url, name, job_ids) for name in ("w1", "w2")], barrier_timeout=60,
+                         report_timeout=90)
     errors = [e for _, _, _, errs in reports for e in errs]
     assert errors == []
     wins = sorted(w for _, won, _, _ in reports for w in won)
