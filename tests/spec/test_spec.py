@@ -15,6 +15,21 @@ pytestmark = pytest.mark.usefixtures("no_emulator_left")
 MARK = "#<"  # the line a refusal must name carries this comment
 
 
+def _mounted(kind: str, mount: str, extra: str = "") -> str:
+    """A v4-8 with one disk `data` (`kind` disks) or bucket `my-bucket` (buckets) mounted at
+    `mount`, the line marked; `extra`, a last top-level line."""
+    item = "name: data" if kind == "disks" else "bucket: my-bucket"
+    return _spec(f"""
+        name: demo
+        tpu: {{accelerator: v4-8, zone: us-central2-b}}
+        {kind}:
+          - {item}
+            mount: {mount}  {MARK}
+        run: {{command: x}}
+        {extra}
+        """).rstrip("\n") + "\n"
+
+
 # (id, spec text, field, message fragment). The expected line is the one marked `#<`, if any.
 REFUSALS = [
     ("unknown-top-level-key", _spec("""
@@ -233,22 +248,8 @@ REFUSALS = [
             mount: /mnt/data
         run: {command: x}
         """), "disks[0].type", "fallback v4-8"),
-    ("relative-disk-mount", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        disks:
-          - name: data
-            mount: data  #<
-        run: {command: x}
-        """), "disks[0].mount", "must be absolute"),
-    ("relative-bucket-mount", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        buckets:
-          - bucket: my-bucket
-            mount: ckpt  #<
-        run: {command: x}
-        """), "buckets[0].mount", "must be absolute"),
+    ("relative-disk-mount", _mounted("disks", "data"), "disks[0].mount", "must be absolute"),
+    ("relative-bucket-mount", _mounted("buckets", "ckpt"), "buckets[0].mount", "must be absolute"),
     ("duplicate-mount", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}
@@ -260,14 +261,7 @@ REFUSALS = [
             mount: /mnt/data/  #<
         run: {command: x}
         """), "buckets[0].mount", "'/mnt/data' is already used by disks[0].mount"),
-    ("root-mount", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        buckets:
-          - bucket: my-bucket
-            mount: /  #<
-        run: {command: x}
-        """), "buckets[0].mount", "not a usable directory"),
+    ("root-mount", _mounted("buckets", "/"), "buckets[0].mount", "not a usable directory"),
     ("nested-mount", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}
@@ -288,79 +282,19 @@ REFUSALS = [
             mount: /mnt/a  #<
         run: {command: x}
         """), "disks[1].mount", "'/mnt/a' would contain disks[0].mount ('/mnt/a/b')"),
-    ("mount-over-home", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        disks:
-          - name: data
-            mount: /home  #<
-        run: {command: x}
-        """), "disks[0].mount", "would hide the system directory /home"),
-    ("mount-over-tmp", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        buckets:
-          - bucket: my-bucket
-            mount: /tmp/  #<
-        run: {command: x}
-        """), "buckets[0].mount", "would hide the system directory /tmp"),
-    ("mount-over-root-home", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        buckets:
-          - bucket: my-bucket
-            mount: //root  #<
-        run: {command: x}
-        """), "buckets[0].mount", "would hide the system directory /root"),
-    ("mount-over-mnt", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        disks:
-          - name: data
-            mount: /mnt  #<
-        run: {command: x}
-        """), "disks[0].mount", "would hide the system directory /mnt"),
-    ("mount-inside-proc", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        disks:
-          - name: data
-            mount: /proc/data  #<
-        run: {command: x}
-        """), "disks[0].mount", "inside the system directory /proc"),
-    ("mount-inside-usr", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        buckets:
-          - bucket: my-bucket
-            mount: /usr/local/data  #<
-        run: {command: x}
-        """), "buckets[0].mount", "inside the system directory /usr"),
-    ("mount-over-etc", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        disks:
-          - name: data
-            mount: /etc  #<
-        run: {command: x}
-        """), "disks[0].mount", "would hide the system directory /etc"),
-    ("mount-at-the-run-dir-mount", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        buckets:
-          - bucket: my-bucket
-            mount: /mnt/tpujob-run  #<
-        run: {command: x}
-        run_dir: gs://my-bucket/runs
-        """), "buckets[0].mount", "collides with /mnt/tpujob-run, where tpujob mounts the run dir"),
-    ("mount-inside-the-run-dir-mount", _spec("""
-        name: demo
-        tpu: {accelerator: v4-8, zone: us-central2-b}
-        disks:
-          - name: data
-            mount: /mnt/tpujob-run/data  #<
-        run: {command: x}
-        """), "disks[0].mount", "collides with /mnt/tpujob-run"),
+    ("mount-over-home", _mounted("disks", "/home"), "disks[0].mount", "would hide the system directory /home"),
+    ("mount-over-tmp", _mounted("buckets", "/tmp/"), "buckets[0].mount", "would hide the system directory /tmp"),
+    ("mount-over-root-home", _mounted("buckets", "//root"), "buckets[0].mount",
+     "would hide the system directory /root"),
+    ("mount-over-mnt", _mounted("disks", "/mnt"), "disks[0].mount", "would hide the system directory /mnt"),
+    ("mount-inside-proc", _mounted("disks", "/proc/data"), "disks[0].mount", "inside the system directory /proc"),
+    ("mount-inside-usr", _mounted("buckets", "/usr/local/data"), "buckets[0].mount",
+     "inside the system directory /usr"),
+    ("mount-over-etc", _mounted("disks", "/etc"), "disks[0].mount", "would hide the system directory /etc"),
+    ("mount-at-the-run-dir-mount", _mounted("buckets", "/mnt/tpujob-run", "run_dir: gs://my-bucket/runs"),
+     "buckets[0].mount", "collides with /mnt/tpujob-run, where tpujob mounts the run dir"),
+    ("mount-inside-the-run-dir-mount", _mounted("disks", "/mnt/tpujob-run/data"), "disks[0].mount",
+     "collides with /mnt/tpujob-run"),
     ("only-dir-climbs-out", _spec("""
         name: demo
         tpu: {accelerator: v4-8, zone: us-central2-b}
