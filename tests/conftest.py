@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import suite_schedule
@@ -133,6 +136,76 @@ def server(tmp_path):
 
     with EmulatorServer(tmp_path / "emulator", provisioning_delay=0.0, storage=False) as srv:
         yield srv
+
+
+@pytest.fixture
+def http(server):
+    """Call the in-process emulator with plain JSON, as a client other than Google's would:
+    `http(method, path, body=None)` -> (status code, body), an error status included."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    def call(method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(server.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    return call
+
+
+class StandIn:
+    """An HTTP server of a test's own on 127.0.0.1 (a service tpujob calls, played by the test):
+    every GET and POST, whatever its path, is answered by `answer(request)` -> (status, body,
+    headers), the request's body read first. `url`: its base; `asked`: the requests answered."""
+
+    def __init__(self, answer: Callable[[BaseHTTPRequestHandler], tuple[int, bytes, dict[str, str]]]):
+        self.asked = 0
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                stand_in.asked += 1
+                status, body, headers = answer(self)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stand_in():
+    """`stand_in(answer)` -> a StandIn (above) answering with `answer`; shut after the test."""
+    started: list[StandIn] = []
+
+    def start(answer) -> StandIn:
+        started.append(StandIn(answer))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.close()
 
 
 @pytest.fixture(scope="session")

@@ -104,27 +104,6 @@ def test_a_job_from_before_owners_is_nobodys(cli, record_as, monkeypatch, tpujob
     assert cli("cancel", job).code == 0
 
 
-def test_migration_17_adds_owners_empty(tmp_path):
-    from tpujob.store.migrations import MIGRATIONS, migrate
-
-    engine = create_engine(f"sqlite:///{tmp_path / 'old.db'}")
-    from tpujob.store import migrations
-
-    for number, name, apply in [m for m in MIGRATIONS if m[0] < 17]:
-        with engine.begin() as conn:
-            migrations._bookkeeping.create_all(conn)
-            apply(conn)
-            conn.execute(migrations._migration.insert().values(version=number, name=name, applied_at=0))
-    with engine.begin() as conn:
-        conn.execute(text("INSERT INTO job (name, state, spec_yaml, spec_json, accelerator, zone, project, "
-                          "cloud, attempt, preemptions, failures, nan_restarts, keep_slice, created_at, "
-                          "updated_at) VALUES ('old', 'RUNNING', '', '{}', 'v4-8', 'z', 'p', 'local', "
-                          "1, 0, 0, 0, FALSE, 1, 1)"))
-    assert 17 in migrate(engine)
-    with engine.connect() as conn:
-        assert conn.execute(text("SELECT name, owner, from_node FROM job")).all() == [("old", None, None)]
-
-
 # --- the user setting ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("bad", ["two words", "tab\there", ""])

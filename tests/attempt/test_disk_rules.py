@@ -130,28 +130,19 @@ def test_compute_keeps_access_modes_to_hyperdisk(server):
     assert _emulated(server, ZONE, "hd")["accessMode"] == "READ_WRITE_SINGLE"  # Compute's default
 
 
-def test_hyperdisk_balanced_is_never_read_only(server, compute, cloud):
+def test_hyperdisk_balanced_is_never_read_only(http, compute, cloud):
     """Compute's insert of a READ_ONLY_MANY hyperdisk-balanced and the TPU's read-only attach of
     one in any access mode are refused with Google's 400 (tests/fixtures/gcp_errors/
     hyperdisk_balanced_read_only.json, quoted in google/cloud-forensics-utils#530)."""
     import json
-    import urllib.error
-    import urllib.request
     from pathlib import Path
 
     google = json.loads((Path(__file__).parent.parent / "fixtures" / "gcp_errors"
                          / "hyperdisk_balanced_read_only.json").read_text())
-    url = f"{server.url}/compute/v1/projects/{PROJECT}/zones/{V6E_ZONE}/disks"
 
     def insert(name, mode):
         body = {"name": name, "type": f"zones/{V6E_ZONE}/diskTypes/hyperdisk-balanced", "accessMode": mode}
-        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request) as answer:
-                return answer.status, json.loads(answer.read())
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read())
+        return http("POST", f"/compute/v1/projects/{PROJECT}/zones/{V6E_ZONE}/disks", body)
 
     assert insert("clone", "READ_ONLY_MANY") == (google["status"], google["body"])
     with pytest.raises(CloudError, match=re.escape(google["message"])):  # through compute_v1 too

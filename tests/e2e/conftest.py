@@ -1,13 +1,13 @@
 """Fixtures of the end-to-end tests against the shared emulator (tests/conftest.py starts it):
-a project of the test's own, a Context whose jobs are deleted after, and Google's replayed
-answers armed through `tpujob emulator fail-next`."""
+a project of the test's own, a Context whose jobs are deleted after, the run dirs' bucket, and
+Google's replayed answers armed through `tpujob emulator fail-next`."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from reconcile_helpers import local_cloud_faults_off, payload
+from reconcile_helpers import local_cloud_faults_off, named_bucket, payload
 
 
 @pytest.fixture
@@ -15,6 +15,12 @@ def project(monkeypatch, local_cloud):
     name = f"rq-{uuid.uuid4().hex[:10]}"
     monkeypatch.setenv("TPUJOB_PROJECT", name)
     return name
+
+
+@pytest.fixture
+def bucket(local_cloud):
+    """gs://rundir-tests, where the run-dir tests' jobs write, each under a prefix of its own."""
+    return named_bucket("rundir-tests")
 
 
 @pytest.fixture

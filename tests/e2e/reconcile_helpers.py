@@ -241,6 +241,18 @@ class AtStep(threading.Thread):
         return self._value
 
 
+def named_bucket(name: str):
+    """The emulator's bucket `name` through the settings' storage client, made by the first test
+    that asks: the shared emulator, and its buckets, outlive each test (runs under a prefix)."""
+    from tpujob.clients import make_storage
+    from tpujob.service.context import Context
+
+    gcs = make_storage(Context.load().settings)
+    if gcs.lookup_bucket(name) is None:
+        gcs.create_bucket(name)
+    return gcs.bucket(name)
+
+
 def local_bucket(shared_emulator, project: str, prefix: str):
     """A new bucket of the shared emulator's Cloud Storage (a job's `run_dir: gs://...`)."""
     from google.auth.credentials import AnonymousCredentials

@@ -8,7 +8,7 @@ import json
 import uuid
 
 import pytest
-from reconcile_helpers import ZONE, host_root, node_ref, reconciler, sweep_until
+from reconcile_helpers import ZONE, host_root, named_bucket, node_ref, reconciler, sweep_until
 
 pytestmark = pytest.mark.slow
 
@@ -33,13 +33,7 @@ run:
 
 @pytest.fixture
 def bucket(local_cloud):
-    from tpujob.clients import make_storage
-    from tpujob.service.context import Context
-
-    gcs = make_storage(Context.load().settings)
-    if gcs.lookup_bucket(BUCKET) is None:
-        gcs.create_bucket(BUCKET)
-    return gcs.bucket(BUCKET)
+    return named_bucket(BUCKET)
 
 
 def record(ctx, tmp_path, *, sleep=20, extra="true"):

@@ -75,17 +75,6 @@ class NodeCount:
 
 
 @pytest.fixture
-def bucket(local_cloud):
-    from tpujob.clients import make_storage
-    from tpujob.service.context import Context
-
-    gcs = make_storage(Context.load().settings)
-    if gcs.lookup_bucket("rundir-tests") is None:
-        gcs.create_bucket("rundir-tests")
-    return gcs.bucket("rundir-tests")
-
-
-@pytest.fixture
 def lab(postgres_url, project, local_cloud, tmp_path):  # noqa: F811 - project is a fixture
     """Three login nodes of one lab (alice's, bob's, carol's) on one PostgreSQL store; every job
     deleted after, whatever was asserted (their programs stop with their slices)."""

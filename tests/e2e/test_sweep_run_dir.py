@@ -22,17 +22,6 @@ run:
 """
 
 
-@pytest.fixture
-def bucket(local_cloud):
-    from tpujob.clients import make_storage
-    from tpujob.service.context import Context
-
-    gcs = make_storage(Context.load().settings)
-    if gcs.lookup_bucket("rundir-tests") is None:
-        gcs.create_bucket("rundir-tests")
-    return gcs.bucket("rundir-tests")
-
-
 def record(ctx, tmp_path, name, command, heartbeat_timeout=300):
     from tpujob.service import jobs
 

@@ -4,11 +4,8 @@ resource's life cycle (SUSPENDING, then SUSPENDED with its node gone)."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -64,18 +61,11 @@ def test_an_offered_placement_is_created(server):
     assert cloud_for(server).create_node(request("europe-west4-a", "v6e-1")).phase.value == "READY"
 
 
-def _patch(server, name: str, body: dict, version: str = "v2alpha1", mask: str = "dataDisks") -> tuple[int, dict]:
-    url = f"{server.url}/{version}/projects/{PROJECT}/locations/us-central2-b/nodes/{name}?updateMask={mask}"
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PATCH",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+def _patch(http, name: str, body: dict, version: str = "v2alpha1", mask: str = "dataDisks") -> tuple[int, dict]:
+    return http("PATCH", f"/{version}/projects/{PROJECT}/locations/us-central2-b/nodes/{name}?updateMask={mask}", body)
 
 
-def test_updating_a_preempted_node_is_refused_failed_precondition(server):
+def test_updating_a_preempted_node_is_refused_failed_precondition(server, http):
     from tpujob.cloud.disks import GcpCompute
 
     cloud = cloud_for(server)
@@ -84,7 +74,7 @@ def test_updating_a_preempted_node_is_refused_failed_precondition(server):
     compute = GcpCompute.for_emulator(server.url, server.url)
     compute.create_disk(PROJECT, "us-central2-b", "data", disk_type="pd-balanced", size_gb=10)
     server.emulator.host_faults.preempt("n1")
-    code, body = _patch(server, "n1", {"dataDisks": [
+    code, body = _patch(http, "n1", {"dataDisks": [
         {"sourceDisk": f"projects/{PROJECT}/zones/us-central2-b/disks/data", "mode": "READ_ONLY"}]})
     assert (code, body["error"]["status"]) == (400, "FAILED_PRECONDITION")
     assert "PREEMPTED" in body["error"]["message"]
@@ -132,7 +122,7 @@ def test_accelerator_types_list_exactly_what_create_accepts(server):
         cloud_for(server).create_node(request("us-central1-f", "v6e-1"))
 
 
-def test_v2_updates_only_the_documented_fields_and_v2alpha1_attaches_disks(server):
+def test_v2_updates_only_the_documented_fields_and_v2alpha1_attaches_disks(server, http):
     """tpu.v2.json nodes.patch: "Supported fields: [description, tags, labels, metadata,
     network_config.enable_external_ips]"; gcloud's alpha attach-disk patches data_disks on
     v2alpha1 (emulator/apis/tpu/node_updates.py)."""
@@ -145,14 +135,14 @@ def test_v2_updates_only_the_documented_fields_and_v2alpha1_attaches_disks(serve
     compute.create_disk(PROJECT, "us-central2-b", "data", disk_type="pd-balanced", size_gb=10)
     disk = {"dataDisks": [{"sourceDisk": f"projects/{PROJECT}/zones/us-central2-b/disks/data",
                            "mode": "READ_ONLY"}]}
-    code, body = _patch(server, "n1", disk, version="v2")
+    code, body = _patch(http, "n1", disk, version="v2")
     assert (code, body["error"]["status"]) == (400, "INVALID_ARGUMENT")
     assert body["error"]["message"] == ("FieldMask path 'data_disks' must be one of the following: [description, "
                                         "tags, labels, metadata, network_config.enable_external_ips].")
     node = f"projects/{PROJECT}/locations/us-central2-b/nodes/n1"
     assert "dataDisks" not in server.emulator.tpu.get_node(node)
-    code, body = _patch(server, "n1", {"labels": {"team": "a"}}, version="v2", mask="labels")
+    code, body = _patch(http, "n1", {"labels": {"team": "a"}}, version="v2", mask="labels")
     assert code == 200 and server.emulator.tpu.get_node(node)["labels"] == {"team": "a"}
-    code, body = _patch(server, "n1", disk)
+    code, body = _patch(http, "n1", disk)
     assert code == 200 and body["done"] and body["response"]["@type"].endswith("tpu.v2alpha1.Node")
     assert [d["sourceDisk"].rsplit("/", 1)[-1] for d in server.emulator.tpu.get_node(node)["dataDisks"]] == ["data"]

@@ -120,31 +120,11 @@ FORBIDDEN = {"error": {"code": 403, "message": DENIED,
 
 
 @pytest.fixture
-def refusing_storage():
+def refusing_storage(stand_in):
     """A storage endpoint on 127.0.0.1 that answers every request 403, as above."""
-    import http.server
     import json
-    import threading
 
-    class Refuse(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps(FORBIDDEN).encode()
-            self.send_response(403)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Refuse)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return stand_in(lambda request: (403, json.dumps(FORBIDDEN).encode(), {"Content-Type": "application/json"})).url
 
 
 def test_a_forbidden_bucket_reads_as_googles_refusal(refusing_storage):

@@ -137,13 +137,10 @@ def test_a_malformed_coordinator_is_a_config_failure_with_a_status(runtime, tmp_
     assert st.message == "TPUJOB_COORDINATOR: must be host:port (host 0's address and a port), got 'not-a-host'"
 
 
-def test_the_metadata_servers_preempted_notice_stops_it_like_sigterm(runtime, tmp_path):
+def test_the_metadata_servers_preempted_notice_stops_it_like_sigterm(runtime, tmp_path, stand_in):
     # A Spot VM's metadata server reads instance/preempted TRUE from the notice on; the runtime
     # polls it (GCE_METADATA_HOST: here a loopback server of the test's) and checkpoints and
     # stops as on SIGTERM. Only requests with Metadata-Flavor: Google are answered.
-    import http.server
-    import threading
-
     asked: list[str] = []
 
     def training() -> bool:
@@ -152,26 +149,15 @@ def test_the_metadata_servers_preempted_notice_stops_it_like_sigterm(runtime, tm
         except (OSError, ValueError, KeyError):
             return False
 
-    class Metadata(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            asked.append(f"{self.path} {self.headers.get('Metadata-Flavor')}")
-            body = b"TRUE" if training() else b"FALSE"  # the notice comes mid-run
-            self.send_response(200 if self.headers.get("Metadata-Flavor") == "Google" else 403)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def metadata(request) -> tuple[int, bytes, dict[str, str]]:
+        asked.append(f"{request.path} {request.headers.get('Metadata-Flavor')}")
+        body = b"TRUE" if training() else b"FALSE"  # the notice comes mid-run
+        return 200 if request.headers.get("Metadata-Flavor") == "Google" else 403, body, {}
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metadata)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        run = runtime(tmp_path / "run", {"steps": 100000, "checkpoint_every": 100000, "preempted_poll_s": 0.2},
-                      env_extra={"GCE_METADATA_HOST": f"127.0.0.1:{server.server_port}"})
-        assert run.wait(timeout=300) == contract.EXIT_PREEMPTED, run.stderr()
-    finally:
-        server.shutdown()
+    server = stand_in(metadata)
+    run = runtime(tmp_path / "run", {"steps": 100000, "checkpoint_every": 100000, "preempted_poll_s": 0.2},
+                  env_extra={"GCE_METADATA_HOST": server.url.removeprefix("http://")})
+    assert run.wait(timeout=300) == contract.EXIT_PREEMPTED, run.stderr()
     st = status(run.run_dir)
     assert st.state == "preempted" and 0 < st.step < 100000
     assert st.message == f"metadata instance/preempted is TRUE: checkpoint written at step {st.step}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import closing
 
 import pytest
 from notify_servers import Drip, Mailbox, Silent, Webhook, free_port, own_ca
@@ -23,25 +24,22 @@ HANG = 60.0
 
 @pytest.fixture
 def webhook():
-    hook = Webhook()
-    yield hook
-    hook.close()
+    with closing(Webhook()) as hook:
+        yield hook
 
 
 @pytest.fixture
 def mailbox(monkeypatch):
-    box = Mailbox()
-    for key, value in box.settings().items():
-        monkeypatch.setenv(key, value)
-    yield box
-    box.close()
+    with closing(Mailbox()) as box:
+        for key, value in box.settings().items():
+            monkeypatch.setenv(key, value)
+        yield box
 
 
 @pytest.fixture
 def silent():
-    s = Silent()
-    yield s
-    s.close()
+    with closing(Silent()) as s:
+        yield s
 
 
 @pytest.fixture

@@ -21,6 +21,16 @@ def _resolve(text: str, **kwargs):
     return spec_mod.resolve(spec, lines, **{"default_project": "p", **kwargs})
 
 
+def _resolve_one_disk(acc: str, zone: str, disk: str):
+    """A slice of `acc` in `zone` with one disk, `data` on /mnt/data, and `disk`'s own keys."""
+    return _resolve(_spec(f"""
+        name: demo
+        tpu: {{accelerator: {acc}, zone: {zone}}}
+        disks: [{{name: data, mount: /mnt/data, {disk}}}]
+        run: {{command: x}}
+        """))
+
+
 def test_defaults_a_researcher_expects():
     r = _resolve(VALID)
     assert r.spec.tpu.provisioning == "spot"
@@ -37,12 +47,7 @@ def test_defaults_a_researcher_expects():
     ("v6e-16", "us-east5-b", "hyperdisk-ml", "v2-alpha-tpuv6e"),
 ])
 def test_disk_type_and_runtime_default_per_generation(acc, zone, disk_type, runtime):
-    r = _resolve(_spec(f"""
-        name: demo
-        tpu: {{accelerator: {acc}, zone: {zone}}}
-        disks: [{{name: data, snapshot: snap, mount: /mnt/data}}]
-        run: {{command: x}}
-        """))
+    r = _resolve_one_disk(acc, zone, "snapshot: snap")
     assert r.disk_types == {"data": disk_type}
     assert r.runtime_version == runtime
     assert r.spec.disks[0].mode == "read-only"
@@ -70,12 +75,7 @@ def test_read_write_disk_on_a_single_host():
     ("v6e-8", "us-east5-b", "hyperdisk-balanced", "mode: read-write"),
 ])
 def test_the_generations_other_disk_types_are_taken(acc, zone, disk_type, source):
-    r = _resolve(_spec(f"""
-        name: demo
-        tpu: {{accelerator: {acc}, zone: {zone}}}
-        disks: [{{name: data, {source}, mount: /mnt/data, type: {disk_type}}}]
-        run: {{command: x}}
-        """))
+    r = _resolve_one_disk(acc, zone, f"{source}, type: {disk_type}")
     assert r.disk_types == {"data": disk_type}
 
 

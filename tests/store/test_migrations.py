@@ -126,6 +126,15 @@ def test_the_outbox_arrives_empty_beside_jobs_already_stored(store_url):
         assert conn.execute(text("SELECT count(*) FROM outbox")).scalar() == 0
 
 
+def test_migration_17_adds_owners_empty(tmp_path):
+    """Owners (tests/test_owners.py): a job stored before them has no owner and no node."""
+    engine = create_engine(_url(tmp_path, "old.db"))
+    _store_before(engine, 17, "'old', 'RUNNING', '', '{}', 'v4-8', 'z', 'p', 'local', 1, 0, 0, 0, FALSE, 1, 1")
+    assert 17 in migrate(engine)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT name, owner, from_node FROM job")).all() == [("old", None, None)]
+
+
 def test_engine_for_opens_a_migrated_wal_store(tmp_path):
     url = _url(tmp_path, "sub/dir/tpujob.db")
     engine = db.engine_for(url)

@@ -6,13 +6,13 @@ attempt of the same jobs; the CLI reads and writes it; grouped transactions hold
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from races import contest, run_racers
 from spec_texts import STORED
 from sqlalchemy import create_engine, text
 
@@ -38,33 +38,18 @@ def _login_node(home: str, url: str, name: str, job_ids: list[int], barrier, res
         for src, dst in zip(CHAIN, CHAIN[1:]):
             barrier.wait()
             job = store.get(job_id)
-            try:
-                # A counter moves with the state, from what this node read: a lost update would
-                # show as a preemption counted twice.
-                extra = {"preemptions": job.preemptions + 1} if dst == State.RECOVERING else {}
-                store.transition(job_id, src, dst, f"{name}: {dst.value}", **extra)
+            # A counter moves with the state, from what this node read: a lost update would
+            # show as a preemption counted twice.
+            extra = {"preemptions": job.preemptions + 1} if dst == State.RECOVERING else {}
+            if contest(errors, IllegalTransition, store.transition, job_id, src, dst, f"{name}: {dst.value}", **extra):
                 won.append((job_id, dst.value))
-            except IllegalTransition:
-                pass
-            except Exception as exc:  # serialization failures, deadlocks: the test reports them
-                errors.append(f"{type(exc).__name__}: {exc}")
         barrier.wait()
-        try:
-            store.start_attempt(job_id, State.RECOVERING, State.PROVISIONING, f"{name}: next attempt",
-                                zone="us-central2-b", accelerator="v4-8", queued=False)
+        if contest(errors, IllegalTransition, store.start_attempt, job_id, State.RECOVERING, State.PROVISIONING,
+                   f"{name}: next attempt", zone="us-central2-b", accelerator="v4-8", queued=False):
             attempts.append(job_id)
-        except IllegalTransition:
-            pass
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
         barrier.wait()
-        try:
-            store.acquire_lease(job_id, name, ttl_seconds=60)
+        if contest(errors, JobLocked, store.acquire_lease, job_id, name, ttl_seconds=60):
             leases.append(job_id)
-        except JobLocked:
-            pass
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
     results.put((name, won, attempts, leases, errors))
 
 
@@ -74,17 +59,8 @@ def test_four_login_nodes_sharing_one_postgresql_store_win_each_move_once(postgr
     store = open_store(postgres_url)
     job_ids = [store.add_job(name=f"job-{i}", spec_yaml="name: j\n", spec_json=STORED, accelerator="v4-8",
                              zone="us-central2-b", project="p", cloud="local").id for i in range(JOBS)]
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(NODES, timeout=120)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_login_node, args=(str(tmp_path / f"node{n}"), postgres_url, f"node{n}",
-                                                   job_ids, barrier, results)) for n in range(NODES)]
-    for p in procs:
-        p.start()
-    reports = [results.get(timeout=240) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    reports = run_racers(_login_node, [(str(tmp_path / f"node{n}"), postgres_url, f"node{n}", job_ids)
+                                       for n in range(NODES)], barrier_timeout=120, report_timeout=240)
     assert [e for *_, errors in reports for e in errors] == []
     wins = sorted(w for _, won, *_ in reports for w in won)
     assert wins == sorted((j, dst.value) for j in job_ids for dst in CHAIN[1:])

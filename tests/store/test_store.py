@@ -3,12 +3,12 @@ leases and their expiry, attempts and events."""
 
 from __future__ import annotations
 
-import multiprocessing
 import re
 import time
 from collections import deque
 
 import pytest
+from races import contest, run_racers
 from spec_texts import STORED
 
 from tpujob.errors import EXIT_CONFLICT, EXIT_NOT_FOUND, IllegalTransition, JobLocked, NotFoundError
@@ -261,21 +261,12 @@ def _racer(url: str, name: str, job_ids: list[int], barrier, results) -> None:
     for job_id in job_ids:
         for src, dst in zip(CHAIN, CHAIN[1:]):
             barrier.wait()
-            try:
-                store.transition(job_id, src, dst, f"{name}: {src.value} -> {dst.value}")
+            if contest(errors, IllegalTransition, store.transition, job_id, src, dst,
+                       f"{name}: {src.value} -> {dst.value}"):
                 won.append((job_id, dst.value))
-            except IllegalTransition:
-                pass
-            except Exception as exc:  # "database is locked" and friends: the test reports them
-                errors.append(f"{type(exc).__name__}: {exc}")
         barrier.wait()
-        try:
-            store.acquire_lease(job_id, name, ttl_seconds=60)
+        if contest(errors, JobLocked, store.acquire_lease, job_id, name, ttl_seconds=60):
             lease_won.append(job_id)
-        except JobLocked:
-            pass
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
     results.put((name, won, lease_won, errors))
 
 
@@ -284,16 +275,8 @@ def test_concurrent_writers_one_winner_per_race(backend, tmp_path, request):
     url = _blank_url(backend, tmp_path, request)
     store = open_store(url)
     job_ids = [_add(store, f"job-{i}").id for i in range(15)]
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(2, timeout=60)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_racer, args=(url, name, job_ids, barrier, results)) for name in ("w1", "w2")]
-    for p in procs:
-        p.start()
-    reports = [results.get(timeout=90) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    reports = run_racers(_racer, [(url, name, job_ids) for name in ("w1", "w2")], barrier_timeout=60,
+                         report_timeout=90)
     errors = [e for _, _, _, errs in reports for e in errs]
     assert errors == []
     wins = sorted(w for _, won, _, _ in reports for w in won)

@@ -9,8 +9,6 @@ import os
 import stat
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import pytest
@@ -153,55 +151,27 @@ def test_doctor_checks_that_the_store_takes_a_write(cli, job, read_only, monkeyp
 
 # -- credentials that expired --------------------------------------------------------------------
 
-class _TokenEndpoint:
-    """Google's OAuth token endpoint as it answers a refresh token that expired or was revoked:
-    400 with `invalid_grant` (RFC 6749 section 5.2), the description google-auth puts in its
-    RefreshError (as quoted in googleworkspace/python-samples issue 1644)."""
-
-    def __init__(self):
-        self.asked = 0
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                endpoint.asked += 1
-                body = json.dumps({"error": "invalid_grant",
-                                   "error_description": "Token has been expired or revoked."}).encode()
-                self.send_response(400)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/token"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+# Google's OAuth token endpoint as it answers a refresh token that expired or was revoked: 400
+# with `invalid_grant` (RFC 6749 section 5.2), the description google-auth puts in its
+# RefreshError (as quoted in googleworkspace/python-samples issue 1644).
+INVALID_GRANT = json.dumps({"error": "invalid_grant", "error_description": "Token has been expired or revoked."})
 
 
 @pytest.fixture
-def expired_adc(tmp_path, monkeypatch):
+def expired_adc(tmp_path, monkeypatch, stand_in):
     """`gcloud auth application-default login`'s file, its refresh token no longer good, and
     tpujob set to Google. google-auth sends such a file's refresh to Google's token endpoint
     whatever the file says (`from_authorized_user_info`): the tests point that constant at the
-    loopback stand-in, so nothing leaves the machine."""
-    endpoint = _TokenEndpoint()
+    loopback stand-in above (its URL + /token), so nothing leaves the machine."""
+    endpoint = stand_in(lambda request: (400, INVALID_GRANT.encode(), {"Content-Type": "application/json"}))
     adc = tmp_path / "application_default_credentials.json"
     adc.write_text(json.dumps({"type": "authorized_user", "client_id": "id.apps.googleusercontent.com",
                                "client_secret": "secret", "refresh_token": "1//expired"}))
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
     monkeypatch.setenv("TPUJOB_CLOUD", "gcp")
     monkeypatch.setenv("TPUJOB_PROJECT", "demo-project")
-    monkeypatch.setattr("google.oauth2.credentials._GOOGLE_OAUTH2_TOKEN_ENDPOINT", endpoint.url)
-    yield endpoint
-    endpoint.close()
+    monkeypatch.setattr("google.oauth2.credentials._GOOGLE_OAUTH2_TOKEN_ENDPOINT", f"{endpoint.url}/token")
+    return endpoint
 
 
 FIX = "run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
@@ -252,7 +222,7 @@ def test_a_google_error_no_typed_error_wraps_is_still_one_line_with_the_fix(cli,
 
 
 def test_the_job_page_says_the_credentials_expired_and_still_shows_the_job(job, expired_adc):
-    proc = subprocess.Popen([sys.executable, "-c", _SERVE, expired_adc.url, TOKEN], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", _SERVE, f"{expired_adc.url}/token", TOKEN], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
     try:
         first = proc.stdout.readline()

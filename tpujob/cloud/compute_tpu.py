@@ -404,12 +404,19 @@ class ComputeTpuCloud:
     def delete_node(self, project: str, zone: str, name: str, timeout: float = 600.0) -> None:
         """Delete the instance NAME; if there is none, the multi-host slice NAME
         (_delete_mig). Safe to call twice."""
-        what = f"deleting instance {name}"
+        if not self._delete(f"deleting instance {name}", _scope("zones", project, zone), timeout,
+                            self._instances.delete, project=project, zone=zone, instance=name):
+            self._delete_mig(project, zone, name, timeout)
+
+    def _delete(self, what: str, scope: str, timeout: float, fn: Callable[..., Any], **kwargs: Any) -> bool:
+        """Delete through `fn(**kwargs)` and wait for its operation (in `scope`). False, nothing
+        to wait for, where Google answers 404: there is none, deleted already."""
         try:
-            op = self._call(what, self._instances.delete, project=project, zone=zone, instance=name)
+            op = self._call(what, fn, **kwargs)
         except NotFoundError:
-            return self._delete_mig(project, zone, name, timeout)
-        self._wait(f"projects/{project}/zones/{zone}/operations/{op.name}", what, timeout=timeout)
+            return False
+        self._wait(f"{scope}/operations/{op.name}", what, timeout=timeout)
+        return True
 
     def delete_queued_resource(self, project: str, zone: str, name: str, timeout: float = 600.0) -> None:
         return None  # none on this path
@@ -757,31 +764,18 @@ class ComputeTpuCloud:
     def _delete_mig(self, project: str, zone: str, name: str, timeout: float) -> None:
         """The MIG (waited for: its VMs go with it), then its template, then its workload
         policy, each missing one skipped."""
-        what = f"deleting managed instance group {name}"
-        try:
-            op = self._call(what, self._migs.delete, project=project, zone=zone, instance_group_manager=name)
-        except NotFoundError:
-            pass
-        else:
-            self._wait(f"{_scope('zones', project, zone)}/operations/{op.name}", what, timeout=timeout)
+        self._delete(f"deleting managed instance group {name}", _scope("zones", project, zone), timeout,
+                     self._migs.delete, project=project, zone=zone, instance_group_manager=name)
         self.delete_template(project, name, timeout)
         self.delete_workload_policy(project, _region(zone), name, timeout)
 
     def delete_template(self, project: str, name: str, timeout: float = 600.0) -> None:
-        what = f"deleting instance template {name}"
-        try:
-            op = self._call(what, self._templates.delete, project=project, instance_template=name)
-        except NotFoundError:
-            return
-        self._wait(f"{_scope('global', project)}/operations/{op.name}", what, timeout=timeout)
+        self._delete(f"deleting instance template {name}", _scope("global", project), timeout,
+                     self._templates.delete, project=project, instance_template=name)
 
     def delete_workload_policy(self, project: str, region: str, name: str, timeout: float = 600.0) -> None:
-        what = f"deleting workload policy {name}"
-        try:
-            op = self._call(what, self._policies.delete, project=project, region=region, resource_policy=name)
-        except NotFoundError:
-            return
-        self._wait(f"{_scope('regions', project, region)}/operations/{op.name}", what, timeout=timeout)
+        self._delete(f"deleting workload policy {name}", _scope("regions", project, region), timeout,
+                     self._policies.delete, project=project, region=region, resource_policy=name)
 
 
 def _region(zone: str) -> str:

@@ -27,6 +27,7 @@ from werkzeug.wrappers import Request, Response
 from tpujob.emulator.apis.bodies import read_json
 from tpujob.emulator.apis.errors import ApiError
 from tpujob.emulator.apis.fail_next import COMPUTE_METHODS, TPU_METHODS
+from tpujob.emulator.apis.routing import collection_rules
 from tpujob.emulator.apis.tpu.rules import accelerator_types
 from tpujob.emulator.cloud import Cloud
 from tpujob.emulator.control import CONTROL_RULES, Control
@@ -40,16 +41,10 @@ _LOC = "/v2/projects/<project>/locations/<zone>"
 _LOC_ALPHA = "/v2alpha1/projects/<project>/locations/<zone>"
 
 _ROUTES = Map([
-    Rule(f"{_LOC}/nodes", methods=["POST"], endpoint="create_node"),
-    Rule(f"{_LOC}/nodes", methods=["GET"], endpoint="list_nodes"),
+    *collection_rules(f"{_LOC}/nodes", "node", "nodes", create="create", name="rid"),
     Rule(f"{_LOC}/nodes/<rid>:getGuestAttributes", methods=["POST"], endpoint="guest_attributes"),
-    Rule(f"{_LOC}/nodes/<rid>", methods=["GET"], endpoint="get_node"),
-    Rule(f"{_LOC}/nodes/<rid>", methods=["DELETE"], endpoint="delete_node"),
     Rule(f"{_LOC}/nodes/<rid>", methods=["PATCH"], endpoint="update_node"),
-    Rule(f"{_LOC}/queuedResources", methods=["POST"], endpoint="create_qr"),
-    Rule(f"{_LOC}/queuedResources", methods=["GET"], endpoint="list_qrs"),
-    Rule(f"{_LOC}/queuedResources/<rid>", methods=["GET"], endpoint="get_qr"),
-    Rule(f"{_LOC}/queuedResources/<rid>", methods=["DELETE"], endpoint="delete_qr"),
+    *collection_rules(f"{_LOC}/queuedResources", "qr", "qrs", create="create", name="rid"),
     Rule(f"{_LOC}/operations/<rid>", methods=["GET"], endpoint="get_operation"),
     Rule(f"{_LOC}/acceleratorTypes", methods=["GET"], endpoint="list_accelerator_types"),
     # v2alpha1: what tpujob reads there (upcomingMaintenance, which google-cloud-tpu's v2 Node

@@ -19,6 +19,7 @@ from tpujob.emulator.apis.compute.instances import instance_filter
 from tpujob.emulator.apis.compute.tpu_migs import TpuMigs
 from tpujob.emulator.apis.compute.tpu_vms import TpuVms
 from tpujob.emulator.apis.errors import ApiError
+from tpujob.emulator.apis.routing import collection_rules
 
 
 # compute.v1.json paths: resourcePolicies (regional) and instanceTemplates (global), lists
@@ -27,18 +28,9 @@ from tpujob.emulator.apis.errors import ApiError
 def mig_rules(base: str) -> list[Rule]:
     pol, tpl = f"{base}/regions/<region>/resourcePolicies", f"{base}/global/instanceTemplates"
     mig = f"{base}/zones/<zone>/instanceGroupManagers"
-    return [Rule(pol, methods=["POST"], endpoint="insert_policy"),
-            Rule(pol, methods=["GET"], endpoint="list_policies"),
-            Rule(f"{pol}/<name>", methods=["GET"], endpoint="get_policy"),
-            Rule(f"{pol}/<name>", methods=["DELETE"], endpoint="delete_policy"),
-            Rule(tpl, methods=["POST"], endpoint="insert_template"),
-            Rule(tpl, methods=["GET"], endpoint="list_templates"),
-            Rule(f"{tpl}/<name>", methods=["GET"], endpoint="get_template"),
-            Rule(f"{tpl}/<name>", methods=["DELETE"], endpoint="delete_template"),
-            Rule(mig, methods=["POST"], endpoint="insert_mig"),
-            Rule(mig, methods=["GET"], endpoint="list_migs"),
-            Rule(f"{mig}/<name>", methods=["GET"], endpoint="get_mig"),
-            Rule(f"{mig}/<name>", methods=["DELETE"], endpoint="delete_mig"),
+    return [*collection_rules(pol, "policy", "policies"),
+            *collection_rules(tpl, "template", "templates"),
+            *collection_rules(mig, "mig", "migs"),
             Rule(f"{mig}/<name>/listManagedInstances", methods=["POST"], endpoint="list_managed"),
             Rule(f"{mig}/<name>/listErrors", methods=["GET"], endpoint="list_errors"),
             Rule(f"{mig}/<name>/resize", methods=["POST"], endpoint="resize_mig"),
@@ -73,14 +65,8 @@ def _migs(migs: TpuMigs, request: Any, endpoint: str, args: Mapping[str, Any]) -
 
 _BASE = "/compute/v1/projects/<project>"
 ROUTES = Map([
-    Rule(f"{_BASE}/zones/<zone>/disks", methods=["POST"], endpoint="insert_disk"),
-    Rule(f"{_BASE}/zones/<zone>/disks", methods=["GET"], endpoint="list_disks"),
-    Rule(f"{_BASE}/zones/<zone>/disks/<name>", methods=["GET"], endpoint="get_disk"),
-    Rule(f"{_BASE}/zones/<zone>/disks/<name>", methods=["DELETE"], endpoint="delete_disk"),
-    Rule(f"{_BASE}/global/snapshots", methods=["POST"], endpoint="insert_snapshot"),
-    Rule(f"{_BASE}/global/snapshots", methods=["GET"], endpoint="list_snapshots"),
-    Rule(f"{_BASE}/global/snapshots/<name>", methods=["GET"], endpoint="get_snapshot"),
-    Rule(f"{_BASE}/global/snapshots/<name>", methods=["DELETE"], endpoint="delete_snapshot"),
+    *collection_rules(f"{_BASE}/zones/<zone>/disks", "disk", "disks"),
+    *collection_rules(f"{_BASE}/global/snapshots", "snapshot", "snapshots"),
     # zoneOperations.list: what a VM's preemption leaves (tpu_vms.TpuVms.preempt).
     Rule(f"{_BASE}/zones/<zone>/operations", methods=["GET"], endpoint="list_zone_operations"),
     Rule(f"{_BASE}/zones/<zone>/operations/<name>", methods=["GET"], endpoint="zone_operation"),
@@ -92,11 +78,7 @@ ROUTES = Map([
     Rule(_BASE, methods=["GET"], endpoint="get_project"),
     Rule(f"{_BASE}/regions/<region>", methods=["GET"], endpoint="get_region"),  # its quotas (quotas.py)
     # TPU VMs (tpu_vms.py): compute.v1.json instances.insert/list/get/delete/getGuestAttributes/stop.
-    Rule(f"{_BASE}/zones/<zone>/instances", methods=["POST"], endpoint="insert_instance"),
-    Rule(f"{_BASE}/zones/<zone>/instances", methods=["GET"], endpoint="list_instances"),
-    Rule(f"{_BASE}/zones/<zone>/instances/<name>", methods=["GET"], endpoint="get_instance"),
-    Rule(f"{_BASE}/zones/<zone>/instances/<name>", methods=["DELETE"],
-         endpoint="delete_instance"),
+    *collection_rules(f"{_BASE}/zones/<zone>/instances", "instance", "instances"),
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/getGuestAttributes", methods=["GET"],
          endpoint="instance_guest_attributes"),
     Rule(f"{_BASE}/zones/<zone>/instances/<name>/stop", methods=["POST"], endpoint="stop_instance"),
