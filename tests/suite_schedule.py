@@ -27,7 +27,7 @@ CPU_BOUND = (
     "tests/e2e/test_soak.py::",  # 95 / 82: six jobs, sweeps and faults for a minute
     "tests/e2e/test_multislice.py::test_a_two_slice_job_survives",  # 88 / 58
     "tests/e2e/test_concurrency.py::",  # 82 / 79: eight sweep processes at once
-    "tests/e2e/test_compute_engine.py::test_the_runtime_succeeds_through_a_preemption_on_either_api",  # 78 / 68
+    "tests/e2e/test_compute_engine.py::test_the_runtime_succeeds_through_a_preemption_on_compute_engine",  # 78 / 68
     "tests/e2e/test_elastic.py::",  # 77 / 60
     "tests/e2e/test_readme_quick_start.py::",  # 64 / 54: the demo, then a job followed to its end
     "tests/runtime/test_runtime_e2e.py::",  # 32 / 27: compiles the programs of the runtime's own tests

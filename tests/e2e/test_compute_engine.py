@@ -1,8 +1,8 @@
 """Jobs on Compute Engine TPU VMs (`tpu.api: compute`) against the emulator, through the CLI a
-user runs: the bundled runtime to SUCCEEDED through a preemption (beside the same job on the
-Cloud TPU API), a flex-start job that waits for capacity, then runs (one VM, and a 4-host MIG
-made at size 0, then resized), and a reservation that does not exist ending the placement with
-Google's words."""
+user runs: the bundled runtime to SUCCEEDED through a preemption (the same job on the Cloud TPU
+API is tests/e2e/test_runtime_preemption.py, which also counts the steps lost), a flex-start job
+that waits for capacity, then runs (one VM, and a 4-host MIG made at size 0, then resized), and a
+reservation that does not exist ending the placement with Google's words."""
 
 from __future__ import annotations
 
@@ -44,7 +44,6 @@ run: {command: 'sleep 600'}
 # flex-start VMs (bulk mode takes no spot) only one is lost, stopped: the others get no SIGTERM, so
 # no collective save can be made and the periodic checkpoint is what attempt 2 resumes from.
 APIS = {
-    "tpu-vm": ("v4-8", "us-central2-b", "projects/{project}/locations/{zone}/nodes/{name}", 150, 1000, 1),
     "compute": ("v6e-8", "us-east4-a", "projects/{project}/zones/{zone}/instances/{name}", 150, 1000, 1),
     "compute-4-hosts": ("v6e-16", "southamerica-east1-c", "projects/{project}/zones/{zone}/instances/{name}",
                         25, 10, 12),
@@ -78,7 +77,7 @@ def _create(cli, tmp_path, name: str, tpu: str, body: str) -> None:
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("api", sorted(APIS))
-def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local_cloud, shared_emulator, project,
+def test_the_runtime_succeeds_through_a_preemption_on_compute_engine(api, cli, local_cloud, shared_emulator, project,
                                                                  tmp_path):  # noqa: F811 - fixture
     accelerator, zone, ref, steps, every, after = APIS[api]
     bucket = local_bucket(shared_emulator, project, "ce")
@@ -135,8 +134,8 @@ def test_the_runtime_succeeds_through_a_preemption_on_either_api(api, cli, local
         [e["message"] for e in data["events"]]
     assert data["attempts"][1]["slice_name"] != first
     assert data["attempts"][1]["resumed_from_step"] >= (1 if every == 1000 else every)
-    if api != "tpu-vm":  # every VM deleted: the preempted slice's and the one that finished
-        assert [i["name"] for i in _instances(local_cloud, project, zone)] == []
+    # Every VM deleted: the preempted slice's and the one that finished.
+    assert [i["name"] for i in _instances(local_cloud, project, zone)] == []
 
 
 # A program whose SIGTERM save takes 4 s (as a checkpoint's write through gcsfuse does on a
