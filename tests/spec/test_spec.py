@@ -29,6 +29,11 @@ def _tpu(*keys: str, then: tuple[str, ...] = (), after: tuple[str, ...] = ()) ->
     return _job(*then, tpu=keys, after=after)
 
 
+def _compute(*keys: str, then: tuple[str, ...] = ()) -> str:
+    """_tpu for a v6e-8 in us-east5-b on Compute Engine (`api: compute`), then `keys`."""
+    return _tpu("accelerator: v6e-8", "zone: us-east5-b", "api: compute", *keys, then=then)
+
+
 def _mounted(kind: str, mount: str, after: tuple[str, ...] = ()) -> str:
     """A v4-8 with one disk `data` (`kind` disks) or bucket `my-bucket` (buckets) mounted at
     `mount`, the line marked."""
@@ -285,37 +290,37 @@ REFUSALS = [
     ("max-run-duration-on-the-tpu-api", _tpu("accelerator: v6e-8", "zone: us-east5-b", "max_run_duration: 1h  #<"),
      "tpu.max_run_duration", "tpu.max_run_duration is a Compute Engine setting"),
     ("reservation-without-its-name",
-     _tpu("accelerator: v6e-8", "zone: us-east5-b", "api: compute", "provisioning: reservation  #<"),
+     _compute("provisioning: reservation  #<"),
      "tpu.reservation",
         "provisioning: reservation needs the reservation to consume: set tpu.reservation: NAME"),
     ("reservation-name-without-reservation-provisioning",
-     _tpu("accelerator: v6e-8", "zone: us-east5-b", "api: compute", "reservation: my-res  #<"),
+     _compute("reservation: my-res  #<"),
      "tpu.reservation", "consumed only with provisioning: reservation (not spot)"),
     ("reservation-bad-name",
-     _tpu("accelerator: v6e-8", "zone: us-east5-b", "api: compute", "provisioning: reservation",
+     _compute("provisioning: reservation",
           "reservation: My_Reservation  #<"),
      "tpu.reservation", "'My_Reservation' is not a reservation"),
     ("flex-start-without-a-run-limit",
-     _tpu("accelerator: v6e-8", "zone: us-east5-b", "api: compute", "provisioning: flex-start  #<"),
+     _compute("provisioning: flex-start  #<"),
      "tpu.max_run_duration", "provisioning: flex-start needs tpu.max_run_duration"),
     ("flex-start-over-seven-days",
      _tpu("accelerator: tpu7x-8", "zone: us-central1-c", "provisioning: flex-start", "max_run_duration: 8d  #<"),
      "tpu.max_run_duration", "8 days is longer than flex-start allows: flex-start VMs run at most 7 days"),
     ("flex-start-a-second-over-seven-days",
-     _tpu("accelerator: v6e-8", "zone: us-east5-b", "api: compute", "provisioning: flex-start",
+     _compute("provisioning: flex-start",
           "max_run_duration: 604801  #<"),
      "tpu.max_run_duration", "flex-start VMs run at most 7 days"),
     ("run-limit-beyond-120-days",
-     _tpu("accelerator: v6e-8", "zone: us-east5-b", "api: compute", "max_run_duration: 121d  #<"),
+     _compute("max_run_duration: 121d  #<"),
      "tpu.max_run_duration", "outside Compute Engine's run time limits (30 s to 120 days)"),
     ("run-limit-below-30-seconds",
-     _tpu("accelerator: v6e-8", "zone: us-east5-b", "api: compute", "provisioning: on-demand",
+     _compute("provisioning: on-demand",
           "max_run_duration: 10  #<"),
      "tpu.max_run_duration", "10 s is outside Compute Engine's run time limits"),
     ("run-limit-not-a-duration",
-     _tpu("accelerator: v6e-8", "zone: us-east5-b", "api: compute", "max_run_duration: soon  #<"),
+     _compute("max_run_duration: soon  #<"),
      "tpu.max_run_duration", "must be a number of seconds or a duration like 24h"),
-    ("run-limit-zero", _tpu("accelerator: v6e-8", "zone: us-east5-b", "api: compute", "max_run_duration: 0s  #<"),
+    ("run-limit-zero", _compute("max_run_duration: 0s  #<"),
      "tpu.max_run_duration", "must be longer than 0 seconds"),
     ("queued-on-compute", _tpu("accelerator: tpu7x-8", "zone: us-central1-c", "queued: true  #<"),
      "tpu.queued",
