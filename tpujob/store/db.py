@@ -208,7 +208,7 @@ def _disk_full(exc: Exception) -> bool:
 OPEN_PATIENCE_SECONDS = 30.0
 
 
-def _migrate_sqlite_busy_again(engine: Engine, backup: Any, sqlite_file_store: bool) -> None:
+def _migrate_sqlite_busy_again(engine: Engine, backup: Any) -> None:
     """migrate(), again while SQLite answers SQLITE_BUSY ("database is locked"). The busy
     timeout covers a lock held by another connection, but not every case: a connection that
     would deadlock (two processes turning a new file to WAL, or upgrading a read to a write)
@@ -223,7 +223,8 @@ def _migrate_sqlite_busy_again(engine: Engine, backup: Any, sqlite_file_store: b
             migrate(engine, backup=backup)
             return
         except OperationalError as exc:
-            if not (sqlite_file_store and "database is locked" in str(exc)) or time.monotonic() > deadline:
+            busy = engine.dialect.name == "sqlite" and "database is locked" in str(exc)
+            if not busy or time.monotonic() > deadline:
                 raise
             engine.dispose()  # the connections that lost: begin again on new ones
             time.sleep(0.05)
@@ -245,7 +246,7 @@ def _open(url: str) -> Engine:
 
     try:
         # The first connection: a server that is down or refuses us shows here.
-        _migrate_sqlite_busy_again(engine, keep if file is not None else None, file is not None)
+        _migrate_sqlite_busy_again(engine, keep if file is not None else None)
     except TpujobError:
         engine.dispose()
         raise
