@@ -49,6 +49,7 @@ def _timeline(what: str, nodeid: str) -> None:
     folder = os.environ.get("TPUJOB_TEST_TIMELINE")
     if folder:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        Path(folder).mkdir(parents=True, exist_ok=True)  # not there yet: an INTERNALERROR before
         with open(Path(folder) / f"{worker}.txt", "a") as log:
             log.write(f"{time.time():.2f} {what} {nodeid}\n")
 
