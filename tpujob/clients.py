@@ -10,25 +10,42 @@ from tpujob.errors import ConfigError
 from tpujob.settings import Settings
 
 
-def make_cloud(settings: Settings, start_emulator: bool = True):
+def make_cloud(settings: Settings, start_emulator: bool = True, *, on_first_use: bool = False):
     """The Cloud for the configured target: Google (ADC), or the local emulator, started first
-    unless `start_emulator` is off (a look, e.g. `show`, starts nothing)."""
+    unless `start_emulator` is off (a look, e.g. `show`, starts nothing). With `on_first_use`,
+    the local emulator is started (and the TPU API's client imported) when a call first needs
+    it: a sweep with no job to look at then starts nothing, where a `requeue` from cron would
+    otherwise leave an idle emulator running in a home with no jobs."""
+    from tpujob.catalogue import TPU_VM
     from tpujob.cloud.apis import TpuApis
-    from tpujob.cloud.tpu_api import GcpCloud
 
     labels = store_labels(settings)
+    credentials = _google_credentials() if settings.cloud == "gcp" else None  # refused now, not mid-sweep
+    endpoints: dict = {}
 
-    def compute():  # built on a compute job's first call (google-cloud-compute is slow to import)
+    def emulator() -> dict:
+        if not endpoints:
+            endpoints.update(local_emulator(start_emulator))
+        return endpoints
+
+    def tpu_vm():
+        from tpujob.cloud.tpu_api import GcpCloud
+
+        if credentials is not None:
+            return GcpCloud(credentials=credentials, labels=labels)
+        return GcpCloud.for_emulator(emulator()["tpu_endpoint"], labels=labels)
+
+    def compute():  # google-cloud-compute is slow to import: built on a compute job's first call
         from tpujob.cloud.compute_tpu import ComputeTpuCloud
 
-        if settings.cloud == "gcp":
-            return ComputeTpuCloud(credentials=_google_credentials(), labels=labels)
-        return ComputeTpuCloud.for_emulator(info["compute_endpoint"], labels=labels)
+        if credentials is not None:
+            return ComputeTpuCloud(credentials=credentials, labels=labels)
+        return ComputeTpuCloud.for_emulator(emulator()["compute_endpoint"], labels=labels)
 
-    if settings.cloud == "gcp":
-        return TpuApis(GcpCloud(credentials=_google_credentials(), labels=labels), compute)
-    info = local_emulator(start_emulator)
-    return TpuApis(GcpCloud.for_emulator(info["tpu_endpoint"], labels=labels), compute)
+    apis = TpuApis(tpu_vm, compute)
+    if not on_first_use:
+        apis.for_api(TPU_VM)  # the emulator started (or found not running) now
+    return apis
 
 
 def local_emulator(start: bool = True) -> dict:

@@ -212,12 +212,14 @@ def test_the_router_sends_each_api_its_own_calls(server):
     from tpujob.cloud.compute_tpu import ComputeTpuCloud
     from tpujob.cloud.tpu_api import GcpCloud
 
-    tpu = GcpCloud.for_emulator(server.url)
     made = []
-    apis = TpuApis(tpu, lambda: made.append(1) or ComputeTpuCloud.for_emulator(server.url))
-    assert apis.for_api("tpu-vm") is tpu and made == []   # never built for a TPU-API store
+    apis = TpuApis(lambda: made.append("tpu-vm") or GcpCloud.for_emulator(server.url),
+                   lambda: made.append("compute") or ComputeTpuCloud.for_emulator(server.url))
+    assert apis.api_calls == 0 and made == []   # nothing built until a call needs it
+    assert isinstance(apis.for_api("tpu-vm"), GcpCloud) and apis.for_api("tpu-vm") is apis.tpu_vm
+    assert made == ["tpu-vm"]   # compute never built for a TPU-API store
     assert isinstance(apis.for_api("compute"), ComputeTpuCloud) and apis.for_api("compute") is apis.for_api("compute")
-    assert made == [1]
+    assert made == ["tpu-vm", "compute"]
     assert apis.list_slices(PROJECT, "us-central2-b") == {}   # the rest is the TPU API's
 
 

@@ -205,8 +205,10 @@ class Reconciler:
         READY (or lost, or absent: its operation says why), and acts on those jobs as they
         change, so that one sweep still sets up the slices it created."""
         deadline = time.monotonic() + CREATE_FOLLOW_SECONDS
-        poll = max(float(getattr(self.cloud, "poll_interval", 2.0)), MIN_FOLLOW_POLL)
         following = self._creating({job_id: None for job_id in job_ids})
+        if not following:
+            return  # nor the cloud's poll asked for: the cloud may not be built (clients.make_cloud)
+        poll = max(float(getattr(self.cloud, "poll_interval", 2.0)), MIN_FOLLOW_POLL)
         decided = {job_id: time.monotonic() for job_id in following}
         waiting: set[int] = set()  # a flex-start VM waiting for capacity: hours, not a create's minutes
         while following and time.monotonic() + poll < deadline:

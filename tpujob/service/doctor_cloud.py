@@ -124,10 +124,10 @@ def _clients(settings, info: dict | None, credentials: Any) -> tuple[Any, Any]:
         return ComputeTpuCloud(credentials=credentials, retry_deadline=_RETRY_DEADLINE)
 
     if info is not None:
-        return (TpuApis(GcpCloud.for_emulator(info["tpu_endpoint"], retry_deadline=_RETRY_DEADLINE),
+        return (TpuApis(lambda: GcpCloud.for_emulator(info["tpu_endpoint"], retry_deadline=_RETRY_DEADLINE),
                         tpus_on_compute),
                 GcpCompute.for_emulator(info["compute_endpoint"], info["tpu_endpoint"]))
-    return (TpuApis(GcpCloud(credentials=credentials, retry_deadline=_RETRY_DEADLINE), tpus_on_compute),
+    return (TpuApis(lambda: GcpCloud(credentials=credentials, retry_deadline=_RETRY_DEADLINE), tpus_on_compute),
             GcpCompute(credentials=credentials, retry_deadline=_RETRY_DEADLINE))
 
 

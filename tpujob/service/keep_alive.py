@@ -26,7 +26,7 @@ def reconciler(ctx: Context, *, progress: Callable | None = None):
 
     workers = int(knob("SWEEP_WORKERS"))  # a bad value is refused before the cloud (or the emulator) starts
     lease = knob("LEASE_SECONDS")  # so is this one
-    cloud = make_cloud(ctx.settings)
+    cloud = make_cloud(ctx.settings, on_first_use=True)  # no job to look at: no emulator started
     hosts = SshHostOps(ctx, cloud, progress=progress, actor=ctx.actor, lease_seconds=lease)
     return Reconciler(ctx.store, cloud, hosts, ctx.actor,
                       ssh_keys=lab_ssh_keys(ctx), node=node_name(ctx),
