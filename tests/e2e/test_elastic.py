@@ -2,7 +2,9 @@
 one host each, the bundled runtime): slice 1 is preempted while v4-8 is stocked out. The job
 goes on at once on slice 0 from the notice's checkpoint (twice the microbatches: the same global
 batch), its steps keep rising while growing back fails, and once capacity returns it checkpoints
-and goes on with both slices to SUCCEEDED. One preemption counted; nothing left behind."""
+and goes on with both slices. One preemption counted; deleted, it leaves nothing behind. (A
+two-slice job trained to SUCCEEDED is test_multislice's: here the last attempt would train its
+remaining ~900 steps at two processes' collective pace, a minute of the suite's two cores.)"""
 
 from __future__ import annotations
 
@@ -92,15 +94,20 @@ def test_an_elastic_job_trains_on_the_slice_left_and_grows_back_when_capacity_re
 
     # Capacity returns: the missing slice is made, the program checkpoints, both slices go on.
     local_cloud.stockout(ZONE, "v4-8", clear=True)
-    job = until(lambda j: j["state"] == "SUCCEEDED", "back on 2 and done", timeout=300)
+
+    def trained_on_two(j) -> bool:
+        beat = bucket_heartbeat(bucket, j["id"])
+        return (beat.get("attempt") == 3 and bool(beat.get("startup")) and j["state"] == "RUNNING"
+                and beat["step"] >= (beat.get("resumed_from") or 0) + 3)
+    job = until(trained_on_two, "back on 2 and training")
     third = job["attempts"][2]
     assert [(a["number"], a["end_reason"], a["slices"]) for a in job["attempts"]] == [
-        (1, "preempted", 2), (2, "resized", 1), (3, "succeeded", 2)]
+        (1, "preempted", 2), (2, "resized", 1), (3, None, 2)]
     assert third["nodes"][0] == f"{first['slice_name']}-0" and third["nodes"][1].endswith("-1")
-    assert third["resumed_from_step"] > resumed  # training went on between the two
+    beat = bucket_heartbeat(bucket, job["id"])
+    assert beat["resumed_from"] > resumed  # training went on between the two
+    assert beat["startup"]["mesh"] == {"slices": 2, "fsdp": 1} and beat["startup"]["microbatches"] == 1
     assert job["preemptions"] == 1
-    final = bucket_heartbeat(bucket, job["id"])
-    assert final["step"] == STEPS and final["startup"]["mesh"] == {"slices": 2, "fsdp": 1}
-    assert final["startup"]["microbatches"] == 1
+    assert cli("delete", "elastic").code == 0
     listed = GcpCloud.for_emulator(shared_emulator["tpu_endpoint"]).list_slices(project, ZONE)
     assert not listed, sorted(listed)  # every slice of every attempt deleted
