@@ -42,11 +42,11 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tpujob.reconcile import placement as placing  # noqa: E402
-from tpujob.reconcile.history import samples_of  # noqa: E402
-from tpujob.reconcile.risk import Evidence, Key, checkpoint_seconds, evidence, ordered, prior_mtbi  # noqa: E402
-from tpujob.runtime.spacing import Spacing  # noqa: E402
-from tpujob.service.ledger import job_ledger  # noqa: E402
+from tpujob.reconcile import placement as placing
+from tpujob.reconcile.history import samples_of
+from tpujob.reconcile.risk import Evidence, Key, checkpoint_seconds, evidence, ordered, prior_mtbi
+from tpujob.runtime.spacing import Spacing
+from tpujob.service.ledger import job_ledger
 
 DAY = 86400.0
 ZONES = ["us-east5-a", "us-east5-b", "us-west4-a"]  # the spec's written order

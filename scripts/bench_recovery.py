@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_requeue import ZONE, fresh  # noqa: E402
+from bench_requeue import ZONE, fresh
 
 SPEC = f"""\
 name: recovery

@@ -78,7 +78,7 @@ def _create(cli, tmp_path, name: str, tpu: str, body: str) -> None:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("api", sorted(APIS))
 def test_the_runtime_succeeds_through_a_preemption_on_compute_engine(api, cli, local_cloud, shared_emulator, project,
-                                                                 tmp_path):  # noqa: F811 - fixture
+                                                                 tmp_path):
     accelerator, zone, ref, steps, every, after = APIS[api]
     bucket = local_bucket(shared_emulator, project, "ce")
     name = f"ce-{api}"
@@ -148,7 +148,7 @@ run: {command: "trap 'sleep 4; echo saved > $TPUJOB_RUN_DIR/saved; exit 75' TERM
 
 
 def test_a_sweep_in_a_vms_preemption_notice_leaves_the_vm_to_its_save(cli, local_cloud, shared_emulator,
-                                                                        project, tmp_path):  # noqa: F811
+                                                                        project, tmp_path):
     """A sweep that lands in a preempted Spot VM's notice (cron sweeps every minute; Spot's
     notice is 30 s) sees the VM STOPPING. Deleting it then killed the program in its SIGTERM
     save, and the attempt after resumed from an older checkpoint. The VM is left to stop; the
@@ -179,7 +179,7 @@ def test_a_sweep_in_a_vms_preemption_notice_leaves_the_vm_to_its_save(cli, local
     assert cli("cancel", "saver").code == 0
 
 
-def test_a_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path,  # noqa: F811
+def test_a_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path,
                                                        monkeypatch):
     monkeypatch.setenv("TPUJOB_QUEUE_FOLLOW_SECONDS", "1")  # create hands the waiting VM to the sweeps
     zone = "asia-south1-b"
@@ -198,7 +198,7 @@ def test_a_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project
     assert [a["end_reason"] for a in data["attempts"]] == [None]
 
 
-def test_a_multi_host_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path,  # noqa: F811
+def test_a_multi_host_flex_start_job_waits_for_capacity_then_runs(cli, local_cloud, project, tmp_path,
                                                                   monkeypatch):
     """A v6e-16 flex-start slice: a BULK MIG made at size 0, resized to its 4 hosts, whose VMs
     wait PENDING while the machine type is stocked out, then come up and run the job."""
@@ -224,7 +224,7 @@ def test_a_multi_host_flex_start_job_waits_for_capacity_then_runs(cli, local_clo
 
 
 def test_a_reservation_that_does_not_exist_ends_the_placement_with_its_message(cli, local_cloud, project,
-                                                                                tmp_path):  # noqa: F811
+                                                                                tmp_path):
     zone = "us-east4-b"
     _create(cli, tmp_path, "resv", f"{{accelerator: v6e-8, zone: {zone}, api: compute, provisioning: reservation, "
                                    "reservation: nope}", SLEEPER)
@@ -252,7 +252,7 @@ run:
 
 
 def test_clone_and_scale_on_compute_engine_a_master_on_one_vm_its_clone_on_every_vm_of_a_mig(
-        cli, local_cloud, project, tmp_path):  # noqa: F811 - fixture
+        cli, local_cloud, project, tmp_path):
     """A master disk written read-write by a one-VM job, snapshotted, cloned for a v6e-16 job
     whose MIG's template names the clone: every VM reads it, none can write it, and the job's
     delete takes the MIG's VMs and then the clone."""

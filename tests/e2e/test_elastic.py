@@ -42,7 +42,7 @@ def _show(cli, name: str) -> dict:
 
 
 def test_an_elastic_job_trains_on_the_slice_left_and_grows_back_when_capacity_returns(
-        cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
+        cli, local_cloud, shared_emulator, project, tmp_path):
     from tpujob.cloud.tpu_api import GcpCloud
 
     bucket = local_bucket(shared_emulator, project, "el")

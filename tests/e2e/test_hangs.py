@@ -75,7 +75,7 @@ def _stacks_file(data: dict) -> Path:
 
 @pytest.mark.timeout(600)  # about 2 min here
 def test_a_frozen_host_is_hung_its_stacks_kept_and_the_job_restarted_on_a_new_slice(
-        cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
+        cli, local_cloud, shared_emulator, project, tmp_path):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
@@ -117,7 +117,7 @@ def test_a_frozen_host_is_hung_its_stacks_kept_and_the_job_restarted_on_a_new_sl
     assert cli("delete", "frozen").code == 0
 
 
-def test_a_program_that_stops_printing_is_hung_after_run_hang_seconds(cli, local_cloud, project, tmp_path):  # noqa: F811
+def test_a_program_that_stops_printing_is_hung_after_run_hang_seconds(cli, local_cloud, project, tmp_path):
     spec = tmp_path / "silent.yaml"
     spec.write_text(SILENT_SPEC)
     assert cli("create", spec).code == 0

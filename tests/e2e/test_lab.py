@@ -44,7 +44,7 @@ def mode(request) -> str:
 
 
 @pytest.fixture
-def lab(postgres_url, project, local_cloud, tmp_path, mode):  # noqa: F811 - project is a fixture
+def lab(postgres_url, project, local_cloud, tmp_path, mode):
     nodes = {name: Node(tmp_path / name, postgres_url, skew, f"{user}@example.com")
              for name, skew, user in (("a", -SKEW, "alice"), ("b", SKEW, "bob"), ("c", 0.0, "carol"))}
     if mode == "os login":  # nobody holds roles/compute.osAdminLogin yet
@@ -54,7 +54,7 @@ def lab(postgres_url, project, local_cloud, tmp_path, mode):  # noqa: F811 - pro
         nodes["c"].run("delete", "--force", ref, ok=False)
 
 
-def test_any_node_of_a_lab_keeps_any_job_alive(lab, mode, local_cloud, project, tmp_path):  # noqa: F811
+def test_any_node_of_a_lab_keeps_any_job_alive(lab, mode, local_cloud, project, tmp_path):
     a, b, c = lab["a"], lab["b"], lab["c"]
 
     def show(ref: str) -> Shown:
@@ -139,7 +139,7 @@ def test_any_node_of_a_lab_keeps_any_job_alive(lab, mode, local_cloud, project, 
     assert shown["failures"] == 0
 
 
-def test_a_watch_puts_the_keys_of_nodes_that_joined_meanwhile_on_new_slices(project, monkeypatch):  # noqa: F811
+def test_a_watch_puts_the_keys_of_nodes_that_joined_meanwhile_on_new_slices(project, monkeypatch):
     # A `tpujob watch` runs for weeks: the nodes that join the lab meanwhile register their
     # keys, and the slices it creates from then on carry them (read again before each sweep).
     from tpujob.service import keep_alive
@@ -156,7 +156,7 @@ def test_a_watch_puts_the_keys_of_nodes_that_joined_meanwhile_on_new_slices(proj
     assert len(keys) == 2 and keys[-1] == f"{ctx.settings.ssh_user}:{joined}", keys
 
 
-def test_a_node_that_joins_adds_its_key_to_a_compute_engine_jobs_vm(postgres_url, project, local_cloud,  # noqa: F811
+def test_a_node_that_joins_adds_its_key_to_a_compute_engine_jobs_vm(postgres_url, project, local_cloud,
                                                                     tmp_path):
     # On the Compute Engine path (`tpu.api: compute`) B's key reaches A's VM through
     # instances.setMetadata (ComputeTpuCloud.add_ssh_keys): B's sweep leaves the job RUNNING on its

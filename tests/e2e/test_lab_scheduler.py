@@ -75,7 +75,7 @@ class NodeCount:
 
 
 @pytest.fixture
-def lab(postgres_url, project, local_cloud, tmp_path):  # noqa: F811 - project is a fixture
+def lab(postgres_url, project, local_cloud, tmp_path):
     """Three login nodes of one lab (alice's, bob's, carol's) on one PostgreSQL store; every job
     deleted after, whatever was asserted (their programs stop with their slices)."""
     from tpujob.store.repository import open_store
@@ -88,7 +88,7 @@ def lab(postgres_url, project, local_cloud, tmp_path):  # noqa: F811 - project i
 
 
 def test_two_nodes_sweeping_at_once_evict_once_and_the_evicted_job_resumes(
-        lab, postgres_url, project, local_cloud, bucket, tmp_path):  # noqa: F811 - project is a fixture
+        lab, postgres_url, project, local_cloud, bucket, tmp_path):
     from tpujob.store.repository import open_store
 
     a, b, c = lab

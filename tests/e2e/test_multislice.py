@@ -67,7 +67,7 @@ def _losses(bucket, job_id) -> dict[int, float]:
 
 
 def test_a_two_slice_job_survives_one_slice_preempted_and_matches_an_uninterrupted_run(
-        cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
+        cli, local_cloud, shared_emulator, project, tmp_path):
     bucket = local_bucket(shared_emulator, project, "ms")
     bucket_name = bucket.name
 

@@ -51,7 +51,7 @@ def _requeue_until(cli, done, timeout: float) -> dict:
 
 
 def test_a_preempted_runtime_resumes_from_its_sigterm_checkpoint_and_loses_no_step(
-        cli, local_cloud, shared_emulator, project, tmp_path):  # noqa: F811 - fixture
+        cli, local_cloud, shared_emulator, project, tmp_path):
     bucket = local_bucket(shared_emulator, project, "rtp")
     bucket_name = bucket.name
     spec = tmp_path / "rtp.yaml"

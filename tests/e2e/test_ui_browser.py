@@ -106,7 +106,7 @@ def _wait(driver, condition, what: str, timeout: float = 30.0):
 
 
 def test_the_dashboard_shows_a_preempted_job_and_cancels_it(cli, local_cloud, shared_emulator, project,
-                                                             tmp_path, chromium, dashboard):  # noqa: F811
+                                                             tmp_path, chromium, dashboard):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
     from selenium.webdriver.common.by import By
