@@ -45,13 +45,50 @@ def pytest_runtest_logfinish(nodeid, location) -> None:
 
 def _timeline(what: str, nodeid: str) -> None:
     """`TPUJOB_TEST_TIMELINE=DIR`: each worker appends when each test starts and ends to
-    DIR/WORKER.txt, to see where a run's cores sat idle and what ran last (docs/benchmarks.md)."""
+    DIR/WORKER.txt, to see where a run's cores sat idle and what ran last (docs/benchmarks.md);
+    where it can, with the CPU-seconds the worker and every process it started have used so far."""
     folder = os.environ.get("TPUJOB_TEST_TIMELINE")
     if folder:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         Path(folder).mkdir(parents=True, exist_ok=True)  # not there yet: an INTERNALERROR before
+        used = _cpu_used()
         with open(Path(folder) / f"{worker}.txt", "a") as log:
-            log.write(f"{time.time():.2f} {what} {nodeid}\n")
+            log.write(f"{time.time():.2f} {what} {nodeid}" + ("" if used is None else f"\t{used:.2f}") + "\n")
+
+
+# A test's CPU is mostly other processes': emulators, emulated hosts and their programs, sweeps.
+# Where cgroup v1's cpuacct controller is mounted and writable (as root on this project's machines), the worker
+# moves into a group of its own, which everything it starts then joins, daemons included, and the
+# group's counter says what they all used. Elsewhere the timeline has times only.
+_CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+def _cpu_used() -> float | None:
+    group = _CPUACCT / f"tpujob-tests-{os.getpid()}"
+    try:
+        if not group.exists():
+            # An earlier run's group: a daemon was still in it at the end, or its worker never unconfigured.
+            for stale in _CPUACCT.glob("tpujob-tests-*"):
+                if not Path(f"/proc/{stale.name.rsplit('-', 1)[1]}").exists():
+                    try:
+                        stale.rmdir()
+                    except OSError:  # something still runs in it
+                        pass
+            group.mkdir()
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+        return int((group / "cpuacct.usage").read_text()) / 1e9
+    except OSError:
+        return None
+
+
+def pytest_unconfigure(config) -> None:
+    group = _CPUACCT / f"tpujob-tests-{os.getpid()}"
+    if group.exists():  # back to the root group, then the empty group goes (not while a daemon is in it)
+        try:
+            (_CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
+            group.rmdir()
+        except OSError:
+            pass
 
 
 def pytest_collection_modifyitems(config, items: list[pytest.Item]) -> None:
