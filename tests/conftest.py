@@ -67,18 +67,23 @@ def _cpu_used() -> float | None:
     group = _CPUACCT / f"tpujob-tests-{os.getpid()}"
     try:
         if not group.exists():
-            # An earlier run's group: a daemon was still in it at the end, or its worker never unconfigured.
-            for stale in _CPUACCT.glob("tpujob-tests-*"):
-                if not Path(f"/proc/{stale.name.rsplit('-', 1)[1]}").exists():
-                    try:
-                        stale.rmdir()
-                    except OSError:  # something still runs in it
-                        pass
+            _remove_stale_groups()
             group.mkdir()
             (group / "cgroup.procs").write_text(str(os.getpid()))
         return int((group / "cpuacct.usage").read_text()) / 1e9
     except OSError:
         return None
+
+
+def _remove_stale_groups() -> None:
+    """The groups of workers that have exited: a worker's group outlives it while its daemons
+    end, so the controller, last to go, removes them (and a run's first worker any left)."""
+    for stale in _CPUACCT.glob("tpujob-tests-*"):
+        if not Path(f"/proc/{stale.name.rsplit('-', 1)[1]}").exists():
+            try:
+                stale.rmdir()
+            except OSError:  # something still runs in it
+                pass
 
 
 def pytest_unconfigure(config) -> None:
@@ -89,6 +94,8 @@ def pytest_unconfigure(config) -> None:
             group.rmdir()
         except OSError:
             pass
+    if os.environ.get("TPUJOB_TEST_TIMELINE") and "PYTEST_XDIST_WORKER" not in os.environ:
+        _remove_stale_groups()
 
 
 def pytest_collection_modifyitems(config, items: list[pytest.Item]) -> None:
