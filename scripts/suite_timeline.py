@@ -47,7 +47,8 @@ def main(folder: Path) -> None:
     if cpu:
         by_file: dict[str, float] = {}
         for nodeid, seconds in cpu.items():
-            by_file[nodeid.split("::")[0]] = by_file.get(nodeid.split("::")[0], 0.0) + seconds
+            path = nodeid.split("::")[0]
+            by_file[path] = by_file.get(path, 0.0) + seconds
         print(f"CPU-s, {sum(cpu.values()):.0f} in all; the costliest tests:")
         for nodeid, seconds in sorted(cpu.items(), key=lambda c: -c[1])[:15]:
             print(f"  {seconds:6.1f}  {nodeid}")

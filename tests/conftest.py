@@ -57,9 +57,10 @@ def _timeline(what: str, nodeid: str) -> None:
 
 
 # A test's CPU is mostly other processes': emulators, emulated hosts and their programs, sweeps.
-# Where cgroup v1's cpuacct controller is mounted and writable (as root on this project's machines), the worker
-# moves into a group of its own, which everything it starts then joins, daemons included, and the
-# group's counter says what they all used. Elsewhere the timeline has times only.
+# Where cgroup v1's cpuacct controller is mounted and writable (as root on this project's
+# machines), the worker moves into a group of its own, which everything it starts then joins,
+# daemons included, and the group's counter says what they all used. Elsewhere the timeline has
+# times only.
 _CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 
 
@@ -87,6 +88,8 @@ def _remove_stale_groups() -> None:
 
 
 def pytest_unconfigure(config) -> None:
+    if not os.environ.get("TPUJOB_TEST_TIMELINE"):
+        return
     group = _CPUACCT / f"tpujob-tests-{os.getpid()}"
     if group.exists():  # back to the root group, then the empty group goes (not while a daemon is in it)
         try:
@@ -94,7 +97,7 @@ def pytest_unconfigure(config) -> None:
             group.rmdir()
         except OSError:
             pass
-    if os.environ.get("TPUJOB_TEST_TIMELINE") and "PYTEST_XDIST_WORKER" not in os.environ:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
         _remove_stale_groups()
 
 

@@ -4,6 +4,7 @@ Application Default Credentials on Google or the emulator's endpoints (started i
 
 from __future__ import annotations
 
+import functools
 import os
 
 from tpujob.errors import ConfigError
@@ -21,12 +22,10 @@ def make_cloud(settings: Settings, start_emulator: bool = True, *, on_first_use:
 
     labels = store_labels(settings)
     credentials = _google_credentials() if settings.cloud == "gcp" else None  # refused now, not mid-sweep
-    endpoints: dict = {}
 
+    @functools.cache  # started (or looked for) once, by whichever client is built first
     def emulator() -> dict:
-        if not endpoints:
-            endpoints.update(local_emulator(start_emulator))
-        return endpoints
+        return local_emulator(start_emulator)
 
     def tpu_vm():
         from tpujob.cloud.tpu_api import GcpCloud
