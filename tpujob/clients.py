@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tpujob.errors import ConfigError
 from tpujob.settings import Settings
+
+if TYPE_CHECKING:
+    from tpujob.cloud.apis import TpuApis
 
 
 def make_cloud(settings: Settings, start_emulator: bool = True, *, on_first_use: bool = False):
@@ -18,7 +23,6 @@ def make_cloud(settings: Settings, start_emulator: bool = True, *, on_first_use:
     it: a sweep with no job to look at then starts nothing, where a `requeue` from cron would
     otherwise leave an idle emulator running in a home with no jobs."""
     from tpujob.catalogue import TPU_VM
-    from tpujob.cloud.apis import TpuApis
 
     labels = store_labels(settings)
     credentials = _google_credentials() if settings.cloud == "gcp" else None  # refused now, not mid-sweep
@@ -27,24 +31,39 @@ def make_cloud(settings: Settings, start_emulator: bool = True, *, on_first_use:
     def emulator() -> dict:
         return local_emulator(start_emulator)
 
+    apis = tpu_apis(credentials, emulator, labels=labels)
+    if not on_first_use:
+        apis.for_api(TPU_VM)  # the emulator started (or found not running) now
+    return apis
+
+
+def tpu_apis(credentials: Any, endpoints: Callable[[], dict], *, labels: dict[str, str] | None = None,
+             retry_deadline: float | None = None) -> TpuApis:
+    """Both TPU APIs (Cloud TPU's nodes, Compute Engine's TPU VMs) behind one TpuApis, each
+    client built, its library imported, on its first call: on Google with `credentials`, else
+    on the local emulator at `endpoints()`. `retry_deadline`: seconds a call retries 429/503
+    (the clients' own default when None)."""
+    from tpujob.cloud.apis import TpuApis
+
+    options: dict[str, Any] = {"labels": labels}
+    if retry_deadline is not None:
+        options["retry_deadline"] = retry_deadline
+
     def tpu_vm():
         from tpujob.cloud.tpu_api import GcpCloud
 
         if credentials is not None:
-            return GcpCloud(credentials=credentials, labels=labels)
-        return GcpCloud.for_emulator(emulator()["tpu_endpoint"], labels=labels)
+            return GcpCloud(credentials=credentials, **options)
+        return GcpCloud.for_emulator(endpoints()["tpu_endpoint"], **options)
 
     def compute():  # google-cloud-compute is slow to import: built on a compute job's first call
         from tpujob.cloud.compute_tpu import ComputeTpuCloud
 
         if credentials is not None:
-            return ComputeTpuCloud(credentials=credentials, labels=labels)
-        return ComputeTpuCloud.for_emulator(emulator()["compute_endpoint"], labels=labels)
+            return ComputeTpuCloud(credentials=credentials, **options)
+        return ComputeTpuCloud.for_emulator(endpoints()["compute_endpoint"], **options)
 
-    apis = TpuApis(tpu_vm, compute)
-    if not on_first_use:
-        apis.for_api(TPU_VM)  # the emulator started (or found not running) now
-    return apis
+    return TpuApis(tpu_vm, compute)
 
 
 def local_emulator(start: bool = True) -> dict:

@@ -48,7 +48,7 @@ def checks(ctx: Context, jobs: list | None) -> list[Check]:
         info = None
     jobs = jobs or []
     zone = settings.zone or next((j.zone for j in jobs), "") or DEFAULT_ZONE
-    cloud, compute = _clients(settings, info, credentials)
+    cloud, compute = _clients(info, credentials)
     tpu = api_check("Cloud TPU API", "tpu.googleapis.com", project,
                     lambda: cloud.list_nodes(project, zone), zone)
     found += [tpu, api_check("Compute Engine API", "compute.googleapis.com", project,
@@ -109,26 +109,17 @@ def project_check(project: str) -> Check:
 
 # ---- APIs ---------------------------------------------------------------------------------------
 
-def _clients(settings, info: dict | None, credentials: Any) -> tuple[Any, Any]:
+def _clients(info: dict | None, credentials: Any) -> tuple[Any, Any]:
     """Both TPU APIs behind one TpuApis (the orphans check counts Compute Engine's slices as
     `tpujob gc` does; its client is built only when asked), and the disks' client."""
-    from tpujob.cloud.apis import TpuApis
+    from tpujob.clients import tpu_apis
     from tpujob.cloud.disks import GcpCompute
-    from tpujob.cloud.tpu_api import GcpCloud
 
-    def tpus_on_compute():
-        from tpujob.cloud.compute_tpu import ComputeTpuCloud
-
-        if info is not None:
-            return ComputeTpuCloud.for_emulator(info["compute_endpoint"], retry_deadline=_RETRY_DEADLINE)
-        return ComputeTpuCloud(credentials=credentials, retry_deadline=_RETRY_DEADLINE)
-
+    endpoints = info or {}  # the emulator's; not asked for on Google
+    apis = tpu_apis(credentials, lambda: endpoints, retry_deadline=_RETRY_DEADLINE)
     if info is not None:
-        return (TpuApis(lambda: GcpCloud.for_emulator(info["tpu_endpoint"], retry_deadline=_RETRY_DEADLINE),
-                        tpus_on_compute),
-                GcpCompute.for_emulator(info["compute_endpoint"], info["tpu_endpoint"]))
-    return (TpuApis(lambda: GcpCloud(credentials=credentials, retry_deadline=_RETRY_DEADLINE), tpus_on_compute),
-            GcpCompute(credentials=credentials, retry_deadline=_RETRY_DEADLINE))
+        return apis, GcpCompute.for_emulator(info["compute_endpoint"], info["tpu_endpoint"])
+    return apis, GcpCompute(credentials=credentials, retry_deadline=_RETRY_DEADLINE)
 
 
 def is_service_disabled(exc: BaseException) -> bool:
