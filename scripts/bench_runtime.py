@@ -26,6 +26,7 @@ from tpujob.runtime.config import RuntimeConfig, config_from_dict
 from tpujob.runtime.data import Batches
 from tpujob.runtime.distributed import HostEnv
 from tpujob.runtime.loop import Trainer
+from tpujob.runtime.preemption import Preemption
 
 
 def bare_loop(cfg: RuntimeConfig, steps: int) -> float:
@@ -54,7 +55,11 @@ def bare_loop(cfg: RuntimeConfig, steps: int) -> float:
 def runtime_loop(cfg: RuntimeConfig, run_dir: Path) -> tuple[float, float, Trainer]:
     host = HostEnv("bench", 0, 0, 1, None, run_dir, hosts_given=True)
     trainer = Trainer(cfg, host)
-    outcome = trainer.run()
+    preemption = Preemption(cfg.sigterm_grace_s)
+    try:
+        outcome = trainer.run(preemption)
+    finally:
+        preemption.restore()
     assert outcome.exit_code == 0, outcome.message
     # The first step carries the compile (timed separately); the rest is the loop as it runs.
     seconds = trainer.loop_seconds - trainer.compiler.compile_seconds

@@ -122,3 +122,36 @@ def test_a_host_blocked_behind_a_frozen_peer_prints_its_stacks_and_dies_within_t
         err[-3000:]
     assert "(most recent call first)" in err and "loop.py" in err, err[-3000:]
     assert "exiting without a checkpoint" in err
+
+
+def _listening(port: int) -> bool:
+    """Whether a socket listens on `port` (/proc/net: no connection made to it)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "0A" and int(local.split(":")[1], 16) == port:
+                    return True
+    return False
+
+
+def test_a_notice_while_the_hosts_join_is_kept_and_saved_at_the_first_step(runtime, tmp_path):
+    # A Spot notice can come while a slice's hosts are still starting. Host 0 starts alone: its
+    # coordinator listens, and it waits inside jax.distributed.initialize for host 1. A SIGTERM
+    # there must not kill it (no checkpoint, no status) nor be lost (it would train on to the
+    # SIGKILL): both hosts train their first step, save it, and exit as preempted.
+    port = _free_port()
+    host0 = runtime(tmp_path / "run", {"steps": 100000, "checkpoint_every": 100000},
+                    host=(0, 2, f"127.0.0.1:{port}"))
+    while not _listening(port):
+        assert host0.proc.poll() is None, host0.stderr()[-3000:]
+        time.sleep(0.1)
+    host0.proc.send_signal(signal.SIGTERM)
+    host1 = runtime(tmp_path / "run", {"steps": 100000, "checkpoint_every": 100000},
+                    host=(1, 2, f"127.0.0.1:{port}"))
+    codes = [host0.wait(timeout=240), host1.wait(timeout=240)]  # bounds a hang only
+    assert codes == [contract.EXIT_PREEMPTED] * 2, (codes, host0.stderr()[-3000:])
+    stopped = status(tmp_path / "run")
+    assert stopped.state == "preempted" and stopped.step >= 1, stopped
+    assert "SIGTERM: checkpoint written" in stopped.message, stopped
+    assert checkpoint_steps(tmp_path / "run") == [stopped.step]

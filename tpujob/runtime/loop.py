@@ -185,9 +185,10 @@ class Trainer:
             "tokens_per_s": tokens_per_s, "mfu": mfu, "compiles": compiles,
         })
 
-    def run(self) -> RunEnd:
+    def run(self, preemption: Preemption) -> RunEnd:
+        """Restore the latest checkpoint and train; `preemption`: the notice, listened for by
+        the caller since before the hosts joined (main.py)."""
         cfg = self.cfg
-        preemption = Preemption(cfg.sigterm_grace_s)
         url = metadata.preempted_url(os.environ, on_tpu_vm()) if cfg.preempted_poll_s > 0 else None
         poller = metadata.PreemptedPoller(url, cfg.preempted_poll_s, preemption.notice).start() if url else None
         self.heartbeat.start()
@@ -200,7 +201,6 @@ class Trainer:
         finally:
             if poller is not None:
                 poller.stop()
-            preemption.restore()
             self.heartbeat.update(phase="exiting")
             self.heartbeat.stop()
             self.metrics.close()

@@ -15,9 +15,10 @@ import traceback
 from pathlib import Path
 
 from . import contract
-from .config import ConfigError, load_config
+from .config import ConfigError, RuntimeConfig, load_config
 from .data import DataError
-from .distributed import initialize, read_env
+from .distributed import HostEnv, initialize, read_env
+from .preemption import Preemption
 
 log = logging.getLogger("tpujob.runtime")
 
@@ -100,6 +101,18 @@ def main(argv: list[str]) -> int:
         _status(run_dir, is_main, _failed(str(e), contract.EXIT_CONFIG))
         return contract.EXIT_CONFIG
 
+    # The notice is listened for from before the slice forms: a SIGTERM while the hosts join,
+    # restore or compile is kept, and acted on at the first step boundary (a checkpoint, exit
+    # 75), within the grace as any other. JAX's own SIGTERM listener stays off (initialize).
+    preemption = Preemption(cfg.sigterm_grace_s)
+    try:
+        return _join_and_train(cfg, host, run_dir, is_main, started, preemption)
+    finally:
+        preemption.restore()
+
+
+def _join_and_train(cfg: RuntimeConfig, host: HostEnv, run_dir: Path | None, is_main: bool, started: float,
+                    preemption: Preemption) -> int:
     try:
         initialize(host, cfg.distributed_timeout_s)
     except Exception as e:  # noqa: BLE001 - e.g. an unresolvable coordinator host
@@ -127,7 +140,7 @@ def main(argv: list[str]) -> int:
 
     try:
         trainer = Trainer(cfg, host, started)
-        outcome = trainer.run()
+        outcome = trainer.run(preemption)
     except (ConfigError, DataError) as e:
         log.error("config: %s", e)
         _status(run_dir, is_main, _failed(str(e), contract.EXIT_CONFIG, **where()))
