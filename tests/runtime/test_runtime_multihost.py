@@ -51,17 +51,21 @@ def test_missing_peer_ends_the_process_instead_of_hanging(runtime, tmp_path):
     assert status(tmp_path / "run") is None  # no status: the orchestrator reads the signal exit
 
 
-def _wildcard_listeners(port: int) -> list[str]:
-    """Sockets listening on `port` on every address (0.0.0.0 or [::]), from /proc/net."""
+def _listeners(port: int) -> list[str]:
+    """The sockets listening on `port`, from /proc/net (no connection made to them)."""
     found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
             for line in f.readlines()[1:]:
                 local, state = line.split()[1], line.split()[3]
-                address, hex_port = local.split(":")
-                if state == "0A" and int(hex_port, 16) == port and set(address) == {"0"}:
+                if state == "0A" and int(local.split(":")[1], 16) == port:
                     found.append(f"{table}: {local}")
     return found
+
+
+def _wildcard_listeners(port: int) -> list[str]:
+    """Those listening on every address (0.0.0.0 or [::])."""
+    return [found for found in _listeners(port) if set(found.split(": ")[1].split(":")[0]) == {"0"}]
 
 
 def test_two_slices_on_one_port_and_network_stack_each_train(runtime, tmp_path):
@@ -124,17 +128,6 @@ def test_a_host_blocked_behind_a_frozen_peer_prints_its_stacks_and_dies_within_t
     assert "exiting without a checkpoint" in err
 
 
-def _listening(port: int) -> bool:
-    """Whether a socket listens on `port` (/proc/net: no connection made to it)."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                local, state = line.split()[1], line.split()[3]
-                if state == "0A" and int(local.split(":")[1], 16) == port:
-                    return True
-    return False
-
-
 def test_a_notice_while_the_hosts_join_is_kept_and_saved_at_the_first_step(runtime, tmp_path):
     # A Spot notice can come while a slice's hosts are still starting. Host 0 starts alone: its
     # coordinator listens, and it waits inside jax.distributed.initialize for host 1. A SIGTERM
@@ -143,7 +136,7 @@ def test_a_notice_while_the_hosts_join_is_kept_and_saved_at_the_first_step(runti
     port = _free_port()
     host0 = runtime(tmp_path / "run", {"steps": 100000, "checkpoint_every": 100000},
                     host=(0, 2, f"127.0.0.1:{port}"))
-    while not _listening(port):
+    while not _listeners(port):
         assert host0.proc.poll() is None, host0.stderr()[-3000:]
         time.sleep(0.1)
     host0.proc.send_signal(signal.SIGTERM)
