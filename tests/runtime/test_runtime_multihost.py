@@ -142,9 +142,32 @@ def test_a_notice_while_the_hosts_join_is_kept_and_saved_at_the_first_step(runti
     host0.proc.send_signal(signal.SIGTERM)
     host1 = runtime(tmp_path / "run", {"steps": 100000, "checkpoint_every": 100000},
                     host=(1, 2, f"127.0.0.1:{port}"))
-    codes = [host0.wait(timeout=240), host1.wait(timeout=240)]  # bounds a hang only
+    codes = [host0.wait(timeout=120), host1.wait(timeout=120)]  # bounds a hang only
     assert codes == [contract.EXIT_PREEMPTED] * 2, (codes, host0.stderr()[-3000:])
     stopped = status(tmp_path / "run")
     assert stopped.state == "preempted" and stopped.step >= 1, stopped
     assert "SIGTERM: checkpoint written" in stopped.message, stopped
     assert checkpoint_steps(tmp_path / "run") == [stopped.step]
+
+
+def test_a_notice_from_outside_mid_run_stops_both_hosts_at_one_step(runtime, tmp_path):
+    # The notice as Google gives it: a SIGTERM from outside, here to host 1 only, once both
+    # train. With JAX's preemption service on, its handler (installed as the hosts join) took
+    # the signal from the runtime's and the hosts trained on to the SIGKILL.
+    from runtime_helpers import heartbeat
+
+    hosts = _slice(runtime, tmp_path / "run", {"steps": 100000, "checkpoint_every": 100000})
+    deadline = time.time() + 240  # bounds a hang only
+    while True:
+        try:
+            if heartbeat(tmp_path / "run")["step"] >= 2:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        assert all(h.proc.poll() is None for h in hosts) and time.time() < deadline, hosts[0].stderr()[-3000:]
+        time.sleep(0.2)
+    hosts[1].proc.send_signal(signal.SIGTERM)
+    codes = [h.wait(timeout=120) for h in hosts]  # bounds a hang only
+    assert codes == [contract.EXIT_PREEMPTED] * 2, (codes, hosts[1].stderr()[-3000:])
+    stopped = status(tmp_path / "run")
+    assert stopped.state == "preempted" and checkpoint_steps(tmp_path / "run") == [stopped.step], stopped
