@@ -102,11 +102,11 @@ def initialize(host: HostEnv, timeout_s: int) -> None:
     import jax
 
     # JAX's preemption service (on by default) installs a SIGTERM handler of XLA's when the
-    # hosts join (jax/_src/distributed.py, initialize_preemption_sync_manager); a SIGTERM then
-    # only logs "SIGTERM caught" (xla preemption_notifier.cc) and waits for a
-    # multihost_utils.reached_preemption_sync_point this runtime never calls, so the notice was
-    # lost and the program trained on to the SIGKILL. Its own listener (preemption.py), on from
-    # before the join, is the one. A JAX without the option has no service to turn off.
+    # hosts join (jax/_src/distributed.py, initialize_preemption_sync_manager), in place of the
+    # one before it; a SIGTERM then only logs "SIGTERM caught" (XLA's preemption_notifier.cc)
+    # for a multihost_utils.reached_preemption_sync_point this runtime never calls, and the
+    # program trains on to the SIGKILL (seen: 60 s). The runtime's own listener (preemption.py),
+    # on from before the join, is the one. A JAX without the option has no service to turn off.
     try:
         jax.config.update("jax_enable_preemption_service", False)
     except AttributeError:
